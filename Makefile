@@ -1,0 +1,30 @@
+# Two commands matter (see README): `make demo` and `make test`.
+# Each creates or updates the project-local virtual environment .venv first.
+PYTHON ?= python3
+VENV ?= .venv
+PY := $(VENV)/bin/python
+STAMP := $(VENV)/.installed
+
+.PHONY: demo test conformance clean
+
+# Chainer 7.8.1 is an sdist that only builds and imports with setuptools<74
+# and numpy<2, so those go in first and the rest installs without build
+# isolation (pip would otherwise fetch the newest setuptools to build it).
+$(STAMP): requirements.txt setup.py pyproject.toml
+	test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install --quiet --upgrade 'pip>=23' 'setuptools>=64,<74' wheel numpy==1.26.4
+	$(PY) -m pip install --quiet --no-build-isolation -r requirements.txt
+	$(PY) -m pip install --quiet --no-build-isolation --no-deps -e .
+	touch $(STAMP)
+
+demo: $(STAMP)
+	$(PY) examples/vm_demo.py
+
+test: $(STAMP)
+	$(PY) -m pytest -q
+
+conformance: $(STAMP)
+	$(VENV)/bin/chainer-compiler conformance
+
+clean:
+	rm -rf $(VENV) build *.egg-info

@@ -1,0 +1,26 @@
+"""chainer-compiler: export Chainer models to ONNX, compile them into a
+register-VM Program and run it on NumPy or CuPy.
+
+Attributes are imported lazily, so ``import chainer_compiler.runtime`` (all
+a shipped model needs) pulls in neither Chainer nor ONNX.
+"""
+import importlib
+
+__version__ = '0.1.0'
+
+# public name -> module that defines it
+_PUBLIC = {
+    'build_program': 'chainer_compiler.frontend',
+    'load_onnx': 'chainer_compiler.frontend',
+    'UnsupportedOperatorsError': 'chainer_compiler.frontend',
+    'InvalidModelError': 'chainer_compiler.frontend',
+}
+
+__all__ = sorted(_PUBLIC) + ['__version__']
+
+
+def __getattr__(name):
+    module = _PUBLIC.get(name)
+    if module is None:
+        raise AttributeError('module chainer_compiler has no attribute %r' % name)
+    return getattr(importlib.import_module(module), name)

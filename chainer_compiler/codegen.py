@@ -1,0 +1,97 @@
+"""Code emission: an ONNX graph becomes a Program.
+
+Every ONNX value gets a register; initializers become constants; each node
+becomes one instruction; sub-graphs (Loop/If/Scan bodies) become nested
+Programs whose extra inputs are the outer values they capture.  A liveness
+scan then frees each register right after its last use.
+"""
+from onnx import numpy_helper
+
+from .onnx_graph import (free_names, kernel_attributes, schema_version, subgraphs,
+                         tensor_signature, value_kind)
+from .runtime.ops.registry import normalize_domain
+from .runtime.program import NO_REGISTER, Instruction, Program, ValueInfo
+
+
+def emit_program(graph, opsets, name='main', captured=()):
+    """Compile ``graph`` into a Program.
+
+    ``opsets`` maps domains to the model's opset versions.  ``captured``
+    names outer-scope values the graph reads; they become extra inputs after
+    the graph's own.
+    """
+    return _Emitter(opsets).emit(graph, name, captured)
+
+
+class _Emitter:
+    def __init__(self, opsets):
+        self.opsets = opsets
+
+    def emit(self, graph, name, captured):
+        registers = {}
+
+        def reg(value_name):
+            if value_name not in registers:
+                registers[value_name] = len(registers)
+            return registers[value_name]
+
+        # Initializers listed as graph inputs too (old exporters do that) are
+        # treated as constants, not as inputs the caller must pass.
+        initializer_names = {t.name for t in graph.initializer}
+        inputs = []
+        for v in graph.input:
+            if v.name in initializer_names:
+                continue
+            dtype, shape = tensor_signature(v.type)
+            inputs.append(ValueInfo(v.name, reg(v.name), value_kind(v.type), dtype, shape))
+        for cap in captured:
+            inputs.append(ValueInfo(cap, reg(cap), 'unknown'))
+        constants = {reg(t.name): numpy_helper.to_array(t) for t in graph.initializer}
+
+        instructions = []
+        for index, node in enumerate(graph.node):
+            node_name = node.name or '%s_%d' % (node.op_type, index)
+            # Every body of the node receives the union of the outer values
+            # its bodies read, in one order, after its own inputs.
+            sub_captures = []
+            for g in subgraphs(node):
+                sub_captures.extend(n for n in free_names(g) if n not in sub_captures)
+            attrs = kernel_attributes(node, lambda g, _owner=node_name, _caps=sub_captures:
+                                      self.emit(g, '%s/%s' % (_owner, g.name or 'body'), _caps))
+            ins = [reg(n) if n else NO_REGISTER for n in node.input]
+            while ins and ins[-1] == NO_REGISTER:
+                ins.pop()
+            outs = [reg(n) if n else NO_REGISTER for n in node.output]
+            instructions.append(Instruction(
+                op=node.op_type, domain=normalize_domain(node.domain),
+                version=schema_version(node, self.opsets), name=node_name,
+                inputs=tuple(ins), outputs=tuple(outs), attrs=attrs,
+                captures=tuple(reg(n) for n in sub_captures)))
+
+        outputs = []
+        for v in graph.output:
+            dtype, shape = tensor_signature(v.type)
+            outputs.append(ValueInfo(v.name, reg(v.name), value_kind(v.type), dtype, shape))
+        program = Program(instructions=instructions, inputs=inputs, outputs=outputs,
+                          constants=constants, num_registers=len(registers),
+                          register_names={r: n for n, r in registers.items()}, name=name)
+        insert_frees(program)
+        return program
+
+
+def insert_frees(program):
+    """Set each instruction's ``frees`` to the registers whose last use it
+    is.  Constants and program outputs are never freed; a value nobody reads
+    is freed right after the instruction that made it."""
+    keep = set(program.constants) | {v.register for v in program.outputs}
+    last_use = {}
+    for index, inst in enumerate(program.instructions):
+        for r in inst.inputs + inst.captures + inst.outputs:
+            if r != NO_REGISTER:
+                last_use[r] = index
+    frees = {}
+    for r, index in last_use.items():
+        if r not in keep:
+            frees.setdefault(index, []).append(r)
+    for index, inst in enumerate(program.instructions):
+        inst.frees = tuple(sorted(frees.get(index, ())))

@@ -1,0 +1,133 @@
+"""Running ONNX test directories through the VM, and the conformance suite
+(every node test shipped in the onnx wheel)."""
+import contextlib
+import os
+import re
+import signal
+from dataclasses import dataclass
+
+import onnx
+
+from .frontend import UnsupportedOperatorsError, build_program
+from .onnx_graph import all_nodes, opset_versions, schema_version
+from .onnx_test_data import DEFAULT_ATOL, DEFAULT_RTOL, load_test_cases, mismatch
+from .runtime.executor import Executor
+from .runtime.ops.registry import has_kernel, lookup
+
+#: A node test that runs longer than this is reported as failed.
+TEST_TIMEOUT_S = 60
+
+
+@dataclass
+class TestResult:
+    name: str
+    status: str  # 'passed', 'failed' or 'unsupported'
+    reason: str = ''
+    family: str = ''
+
+
+def node_tests_dir():
+    """Where the onnx wheel keeps its node conformance tests."""
+    return os.path.join(os.path.dirname(onnx.__file__), 'backend', 'test', 'data', 'node')
+
+
+def run_test_dir(test_dir, backend='numpy', rtol=DEFAULT_RTOL, atol=DEFAULT_ATOL,
+                 **executor_options):
+    """Compile ``test_dir``/model.onnx, run every test_data_set_* and compare.
+
+    Returns a TestResult; the reason of a failure names the data set and the
+    mismatching output.
+    """
+    name = os.path.basename(os.path.normpath(test_dir))
+    model_path, cases = load_test_cases(test_dir)
+    try:
+        program = build_program(model_path)
+    except UnsupportedOperatorsError as e:
+        return TestResult(name, 'unsupported', str(e))
+    executor = Executor(program, backend=backend, **executor_options)
+    for case_dir, inputs, expected in cases:
+        actual = executor.run(inputs)
+        for output_name, value in expected:
+            problem = mismatch(output_name, value, actual[output_name], rtol, atol)
+            if problem:
+                return TestResult(name, 'failed', '%s: %s' % (os.path.basename(case_dir), problem))
+    return TestResult(name, 'passed')
+
+
+def run_conformance(pattern=None, backend='numpy', progress=None):
+    """Run every node test whose name matches the regular expression
+    ``pattern`` (all when None); return a list of TestResults."""
+    root = node_tests_dir()
+    names = sorted(n for n in os.listdir(root) if not pattern or re.search(pattern, n))
+    results = []
+    for name in names:
+        test_dir = os.path.join(root, name)
+        try:
+            with _time_limit(TEST_TIMEOUT_S):
+                result = run_test_dir(test_dir, backend=backend)
+        except Exception as e:  # one broken test must not stop the suite
+            result = TestResult(name, 'failed', '%s: %s' % (type(e).__name__, e))
+        result.reason = _shorten(result.reason)
+        result.family = family_of_test(root, name)
+        results.append(result)
+        if progress:
+            progress(result)
+    return results
+
+
+def summarize(results):
+    """{'passed': n, 'failed': n, 'unsupported': n, 'total': n} and the same
+    counts per operator family."""
+    totals = {'passed': 0, 'failed': 0, 'unsupported': 0}
+    families = {}
+    for r in results:
+        totals[r.status] += 1
+        fam = families.setdefault(r.family, {'passed': 0, 'failed': 0, 'unsupported': 0})
+        fam[r.status] += 1
+    totals['total'] = len(results)
+    return totals, dict(sorted(families.items()))
+
+
+def family_of_test(root, name):
+    """The kernel family of the operator a node test is about, or
+    'no kernel' when the VM has no kernel for it."""
+    model_ops = _model_ops(os.path.join(root, name))
+    twin = re.sub(r'_expanded(_ver\d+)?$', '', name)
+    if twin != name and os.path.isdir(os.path.join(root, twin)):
+        model_ops = _model_ops(os.path.join(root, twin))
+    key = name[len('test_'):].replace('_', '').lower()
+    candidates = [op for op in model_ops if key.startswith(op[1].lower())]
+    if not candidates:
+        candidates = model_ops
+    if not candidates:
+        return 'none'
+    domain, op, version = max(candidates, key=lambda c: len(c[1]))
+    if not has_kernel(op, domain, version):
+        return 'no kernel'
+    return lookup(op, domain, version).family
+
+
+def _model_ops(test_dir):
+    model = onnx.load(os.path.join(test_dir, 'model.onnx'), load_external_data=False)
+    opsets = opset_versions(model)
+    return sorted({(n.domain, n.op_type, schema_version(n, opsets))
+                   for n in all_nodes(model.graph)})
+
+
+def _shorten(text, limit=400):
+    text = ' '.join(text.split())
+    return text if len(text) <= limit else text[:limit - 3] + '...'
+
+
+@contextlib.contextmanager
+def _time_limit(seconds):
+    def expire(signum, frame):
+        raise TimeoutError('test ran longer than %d s' % seconds)
+
+    previous = signal.signal(signal.SIGALRM, expire)
+    signal.setitimer(signal.ITIMER_REAL, seconds)
+    try:
+        yield
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, previous)

@@ -1,0 +1,1 @@
+"""Graph passes over ONNX models, each in its own module."""

@@ -1,0 +1,39 @@
+"""Exceptions raised by the VM. Each names what went wrong and where."""
+
+
+class RuntimeVMError(Exception):
+    """Base class of every error the VM raises on purpose."""
+
+
+class UnsupportedOperatorError(RuntimeVMError):
+    """No kernel is registered for an operator (or for its opset version)."""
+
+    def __init__(self, op, domain='', version=None, node_name=''):
+        self.op = op
+        self.domain = domain
+        self.version = version
+        self.node_name = node_name
+        qualified = '%s::%s' % (domain, op) if domain else op
+        where = " (node '%s')" % node_name if node_name else ''
+        ver = ' at opset version %s' % version if version is not None else ''
+        super().__init__('no kernel for operator %s%s%s' % (qualified, ver, where))
+
+
+class KernelBindError(RuntimeVMError):
+    """A kernel cannot accept the static attributes of an instruction."""
+
+
+class KernelError(RuntimeVMError):
+    """A kernel rejected its inputs; the message names the instruction."""
+
+
+class InputValidationError(RuntimeVMError):
+    """Program inputs do not match the declared names, dtypes or shapes."""
+
+
+class NonFiniteError(RuntimeVMError):
+    """An instruction produced NaN or Inf while NaN checks were enabled."""
+
+
+class ProgramFormatError(RuntimeVMError):
+    """A Program file is not one this version can read, or is damaged."""

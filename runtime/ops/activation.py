@@ -1,0 +1,200 @@
+"""Activation kernels: element-wise non-linearities and the Softmax family.
+
+Attribute constants are cast to the input's dtype before use (``_const``), so
+float16/float32 inputs never get promoted to float64 by NumPy's handling of
+Python floats and 0-d arrays.
+"""
+import math
+
+from .registry import LATEST, kernel
+
+
+def _const(x, value):
+    return x.dtype.type(value)
+
+
+# -- rectifiers and friends ---------------------------------------------------
+
+@kernel('Relu')
+def relu(xp, x, *, consumed_inputs=None):
+    return xp.maximum(x, _const(x, 0))
+
+
+@kernel('LeakyRelu')
+def leaky_relu(xp, x, *, alpha=0.01, consumed_inputs=None):
+    return xp.where(x >= 0, x, x * _const(x, alpha))
+
+
+@kernel('PRelu')
+def prelu(xp, x, slope, *, consumed_inputs=None):
+    # slope broadcasts unidirectionally to x (ONNX numpy-style broadcasting).
+    return xp.where(x >= 0, x, x * slope.astype(x.dtype, copy=False))
+
+
+@kernel('ThresholdedRelu')
+def thresholded_relu(xp, x, *, alpha=1.0):
+    return xp.where(x > _const(x, alpha), x, _const(x, 0))
+
+
+@kernel('Elu')
+def elu(xp, x, *, alpha=1.0, consumed_inputs=None):
+    return xp.where(x > 0, x, _const(x, alpha) * xp.expm1(xp.minimum(x, _const(x, 0))))
+
+
+@kernel('Selu')
+def selu(xp, x, *, alpha=1.6732632423543772, gamma=1.0507009873554805, consumed_inputs=None):
+    negative = _const(x, alpha) * xp.expm1(xp.minimum(x, _const(x, 0)))
+    return _const(x, gamma) * xp.where(x > 0, x, negative)
+
+
+@kernel('Celu')
+def celu(xp, x, *, alpha=1.0):
+    a = _const(x, alpha)
+    return xp.maximum(x, _const(x, 0)) + xp.minimum(_const(x, 0), a * xp.expm1(x / a))
+
+
+@kernel('Shrink')
+def shrink(xp, x, *, bias=0.0, lambd=0.5):
+    # Also defined for integer tensors: the attributes are cast like CastLike does.
+    b, lam = _const(x, bias), _const(x, lambd)
+    return xp.where(x < -lam, x + b, xp.where(x > lam, x - b, _const(x, 0)))
+
+
+# -- sigmoids and smooth activations ------------------------------------------
+
+def _sigmoid(xp, x):
+    # exp of -|x| never overflows; mirror the result for negative inputs.
+    e = xp.exp(-xp.abs(x))
+    one = _const(x, 1)
+    return xp.where(x >= 0, one / (one + e), e / (one + e))
+
+
+def _softplus(xp, x):
+    # log(1 + e^x) = max(x, 0) + log1p(e^-|x|): no overflow for large |x|.
+    return xp.maximum(x, _const(x, 0)) + xp.log1p(xp.exp(-xp.abs(x)))
+
+
+@kernel('Sigmoid')
+def sigmoid(xp, x, *, consumed_inputs=None):
+    return _sigmoid(xp, x)
+
+
+@kernel('Tanh')
+def tanh(xp, x, *, consumed_inputs=None):
+    return xp.tanh(x)
+
+
+@kernel('HardSigmoid')
+def hard_sigmoid(xp, x, *, alpha=0.2, beta=0.5, consumed_inputs=None):
+    return xp.clip(_const(x, alpha) * x + _const(x, beta), _const(x, 0), _const(x, 1))
+
+
+@kernel('HardSwish')
+def hard_swish(xp, x):
+    return x * xp.clip(x / _const(x, 6) + _const(x, 0.5), _const(x, 0), _const(x, 1))
+
+
+@kernel('Softplus')
+def softplus(xp, x):
+    return _softplus(xp, x)
+
+
+@kernel('Softsign')
+def softsign(xp, x):
+    return x / (_const(x, 1) + xp.abs(x))
+
+
+@kernel('Mish')
+def mish(xp, x):
+    return x * xp.tanh(_softplus(xp, x))
+
+
+@kernel('Swish')
+def swish(xp, x, *, alpha=1.0):
+    return x * _sigmoid(xp, _const(x, alpha) * x)
+
+
+def _erfc(xp, z):
+    """erfc(z) for z >= 0, relative error below 1.2e-7 (the Chebyshev fit of
+    Numerical Recipes, section 6.2), evaluated in float64."""
+    t = 1.0 / (1.0 + 0.5 * z)
+    poly = 0.17087277
+    for c in (-0.82215223, 1.48851587, -1.13520398, 0.27886807, -0.18628806,
+              0.09678418, 0.37409196, 1.00002368, -1.26551223):
+        poly = c + t * poly
+    return t * xp.exp(poly - z * z)
+
+
+@kernel('Gelu', versions=(20, LATEST))
+def gelu(xp, x, *, approximate='none'):
+    if approximate == 'tanh':
+        inner = _const(x, math.sqrt(2 / math.pi)) * (x + _const(x, 0.044715) * x * x * x)
+        return _const(x, 0.5) * x * (_const(x, 1) + xp.tanh(inner))
+    if approximate != 'none':
+        raise ValueError("Gelu: approximate must be 'none' or 'tanh', got %r" % (approximate,))
+    # 1 + erf(x/sqrt 2) is erfc(-x/sqrt 2); going through erfc of |x| keeps the
+    # relative accuracy where the result is tiny (large negative x).
+    z = xp.abs(x.astype(xp.float64)) / math.sqrt(2)
+    c = _erfc(xp, z)
+    one_plus_erf = xp.where(x >= 0, 2.0 - c, c)
+    return (0.5 * x * one_plus_erf).astype(x.dtype)
+
+
+# -- the Softmax family ---------------------------------------------------------
+# Versions 1-12 coerce the input to 2-D at `axis` (default 1) and normalise over
+# the flattened trailing block; version 13 normalises along the single `axis`
+# (default -1).
+
+def _flattened(x, axis):
+    axis = axis % x.ndim if x.ndim else 0
+    rows = math.prod(x.shape[:axis])
+    return x.reshape(rows, -1), 1
+
+
+def log_softmax_along(xp, x, axis):
+    """log(softmax(x)) along ``axis``, stable for large inputs (shared with the
+    loss family)."""
+    shifted = x - x.max(axis=axis, keepdims=True)
+    return shifted - xp.log(xp.exp(shifted).sum(axis=axis, keepdims=True))
+
+
+def _softmax(xp, x, axis):
+    e = xp.exp(x - x.max(axis=axis, keepdims=True))
+    return e / e.sum(axis=axis, keepdims=True)
+
+
+def _hardmax(xp, x, axis):
+    # One-hot of the first maximum along axis.
+    first = xp.expand_dims(xp.argmax(x, axis=axis), axis)
+    positions = xp.arange(x.shape[axis]).reshape((-1,) + (1,) * (x.ndim - 1 - axis % x.ndim))
+    return (positions == first).astype(x.dtype)
+
+
+@kernel('Softmax', versions=(1, 12))
+def softmax_v1(xp, x, *, axis=1):
+    return _softmax(xp, *_flattened(x, axis)).reshape(x.shape)
+
+
+@kernel('Softmax', versions=(13, LATEST))
+def softmax(xp, x, *, axis=-1):
+    return _softmax(xp, x, axis)
+
+
+@kernel('LogSoftmax', versions=(1, 12))
+def log_softmax_v1(xp, x, *, axis=1):
+    return log_softmax_along(xp, *_flattened(x, axis)).reshape(x.shape)
+
+
+@kernel('LogSoftmax', versions=(13, LATEST))
+def log_softmax(xp, x, *, axis=-1):
+    return log_softmax_along(xp, x, axis)
+
+
+@kernel('Hardmax', versions=(1, 12))
+def hardmax_v1(xp, x, *, axis=1):
+    return _hardmax(xp, *_flattened(x, axis)).reshape(x.shape)
+
+
+@kernel('Hardmax', versions=(13, LATEST))
+def hardmax(xp, x, *, axis=-1):
+    return _hardmax(xp, x, axis)

@@ -1,0 +1,258 @@
+"""Convolution kernels (Chainer's ``connection`` family).
+
+Convolution is computed by im2col: a strided *view* of the padded input holds
+every receptive field, one reshape copies it into a matrix and one batched
+matmul per group does the arithmetic.  ConvTranspose is the adjoint: a matmul
+into columns, then col2im, a scatter-add done as one sliced ``+=`` per kernel
+tap (no ``add.at``).  The window geometry, ``im2col`` and ``col2im`` are
+shared with the pooling family.
+"""
+import itertools
+import math
+from collections import namedtuple
+
+import numpy
+
+from .registry import LATEST, kernel
+
+#: A sliding window over the spatial axes: every field is a tuple with one
+#: entry per spatial axis.  Window position ``o`` and kernel tap ``k`` read
+#: input coordinate ``o * stride + k * dilation - pad_begin``.
+Window = namedtuple('Window', 'kernel strides dilations pads_begin pads_end out')
+
+
+def window_geometry(in_shape, kernel_shape, strides=None, dilations=None, pads=None,
+                    auto_pad='NOTSET', ceil_mode=0):
+    """Resolve ONNX window attributes (as Conv and the pooling operators
+    define them) for spatial input shape ``in_shape`` into a Window."""
+    n = len(in_shape)
+    kernel_shape = tuple(kernel_shape)
+    strides = tuple(strides or (1,) * n)
+    dilations = tuple(dilations or (1,) * n)
+    begin, end, out = [], [], []
+    for i in range(n):
+        size, stride = in_shape[i], strides[i]
+        extent = (kernel_shape[i] - 1) * dilations[i] + 1
+        if auto_pad in ('SAME_UPPER', 'SAME_LOWER'):
+            o = -(-size // stride)
+            total = max(0, (o - 1) * stride + extent - size)
+            b = total // 2 if auto_pad == 'SAME_UPPER' else total - total // 2
+            e = total - b
+        elif auto_pad == 'VALID':
+            b = e = 0
+            o = (size - extent) // stride + 1
+        else:
+            b, e = (pads[i], pads[i + n]) if pads else (0, 0)
+            span = size + b + e - extent
+            if ceil_mode:
+                o = -(-span // stride) + 1
+                # A window starting inside the end padding is dropped.
+                if (o - 1) * stride >= size + b:
+                    o -= 1
+            else:
+                o = span // stride + 1
+        if o < 1:
+            raise ValueError('window (kernel %s, dilations %s) does not fit the input %s'
+                             % (list(kernel_shape), list(dilations), list(in_shape)))
+        begin.append(b)
+        end.append(e)
+        out.append(o)
+    return Window(kernel_shape, strides, dilations, tuple(begin), tuple(end), tuple(out))
+
+
+def im2col(xp, x, window, fill=0):
+    """Every receptive field of ``x`` (N, C, *spatial) as a strided view of
+    shape (N, C, *kernel, *out).  ``x`` is padded with ``fill`` first where the
+    windows reach outside it (the only copy made)."""
+    n = len(window.kernel)
+    widths = []
+    for i in range(n):
+        reach = ((window.out[i] - 1) * window.strides[i]
+                 + (window.kernel[i] - 1) * window.dilations[i] + 1)
+        widths.append((window.pads_begin[i],
+                       max(0, reach - window.pads_begin[i] - x.shape[2 + i])))
+    if any(b or e for b, e in widths):
+        x = xp.pad(x, [(0, 0), (0, 0)] + widths, mode='constant', constant_values=fill)
+    spatial_strides = x.strides[2:]
+    strides = (x.strides[:2]
+               + tuple(s * d for s, d in zip(spatial_strides, window.dilations))
+               + tuple(s * t for s, t in zip(spatial_strides, window.strides)))
+    return xp.lib.stride_tricks.as_strided(
+        x, shape=x.shape[:2] + window.kernel + window.out, strides=strides)
+
+
+def col2im(xp, cols, image_shape, window):
+    """Adjoint of im2col: sum ``cols`` (N, C, *kernel, *out) into an image
+    (N, C, *image_shape); taps landing in the padding are dropped."""
+    n = len(image_shape)
+    blocks = cols.shape[2 + n:]
+    image = xp.zeros(cols.shape[:2] + tuple(image_shape), dtype=cols.dtype)
+    for tap in itertools.product(*(range(k) for k in window.kernel)):
+        src, dst = [], []
+        for i in range(n):
+            stride = window.strides[i]
+            first = tap[i] * window.dilations[i] - window.pads_begin[i]
+            # Window positions o with 0 <= first + o * stride < image_shape[i].
+            lo = max(0, -(first // stride))
+            hi = min(blocks[i], -((first - image_shape[i]) // stride))
+            if lo >= hi:
+                break
+            src.append(slice(lo, hi))
+            dst.append(slice(first + lo * stride, first + (hi - 1) * stride + 1, stride))
+        else:
+            image[(Ellipsis,) + tuple(dst)] += cols[(slice(None), slice(None)) + tap + tuple(src)]
+    return image
+
+
+def _add_bias(y, b):
+    if b is not None:
+        y += b.reshape((-1,) + (1,) * (y.ndim - 2))
+    return y
+
+
+def _matmul(xp, a, b):
+    """xp.matmul, except that NumPy (which has no BLAS for half precision and
+    crawls on it) multiplies float16 in float32 and rounds once."""
+    if xp is numpy and a.dtype == numpy.float16:
+        return numpy.matmul(a.astype(numpy.float32), b.astype(numpy.float32)).astype(a.dtype)
+    return xp.matmul(a, b)
+
+
+def _grouped_conv(xp, cols, w, group, out_shape):
+    """Contract columns (N, C, K, O) with weights (M, C/group, *kernel)."""
+    n_batch, channels = cols.shape[:2]
+    m = w.shape[0]
+    w = w.reshape(group, m // group, -1)
+    cols = cols.reshape(n_batch, group, (channels // group) * cols.shape[2], -1)
+    y = _matmul(xp, w, cols)  # (N, group, M/group, O): one GEMM per batch and group
+    return y.reshape((n_batch, m) + tuple(out_shape))
+
+
+@kernel('Conv')
+def conv(xp, x, w, b=None, *, auto_pad='NOTSET', dilations=None, group=1,
+         kernel_shape=None, pads=None, strides=None):
+    window = window_geometry(x.shape[2:], w.shape[2:], strides, dilations, pads, auto_pad)
+    cols = im2col(xp, x, window)
+    cols = cols.reshape(cols.shape[:2] + (-1, math.prod(window.out)))
+    return _add_bias(_grouped_conv(xp, cols, w, group, window.out), b)
+
+
+@kernel('ConvTranspose')
+def conv_transpose(xp, x, w, b=None, *, auto_pad='NOTSET', dilations=None, group=1,
+                   kernel_shape=None, output_padding=None, output_shape=None, pads=None,
+                   strides=None):
+    n_batch, channels = x.shape[:2]
+    in_shape = x.shape[2:]
+    n = len(in_shape)
+    kernel_shape = w.shape[2:]
+    strides = tuple(strides or (1,) * n)
+    dilations = tuple(dilations or (1,) * n)
+    output_padding = output_padding or (0,) * n
+    # Size of the full (uncropped) result along each axis.
+    full = [strides[i] * (in_shape[i] - 1) + output_padding[i]
+            + (kernel_shape[i] - 1) * dilations[i] + 1 for i in range(n)]
+    if output_shape or auto_pad in ('SAME_UPPER', 'SAME_LOWER'):
+        if output_shape:
+            out = list(output_shape[-n:])
+        else:
+            out = [in_shape[i] * strides[i] for i in range(n)]
+        total = [full[i] - out[i] for i in range(n)]
+        if auto_pad == 'SAME_UPPER':
+            begin = [t // 2 for t in total]
+        else:
+            begin = [t - t // 2 for t in total]
+    else:
+        begin = list(pads[:n]) if pads and auto_pad != 'VALID' else [0] * n
+        end = list(pads[n:]) if pads and auto_pad != 'VALID' else [0] * n
+        out = [full[i] - begin[i] - end[i] for i in range(n)]
+    m_per_group = w.shape[1]
+    # Columns (N, group, M/group * K, H*W...): the transpose of Conv's GEMM.
+    w_t = w.reshape(group, channels // group, -1).transpose(0, 2, 1)
+    cols = _matmul(xp, w_t, x.reshape(n_batch, group, channels // group, -1))
+    cols = cols.reshape((n_batch, group * m_per_group) + tuple(kernel_shape) + tuple(in_shape))
+    window = Window(tuple(kernel_shape), strides, dilations, tuple(begin), None, tuple(in_shape))
+    return _add_bias(col2im(xp, cols, out, window), b)
+
+
+@kernel('Col2Im', versions=(18, LATEST))
+def col2im_op(xp, x, image_shape, block_shape, *, dilations=None, pads=None, strides=None):
+    image_shape = [int(v) for v in image_shape.tolist()]
+    block_shape = [int(v) for v in block_shape.tolist()]
+    window = window_geometry(image_shape, block_shape, strides, dilations, pads)
+    n_batch = x.shape[0]
+    channels = x.shape[1] // math.prod(block_shape)
+    cols = x.reshape((n_batch, channels) + tuple(block_shape) + window.out)
+    return col2im(xp, cols, image_shape, window)
+
+
+def _deformable_columns(xp, x, window, offset, mask, offset_group):
+    """Columns (N, C, K, O) sampled at the kernel taps moved by ``offset``,
+    by multilinear interpolation with zeros outside the input."""
+    n_batch, channels = x.shape[:2]
+    in_shape = x.shape[2:]
+    n = len(in_shape)
+    taps = math.prod(window.kernel)
+    n_out = math.prod(window.out)
+    dtype = x.dtype
+    # Sampling positions (N, offset_group, n, K, O) before the offsets.
+    grids = numpy.meshgrid(*(numpy.arange(k) for k in window.kernel),
+                           *(numpy.arange(o) for o in window.out), indexing='ij')
+    base = numpy.stack([(grids[n + i] * window.strides[i] + grids[i] * window.dilations[i]
+                         - window.pads_begin[i]).reshape(taps, n_out) for i in range(n)])
+    offset = offset.reshape(n_batch, offset_group, taps, n, n_out).transpose(0, 1, 3, 2, 4)
+    pos = xp.asarray(base, dtype=dtype) + offset
+    low = xp.floor(pos)
+    frac = pos - low
+    low = low.astype(numpy.int64)
+    flat_x = x.reshape(n_batch, offset_group, channels // offset_group, -1)
+    batch_index = xp.arange(n_batch)[:, None, None, None]
+    group_index = xp.arange(offset_group)[None, :, None, None]
+    channel_index = xp.arange(channels // offset_group)[None, None, :, None]
+    cols = 0
+    for corner in itertools.product((0, 1), repeat=n):
+        weight = 1
+        flat = 0
+        for i in range(n):
+            index = low[:, :, i] + corner[i]
+            inside = (index >= 0) & (index < in_shape[i])
+            weight = weight * xp.where(inside, frac[:, :, i] if corner[i] else 1 - frac[:, :, i], 0)
+            flat = flat * in_shape[i] + xp.clip(index, 0, in_shape[i] - 1)
+        flat = flat.reshape(n_batch, offset_group, 1, -1)
+        weight = weight.reshape(n_batch, offset_group, 1, -1).astype(dtype)
+        cols = cols + flat_x[batch_index, group_index, channel_index, flat] * weight
+    if mask is not None:
+        cols = cols * mask.reshape(n_batch, offset_group, 1, -1)
+    return cols.reshape(n_batch, channels, taps, n_out)
+
+
+@kernel('DeformConv', versions=(19, LATEST))
+def deform_conv(xp, x, w, offset, b=None, mask=None, *, dilations=None, group=1,
+                kernel_shape=None, offset_group=1, pads=None, strides=None):
+    window = window_geometry(x.shape[2:], w.shape[2:], strides, dilations, pads)
+    cols = _deformable_columns(xp, x, window, offset, mask, offset_group)
+    return _add_bias(_grouped_conv(xp, cols, w, group, window.out), b)
+
+
+@kernel('CausalConvWithState', versions=(27, LATEST))
+def causal_conv_with_state(xp, x, w, b=None, past_state=None, *, activation='none'):
+    batch, channels, length = x.shape
+    k = w.shape[-1]
+    if past_state is None:
+        past_state = xp.zeros((batch, channels, k - 1), dtype=x.dtype)
+    padded = xp.concatenate([past_state.astype(x.dtype, copy=False), x], axis=2)
+    # Depthwise and short: one multiply-add per tap beats im2col here.  The
+    # sum is taken in at least single precision and rounded once, as Conv
+    # does in the operator's function body.
+    wide = numpy.promote_types(x.dtype, numpy.float32)
+    taps = w[:, 0].astype(wide)[None, :, :, None]
+    y = taps[:, :, 0] * padded[:, :, 0:length]
+    for j in range(1, k):
+        y += taps[:, :, j] * padded[:, :, j:j + length]
+    y = _add_bias(y, b).astype(x.dtype, copy=False)
+    if activation in ('silu', 'swish'):
+        y = y.astype(wide)
+        y = (y / (1 + xp.exp(-y))).astype(x.dtype, copy=False)
+    elif activation != 'none':
+        raise ValueError('CausalConvWithState: unknown activation %r' % activation)
+    present = padded[:, :, padded.shape[2] - (k - 1):]
+    return y, present

@@ -1,0 +1,2 @@
+"""ml kernels."""
+from .registry import kernel  # noqa: F401

@@ -1,0 +1,256 @@
+"""Pooling kernels (Chainer's ``pooling`` family).
+
+Windowed pooling reduces over the kernel axes of the strided im2col view from
+the connection family, so no receptive field is copied (except for MaxPool's
+Indices output, which needs the argmax).  RoI pooling computes the bin
+boundaries or interpolation weights on the host from the (few) RoIs and does
+the heavy part as array operations on the feature map.
+"""
+import math
+
+import numpy
+
+from .connection import im2col, window_geometry
+from .registry import LATEST, kernel
+
+
+def _lowest(dtype):
+    """The padding value that never wins a max."""
+    if dtype.kind == 'f':
+        return -numpy.inf
+    return numpy.iinfo(dtype).min
+
+
+def _kernel_axes(window):
+    return tuple(range(2, 2 + len(window.kernel)))
+
+
+@kernel('MaxPool')
+def max_pool(xp, x, *, auto_pad='NOTSET', ceil_mode=0, dilations=None, kernel_shape=None,
+             pads=None, storage_order=0, strides=None, n_outputs=1):
+    in_shape = x.shape[2:]
+    window = window_geometry(in_shape, kernel_shape, strides, dilations, pads, auto_pad,
+                             ceil_mode)
+    view = im2col(xp, x, window, fill=_lowest(x.dtype))
+    if n_outputs < 2:
+        return view.max(axis=_kernel_axes(window))
+    n_batch, channels = x.shape[:2]
+    n = len(in_shape)
+    cols = view.reshape((n_batch, channels, -1) + window.out)
+    tap = cols.argmax(axis=2)
+    y = xp.take_along_axis(cols, tap[:, :, None], axis=2)[:, :, 0]
+    # Flatten the input coordinate of each maximum: row-major over the whole
+    # tensor, or column-major over the spatial axes for storage_order=1.
+    if storage_order:
+        axis_strides = [math.prod(in_shape[:i]) for i in range(n)]
+    else:
+        axis_strides = [math.prod(in_shape[i + 1:]) for i in range(n)]
+    index = xp.arange(n_batch * channels, dtype=numpy.int64).reshape(
+        (n_batch, channels) + (1,) * n) * math.prod(in_shape)
+    for i in range(n):
+        k = (tap // math.prod(window.kernel[i + 1:])) % window.kernel[i]
+        o = xp.arange(window.out[i], dtype=numpy.int64).reshape(
+            (-1,) + (1,) * (n - 1 - i))
+        coord = o * window.strides[i] + k * window.dilations[i] - window.pads_begin[i]
+        index = index + coord * axis_strides[i]
+    return y, index
+
+
+def _window_counts(in_shape, window, count_include_pad):
+    """How many taps of each window fall inside the input (or inside the
+    explicit padding, with count_include_pad), shape (*out)."""
+    counts = numpy.ones((), dtype=numpy.int64)
+    for i, size in enumerate(in_shape):
+        first = (numpy.arange(window.out[i])[:, None] * window.strides[i]
+                 + numpy.arange(window.kernel[i])[None, :] * window.dilations[i]
+                 - window.pads_begin[i])
+        low, high = ((-window.pads_begin[i], size + window.pads_end[i])
+                     if count_include_pad else (0, size))
+        per_axis = ((first >= low) & (first < high)).sum(axis=1)
+        counts = numpy.multiply.outer(counts, per_axis)
+    return counts
+
+
+@kernel('AveragePool')
+def average_pool(xp, x, *, auto_pad='NOTSET', ceil_mode=0, count_include_pad=0,
+                 dilations=None, kernel_shape=None, pads=None, strides=None):
+    in_shape = x.shape[2:]
+    window = window_geometry(in_shape, kernel_shape, strides, dilations, pads, auto_pad,
+                             ceil_mode)
+    total = im2col(xp, x, window).sum(axis=_kernel_axes(window))
+    counts = _window_counts(in_shape, window, count_include_pad)
+    return total / xp.asarray(counts, dtype=x.dtype)
+
+
+def _lp_root(xp, total, p, dtype):
+    return (xp.sqrt(total) if p == 2 else total ** dtype.type(1.0 / p)).astype(dtype, copy=False)
+
+
+def _abs_power(xp, x, p):
+    return x * x if p == 2 else xp.abs(x) ** x.dtype.type(p)
+
+
+@kernel('LpPool')
+def lp_pool(xp, x, *, auto_pad='NOTSET', ceil_mode=0, dilations=None, kernel_shape=None,
+            p=2, pads=None, strides=None):
+    window = window_geometry(x.shape[2:], kernel_shape, strides, dilations, pads, auto_pad,
+                             ceil_mode)
+    total = im2col(xp, _abs_power(xp, x, p), window).sum(axis=_kernel_axes(window))
+    return _lp_root(xp, total, p, x.dtype)
+
+
+def _spatial_axes(x):
+    return tuple(range(2, x.ndim))
+
+
+@kernel('GlobalAveragePool')
+def global_average_pool(xp, x):
+    return x.mean(axis=_spatial_axes(x), keepdims=True)
+
+
+@kernel('GlobalMaxPool')
+def global_max_pool(xp, x):
+    return x.max(axis=_spatial_axes(x), keepdims=True)
+
+
+@kernel('GlobalLpPool')
+def global_lp_pool(xp, x, *, p=2):
+    total = _abs_power(xp, x, p).sum(axis=_spatial_axes(x), keepdims=True)
+    return _lp_root(xp, total, p, x.dtype)
+
+
+@kernel('MaxUnpool', versions=(9, LATEST))
+def max_unpool(xp, x, indices, output_shape=None, *, kernel_shape=None, pads=None,
+               strides=None):
+    n = len(kernel_shape)
+    strides = strides or (1,) * n
+    pads = pads or (0,) * (2 * n)
+    default = x.shape[:2] + tuple(
+        (x.shape[2 + i] - 1) * strides[i] + kernel_shape[i] - pads[i] - pads[i + n]
+        for i in range(n))
+    shape = default if output_shape is None else tuple(int(v) for v in output_shape.tolist())
+    indices = indices.reshape(-1)
+    if shape != default:
+        # Indices address the default-sized output; keep each element at the
+        # same coordinates in the requested shape.
+        flat = xp.zeros_like(indices)
+        for axis in range(n + 2):
+            inner = math.prod(default[axis + 1:])
+            flat = flat * shape[axis] + (indices // inner) % default[axis]
+        indices = flat
+    y = xp.zeros(math.prod(shape), dtype=x.dtype)
+    y[indices] = x.reshape(-1)
+    return y.reshape(shape)
+
+
+def _round_half_away(v):
+    return math.copysign(math.floor(abs(v) + 0.5), v)
+
+
+def _bin_masks(start, size, n_bins, limit):
+    """Boolean (n_bins, limit): which input rows fall in each MaxRoiPool bin
+    of an RoI starting at ``start`` spanning ``size`` rows."""
+    edges = numpy.arange(n_bins + 1) * (size / n_bins)
+    low = numpy.clip(numpy.floor(edges[:-1]).astype(numpy.int64) + start, 0, limit)
+    high = numpy.clip(numpy.ceil(edges[1:]).astype(numpy.int64) + start, 0, limit)
+    rows = numpy.arange(limit)
+    return (rows >= low[:, None]) & (rows < high[:, None])
+
+
+@kernel('MaxRoiPool')
+def max_roi_pool(xp, x, rois, *, pooled_shape=None, spatial_scale=1.0):
+    height, width = x.shape[2:]
+    pooled_h, pooled_w = pooled_shape
+    lowest = _lowest(x.dtype)
+    outs = []
+    for batch, *corners in rois.tolist():
+        x1, y1, x2, y2 = (int(_round_half_away(c * spatial_scale)) for c in corners)
+        mask_h = xp.asarray(_bin_masks(y1, max(y2 - y1 + 1, 1), pooled_h, height))
+        mask_w = xp.asarray(_bin_masks(x1, max(x2 - x1 + 1, 1), pooled_w, width))
+        # Max is separable: reduce the rows of each bin, then its columns.
+        image = x[int(batch)]
+        rows = xp.where(mask_h[None, :, :, None], image[:, None], lowest).max(axis=2)
+        y = xp.where(mask_w[None, None], rows[:, :, None], lowest).max(axis=3)
+        empty = ~(mask_h.any(axis=1)[:, None] & mask_w.any(axis=1)[None, :])
+        outs.append(xp.where(empty, 0, y).astype(x.dtype, copy=False))
+    if not outs:
+        return xp.zeros((0, x.shape[1], pooled_h, pooled_w), dtype=x.dtype)
+    return xp.stack(outs)
+
+
+def _roi_align_axis(start, size, n_bins, grid, limit):
+    """Bilinear sampling along one axis of one RoI: for each bin and sample,
+    the two neighbouring input indices and their weights (zero for samples
+    outside the feature map), each (n_bins, grid, 2)."""
+    bins = numpy.arange(n_bins)[:, None]
+    samples = (numpy.arange(grid)[None, :] + 0.5) / grid
+    pos = start + (bins + samples) * (size / n_bins)
+    valid = (pos >= -1) & (pos <= limit)
+    pos = numpy.maximum(pos, 0)
+    low = numpy.floor(pos).astype(numpy.int64)
+    edge = low >= limit - 1
+    low = numpy.where(edge, limit - 1, low)
+    high = numpy.where(edge, limit - 1, low + 1)
+    frac = numpy.where(edge, 0, pos - low)
+    index = numpy.stack([low, high], axis=-1)
+    weight = numpy.stack([1 - frac, frac], axis=-1) * valid[..., None]
+    return index, weight
+
+
+@kernel('RoiAlign', versions=(16, LATEST))
+def roi_align(xp, x, rois, batch_indices, *, coordinate_transformation_mode='half_pixel',
+              mode='avg', output_height=1, output_width=1, sampling_ratio=0,
+              spatial_scale=1.0):
+    if mode not in ('avg', 'max'):
+        raise ValueError('RoiAlign: unknown mode %r' % mode)
+    n_rois = rois.shape[0]
+    channels, height, width = x.shape[1:]
+    shift = 0.5 if coordinate_transformation_mode == 'half_pixel' else 0.0
+    outs = []
+    for (x1, y1, x2, y2), batch in zip(rois.tolist(), batch_indices.tolist()):
+        start_w, start_h = x1 * spatial_scale - shift, y1 * spatial_scale - shift
+        size_w, size_h = x2 * spatial_scale - shift - start_w, y2 * spatial_scale - shift - start_h
+        if not shift:  # the legacy mode makes every RoI at least one pixel
+            size_w, size_h = max(size_w, 1.0), max(size_h, 1.0)
+        grid_h = sampling_ratio or math.ceil(size_h / output_height)
+        grid_w = sampling_ratio or math.ceil(size_w / output_width)
+        index_h, weight_h = _roi_align_axis(start_h, size_h, output_height, grid_h, height)
+        index_w, weight_w = _roi_align_axis(start_w, size_w, output_width, grid_w, width)
+        image = x[int(batch)]
+        if mode == 'avg':
+            # Averaging bilinear samples is linear and separable: Ah @ X @ Aw^T.
+            a_h = _interpolation_matrix(index_h, weight_h, height) / max(grid_h * grid_w, 1)
+            a_w = _interpolation_matrix(index_w, weight_w, width)
+            a_h = xp.asarray(a_h, dtype=x.dtype)
+            a_w = xp.asarray(a_w.T, dtype=x.dtype)
+            outs.append(xp.matmul(xp.matmul(a_h, image), a_w))
+        elif not grid_h * grid_w:  # an empty RoI has no samples to take the max of
+            outs.append(xp.zeros((channels, output_height, output_width), dtype=x.dtype))
+        else:
+            # Each sample contributes the largest of its four weighted
+            # neighbours (the definition the reference backends implement).
+            taps = image[:, xp.asarray(index_h)][..., xp.asarray(index_w)]
+            weight = weight_h[:, :, :, None, None, None] * weight_w
+            taps = taps * xp.asarray(weight, dtype=x.dtype)
+            taps = taps.reshape(channels, output_height, 2 * grid_h, output_width, 2 * grid_w)
+            outs.append(taps.max(axis=(2, 4)))
+    if not n_rois:
+        return xp.zeros((0, channels, output_height, output_width), dtype=x.dtype)
+    return xp.stack(outs)
+
+
+def _interpolation_matrix(index, weight, limit):
+    """(n_bins, limit) matrix summing each bin's samples' interpolation weights."""
+    matrix = numpy.zeros((index.shape[0], limit))
+    numpy.add.at(matrix, (numpy.arange(index.shape[0])[:, None, None], index), weight)
+    return matrix
+
+
+@kernel('RoiAlign', versions=(10, 15))
+def roi_align_10(xp, x, rois, batch_indices, *, mode='avg', output_height=1, output_width=1,
+                 sampling_ratio=0, spatial_scale=1.0):
+    """Opset 10 RoiAlign: no half-pixel shift of the input coordinates."""
+    return roi_align(xp, x, rois, batch_indices,
+                     coordinate_transformation_mode='output_half_pixel', mode=mode,
+                     output_height=output_height, output_width=output_width,
+                     sampling_ratio=sampling_ratio, spatial_scale=spatial_scale)

@@ -1,0 +1,78 @@
+"""Per-instruction tracing: a readable trace and Chrome-tracing JSON."""
+import json
+import sys
+import time
+
+
+def describe_value(v):
+    """Short text for a register value: dtype[shape], seq(n) or none."""
+    if v is None:
+        return 'none'
+    if isinstance(v, list):
+        return 'seq(%d)' % len(v)
+    shape = getattr(v, 'shape', None)
+    dtype = getattr(v, 'dtype', None)
+    if shape is None:
+        return type(v).__name__
+    return '%s%s' % (dtype, list(shape))
+
+
+class Tracer:
+    """Collects one event per executed instruction.
+
+    With ``stream`` set, each event is also printed as it happens.  Events can
+    be written as Chrome tracing JSON (open in chrome://tracing or Perfetto).
+    """
+
+    def __init__(self, stream=None, keep_events=True):
+        self.stream = stream
+        self.keep_events = keep_events
+        self.events = []
+        self._origin = time.perf_counter()
+
+    def record(self, program_name, index, inst, inputs, outputs, start, end):
+        if self.stream is not None:
+            self.stream.write('[%s %4d] %-24s %8.3f ms  (%s) -> (%s)%s\n' % (
+                program_name, index, inst.qualified_op, (end - start) * 1e3,
+                ', '.join(describe_value(v) for v in inputs),
+                ', '.join(describe_value(v) for v in outputs),
+                '  # ' + inst.name if inst.name else ''))
+        if self.keep_events:
+            self.events.append({
+                'name': inst.qualified_op, 'cat': program_name, 'ph': 'X', 'pid': 0, 'tid': 0,
+                'ts': (start - self._origin) * 1e6, 'dur': (end - start) * 1e6,
+                'args': {'index': index, 'node': inst.name,
+                         'inputs': [describe_value(v) for v in inputs],
+                         'outputs': [describe_value(v) for v in outputs]}})
+
+    def write_chrome_tracing(self, path):
+        with open(path, 'w') as f:
+            json.dump({'traceEvents': self.events, 'displayTimeUnit': 'ms'}, f)
+
+    def summary(self):
+        """Total milliseconds per operator, slowest first."""
+        totals = {}
+        for e in self.events:
+            count, ms = totals.get(e['name'], (0, 0.0))
+            totals[e['name']] = (count + 1, ms + e['dur'] / 1e3)
+        return sorted(((name, n, ms) for name, (n, ms) in totals.items()),
+                      key=lambda t: -t[2])
+
+
+def stderr_tracer():
+    return Tracer(stream=sys.stderr)
+
+
+def time_runs(executor, inputs, iterations):
+    """Run once to warm up, then ``iterations`` timed runs.  Returns the
+    warm-up outputs and a 'N iterations: mean, best' line (None for one)."""
+    outputs = executor.run(inputs)
+    if iterations <= 1:
+        return outputs, None
+    times = []
+    for _ in range(iterations):
+        start = time.perf_counter()
+        executor.run(inputs)
+        times.append((time.perf_counter() - start) * 1e3)
+    return outputs, '%d iterations: mean %.3f ms, best %.3f ms' % (
+        iterations, sum(times) / len(times), min(times))

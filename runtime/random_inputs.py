@@ -1,0 +1,28 @@
+"""Random values for a Program's declared inputs (for runs and benchmarks)."""
+import numpy
+
+from .errors import InputValidationError
+
+
+def random_inputs(program, rng):
+    """{input name: random array} of each input's declared dtype and shape;
+    symbolic or unknown dimensions take size 1.  Floats are standard normal,
+    integers uniform in [0, 10), booleans fair coin flips."""
+    inputs = {}
+    for info in program.inputs:
+        if info.kind != 'tensor' or info.dtype is None or info.shape is None:
+            raise InputValidationError("input '%s' has no declared tensor type and shape; "
+                                       "random inputs need one" % info.name)
+        shape = tuple(d if isinstance(d, int) else 1 for d in info.shape)
+        dtype = numpy.dtype(info.dtype)
+        if dtype.kind == 'f':
+            value = rng.standard_normal(shape).astype(dtype)
+        elif dtype.kind in 'iu':
+            value = rng.randint(0, 10, size=shape).astype(dtype)
+        elif dtype.kind == 'b':
+            value = rng.randint(0, 2, size=shape).astype(bool)
+        else:
+            raise InputValidationError("input '%s': cannot make random values of dtype %s"
+                                       % (info.name, dtype))
+        inputs[info.name] = value
+    return inputs

@@ -1,0 +1,1 @@
+"""Translators from Chainer models to ONNX."""
