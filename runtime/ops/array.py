@@ -780,14 +780,9 @@ def resize(xp, X, roi=None, scales=None, sizes=None, *, mode='nearest',
             axis_sizes = [int(math.floor(common * d + 0.5)) for d in in_shape]
     else:
         axis_scales = [float(s) for s in scales.tolist()]
-        if coordinate_transformation_mode == 'tf_crop_and_resize' and roi is not None:
-            roi_list = roi.tolist()
-            n = len(axes)
-            extents = [roi_list[i + n] - roi_list[i] for i in range(n)]
-        else:
-            extents = [1.0] * len(axes)
-        axis_sizes = [int(math.floor(d * e * s))
-                      for d, e, s in zip(in_shape, extents, axis_scales)]
+        # The spec also multiplies by the roi extent; onnxruntime and the ONNX
+        # reference do not, and models are made for them.
+        axis_sizes = [int(math.floor(d * s)) for d, s in zip(in_shape, axis_scales)]
     out_shape, all_scales = list(X.shape), [1.0] * ndim
     for a, size_, scale in zip(axes, axis_sizes, axis_scales):
         out_shape[a], all_scales[a] = size_, scale

@@ -98,7 +98,8 @@ _ERF_COEFS = {
 def _erf(xp, x):
     work = numpy.float64 if x.dtype == numpy.float64 else numpy.float32
     near_coefs, tail_coefs = _ERF_COEFS[work]
-    z = xp.abs(x.astype(work, copy=False))
+    xw = x.astype(work, copy=False)
+    z = xp.abs(xw)
     s = xp.minimum(z, _ERF_SPLIT)
     s *= s
     s *= 2 / _ERF_SPLIT ** 2
@@ -113,7 +114,7 @@ def _erf(xp, x):
     tail = _horner(tail_coefs, xp.maximum(s, -1.0))
     tail *= xp.exp(-zt * zt)
     tail /= zt
-    y = xp.copysign(xp.where(z < _ERF_SPLIT, near, 1 - tail), x.astype(work, copy=False))
+    y = xp.copysign(xp.where(z < _ERF_SPLIT, near, 1 - tail), xw)
     return y.astype(x.dtype, copy=False)
 
 

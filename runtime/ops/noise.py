@@ -36,6 +36,8 @@ def _dropout(xp, data, ratio, training, seed, n_outputs, mask_dtype):
     keep = _generator(xp, seed).uniform(0.0, 1.0, data.shape) >= ratio
     scale = data.dtype.type(1 / (1 - ratio) if ratio < 1 else 0)
     output = xp.where(keep, data * scale, data.dtype.type(0))
+    if n_outputs < 2:
+        return output
     return output, keep.astype(mask_dtype, copy=False)
 
 

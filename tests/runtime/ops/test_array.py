@@ -209,7 +209,7 @@ def test_center_crop_pad_crops_left_pads_right():
     assert arr.center_crop_pad(np, x, _i64(2)).tolist() == [1, 2]
     assert arr.center_crop_pad(np, x, _i64(8)).tolist() == [0, 0, 1, 2, 3, 4, 0, 0]
     y = arr.center_crop_pad(np, _X, _i64(3, 2), axes=[-1, 0])
-    np.testing.assert_array_equal(y, _X[:1 + 2, :, 1:4][0:3][:, :, :][[0, 1]][:2] * 0 + y)
+    assert y.shape == (2, 4, 3)
     np.testing.assert_array_equal(y, _reference('CenterCropPad', [_X, _i64(3, 2)], 18,
                                                 axes=[-1, 0]))
 
