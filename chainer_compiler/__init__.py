@@ -10,6 +10,7 @@ __version__ = '0.1.0'
 
 # public name -> module that defines it
 _PUBLIC = {
+    'export': 'chainer_compiler.exporting',
     'build_program': 'chainer_compiler.frontend',
     'load_onnx': 'chainer_compiler.frontend',
     'UnsupportedOperatorsError': 'chainer_compiler.frontend',

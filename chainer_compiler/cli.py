@@ -9,13 +9,12 @@ import argparse
 import json
 import sys
 
-import numpy
 
 from .runtime.backend import BackendUnavailableError
 from .runtime.errors import RuntimeVMError
 from .runtime.executor import Executor
-from .runtime.profiling import Tracer, describe_value, time_runs
-from .runtime.random_inputs import random_inputs
+from .runtime.profiling import Tracer
+from .runtime.random_inputs import run_on_random_inputs
 from .runtime.serialization import load_program, save_program
 
 EXIT_MISMATCH = 1
@@ -53,7 +52,8 @@ def _parser():
     run.add_argument('--atol', type=float, default=None, help='absolute tolerance (--test)')
     run.add_argument('--iterations', type=int, default=1,
                      help='timed runs; prints mean and best milliseconds')
-    run.add_argument('--backend', choices=['numpy', 'cupy'], default='numpy')
+    run.add_argument('--backend', choices=['numpy', 'cupy'], default=None,
+                     help='default: cupy when CuPy and a GPU are present, else numpy')
     run.add_argument('--trace', action='store_true',
                      help='print op, shapes and time of every instruction')
     run.add_argument('--chrome-tracing', metavar='FILE',
@@ -70,7 +70,8 @@ def _parser():
                       help='only tests whose name matches this regular expression')
     conf.add_argument('--json', action='store_true',
                       help='print JSON with every test status and reason')
-    conf.add_argument('--backend', choices=['numpy', 'cupy'], default='numpy')
+    conf.add_argument('--backend', choices=['numpy', 'cupy'], default=None,
+                      help='default: cupy when CuPy and a GPU are present, else numpy')
     conf.add_argument('-v', '--verbose', action='store_true',
                       help='print each test as it finishes')
     conf.set_defaults(handler=_conformance)
@@ -92,12 +93,7 @@ def _run(args):
             program = build_program(args.onnx)
         _report_program(program, args)
         executor = Executor(program, **options)
-        inputs = random_inputs(program, numpy.random.RandomState(args.seed))
-        outputs, timing = time_runs(executor, inputs, args.iterations)
-        for name, value in outputs.items():
-            print('output %s: %s' % (name, describe_value(value)))
-        if timing:
-            print(timing)
+        run_on_random_inputs(executor, args.seed, args.iterations)
         return 0
     finally:
         if tracer is not None and args.chrome_tracing:

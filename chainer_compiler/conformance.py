@@ -31,7 +31,7 @@ def node_tests_dir():
     return os.path.join(os.path.dirname(onnx.__file__), 'backend', 'test', 'data', 'node')
 
 
-def run_test_dir(test_dir, backend='numpy', rtol=DEFAULT_RTOL, atol=DEFAULT_ATOL,
+def run_test_dir(test_dir, backend=None, rtol=DEFAULT_RTOL, atol=DEFAULT_ATOL,
                  **executor_options):
     """Compile ``test_dir``/model.onnx, run every test_data_set_* and compare.
 
@@ -54,7 +54,7 @@ def run_test_dir(test_dir, backend='numpy', rtol=DEFAULT_RTOL, atol=DEFAULT_ATOL
     return TestResult(name, 'passed')
 
 
-def run_conformance(pattern=None, backend='numpy', progress=None):
+def run_conformance(pattern=None, backend=None, progress=None):
     """Run every node test whose name matches the regular expression
     ``pattern`` (all when None); return a list of TestResults."""
     root = node_tests_dir()

@@ -9,6 +9,7 @@ import onnx
 from onnx import numpy_helper
 
 from .onnx_graph import value_kind
+from .runtime.backend import to_numpy
 
 #: ONNX's own backend-test defaults.
 DEFAULT_RTOL = 1e-3
@@ -82,7 +83,7 @@ def mismatch(name, expected, actual, rtol=DEFAULT_RTOL, atol=DEFAULT_ATOL):
             if problem:
                 return problem
         return None
-    actual = numpy.asarray(getattr(actual, 'get', lambda: actual)())
+    actual = numpy.asarray(to_numpy(actual))
     expected = numpy.asarray(expected)
     if expected.dtype != actual.dtype:
         return "output '%s': expected dtype %s, got %s" % (name, expected.dtype, actual.dtype)

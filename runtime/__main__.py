@@ -8,11 +8,8 @@ compiled model needs neither Chainer nor ONNX where it is shipped.
 import argparse
 import sys
 
-import numpy
-
 from .executor import Executor
-from .profiling import describe_value, time_runs
-from .random_inputs import random_inputs
+from .random_inputs import run_on_random_inputs
 from .serialization import load_program
 
 
@@ -26,12 +23,7 @@ def main(argv=None):
     args = parser.parse_args(argv)
     program = load_program(args.program)
     executor = Executor(program, backend='numpy', trace=args.trace)
-    inputs = random_inputs(program, numpy.random.RandomState(args.seed))
-    outputs, timing = time_runs(executor, inputs, args.iterations)
-    for name, value in outputs.items():
-        print('output %s: %s' % (name, describe_value(value)))
-    if timing:
-        print(timing)
+    run_on_random_inputs(executor, args.seed, args.iterations)
     print('modules loaded: chainer=%s onnx=%s' % ('chainer' in sys.modules, 'onnx' in sys.modules))
     return 0
 

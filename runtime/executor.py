@@ -5,6 +5,7 @@ built; running is then a loop over prepared steps with no per-instruction
 look-ups.
 """
 import functools
+import sys
 import time
 
 import numpy
@@ -35,9 +36,10 @@ class _Step:
 class Executor:
     """Runs ``program``.
 
-    Options: ``backend`` ('numpy', 'cupy' or None for the best available),
-    ``trace`` (print op, shapes and time of every instruction to stderr, or
-    pass a Tracer), ``check_nans`` (raise NonFiniteError naming the first
+    Options: ``backend`` ('numpy', 'cupy' or None for CuPy when CuPy and a
+    GPU are present, else NumPy), ``trace`` (print op, shapes and time of
+    every instruction to stderr), ``tracer`` (a Tracer collecting the same
+    events, e.g. for Chrome tracing), ``check_nans`` (raise NonFiniteError naming the first
     instruction that produces NaN or Inf), ``validate_inputs`` (check input
     names, dtypes and shapes against the Program's declaration).
     """
@@ -48,8 +50,7 @@ class Executor:
         self.backend = backend or default_backend()
         self.xp = get_array_module(self.backend)
         if tracer is None and trace:
-            tracer = trace if isinstance(trace, Tracer) else Tracer(
-                stream=__import__('sys').stderr)
+            tracer = Tracer(stream=sys.stderr)
         self.tracer = tracer
         self.check_nans = check_nans
         self.validate_inputs = validate_inputs

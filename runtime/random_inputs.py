@@ -1,6 +1,8 @@
 """Random values for a Program's declared inputs (for runs and benchmarks)."""
 import numpy
 
+from .profiling import describe_value, time_runs
+
 from .errors import InputValidationError
 
 
@@ -26,3 +28,15 @@ def random_inputs(program, rng):
                                        % (info.name, dtype))
         inputs[info.name] = value
     return inputs
+
+
+def run_on_random_inputs(executor, seed=0, iterations=1, write=print):
+    """Run ``executor`` on random inputs and write one line per output (and
+    the timing line when ``iterations`` > 1)."""
+    inputs = random_inputs(executor.program, numpy.random.RandomState(seed))
+    outputs, timing = time_runs(executor, inputs, iterations)
+    for name, value in outputs.items():
+        write('output %s: %s' % (name, describe_value(value)))
+    if timing:
+        write(timing)
+    return outputs

@@ -25,10 +25,18 @@ def leaky_relu(xp, x, *, alpha=0.01, consumed_inputs=None):
     return xp.where(x >= 0, x, x * _const(x, alpha))
 
 
-@kernel('PRelu')
-def prelu(xp, x, slope, *, consumed_inputs=None):
-    # slope broadcasts unidirectionally to x (ONNX numpy-style broadcasting).
+@kernel('PRelu', versions=(7, LATEST))
+def prelu(xp, x, slope):
+    # slope broadcasts unidirectionally to x (numpy-style broadcasting).
     return xp.where(x >= 0, x, x * slope.astype(x.dtype, copy=False))
+
+
+@kernel('PRelu', versions=(1, 6))
+def prelu_v1(xp, x, slope, *, consumed_inputs=None):
+    # Before opset 7 a 1-D slope holds one value per channel (axis 1).
+    if slope.ndim == 1 and slope.size > 1 and x.ndim > 2:
+        slope = slope.reshape((-1,) + (1,) * (x.ndim - 2))
+    return prelu(xp, x, slope)
 
 
 @kernel('ThresholdedRelu')
@@ -146,6 +154,8 @@ def gelu(xp, x, *, approximate='none'):
 # (default -1).
 
 def _flattened(x, axis):
+    """``x`` as 2-D (dimensions before ``axis`` by the rest) and the axis to
+    normalise over."""
     axis = axis % x.ndim if x.ndim else 0
     rows = math.prod(x.shape[:axis])
     return x.reshape(rows, -1), 1
@@ -155,12 +165,15 @@ def log_softmax_along(xp, x, axis):
     """log(softmax(x)) along ``axis``, stable for large inputs (shared with the
     loss family)."""
     shifted = x - x.max(axis=axis, keepdims=True)
-    return shifted - xp.log(xp.exp(shifted).sum(axis=axis, keepdims=True))
+    shifted -= xp.log(xp.exp(shifted).sum(axis=axis, keepdims=True))
+    return shifted
 
 
 def _softmax(xp, x, axis):
-    e = xp.exp(x - x.max(axis=axis, keepdims=True))
-    return e / e.sum(axis=axis, keepdims=True)
+    e = x - x.max(axis=axis, keepdims=True)
+    xp.exp(e, out=e)
+    e /= e.sum(axis=axis, keepdims=True)
+    return e
 
 
 def _hardmax(xp, x, axis):

@@ -34,19 +34,19 @@ def _axis(axis, ndim):
     return axis + ndim if axis < 0 else axis
 
 
+def _module(xp, *arrays):
+    """The array module for ``arrays``: NumPy when any holds strings."""
+    return numpy if any(a.dtype == object for a in arrays) else xp
+
+
 def _on(xp, array):
     """``array`` on the backend; string (object) arrays stay NumPy."""
     array = numpy.asarray(array)
-    return array if array.dtype == object else xp.asarray(array)
+    return _module(xp, array).asarray(array)
 
 
 def _shape_tensor(xp, dims):
     return xp.asarray(numpy.asarray(dims, dtype=_INT64))
-
-
-def _module(xp, *arrays):
-    """The array module for ``arrays``: NumPy when any holds strings."""
-    return numpy if any(a.dtype == object for a in arrays) else xp
 
 
 def _wrap_indices(xp, indices, dim):
@@ -85,8 +85,6 @@ def constant_of_shape(xp, shape, *, value=None):
     if value is None:
         value = numpy.zeros((), dtype=numpy.float32)
     value = numpy.asarray(value)
-    if value.dtype == object:
-        return numpy.full(_ints(shape), value.reshape(())[()], dtype=object)
     return xp.full(_ints(shape), _scalar(value), dtype=value.dtype)
 
 
@@ -581,7 +579,7 @@ def _top_k(xp, x, k, axis, largest):
         order = (n - 1) - order
     else:
         order = xp.argsort(x, axis=axis, kind='stable')
-    order = xp.take(order, xp.arange(k), axis=axis)
+    order = order[(slice(None),) * axis + (slice(0, k),)]
     return xp.take_along_axis(x, order, axis=axis), order.astype(_INT64)
 
 
@@ -676,8 +674,8 @@ def _interpolation_matrix(coords, in_len, scale, mode, cubic_coeff_a, exclude_ou
     base = numpy.floor(coords)[:, None]
     positions = base + taps  # (out, taps)
     weights = kernel_fn((positions - coords[:, None]) / stretch)
-    inside = (positions >= 0) & (positions <= in_len - 1)
     if exclude_outside:
+        inside = (positions >= 0) & (positions <= in_len - 1)
         weights = numpy.where(inside, weights, 0.0)
     total = weights.sum(axis=1, keepdims=True)
     weights = weights / numpy.where(total == 0, 1, total)

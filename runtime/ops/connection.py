@@ -157,20 +157,25 @@ def conv_transpose(xp, x, w, b=None, *, auto_pad='NOTSET', dilations=None, group
         else:
             out = [in_shape[i] * strides[i] for i in range(n)]
         total = [full[i] - out[i] for i in range(n)]
+        # The odd pixel of padding goes at the end for SAME_UPPER, at the
+        # start otherwise (also for an explicit output_shape).
         if auto_pad == 'SAME_UPPER':
             begin = [t // 2 for t in total]
         else:
             begin = [t - t // 2 for t in total]
+        end = [t - p for t, p in zip(total, begin)]
     else:
-        begin = list(pads[:n]) if pads and auto_pad != 'VALID' else [0] * n
-        end = list(pads[n:]) if pads and auto_pad != 'VALID' else [0] * n
+        if not pads or auto_pad == 'VALID':
+            pads = (0,) * (2 * n)
+        begin, end = list(pads[:n]), list(pads[n:])
         out = [full[i] - begin[i] - end[i] for i in range(n)]
     m_per_group = w.shape[1]
     # Columns (N, group, M/group * K, H*W...): the transpose of Conv's GEMM.
     w_t = w.reshape(group, channels // group, -1).transpose(0, 2, 1)
     cols = _matmul(xp, w_t, x.reshape(n_batch, group, channels // group, -1))
     cols = cols.reshape((n_batch, group * m_per_group) + tuple(kernel_shape) + tuple(in_shape))
-    window = Window(tuple(kernel_shape), strides, dilations, tuple(begin), None, tuple(in_shape))
+    window = Window(tuple(kernel_shape), strides, dilations, tuple(begin), tuple(end),
+                    tuple(in_shape))
     return _add_bias(col2im(xp, cols, out, window), b)
 
 
@@ -215,7 +220,8 @@ def _deformable_columns(xp, x, window, offset, mask, offset_group):
         for i in range(n):
             index = low[:, :, i] + corner[i]
             inside = (index >= 0) & (index < in_shape[i])
-            weight = weight * xp.where(inside, frac[:, :, i] if corner[i] else 1 - frac[:, :, i], 0)
+            share = frac[:, :, i] if corner[i] else 1 - frac[:, :, i]
+            weight = weight * xp.where(inside, share, 0)
             flat = flat * in_shape[i] + xp.clip(index, 0, in_shape[i] - 1)
         flat = flat.reshape(n_batch, offset_group, 1, -1)
         weight = weight.reshape(n_batch, offset_group, 1, -1).astype(dtype)

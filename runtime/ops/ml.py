@@ -50,31 +50,26 @@ def label_encoder_1(xp, X, *, classes_strings=(), default_int64=-1, default_stri
     return _lookup(xp, X.astype(numpy.int64), positions, classes, default_string)
 
 
+def _one_of(role, tensor, int64s, floats, strings):
+    """The LabelEncoder keys or values, from whichever attribute form is set."""
+    if tensor is not None:
+        return numpy.asarray(tensor).reshape(-1)
+    if int64s is not None:
+        return numpy.array(int64s, dtype=numpy.int64)
+    if floats is not None:
+        return numpy.array(floats, dtype=numpy.float32)
+    if strings is not None:
+        return _strings(strings)
+    raise ValueError('LabelEncoder needs one %s_* attribute' % role)
+
+
 @kernel('LabelEncoder', domain=ML, versions=(2, LATEST))
 def label_encoder(xp, X, *, keys_tensor=None, keys_int64s=None, keys_floats=None,
                   keys_strings=None, values_tensor=None, values_int64s=None,
                   values_floats=None, values_strings=None, default_tensor=None,
                   default_int64=-1, default_float=-0.0, default_string='_Unused'):
-    if keys_tensor is not None:
-        keys = numpy.asarray(keys_tensor).reshape(-1)
-    elif keys_int64s is not None:
-        keys = numpy.array(keys_int64s, dtype=numpy.int64)
-    elif keys_floats is not None:
-        keys = numpy.array(keys_floats, dtype=numpy.float32)
-    elif keys_strings is not None:
-        keys = _strings(keys_strings)
-    else:
-        raise ValueError('LabelEncoder needs one keys_* attribute')
-    if values_tensor is not None:
-        values = numpy.asarray(values_tensor).reshape(-1)
-    elif values_int64s is not None:
-        values = numpy.array(values_int64s, dtype=numpy.int64)
-    elif values_floats is not None:
-        values = numpy.array(values_floats, dtype=numpy.float32)
-    elif values_strings is not None:
-        values = _strings(values_strings)
-    else:
-        raise ValueError('LabelEncoder needs one values_* attribute')
+    keys = _one_of('keys', keys_tensor, keys_int64s, keys_floats, keys_strings)
+    values = _one_of('values', values_tensor, values_int64s, values_floats, values_strings)
     if default_tensor is not None:
         default = numpy.asarray(default_tensor).reshape(-1)[0]
     elif values.dtype == object:

@@ -46,28 +46,30 @@ def max_pool(xp, x, *, auto_pad='NOTSET', ceil_mode=0, dilations=None, kernel_sh
     view = im2col(xp, x, window, fill=_lowest(x.dtype))
     if n_outputs < 2:
         return _reduce_taps(view, window, xp.maximum)
+    y = _reduce_taps(view, window, xp.maximum)
+    # Which tap holds the maximum; going backwards lets the first one win.
     taps = _taps(window)
-    y = view[taps[0]].copy()
     tap = xp.zeros(y.shape, dtype=numpy.int64)
-    for t in range(1, len(taps)):
-        better = view[taps[t]] > y  # strict: the first maximum wins
-        xp.copyto(y, view[taps[t]], where=better)
-        xp.copyto(tap, t, where=better)
-    # Flatten the input coordinate of each maximum: row-major over the whole
-    # tensor, or column-major over the spatial axes for storage_order=1.
-    n_batch, channels = x.shape[:2]
+    for t in reversed(range(1, len(taps))):
+        xp.copyto(tap, t, where=view[taps[t]] == y)
+    # Flatten the input coordinate of each maximum, row-major over the whole
+    # tensor or column-major over the spatial axes for storage_order=1, as
+    # (window start) + (tap offset) + (batch and channel offset).
     n = len(in_shape)
     if storage_order:
         axis_strides = [math.prod(in_shape[:i]) for i in range(n)]
     else:
         axis_strides = [math.prod(in_shape[i + 1:]) for i in range(n)]
-    index = xp.arange(n_batch * channels, dtype=numpy.int64).reshape(
-        (n_batch, channels) + (1,) * n) * math.prod(in_shape)
-    for i in range(n):
-        k = (tap // math.prod(window.kernel[i + 1:])) % window.kernel[i]
-        o = xp.arange(window.out[i], dtype=numpy.int64).reshape((-1,) + (1,) * (n - 1 - i))
-        coord = o * window.strides[i] + k * window.dilations[i] - window.pads_begin[i]
-        index = index + coord * axis_strides[i]
+    grids = numpy.meshgrid(*(numpy.arange(o) for o in window.out), indexing='ij')
+    start = sum((grids[i] * window.strides[i] - window.pads_begin[i]) * axis_strides[i]
+                for i in range(n))
+    grids = numpy.meshgrid(*(numpy.arange(k) for k in window.kernel), indexing='ij')
+    offset = sum(grids[i] * window.dilations[i] * axis_strides[i] for i in range(n))
+    n_batch, channels = x.shape[:2]
+    planes = xp.arange(n_batch * channels, dtype=numpy.int64) * math.prod(in_shape)
+    index = xp.asarray(offset.reshape(-1), dtype=numpy.int64)[tap]
+    index += xp.asarray(start, dtype=numpy.int64)
+    index += planes.reshape((n_batch, channels) + (1,) * n)
     return y, index
 
 

@@ -6,13 +6,13 @@ ml_dtypes dtypes on the arrays or on the ``output_dtype`` attribute; they are
 recognised by dtype name so that the runtime needs no import of ml_dtypes.
 Integer arithmetic is carried out in float64, which is exact for every
 product and sum of 8/16-bit operands these operators see and lets matmul and
-tensordot use BLAS.
+the float Conv kernel (connection family) do the work.
 """
-import itertools
 import re
 
 import numpy
 
+from .connection import conv
 from .registry import LATEST, kernel
 
 # Largest finite value of the float8/float4 types (saturation bound).
@@ -170,64 +170,13 @@ def qlinear_matmul(xp, a, a_scale, a_zero_point, b, b_scale, b_zero_point, y_sca
                      axis=-1, compute_dtype=numpy.float64)
 
 
-def _conv_pads(in_shape, kernel, strides, dilations, pads, auto_pad):
-    """Begin and end paddings per spatial dimension."""
-    nd = len(in_shape)
-    if auto_pad in ('SAME_UPPER', 'SAME_LOWER'):
-        begin, end = [], []
-        for size, k, s, d in zip(in_shape, kernel, strides, dilations):
-            out = -(-size // s)
-            total = max(0, (out - 1) * s + (k - 1) * d + 1 - size)
-            small = total // 2
-            if auto_pad == 'SAME_UPPER':
-                begin.append(small)
-                end.append(total - small)
-            else:
-                begin.append(total - small)
-                end.append(small)
-        return begin, end
-    if auto_pad == 'VALID' or not pads:
-        return [0] * nd, [0] * nd
-    return list(pads[:nd]), list(pads[nd:])
-
-
-def _conv_float(xp, x, w, *, auto_pad='NOTSET', dilations=None, group=1, kernel_shape=None,
-                pads=None, strides=None):
-    """N-d grouped convolution of float64 ``x`` (N, C, *S) with ``w``
-    (M, C/group, *K): one tensordot per kernel tap over strided slices."""
-    spatial = x.shape[2:]
-    nd = len(spatial)
-    kernel = list(kernel_shape or w.shape[2:])
-    strides = list(strides or [1] * nd)
-    dilations = list(dilations or [1] * nd)
-    begin, end = _conv_pads(spatial, kernel, strides, dilations, pads, auto_pad)
-    x = xp.pad(x, [(0, 0), (0, 0)] + list(zip(begin, end)))
-    out_shape = [(x.shape[2 + i] - (kernel[i] - 1) * dilations[i] - 1) // strides[i] + 1
-                 for i in range(nd)]
-    n, c = x.shape[:2]
-    m = w.shape[0]
-    cg, mg = c // group, m // group
-    y = xp.zeros((n, group, mg) + tuple(out_shape), dtype=x.dtype)
-    xg = x.reshape((n, group, cg) + x.shape[2:])
-    wg = w.reshape((group, mg, cg) + tuple(kernel))
-    for tap in itertools.product(*[range(k) for k in kernel]):
-        window = tuple(slice(t * d, t * d + (o - 1) * s + 1, s)
-                       for t, d, o, s in zip(tap, dilations, out_shape, strides))
-        patch = xg[(slice(None), slice(None), slice(None)) + window]  # n, g, cg, *out
-        wt = wg[(slice(None), slice(None), slice(None)) + tap]  # g, mg, cg
-        # Batched over groups: (g, mg, cg) x (g, n, cg, P) -> (g, n, mg, P)
-        p = xp.moveaxis(patch.reshape(n, group, cg, -1), 0, 1)
-        y += xp.moveaxis(xp.matmul(wt[:, None], p), 0, 1).reshape(y.shape)
-    return y.reshape((n, m) + tuple(out_shape))
-
-
 @kernel('ConvInteger', versions=(10, LATEST))
 def conv_integer(xp, x, w, x_zero_point=None, w_zero_point=None, *, auto_pad='NOTSET',
                  dilations=None, group=1, kernel_shape=None, pads=None, strides=None):
     xc = _centered(xp, x, x_zero_point, x.shape, 1)
     wc = _centered(xp, w, w_zero_point, w.shape, 0)
-    y = _conv_float(xp, xc, wc, auto_pad=auto_pad, dilations=dilations, group=group,
-                    kernel_shape=kernel_shape, pads=pads, strides=strides)
+    y = conv(xp, xc, wc, auto_pad=auto_pad, dilations=dilations, group=group,
+             kernel_shape=kernel_shape, pads=pads, strides=strides)
     return y.astype(numpy.int32)
 
 
@@ -237,8 +186,8 @@ def qlinear_conv(xp, x, x_scale, x_zero_point, w, w_scale, w_zero_point, y_scale
                  kernel_shape=None, pads=None, strides=None):
     xc = _centered(xp, x, x_zero_point, x.shape, 1)
     wc = _centered(xp, w, w_zero_point, w.shape, 0)
-    acc = _conv_float(xp, xc, wc, auto_pad=auto_pad, dilations=dilations, group=group,
-                      kernel_shape=kernel_shape, pads=pads, strides=strides)
+    acc = conv(xp, xc, wc, auto_pad=auto_pad, dilations=dilations, group=group,
+               kernel_shape=kernel_shape, pads=pads, strides=strides)
     out_shape = (1, acc.shape[1]) + (1,) * (acc.ndim - 2)
     if B is not None:
         acc = acc + _as_float(xp, B).reshape(out_shape)

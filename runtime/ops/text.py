@@ -79,6 +79,7 @@ def _token_ids(xp, X, pool):
         vocab = {t: i for i, t in enumerate(sorted(set(pool)))}
         ids = numpy.array([vocab.get(t, -1) for t in X.reshape(-1)], dtype=numpy.int64)
         return xp.asarray(ids.reshape(X.shape)), len(vocab)
+    X = xp.asarray(X)
     vocab = xp.unique(xp.asarray(pool, dtype=numpy.int64))
     pos = xp.clip(xp.searchsorted(vocab, X), 0, vocab.shape[0] - 1)
     return xp.where(vocab[pos] == X, pos, -1), int(vocab.shape[0])

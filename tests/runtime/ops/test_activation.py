@@ -90,6 +90,10 @@ def test_prelu_slope_broadcasts_per_channel():
     x = np.array([[[-2.0, 3.0]], [[-4.0, -1.0]]], np.float32)  # (2, 1, 2)
     slope = np.array([[0.5, 0.25]], np.float32)
     np.testing.assert_array_equal(act.prelu(np, x, slope), [[[-1.0, 3.0]], [[-2.0, -0.25]]])
+    # Before opset 7 a 1-D slope is per channel (axis 1), not per last axis.
+    x4 = -np.ones((2, 3, 2, 2), np.float32)
+    y = act.prelu_v1(np, x4, np.array([1.0, 2.0, 3.0], np.float32))
+    np.testing.assert_array_equal(y[1, :, 1, 0], [-1, -2, -3])
 
 
 # -- the Softmax family ---------------------------------------------------------

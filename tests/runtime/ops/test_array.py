@@ -118,11 +118,17 @@ def test_split_sizes_from_input_attribute_and_equal_parts():
     ((100,), (0,), (2,), (-2,)),            # start clamped to dim - 1
     ((-100,), (100,), (-1,), (3,)),
     ((2,), (1,), (0,), (1,)),               # empty
-    ((-100,), (-200,), (1,), (-1,)),        # start clamped to 0 for negative steps
 ])
 def test_slice_matches_reference(starts, ends, axes, steps):
     inputs = [_X, _i64(*starts), _i64(*ends), _i64(*axes), _i64(*steps)]
     np.testing.assert_array_equal(arr.slice_(np, *inputs), _reference('Slice', inputs, 13))
+
+
+def test_slice_negative_step_clamps_start_to_zero():
+    # The spec (and onnxruntime) clamp start to [0, dim-1]; onnx.reference
+    # follows Python and returns nothing here.
+    y = arr.slice_(np, np.arange(4), _i64(-100), _i64(-200), _i64(0), _i64(-1))
+    assert y.tolist() == [0]
 
 
 def test_slice_int64_extremes_and_default_axes():
@@ -137,7 +143,7 @@ def test_gather_negative_indices_and_strings():
     assert arr.gather(np, _X, _i64(-1, 0), axis=1).shape == (3, 2, 5)
     np.testing.assert_array_equal(arr.gather(np, _X, _i64(-1), axis=-1), _X[..., [4]])
     s = np.array(['a', 'b', 'c'], dtype=object)
-    assert arr.gather(np, s, _i64([-1, 0])).tolist() == ['c', 'a']
+    assert arr.gather(np, s, _i64(-1, 0)).tolist() == ['c', 'a']
 
 
 def test_gather_elements_and_nd_batch_dims_match_reference():
@@ -166,15 +172,18 @@ def test_scatter_elements_reductions_with_duplicates(reduction):
     assert not np.shares_memory(got, data)
 
 
-@pytest.mark.parametrize('reduction', ['add', 'mul', 'max', 'min'])
-def test_scatter_nd_reductions_match_reference(reduction):
+@pytest.mark.parametrize('reduction,combine', [
+    ('add', np.add), ('mul', np.multiply), ('max', np.maximum), ('min', np.minimum)])
+def test_scatter_nd_reductions_combine_duplicates(reduction, combine):
     data = np.arange(24, dtype=np.float32).reshape(2, 3, 4)
     indices = np.array([[[0, 1]], [[1, -1]], [[0, 1]]], np.int64)
     updates = _RNG.standard_normal((3, 1, 4)).astype(np.float32)
+    want = data.copy()
+    want[0, 1] = combine(combine(want[0, 1], updates[0, 0]), updates[2, 0])
+    want[1, 2] = combine(want[1, 2], updates[1, 0])
     np.testing.assert_allclose(
-        arr.scatter_nd(np, data, indices, updates, reduction=reduction),
-        _reference('ScatterND', [data, indices % np.array([2, 3]), updates], 18,
-                   reduction=reduction))
+        arr.scatter_nd(np, data, indices, updates, reduction=reduction), want, rtol=1e-6)
+    assert arr.scatter_nd(np, data, indices[:2], updates[:2]).tolist() != data.tolist()
 
 
 @pytest.mark.parametrize('mode', ['linear', 'circular'])
@@ -190,11 +199,19 @@ def test_tensor_scatter_writes_per_batch_positions(mode):
 
 # -- padding and broadcasting ----------------------------------------------
 @pytest.mark.parametrize('mode', ['constant', 'reflect', 'edge', 'wrap'])
-@pytest.mark.parametrize('pads', [(1, 2, 0, 2, 1, 3), (0, -1, 2, 0, 2, -2)])
-def test_pad_modes_and_negative_pads_match_reference(mode, pads):
-    inputs = [_X, _i64(*pads), np.array(2.5, np.float32)]
+def test_pad_modes_match_reference(mode):
+    inputs = [_X, _i64(1, 2, 0, 2, 1, 3), np.array(2.5, np.float32)]
     np.testing.assert_array_equal(arr.pad(np, *inputs, mode=mode),
                                   _reference('Pad', inputs, 19, mode=mode))
+
+
+@pytest.mark.parametrize('mode', ['constant', 'reflect', 'edge', 'wrap'])
+def test_negative_pads_crop_before_padding(mode):
+    # onnx.reference rejects negative pads; onnxruntime crops first.
+    value = np.array(2.5, np.float32)
+    got = arr.pad(np, _X, _i64(0, -1, 2, 0, 2, -2), value, mode=mode)
+    want = _reference('Pad', [_X[:, 1:, :-2], _i64(0, 0, 2, 0, 2, 0), value], 19, mode=mode)
+    np.testing.assert_array_equal(got, want)
 
 
 def test_pad_axes_and_integer_constant():
@@ -279,9 +296,14 @@ def test_range(start, limit, delta, dtype):
     np.testing.assert_allclose(got, want)
 
 
+def test_one_hot_out_of_range_index_is_all_off():
+    got = arr.one_hot(np, _i64(5, -5, -4), np.array(4), np.array([0.0, 1.0], np.float32))
+    assert got.dtype == np.float32 and got.tolist() == [[0] * 4, [0] * 4, [1, 0, 0, 0]]
+
+
 @pytest.mark.parametrize('axis', [-1, 0, 1, -2])
 def test_one_hot_negative_indices_and_axes(axis):
-    indices = np.array([[0, -1, 2], [5, 1, -3]], np.int64)
+    indices = np.array([[0, -1, 2], [3, 1, -3]], np.int64)
     values = np.array([2, 7], np.int32)
     got = arr.one_hot(np, indices, np.array(4.0, np.float32), values, axis=axis)
     assert got.dtype == np.int32
@@ -321,15 +343,25 @@ def test_non_zero_shape_and_dtype():
     assert arr.non_zero(np, np.zeros((2, 2))).shape == (2, 0)
 
 
+_UNIQUE_X = np.array([[2, 1, 1, 2], [3, 1, 1, 3], [2, 1, 1, 2]], np.float32)
+
+
 @pytest.mark.parametrize('axis', [None, 0, -1])
-@pytest.mark.parametrize('is_sorted', [0, 1])
-def test_unique_matches_reference(axis, is_sorted):
-    x = np.array([[2, 1, 1, 2], [3, 1, 1, 3], [2, 1, 1, 2]], np.float32)
-    attrs = {'sorted': is_sorted} if axis is None else {'sorted': is_sorted, 'axis': axis}
-    got = arr.unique(np, x, **attrs)
-    for g, w in zip(got, _reference('Unique', [x], 11, n_outputs=4, **attrs)):
+def test_unique_sorted_matches_reference(axis):
+    attrs = {} if axis is None else {'axis': axis}
+    got = arr.unique(np, _UNIQUE_X, **attrs)
+    for g, w in zip(got, _reference('Unique', [_UNIQUE_X], 11, n_outputs=4, **attrs)):
         np.testing.assert_array_equal(g, w)
     assert [g.dtype for g in got[1:]] == [np.int64] * 3
+
+
+@pytest.mark.parametrize('axis,want', [
+    (None, ([2, 1, 3], [0, 1, 4], [0, 1, 1, 0, 2, 1, 1, 2, 0, 1, 1, 0], [4, 6, 2])),
+    (-1, ([[2, 1], [3, 1], [2, 1]], [0, 1], [0, 1, 1, 0], [2, 2])),
+])
+def test_unique_unsorted_keeps_first_occurrence_order(axis, want):
+    got = arr.unique(np, _UNIQUE_X, axis=axis, sorted=0)
+    assert [g.tolist() for g in got] == list(want)
 
 
 @pytest.mark.parametrize('largest', [0, 1])
@@ -363,7 +395,6 @@ _RESIZE_CASES = [
     ('nearest', 'half_pixel', {'nearest_mode': 'round_prefer_ceil'}),
     ('nearest', 'asymmetric', {'nearest_mode': 'floor'}),
     ('nearest', 'align_corners', {'nearest_mode': 'ceil'}),
-    ('nearest', 'tf_half_pixel_for_nn', {}),
     ('linear', 'half_pixel', {}),
     ('linear', 'pytorch_half_pixel', {}),
     ('linear', 'half_pixel_symmetric', {}),
@@ -378,11 +409,10 @@ _RESIZE_CASES = [
 @pytest.mark.parametrize('mode,transform,extra', _RESIZE_CASES, ids=lambda v: str(v))
 @pytest.mark.parametrize('scales', [(1, 1, 1.5, 0.6), (1, 1, 0.5, 2.2)])
 def test_resize_scales_match_reference(mode, transform, extra, scales):
-    opset = 13 if transform == 'tf_half_pixel_for_nn' else 19
     scales = np.array(scales, np.float32)
     attrs = dict(mode=mode, coordinate_transformation_mode=transform, **extra)
     got = arr.resize(np, _IMAGE, None, scales, **attrs)
-    want = _reference('Resize', [_IMAGE, None, scales], opset, **attrs)
+    want = _reference('Resize', [_IMAGE, None, scales], 19, **attrs)
     assert got.dtype == np.float32
     np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
 
@@ -396,8 +426,15 @@ def test_resize_sizes_with_axes_and_aspect_policy(policy):
     np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
 
 
+def test_resize_tf_half_pixel_for_nn():
+    # x_original = (x + 0.5) / 1.5 = 1/3, 1, 5/3, 7/3, 3, 11/3 -> floor, clipped to 3
+    y = arr.resize(np, np.arange(4.0), None, np.array([1.5], np.float32),
+                   coordinate_transformation_mode='tf_half_pixel_for_nn', nearest_mode='floor')
+    assert y.tolist() == [0, 1, 1, 2, 3, 3]
+
+
 def test_resize_tf_crop_and_resize_extrapolates():
-    roi = np.array([0.2, -0.3, 0.9, 1.2], np.float32)
+    roi = np.array([0.2, -0.3, 0.9, 1.25], np.float32)
     scales = np.array([1.5, 1.2], np.float32)
     attrs = dict(mode='linear', coordinate_transformation_mode='tf_crop_and_resize',
                  axes=[2, 3], extrapolation_value=-9.0)

@@ -132,7 +132,8 @@ def _reference_conv(x, w, pad):
     out = np.zeros((n, m, h + 2 * pad - kh + 1, wd + 2 * pad - kw + 1), np.int64)
     for i in range(out.shape[2]):
         for j in range(out.shape[3]):
-            out[:, :, i, j] = np.tensordot(xp_[:, :, i:i + kh, j:j + kw], w, ([1, 2, 3], [1, 2, 3]))
+            patch = xp_[:, :, i:i + kh, j:j + kw]
+            out[:, :, i, j] = np.tensordot(patch, w, ([1, 2, 3], [1, 2, 3]))
     return out
 
 

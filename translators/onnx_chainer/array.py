@@ -1,0 +1,2 @@
+"""Converters for chainer.functions.array."""
+from .registry import converter  # noqa: F401

@@ -1,0 +1,140 @@
+"""GraphBuilder: collects the ONNX nodes and initializers of an export and
+knows, per opset, which form an operator takes (axes as attribute or input,
+and the like), so converters state what they mean once."""
+import numpy
+from onnx import helper, numpy_helper
+
+
+class GraphBuilder:
+    """Accumulates nodes and initializers for one ONNX graph."""
+
+    def __init__(self, opset):
+        self.opset = opset
+        self.nodes = []
+        self.initializers = []
+        self.extra_outputs = []  # (name, array) graph outputs beyond the model's
+        self._taken = set()
+        self._counter = 0
+
+    # -- names and raw nodes ----------------------------------------------
+    def reserve(self, name):
+        """Mark ``name`` as used (inputs, parameters, outputs)."""
+        self._taken.add(name)
+        return name
+
+    def fresh(self, hint):
+        """A value name not used yet, derived from ``hint``."""
+        while True:
+            self._counter += 1
+            name = '%s_%d' % (hint, self._counter)
+            if name not in self._taken:
+                return self.reserve(name)
+
+    def node(self, op, inputs, outputs=1, domain='', **attrs):
+        """Add one node.  ``outputs`` is a count (fresh names) or a list of
+        names.  Returns the output name, or the list for several outputs."""
+        if isinstance(outputs, int):
+            outputs = [self.fresh(op) for _ in range(outputs)]
+        attrs = {k: v for k, v in attrs.items() if v is not None}
+        self.nodes.append(helper.make_node(op, list(inputs), list(outputs),
+                                           name='%s_%d' % (op, len(self.nodes)),
+                                           domain=domain or None, **attrs))
+        return outputs[0] if len(outputs) == 1 else list(outputs)
+
+    def initializer(self, name, array):
+        """Add an initializer under an exact name (parameters)."""
+        self.reserve(name)
+        self.initializers.append(numpy_helper.from_array(numpy.asarray(array), name))
+        return name
+
+    def constant(self, value, dtype=None, hint='const'):
+        """Add a constant as an initializer; return its name."""
+        array = numpy.asarray(value, dtype=dtype)
+        return self.initializer(self.fresh(hint), array)
+
+    def int64s(self, values):
+        """A 1-D int64 constant (shapes, axes, pads ...)."""
+        return self.constant(numpy.asarray(values, dtype=numpy.int64).reshape(-1), hint='ints')
+
+    @staticmethod
+    def _out(out):
+        return [out] if out else 1
+
+    def add_output(self, name, array):
+        """Make value ``name`` (shaped like ``array``) a graph output too,
+        e.g. the updated running averages of a training-mode export."""
+        self.extra_outputs.append((name, array))
+
+    # -- operators whose form depends on the opset ---------------------------
+    def squeeze(self, x, axes, out=None):
+        if self.opset >= 13:
+            return self.node('Squeeze', [x, self.int64s(axes)], self._out(out))
+        return self.node('Squeeze', [x], self._out(out), axes=list(axes))
+
+    def unsqueeze(self, x, axes, out=None):
+        if self.opset >= 13:
+            return self.node('Unsqueeze', [x, self.int64s(axes)], self._out(out))
+        return self.node('Unsqueeze', [x], self._out(out), axes=list(axes))
+
+    def reduce(self, op, x, axes=None, keepdims=True, out=None):
+        """Reduce ``x`` with ReduceSum/ReduceMean/...; ``axes`` None means all."""
+        axes_as_input = self.opset >= (13 if op == 'ReduceSum' else 18)
+        keep = int(bool(keepdims))
+        if axes is None:
+            return self.node(op, [x], self._out(out), keepdims=keep)
+        if axes_as_input:
+            return self.node(op, [x, self.int64s(axes)], self._out(out), keepdims=keep)
+        return self.node(op, [x], self._out(out), axes=list(axes), keepdims=keep)
+
+    def split(self, x, sizes, axis, outputs):
+        """Split ``x`` along ``axis`` into pieces of ``sizes`` named ``outputs``."""
+        if self.opset >= 13:
+            return self.node('Split', [x, self.int64s(sizes)], list(outputs), axis=axis)
+        return self.node('Split', [x], list(outputs), axis=axis, split=list(sizes))
+
+    def reshape(self, x, shape, out=None):
+        return self.node('Reshape', [x, self.int64s(shape)], self._out(out))
+
+    def slice(self, x, starts, ends, axes, steps=None, out=None):
+        inputs = [x, self.int64s(starts), self.int64s(ends), self.int64s(axes)]
+        if steps is not None:
+            inputs.append(self.int64s(steps))
+        return self.node('Slice', inputs, self._out(out))
+
+    def clip(self, x, low, high, dtype, out=None):
+        """Clip to [low, high]; either may be None."""
+        lo = '' if low is None else self.constant(numpy.asarray(low, dtype=dtype), hint='min')
+        hi = '' if high is None else self.constant(numpy.asarray(high, dtype=dtype), hint='max')
+        inputs = [x, lo, hi]
+        while inputs[-1] == '':
+            inputs.pop()
+        return self.node('Clip', inputs, self._out(out))
+
+    def dropout(self, x, ratio, training, out=None, seed=None):
+        """Dropout; at opset 11 the ratio is an attribute and there is no
+        training switch (training-mode dropout needs opset >= 12)."""
+        if self.opset >= 12:
+            inputs = [x, self.constant(numpy.float32(ratio), hint='ratio')]
+            if training:
+                inputs.append(self.constant(numpy.bool_(True), hint='training_mode'))
+            return self.node('Dropout', inputs, self._out(out), seed=seed)
+        if training:
+            raise ValueError('a training-mode Dropout needs opset 12 or newer')
+        return self.node('Dropout', [x], self._out(out), ratio=float(ratio))
+
+    # -- finishing ------------------------------------------------------------
+    def make_model(self, name, inputs, outputs, producer='chainer-compiler'):
+        """A ModelProto of everything added, with the lowest IR version the
+        opset allows (onnxruntime accepts up to 13)."""
+        graph = helper.make_graph(self.nodes, name, inputs, outputs, self.initializers)
+        opset = helper.make_opsetid('', self.opset)
+        model = helper.make_model(graph, opset_imports=[opset], producer_name=producer)
+        model.ir_version = helper.find_min_ir_version_for([opset])
+        return model
+
+
+def value_info(name, array):
+    """A tensor ValueInfoProto for ``array``'s dtype and shape."""
+    elem = helper.np_dtype_to_tensor_dtype(numpy.dtype(array.dtype))
+    return helper.make_tensor_value_info(name, elem, list(array.shape))
+

@@ -1,0 +1,2 @@
+"""Converters for chainer.functions.loss."""
+from .registry import converter  # noqa: F401

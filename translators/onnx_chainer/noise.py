@@ -1,0 +1,2 @@
+"""Converters for chainer.functions.noise."""
+from .registry import converter  # noqa: F401

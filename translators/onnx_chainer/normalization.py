@@ -1,0 +1,2 @@
+"""Converters for chainer.functions.normalization."""
+from .registry import converter  # noqa: F401

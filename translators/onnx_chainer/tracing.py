@@ -1,0 +1,215 @@
+"""Run a Chainer model once and translate the FunctionNodes it recorded.
+
+A FunctionHook records every function call in execution order (which is a
+topological order), the arrays it received and the line of user code that
+made it.  Functions that no output depends on are skipped; each remaining
+one goes through its converter.
+"""
+import os
+import sys
+import warnings
+from dataclasses import dataclass
+
+import chainer
+
+from . import registry
+from .graph_builder import GraphBuilder, value_info
+
+DEFAULT_OPSET = 17
+MIN_OPSET = 11
+MAX_OPSET = 26  # the newest both onnx 1.22 and onnxruntime 1.31 accept
+
+
+class UnsupportedFunctionError(Exception):
+    """The model calls Chainer functions no converter handles."""
+
+
+@dataclass
+class FunctionCall:
+    """One recorded call, as a converter sees it."""
+    func: object          # the chainer FunctionNode
+    inputs: list          # ONNX names of its inputs
+    outputs: list         # ONNX names its outputs must get
+    input_arrays: tuple   # the arrays it was called with (NumPy)
+    call_site: str        # 'file:line' of the user code that called it
+    train: bool           # exported in training mode
+
+    @property
+    def name(self):
+        return type(self.func).__name__
+
+
+class _Recorder(chainer.FunctionHook):
+    name = 'chainer_compiler_export'
+
+    def __init__(self):
+        self.calls = []
+
+    def forward_preprocess(self, function, in_data):
+        self.calls.append((function, tuple(in_data), _user_call_site()))
+
+
+_INTERNAL_DIRS = tuple(os.path.dirname(m.__file__) + os.sep for m in (chainer,)) + (
+    os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep,
+    os.path.dirname(os.__file__) + os.sep)
+
+
+def _user_call_site():
+    frame = sys._getframe(2)
+    while frame is not None:
+        filename = os.path.abspath(frame.f_code.co_filename)
+        if not filename.startswith(_INTERNAL_DIRS):
+            return '%s:%d' % (frame.f_code.co_filename, frame.f_lineno)
+        frame = frame.f_back
+    return '<unknown>'
+
+
+def _to_numpy(array):
+    return chainer.backend.CpuDevice().send(array)
+
+
+def _as_variable(x):
+    return x if isinstance(x, chainer.Variable) else chainer.Variable(x)
+
+
+def export_model(model, inputs, opset_version=None, input_names=None, output_names=None,
+                 train=False, external_converters=None):
+    """Trace ``model`` on ``inputs`` and return the ONNX ModelProto.
+
+    ``inputs``: an array or Variable, a tuple/list (``model(*inputs)``) or
+    a dict (``model(**inputs)``).  Parameters are named by link path
+    (``/l1/W``), persistent values too (``/bn/avg_mean``).
+    """
+    opset = DEFAULT_OPSET if opset_version is None else int(opset_version)
+    if not MIN_OPSET <= opset <= MAX_OPSET:
+        raise ValueError('opset_version %d is not supported: choose %d to %d'
+                         % (opset, MIN_OPSET, MAX_OPSET))
+    if isinstance(inputs, dict):
+        variables = {k: _as_variable(v) for k, v in inputs.items()}
+        ordered = list(variables.values())
+        call = lambda: model(**variables)  # noqa: E731
+    else:
+        if not isinstance(inputs, (list, tuple)):
+            inputs = (inputs,)
+        ordered = [_as_variable(v) for v in inputs]
+        call = lambda: model(*ordered)  # noqa: E731
+    in_names = _names(input_names, len(ordered), 'input', 'input_names')
+
+    recorder = _Recorder()
+    with chainer.using_config('train', train), chainer.using_config('enable_backprop', True), \
+            recorder:
+        result = call()
+    if isinstance(result, dict):
+        result = list(result.values())
+    elif not isinstance(result, (list, tuple)):
+        result = [result]
+    results = [r if isinstance(r, chainer.Variable) else chainer.Variable(r) for r in result]
+    out_names = _names(output_names, len(results), 'output', 'output_names')
+
+    ctx = GraphBuilder(opset)
+    names = {}  # id(VariableNode) -> ONNX name
+    for var, name in zip(ordered, in_names):
+        names[id(var.node)] = ctx.reserve(name)
+    for name in out_names:
+        ctx.reserve(name)
+    params = {id(p.node): (name, p) for name, p in model.namedparams() if p.array is not None}
+    persistents = _persistent_arrays(model)
+    needed = _needed_functions(results)
+    wanted_outputs = {id(r.node): n for r, n in zip(results, out_names)
+                      if r.creator_node is not None and id(r.node) not in names}
+    used_params, unsupported = set(), []
+
+    def input_name(node, array):
+        key = id(node)
+        if key in names:
+            return names[key]
+        if key in params:
+            pname, p = params[key]
+            used_params.add(pname)
+            names[key] = ctx.initializer(pname, _to_numpy(p.array))
+        elif id(array) in persistents:
+            names[key] = ctx.initializer(persistents[id(array)], _to_numpy(array))
+        else:
+            names[key] = ctx.constant(_to_numpy(array).copy(), hint='const')
+        return names[key]
+
+    for func, in_data, site in recorder.calls:
+        if id(func) not in needed:
+            continue
+        fn = registry.lookup(type(func).__name__, external_converters)
+        if fn is None:
+            unsupported.append('%s (called at %s)' % (type(func).__name__, site))
+            continue
+        ins = [input_name(n, a) for n, a in zip(func.inputs, in_data)]
+        outs = []
+        for ref in func.outputs:
+            node = ref()
+            key = id(node) if node is not None else None
+            if key in wanted_outputs:
+                names[key] = wanted_outputs.pop(key)
+            elif key is not None:
+                names[key] = ctx.fresh(type(func).__name__)
+            outs.append(names[key] if key is not None else ctx.fresh('unused'))
+        fn(ctx, FunctionCall(func, ins, outs, tuple(_to_numpy(a) for a in in_data), site, train))
+    if unsupported:
+        raise UnsupportedFunctionError(
+            'no converter for %d Chainer function call(s):\n  %s\n(add one with '
+            'external_converters={name: fn})' % (len(unsupported), '\n  '.join(unsupported)))
+
+    # Outputs that are inputs or parameters themselves, or returned twice.
+    graph_outputs = []
+    for var, name in zip(results, out_names):
+        source = names.get(id(var.node))
+        if source is None:
+            source = input_name(var.node, var.array)
+        if source != name:
+            ctx.node('Identity', [source], [name])
+        graph_outputs.append(value_info(name, _to_numpy(var.array)))
+    graph_outputs.extend(value_info(name, _to_numpy(array)) for name, array in ctx.extra_outputs)
+
+    unused = sorted(name for _, (name, _) in params.items() if name not in used_params)
+    if unused:
+        warnings.warn('parameters not used by the exported graph: %s' % ', '.join(unused))
+    graph_inputs = [value_info(n, _to_numpy(v.array)) for v, n in zip(ordered, in_names)]
+    return ctx.make_model(type(model).__name__, graph_inputs, graph_outputs)
+
+
+def _names(given, count, prefix, argument):
+    if given is None:
+        return ['%s_%d' % (prefix, i) for i in range(count)]
+    given = [given] if isinstance(given, str) else list(given)
+    if len(given) != count:
+        raise ValueError('%s has %d name(s) but there are %d %ss'
+                         % (argument, len(given), count, prefix))
+    return given
+
+
+def _persistent_arrays(model):
+    """{id(array): '/link/path/name'} for persistent arrays (avg_mean ...)."""
+    found = {}
+    for path, link in model.namedlinks():
+        for name in link._persistent:
+            value = getattr(link, name, None)
+            if isinstance(value, chainer.get_array_types()):
+                found[id(value)] = '%s/%s' % (path if path != '/' else '', name)
+    return found
+
+
+def _needed_functions(results):
+    """ids of FunctionNodes some output depends on."""
+    needed, stack = set(), [r.node for r in results]
+    seen = set()
+    while stack:
+        node = stack.pop()
+        if id(node) in seen:
+            continue
+        seen.add(id(node))
+        creator = node.creator_node
+        if creator is not None and id(creator) not in needed:
+            needed.add(id(creator))
+            stack.extend(creator.inputs)
+    return needed
+
+
+__all__ = ['DEFAULT_OPSET', 'FunctionCall', 'MAX_OPSET', 'MIN_OPSET',
+           'UnsupportedFunctionError', 'export_model']
