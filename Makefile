@@ -5,7 +5,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test conformance clean
+.PHONY: demo test conformance bench clean
 
 # Chainer 7.8.1 is an sdist that only builds and imports with setuptools<74
 # and numpy<2, so those go in first and the rest installs without build
@@ -25,6 +25,10 @@ test: $(STAMP)
 
 conformance: $(STAMP)
 	$(VENV)/bin/chainer-compiler conformance
+
+# Benchmarks are not part of the test suite: the machine is shared and noisy.
+bench: $(STAMP)
+	$(PY) benchmarks/export_speed.py
 
 clean:
 	rm -rf $(VENV) build *.egg-info

@@ -11,6 +11,13 @@ __version__ = '0.1.0'
 # public name -> module that defines it
 _PUBLIC = {
     'export': 'chainer_compiler.exporting',
+    'compile_onnx': 'chainer_compiler.compiled_model',
+    'compile': 'chainer_compiler.compiled_model',
+    'CompiledModel': 'chainer_compiler.compiled_model',
+    'ModelMismatchError': 'chainer_compiler.compiled_model',
+    'FixedBatchDataset': 'chainer_compiler.datasets',
+    'use_unified_memory_allocator': 'chainer_compiler.allocators',
+    'use_chainerx_shared_allocator': 'chainer_compiler.allocators',
     'build_program': 'chainer_compiler.frontend',
     'load_onnx': 'chainer_compiler.frontend',
     'UnsupportedOperatorsError': 'chainer_compiler.frontend',

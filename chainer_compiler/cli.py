@@ -9,7 +9,6 @@ import argparse
 import json
 import sys
 
-
 from .runtime.backend import BackendUnavailableError
 from .runtime.errors import RuntimeVMError
 from .runtime.executor import Executor

@@ -61,3 +61,22 @@ def to_backend(xp, value):
     if isinstance(value, numpy.ndarray) and value.dtype != object:
         return xp.asarray(value)
     return value
+
+
+_cupy_pool = None
+
+
+def set_cupy_pool(pool):
+    """Make the VM allocate CuPy memory from ``pool`` (a cupy MemoryPool)."""
+    global _cupy_pool
+    _cupy_pool = pool
+
+
+def cupy_pool():
+    """The pool the VM allocates CuPy memory from: its own unless
+    set_cupy_pool chose another, so its use is reported apart from Chainer's."""
+    global _cupy_pool
+    if _cupy_pool is None:
+        import cupy
+        _cupy_pool = cupy.cuda.MemoryPool()
+    return _cupy_pool

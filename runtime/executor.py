@@ -11,7 +11,7 @@ import time
 import numpy
 
 from . import ops
-from .backend import default_backend, get_array_module, to_backend
+from .backend import cupy_pool, default_backend, get_array_module, to_backend
 from .errors import (InputValidationError, KernelBindError, KernelError,
                      NonFiniteError, RuntimeVMError)
 from .profiling import Tracer, describe_value
@@ -41,11 +41,13 @@ class Executor:
     every instruction to stderr), ``tracer`` (a Tracer collecting the same
     events, e.g. for Chrome tracing), ``check_nans`` (raise NonFiniteError naming the first
     instruction that produces NaN or Inf), ``validate_inputs`` (check input
-    names, dtypes and shapes against the Program's declaration).
+    names, dtypes and shapes against the Program's declaration),
+    ``track_memory`` (keep ``peak_bytes``: the most bytes held by live
+    registers at once, constants included, over all runs so far).
     """
 
     def __init__(self, program, backend=None, trace=False, check_nans=False,
-                 validate_inputs=True, tracer=None):
+                 validate_inputs=True, tracer=None, track_memory=False):
         self.program = program
         self.backend = backend or default_backend()
         self.xp = get_array_module(self.backend)
@@ -54,6 +56,8 @@ class Executor:
         self.tracer = tracer
         self.check_nans = check_nans
         self.validate_inputs = validate_inputs
+        self.track_memory = track_memory
+        self.peak_bytes = 0
         self._steps = [self._bind(i, inst) for i, inst in enumerate(program.instructions)]
         self._template = [None] * program.num_registers
         for reg, value in program.constants.items():
@@ -98,9 +102,17 @@ class Executor:
     def run_positional(self, values):
         """Run with input values in declaration order; return a list of
         outputs in declaration order."""
+        if self.backend == 'cupy':
+            import cupy
+            with cupy.cuda.using_allocator(cupy_pool().malloc):
+                return self._run(values)
+        return self._run(values)
+
+    def _run(self, values):
         regs = list(self._template)
         for info, value in zip(self.program.inputs, values):
             regs[info.register] = to_backend(self.xp, value)
+        live_bytes = sum(_nbytes(v) for v in regs) if self.track_memory else 0
         tracer = self.tracer
         for step in self._steps:
             args = [None if r == NO_REGISTER else regs[r] for r in step.inputs]
@@ -144,6 +156,10 @@ class Executor:
                               start, time.perf_counter())
             if self.check_nans:
                 self._check_finite(step, outs, regs)
+            if self.track_memory:
+                live_bytes += sum(_nbytes(v) for v in produced)
+                self.peak_bytes = max(self.peak_bytes, live_bytes)
+                live_bytes -= sum(_nbytes(regs[r]) for r in step.frees)
             for r in step.frees:
                 regs[r] = None
         return [regs[v.register] for v in self.program.outputs]
@@ -189,6 +205,12 @@ class Executor:
         if self.validate_inputs:
             validate_inputs(declared, values, self.program.name)
         return values
+
+
+def _nbytes(value):
+    if isinstance(value, list):
+        return sum(_nbytes(v) for v in value)
+    return getattr(value, 'nbytes', 0)
 
 
 def _body(child, captured):

@@ -12,7 +12,7 @@ from ..runtime.ops.registry import has_kernel, lookup
 #: Operators whose result differs from run to run.
 _NONDETERMINISTIC = frozenset([
     'RandomNormal', 'RandomUniform', 'RandomNormalLike', 'RandomUniformLike',
-    'Bernoulli', 'Multinomial', 'Dropout'])
+    'Bernoulli', 'Multinomial', 'Dropout', 'DropoutTraining'])
 
 #: Larger results stay as instructions, so Program files stay small.
 MAX_FOLDED_ELEMENTS = 1 << 20

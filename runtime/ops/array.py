@@ -795,3 +795,198 @@ def resize(xp, X, roi=None, scales=None, sizes=None, *, mode='nearest',
                    transform=coordinate_transformation_mode, nearest_mode=nearest_mode,
                    cubic_coeff_a=cubic_coeff_a, exclude_outside=exclude_outside,
                    extrapolation_value=extrapolation_value, antialias=antialias, roi=all_roi)
+
+
+# -- gradient kernels (org.chainer_compiler) -----------------------------------
+# Adjoints of the data movements above that standard operators express badly:
+# each allocates the input-shaped gradient once and adds the upstream gradient
+# into it.  ``shape`` is the static shape of the forward input.
+from .registry import CUSTOM_DOMAIN  # noqa: E402
+
+
+def _add_along(xp, out, axis, index, values):
+    """out[..., index[j], ...] += values[..., j, ...] along ``axis``
+    (repeated indices accumulate); ``out`` is updated in place."""
+    xp.add.at(xp.moveaxis(out, axis, 0), index, xp.moveaxis(values, axis, 0))
+
+
+@kernel('SliceGrad', domain=CUSTOM_DOMAIN)
+def slice_grad(xp, gy, starts, ends, axes=None, steps=None, *, shape):
+    """Zeros of ``shape`` with ``gy`` written where Slice read."""
+    out = xp.zeros(shape, dtype=gy.dtype)
+    _slice(out, _ints(starts), _ints(ends), _ints(axes), _ints(steps))[...] = gy
+    return out
+
+
+@kernel('GatherGrad', domain=CUSTOM_DOMAIN)
+def gather_grad(xp, gy, indices, *, axis, shape):
+    """Adjoint of Gather(axis): scatter-add ``gy`` into zeros of ``shape``."""
+    dim = shape[axis]
+    indices = _wrap_indices(xp, indices, dim).reshape(-1)
+    if dim <= _DENSE_GATHER_GRAD_LIMIT:
+        # Short axes (images, heads ...): a 0/1 matrix product beats a
+        # scatter-add by far; (dim, K) @ (pre, K, post) -> (pre, dim, post).
+        pre = math.prod(shape[:axis])
+        one_hot = (indices[None, :] == xp.arange(dim)[:, None]).astype(gy.dtype)
+        out = xp.matmul(one_hot, gy.reshape(pre, indices.size, -1))
+        return out.reshape(shape)
+    out = xp.zeros(shape, dtype=gy.dtype)
+    values = gy.reshape(tuple(shape[:axis]) + (indices.size,) + tuple(shape[axis + 1:]))
+    _add_along(xp, out, axis, indices, values)
+    return out
+
+
+#: Gather axes up to this long get their gradient by a one-hot matmul.
+_DENSE_GATHER_GRAD_LIMIT = 256
+
+
+@kernel('GatherElementsGrad', domain=CUSTOM_DOMAIN)
+def gather_elements_grad(xp, gy, indices, *, axis, shape):
+    """Adjoint of GatherElements(axis) (and of TopK's values)."""
+    out = xp.zeros(shape, dtype=gy.dtype)
+    indices = _wrap_indices(xp, indices, shape[axis])
+    index = [xp.arange(n).reshape((n,) + (1,) * (indices.ndim - i - 1))
+             for i, n in enumerate(indices.shape)]
+    index[axis] = indices
+    xp.add.at(out, tuple(index), gy)
+    return out
+
+
+@kernel('GatherNDGrad', domain=CUSTOM_DOMAIN)
+def gather_nd_grad(xp, gy, indices, *, shape, batch_dims=0):
+    """Adjoint of GatherND(batch_dims)."""
+    shape = tuple(shape)
+    depth = indices.shape[-1]
+    n_batch = math.prod(shape[:batch_dims])
+    out = xp.zeros((n_batch,) + shape[batch_dims:], dtype=gy.dtype)
+    flat_idx = indices.reshape(n_batch, -1, depth)
+    dims = xp.asarray(numpy.asarray(shape[batch_dims:batch_dims + depth], dtype=_INT64))
+    flat_idx = _wrap_indices(xp, flat_idx, dims)
+    values = gy.reshape((n_batch, flat_idx.shape[1]) + shape[batch_dims + depth:])
+    batch = xp.arange(n_batch)[:, None]
+    xp.add.at(out, (batch,) + tuple(flat_idx[..., i] for i in range(depth)), values)
+    return out.reshape(shape)
+
+
+@kernel('PadGrad', domain=CUSTOM_DOMAIN)
+def pad_grad(xp, gy, pads, axes=None, *, mode, shape):
+    """Adjoint of Pad in edge, reflect or wrap mode (Pad-11's inputs; the
+    older attribute forms pass their pads as a tensor)."""
+    ndim = len(shape)
+    pads = _ints(pads)
+    if axes is not None:
+        axes = [_axis(a, ndim) for a in _ints(axes)]
+        full = [0] * (2 * ndim)
+        for i, a in enumerate(axes):
+            full[a], full[a + ndim] = pads[i], pads[i + len(axes)]
+        pads = full
+    begins, ends = pads[:ndim], pads[ndim:]
+    g = gy
+    # The forward pads axis after axis (later axes pad the padded corners),
+    # so the adjoint folds the last axis first.
+    for axis in reversed(range(ndim)):
+        before, after = max(begins[axis], 0), max(ends[axis], 0)
+        if not before and not after:
+            continue
+        length = g.shape[axis] - before - after
+        source = numpy.pad(numpy.arange(length), (before, after), mode=_PAD_MODES[mode])
+        index = [slice(None)] * ndim
+        index[axis] = slice(before, before + length)
+        folded = g[tuple(index)].copy()
+        for part in (slice(0, before), slice(before + length, before + length + after)):
+            if part.stop > part.start:
+                index[axis] = part
+                _add_along(xp, folded, axis, xp.asarray(source[part]), g[tuple(index)])
+        g = folded
+    if any(p < 0 for p in pads):
+        out = xp.zeros(shape, dtype=gy.dtype)
+        out[tuple(slice(max(-b, 0), shape[i] - max(-e, 0))
+                  for i, (b, e) in enumerate(zip(begins, ends)))] = g
+        g = out
+    return g
+
+
+#: Above this many (in, out) entries a nearest ResizeGrad axis scatter-adds.
+_DENSE_RESIZE_GRAD_LIMIT = 1 << 22
+
+
+def _resize_plan(in_shape, roi, scales, sizes, axes, keep_aspect_ratio_policy, transform):
+    """Per-axis scales and rois of Resize-11+ (as the resize kernel reads them)."""
+    ndim = len(in_shape)
+    axes = list(range(ndim)) if axes is None else [_axis(a, ndim) for a in axes]
+    axis_in = [in_shape[a] for a in axes]
+    if sizes is not None and sizes.size:
+        ratios = [s / d for s, d in zip(_ints(sizes), axis_in)]
+        if keep_aspect_ratio_policy == 'stretch':
+            axis_scales = ratios
+        else:
+            axis_scales = [(min if keep_aspect_ratio_policy == 'not_larger' else max)(ratios)] \
+                * len(axes)
+    else:
+        axis_scales = [float(s) for s in scales.tolist()]
+    all_scales = [1.0] * ndim
+    for a, scale in zip(axes, axis_scales):
+        all_scales[a] = scale
+    all_roi = None
+    if transform == 'tf_crop_and_resize':
+        all_roi = [(0.0, 1.0)] * ndim
+        if roi is not None and roi.size:
+            roi_list, n = roi.tolist(), len(axes)
+            for i, a in enumerate(axes):
+                all_roi[a] = (roi_list[i], roi_list[i + n])
+    return all_scales, all_roi
+
+
+@kernel('ResizeGrad', domain=CUSTOM_DOMAIN)
+def resize_grad(xp, gy, roi=None, scales=None, sizes=None, *, shape, legacy=0,
+                mode='nearest', coordinate_transformation_mode='half_pixel',
+                nearest_mode='round_prefer_floor', cubic_coeff_a=-0.75, exclude_outside=0,
+                extrapolation_value=0.0, antialias=0, axes=None,
+                keep_aspect_ratio_policy='stretch'):
+    """Adjoint of Resize (and Upsample / Resize-10 when ``legacy``): Resize
+    is separable and linear, so each axis's gather or interpolation matrix
+    is transposed in turn; positions tf_crop_and_resize extrapolates get no
+    gradient.  Inputs are Resize-11's with ``gy`` in place of X."""
+    transform = coordinate_transformation_mode
+    if legacy:
+        all_scales, all_roi = [float(s) for s in scales.tolist()], None
+        transform, nearest_mode = 'asymmetric', _legacy_nearest_rounding
+        mode = 'linear' if mode in ('linear', 'bilinear') else mode
+    else:
+        all_scales, all_roi = _resize_plan(shape, roi, scales, sizes, axes,
+                                           keep_aspect_ratio_policy, transform)
+    g = gy
+    if transform == 'tf_crop_and_resize':
+        outside = None
+        for axis, (in_len, out_len) in enumerate(zip(shape, gy.shape)):
+            coords = _source_coordinates(transform, out_len, in_len, all_scales[axis],
+                                         all_roi[axis])
+            view = [1] * gy.ndim
+            view[axis] = out_len
+            mask = xp.asarray(((coords < 0) | (coords > in_len - 1)).reshape(view))
+            outside = mask if outside is None else outside | mask
+        g = xp.where(outside, xp.zeros((), dtype=gy.dtype), g)
+    for axis, (in_len, out_len, scale) in enumerate(zip(shape, gy.shape, all_scales)):
+        if in_len == out_len and scale == 1 and transform != 'tf_crop_and_resize':
+            continue
+        coords = _source_coordinates(transform, out_len, in_len, scale,
+                                     all_roi[axis] if all_roi is not None else None)
+        if mode == 'nearest':
+            rounding = nearest_mode(scale) if callable(nearest_mode) else nearest_mode
+            index = _nearest_indices(coords, rounding, in_len)
+            if in_len * out_len > _DENSE_RESIZE_GRAD_LIMIT:
+                out_shape = list(g.shape)
+                out_shape[axis] = in_len
+                out = xp.zeros(out_shape, dtype=g.dtype)
+                _add_along(xp, out, axis, xp.asarray(index), g)
+                g = out
+                continue
+            # A 0/1 matrix: one matmul beats a scatter-add by far.
+            matrix = numpy.zeros((in_len, out_len))
+            matrix[index, numpy.arange(out_len)] = 1
+        else:
+            matrix = _interpolation_matrix(coords, in_len, scale, mode, cubic_coeff_a,
+                                           exclude_outside, antialias)
+        moved = xp.moveaxis(g, axis, -1)
+        g = xp.moveaxis(xp.matmul(moved, xp.asarray(matrix.T, dtype=g.dtype)), -1, axis)
+    return xp.ascontiguousarray(g)

@@ -262,3 +262,57 @@ def causal_conv_with_state(xp, x, w, b=None, past_state=None, *, activation='non
         raise ValueError('CausalConvWithState: unknown activation %r' % activation)
     present = padded[:, :, padded.shape[2] - (k - 1):]
     return y, present
+
+
+# -- gradient kernels (custom domain) -------------------------------------------
+
+from .registry import CUSTOM_DOMAIN  # noqa: E402
+
+
+def tap_slices(window, image_shape):
+    """For each kernel tap (row-major), the (tap, src, dst) slices that
+    col2im adds: window positions ``src`` of that tap land on image
+    coordinates ``dst``; ``src`` and ``dst`` are None when the tap falls
+    entirely in the padding."""
+    n = len(image_shape)
+    for tap in itertools.product(*(range(k) for k in window.kernel)):
+        src, dst = [], []
+        for i in range(n):
+            stride = window.strides[i]
+            first = tap[i] * window.dilations[i] - window.pads_begin[i]
+            lo = max(0, -(first // stride))
+            hi = min(window.out[i], -((first - image_shape[i]) // stride))
+            if lo >= hi:
+                src = dst = None
+                break
+            src.append(slice(lo, hi))
+            dst.append(slice(first + lo * stride, first + (hi - 1) * stride + 1, stride))
+        if src is None:
+            yield tap, None, None
+        else:
+            yield tap, (Ellipsis,) + tuple(src), (Ellipsis,) + tuple(dst)
+
+
+@kernel('ConvGradFilter', domain=CUSTOM_DOMAIN)
+def conv_grad_filter(xp, x, gy, *, kernel_shape, strides=None, dilations=None, pads=None,
+                     group=1):
+    """Gradient of Conv's weight: sum over the batch and the window positions
+    of gy (N, M, *out) times the receptive fields of x (N, C, *in); returns
+    (M, C / group, *kernel_shape).  ``pads`` are explicit (begin..., end...);
+    the window positions are gy's spatial shape."""
+    n = len(kernel_shape)
+    kernel_shape = tuple(kernel_shape)
+    pads = tuple(pads or (0,) * (2 * n))
+    window = Window(kernel_shape, tuple(strides or (1,) * n), tuple(dilations or (1,) * n),
+                    pads[:n], pads[n:], tuple(gy.shape[2:]))
+    n_batch, channels = x.shape[:2]
+    m = gy.shape[1]
+    cols = im2col(xp, x, window)  # (N, C, *K, *O) view
+    # One copy each into (group, rows, N * O): a single GEMM per group sums
+    # over the batch and the window positions together.
+    order = (1,) + tuple(range(2, 2 + n)) + (0,) + tuple(range(2 + n, 2 + 2 * n))
+    cols = cols.transpose(order).reshape(group, (channels // group) * math.prod(kernel_shape),
+                                         -1)
+    gy = xp.moveaxis(gy, 1, 0).reshape(group, m // group, -1)
+    gw = _matmul(xp, gy, cols.swapaxes(1, 2))
+    return gw.reshape((m, channels // group) + kernel_shape)

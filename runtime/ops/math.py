@@ -424,3 +424,38 @@ def cumsum(xp, x, axis, *, exclusive=0, reverse=0):
 @kernel('CumProd', versions=(26, LATEST))
 def cumprod(xp, x, axis, *, exclusive=0, reverse=0):
     return _cumulative(xp, 'cumprod', 1, x, axis, exclusive, reverse)
+
+
+# -- gradient kernels (org.chainer_compiler) ---------------------------------------------
+
+from .registry import CUSTOM_DOMAIN  # noqa: E402
+
+
+@kernel('ReduceProdGrad', domain=CUSTOM_DOMAIN)
+def reduce_prod_grad(xp, x, gy):
+    """Gradient of ReduceProd: ``gy`` (the output gradient with the reduced
+    axes kept as 1s) times the product of the *other* reduced elements,
+    from exclusive running products in both directions (exact with zeros).
+    Axes of size 1 in ``gy`` count as reduced; for those of ``x`` that were
+    not, the product of the others along them is 1 anyway."""
+    reduced = [i for i in range(x.ndim) if gy.shape[i] == 1]
+    kept = [i for i in range(x.ndim) if gy.shape[i] != 1]
+    perm = kept + reduced
+    moved = xp.transpose(x, perm)
+    flat = moved.reshape(moved.shape[:len(kept)] + (-1,))
+    ones = xp.ones(flat.shape[:-1] + (1,), dtype=x.dtype)
+    before = xp.cumprod(xp.concatenate([ones, flat[..., :-1]], axis=-1), axis=-1, dtype=x.dtype)
+    after = xp.flip(xp.cumprod(xp.flip(xp.concatenate([flat[..., 1:], ones], axis=-1), -1),
+                               axis=-1, dtype=x.dtype), -1)
+    others = (before * after).reshape(moved.shape)
+    others = xp.transpose(others, numpy.argsort(perm))
+    return (others * gy).astype(x.dtype, copy=False)
+
+
+@kernel('DetGrad', domain=CUSTOM_DOMAIN)
+def det_grad(xp, x, y, gy):
+    """Gradient of Det: ``gy det(x) inv(x)^T`` for (..., n, n) ``x``."""
+    work = x if x.dtype.itemsize >= 4 else x.astype(numpy.float32)
+    inverse_t = xp.swapaxes(xp.linalg.inv(work), -1, -2)
+    scale = (gy * y).astype(work.dtype, copy=False)[..., None, None]
+    return (scale * inverse_t).astype(x.dtype, copy=False)

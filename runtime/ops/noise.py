@@ -8,7 +8,7 @@ drawn in float64 and cast, since NumPy's generators take no dtype.
 """
 import numpy
 
-from .registry import LATEST, kernel
+from .registry import CUSTOM_DOMAIN, LATEST, kernel
 
 
 def _generator(xp, seed):
@@ -112,3 +112,13 @@ def multinomial(xp, input, *, dtype=None, sample_size=1, seed=None):
     index = xp.searchsorted((cdf + rows).ravel(), (draws + rows).ravel(), side='right')
     index = index.reshape(batch, sample_size) - rows * classes
     return xp.clip(index, 0, classes - 1).astype(numpy.int32 if dtype is None else dtype)
+
+
+@kernel('DropoutTraining', domain=CUSTOM_DOMAIN)
+def dropout_training(xp, x, *, ratio=0.5):
+    """Chainer's training-mode dropout: y = x * mask / (1 - ratio), with
+    mask ~ Bernoulli(1 - ratio); returns (y, mask) so the gradient reuses
+    the mask."""
+    mask = xp.random.rand(*x.shape) >= ratio
+    scale = x.dtype.type(1.0 / (1.0 - ratio)) if ratio < 1 else x.dtype.type(0)
+    return x * mask * scale, mask

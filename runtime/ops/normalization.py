@@ -203,3 +203,173 @@ def lp_normalization(xp, x, *, axis=-1, p=2):
         raise ValueError('LpNormalization: p must be 1 or 2, got %r' % (p,))
     # An all-zero slice has norm 0; dividing its zeros by 1 keeps them 0.
     return x / xp.where(norm == 0, x.dtype.type(1), norm)
+
+
+# -- training and gradient kernels (custom domain) ------------------------------
+
+from .registry import CUSTOM_DOMAIN  # noqa: E402
+
+
+def _channel_axes(x, spatial=1):
+    """Axes BatchNormalization reduces: all but the channel axis (or only
+    the batch axis for the pre-opset-9 ``spatial=0`` form)."""
+    return (0,) + tuple(range(2, x.ndim)) if spatial else (0,)
+
+
+@kernel('BatchNormalizationTraining', domain=CUSTOM_DOMAIN)
+def batch_normalization_training(xp, x, scale, b, running_mean, running_var, *,
+                                 epsilon=1e-5, momentum=0.9):
+    """Batch normalization with the batch statistics, Chainer's way: the
+    running averages become ``momentum * avg + (1 - momentum) * stat`` with
+    the *unbiased* batch variance (m / (m - 1) times the population one, m
+    values per channel).  Returns Y, the new running mean and variance, and
+    the batch mean and inverse standard deviation 1 / sqrt(var + epsilon)
+    (the saved statistics BatchNormalizationGrad reads)."""
+    dtype = _compute_dtype(x)
+    centred, mean, var = _moments(x, _channel_axes(x), dtype)
+    inv_std = 1 / xp.sqrt(var + dtype.type(epsilon))
+    a = inv_std * _per_channel(scale.astype(dtype), x.ndim)
+    y = centred * a + _per_channel(b.astype(dtype), x.ndim)
+    m = x.size // scale.size
+    adjust = m / max(m - 1.0, 1.0)
+    mean = mean.reshape(running_mean.shape)
+    var = var.reshape(running_var.shape)
+    inv_std = inv_std.reshape(running_var.shape)
+    d = dtype.type(momentum)
+    new_mean = running_mean.astype(dtype) * d + mean * (1 - d)
+    new_var = running_var.astype(dtype) * d + var * dtype.type((1 - momentum) * adjust)
+    stat = running_mean.dtype
+    return (y.astype(x.dtype, copy=False), new_mean.astype(stat, copy=False),
+            new_var.astype(running_var.dtype, copy=False), mean.astype(stat, copy=False),
+            inv_std.astype(stat, copy=False))
+
+
+@kernel('BatchNormalizationGrad', domain=CUSTOM_DOMAIN)
+def batch_normalization_grad(xp, x, scale, gy, mean=None, inv_std=None, var=None, *,
+                             epsilon=1e-5, training=1, spatial=1, n_outputs=3):
+    """Gradients of BatchNormalization wrt X, scale and B (and, with five
+    outputs, wrt the mean and variance inputs of the inference form).
+
+    ``mean`` and ``inv_std`` are the statistics the forward pass used; in
+    place of ``inv_std``, ``var`` (then 1 / sqrt(var + epsilon)); both absent
+    (training only): recomputed from X.  ``training=1``: the statistics are
+    X's batch statistics, so X's gradient flows through them too."""
+    dtype = _compute_dtype(x)
+    axes = _channel_axes(x, spatial)
+    if mean is None:
+        centred, batch_mean, batch_var = _moments(x, axes, dtype)
+        inv = 1 / xp.sqrt(batch_var + dtype.type(epsilon))
+    else:
+        centred = x.astype(dtype, copy=False) - _per_channel(mean.astype(dtype), x.ndim)
+        if inv_std is not None:
+            inv = _per_channel(inv_std.astype(dtype), x.ndim)
+        else:
+            inv = 1 / xp.sqrt(_per_channel(var.astype(dtype), x.ndim) + dtype.type(epsilon))
+    gys = gy.astype(dtype, copy=False)
+    xhat = centred * inv
+    g_b = gys.sum(axis=axes, keepdims=True)
+    g_scale = (gys * xhat).sum(axis=axes, keepdims=True)
+    a = _per_channel(scale.astype(dtype), x.ndim) * inv
+    if training:
+        m = dtype.type(x.size // g_b.size)
+        gx = (gys - g_b / m - xhat * (g_scale / m)) * a
+    else:
+        gx = gys * a
+    outs = [gx.astype(x.dtype, copy=False), g_scale.reshape(scale.shape).astype(scale.dtype),
+            g_b.reshape(scale.shape).astype(scale.dtype)]
+    if n_outputs > 3:
+        g_mean = -g_b * a
+        g_var = g_scale * a * inv * dtype.type(-0.5)
+        outs += [g_mean.reshape(scale.shape).astype(scale.dtype),
+                 g_var.reshape(scale.shape).astype(scale.dtype)]
+    return tuple(outs[:max(n_outputs, 1)])
+
+
+def _normalized_grad(xp, g, xhat, inv_std, axes):
+    """Gradient wrt x of xhat = (x - mean(x)) * inv_std(x) over ``axes``,
+    given the gradient ``g`` wrt xhat."""
+    return (g - g.mean(axis=axes, keepdims=True)
+            - xhat * (g * xhat).mean(axis=axes, keepdims=True)) * inv_std
+
+
+def _sum_to(xp, a, shape):
+    """Sum ``a`` down to the broadcastable ``shape``."""
+    lead = a.ndim - len(shape)
+    axes = tuple(range(lead)) + tuple(lead + i for i, d in enumerate(shape)
+                                      if d == 1 and a.shape[lead + i] != 1)
+    return a.sum(axis=axes).reshape(shape) if axes else a.reshape(shape)
+
+
+@kernel('LayerNormalizationGrad', domain=CUSTOM_DOMAIN)
+def layer_normalization_grad(xp, x, scale, gy, mean=None, inv_std=None, *, axis=-1,
+                             epsilon=1e-5):
+    """Gradients of LayerNormalization wrt X and Scale (Scale's shape);
+    ``mean`` and ``inv_std`` are its saved outputs, or recomputed."""
+    axes = _trailing_axes(x, axis)
+    dtype = _compute_dtype(x, mean.dtype if mean is not None else numpy.float32)
+    if mean is None:
+        centred, mean, var = _moments(x, axes, dtype)
+        inv_std = 1 / xp.sqrt(var + dtype.type(epsilon))
+    else:
+        centred = x.astype(dtype, copy=False) - mean.astype(dtype, copy=False)
+        inv_std = inv_std.astype(dtype, copy=False)
+    xhat = centred * inv_std
+    gys = gy.astype(dtype, copy=False)
+    g_scale = _sum_to(xp, gys * xhat, scale.shape)
+    gx = _normalized_grad(xp, gys * scale.astype(dtype, copy=False), xhat, inv_std, axes)
+    return gx.astype(x.dtype, copy=False), g_scale.astype(scale.dtype, copy=False)
+
+
+@kernel('GroupNormalizationGrad', domain=CUSTOM_DOMAIN)
+def group_normalization_grad(xp, x, scale, gy, *, num_groups, epsilon=1e-5):
+    """Gradients of GroupNormalization (and InstanceNormalization, one group
+    per channel) wrt X, scale and bias; scale is per channel, or per group
+    (opset 18) and then so are its and the bias's gradients."""
+    n_batch, channels = x.shape[:2]
+    dtype = _compute_dtype(x)
+    centred, _, var = _moments(x.reshape(n_batch, num_groups, -1), 2, dtype)
+    inv_std = 1 / xp.sqrt(var + dtype.type(epsilon))
+    xhat = centred * inv_std
+    gys = gy.astype(dtype, copy=False)
+    per_group = scale.shape[0] != channels
+    s = scale.astype(dtype)
+    if per_group:
+        s = xp.repeat(s, channels // num_groups)
+    axes = _channel_axes(x)
+    g_scale = (gys * xhat.reshape(x.shape)).sum(axis=axes)
+    g_b = gys.sum(axis=axes)
+    if per_group:
+        g_scale = g_scale.reshape(num_groups, -1).sum(axis=1)
+        g_b = g_b.reshape(num_groups, -1).sum(axis=1)
+    g = (gys * _per_channel(s, x.ndim)).reshape(n_batch, num_groups, -1)
+    gx = _normalized_grad(xp, g, xhat, inv_std, 2).reshape(x.shape)
+    return (gx.astype(x.dtype, copy=False), g_scale.astype(scale.dtype, copy=False),
+            g_b.astype(scale.dtype, copy=False))
+
+
+@kernel('LRNGrad', domain=CUSTOM_DOMAIN)
+def lrn_grad(xp, x, gy, *, size, alpha=1e-4, beta=0.75, bias=1.0):
+    """Gradient of LRN wrt X (attributes are LRN's)."""
+    dtype = _compute_dtype(x)
+    xs = x.astype(dtype, copy=False)
+    channels = x.shape[1]
+    below = (size - 1) // 2
+    above = size - 1 - below
+
+    def window_sum(v, front, back):
+        pad = [(0, 0)] * x.ndim
+        pad[1] = (front, back)
+        padded = xp.pad(v, pad)
+        total = padded[:, :channels].copy()
+        for k in range(1, size):
+            total += padded[:, k:k + channels]
+        return total
+
+    rate = dtype.type(alpha / size)
+    denominator = dtype.type(bias) + rate * window_sum(xs * xs, below, above)
+    factor = denominator ** dtype.type(-beta)
+    gys = gy.astype(dtype, copy=False)
+    t = gys * xs * factor / denominator
+    # Channel i lies in the windows of channels i - above .. i + below.
+    gx = gys * factor - dtype.type(2 * beta) * rate * xs * window_sum(t, above, below)
+    return gx.astype(x.dtype, copy=False)

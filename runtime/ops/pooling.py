@@ -271,3 +271,89 @@ def roi_align_10(xp, x, rois, batch_indices, *, mode='avg', output_height=1, out
                      coordinate_transformation_mode='output_half_pixel', mode=mode,
                      output_height=output_height, output_width=output_width,
                      sampling_ratio=sampling_ratio, spatial_scale=spatial_scale)
+
+
+# -- gradient kernels (custom domain) -------------------------------------------
+
+from .connection import col2im, tap_slices  # noqa: E402
+from .registry import CUSTOM_DOMAIN  # noqa: E402
+
+
+@kernel('MaxPoolGrad', domain=CUSTOM_DOMAIN)
+def max_pool_grad(xp, x, y, gy, *, auto_pad='NOTSET', ceil_mode=0, dilations=None,
+                  kernel_shape=None, pads=None, strides=None):
+    """Gradient of MaxPool: each window's gy goes to the input element that
+    is its maximum y, the first one (row-major over the taps) on ties, as
+    Chainer does.  Attributes are MaxPool's."""
+    window = window_geometry(x.shape[2:], kernel_shape, strides, dilations, pads, auto_pad,
+                             ceil_mode)
+    view = im2col(xp, x, window, fill=_lowest(x.dtype))
+    gx = xp.zeros_like(gy, shape=x.shape)
+    zero = gy.dtype.type(0)
+    taken = None
+    for tap, src, dst in tap_slices(window, x.shape[2:]):
+        hit = view[(slice(None), slice(None)) + tap] == y
+        if taken is None:
+            taken = hit
+        else:
+            hit &= ~taken
+            taken |= hit
+        if src is not None:
+            gx[dst] += xp.where(hit[src], gy[src], zero)
+    return gx
+
+
+@kernel('AveragePoolGrad', domain=CUSTOM_DOMAIN)
+def average_pool_grad(xp, gy, *, input_shape, auto_pad='NOTSET', ceil_mode=0,
+                      count_include_pad=0, dilations=None, kernel_shape=None, pads=None,
+                      strides=None):
+    """Gradient of AveragePool over an input of shape ``input_shape``:
+    gy / (window count) spread over every tap of its window.  Other
+    attributes are AveragePool's."""
+    in_shape = tuple(input_shape[2:])
+    window = window_geometry(in_shape, kernel_shape, strides, dilations, pads, auto_pad,
+                             ceil_mode)
+    counts = _window_counts(in_shape, window, count_include_pad)
+    share = gy / xp.asarray(counts, dtype=gy.dtype)
+    n = len(in_shape)
+    # Every tap reads the same share: a broadcast view, nothing copied.
+    share = share.reshape(share.shape[:2] + (1,) * n + share.shape[2:])
+    cols = xp.broadcast_to(share, share.shape[:2] + window.kernel + share.shape[2 + n:])
+    return col2im(xp, cols, in_shape, window)
+
+
+def _bin_bounds(start, size, n_bins, limit):
+    """[low, high) input rows of each MaxRoiPool bin (as _bin_masks)."""
+    edges = numpy.arange(n_bins + 1) * (size / n_bins)
+    low = numpy.clip(numpy.floor(edges[:-1]).astype(numpy.int64) + start, 0, limit)
+    high = numpy.clip(numpy.ceil(edges[1:]).astype(numpy.int64) + start, 0, limit)
+    return low.tolist(), high.tolist()
+
+
+@kernel('MaxRoiPoolGrad', domain=CUSTOM_DOMAIN)
+def max_roi_pool_grad(xp, x, rois, gy, *, pooled_shape=None, spatial_scale=1.0):
+    """Gradient of MaxRoiPool wrt x: each bin's gy goes to its maximum (the
+    first in row-major order on ties); empty bins pass nothing."""
+    height, width = x.shape[2:]
+    pooled_h, pooled_w = pooled_shape
+    channels = x.shape[1]
+    gx = xp.zeros_like(gy, shape=x.shape)
+    chan = xp.arange(channels)
+    for r, (batch, *corners) in enumerate(rois.tolist()):
+        x1, y1, x2, y2 = (int(_round_half_away(c * spatial_scale)) for c in corners)
+        low_h, high_h = _bin_bounds(y1, max(y2 - y1 + 1, 1), pooled_h, height)
+        low_w, high_w = _bin_bounds(x1, max(x2 - x1 + 1, 1), pooled_w, width)
+        image = x[int(batch)]
+        target = gx[int(batch)]
+        for ph in range(pooled_h):
+            h0, h1 = low_h[ph], high_h[ph]
+            if h0 >= h1:
+                continue
+            for pw in range(pooled_w):
+                w0, w1 = low_w[pw], high_w[pw]
+                if w0 >= w1:
+                    continue
+                region = image[:, h0:h1, w0:w1].reshape(channels, -1)
+                flat = region.argmax(axis=1)
+                target[chan, h0 + flat // (w1 - w0), w0 + flat % (w1 - w0)] += gy[r, :, ph, pw]
+    return gx

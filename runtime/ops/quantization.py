@@ -106,7 +106,8 @@ def quantize_linear(xp, x, y_scale, y_zero_point=None, *, axis=1, block_size=0,
         dtype = numpy.uint8
     if precision:
         if precision not in _PRECISION_DTYPES:
-            raise NotImplementedError('QuantizeLinear precision=%d is not supported' % precision)
+            raise ValueError('QuantizeLinear: precision=%d is not supported (float16, float32 '
+                             'and float64 are)' % precision)
         compute = numpy.dtype(_PRECISION_DTYPES[precision])
     else:
         compute = y_scale.dtype

@@ -97,3 +97,12 @@ def test_unknown_attribute_is_refused_when_binding():
 def test_unknown_operator_is_refused_when_binding():
     with pytest.raises(UnsupportedOperatorError, match="no kernel for operator NoSuchOp"):
         Executor(_one_instruction('NoSuchOp'))
+
+
+def test_peak_bytes_counts_inputs_constants_and_the_largest_live_set(mlp_model):
+    ex = Executor(build_program(mlp_model), track_memory=True)
+    ex.run({'x': X})
+    constants = 3 * 4 * 4 + 4 * 4
+    # x (24 B) and the constants are live when MatMul makes h (32 B).
+    assert ex.peak_bytes >= constants + X.nbytes + 2 * 4 * 4
+    assert Executor(build_program(mlp_model)).peak_bytes == 0  # off by default

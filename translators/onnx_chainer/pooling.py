@@ -1,2 +1,173 @@
 """Converters for chainer.functions.pooling."""
-from .registry import converter  # noqa: F401
+import numpy
+from chainer.utils import conv
+from onnx import TensorProto as onnx_types
+
+from .registry import converter
+
+
+def _geometry(func, ndim):
+    """(ksize, stride, pad) tuples of a Pooling2D or _PoolingND function."""
+    if hasattr(func, 'kh'):
+        return (func.kh, func.kw), (func.sy, func.sx), (func.ph, func.pw)
+    return tuple(func.ksize), tuple(func.stride), tuple(func.pad)
+
+
+def _onnx_ceil_size(size, k, s, p):
+    """The output size of an ONNX pool with ceil_mode=1 (a window that would
+    start in the end padding is dropped, as onnxruntime does)."""
+    out = -(-(size + 2 * p - k) // s) + 1
+    if (out - 1) * s >= size + p:
+        out -= 1
+    return out
+
+
+@converter('MaxPoolingND')  # F.max_pooling_2d is MaxPoolingND too
+def convert_max_pooling(ctx, call):
+    """MaxPool; ``cover_all=True`` (Chainer's default) pads each axis end
+    with ``stride - 1`` more -inf, which is ONNX's ceil_mode where the
+    output sizes agree, and explicit end padding otherwise."""
+    func = call.func
+    if func.return_indices:
+        raise ValueError('%s: return_indices=True is not supported' % call.name)
+    x = call.input_arrays[0]
+    ksize, stride, pad = _geometry(func, x.ndim - 2)
+    attrs = dict(kernel_shape=list(ksize), strides=list(stride), pads=list(pad) * 2)
+    if not func.cover_all:
+        ctx.node('MaxPool', call.inputs, call.outputs, **attrs)
+        return
+    sizes = x.shape[2:]
+    geometry = list(zip(sizes, ksize, stride, pad))
+    chainer_out = [conv.get_conv_outsize(n, k, s, p, cover_all=True) for n, k, s, p in geometry]
+    floor_out = [conv.get_conv_outsize(n, k, s, p) for n, k, s, p in geometry]
+    if chainer_out == floor_out:
+        ctx.node('MaxPool', call.inputs, call.outputs, **attrs)
+        return
+    attrs['ceil_mode'] = 1
+    ceil_out = [_onnx_ceil_size(n, k, s, p) for n, k, s, p in geometry]
+    if ceil_out == chainer_out:
+        ctx.node('MaxPool', call.inputs, call.outputs, **attrs)
+        return
+    # Chainer keeps trailing windows that lie wholly in the end padding
+    # (their max is -inf); ONNX drops them: pad them back on.
+    y = ctx.node('MaxPool', call.inputs, 1, **attrs)
+    missing = [c - o for c, o in zip(chainer_out, ceil_out)]
+    pads = ctx.int64s([0] * x.ndim + [0, 0] + missing)
+    lowest = ctx.constant(numpy.asarray(-numpy.inf, dtype=x.dtype), hint='lowest')
+    ctx.node('Pad', [y, pads, lowest], call.outputs, mode='constant')
+
+
+@converter('AveragePooling2D', 'AveragePoolingND')
+def convert_average_pooling(ctx, call):
+    """AveragePool.  Chainer divides by the full window (padding counted:
+    count_include_pad=1) except average_pooling_nd with ``pad_value=None``,
+    which averages over the input elements only (count_include_pad=0;
+    onnx-chainer ignored pad_value)."""
+    func = call.func
+    x = call.input_arrays[0]
+    ksize, stride, pad = _geometry(func, x.ndim - 2)
+    if func.cover_all:
+        raise ValueError('%s: cover_all=True is not supported' % call.name)
+    include_pad = getattr(func, 'pad_value', 0) is not None
+    ctx.node('AveragePool', call.inputs, call.outputs, kernel_shape=list(ksize),
+             strides=list(stride), pads=list(pad) * 2,
+             count_include_pad=int(include_pad and any(pad)))
+
+
+@converter('Unpooling2D', 'UnpoolingND')
+def convert_unpooling(ctx, call):
+    """Each input element copied over its ksize window, overlaps summed and
+    cropped by pad/outsize (Chainer's tile + col2im): a depthwise
+    ConvTranspose with a kernel of ones."""
+    func = call.func
+    x_name = call.inputs[0]
+    x = call.input_arrays[0]
+    ndim = x.ndim - 2
+    ksize, stride, pad = _geometry(func, ndim)
+    if hasattr(func, 'outh'):
+        outsize = (func.outh, func.outw)
+    else:
+        outsize = func.outs if func.outs is not None else (None,) * ndim
+    channels = x.shape[1]
+    pads_end, output_padding = [], []
+    for n, k, s, p, out in zip(x.shape[2:], ksize, stride, pad, outsize):
+        if out is None:
+            out = conv.get_deconv_outsize(n, k, s, p, cover_all=func.cover_all)
+        extra = int(out) - conv.get_deconv_outsize(n, k, s, p)
+        pads_end.append(p - min(extra, 0))
+        output_padding.append(max(extra, 0))
+    if any(o >= s for o, s in zip(output_padding, stride)):
+        raise ValueError('%s: outsize %s is not supported' % (call.name, tuple(outsize)))
+    ones = ctx.constant(numpy.ones((channels, 1) + tuple(ksize), dtype=x.dtype), hint='ones')
+    ctx.node('ConvTranspose', [x_name, ones], call.outputs, kernel_shape=list(ksize),
+             strides=list(stride), pads=list(pad) + pads_end, group=channels,
+             output_padding=output_padding if any(output_padding) else None)
+
+
+@converter('ROIPooling2D')
+def convert_roi_pooling(ctx, call):
+    """RoI max pooling.  onnxruntime's MaxRoiPool agrees with Chainer (also
+    on negative inputs, and empty bins give 0) except where a scaled RoI
+    corner is a tie: Chainer's NumPy code rounds it half to even (Python's
+    round), MaxRoiPool half away from zero.  So the RoIs are scaled and
+    rounded with ONNX Round (half to even) first and pooled with
+    spatial_scale 1.  MaxRoiPool-22 has no onnxruntime kernel: from opset
+    22 the pooling is composed of masked ReduceMax instead."""
+    func = call.func
+    x, rois = call.inputs
+    dtype = call.input_arrays[1].dtype
+    if ctx.opset >= 22:
+        _compose_roi_max_pooling(ctx, call)
+        return
+    scale = numpy.asarray([1] + [func.spatial_scale] * 4, dtype=dtype)
+    rois = ctx.node('Round', [ctx.node('Mul', [rois, ctx.constant(scale, hint='scale')])])
+    ctx.node('MaxRoiPool', [x, rois], call.outputs, pooled_shape=[func.outh, func.outw],
+             spatial_scale=1.0)
+
+
+def _compose_roi_max_pooling(ctx, call):
+    """Chainer's forward_cpu as array ops: bin bounds in float64 as Python
+    computes them, then a masked max over W, then over H."""
+    func = call.func
+    x, rois = call.inputs
+    x_array = call.input_arrays[0]
+    height, width = x_array.shape[2:]
+    f64 = numpy.float64
+    scale = numpy.asarray([1] + [func.spatial_scale] * 4, dtype=f64)
+    r = ctx.node('Cast', [rois], to=onnx_types.DOUBLE)
+    r = ctx.node('Round', [ctx.node('Mul', [r, ctx.constant(scale, hint='scale')])])
+    index, xmin, ymin, xmax, ymax = [ctx.fresh('roi') for _ in range(5)]
+    ctx.split(r, [1] * 5, 1, [index, xmin, ymin, xmax, ymax])
+    index = ctx.node('Cast', [ctx.squeeze(index, [1])], to=onnx_types.INT64)
+    one = ctx.constant(numpy.asarray(1, dtype=f64), hint='one')
+    zero = ctx.constant(numpy.asarray(0, dtype=f64), hint='zero')
+
+    def bins(lo, hi, n_bins, limit):
+        """(mask (R, n_bins, limit), nonempty (R, n_bins)) along one axis."""
+        size = ctx.node('Max', [ctx.node('Add', [ctx.node('Sub', [hi, lo]), one]), one])
+        step = ctx.node('Div', [size, ctx.constant(numpy.asarray(n_bins, dtype=f64), hint='n')])
+        p = numpy.arange(n_bins, dtype=f64).reshape(1, -1)
+        start = ctx.node('Floor', [ctx.node('Mul', [ctx.constant(p, hint='bin'), step])])
+        end = ctx.node('Ceil', [ctx.node('Mul', [ctx.constant(p + 1, hint='bin'), step])])
+        lim = ctx.constant(numpy.asarray(limit, dtype=f64), hint='limit')
+        start = ctx.node('Min', [ctx.node('Max', [ctx.node('Add', [start, lo]), zero]), lim])
+        end = ctx.node('Min', [ctx.node('Max', [ctx.node('Add', [end, lo]), zero]), lim])
+        grid = ctx.constant(numpy.arange(limit, dtype=f64).reshape(1, 1, -1), hint='grid')
+        inside = ctx.node('And', [
+            ctx.node('GreaterOrEqual', [grid, ctx.unsqueeze(start, [2])]),
+            ctx.node('Less', [grid, ctx.unsqueeze(end, [2])])])
+        return inside, ctx.node('Less', [start, end])
+
+    mask_w, nonempty_w = bins(xmin, xmax, func.outw, width)
+    mask_h, nonempty_h = bins(ymin, ymax, func.outh, height)
+    lowest = ctx.constant(numpy.asarray(-numpy.inf, dtype=x_array.dtype), hint='lowest')
+    planes = ctx.node('Gather', [x, index], axis=0)                      # R C H W
+    y = ctx.node('Where', [ctx.unsqueeze(mask_w, [1, 2]),                # R 1 1 ow W
+                           ctx.unsqueeze(planes, [3]), lowest])          # R C H 1 W
+    y = ctx.reduce('ReduceMax', y, [4], keepdims=False)                  # R C H ow
+    y = ctx.node('Where', [ctx.unsqueeze(mask_h, [1, 4]),                # R 1 oh H 1
+                           ctx.unsqueeze(y, [2]), lowest])               # R C 1 H ow
+    y = ctx.reduce('ReduceMax', y, [3], keepdims=False)                  # R C oh ow
+    nonempty = ctx.node('And', [ctx.unsqueeze(nonempty_h, [2]), ctx.unsqueeze(nonempty_w, [1])])
+    zero_x = ctx.constant(numpy.zeros((), dtype=x_array.dtype), hint='zero')
+    ctx.node('Where', [ctx.unsqueeze(nonempty, [1]), y, zero_x], call.outputs)

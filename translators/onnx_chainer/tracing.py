@@ -12,8 +12,9 @@ from dataclasses import dataclass
 
 import chainer
 
-from . import registry
-from .graph_builder import GraphBuilder, value_info
+from . import registry, rnn
+from .recordable import recordable_functions
+from ...onnx_builder import GraphBuilder, value_info
 
 DEFAULT_OPSET = 17
 MIN_OPSET = 11
@@ -73,12 +74,14 @@ def _as_variable(x):
 
 
 def export_model(model, inputs, opset_version=None, input_names=None, output_names=None,
-                 train=False, external_converters=None):
+                 train=False, external_converters=None, fold_rnn=True):
     """Trace ``model`` on ``inputs`` and return the ONNX ModelProto.
 
     ``inputs``: an array or Variable, a tuple/list (``model(*inputs)``) or
     a dict (``model(**inputs)``).  Parameters are named by link path
-    (``/l1/W``), persistent values too (``/bn/avg_mean``).
+    (``/l1/W``), persistent values too (``/bn/avg_mean``).  ``fold_rnn``
+    exports each ``F.n_step_*`` call (``L.NStepLSTM`` ...) as ONNX
+    LSTM/GRU/RNN nodes instead of the unrolled cell functions.
     """
     opset = DEFAULT_OPSET if opset_version is None else int(opset_version)
     if not MIN_OPSET <= opset <= MAX_OPSET:
@@ -96,8 +99,9 @@ def export_model(model, inputs, opset_version=None, input_names=None, output_nam
     in_names = _names(input_names, len(ordered), 'input', 'input_names')
 
     recorder = _Recorder()
+    folding = rnn.n_step_as_single_calls() if fold_rnn else rnn.n_step_unrolled()
     with chainer.using_config('train', train), chainer.using_config('enable_backprop', True), \
-            recorder:
+            recordable_functions(), folding, recorder:
         result = call()
     if isinstance(result, dict):
         result = list(result.values())
@@ -117,7 +121,7 @@ def export_model(model, inputs, opset_version=None, input_names=None, output_nam
     needed = _needed_functions(results)
     wanted_outputs = {id(r.node): n for r, n in zip(results, out_names)
                       if r.creator_node is not None and id(r.node) not in names}
-    used_params, unsupported = set(), []
+    used_params, persistent_names, unsupported = set(), set(), []
 
     def input_name(node, array):
         key = id(node)
@@ -128,7 +132,11 @@ def export_model(model, inputs, opset_version=None, input_names=None, output_nam
             used_params.add(pname)
             names[key] = ctx.initializer(pname, _to_numpy(p.array))
         elif id(array) in persistents:
-            names[key] = ctx.initializer(persistents[id(array)], _to_numpy(array))
+            # A link called twice passes the same running averages twice.
+            name = persistents[id(array)]
+            if name not in persistent_names:
+                persistent_names.add(ctx.initializer(name, _to_numpy(array)))
+            names[key] = name
         else:
             names[key] = ctx.constant(_to_numpy(array).copy(), hint='const')
         return names[key]
@@ -136,9 +144,12 @@ def export_model(model, inputs, opset_version=None, input_names=None, output_nam
     for func, in_data, site in recorder.calls:
         if id(func) not in needed:
             continue
-        fn = registry.lookup(type(func).__name__, external_converters)
+        # Old-style chainer.Function objects arrive wrapped in a FunctionAdapter.
+        target = getattr(func, '_function', func) if isinstance(
+            func, chainer.function.FunctionAdapter) else func
+        fn = registry.lookup(type(target).__name__, external_converters)
         if fn is None:
-            unsupported.append('%s (called at %s)' % (type(func).__name__, site))
+            unsupported.append('%s (called at %s)' % (type(target).__name__, site))
             continue
         ins = [input_name(n, a) for n, a in zip(func.inputs, in_data)]
         outs = []
@@ -150,7 +161,7 @@ def export_model(model, inputs, opset_version=None, input_names=None, output_nam
             elif key is not None:
                 names[key] = ctx.fresh(type(func).__name__)
             outs.append(names[key] if key is not None else ctx.fresh('unused'))
-        fn(ctx, FunctionCall(func, ins, outs, tuple(_to_numpy(a) for a in in_data), site, train))
+        fn(ctx, FunctionCall(target, ins, outs, tuple(_to_numpy(a) for a in in_data), site, train))
     if unsupported:
         raise UnsupportedFunctionError(
             'no converter for %d Chainer function call(s):\n  %s\n(add one with '

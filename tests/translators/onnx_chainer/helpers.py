@@ -21,8 +21,8 @@ class FunctionModel(chainer.Chain):
         super().__init__()
         self.fn = fn
 
-    def forward(self, *xs):
-        return self.fn(*xs)
+    def forward(self, *xs, **named):
+        return self.fn(*xs, **named)
 
 
 def _as_list(outputs):

@@ -1,6 +1,8 @@
-"""GraphBuilder: collects the ONNX nodes and initializers of an export and
-knows, per opset, which form an operator takes (axes as attribute or input,
-and the like), so converters state what they mean once."""
+"""GraphBuilder: collects ONNX nodes and initializers, and knows per opset
+which form an operator takes (axes as attribute or input, and the like), so
+the translators and the gradient rules state what they mean once.
+
+Pure onnx + NumPy: the translators and the compiler both build on it."""
 import numpy
 from onnx import helper, numpy_helper
 

@@ -1,0 +1,45 @@
+"""Where the VM's device memory comes from.
+
+By default the runtime draws CuPy memory from a pool of its own, so its use
+can be reported apart from Chainer's.  ``use_chainerx_shared_allocator``
+makes it share the pool Chainer uses (the name is the original
+chainer-compiler's; our VM plays ChainerX's role), and
+``use_unified_memory_allocator`` switches CuPy to managed (unified) memory,
+useful to export or run models larger than the GPU's memory.
+"""
+import warnings
+
+from .runtime import backend
+
+_said_nothing_to_do = set()
+
+
+def _cupy_or_say_why(function_name):
+    reason = backend.cupy_unavailable_reason()
+    if reason is None:
+        import cupy
+        return cupy
+    if function_name not in _said_nothing_to_do:
+        _said_nothing_to_do.add(function_name)
+        warnings.warn('chainer_compiler.%s has nothing to do: %s' % (function_name, reason))
+    return None
+
+
+def use_unified_memory_allocator():
+    """Allocate CuPy memory (Chainer's and the VM's) as managed memory."""
+    cupy = _cupy_or_say_why('use_unified_memory_allocator')
+    if cupy is None:
+        return False
+    pool = cupy.cuda.MemoryPool(cupy.cuda.memory.malloc_managed)
+    cupy.cuda.set_allocator(pool.malloc)
+    backend.set_cupy_pool(pool)
+    return True
+
+
+def use_chainerx_shared_allocator():
+    """Make the VM allocate from the CuPy pool Chainer uses."""
+    cupy = _cupy_or_say_why('use_chainerx_shared_allocator')
+    if cupy is None:
+        return False
+    backend.set_cupy_pool(cupy.get_default_memory_pool())
+    return True

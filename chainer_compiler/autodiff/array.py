@@ -1,0 +1,323 @@
+"""Gradient rules for the array family.
+
+Shapes are static, so most rules are reshapes, transposes, splits and sums
+decided at compile time.  Scatters that have no good standard form (adjoints
+of Slice, Gather*, non-constant Pad and Resize) are custom operators of the
+org.chainer_compiler domain, registered in runtime/ops/array.py.
+"""
+import numpy
+from onnx import helper
+
+from ..runtime.ops.registry import CUSTOM_DOMAIN
+from .registry import gradient, no_gradient
+
+no_gradient('Shape', 'Size', 'ConstantOfShape', 'Range', 'NonZero', 'OneHot', 'EyeLike',
+            'Constant', 'Unique', 'BitCast')
+
+
+def _axis(axis, ndim):
+    return axis + ndim if axis < 0 else axis
+
+
+def _input(node, i):
+    """Name of optional input ``i`` of ``node`` ('' when omitted)."""
+    return node.input[i] if len(node.input) > i else ''
+
+
+def _custom(b, op, inputs, **attrs):
+    while inputs and not inputs[-1]:
+        inputs = inputs[:-1]
+    return b.node(op, inputs, 1, domain=CUSTOM_DOMAIN, **attrs)
+
+
+def _reshape_to(b, gy, name):
+    """``gy`` reshaped to the static shape of forward value ``name``."""
+    shape = list(b.shape(name))
+    if b.opset < 5:
+        return b.node('Reshape', [gy], 1, shape=shape)
+    return b.reshape(gy, shape)
+
+
+# -- reshapes ----------------------------------------------------------------
+@gradient('Reshape', 'Flatten', 'Squeeze', 'Unsqueeze')
+def reshape_grad(b, node, gys):
+    gy, = gys
+    return [_reshape_to(b, gy, node.input[0])] + [None] * (len(node.input) - 1)
+
+
+@gradient('Transpose')
+def transpose_grad(b, node, gys):
+    gy, = gys
+    ndim = len(b.shape(node.input[0]))
+    perm = b.attr(node, 'perm') or list(range(ndim))[::-1]
+    inverse = [0] * ndim
+    for i, p in enumerate(perm):
+        inverse[p] = i
+    return [b.node('Transpose', [gy], 1, perm=inverse)]
+
+
+# -- joining and splitting -------------------------------------------------
+@gradient('Concat')
+def concat_grad(b, node, gys):
+    gy, = gys
+    if len(node.input) == 1:
+        return [gy]
+    axis = _axis(b.attr(node, 'axis', 1), len(b.shape(node.output[0])))
+    sizes = [b.shape(x)[axis] for x in node.input]
+    return b.split(gy, sizes, axis, [b.fresh('concat_grad') for _ in sizes])
+
+
+@gradient('Split')
+def split_grad(b, node, gys):
+    x = node.input[0]
+    axis = _axis(b.attr(node, 'axis', 0), len(b.shape(x)))
+    pieces = []
+    for y, gy in zip(node.output, gys):
+        pieces.append(gy if gy is not None else b.zeros_like(y))
+    gx = pieces[0] if len(pieces) == 1 else b.node('Concat', pieces, 1, axis=axis)
+    return [gx] + [None] * (len(node.input) - 1)
+
+
+# -- slicing and indexing --------------------------------------------------
+@gradient('Slice')
+def slice_grad(b, node, gys):
+    gy, = gys
+    x = node.input[0]
+    shape = list(b.shape(x))
+    if b.opset < 10:  # starts, ends, axes as attributes
+        starts, ends = b.attr(node, 'starts'), b.attr(node, 'ends')
+        axes = b.attr(node, 'axes') or list(range(len(starts)))
+        inputs = [gy, b.int64s(starts), b.int64s(ends), b.int64s(axes)]
+        return [_custom(b, 'SliceGrad', inputs, shape=shape)]
+    inputs = [gy] + [_input(node, i) for i in range(1, 5)]
+    return [_custom(b, 'SliceGrad', inputs, shape=shape)] + [None] * (len(node.input) - 1)
+
+
+@gradient('Gather')
+def gather_grad(b, node, gys):
+    gy, = gys
+    data, indices = node.input
+    shape = list(b.shape(data))
+    axis = _axis(b.attr(node, 'axis', 0), len(shape))
+    return [_custom(b, 'GatherGrad', [gy, indices], axis=axis, shape=shape), None]
+
+
+@gradient('GatherElements')
+def gather_elements_grad(b, node, gys):
+    gy, = gys
+    data, indices = node.input
+    shape = list(b.shape(data))
+    axis = _axis(b.attr(node, 'axis', 0), len(shape))
+    return [_custom(b, 'GatherElementsGrad', [gy, indices], axis=axis, shape=shape), None]
+
+
+@gradient('GatherND')
+def gather_nd_grad(b, node, gys):
+    gy, = gys
+    data, indices = node.input
+    return [_custom(b, 'GatherNDGrad', [gy, indices], shape=list(b.shape(data)),
+                    batch_dims=b.attr(node, 'batch_dims', 0)), None]
+
+
+@gradient('Compress')
+def compress_grad(b, node, gys):
+    gy, = gys
+    x, condition = node.input
+    shape = list(b.shape(x))
+    axis = b.attr(node, 'axis')
+    selected = b.reshape(b.node('NonZero', [condition]), [-1])
+    if axis is None:
+        flat = _custom(b, 'GatherGrad', [gy, selected], axis=0,
+                       shape=[int(numpy.prod(shape))])
+        return [_reshape_to(b, flat, x), None]
+    return [_custom(b, 'GatherGrad', [gy, selected], axis=_axis(axis, len(shape)),
+                    shape=shape), None]
+
+
+@gradient('ScatterElements', 'Scatter', 'ScatterND')
+def scatter_grad(b, node, gys):
+    """Data: the upstream gradient with the overwritten positions zeroed
+    (reduction 'none') or as is ('add'); updates: the gradient gathered."""
+    gy, = gys
+    data, indices, updates = node.input
+    reduction = b.attr(node, 'reduction', 'none')
+    if reduction not in ('none', 'add'):
+        raise NotImplementedError('gradient of %s with reduction %r' % (node.op_type, reduction))
+    nd = node.op_type == 'ScatterND'
+    attrs = {} if nd else {'axis': b.attr(node, 'axis', 0)}
+    gathered = b.node('GatherND' if nd else 'GatherElements', [gy, indices], 1, **attrs)
+    if reduction == 'add':
+        return [gy, None, gathered]
+    zeros = b.zeros_like(updates)
+    scatter = node.op_type if node.op_type != 'Scatter' else 'ScatterElements'
+    if scatter == 'ScatterElements' and b.opset < 11:
+        scatter = 'Scatter'
+    return [b.node(scatter, [gy, indices, zeros], 1, **attrs), None, gathered]
+
+
+@gradient('TopK')
+def top_k_grad(b, node, gys):
+    gy = gys[0]
+    x = node.input[0]
+    shape = list(b.shape(x))
+    axis = _axis(b.attr(node, 'axis', -1), len(shape))
+    gx = _custom(b, 'GatherElementsGrad', [gy, node.output[1]], axis=axis, shape=shape)
+    return [gx] + [None] * (len(node.input) - 1)
+
+
+# -- broadcasting, tiling, padding -----------------------------------------
+@gradient('Expand')
+def expand_grad(b, node, gys):
+    gy, = gys
+    x = node.input[0]
+    return [b.sum_to(gy, b.shape(node.output[0]), b.shape(x)), None]
+
+
+@gradient('Tile')
+def tile_grad(b, node, gys):
+    gy, = gys
+    x = node.input[0]
+    in_shape, out_shape = b.shape(x), b.shape(node.output[0])
+    split_shape, axes = [], []
+    for d, o in zip(in_shape, out_shape):
+        repeats = o // d if d else 1
+        if repeats != 1:
+            axes.append(len(split_shape))
+            split_shape.append(repeats)
+        split_shape.append(d)
+    gx = gy
+    if axes:
+        gx = b.reduce('ReduceSum', b.reshape(gy, split_shape), axes, keepdims=False)
+    return [gx] + [None] * (len(node.input) - 1)
+
+
+@gradient('Pad')
+def pad_grad(b, node, gys):
+    gy, = gys
+    x = node.input[0]
+    mode = b.attr(node, 'mode', 'constant')
+    rest = [None] * (len(node.input) - 1)
+    if b.opset < 11:
+        pads = b.attr(node, 'pads', b.attr(node, 'paddings'))
+        if mode == 'constant':
+            attrs = {'pads': [-p for p in pads]} if b.opset >= 2 else {
+                'paddings': [-p for p in pads]}
+            return [b.node('Pad', [gy], 1, **attrs)] + rest
+        return [_custom(b, 'PadGrad', [gy, b.int64s(pads)], mode=mode,
+                        shape=list(b.shape(x)))] + rest
+    pads, axes = node.input[1], _input(node, 3)
+    if mode == 'constant':
+        inputs = [gy, b.node('Neg', [pads])] + (['', axes] if axes else [])
+        return [b.node('Pad', inputs, 1, mode='constant')] + rest
+    return [_custom(b, 'PadGrad', [gy, pads, axes], mode=mode, shape=list(b.shape(x)))] + rest
+
+
+@gradient('CenterCropPad')
+def center_crop_pad_grad(b, node, gys):
+    gy, = gys
+    x = node.input[0]
+    return [b.node('CenterCropPad', [gy, b.int64s(b.shape(x))], 1), None]
+
+
+# -- selections ------------------------------------------------------------
+@gradient('Where')
+def where_grad(b, node, gys):
+    gy, = gys
+    condition, x, y = node.input
+    out = b.shape(node.output[0])
+    zero = b.constant(numpy.zeros((), b.dtype(node.output[0])), hint='zero')
+    gx = b.node('Where', [condition, gy, zero])
+    gy_ = b.node('Where', [condition, zero, gy])
+    return [None, b.sum_to(gx, out, b.shape(x)), b.sum_to(gy_, out, b.shape(y))]
+
+
+@gradient('Trilu')
+def trilu_grad(b, node, gys):
+    gy, = gys
+    inputs = [gy] + list(node.input[1:2])
+    return [b.node('Trilu', inputs, 1, upper=b.attr(node, 'upper', 1))] + \
+        [None] * (len(node.input) - 1)
+
+
+@gradient('ReverseSequence')
+def reverse_sequence_grad(b, node, gys):
+    gy, = gys
+    return [b.node('ReverseSequence', [gy, node.input[1]], 1,
+                   batch_axis=b.attr(node, 'batch_axis', 1),
+                   time_axis=b.attr(node, 'time_axis', 0)), None]
+
+
+# -- casts -----------------------------------------------------------------
+def _cast_back(b, gy, x, grad_dtype):
+    dtype = b.dtype(x)
+    if dtype is None or dtype.kind != 'f':
+        return None
+    if dtype == grad_dtype:
+        return gy
+    to = helper.np_dtype_to_tensor_dtype(dtype)
+    if b.opset < 6:
+        to = helper.tensor_dtype_to_string(to).split('.')[-1]
+    return b.node('Cast', [gy], 1, to=to)
+
+
+@gradient('Cast')
+def cast_grad(b, node, gys):
+    gy, = gys
+    return [_cast_back(b, gy, node.input[0], b.dtype(node.output[0]))]
+
+
+@gradient('CastLike')
+def cast_like_grad(b, node, gys):
+    gy, = gys
+    return [_cast_back(b, gy, node.input[0], b.dtype(node.output[0])), None]
+
+
+# -- block rearrangements --------------------------------------------------
+@gradient('DepthToSpace')
+def depth_to_space_grad(b, node, gys):
+    gy, = gys
+    blocksize = b.attr(node, 'blocksize')
+    if b.attr(node, 'mode', 'DCR') == 'DCR':
+        return [b.node('SpaceToDepth', [gy], 1, blocksize=blocksize)]
+    n, c, h, w = b.shape(node.input[0])
+    blocks = b.reshape(gy, [n, c // blocksize ** 2, h, blocksize, w, blocksize])
+    moved = b.node('Transpose', [blocks], 1, perm=[0, 1, 3, 5, 2, 4])
+    return [b.reshape(moved, [n, c, h, w])]
+
+
+@gradient('SpaceToDepth')
+def space_to_depth_grad(b, node, gys):
+    gy, = gys
+    return [b.node('DepthToSpace', [gy], 1, blocksize=b.attr(node, 'blocksize'))]
+
+
+# -- Resize and Upsample ---------------------------------------------------
+_RESIZE_ATTRS = ('mode', 'coordinate_transformation_mode', 'nearest_mode', 'cubic_coeff_a',
+                 'exclude_outside', 'extrapolation_value', 'antialias', 'axes',
+                 'keep_aspect_ratio_policy')
+
+
+@gradient('Resize', 'Upsample')
+def resize_grad(b, node, gys):
+    """ResizeGrad takes Resize-11's inputs (roi, scales, sizes) in place of
+    X's; the older forms (scales only, asymmetric coordinates, legacy
+    nearest rounding) become a scales input and ``legacy=1``."""
+    gy, = gys
+    x = node.input[0]
+    shape = list(b.shape(x))
+    rest = [None] * (len(node.input) - 1)
+    if node.op_type == 'Resize' and b.opset >= 11:
+        attrs = {name: b.attr(node, name) for name in _RESIZE_ATTRS}
+        inputs = [gy] + [_input(node, i) for i in range(1, 4)]
+        return [_custom(b, 'ResizeGrad', inputs, shape=shape, **attrs)] + rest
+    mode = b.attr(node, 'mode', 'nearest')
+    if len(node.input) > 1:
+        scales = node.input[1]
+    elif b.attr(node, 'scales') is not None:
+        scales = b.constant(numpy.asarray(b.attr(node, 'scales'), numpy.float32), hint='scales')
+    else:
+        scales = b.constant(numpy.asarray([1, 1, b.attr(node, 'height_scale'),
+                                           b.attr(node, 'width_scale')], numpy.float32),
+                            hint='scales')
+    return [_custom(b, 'ResizeGrad', [gy, '', scales], shape=shape, legacy=1,
+                    mode=mode)] + rest

@@ -1,0 +1,113 @@
+"""Gradient rules for the connection family.
+
+Conv's input gradient is a ConvTranspose of gy with the same weights (its
+``output_padding`` restores the input rows a strided window never reached);
+the weight gradient is the custom ``ConvGradFilter`` (im2col + one GEMM per
+group over batch and window positions together).  ConvTranspose is Conv's
+adjoint, so the roles swap: its input gradient is a Conv of gy, its weight
+gradient ConvGradFilter with gy as the image.  Padding is resolved at
+compile time (shapes are static), auto_pad included.
+"""
+from ..runtime.ops.connection import window_geometry
+from ..runtime.ops.registry import CUSTOM_DOMAIN
+from .registry import gradient, no_gradient  # noqa: F401
+
+
+def _bias_grad(b, gy, ndim):
+    """Gradient of a per-channel bias: gy summed over batch and space."""
+    return b.reduce('ReduceSum', gy, [0] + list(range(2, ndim)), keepdims=False)
+
+
+@gradient('Conv')
+def conv_grad(b, node, gys):
+    gy, = gys
+    x, w = node.input[:2]
+    x_shape, w_shape = b.shape(x), b.shape(w)
+    n = len(x_shape) - 2
+    kernel = tuple(w_shape[2:])
+    group = b.attr(node, 'group', 1)
+    strides = list(b.attr(node, 'strides', None) or [1] * n)
+    dilations = list(b.attr(node, 'dilations', None) or [1] * n)
+    window = window_geometry(x_shape[2:], kernel, strides, dilations,
+                             b.attr(node, 'pads', None), b.attr(node, 'auto_pad', 'NOTSET'))
+    pads = list(window.pads_begin + window.pads_end)
+    # Input rows after the last full window get no gradient: output_padding
+    # makes ConvTranspose's result exactly as large as x.
+    output_padding = [x_shape[2 + i] + pads[i] + pads[n + i]
+                      - ((kernel[i] - 1) * dilations[i] + 1)
+                      - strides[i] * (window.out[i] - 1) for i in range(n)]
+    gx = b.node('ConvTranspose', [gy, w], 1, kernel_shape=list(kernel), strides=strides,
+                dilations=dilations, pads=pads, group=group,
+                output_padding=output_padding if any(output_padding) else None)
+    gw = b.node('ConvGradFilter', [x, gy], 1, domain=CUSTOM_DOMAIN, kernel_shape=list(kernel),
+                strides=strides, dilations=dilations, pads=pads, group=group)
+    grads = [gx, gw]
+    if len(node.input) > 2 and node.input[2]:
+        grads.append(_bias_grad(b, gy, len(x_shape)))
+    return grads + [None] * (len(node.input) - len(grads))
+
+
+def _conv_transpose_pads(b, node, in_shape, kernel, strides, dilations):
+    """(begin, end, output spatial shape) of a ConvTranspose, resolved as
+    the runtime kernel does."""
+    n = len(in_shape)
+    output_padding = b.attr(node, 'output_padding', None) or [0] * n
+    output_shape = b.attr(node, 'output_shape', None)
+    auto_pad = b.attr(node, 'auto_pad', 'NOTSET')
+    full = [strides[i] * (in_shape[i] - 1) + output_padding[i]
+            + (kernel[i] - 1) * dilations[i] + 1 for i in range(n)]
+    if output_shape or auto_pad in ('SAME_UPPER', 'SAME_LOWER'):
+        out = (list(output_shape[-n:]) if output_shape
+               else [in_shape[i] * strides[i] for i in range(n)])
+        total = [full[i] - out[i] for i in range(n)]
+        if auto_pad == 'SAME_UPPER':
+            begin = [t // 2 for t in total]
+        else:
+            begin = [t - t // 2 for t in total]
+        end = [t - p for t, p in zip(total, begin)]
+    else:
+        pads = b.attr(node, 'pads', None)
+        if not pads or auto_pad == 'VALID':
+            pads = [0] * (2 * n)
+        begin, end = list(pads[:n]), list(pads[n:])
+        out = [full[i] - begin[i] - end[i] for i in range(n)]
+    return begin, end, out
+
+
+@gradient('ConvTranspose')
+def conv_transpose_grad(b, node, gys):
+    gy, = gys
+    x, w = node.input[:2]
+    x_shape, w_shape = b.shape(x), b.shape(w)
+    n = len(x_shape) - 2
+    in_shape = list(x_shape[2:])
+    kernel = list(w_shape[2:])
+    group = b.attr(node, 'group', 1)
+    strides = list(b.attr(node, 'strides', None) or [1] * n)
+    dilations = list(b.attr(node, 'dilations', None) or [1] * n)
+    begin, end, out = _conv_transpose_pads(b, node, in_shape, kernel, strides, dilations)
+    # x[s] feeds y[s * stride + k * dilation - begin]: a Conv over gy with
+    # pads (begin, end') whose windows are exactly x's positions.  Negative
+    # pads (an output_shape larger than the full result) become crops.
+    crop_lo = [max(0, -p) for p in begin]
+    begin = [max(0, p) for p in begin]
+    end = []
+    crop_hi = []
+    for i in range(n):
+        size = out[i] - crop_lo[i]
+        need = strides[i] * (in_shape[i] - 1) + (kernel[i] - 1) * dilations[i] + 1 \
+            - size - begin[i]
+        end.append(max(0, need))
+        crop_hi.append(size + min(0, need))
+    if any(crop_lo) or any(c != o for c, o in zip(crop_hi, out)):
+        gy = b.slice(gy, [c + 0 for c in crop_lo], [lo + hi for lo, hi in zip(crop_lo, crop_hi)],
+                     list(range(2, 2 + n)))
+    pads = begin + end
+    gx = b.node('Conv', [gy, w], 1, kernel_shape=kernel, strides=strides, dilations=dilations,
+                pads=pads, group=group)
+    gw = b.node('ConvGradFilter', [gy, x], 1, domain=CUSTOM_DOMAIN, kernel_shape=kernel,
+                strides=strides, dilations=dilations, pads=pads, group=group)
+    grads = [gx, gw]
+    if len(node.input) > 2 and node.input[2]:
+        grads.append(_bias_grad(b, gys[0], len(x_shape)))
+    return grads + [None] * (len(node.input) - len(grads))

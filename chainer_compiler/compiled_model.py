@@ -1,0 +1,257 @@
+"""compile_onnx: an exported ONNX file becomes a chainer.Chain whose forward
+and backward run compiled Programs on the VM.
+
+The compiled Chain adopts the model's own links and Parameters, so
+optimizers, hooks, serializers and Trainer snapshots see the same
+parameters under the same paths as the plain model.
+"""
+import os
+
+import chainer
+import onnx
+
+from .frontend import InvalidModelError, load_onnx
+from .passes.training_mode import to_training_mode
+from .runtime.errors import InputValidationError
+from .runtime.executor import Executor
+from .training import compile_training
+
+
+class ModelMismatchError(InvalidModelError):
+    """The ONNX file does not match the model's parameters."""
+
+
+def compile_onnx(model, onnx_file, used_translator='onnx_chainer', dump_onnx=False,
+                 computation_order=None, compiler_kwargs=None, runtime_kwargs=None):
+    """Compile ``onnx_file`` (exported from ``model``) into a chainer.Chain.
+
+    The returned Chain runs the compiled forward program, and its backward
+    the compiled backward program, under ``chainer.config.train``; otherwise
+    an inference program.  It uses ``model``'s own Parameters (parameters
+    not initialized yet are initialized from the file's shapes).
+    ``dump_onnx`` writes the forward and backward graphs next to the file.
+    ``runtime_kwargs`` go to the VM's Executor (trace, check_nans, backend).
+    """
+    if used_translator not in ('onnx_chainer', 'ch2o'):
+        raise ValueError('unknown translator %r' % (used_translator,))
+    return CompiledModel(model, onnx_file, dump_onnx=dump_onnx,
+                         computation_order=computation_order,
+                         compiler_kwargs=compiler_kwargs or {},
+                         runtime_kwargs=runtime_kwargs or {})
+
+
+def compile(model, inputs, translator='onnx_chainer', **kwargs):  # noqa: A001 (public API name)
+    """Export ``model`` on ``inputs`` to a temporary ONNX file and compile it."""
+    from .exporting import export
+    path = export(model, inputs, translator=translator)
+    try:
+        return compile_onnx(model, path, translator, **kwargs)
+    finally:
+        os.remove(path)
+
+
+class CompiledModel(chainer.Chain):
+    """A Chain running ``model``'s compiled Programs (see compile_onnx)."""
+
+    def __init__(self, model, onnx_file, dump_onnx=False, computation_order=None,
+                 compiler_kwargs=None, runtime_kwargs=None):
+        super().__init__()
+        self._adopt(model)
+        self.onnx_file = onnx_file
+        self.computation_order = computation_order
+        self.runtime_kwargs = dict(runtime_kwargs or {})
+        self.dump_onnx = dump_onnx
+        self._proto = load_onnx(onnx_file)
+        self._bind_parameters(model)
+        self._training = None
+        self._inference = None
+
+    # -- wiring the model's parameters -------------------------------------------
+    def _adopt(self, model):
+        with self.init_scope():
+            for name, child in _direct_children(model):
+                setattr(self, name, child)
+            for name in getattr(model, '_params', ()):
+                setattr(self, name, getattr(model, name))
+        for name in getattr(model, '_persistent', ()):
+            self.add_persistent(name, getattr(model, name))
+        self._model = model
+
+    def _bind_parameters(self, model):
+        """Match initializers to Parameters and persistent arrays by path."""
+        params = dict(model.namedparams(include_uninit=True))
+        persistents = _persistent_slots(model)
+        graph = self._proto.graph
+        self._param_names, self._state_names = [], []
+        self._param_of = {}
+        problems = []
+        for init in graph.initializer:
+            name, shape = init.name, tuple(init.dims)
+            if name in params:
+                param = params[name]
+                if param.array is None:
+                    param.initialize(shape)
+                if tuple(param.shape) != shape:
+                    problems.append('%s: the file has shape %s, the model %s'
+                                    % (name, shape, tuple(param.shape)))
+                self._param_names.append(name)
+                self._param_of[name] = param
+            elif name in persistents:
+                link, attr = persistents[name]
+                if tuple(getattr(link, attr).shape) != shape:
+                    problems.append('%s: the file has shape %s, the model %s'
+                                    % (name, shape, tuple(getattr(link, attr).shape)))
+                self._state_names.append(name)
+            elif name.startswith('/'):
+                problems.append('%s: the model has no such parameter' % name)
+        if problems:
+            raise ModelMismatchError('%s does not match the model %s:\n  %s' % (
+                self.onnx_file, type(model).__name__, '\n  '.join(problems)))
+        self._persistents = persistents
+        self._inputs = [v for v in graph.input
+                        if v.name not in {t.name for t in graph.initializer}]
+
+    # -- programs ----------------------------------------------------------------
+    def _training_programs(self):
+        if self._training is None:
+            proto = onnx.ModelProto()
+            proto.CopyFrom(self._proto)
+            decays = {name: getattr(self._persistents[name][0], 'decay', 0.9)
+                      for name in self._state_names}
+            updates = to_training_mode(proto, decays)
+            wrt = [v.name for v in self._inputs
+                   if v.type.tensor_type.elem_type in (onnx.TensorProto.FLOAT,
+                                                       onnx.TensorProto.DOUBLE,
+                                                       onnx.TensorProto.FLOAT16)]
+            wrt += self._param_names
+            programs = compile_training(proto, params=self._param_names + self._state_names,
+                                        wrt=wrt, state_outputs=[u for u, _ in updates],
+                                        check=False)
+            if self.dump_onnx:
+                self._dump(programs)
+            options = dict(self.runtime_kwargs)
+            self._training = _TrainingState(
+                programs, Executor(programs.forward, **options),
+                Executor(programs.backward, **options), updates)
+        return self._training
+
+    def _inference_executor(self):
+        if self._inference is None:
+            from .training import compile_inference
+            program = compile_inference(self._proto, params=self._param_names + self._state_names)
+            self._inference = Executor(program, **self.runtime_kwargs)
+        return self._inference
+
+    def _dump(self, programs):
+        base = os.path.splitext(self.onnx_file)[0]
+        for suffix, model in (('forward', programs.forward_onnx),
+                              ('backward', programs.backward_onnx)):
+            path = '%s.%s.onnx' % (base, suffix)
+            onnx.save(model, path)
+            print('chainer_compiler: wrote the %s graph to %s' % (suffix, path))
+
+    # -- running -------------------------------------------------------------------
+    def forward(self, *args):
+        if len(args) != len(self._inputs):
+            raise TypeError('%s takes %d input(s) (%s), got %d' % (
+                type(self._model).__name__, len(self._inputs),
+                ', '.join(v.name for v in self._inputs), len(args)))
+        xs = [x if isinstance(x, chainer.Variable) else chainer.Variable(x) for x in args]
+        self._check_inputs(xs)
+        params = [self._param_of[n] for n in self._param_names]
+        states = [self._state_array(n) for n in self._state_names]
+        if chainer.config.train:
+            state = self._training_programs()
+            outputs = _CompiledStep(self, state, states).apply(xs + params)
+        else:
+            values = [x.array for x in xs] + [p.array for p in params] + states
+            results = self._inference_executor().run_positional(values)
+            outputs = [chainer.Variable(r, requires_grad=False) for r in results]
+        return outputs[0] if len(outputs) == 1 else tuple(outputs)
+
+    def _check_inputs(self, xs):
+        for x, info in zip(xs, self._inputs):
+            dims = [d.dim_value for d in info.type.tensor_type.shape.dim]
+            if len(dims) == x.ndim and dims and dims[0] and x.shape[0] != dims[0] \
+                    and tuple(dims[1:]) == tuple(x.shape[1:]):
+                raise InputValidationError(
+                    "input '%s' has batch size %d, but %s was exported with batch size %d; "
+                    "compiled programs have a fixed batch size: wrap the dataset in "
+                    "chainer_compiler.FixedBatchDataset(dataset, %d)"
+                    % (info.name, x.shape[0], self.onnx_file, dims[0], dims[0]))
+
+    def _state_array(self, name):
+        link, attr = self._persistents[name]
+        return getattr(link, attr)
+
+    def _store_state(self, name, value):
+        link, attr = self._persistents[name]
+        target = getattr(link, attr)
+        target[...] = value
+
+
+class _TrainingState:
+    def __init__(self, programs, forward, backward, updates):
+        self.programs = programs
+        self.forward = forward
+        self.backward = backward
+        self.updates = updates
+
+
+class _CompiledStep(chainer.FunctionNode):
+    """One FunctionNode for the whole compiled forward; its backward runs
+    the compiled backward program."""
+
+    def __init__(self, compiled, state, states):
+        self.compiled = compiled
+        self.state = state
+        self.states = states
+
+    def forward(self, inputs):
+        programs = self.state.programs
+        results = self.state.forward.run_positional(list(inputs) + list(self.states))
+        names = [v.name for v in programs.forward.outputs]
+        by_name = dict(zip(names, results))
+        for updated, initializer in self.state.updates:
+            self.compiled._store_state(initializer, by_name[updated])
+        self.retained = [by_name[r] for r in programs.retained]
+        return tuple(by_name[n] for n in programs.outputs)
+
+    def backward(self, indexes, grad_outputs):
+        programs = self.state.programs
+        outputs = dict(zip(programs.outputs, self.outputs))
+        gys = []
+        for name in programs.grad_of_outputs:
+            i = programs.outputs.index(name)
+            g = grad_outputs[i]
+            if g is None:  # the loss does not depend on this output
+                node = outputs[name]()
+                gys.append(self.state.backward.xp.zeros(node.shape, node.dtype))
+            else:
+                gys.append(g.array)
+        grads = dict(zip(programs.grads_for,
+                         self.state.backward.run_positional(gys + self.retained)))
+        input_names = [v.name for v in programs.forward.inputs]
+        result = []
+        for i in indexes:
+            g = grads.get(input_names[i])
+            result.append(None if g is None else chainer.Variable(g))
+        return tuple(result)
+
+
+def _direct_children(model):
+    if isinstance(model, chainer.ChainList):
+        return [(str(i), child) for i, child in enumerate(model)]
+    if isinstance(model, chainer.Chain):
+        return [(name, getattr(model, name)) for name in sorted(model._children)]
+    return []
+
+
+def _persistent_slots(model):
+    """{'/path/name': (link, attribute)} for persistent arrays."""
+    slots = {}
+    for path, link in model.namedlinks():
+        for name in link._persistent:
+            if isinstance(getattr(link, name, None), chainer.get_array_types()):
+                slots['%s/%s' % (path if path != '/' else '', name)] = (link, name)
+    return slots

@@ -1,0 +1,117 @@
+"""Compiling an ONNX model for training: a forward and a backward Program.
+
+The forward program computes the model's outputs and also returns every
+value the backward program reads (the *retained* values); the backward
+program takes the gradients of the outputs plus those retained values and
+returns the gradients of the differentiated inputs and parameters.
+"""
+from dataclasses import dataclass
+
+import onnx
+from onnx import helper, shape_inference
+
+from .autodiff import differentiate
+from .codegen import emit_program
+from .frontend import load_onnx
+from .onnx_graph import opset_versions
+from .passes.constant_folding import fold_constants
+from .passes.dead_code import remove_dead_code
+from .passes.expand_functions import expand_functions
+
+
+@dataclass
+class TrainingPrograms:
+    """Forward/backward Programs and how their values line up.
+
+    ``forward`` inputs: the graph inputs, then ``params`` in order; outputs:
+    the differentiated model ``outputs``, updated state, then ``retained``.  ``backward`` inputs: one gradient
+    per name in ``grad_of_outputs``, then ``retained``; outputs: the
+    gradients of ``grads_for`` in order.
+    """
+    forward: object
+    backward: object
+    params: list
+    outputs: list
+    retained: list
+    grad_of_outputs: list
+    grads_for: list
+    forward_onnx: object
+    backward_onnx: object
+
+
+def compile_training(model, params=(), wrt=None, state_outputs=(), check=True):
+    """Compile ``model`` (path or ModelProto) for training.
+
+    ``params``: initializer names that become inputs of the forward program
+    (learnable parameters and running statistics, whose values change).
+    ``wrt``: names to differentiate (default: every float graph input and
+    every parameter).  ``state_outputs``: graph outputs that are updated
+    state (running averages), not differentiated.
+    """
+    model, opsets = _prepare(model, params, check)
+    graph = model.graph
+    if wrt is None:
+        wrt = [v.name for v in graph.input
+               if v.type.tensor_type.elem_type in _FLOAT_TYPES]
+    outputs = [v.name for v in graph.output]
+    differentiated = [o for o in outputs if o not in set(state_outputs)]
+    backward = differentiate(graph, opsets.get('', 1), wrt, outputs=differentiated)
+
+    forward_graph = onnx.GraphProto()
+    forward_graph.CopyFrom(graph)
+    known = set(outputs)
+    for name in backward.retained:
+        if name not in known:
+            dtype, shape = backward.value_types[name]
+            forward_graph.output.append(helper.make_tensor_value_info(
+                name, helper.np_dtype_to_tensor_dtype(dtype), list(shape)))
+            known.add(name)
+    backward_graph = backward.graph()
+    fold_constants(backward_graph, opsets)
+    grads_for = [w for w in wrt if backward.grad_outputs[w] is not None]
+    return TrainingPrograms(
+        forward=emit_program(forward_graph, opsets, name='forward'),
+        backward=emit_program(backward_graph, opsets, name='backward'),
+        params=list(params), outputs=differentiated, retained=list(backward.retained),
+        grad_of_outputs=[f for _, f in backward.grad_inputs], grads_for=grads_for,
+        forward_onnx=_like(model, forward_graph), backward_onnx=_like(model, backward_graph))
+
+
+def compile_inference(model, params=(), check=True):
+    """An inference Program whose ``params`` initializers are inputs (their
+    values change during training), after the graph's own inputs."""
+    model, opsets = _prepare(model, params, check)
+    return emit_program(model.graph, opsets, name='inference')
+
+
+def _prepare(model, params, check):
+    model = load_onnx(model, check=check)
+    _initializers_to_inputs(model.graph, params)
+    model = expand_functions(model)
+    opsets = opset_versions(model)
+    fold_constants(model.graph, opsets)
+    remove_dead_code(model.graph)
+    return shape_inference.infer_shapes(model, strict_mode=False, data_prop=True), opsets
+
+
+def _like(model, graph):
+    """A ModelProto of ``graph`` with ``model``'s opsets and IR version."""
+    result = helper.make_model(graph, opset_imports=model.opset_import)
+    result.ir_version = model.ir_version
+    return result
+
+
+_FLOAT_TYPES = (onnx.TensorProto.FLOAT, onnx.TensorProto.DOUBLE, onnx.TensorProto.FLOAT16,
+                onnx.TensorProto.BFLOAT16)
+
+
+def _initializers_to_inputs(graph, names):
+    """Make the initializers ``names`` graph inputs (appended in order)."""
+    by_name = {t.name: t for t in graph.initializer}
+    missing = [n for n in names if n not in by_name]
+    if missing:
+        raise ValueError('the ONNX graph has no initializer(s) %s' % ', '.join(missing))
+    for name in names:
+        t = by_name[name]
+        graph.input.append(helper.make_tensor_value_info(name, t.data_type, list(t.dims)))
+        graph.initializer.remove(t)
