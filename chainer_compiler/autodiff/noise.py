@@ -1,2 +1,55 @@
-"""Gradient rules for the noise family."""
-from .registry import gradient, no_gradient  # noqa: F401
+"""Gradient rules for the noise family.
+
+Dropout's gradient is ``gy * mask / (1 - ratio)`` in training mode and
+``gy`` otherwise.  From opset 12 whether the node trains, and its ratio, may
+be run-time values, so training-mode gradients go through one custom node
+(org.chainer_compiler, kernel in runtime/ops/noise.py):
+DropoutGrad(gy, mask[, ratio[, training_mode]]) -> gx.  It reads the
+forward's keep-mask output, which a node that leaves it out is given
+(``forward_output``): a boolean is the cheapest thing to retain.
+
+Random generators carry no gradient.
+"""
+import numpy
+
+from ..runtime.ops.registry import CUSTOM_DOMAIN
+from .loss import forward_output
+from .registry import gradient, no_gradient
+
+no_gradient('RandomNormalLike', 'RandomUniformLike', 'RandomNormal', 'RandomUniform',
+            'Bernoulli', 'Multinomial')
+
+
+def _input(node, i):
+    return node.input[i] if len(node.input) > i else ''
+
+
+@gradient('Dropout')
+def dropout_grad(b, node, gys):
+    gy, = gys[:1]
+    x = node.input[0]
+    others = [None] * (len(node.input) - 1)
+    if b.opset >= 12:
+        if not _input(node, 2):  # no training_mode: inference, the identity
+            return [gy] + others
+        mask = forward_output(b, node, 1, numpy.bool_, b.shape(x), 'mask')
+        inputs = [gy, mask, _input(node, 1), node.input[2]]
+    elif b.opset >= 7 or b.attr(node, 'is_test', 0):  # no training mode: identity
+        return [gy] + others
+    else:  # opsets 1-6 train unless is_test; the mask has the data's type
+        mask = forward_output(b, node, 1, b.dtype(x), b.shape(x), 'mask')
+        ratio = b.constant(numpy.float32(b.attr(node, 'ratio', 0.5)), hint='ratio')
+        inputs = [gy, mask, ratio, b.constant(numpy.bool_(True), hint='training_mode')]
+    return [b.node('DropoutGrad', inputs, 1, domain=CUSTOM_DOMAIN)] + others
+
+
+@gradient('DropoutTraining', domain=CUSTOM_DOMAIN)
+def dropout_training_grad(b, node, gys):
+    """compile_onnx's training-mode dropout keeps its mask as output 1."""
+    gy = gys[0]
+    if gy is None:
+        return [None]
+    ratio = b.attr(node, 'ratio', 0.5)
+    inputs = [gy, node.output[1], b.constant(numpy.float32(ratio), hint='ratio'),
+              b.constant(numpy.bool_(True), hint='training_mode')]
+    return [b.node('DropoutGrad', inputs, 1, domain=CUSTOM_DOMAIN)]

@@ -19,6 +19,16 @@ from ..runtime.ops.registry import CUSTOM_DOMAIN
 from .registry import GradientError, gradient, no_gradient  # noqa: F401
 
 
+def _saved(b, names):
+    """The forward's saved statistics ``names`` (mean, then inverse std or
+    variance) when both are produced and typed, else [] (recomputed)."""
+    names = list(names)
+    if len(names) == 2 and all(n and b.value_types.get(n, (None, None))[1] is not None
+                               for n in names):
+        return names
+    return []
+
+
 # -- BatchNormalization -----------------------------------------------------------
 
 def _batch_norm_training_mode(b, node):
@@ -39,8 +49,8 @@ def batch_normalization_grad(b, node, gys):
                  spatial=b.attr(node, 'spatial', None))
     if _batch_norm_training_mode(b, node):
         inputs = [x, scale, gy]
-        saved = list(node.output[3:5])
-        if len(saved) == 2 and all(saved):
+        saved = _saved(b, node.output[3:5])
+        if saved:
             # Opset < 14: the batch mean and variance are outputs; keep them.
             inputs += [saved[0], '', saved[1]]
         gx, g_scale, g_b = b.node('BatchNormalizationGrad', inputs, 3, training=1, **attrs)
@@ -56,9 +66,7 @@ def batch_normalization_training_grad(b, node, gys):
         return [None] * len(node.input)
     x, scale = node.input[:2]
     inputs = [x, scale, gy]
-    saved = list(node.output[3:5])
-    if len(saved) == 2 and all(saved):
-        inputs += saved
+    inputs += _saved(b, node.output[3:5])
     gx, g_scale, g_b = b.node('BatchNormalizationGrad', inputs, 3, domain=CUSTOM_DOMAIN,
                               epsilon=float(b.attr(node, 'epsilon', 1e-5)), training=1)
     return [gx, g_scale, g_b, None, None]
@@ -74,9 +82,7 @@ def layer_normalization_grad(b, node, gys):
                             'outputs are not supported')
     x, scale = node.input[:2]
     inputs = [x, scale, gy]
-    saved = list(node.output[1:3])
-    if len(saved) == 2 and all(saved):
-        inputs += saved
+    inputs += _saved(b, node.output[1:3])
     gx, g_scale = b.node('LayerNormalizationGrad', inputs, 2, domain=CUSTOM_DOMAIN,
                          axis=b.attr(node, 'axis', -1),
                          epsilon=float(b.attr(node, 'epsilon', 1e-5)))

@@ -211,3 +211,28 @@ def hardmax_v1(xp, x, *, axis=1):
 @kernel('Hardmax', versions=(13, LATEST))
 def hardmax(xp, x, *, axis=-1):
     return _hardmax(xp, x, axis)
+
+
+# -- gradient kernels (org.chainer_compiler) ---------------------------------------------
+
+from .registry import CUSTOM_DOMAIN  # noqa: E402
+
+
+@kernel('GeluGrad', domain=CUSTOM_DOMAIN)
+def gelu_grad(xp, gy, x, *, approximate='none'):
+    """Gradient of Gelu: ``gy * d gelu(x) / dx`` (the exact form through the
+    same erfc as the forward kernel, or the tanh approximation's)."""
+    if approximate == 'tanh':
+        c, k = _const(x, math.sqrt(2 / math.pi)), _const(x, 0.044715)
+        half, one = _const(x, 0.5), _const(x, 1)
+        square = x * x
+        t = xp.tanh(c * x * (one + k * square))
+        slope = half * (one + t) + half * x * (one - t * t) * c * (one + _const(x, 3) * k * square)
+        return (gy * slope).astype(x.dtype, copy=False)
+    if approximate != 'none':
+        raise ValueError("GeluGrad: approximate must be 'none' or 'tanh', got %r" % (approximate,))
+    wide = x.astype(xp.float64)
+    c = _erfc(xp, xp.abs(wide) / math.sqrt(2))
+    cdf = 0.5 * xp.where(wide >= 0, 2.0 - c, c)
+    density = xp.exp(-0.5 * wide * wide) / math.sqrt(2 * math.pi)
+    return (gy * (cdf + wide * density)).astype(x.dtype, copy=False)

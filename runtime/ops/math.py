@@ -448,7 +448,7 @@ def reduce_prod_grad(xp, x, gy):
     after = xp.flip(xp.cumprod(xp.flip(xp.concatenate([flat[..., 1:], ones], axis=-1), -1),
                                axis=-1, dtype=x.dtype), -1)
     others = (before * after).reshape(moved.shape)
-    others = xp.transpose(others, numpy.argsort(perm))
+    others = xp.transpose(others, tuple(int(i) for i in numpy.argsort(perm)))
     return (others * gy).astype(x.dtype, copy=False)
 
 

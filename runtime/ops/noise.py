@@ -122,3 +122,21 @@ def dropout_training(xp, x, *, ratio=0.5):
     mask = xp.random.rand(*x.shape) >= ratio
     scale = x.dtype.type(1.0 / (1.0 - ratio)) if ratio < 1 else x.dtype.type(0)
     return x * mask * scale, mask
+
+
+# -- gradient kernels (org.chainer_compiler) ---------------------------------------------
+
+from .registry import CUSTOM_DOMAIN  # noqa: E402
+
+
+@kernel('DropoutGrad', domain=CUSTOM_DOMAIN)
+def dropout_grad(xp, gy, mask, ratio=None, training_mode=None):
+    """Gradient of Dropout from its keep-``mask`` output (bool, or 0/1 in the
+    data's type): ``gy * mask / (1 - ratio)`` in training mode, ``gy``
+    otherwise.  ``ratio`` and ``training_mode`` as Dropout-12 takes them."""
+    training = training_mode is not None and bool(training_mode)
+    ratio = 0.5 if ratio is None else float(ratio)
+    if not training or ratio == 0:
+        return gy
+    scale = gy.dtype.type(1 / (1 - ratio) if ratio < 1 else 0)
+    return xp.where(mask.astype(bool, copy=False), gy * scale, gy.dtype.type(0))

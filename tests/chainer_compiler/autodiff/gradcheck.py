@@ -38,7 +38,8 @@ def check_gradients(model, inputs, wrt=None, eps=1e-6, rtol=1e-5, atol=1e-6, see
     rng = numpy.random.RandomState(seed)
     values = forward.run_positional([inputs[v.name] for v in programs.forward.inputs])
     outs = dict(zip([v.name for v in programs.forward.outputs], values))
-    upstream = {name: rng.standard_normal(numpy.shape(outs[name])) for name in programs.outputs}
+    upstream = {name: rng.standard_normal(numpy.shape(outs[name])).astype(outs[name].dtype)
+                for name in programs.outputs}
     grads = backward.run_positional(
         [upstream[n] for n in programs.grad_of_outputs] + [outs[r] for r in programs.retained])
 

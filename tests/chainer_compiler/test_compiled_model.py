@@ -1,0 +1,250 @@
+"""compile_onnx / compile: the compiled Chain trains like the Chainer model."""
+import os
+import warnings
+
+import chainer
+import chainer.functions as F
+import chainer.links as L
+import numpy
+import onnx
+import pytest
+
+import chainer_compiler
+from chainer_compiler.runtime import InputValidationError, NonFiniteError
+
+X = numpy.random.RandomState(0).uniform(-1, 1, (4, 6)).astype(numpy.float32)
+T = numpy.array([0, 1, 2, 1], numpy.int32)
+
+
+class Net(chainer.Chain):
+    def __init__(self, dropout=0.0):
+        super().__init__()
+        self.dropout = dropout
+        with self.init_scope():
+            self.l1 = L.Linear(None, 5)
+            self.bn = L.BatchNormalization(5)
+            self.l2 = L.Linear(None, 3)
+
+    def forward(self, x):
+        return self.l2(F.dropout(F.relu(self.bn(self.l1(x))), self.dropout))
+
+
+def _exported(tmp_path, model=None, x=X):
+    model = model or Net()
+    with chainer.using_config('train', False):
+        model(x)  # initialize the lazily shaped parameters
+    return model, chainer_compiler.export(model, [x], str(tmp_path / 'net.onnx'))
+
+
+def _twin(model, fresh):
+    with chainer.using_config('train', False):
+        fresh(X)
+    fresh.copyparams(model)
+    for name in ('avg_mean', 'avg_var'):
+        getattr(fresh.bn, name)[...] = getattr(model.bn, name)
+    return fresh
+
+
+def test_gradients_and_running_averages_match_chainer(tmp_path):
+    model, path = _exported(tmp_path)
+    compiled = chainer_compiler.compile_onnx(_twin(model, Net()), path, 'onnx_chainer')
+    for m in (model, compiled):
+        m.cleargrads()
+        F.softmax_cross_entropy(m(X), T).backward()
+    for (name, p), (_, q) in zip(sorted(model.namedparams()), sorted(compiled.namedparams())):
+        numpy.testing.assert_allclose(q.grad, p.grad, rtol=1e-4, atol=1e-6, err_msg=name)
+    numpy.testing.assert_allclose(compiled.bn.avg_mean, model.bn.avg_mean, rtol=1e-5, atol=1e-7)
+    numpy.testing.assert_allclose(compiled.bn.avg_var, model.bn.avg_var, rtol=1e-5, atol=1e-7)
+
+
+def test_evaluation_runs_the_inference_program(tmp_path):
+    model, path = _exported(tmp_path)
+    compiled = chainer_compiler.compile_onnx(_twin(model, Net()), path, 'onnx_chainer')
+    with chainer.using_config('train', False):
+        y = compiled(X)
+        numpy.testing.assert_allclose(y.array, model(X).array, rtol=1e-5, atol=1e-6)
+    assert y.creator is None  # no backward bookkeeping
+
+
+def test_parameters_are_the_models_own_under_the_same_paths(tmp_path):
+    model, path = _exported(tmp_path)
+    fresh = _twin(model, Net())
+    compiled = chainer_compiler.compile_onnx(fresh, path, 'onnx_chainer')
+    assert sorted(n for n, _ in compiled.namedparams()) == sorted(n for n, _ in fresh.namedparams())
+    assert all(p is q for (_, p), (_, q) in zip(sorted(compiled.namedparams()),
+                                              sorted(fresh.namedparams())))
+    optimizer = chainer.optimizers.MomentumSGD(0.1)
+    optimizer.setup(L.Classifier(compiled))
+    optimizer.add_hook(chainer.optimizer_hooks.WeightDecay(1e-4))
+    optimizer.add_hook(chainer.optimizer_hooks.GradientClipping(1.0))
+    before = fresh.l1.W.array.copy()
+    optimizer.update(optimizer.target, X, T)
+    assert not numpy.array_equal(before, fresh.l1.W.array)
+    # Serialized compiled and plain models are interchangeable.
+    saved = str(tmp_path / 'compiled.npz')
+    chainer.serializers.save_npz(saved, compiled)
+    plain = Net()
+    with chainer.using_config('train', False):
+        plain(X)
+    chainer.serializers.load_npz(saved, plain)
+    numpy.testing.assert_array_equal(plain.l1.W.array, fresh.l1.W.array)
+    numpy.testing.assert_array_equal(plain.bn.avg_mean, fresh.bn.avg_mean)
+
+
+def test_uninitialized_parameters_take_the_files_shapes(tmp_path):
+    _, path = _exported(tmp_path)
+    fresh = Net()
+    assert fresh.l1.W.array is None
+    compiled = chainer_compiler.compile_onnx(fresh, path, 'onnx_chainer')
+    assert fresh.l1.W.shape == (5, 6)
+    compiled(X)
+
+
+def test_dropout_is_random_in_training_and_off_in_evaluation(tmp_path):
+    model, path = _exported(tmp_path, Net(dropout=0.5))
+    compiled = chainer_compiler.compile_onnx(_twin(model, Net(dropout=0.5)), path, 'onnx_chainer')
+    with chainer.using_config('train', False):
+        numpy.testing.assert_allclose(compiled(X).array, model(X).array, rtol=1e-5, atol=1e-6)
+    first, second = compiled(X).array, compiled(X).array
+    assert not numpy.allclose(first, second)
+
+
+def test_recompute_policy_gives_the_same_gradients(tmp_path):
+    model, path = _exported(tmp_path)
+    grads = []
+    for order in (None, 'recompute'):
+        compiled = chainer_compiler.compile_onnx(_twin(model, Net()), path, 'onnx_chainer',
+                                                 computation_order=order)
+        F.softmax_cross_entropy(compiled(X), T).backward()
+        grads.append(compiled.l1.W.grad)
+    numpy.testing.assert_allclose(grads[1], grads[0], rtol=1e-5, atol=1e-7)
+
+
+def test_unknown_recompute_policy_is_a_clear_error(tmp_path):
+    model, path = _exported(tmp_path)
+    compiled = chainer_compiler.compile_onnx(_twin(model, Net()), path, 'onnx_chainer',
+                                             computation_order='fastest')
+    with pytest.raises(ValueError, match="unknown computation_order 'fastest'"):
+        compiled(X)
+
+
+def test_wrong_batch_size_names_fixed_batch_dataset(tmp_path):
+    model, path = _exported(tmp_path)
+    compiled = chainer_compiler.compile_onnx(_twin(model, Net()), path, 'onnx_chainer')
+    with pytest.raises(InputValidationError, match='batch size 3.*batch size 4.*FixedBatchDataset'):
+        compiled(X[:3])
+
+
+def test_wrong_input_count_and_dtype_are_clear_errors(tmp_path):
+    model, path = _exported(tmp_path)
+    compiled = chainer_compiler.compile_onnx(_twin(model, Net()), path, 'onnx_chainer')
+    with pytest.raises(TypeError, match='takes 1 input'):
+        compiled(X, X)
+    with pytest.raises(InputValidationError, match='dtype float64, expected float32'):
+        with chainer.using_config('train', False):
+            compiled(X.astype(numpy.float64))
+
+
+def test_a_file_that_does_not_match_the_model_is_refused(tmp_path):
+    _, path = _exported(tmp_path)
+
+    class Wider(chainer.Chain):
+        def __init__(self):
+            super().__init__()
+            with self.init_scope():
+                self.l1 = L.Linear(6, 5)
+                self.bn = L.BatchNormalization(5)
+                self.l2 = L.Linear(5, 7)
+
+    with pytest.raises(chainer_compiler.ModelMismatchError, match=r'/l2/W.*\(3, 5\).*\(7, 5\)'):
+        chainer_compiler.compile_onnx(Wider(), path, 'onnx_chainer')
+
+    class Renamed(chainer.Chain):
+        def __init__(self):
+            super().__init__()
+            with self.init_scope():
+                self.other = L.Linear(6, 3)
+
+    with pytest.raises(chainer_compiler.ModelMismatchError, match='/l1/W: the model has no such'):
+        chainer_compiler.compile_onnx(Renamed(), path, 'onnx_chainer')
+
+
+def test_a_missing_file_is_a_clear_error(tmp_path):
+    with pytest.raises(chainer_compiler.InvalidModelError, match='nope.onnx does not exist'):
+        chainer_compiler.compile_onnx(Net(), str(tmp_path / 'nope.onnx'), 'onnx_chainer')
+
+
+def test_dump_onnx_writes_forward_and_backward_graphs(tmp_path, capsys):
+    model, path = _exported(tmp_path)
+    compiled = chainer_compiler.compile_onnx(_twin(model, Net()), path, 'onnx_chainer',
+                                             dump_onnx=True)
+    compiled(X)
+    for part in ('forward', 'backward'):
+        dumped = onnx.load(str(tmp_path / ('net.%s.onnx' % part)))
+        assert len(dumped.graph.node) > 0
+    assert 'backward graph' in capsys.readouterr().out
+
+
+def test_runtime_kwargs_reach_the_vm(tmp_path):
+    class Logs(chainer.Chain):
+        def forward(self, x):
+            return F.log(x)
+
+    path = chainer_compiler.export(Logs(), [X], str(tmp_path / 'log.onnx'))
+    compiled = chainer_compiler.compile_onnx(Logs(), path, 'onnx_chainer',
+                                             runtime_kwargs={'check_nans': True})
+    with numpy.errstate(invalid='ignore'), pytest.raises(NonFiniteError, match='Log'):
+        compiled(X)
+
+
+def test_compile_exports_and_compiles_in_one_call():
+    model = Net()
+    with chainer.using_config('train', False):
+        model(X)
+    compiled = chainer_compiler.compile(model, [X])
+    F.softmax_cross_entropy(compiled(X), T).backward()
+    assert model.l1.W.grad is not None
+
+
+def test_fixed_batch_dataset_pads_with_ignored_labels():
+    data = chainer.datasets.TupleDataset(numpy.arange(10, dtype=numpy.float32).reshape(5, 2),
+                                         numpy.arange(5, dtype=numpy.int32))
+    padded = chainer_compiler.FixedBatchDataset(data, 4)
+    assert len(padded) == 8
+    assert padded[4][1] == 4 and padded[7][1] == -1
+    numpy.testing.assert_array_equal(padded[7][0], data[0][0])
+    logits = numpy.random.RandomState(0).standard_normal((8, 5)).astype(numpy.float32)
+    labels = numpy.array([padded[i][1] for i in range(8)], numpy.int32)
+    loss = F.softmax_cross_entropy(logits, labels)
+    expected = F.softmax_cross_entropy(logits[:5], labels[:5])
+    assert float(loss.array) == pytest.approx(float(expected.array))
+
+
+def test_allocators_say_once_that_they_have_nothing_to_do_without_cupy():
+    from chainer_compiler.runtime import cupy_unavailable_reason
+    if cupy_unavailable_reason() is None:
+        pytest.skip('CuPy is usable here')
+    with pytest.warns(UserWarning, match='use_unified_memory_allocator has nothing to do'):
+        assert chainer_compiler.use_unified_memory_allocator() is False
+    with warnings.catch_warnings():
+        warnings.simplefilter('error')
+        assert chainer_compiler.use_unified_memory_allocator() is False  # said once
+
+
+def test_get_mnist_loads_offline_like_chainer():
+    train, test = chainer_compiler.get_mnist()
+    assert (len(train), len(test)) == (60000, 10000)
+    x, t = train[0]
+    assert x.shape == (784,) and x.dtype == numpy.float32 and t.dtype == numpy.int32
+    assert 0 <= x.min() and x.max() <= 1
+
+
+def test_mnist_pickle_loader_refuses_anything_but_arrays(tmp_path):
+    import gzip
+    import pickle
+    path = str(tmp_path / 'evil.pkl.gz')
+    with gzip.open(path, 'wb') as f:
+        pickle.dump(os.system, f)
+    from chainer_compiler.datasets import load_array_pickle
+    with pytest.raises(pickle.UnpicklingError, match='refusing to load'):
+        load_array_pickle(path)
