@@ -2,9 +2,8 @@
 
 ``F.floor``, ``F.ceil``, ``F.sign`` and ``F.fix`` return a fresh Variable
 with no creator, so a traced graph would bake their result in as a constant,
-silently wrong for any other input.  While exporting, ``chainer.functions``
-is patched so each of them applies a FunctionNode the walker records (and a
-converter turns into ONNX).
+silently wrong for any other input.  While exporting, each of them applies a
+FunctionNode the walker records (and a converter turns into ONNX).
 
 ``F.dropout`` outside training returns its input without a FunctionNode
 too; it is recorded as ``InferenceDropout`` so the exported file keeps an
@@ -15,9 +14,9 @@ Chainer 7.8.1 also still uses ``numpy.float`` (``F.resize_images``), which
 NumPy 1.24 removed; it is put back for the duration of the export.
 """
 import contextlib
+import types
 
 import chainer
-import chainer.functions
 import numpy
 from chainer import utils
 
@@ -65,7 +64,10 @@ class InferenceDropout(chainer.FunctionNode):
         return inputs[0],
 
 
-_PATCHED = {'floor': Floor, 'ceil': Ceil, 'sign': Sign, 'fix': Fix}
+def _apply(node_class):
+    def apply(x):
+        return node_class().apply((x,))[0]
+    return apply
 
 
 def _recording_dropout(original):
@@ -76,26 +78,45 @@ def _recording_dropout(original):
     return dropout
 
 
+def _replacements():
+    """(function, its replacement given a callable copy of the original)."""
+    from chainer.functions.math import ceil, fix, floor, sign
+    from chainer.functions.noise import dropout
+    return [(floor.floor, lambda _: _apply(Floor)), (ceil.ceil, lambda _: _apply(Ceil)),
+            (sign.sign, lambda _: _apply(Sign)), (fix.fix, lambda _: _apply(Fix)),
+            (dropout.dropout, _recording_dropout)]
+
+
 @contextlib.contextmanager
-def recordable_functions():
-    """Patch ``chainer.functions`` for the duration of an export."""
-    originals = {name: getattr(chainer.functions, name) for name in list(_PATCHED) + ['dropout']}
-
-    def wrap(node_class):
-        def apply(x):
-            return node_class().apply((x,))[0]
-        return apply
-
-    missing_float = not hasattr(numpy, 'float')
+def _rerouted(fn, make_replacement):
+    """Make every reference to ``fn`` run a replacement, by swapping its code
+    object: models often import these functions by name (Chainer's own VGG16
+    does ``from chainer.functions.noise.dropout import dropout``), which
+    patching module attributes would miss."""
+    original = types.FunctionType(fn.__code__, fn.__globals__, fn.__name__,
+                                  fn.__defaults__, fn.__closure__)
+    original.__kwdefaults__ = fn.__kwdefaults__
+    key = '_chainer_compiler_%s' % fn.__name__
+    namespace = {}
+    exec('def forward(*args, **kwargs):\n    return %s(*args, **kwargs)\n' % key, namespace)
+    saved = fn.__code__, fn.__defaults__, fn.__kwdefaults__
+    fn.__globals__[key] = make_replacement(original)
+    fn.__code__ = namespace['forward'].__code__
     try:
-        for name, node_class in _PATCHED.items():
-            setattr(chainer.functions, name, wrap(node_class))
-        chainer.functions.dropout = _recording_dropout(originals['dropout'])
-        if missing_float:
-            numpy.float = float
         yield
     finally:
-        for name, fn in originals.items():
-            setattr(chainer.functions, name, fn)
+        fn.__code__, fn.__defaults__, fn.__kwdefaults__ = saved
+        del fn.__globals__[key]
+
+
+@contextlib.contextmanager
+def recordable_functions():
+    """Reroute the functions above for the duration of an export."""
+    missing_float = not hasattr(numpy, 'float')
+    with contextlib.ExitStack() as stack:
+        for fn, make_replacement in _replacements():
+            stack.enter_context(_rerouted(fn, make_replacement))
         if missing_float:
-            del numpy.float
+            numpy.float = float
+            stack.callback(delattr, numpy, 'float')
+        yield

@@ -144,3 +144,16 @@ def test_simplified_dropconnect_training(opset, batchwise, bias):
         assert numpy.all(numpy.abs(kept / n_in - (1 - ratio)) < 0.1)
         if not batchwise:
             numpy.testing.assert_allclose(y, numpy.broadcast_to(y[:1], y.shape), rtol=1e-6)
+
+
+def test_dropout_imported_by_name_is_recorded_too():
+    # Chainer's own VGG16 does `from chainer.functions.noise.dropout import
+    # dropout`; an export that only patched chainer.functions.dropout would
+    # drop it silently and training through compile_onnx would lose dropout.
+    from chainer.functions.noise.dropout import dropout
+
+    model = export_model(FunctionModel(lambda v: F.relu(dropout(v, 0.3))), _rand(3, 6))
+    assert op_types(model) == ['Dropout', 'Relu']
+    # After the export the original function is back: real dropout in training.
+    with chainer.using_config('train', True):
+        assert type(dropout(_rand(3, 6), 0.3).creator).__name__ == 'Dropout'
