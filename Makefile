@@ -40,6 +40,7 @@ conformance: $(STAMP)
 # Benchmarks are not part of the test suite: the machine is shared and noisy.
 bench: $(STAMP)
 	$(PY) benchmarks/export_speed.py
+	$(PY) benchmarks/training_step.py
 
 clean:
 	rm -rf $(VENV) build *.egg-info
