@@ -141,6 +141,16 @@ class CompiledModel(chainer.Chain):
             self._inference = Executor(program, **self.runtime_kwargs)
         return self._inference
 
+    def peak_bytes(self):
+        """The most bytes the VM held at once in any of this model's
+        programs (pass ``runtime_kwargs={'track_memory': True}``; the VM
+        counts its own arrays, on NumPy and CuPy alike)."""
+        executors = [e for state in self._training.values()
+                     for e in (state.forward, state.backward)]
+        if self._inference is not None:
+            executors.append(self._inference)
+        return max((e.peak_bytes for e in executors), default=0)
+
     def _dump(self, programs):
         base = os.path.splitext(self.onnx_file)[0]
         for suffix, model in (('forward', programs.forward_onnx),

@@ -9,6 +9,7 @@ the forward nodes that made it right before its first use, so it lives for
 a short stretch of the backward program instead of from the forward pass
 to the end of backward.
 """
+from .autodiff.generate import outside_reads
 from .runtime.ops.registry import normalize_domain
 
 POLICIES = (None, 'recompute')
@@ -43,22 +44,9 @@ def apply_policy(policy, forward_graph, backward):
     if not replayed:
         return
     backward.nodes[:] = nodes
-    # What the rewritten backward reads from outside: constants are copied
-    # in, everything else is retained by the forward program.
-    constants = {t.name: t for t in forward_graph.initializer}
-    outside = {g for g, _ in backward.grad_inputs} | {t.name for t in backward.initializers}
-    made, needed = set(), []
-    for node in nodes:
-        for name in node.input:
-            if not name or name in made or name in outside or name in needed:
-                continue
-            if name in constants:
-                backward.initializers.append(constants[name])
-                outside.add(name)
-            else:
-                needed.append(name)
-        made.update(node.output)
-    backward.retained[:] = needed
+    backward.retained[:] = outside_reads(
+        nodes, backward.initializers, [g for g, _ in backward.grad_inputs],
+        {t.name: t for t in forward_graph.initializer})
 
 
 def _is_checkpoint(node):

@@ -9,7 +9,7 @@ import numpy
 from onnx import helper
 
 from ..runtime.ops.registry import CUSTOM_DOMAIN
-from .registry import gradient, no_gradient
+from .registry import GradientError, gradient, no_gradient
 
 no_gradient('Shape', 'Size', 'ConstantOfShape', 'Range', 'NonZero', 'OneHot', 'EyeLike',
             'Constant', 'Unique', 'BitCast')
@@ -142,7 +142,7 @@ def scatter_grad(b, node, gys):
     data, indices, updates = node.input
     reduction = b.attr(node, 'reduction', 'none')
     if reduction not in ('none', 'add'):
-        raise NotImplementedError('gradient of %s with reduction %r' % (node.op_type, reduction))
+        raise GradientError('gradient of %s with reduction %r' % (node.op_type, reduction))
     nd = node.op_type == 'ScatterND'
     attrs = {} if nd else {'axis': b.attr(node, 'axis', 0)}
     gathered = b.node('GatherND' if nd else 'GatherElements', [gy, indices], 1, **attrs)

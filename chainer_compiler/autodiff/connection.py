@@ -8,9 +8,9 @@ adjoint, so the roles swap: its input gradient is a Conv of gy, its weight
 gradient ConvGradFilter with gy as the image.  Padding is resolved at
 compile time (shapes are static), auto_pad included.
 """
-from ..runtime.ops.connection import window_geometry
+from ..runtime.ops.connection import conv_transpose_padding, window_geometry
 from ..runtime.ops.registry import CUSTOM_DOMAIN
-from .registry import gradient, no_gradient  # noqa: F401
+from .registry import gradient
 
 
 def _bias_grad(b, gy, ndim):
@@ -48,30 +48,12 @@ def conv_grad(b, node, gys):
 
 
 def _conv_transpose_pads(b, node, in_shape, kernel, strides, dilations):
-    """(begin, end, output spatial shape) of a ConvTranspose, resolved as
-    the runtime kernel does."""
-    n = len(in_shape)
-    output_padding = b.attr(node, 'output_padding', None) or [0] * n
-    output_shape = b.attr(node, 'output_shape', None)
-    auto_pad = b.attr(node, 'auto_pad', 'NOTSET')
-    full = [strides[i] * (in_shape[i] - 1) + output_padding[i]
-            + (kernel[i] - 1) * dilations[i] + 1 for i in range(n)]
-    if output_shape or auto_pad in ('SAME_UPPER', 'SAME_LOWER'):
-        out = (list(output_shape[-n:]) if output_shape
-               else [in_shape[i] * strides[i] for i in range(n)])
-        total = [full[i] - out[i] for i in range(n)]
-        if auto_pad == 'SAME_UPPER':
-            begin = [t // 2 for t in total]
-        else:
-            begin = [t - t // 2 for t in total]
-        end = [t - p for t, p in zip(total, begin)]
-    else:
-        pads = b.attr(node, 'pads', None)
-        if not pads or auto_pad == 'VALID':
-            pads = [0] * (2 * n)
-        begin, end = list(pads[:n]), list(pads[n:])
-        out = [full[i] - begin[i] - end[i] for i in range(n)]
-    return begin, end, out
+    """(begin, end, output spatial shape) of a ConvTranspose, resolved by
+    the runtime kernel's own rule."""
+    return conv_transpose_padding(
+        in_shape, kernel, strides, dilations, b.attr(node, 'output_padding', None),
+        b.attr(node, 'output_shape', None), b.attr(node, 'auto_pad', 'NOTSET'),
+        b.attr(node, 'pads', None))
 
 
 @gradient('ConvTranspose')

@@ -147,21 +147,29 @@ def differentiate(graph, opset, wrt, outputs=None):
             g = b.node('Identity', [g], [b.reserve(GRAD_PREFIX + name)])
         grad_outputs[name] = g
     _prune(b, [g for g in grad_outputs.values() if g is not None])
-    # Forward constants a rule reads are copied, not retained every step.
     constants = {t.name: t for t in graph.initializer}
-    produced = {o for n in b.nodes for o in n.output} | {t.name for t in b.initializers}
-    backward_inputs = {g for g, _ in grad_inputs}
-    retained = []
-    for n in b.nodes:
-        for i in n.input:
-            if not i or i in produced or i in backward_inputs or i in retained:
-                continue
-            if i in constants:
-                b.initializers.append(constants[i])
-                produced.add(i)
-            else:
-                retained.append(i)
+    retained = outside_reads(b.nodes, b.initializers, [g for g, _ in grad_inputs], constants)
     return BackwardGraph(b.nodes, b.initializers, grad_inputs, retained, grad_outputs, types)
+
+
+def outside_reads(nodes, initializers, grad_inputs, constants):
+    """The forward values backward ``nodes`` read without making them, in
+    first-read order: the values the forward program must retain.  Forward
+    ``constants`` read are appended to ``initializers`` instead: copied into
+    the backward graph, not retained every step."""
+    outside = set(grad_inputs) | {t.name for t in initializers}
+    made, retained = set(), []
+    for node in nodes:
+        for name in node.input:
+            if not name or name in made or name in outside or name in retained:
+                continue
+            if name in constants:
+                initializers.append(constants[name])
+                outside.add(name)
+            else:
+                retained.append(name)
+        made.update(node.output)
+    return retained
 
 
 def _prune(b, needed):
@@ -190,4 +198,4 @@ def _propagates(node):
         return True  # reported when the backward pass reaches it
 
 
-__all__ = ['BackwardBuilder', 'BackwardGraph', 'GRAD_PREFIX', 'differentiate']
+__all__ = ['BackwardBuilder', 'BackwardGraph', 'GRAD_PREFIX', 'differentiate', 'outside_reads']

@@ -21,7 +21,7 @@ import numpy
 from onnx import helper
 
 from ..runtime.ops.registry import CUSTOM_DOMAIN
-from .registry import gradient, no_gradient
+from .registry import GradientError, gradient, no_gradient
 
 no_gradient('Equal', 'Less', 'Greater', 'LessOrEqual', 'GreaterOrEqual', 'And', 'Or', 'Xor',
             'Not', 'ArgMax', 'ArgMin', 'Floor', 'Ceil', 'Round', 'Sign', 'IsNaN', 'IsInf',
@@ -651,7 +651,7 @@ def einsum_grad(b, node, gys):
     for term, shape in zip(inputs, shapes):
         for c, d in zip(term, shape):
             if sizes.get(c, 1) not in (1, d) and d != 1:
-                raise NotImplementedError('Einsum gradient: broadcasting ellipsis dims')
+                raise GradientError('Einsum gradient: broadcasting ellipsis dims')
             sizes[c] = max(sizes.get(c, 1), d)
     grads = []
     for k, (term, x) in enumerate(zip(inputs, node.input)):
@@ -659,7 +659,7 @@ def einsum_grad(b, node, gys):
             grads.append(None)
             continue
         if len(set(term)) != len(term):
-            raise NotImplementedError('Einsum gradient: repeated subscripts in %r' % term)
+            raise GradientError('Einsum gradient: repeated subscripts in %r' % term)
         others = [t for i, t in enumerate(inputs) if i != k]
         available = set(output).union(*others)
         target = ''.join(c for c in term if c in available)

@@ -16,7 +16,7 @@ import numpy
 from onnx import defs, helper
 
 from ..runtime.ops.registry import CUSTOM_DOMAIN
-from .registry import GradientError, gradient, no_gradient  # noqa: F401
+from .registry import GradientError, gradient
 
 
 def _saved(b, names):

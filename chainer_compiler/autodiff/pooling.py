@@ -11,7 +11,7 @@ import numpy
 from onnx import helper
 
 from ..runtime.ops.registry import CUSTOM_DOMAIN
-from .registry import gradient, no_gradient  # noqa: F401
+from .registry import gradient
 
 _WINDOW_ATTRIBUTES = ('auto_pad', 'ceil_mode', 'dilations', 'kernel_shape', 'pads', 'strides')
 

@@ -137,16 +137,12 @@ def conv(xp, x, w, b=None, *, auto_pad='NOTSET', dilations=None, group=1,
     return _add_bias(_grouped_conv(xp, cols, w, group, window.out), b)
 
 
-@kernel('ConvTranspose')
-def conv_transpose(xp, x, w, b=None, *, auto_pad='NOTSET', dilations=None, group=1,
-                   kernel_shape=None, output_padding=None, output_shape=None, pads=None,
-                   strides=None):
-    n_batch, channels = x.shape[:2]
-    in_shape = x.shape[2:]
+def conv_transpose_padding(in_shape, kernel_shape, strides, dilations, output_padding=None,
+                           output_shape=None, auto_pad='NOTSET', pads=None):
+    """(crop at the start, crop at the end, output spatial shape) of a
+    ConvTranspose: its full result cropped by pads, or to ``output_shape`` /
+    the SAME size.  Shared with the gradient rule, which must agree."""
     n = len(in_shape)
-    kernel_shape = w.shape[2:]
-    strides = tuple(strides or (1,) * n)
-    dilations = tuple(dilations or (1,) * n)
     output_padding = output_padding or (0,) * n
     # Size of the full (uncropped) result along each axis.
     full = [strides[i] * (in_shape[i] - 1) + output_padding[i]
@@ -169,6 +165,21 @@ def conv_transpose(xp, x, w, b=None, *, auto_pad='NOTSET', dilations=None, group
             pads = (0,) * (2 * n)
         begin, end = list(pads[:n]), list(pads[n:])
         out = [full[i] - begin[i] - end[i] for i in range(n)]
+    return begin, end, out
+
+
+@kernel('ConvTranspose')
+def conv_transpose(xp, x, w, b=None, *, auto_pad='NOTSET', dilations=None, group=1,
+                   kernel_shape=None, output_padding=None, output_shape=None, pads=None,
+                   strides=None):
+    n_batch, channels = x.shape[:2]
+    in_shape = x.shape[2:]
+    n = len(in_shape)
+    kernel_shape = w.shape[2:]
+    strides = tuple(strides or (1,) * n)
+    dilations = tuple(dilations or (1,) * n)
+    begin, end, out = conv_transpose_padding(in_shape, kernel_shape, strides, dilations,
+                                             output_padding, output_shape, auto_pad, pads)
     m_per_group = w.shape[1]
     # Columns (N, group, M/group * K, H*W...): the transpose of Conv's GEMM.
     w_t = w.reshape(group, channels // group, -1).transpose(0, 2, 1)

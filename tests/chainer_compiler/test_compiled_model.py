@@ -248,3 +248,34 @@ def test_mnist_pickle_loader_refuses_anything_but_arrays(tmp_path):
     from chainer_compiler.datasets import load_array_pickle
     with pytest.raises(pickle.UnpicklingError, match='refusing to load'):
         load_array_pickle(path)
+
+
+def test_peak_bytes_are_reported_when_tracked(tmp_path):
+    model, path = _exported(tmp_path)
+    compiled = chainer_compiler.compile_onnx(_twin(model, Net()), path, 'onnx_chainer',
+                                             runtime_kwargs={'track_memory': True})
+    F.sum(compiled(X)).backward()
+    assert compiled.peak_bytes() >= X.nbytes
+
+
+def test_trainer_snapshots_resume_a_compiled_model(tmp_path):
+    model, path = _exported(tmp_path)
+    data = chainer.datasets.TupleDataset(numpy.tile(X, (2, 1)), numpy.tile(T, 2))
+
+    def trainer_for(out):
+        compiled = chainer_compiler.compile_onnx(_twin(model, Net()), path, 'onnx_chainer')
+        optimizer = chainer.optimizers.Adam()
+        optimizer.setup(L.Classifier(compiled))
+        iterator = chainer.iterators.SerialIterator(data, 4, shuffle=False)
+        updater = chainer.training.updaters.StandardUpdater(iterator, optimizer)
+        trainer = chainer.training.Trainer(updater, (2, 'iteration'), out=out)
+        trainer.extend(chainer.training.extensions.snapshot(), trigger=(2, 'iteration'))
+        return trainer, compiled
+
+    trainer, trained = trainer_for(str(tmp_path / 'a'))
+    trainer.run()
+    resumed_trainer, resumed = trainer_for(str(tmp_path / 'b'))
+    chainer.serializers.load_npz(str(tmp_path / 'a' / 'snapshot_iter_2'), resumed_trainer)
+    assert resumed_trainer.updater.iteration == 2
+    numpy.testing.assert_array_equal(resumed.l1.W.array, trained.l1.W.array)
+    numpy.testing.assert_array_equal(resumed.bn.avg_mean, trained.bn.avg_mean)

@@ -10,40 +10,7 @@ import numpy
 import pytest
 
 import chainer_compiler
-
-
-class LeNet5(chainer.Chain):
-    """LeNet-5 with BatchNormalization (Dropout off)."""
-
-    def __init__(self, n_out=10):
-        super().__init__()
-        with self.init_scope():
-            self.conv1 = L.Convolution2D(1, 6, 5, pad=2)
-            self.bn1 = L.BatchNormalization(6)
-            self.conv2 = L.Convolution2D(6, 16, 5)
-            self.bn2 = L.BatchNormalization(16)
-            self.fc3 = L.Linear(16 * 5 * 5, 120)
-            self.fc4 = L.Linear(120, 84)
-            self.fc5 = L.Linear(84, n_out)
-
-    def forward(self, x):
-        h = F.max_pooling_2d(F.relu(self.bn1(self.conv1(x))), 2, 2)
-        h = F.max_pooling_2d(F.relu(self.bn2(self.conv2(h))), 2, 2)
-        h = F.relu(self.fc3(h))
-        h = F.relu(self.fc4(h))
-        return self.fc5(h)
-
-
-class MLP(chainer.Chain):
-    def __init__(self, n_units=1000, n_out=10):
-        super().__init__()
-        with self.init_scope():
-            self.l1 = L.Linear(None, n_units)
-            self.l2 = L.Linear(None, n_units)
-            self.l3 = L.Linear(None, n_out)
-
-    def forward(self, x):
-        return self.l3(F.relu(self.l2(F.relu(self.l1(x)))))
+from tests.models import MLP, LeNet5
 
 
 def _first(outputs):
@@ -109,7 +76,8 @@ def _images(shape, seed=0):
 
 
 def test_lenet5_with_batch_normalization_backward_matches_chainer(tmp_path):
-    check_backward_matches_chainer(LeNet5, _images((4, 1, 28, 28)), tmp_path)
+    check_backward_matches_chainer(lambda: LeNet5(batch_norm=True), _images((4, 1, 28, 28)),
+                                   tmp_path)
 
 
 # ResNet-50 and VGG16 run in float64: with random weights, float32 rounding
@@ -168,6 +136,6 @@ def test_lenet5_trains_on_mnist_compiled(tmp_path):
     train, test = chainer_compiler.get_mnist(ndim=3)
     batchsize = 32
     x = numpy.zeros((batchsize, 1, 28, 28), numpy.float32)
-    _, compiled = _plain_and_compiled(LeNet5, x, tmp_path)
+    _, compiled = _plain_and_compiled(lambda: LeNet5(batch_norm=True), x, tmp_path)
     accuracy = _train(compiled, train, test[:992], batchsize, iterations=300)
     assert accuracy >= 0.9

@@ -4,44 +4,13 @@ Random weights, no downloads.  The large image models run at the default
 opset only, to keep the suite fast; the converters they use are checked at
 every tested opset in the per-family tests.
 """
-import chainer
-import chainer.functions as F
 import chainer.links as L
 import numpy
 import pytest
 
 from chainer_compiler.translators.onnx_chainer.tracing import DEFAULT_OPSET
+from tests.models import MLP, LeNet5
 from tests.translators.onnx_chainer.helpers import check_export
-
-
-class MLP(chainer.Chain):
-    def __init__(self, n_units=32, n_out=10):
-        super().__init__()
-        with self.init_scope():
-            self.l1 = L.Linear(None, n_units)
-            self.l2 = L.Linear(None, n_units)
-            self.l3 = L.Linear(None, n_out)
-
-    def forward(self, x):
-        return self.l3(F.relu(self.l2(F.relu(self.l1(x)))))
-
-
-class LeNet5(chainer.Chain):
-    def __init__(self, n_out=10):
-        super().__init__()
-        with self.init_scope():
-            self.conv1 = L.Convolution2D(1, 6, 5, pad=2)
-            self.conv2 = L.Convolution2D(6, 16, 5)
-            self.fc3 = L.Linear(16 * 5 * 5, 120)
-            self.fc4 = L.Linear(120, 84)
-            self.fc5 = L.Linear(84, n_out)
-
-    def forward(self, x):
-        h = F.max_pooling_2d(F.sigmoid(self.conv1(x)), 2, 2)
-        h = F.max_pooling_2d(F.sigmoid(self.conv2(h)), 2, 2)
-        h = F.sigmoid(self.fc3(h))
-        h = F.sigmoid(self.fc4(h))
-        return self.fc5(h)
 
 
 def _image(shape, seed=0):
@@ -49,7 +18,7 @@ def _image(shape, seed=0):
 
 
 def test_mlp():
-    check_export(MLP(), _image((4, 784)))
+    check_export(MLP(n_units=32), _image((4, 784)))
 
 
 def test_lenet5():
