@@ -131,6 +131,9 @@ def main(argv=None):
     if args.resume is not None:
         chainer.serializers.load_npz(args.resume, trainer)
     trainer.run()
+    accuracy = trainer.observation.get('validation/main/accuracy')
+    if accuracy is not None:
+        print('validation accuracy: %.4f' % float(accuracy))
 
 
 if __name__ == '__main__':
