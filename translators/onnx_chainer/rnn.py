@@ -189,7 +189,7 @@ class NStepRNN(chainer.FunctionNode):
         return tuple(_array(s) for s in states) + tuple(_array(y) for y in ys)
 
     def backward(self, indexes, grad_outputs):
-        raise NotImplementedError(
+        raise RuntimeError(
             'NStepRNN is recorded only while exporting; it has no backward pass')
 
 
