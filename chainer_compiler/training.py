@@ -12,6 +12,7 @@ from onnx import helper, shape_inference
 
 from .autodiff import differentiate
 from .codegen import emit_program
+from .custom_schemas import register_schemas
 from .frontend import load_onnx
 from .onnx_graph import opset_versions
 from .passes.constant_folding import fold_constants
@@ -19,6 +20,9 @@ from .passes.dead_code import remove_dead_code
 from .passes.expand_functions import expand_functions
 from .recompute import apply_policy
 from .runtime.ops.registry import CUSTOM_DOMAIN
+
+
+register_schemas()
 
 
 @dataclass

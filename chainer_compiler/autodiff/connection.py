@@ -18,16 +18,23 @@ def _bias_grad(b, gy, ndim):
     return b.reduce('ReduceSum', gy, [0] + list(range(2, ndim)), keepdims=False)
 
 
+def _conv_attributes(b, node):
+    """(x shape, spatial rank, kernel, group, strides, dilations) of a Conv
+    or ConvTranspose node, defaults filled in."""
+    x_shape = b.shape(node.input[0])
+    n = len(x_shape) - 2
+    kernel = list(b.shape(node.input[1])[2:])
+    strides = list(b.attr(node, 'strides', None) or [1] * n)
+    dilations = list(b.attr(node, 'dilations', None) or [1] * n)
+    return x_shape, n, kernel, b.attr(node, 'group', 1), strides, dilations
+
+
 @gradient('Conv')
 def conv_grad(b, node, gys):
     gy, = gys
     x, w = node.input[:2]
-    x_shape, w_shape = b.shape(x), b.shape(w)
-    n = len(x_shape) - 2
-    kernel = tuple(w_shape[2:])
-    group = b.attr(node, 'group', 1)
-    strides = list(b.attr(node, 'strides', None) or [1] * n)
-    dilations = list(b.attr(node, 'dilations', None) or [1] * n)
+    x_shape, n, kernel, group, strides, dilations = _conv_attributes(b, node)
+    kernel = tuple(kernel)
     window = window_geometry(x_shape[2:], kernel, strides, dilations,
                              b.attr(node, 'pads', None), b.attr(node, 'auto_pad', 'NOTSET'))
     pads = list(window.pads_begin + window.pads_end)
@@ -60,13 +67,8 @@ def _conv_transpose_pads(b, node, in_shape, kernel, strides, dilations):
 def conv_transpose_grad(b, node, gys):
     gy, = gys
     x, w = node.input[:2]
-    x_shape, w_shape = b.shape(x), b.shape(w)
-    n = len(x_shape) - 2
+    x_shape, n, kernel, group, strides, dilations = _conv_attributes(b, node)
     in_shape = list(x_shape[2:])
-    kernel = list(w_shape[2:])
-    group = b.attr(node, 'group', 1)
-    strides = list(b.attr(node, 'strides', None) or [1] * n)
-    dilations = list(b.attr(node, 'dilations', None) or [1] * n)
     begin, end, out = _conv_transpose_pads(b, node, in_shape, kernel, strides, dilations)
     # x[s] feeds y[s * stride + k * dilation - begin]: a Conv over gy with
     # pads (begin, end') whose windows are exactly x's positions.  Negative

@@ -6,14 +6,8 @@ custom kernel each (``BatchNormalizationGrad``, ``LayerNormalizationGrad``,
 one pass over the data, reading the statistics the forward pass saved where
 it saved any and recomputing them from X otherwise.  LRN has ``LRNGrad``;
 LpNormalization a handful of standard nodes.
-
-This module also defines the ONNX schema of the custom training operator
-``BatchNormalizationTraining`` (so that shape inference types its outputs).
 """
-import atexit
-
 import numpy
-from onnx import defs, helper
 
 from ..runtime.ops.registry import CUSTOM_DOMAIN
 from .registry import GradientError, gradient
@@ -136,53 +130,3 @@ def lp_normalization_grad(b, node, gys):
     direction = y if p == 2 else b.node('Sign', [x])
     along = b.reduce('ReduceSum', b.node('Mul', [gy, y]), axes, keepdims=True)
     return [b.node('Div', [b.node('Sub', [gy, b.node('Mul', [direction, along])]), norm])]
-
-
-# -- the schema of BatchNormalizationTraining --------------------------------------
-
-def _register_schemas():
-    name = 'BatchNormalizationTraining'
-    try:
-        defs.get_schema(name, 1, CUSTOM_DOMAIN)
-        return  # already registered (module reloaded)
-    except defs.SchemaError:
-        pass
-    param = defs.OpSchema.FormalParameter
-    schema = defs.OpSchema(
-        name, CUSTOM_DOMAIN, 1,
-        'Batch normalization with the batch statistics and Chainer\'s update of the '
-        'running averages (unbiased variance).',
-        inputs=[param('X', 'T'), param('scale', 'U'), param('B', 'U'),
-                param('running_mean', 'U'), param('running_var', 'U')],
-        outputs=[param('Y', 'T'), param('new_running_mean', 'U'),
-                 param('new_running_var', 'U'), param('saved_mean', 'U'),
-                 param('saved_inv_std', 'U')],
-        type_constraints=[
-            ('T', ['tensor(float16)', 'tensor(float)', 'tensor(double)', 'tensor(bfloat16)'],
-             'X and Y'),
-            ('U', ['tensor(float16)', 'tensor(float)', 'tensor(double)', 'tensor(bfloat16)'],
-             'parameters and statistics')],
-        attributes=[
-            defs.OpSchema.Attribute('epsilon', helper.make_attribute('epsilon', 1e-5),
-                                    'added to the variance'),
-            defs.OpSchema.Attribute('momentum', helper.make_attribute('momentum', 0.9),
-                                    'Chainer\'s decay')])
-
-    def infer(ctx):
-        def copy(out, inp):
-            if out < ctx.get_num_outputs() and inp < ctx.get_num_inputs():
-                ctx.set_output_type(out, ctx.get_input_type(inp))
-        copy(0, 0)
-        copy(1, 3)
-        copy(2, 4)
-        copy(3, 3)
-        copy(4, 3)
-
-    schema.set_type_and_shape_inference_function(infer)
-    defs.register_schema(schema)
-    # ONNX's registry would outlive the interpreter and release the Python
-    # inference function after it is gone (a crash at exit): unregister first.
-    atexit.register(defs.deregister_schema, name, 1, CUSTOM_DOMAIN)
-
-
-_register_schemas()
