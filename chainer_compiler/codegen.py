@@ -9,6 +9,7 @@ from onnx import numpy_helper
 
 from .onnx_graph import (free_names, kernel_attributes, schema_version, subgraphs,
                          tensor_signature, value_kind)
+from .passes.vm_fusion import fuse_for_vm
 from .runtime.ops.registry import normalize_domain
 from .runtime.program import NO_REGISTER, Instruction, Program, ValueInfo
 
@@ -18,8 +19,10 @@ def emit_program(graph, opsets, name='main', captured=()):
 
     ``opsets`` maps domains to the model's opset versions.  ``captured``
     names outer-scope values the graph reads; they become extra inputs after
-    the graph's own.
+    the graph's own.  ``graph`` is first rewritten in place for the VM
+    (passes/vm_fusion.py).
     """
+    fuse_for_vm(graph)
     return _Emitter(opsets).emit(graph, name, captured)
 
 

@@ -6,6 +6,7 @@ optimizers, hooks, serializers and Trainer snapshots see the same
 parameters under the same paths as the plain model.
 """
 import os
+from dataclasses import dataclass
 
 import chainer
 import onnx
@@ -78,36 +79,10 @@ class CompiledModel(chainer.Chain):
         self._model = model
 
     def _bind_parameters(self, model):
-        """Match initializers to Parameters and persistent arrays by path."""
-        params = dict(model.namedparams(include_uninit=True))
-        persistents = _persistent_slots(model)
+        binding = bind_initializers(self._proto.graph, model, self.onnx_file)
+        self._param_names, self._state_names = binding.param_names, binding.state_names
+        self._param_of, self._persistents = binding.param_of, binding.persistents
         graph = self._proto.graph
-        self._param_names, self._state_names = [], []
-        self._param_of = {}
-        problems = []
-        for init in graph.initializer:
-            name, shape = init.name, tuple(init.dims)
-            if name in params:
-                param = params[name]
-                if param.array is None:
-                    param.initialize(shape)
-                if tuple(param.shape) != shape:
-                    problems.append('%s: the file has shape %s, the model %s'
-                                    % (name, shape, tuple(param.shape)))
-                self._param_names.append(name)
-                self._param_of[name] = param
-            elif name in persistents:
-                link, attr = persistents[name]
-                if tuple(getattr(link, attr).shape) != shape:
-                    problems.append('%s: the file has shape %s, the model %s'
-                                    % (name, shape, tuple(getattr(link, attr).shape)))
-                self._state_names.append(name)
-            elif name.startswith('/'):
-                problems.append('%s: the model has no such parameter' % name)
-        if problems:
-            raise ModelMismatchError('%s does not match the model %s:\n  %s' % (
-                self.onnx_file, type(model).__name__, '\n  '.join(problems)))
-        self._persistents = persistents
         self._inputs = [v for v in graph.input
                         if v.name not in {t.name for t in graph.initializer}]
 
@@ -249,6 +224,52 @@ class _CompiledStep(chainer.FunctionNode):
             g = grads.get(input_names[i])
             result.append(None if g is None else chainer.Variable(g))
         return tuple(result)
+
+
+@dataclass
+class InitializerBinding:
+    """Which initializers of an exported graph are the model's Parameters
+    (``param_names``, ``param_of``: name -> Parameter) and which its
+    persistent arrays (``state_names``; ``persistents``: name -> (link,
+    attribute))."""
+    param_names: list
+    param_of: dict
+    state_names: list
+    persistents: dict
+
+
+def bind_initializers(graph, model, source):
+    """Match the initializers of ``graph`` to ``model``'s Parameters and
+    persistent arrays by path, initializing uninitialized Parameters from
+    the graph's shapes.  Raises ModelMismatchError listing every mismatch
+    (``source`` names the graph's file in the message)."""
+    params = dict(model.namedparams(include_uninit=True))
+    persistents = _persistent_slots(model)
+    binding = InitializerBinding([], {}, [], persistents)
+    problems = []
+    for init in graph.initializer:
+        name, shape = init.name, tuple(init.dims)
+        if name in params:
+            param = params[name]
+            if param.array is None:
+                param.initialize(shape)
+            if tuple(param.shape) != shape:
+                problems.append('%s: the file has shape %s, the model %s'
+                                % (name, shape, tuple(param.shape)))
+            binding.param_names.append(name)
+            binding.param_of[name] = param
+        elif name in persistents:
+            link, attr = persistents[name]
+            if tuple(getattr(link, attr).shape) != shape:
+                problems.append('%s: the file has shape %s, the model %s'
+                                % (name, shape, tuple(getattr(link, attr).shape)))
+            binding.state_names.append(name)
+        elif name.startswith('/'):
+            problems.append('%s: the model has no such parameter' % name)
+    if problems:
+        raise ModelMismatchError('%s does not match the model %s:\n  %s' % (
+            source, type(model).__name__, '\n  '.join(problems)))
+    return binding
 
 
 def _direct_children(model):

@@ -17,7 +17,7 @@ def markdown():
         'Chainer functions (`compile_onnx` rewrites inference-mode exports into them) and',
         'gradient-only kernels the backward programs use. Version 1; attributes and inputs',
         'as each kernel documents. Exported model files never contain them; the compiled',
-        'forward/backward graphs (`dump_onnx=True`) do.',
+        'forward/backward graphs and training-step graphs (`dump_onnx`) do.',
         '',
         '| operator | family | what it computes |',
         '|---|---|---|',

@@ -1,14 +1,20 @@
-"""Compiling an ONNX model for training: a forward and a backward Program.
+"""Compiling an ONNX model for training.
 
-The forward program computes the model's outputs and also returns every
-value the backward program reads (the *retained* values); the backward
-program takes the gradients of the outputs plus those retained values and
-returns the gradients of the differentiated inputs and parameters.
+``compile_training`` makes a forward and a backward Program: the forward
+program computes the model's outputs and also returns every value the
+backward program reads (the *retained* values); the backward program takes
+the gradients of the outputs plus those retained values and returns the
+gradients of the differentiated inputs and parameters.
+
+``compile_step_program`` makes one Program for a whole training iteration:
+forward, the gradient of a scalar loss, and an in-place optimizer update of
+every parameter.
 """
 from dataclasses import dataclass
 
+import numpy
 import onnx
-from onnx import helper, shape_inference
+from onnx import helper, numpy_helper, shape_inference
 
 from .autodiff import differentiate
 from .codegen import emit_program
@@ -84,6 +90,84 @@ def compile_training(model, params=(), wrt=None, state_outputs=(), computation_o
         params=list(params), outputs=differentiated, retained=list(backward.retained),
         grad_of_outputs=[f for _, f in backward.grad_inputs], grads_for=grads_for,
         forward_onnx=_like(model, forward_graph), backward_onnx=_like(model, backward_graph))
+
+
+@dataclass
+class OptimizerUpdate:
+    """How a compiled training step updates each parameter: by the in-place
+    operator ``op`` of this project's domain, whose inputs are the
+    parameter, its gradient, one array per name in ``slots`` (optimizer
+    state shaped like the parameter) and one 0-d float64 per name in
+    ``hyperparams``."""
+    op: str
+    slots: tuple
+    hyperparams: tuple
+
+
+@dataclass
+class TrainingStepProgram:
+    """A training step Program.  Its inputs: the graph inputs, ``params``,
+    then for each parameter in ``updated`` its ``slots`` (named
+    ``<param>/<slot>``), then the hyperparameters (``optimizer/<name>``).
+    Its outputs: the graph outputs (loss first), then one alias of each
+    updated parameter."""
+    program: object
+    params: list
+    updated: list
+    onnx: object
+
+
+def compile_step_program(model, loss, params, wrt, update, check=True):
+    """One Program for forward, backward and the optimizer ``update`` (an
+    OptimizerUpdate) of the parameters ``wrt`` from the gradient of the
+    scalar graph output ``loss``.
+
+    ``params``: initializer names that become inputs (parameters and
+    running statistics).  Other graph outputs (reported values, updated
+    running statistics) are computed but not differentiated.  Parameters no
+    gradient reaches are not updated (as Chainer skips them).
+    """
+    model, opsets = _prepare(model, params, check)
+    graph = model.graph
+    outputs = [v.name for v in graph.output]
+    if loss not in outputs:
+        raise ValueError("the graph has no output '%s' (outputs: %s)" % (loss, ', '.join(outputs)))
+    backward = differentiate(graph, opsets.get('', 1), list(wrt), outputs=[loss])
+    if not backward.grad_inputs:
+        raise ValueError("the loss '%s' does not depend on any parameter" % loss)
+    for seed, forward_name in backward.grad_inputs:
+        dtype, shape = backward.value_types[forward_name]
+        if shape is None or numpy.prod(shape, dtype=int) != 1:
+            raise ValueError("the loss '%s' must be a scalar, it has shape %s"
+                             % (loss, shape))
+        graph.initializer.append(numpy_helper.from_array(
+            numpy.ones(shape, dtype=dtype), seed))
+    graph.initializer.extend(backward.initializers)
+    graph.node.extend(backward.nodes)
+
+    types = backward.value_types
+    updated = [w for w in wrt if backward.grad_outputs.get(w) is not None]
+    for name in update.hyperparams:
+        graph.input.append(helper.make_tensor_value_info(
+            'optimizer/' + name, onnx.TensorProto.DOUBLE, []))
+    hyper_inputs = ['optimizer/' + h for h in update.hyperparams]
+    for param in updated:
+        dtype, shape = types[param]
+        elem = helper.np_dtype_to_tensor_dtype(dtype)
+        slots = ['%s/%s' % (param, slot) for slot in update.slots]
+        # Slots go before the hyperparameters among the inputs.
+        for slot in slots:
+            graph.input.insert(len(graph.input) - len(hyper_inputs),
+                               helper.make_tensor_value_info(slot, elem, list(shape)))
+        graph.node.append(helper.make_node(
+            update.op, [param, backward.grad_outputs[param]] + slots + hyper_inputs,
+            [param + '/updated'], domain=CUSTOM_DOMAIN))
+        graph.output.append(helper.make_tensor_value_info(param + '/updated', elem, list(shape)))
+    fold_constants(graph, opsets)
+    step_model = _like(model, graph)
+    return TrainingStepProgram(
+        program=emit_program(graph, opsets, name='training_step'),
+        params=list(params), updated=updated, onnx=step_model)
 
 
 def compile_inference(model, params=(), check=True):

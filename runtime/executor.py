@@ -2,7 +2,10 @@
 
 Kernels and their static attributes are bound once, when the Executor is
 built; running is then a loop over prepared steps with no per-instruction
-look-ups.
+look-ups.  Without tracing, NaN checks or memory tracking the loop does
+nothing per instruction but gather the inputs, call the kernel, store the
+result and drop the registers the instruction reads last (that is what
+keeps the VM's overhead near hand-written NumPy's on small models).
 """
 import functools
 import sys
@@ -16,21 +19,28 @@ from .errors import (InputValidationError, KernelBindError, KernelError,
                      NonFiniteError, RuntimeVMError)
 from .profiling import Tracer, describe_value
 from .program import NO_REGISTER, Program
+from .straight_line import StraightLineRun
 
 
 class _Step:
-    __slots__ = ('index', 'inst', 'fn', 'inputs', 'outputs', 'frees', 'subprograms',
-                 'captures')
+    __slots__ = ('index', 'inst', 'fn', 'kernel', 'static', 'inputs', 'outputs', 'frees',
+                 'subprograms', 'captures', 'simple')
 
-    def __init__(self, index, inst, fn, subprograms):
+    def __init__(self, index, inst, kernel, xp, static, subprograms):
         self.index = index
         self.inst = inst
-        self.fn = fn
+        self.kernel = kernel  # the kernel function and its static attributes...
+        self.static = static
+        self.fn = functools.partial(kernel, xp, **static)  # ...bound together
+        # NO_REGISTER (-1) reads the spare register at the end, always None.
         self.inputs = tuple(inst.inputs)
         self.outputs = tuple(inst.outputs)
         self.frees = tuple(inst.frees)
         self.subprograms = subprograms  # attribute name -> child Executor
         self.captures = tuple(inst.captures)
+        # One output, no bodies: the fast path of the plain loop.
+        self.simple = (not subprograms and len(self.outputs) == 1
+                       and self.outputs[0] != NO_REGISTER)
 
 
 class Executor:
@@ -59,9 +69,12 @@ class Executor:
         self.track_memory = track_memory
         self.peak_bytes = 0
         self._steps = [self._bind(i, inst) for i, inst in enumerate(program.instructions)]
-        self._template = [None] * program.num_registers
+        self._template = [None] * (program.num_registers + 1)  # + the spare, see _Step
         for reg, value in program.constants.items():
             self._template[reg] = to_backend(self.xp, value)
+        self._array_type = self.xp.ndarray
+        self._validated = None  # the input signature last validated
+        self._straight_line = None  # generated on the first plain run
 
     # -- binding ---------------------------------------------------------
     def _bind(self, index, inst):
@@ -80,8 +93,7 @@ class Executor:
                        ', '.join(sorted(spec.attribute_names)) or 'none'))
         if spec.accepts_n_outputs:
             static['n_outputs'] = len(inst.outputs)
-        fn = functools.partial(spec.fn, self.xp, **static)
-        return _Step(index, inst, fn, subprograms)
+        return _Step(index, inst, spec.fn, self.xp, static, subprograms)
 
     def _where(self, index, inst):
         text = 'instruction %d (%s' % (index, inst.qualified_op)
@@ -107,7 +119,14 @@ class Executor:
                 raise InputValidationError('program %s takes %d input(s) (%s), got %d' % (
                     self.program.name, len(self.program.inputs),
                     ', '.join(v.name for v in self.program.inputs), len(values)))
-            validate_inputs(self.program.inputs, values, self.program.name)
+            # Training loops feed the same shapes every step: check each
+            # new signature once.
+            array_type = self._array_type
+            signature = [(v.shape, v.dtype) if type(v) is array_type else type(v)
+                         for v in values]
+            if signature != self._validated:
+                validate_inputs(self.program.inputs, values, self.program.name)
+                self._validated = signature
         if self.backend == 'cupy':
             import cupy
             with cupy.cuda.using_allocator(cupy_pool().malloc):
@@ -115,60 +134,87 @@ class Executor:
         return self._run(values)
 
     def _run(self, values):
+        if self.xp is not numpy:
+            values = [to_backend(self.xp, v) for v in values]
+        if not (self.tracer or self.check_nans or self.track_memory):
+            return self._run_straight_line(values)
         regs = list(self._template)
         for info, value in zip(self.program.inputs, values):
-            regs[info.register] = to_backend(self.xp, value)
+            regs[info.register] = value
+        self._run_instrumented(regs)
+        return [regs[v.register] for v in self.program.outputs]
+
+    def _run_straight_line(self, values):
+        if self._straight_line is None:
+            constants = {r: self._template[r] for r in self.program.constants}
+            self._straight_line = StraightLineRun(
+                self.program, self._steps, constants, self.xp, _single_output,
+                self._call_general)
+        try:
+            return self._straight_line.run(*values)
+        except RuntimeVMError:
+            raise
+        except Exception as e:
+            step = self._straight_line.step_at(e.__traceback__)
+            if step is None:
+                raise
+            registers = self._straight_line.registers_at(e.__traceback__)
+            args = [registers.get('r%d' % r) for r in step.inputs]
+            raise self._kernel_error(step, args, e) from e
+
+    def _call_general(self, step, args, captured):
+        """Run a step with several outputs or sub-programs; returns one
+        value per output."""
+        result = self._invoke(step, args, captured)
+        outs = step.outputs
+        if len(outs) == 1:
+            return (_single_output(result),)
+        if not isinstance(result, tuple):
+            result = (result,)
+        if len(result) < len(outs):
+            raise KernelError('%s returned %d outputs, the node asks for %d' % (
+                self._where(step.index, step.inst), len(result), len(outs)))
+        return tuple(numpy.asarray(v) if isinstance(v, numpy.generic) else v
+                     for v in result[:len(outs)])
+
+    @staticmethod
+    def _invoke(step, args, captured):
+        if step.subprograms:
+            return step.fn(*args, **{k: _body(child, captured)
+                                     for k, child in step.subprograms.items()})
+        return step.fn(*args)
+
+    def _kernel_error(self, step, args, error):
+        return KernelError('%s failed on inputs (%s): %s: %s' % (
+            self._where(step.index, step.inst),
+            ', '.join(describe_value(a) for a in args), type(error).__name__, error))
+
+    def _run_instrumented(self, regs):
         live_bytes = sum(_nbytes(v) for v in regs) if self.track_memory else 0
         tracer = self.tracer
         for step in self._steps:
-            args = [None if r == NO_REGISTER else regs[r] for r in step.inputs]
+            args = [regs[r] for r in step.inputs]
             start = time.perf_counter() if tracer else 0.0
             try:
-                if step.subprograms:
-                    captured = [regs[r] for r in step.captures]
-                    result = step.fn(*args, **{k: _body(child, captured)
-                                               for k, child in step.subprograms.items()})
-                else:
-                    result = step.fn(*args)
+                produced = self._call_general(step, args, [regs[r] for r in step.captures])
             except RuntimeVMError:
                 raise
             except Exception as e:
-                raise KernelError('%s failed on inputs (%s): %s: %s' % (
-                    self._where(step.index, step.inst),
-                    ', '.join(describe_value(a) for a in args), type(e).__name__, e)) from e
-            outs = step.outputs
-            if len(outs) == 1:
-                if isinstance(result, tuple):
-                    result = result[0]
-                if isinstance(result, numpy.generic):
-                    result = numpy.asarray(result)
-                regs[outs[0]] = result
-                produced = (result,)
-            else:
-                if not isinstance(result, tuple):
-                    result = (result,)
-                if len(result) < len(outs):
-                    raise KernelError('%s returned %d outputs, the node asks for %d' % (
-                        self._where(step.index, step.inst), len(result), len(outs)))
-                produced = []
-                for r, v in zip(outs, result):
-                    if isinstance(v, numpy.generic):
-                        v = numpy.asarray(v)
-                    if r != NO_REGISTER:
-                        regs[r] = v
-                    produced.append(v)
+                raise self._kernel_error(step, args, e) from e
+            for r, value in zip(step.outputs, produced):
+                if r != NO_REGISTER:
+                    regs[r] = value
             if tracer:
                 tracer.record(self.program.name, step.index, step.inst, args, produced,
                               start, time.perf_counter())
             if self.check_nans:
-                self._check_finite(step, outs, regs)
+                self._check_finite(step, step.outputs, regs)
             if self.track_memory:
                 live_bytes += sum(_nbytes(v) for v in produced)
                 self.peak_bytes = max(self.peak_bytes, live_bytes)
                 live_bytes -= sum(_nbytes(regs[r]) for r in step.frees)
             for r in step.frees:
                 regs[r] = None
-        return [regs[v.register] for v in self.program.outputs]
 
     def _check_finite(self, step, outs, regs):
         xp = self.xp
@@ -205,6 +251,16 @@ class Executor:
         else:
             values = list(inputs)
         return values
+
+
+def _single_output(result):
+    """A kernel's one result as a register value: 1-tuples unwrapped, NumPy
+    scalars as 0-d arrays."""
+    if isinstance(result, tuple):
+        result = result[0]
+    if isinstance(result, numpy.generic):
+        result = numpy.asarray(result)
+    return result
 
 
 def _nbytes(value):

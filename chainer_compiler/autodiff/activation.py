@@ -47,8 +47,7 @@ def _ge(b, x, y):
 @gradient('Relu')
 def relu_grad(b, node, gys):
     gy, = gys
-    y = node.output[0]
-    return [_gate(b, b.node('Greater', [y, _scalar(b, 0, y)]), gy, y)]
+    return [b.node('ReluGrad', [node.output[0], gy], domain=CUSTOM_DOMAIN)]
 
 
 @gradient('LeakyRelu')

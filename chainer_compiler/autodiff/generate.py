@@ -50,8 +50,10 @@ class BackwardBuilder(GraphBuilder):
         if grad_shape == shape:
             return grad
         lead = len(grad_shape) - len(shape)
-        axes = list(range(lead)) + [lead + i for i, d in enumerate(shape)
-                                    if d == 1 and grad_shape[lead + i] != 1]
+        kept = [lead + i for i, d in enumerate(shape) if d == 1 and grad_shape[lead + i] != 1]
+        if lead and not kept:  # only leading axes go (a bias): no Reshape needed
+            return self.reduce('ReduceSum', grad, list(range(lead)), keepdims=False)
+        axes = list(range(lead)) + kept
         if axes:
             grad = self.reduce('ReduceSum', grad, axes, keepdims=True)
         return self.reshape(grad, shape)

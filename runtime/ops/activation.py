@@ -218,6 +218,13 @@ def hardmax(xp, x, *, axis=-1):
 from .registry import CUSTOM_DOMAIN  # noqa: E402
 
 
+@kernel('ReluGrad', domain=CUSTOM_DOMAIN)
+def relu_grad(xp, y, gy):
+    """Gradient of Relu from its output ``y``: ``gy`` where ``y > 0``, else 0
+    (one instruction instead of Greater and Where)."""
+    return xp.multiply(gy, y > _const(y, 0))
+
+
 @kernel('GeluGrad', domain=CUSTOM_DOMAIN)
 def gelu_grad(xp, gy, x, *, approximate='none'):
     """Gradient of Gelu: ``gy * d gelu(x) / dx`` (the exact form through the

@@ -443,6 +443,8 @@ def _cast(xp, x, to, saturate=1, round_mode='up'):
     to = numpy.dtype(to)
     if x.dtype == to:
         return x
+    if to.isbuiltin == 1 and x.dtype.isbuiltin == 1 and to.kind in 'biuf' and x.dtype.kind in 'biuf':
+        return x.astype(to)  # plain NumPy numbers (ml_dtypes' floats are user-defined: 2)
     if to == object:
         return numpy.asarray(x).astype(str).astype(object)
     if x.dtype == object:

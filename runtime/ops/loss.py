@@ -3,28 +3,53 @@ from .activation import log_softmax_along
 from .registry import LATEST, kernel
 
 
+def _targets(xp, target, weight, ignore_index, dtype):
+    """(classes, sample weights) of ``target``: classes with ignored samples
+    sent to class 0 (ignore_index may lie outside [0, C)), weights 0 there.
+    Weights are None when every sample counts once, the common case, which
+    then costs no extra arrays."""
+    ignored = None
+    if ignore_index is not None:
+        ignored = target == ignore_index
+        if not ignored.any():
+            ignored = None
+    classes = target if ignored is None else xp.where(ignored, 0, target)
+    if weight is None and ignored is None:
+        return classes, None
+    if weight is None:
+        sample_weight = xp.ones(target.shape, dtype=dtype)
+    else:
+        sample_weight = weight.astype(dtype, copy=False)[classes]
+    if ignored is not None:
+        sample_weight = xp.where(ignored, dtype.type(0), sample_weight)
+    return classes, sample_weight
+
+
+def _at_classes(xp, array, classes):
+    """Index of ``array`` (N, C, ...) at each sample's class along axis 1."""
+    if array.ndim == 2:  # fancy indexing costs a fraction of take_along_axis
+        return (xp.arange(classes.shape[0]), classes)
+    n, rest = array.shape[0], array.shape[2:]
+    grids = xp.meshgrid(*[xp.arange(d) for d in (n,) + rest], indexing='ij', sparse=True)
+    return (grids[0], classes) + tuple(grids[1:])
+
+
 def _nll(xp, log_prob, target, weight, ignore_index, reduction):
     """Weighted negative log-likelihood of ``target`` classes (axis 1 of
     ``log_prob``), reduced as ONNX's ``reduction`` says."""
     if reduction not in ('none', 'sum', 'mean'):
         raise ValueError("reduction must be 'none', 'sum' or 'mean', got %r" % (reduction,))
-    ignored = None if ignore_index is None else target == ignore_index
-    # ignore_index may lie outside [0, C): gather class 0 there, then zero it.
-    classes = target if ignored is None else xp.where(ignored, 0, target)
-    picked = xp.take_along_axis(log_prob, xp.expand_dims(classes, 1), axis=1)[:, 0]
-    if weight is None:
-        sample_weight = xp.ones(target.shape, dtype=log_prob.dtype)
-    else:
-        sample_weight = weight.astype(log_prob.dtype, copy=False)[classes]
-    if ignored is not None:
-        sample_weight = xp.where(ignored, log_prob.dtype.type(0), sample_weight)
-    loss = -picked * sample_weight
+    classes, sample_weight = _targets(xp, target, weight, ignore_index, log_prob.dtype)
+    loss = -log_prob[_at_classes(xp, log_prob, classes)]
+    if sample_weight is not None:
+        loss *= sample_weight
     if reduction == 'none':
         return loss
     if reduction == 'sum':
         return loss.sum()
     # 'mean' divides by the total weight of the samples taken into account.
-    return loss.sum() / sample_weight.sum()
+    total = loss.dtype.type(loss.size) if sample_weight is None else sample_weight.sum()
+    return loss.sum() / total
 
 
 @kernel('NegativeLogLikelihoodLoss', versions=(12, LATEST))
@@ -48,29 +73,17 @@ from .registry import CUSTOM_DOMAIN  # noqa: E402
 def _nll_coefficients(xp, gy, target, weight, ignore_index, reduction, dtype):
     """d loss / d (-log_prob[n, target[n], ...]) per sample: the sample's
     weight (0 where ignored) times the output gradient, divided by the total
-    weight for 'mean'.  Returns (coefficients, classes with ignored -> 0)."""
-    ignored = None if ignore_index is None else target == ignore_index
-    classes = target if ignored is None else xp.where(ignored, 0, target)
-    if weight is None:
-        sample_weight = xp.ones(target.shape, dtype=dtype)
-    else:
-        sample_weight = weight.astype(dtype, copy=False)[classes]
-    if ignored is not None:
-        sample_weight = xp.where(ignored, dtype.type(0), sample_weight)
+    weight for 'mean' (a scalar when all weights are 1).  Returns
+    (coefficients, classes with ignored -> 0)."""
+    if reduction not in ('none', 'sum', 'mean'):
+        raise ValueError("reduction must be 'none', 'sum' or 'mean', got %r" % (reduction,))
+    classes, sample_weight = _targets(xp, target, weight, ignore_index, dtype)
     gy = gy.astype(dtype, copy=False)
-    if reduction == 'none':
-        return sample_weight * gy, classes
-    if reduction == 'sum':
-        return sample_weight * gy, classes
     if reduction == 'mean':
-        return sample_weight * (gy / sample_weight.sum()), classes
-    raise ValueError("reduction must be 'none', 'sum' or 'mean', got %r" % (reduction,))
-
-
-def _one_hot(xp, classes, n_classes):
-    """Boolean (N, C, d1, ...) with True at each sample's class."""
-    positions = xp.arange(n_classes).reshape((1, -1) + (1,) * (classes.ndim - 1))
-    return positions == xp.expand_dims(classes, 1)
+        gy = gy / (dtype.type(target.size) if sample_weight is None else sample_weight.sum())
+    if sample_weight is None:
+        return (gy if reduction != 'none' else gy.copy()), classes
+    return sample_weight * gy, classes
 
 
 @kernel('NegativeLogLikelihoodLossGrad', domain=CUSTOM_DOMAIN)
@@ -80,8 +93,9 @@ def negative_log_likelihood_loss_grad(xp, gy, target, weight=None, *, shape,
     input of static ``shape``: -coefficient at each sample's class, else 0."""
     coefficients, classes = _nll_coefficients(xp, gy, target, weight, ignore_index,
                                               reduction, gy.dtype)
-    hot = _one_hot(xp, classes, shape[1])
-    return xp.where(hot, -xp.expand_dims(coefficients, 1), gy.dtype.type(0))
+    grad = xp.zeros(tuple(shape), dtype=gy.dtype)
+    grad[_at_classes(xp, grad, classes)] = -coefficients
+    return grad
 
 
 @kernel('SoftmaxCrossEntropyLossGrad', domain=CUSTOM_DOMAIN)
@@ -91,9 +105,7 @@ def softmax_cross_entropy_loss_grad(xp, gy, log_prob, labels, weights=None, *,
     from the forward's log_prob: (softmax - one_hot) * coefficient."""
     coefficients, classes = _nll_coefficients(xp, gy, labels, weights, ignore_index,
                                               reduction, log_prob.dtype)
-    coefficients = xp.expand_dims(coefficients, 1)
     grad = xp.exp(log_prob)
-    grad *= coefficients
-    grad -= xp.where(_one_hot(xp, classes, log_prob.shape[1]), coefficients,
-                     log_prob.dtype.type(0))
+    grad *= coefficients if coefficients.ndim == 0 else xp.expand_dims(coefficients, 1)
+    grad[_at_classes(xp, grad, classes)] -= coefficients
     return grad

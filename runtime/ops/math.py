@@ -287,6 +287,8 @@ def _reduce_extreme(name, largest):
 
 
 def _sum(xp, x, axes, keepdims):
+    if x.dtype.kind == 'f':  # already keeps its dtype; dtype= costs a microsecond
+        return x.sum(axis=axes, keepdims=keepdims)
     return xp.sum(x, axis=axes, keepdims=keepdims, dtype=x.dtype)
 
 
@@ -320,7 +322,7 @@ def _reduce(xp, compute, x, axes, keepdims, noop_with_empty_axes):
     of them, unless ``noop_with_empty_axes``: then the reduction runs over no
     axis at all (ReduceSum returns the input, ReduceSumSquare its square...)."""
     if axes:
-        axes = tuple(sorted({a % x.ndim if x.ndim else a for a in axes}))
+        axes = tuple(sorted({a % x.ndim for a in axes})) if x.ndim else tuple(axes)
     elif noop_with_empty_axes:
         axes = ()
     else:
@@ -336,7 +338,7 @@ def _register_reduction(op, compute, axes_input_since):
 
     def with_input(xp, data, axes=None, *, keepdims=1, noop_with_empty_axes=0):
         if axes is not None:
-            axes = [int(a) for a in axes.reshape(-1).tolist()]
+            axes = axes.reshape(-1).tolist()
         return _reduce(xp, compute, data, axes, keepdims, noop_with_empty_axes)
     with_input.__name__ = with_input.__qualname__ = op.lower()
     kernel(op, versions=(axes_input_since, LATEST))(with_input)
@@ -379,11 +381,18 @@ def matmul(xp, a, b):
 def gemm(xp, a, b, c=None, *, alpha=1.0, beta=1.0, transA=0, transB=0, broadcast=0):
     # ``broadcast`` (opsets < 7) only allowed C to broadcast, which NumPy does anyway.
     y = xp.matmul(a.T if transA else a, b.T if transB else b)
+    if y.dtype.kind != 'f':  # integer Gemm: the scalars may promote
+        if alpha != 1.0:
+            y = y * alpha
+        if c is not None and beta != 0.0:
+            y = y + (c if beta == 1.0 else c * beta)
+        return y.astype(a.dtype, copy=False)
+    # y is a fresh product: scale and add the bias in place.
     if alpha != 1.0:
-        y = y * alpha
+        y *= alpha
     if c is not None and beta != 0.0:
-        y = y + (c if beta == 1.0 else c * beta)
-    return y.astype(a.dtype, copy=False)
+        y += c if beta == 1.0 else c * beta
+    return y
 
 
 @kernel('Einsum', versions=(12, LATEST))
@@ -429,6 +438,16 @@ def cumprod(xp, x, axis, *, exclusive=0, reverse=0):
 # -- gradient kernels (org.chainer_compiler) ---------------------------------------------
 
 from .registry import CUSTOM_DOMAIN  # noqa: E402
+
+
+@kernel('FusedGemm', domain=CUSTOM_DOMAIN)
+def fused_gemm(xp, a, b, c=None, *, activation, alpha=1.0, beta=1.0, transA=0, transB=0):
+    """Gemm followed by ``activation`` ('Relu'), applied in place on the
+    product: one instruction and one array instead of two."""
+    if activation != 'Relu':
+        raise ValueError("FusedGemm: activation must be 'Relu', got %r" % (activation,))
+    y = gemm(xp, a, b, c, alpha=alpha, beta=beta, transA=transA, transB=transB)
+    return xp.maximum(y, y.dtype.type(0), out=y)
 
 
 @kernel('ReduceProdGrad', domain=CUSTOM_DOMAIN)

@@ -1,13 +1,22 @@
-"""Optimizer kernels of the ai.onnx.preview.training domain: Adagrad, Adam, Momentum.
+"""Optimizer kernels.
 
-Each call updates several tensors at once: the variadic inputs hold all the
+The ai.onnx.preview.training domain (Adagrad, Adam, Momentum) is functional:
+each call updates several tensors at once (the variadic inputs hold all the
 tensors to optimize, then all their gradients, then each kind of optimizer
-state, and the outputs follow the same grouping.  The scalar learning rate
-``R`` and update count ``T`` are read to the host once per call.
+state; the outputs follow the same grouping) and returns new arrays.  The
+scalar learning rate ``R`` and update count ``T`` are read to the host once
+per call.
+
+This project's domain adds Chainer's update rules (SGDUpdate,
+MomentumSGDUpdate, AdamUpdate) for fully compiled training steps: they
+update one parameter and its state arrays *in place*, with the formulas of
+``chainer.optimizers``, so the model's own arrays carry the trained weights.
+Hyperparameters are 0-d inputs, read to the host each call, because
+schedules (ExponentialShift, Adam's bias correction) change them per step.
 """
 import math
 
-from .registry import kernel
+from .registry import CUSTOM_DOMAIN, kernel
 
 DOMAIN = 'ai.onnx.preview.training'
 
@@ -70,3 +79,41 @@ def momentum(xp, R, T, *inputs, alpha, beta, mode, norm_coefficient):
         X_new = X - rate * direction
         results.append((X_new.astype(X.dtype, copy=False), V_new.astype(V.dtype, copy=False)))
     return _flatten(results)
+
+
+@kernel('SGDUpdate', domain=CUSTOM_DOMAIN)
+def sgd_update(xp, param, grad, lr):
+    """In place: ``param -= lr * grad`` (chainer.optimizers.SGD).  Returns ``param``."""
+    param -= float(lr) * grad
+    return param
+
+
+@kernel('MomentumSGDUpdate', domain=CUSTOM_DOMAIN)
+def momentum_sgd_update(xp, param, grad, v, lr, momentum):
+    """In place: ``v = momentum * v - lr * grad; param += v``
+    (chainer.optimizers.MomentumSGD).  Returns ``param``."""
+    v *= float(momentum)
+    v -= float(lr) * grad
+    param += v
+    return param
+
+
+@kernel('AdamUpdate', domain=CUSTOM_DOMAIN)
+def adam_update(xp, param, grad, m, v, alpha_t, beta1, beta2, eps, eta, weight_decay_rate):
+    """In place, chainer.optimizers.Adam with the bias-corrected ``alpha_t``:
+    ``m += (1 - beta1) * (grad - m); v += (1 - beta2) * (grad**2 - v);
+    param -= eta * (alpha_t * m / (sqrt(v) + eps) + weight_decay_rate * param)``.
+    Returns ``param``."""
+    m += (1.0 - float(beta1)) * (grad - m)
+    v += (1.0 - float(beta2)) * (grad * grad - v)
+    step = xp.sqrt(v)
+    step += float(eps)
+    xp.divide(float(alpha_t), step, out=step)
+    step *= m
+    eta, decay = float(eta), float(weight_decay_rate)
+    if decay:
+        param *= 1.0 - eta * decay
+    if eta != 1.0:
+        step *= eta
+    param -= step
+    return param

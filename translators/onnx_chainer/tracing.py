@@ -5,12 +5,14 @@ topological order), the arrays it received and the line of user code that
 made it.  Functions that no output depends on are skipped; each remaining
 one goes through its converter.
 """
+import contextlib
 import os
 import sys
 import warnings
 from dataclasses import dataclass
 
 import chainer
+import numpy
 
 from . import registry, rnn
 from .recordable import recordable_functions
@@ -74,7 +76,7 @@ def _as_variable(x):
 
 
 def export_model(model, inputs, opset_version=None, input_names=None, output_names=None,
-                 train=False, external_converters=None, fold_rnn=True):
+                 train=False, external_converters=None, fold_rnn=True, reported=False):
     """Trace ``model`` on ``inputs`` and return the ONNX ModelProto.
 
     ``inputs``: an array or Variable, a tuple/list (``model(*inputs)``) or
@@ -82,6 +84,10 @@ def export_model(model, inputs, opset_version=None, input_names=None, output_nam
     (``/l1/W``), persistent values too (``/bn/avg_mean``).  ``fold_rnn``
     exports each ``F.n_step_*`` call (``L.NStepLSTM`` ...) as ONNX
     LSTM/GRU/RNN nodes instead of the unrolled cell functions.
+    ``reported``: also output the values the model reports with
+    ``chainer.report``, after its own outputs, named by their keys as a
+    Trainer would see them (``main/accuracy``; the model observes as
+    ``main``, its links as ``main/<path>``).
     """
     opset = DEFAULT_OPSET if opset_version is None else int(opset_version)
     if not MIN_OPSET <= opset <= MAX_OPSET:
@@ -100,8 +106,9 @@ def export_model(model, inputs, opset_version=None, input_names=None, output_nam
 
     recorder = _Recorder()
     folding = rnn.n_step_as_single_calls() if fold_rnn else rnn.n_step_unrolled()
+    observation = {}
     with chainer.using_config('train', train), chainer.using_config('enable_backprop', True), \
-            recordable_functions(), folding, recorder:
+            recordable_functions(), folding, recorder, _reporting(model, observation):
         result = call()
     if isinstance(result, dict):
         result = list(result.values())
@@ -109,6 +116,11 @@ def export_model(model, inputs, opset_version=None, input_names=None, output_nam
         result = [result]
     results = [r if isinstance(r, chainer.Variable) else chainer.Variable(r) for r in result]
     out_names = _names(output_names, len(results), 'output', 'output_names')
+    if reported:
+        for key, value in sorted(observation.items()):
+            results.append(value if isinstance(value, chainer.Variable)
+                           else chainer.Variable(numpy.asarray(value)))
+            out_names.append(key)
 
     ctx = GraphBuilder(opset)
     names = {}  # id(VariableNode) -> ONNX name
@@ -183,6 +195,18 @@ def export_model(model, inputs, opset_version=None, input_names=None, output_nam
         warnings.warn('parameters not used by the exported graph: %s' % ', '.join(unused))
     graph_inputs = [value_info(n, _to_numpy(v.array)) for v, n in zip(ordered, in_names)]
     return ctx.make_model(type(model).__name__, graph_inputs, graph_outputs)
+
+
+@contextlib.contextmanager
+def _reporting(model, observation):
+    """Collect what ``model`` reports, graph and all, into ``observation``
+    under the keys a Trainer's reporter would use."""
+    reporter = chainer.Reporter()
+    if isinstance(model, chainer.Link):
+        reporter.add_observer('main', model)
+        reporter.add_observers('main', model.namedlinks(skipself=True))
+    with reporter.scope(observation), chainer.using_config('keep_graph_on_report', True):
+        yield
 
 
 def _names(given, count, prefix, argument):

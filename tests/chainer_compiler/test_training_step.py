@@ -1,0 +1,173 @@
+"""compile_training_step: forward, backward and the optimizer update in one
+VM program, training the Chainer model's own arrays exactly as Chainer
+would."""
+import copy
+
+import chainer
+import chainer.links as L
+import numpy
+import pytest
+from chainer import training
+from chainer.training import extensions
+
+import chainer_compiler
+from chainer_compiler.runtime.errors import InputValidationError
+from tests.models import MLP, LeNet5
+
+OPTIMIZERS = [
+    lambda: chainer.optimizers.SGD(lr=0.1),
+    lambda: chainer.optimizers.MomentumSGD(lr=0.05, momentum=0.8),
+    lambda: chainer.optimizers.Adam(),
+    lambda: chainer.optimizers.AdamW(alpha=0.01, weight_decay_rate=0.1),
+]
+
+
+def _batch(shape, batch=8, seed=0):
+    rng = numpy.random.RandomState(seed)
+    x = rng.uniform(-1, 1, (batch,) + shape).astype(numpy.float32)
+    t = rng.randint(0, 10, batch).astype(numpy.int32)
+    return x, t
+
+
+def _twins(predictor, x, make_optimizer):
+    """Two identical Classifiers with their own optimizers."""
+    with chainer.using_config('train', False):
+        predictor(x)  # initialize lazily sized links
+    plain = L.Classifier(predictor)
+    compiled = copy.deepcopy(plain)
+    plain_opt, compiled_opt = make_optimizer(), make_optimizer()
+    plain_opt.setup(plain)
+    compiled_opt.setup(compiled)
+    return plain, plain_opt, compiled, compiled_opt
+
+
+def _assert_same_training_state(plain, plain_opt, compiled, compiled_opt):
+    for (name, p), (_, q) in zip(sorted(plain.namedparams()), sorted(compiled.namedparams())):
+        numpy.testing.assert_allclose(q.array, p.array, rtol=1e-5, atol=2e-5, err_msg=name)
+        for slot, value in p.update_rule.state.items():
+            numpy.testing.assert_allclose(q.update_rule.state[slot], value, rtol=1e-5,
+                                          atol=1e-6, err_msg='%s %s' % (name, slot))
+        assert q.update_rule.t == p.update_rule.t
+    assert compiled_opt.t == plain_opt.t
+
+
+@pytest.mark.parametrize('make_optimizer', OPTIMIZERS, ids=['sgd', 'momentum', 'adam', 'adamw'])
+def test_steps_match_chainer(make_optimizer):
+    x, t = _batch((784,))
+    plain, plain_opt, compiled, compiled_opt = _twins(MLP(32, 10), x, make_optimizer)
+    arrays = [p.array for _, p in sorted(compiled.namedparams())]
+    step = chainer_compiler.compile_training_step(compiled, compiled_opt, (x, t))
+    for i in range(3):
+        xi, ti = _batch((784,), seed=i)
+        plain_opt.update(plain, xi, ti)
+        loss = step(xi, ti)
+        numpy.testing.assert_allclose(loss, plain.loss.array, rtol=1e-5)
+    _assert_same_training_state(plain, plain_opt, compiled, compiled_opt)
+    # Updated in place: the model's own arrays (what serializers save) changed.
+    assert all(a is p.array for a, (_, p) in zip(arrays, sorted(compiled.namedparams())))
+
+
+def test_batch_normalization_statistics_and_conv_match_chainer():
+    x, t = _batch((1, 28, 28), batch=4)
+    make = lambda: chainer.optimizers.MomentumSGD(lr=0.01)  # noqa: E731
+    plain, plain_opt, compiled, compiled_opt = _twins(LeNet5(batch_norm=True), x, make)
+    step = chainer_compiler.compile_training_step(compiled, compiled_opt, (x, t))
+    for _ in range(2):
+        plain_opt.update(plain, x, t)
+        step(x, t)
+    _assert_same_training_state(plain, plain_opt, compiled, compiled_opt)
+    for name in ('avg_mean', 'avg_var'):
+        numpy.testing.assert_allclose(getattr(compiled.predictor.bn1, name),
+                                      getattr(plain.predictor.bn1, name), rtol=1e-5, atol=1e-6)
+
+
+def test_reports_what_the_classifier_reports():
+    x, t = _batch((784,))
+    model = L.Classifier(MLP(16, 10))
+    optimizer = chainer.optimizers.SGD()
+    optimizer.setup(model)
+    step = chainer_compiler.compile_training_step(model, optimizer, (x, t))
+    reporter = chainer.Reporter()
+    reporter.add_observer('main', model)
+    observation = {}
+    with reporter.scope(observation):
+        loss = step(x, t)
+    assert sorted(observation) == ['main/accuracy', 'main/loss']
+    assert float(observation['main/loss']) == pytest.approx(float(loss))
+    with chainer.using_config('train', False):
+        y = model.predictor(x).array
+    assert 0 <= float(observation['main/accuracy']) <= 1
+    assert y.shape == (8, 10)
+
+
+def test_trainer_with_the_updater_logs_and_learns(tmp_path):
+    rng = numpy.random.RandomState(1)
+    x = rng.uniform(-1, 1, (64, 20)).astype(numpy.float32)
+    t = (x[:, 0] > 0).astype(numpy.int32)  # learnable from one feature
+    model = L.Classifier(MLP(16, 2))
+    optimizer = chainer.optimizers.Adam(alpha=0.01)
+    optimizer.setup(model)
+    step = chainer_compiler.compile_training_step(model, optimizer, (x[:16], t[:16]))
+    iterator = chainer.iterators.SerialIterator(chainer.datasets.TupleDataset(x, t), 16)
+    updater = chainer_compiler.TrainingStepUpdater(iterator, step)
+    trainer = training.Trainer(updater, (20, 'epoch'), out=str(tmp_path))
+    log = extensions.LogReport()
+    trainer.extend(log)
+    trainer.run()
+    assert optimizer.t == 80 and updater.epoch == 20
+    assert log.log[-1]['main/loss'] < log.log[0]['main/loss']
+    assert log.log[-1]['main/accuracy'] > 0.9
+    chainer.serializers.save_npz(str(tmp_path / 'model.npz'), model)
+    saved = numpy.load(str(tmp_path / 'model.npz'))
+    numpy.testing.assert_array_equal(saved['predictor/l1/W'], model.predictor.l1.W.array)
+
+
+def test_wrong_batch_size_is_a_clear_error():
+    x, t = _batch((784,))
+    model = L.Classifier(MLP(16, 10))
+    optimizer = chainer.optimizers.SGD()
+    optimizer.setup(model)
+    step = chainer_compiler.compile_training_step(model, optimizer, (x, t))
+    with pytest.raises(InputValidationError, match=r"input_0.*\(4, 784\).*expected \(8, 784\)"):
+        step(x[:4], t[:4])
+
+
+@pytest.mark.parametrize('configure, message', [
+    (lambda m: chainer.optimizers.AdaGrad(), 'AdaGrad is not supported'),
+    (lambda m: chainer.optimizers.AMSGrad(), 'amsgrad is not supported'),
+])
+def test_unsupported_optimizers_are_named(configure, message):
+    x, t = _batch((784,))
+    model = L.Classifier(MLP(16, 10))
+    optimizer = configure(model)
+    optimizer.setup(model)
+    with pytest.raises(NotImplementedError, match=message):
+        chainer_compiler.compile_training_step(model, optimizer, (x, t))
+
+
+def test_optimizer_hooks_and_foreign_optimizers_are_refused():
+    x, t = _batch((784,))
+    model = L.Classifier(MLP(16, 10))
+    optimizer = chainer.optimizers.SGD()
+    optimizer.setup(model)
+    optimizer.add_hook(chainer.optimizer_hooks.WeightDecay(1e-4))
+    with pytest.raises(NotImplementedError, match='WeightDecay'):
+        chainer_compiler.compile_training_step(model, optimizer, (x, t))
+    other = chainer.optimizers.SGD()
+    other.setup(L.Classifier(MLP(16, 10)))
+    with pytest.raises(ValueError, match='not set up on this model'):
+        chainer_compiler.compile_training_step(model, other, (x, t))
+
+
+def test_frozen_links_are_not_updated():
+    x, t = _batch((784,))
+    model = L.Classifier(MLP(16, 10))
+    optimizer = chainer.optimizers.SGD(lr=0.5)
+    optimizer.setup(model)
+    model.predictor.l1.disable_update()
+    step = chainer_compiler.compile_training_step(model, optimizer, (x, t))
+    frozen = model.predictor.l1.W.array.copy()
+    before = model.predictor.l3.W.array.copy()
+    step(x, t)
+    numpy.testing.assert_array_equal(model.predictor.l1.W.array, frozen)
+    assert not numpy.array_equal(model.predictor.l3.W.array, before)
