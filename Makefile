@@ -5,7 +5,9 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: demo vm-demo test conformance bench clean
+TORCH_VENV := .venv-torch
+
+.PHONY: demo vm-demo test conformance bench bench-torch-env clean
 
 # Chainer 7.8.1 is an sdist that only builds and imports with setuptools<74
 # and numpy<2, so those go in first and the rest installs without build
@@ -38,9 +40,20 @@ conformance: $(STAMP)
 	$(VENV)/bin/chainer-compiler conformance
 
 # Benchmarks are not part of the test suite: the machine is shared and noisy.
+# PyTorch is optional and lives in its own environment (torch 2.13 wants
+# setuptools>=77, which breaks Chainer's import); when it cannot be created
+# the benchmark reports its column as n/a with the reason.
 bench: $(STAMP)
+	-$(MAKE) bench-torch-env
 	$(PY) benchmarks/export_speed.py
-	$(PY) benchmarks/training_step.py
+	$(PY) benchmarks/bench.py --torch-python $(TORCH_VENV)/bin/python
+
+bench-torch-env: $(TORCH_VENV)/.installed
+
+$(TORCH_VENV)/.installed:
+	test -x $(TORCH_VENV)/bin/python || $(PYTHON) -m venv $(TORCH_VENV)
+	$(TORCH_VENV)/bin/pip install --quiet torch==2.13.0 numpy
+	touch $@
 
 clean:
-	rm -rf $(VENV) build *.egg-info
+	rm -rf $(VENV) $(TORCH_VENV) build *.egg-info

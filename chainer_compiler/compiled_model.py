@@ -85,6 +85,8 @@ class CompiledModel(chainer.Chain):
         graph = self._proto.graph
         self._inputs = [v for v in graph.input
                         if v.name not in {t.name for t in graph.initializer}]
+        self._input_dims = [(v, tuple(d.dim_value for d in v.type.tensor_type.shape.dim))
+                            for v in self._inputs]
 
     # -- programs ----------------------------------------------------------------
     def _training_programs(self, inputs_needing_grad):
@@ -140,27 +142,27 @@ class CompiledModel(chainer.Chain):
             raise TypeError('%s takes %d input(s) (%s), got %d' % (
                 type(self._model).__name__, len(self._inputs),
                 ', '.join(v.name for v in self._inputs), len(args)))
-        xs = [x if isinstance(x, chainer.Variable) else chainer.Variable(x, requires_grad=False)
-              for x in args]
-        self._check_inputs(xs)
+        self._check_inputs(args)
         params = [self._param_of[n] for n in self._param_names]
         states = [self._state_array(n) for n in self._state_names]
         if chainer.config.train:
+            # Arrays go to apply() as they are: Chainer wraps them itself.
             state = self._training_programs(
-                [info.name for x, info in zip(xs, self._inputs)
-                 if x.requires_grad and x.dtype.kind == 'f'])
-            outputs = _CompiledStep(self, state, states).apply(xs + params)
+                [info.name for x, info in zip(args, self._inputs)
+                 if isinstance(x, chainer.Variable) and x.requires_grad
+                 and x.dtype.kind == 'f'])
+            outputs = _CompiledStep(self, state, states).apply(list(args) + params)
         else:
-            values = [x.array for x in xs] + [p.array for p in params] + states
+            values = [x.array if isinstance(x, chainer.Variable) else x for x in args]
+            values += [p.array for p in params] + states
             results = self._inference_executor().run_positional(values)
             outputs = [chainer.Variable(r, requires_grad=False) for r in results]
         return outputs[0] if len(outputs) == 1 else tuple(outputs)
 
     def _check_inputs(self, xs):
-        for x, info in zip(xs, self._inputs):
-            dims = [d.dim_value for d in info.type.tensor_type.shape.dim]
+        for x, (info, dims) in zip(xs, self._input_dims):
             if len(dims) == x.ndim and dims and dims[0] and x.shape[0] != dims[0] \
-                    and tuple(dims[1:]) == tuple(x.shape[1:]):
+                    and dims[1:] == tuple(x.shape[1:]):
                 raise InputValidationError(
                     "input '%s' has batch size %d, but %s was exported with batch size %d; "
                     "compiled programs have a fixed batch size: wrap the dataset in "
@@ -222,7 +224,8 @@ class _CompiledStep(chainer.FunctionNode):
         result = []
         for i in indexes:
             g = grads.get(input_names[i])
-            result.append(None if g is None else chainer.Variable(g))
+            # Chainer's own unvalidated constructor: the arrays are ours.
+            result.append(None if g is None else chainer.Variable._init_unchecked(g))
         return tuple(result)
 
 

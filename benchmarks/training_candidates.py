@@ -1,0 +1,93 @@
+"""The training-step implementations compared, each built from a copy of
+one initialized Chainer model and returning its loss on the first step."""
+import copy
+import json
+import os
+import subprocess
+import tempfile
+
+import chainer
+import chainer.links as L
+import numpy
+
+import chainer_compiler
+from numpy_reference import numpy_step
+
+OPTIMIZERS = {
+    'sgd': chainer.optimizers.SGD,
+    'momentum': chainer.optimizers.MomentumSGD,
+    'adam': chainer.optimizers.Adam,
+}
+
+
+def _classifier(model):
+    classifier = L.Classifier(model)
+    # Every implementation computes the same thing: forward, loss, backward, update.
+    classifier.compute_accuracy = False
+    return classifier
+
+
+def chainer_step(model, x, t, optimizer):
+    """Plain Chainer: ``optimizer.update(classifier, x, t)``."""
+    classifier = _classifier(copy.deepcopy(model))
+    opt = OPTIMIZERS[optimizer]()
+    opt.setup(classifier)
+
+    def step():
+        opt.update(classifier, x, t)
+        return classifier.loss
+    return step
+
+
+def compile_onnx_step(model, x, t, optimizer, onnx_file):
+    """The exported model compiled with compile_onnx; loss and optimizer in Chainer."""
+    twin = copy.deepcopy(model)
+    classifier = _classifier(chainer_compiler.compile_onnx(twin, onnx_file))
+    opt = OPTIMIZERS[optimizer]()
+    opt.setup(classifier)
+
+    def step():
+        opt.update(classifier, x, t)
+        return classifier.loss
+    return step
+
+
+def compiled_training_step(model, x, t, optimizer):
+    """Forward, loss, backward and update in one VM program."""
+    classifier = _classifier(copy.deepcopy(model))
+    opt = OPTIMIZERS[optimizer]()
+    opt.setup(classifier)
+    compiled = chainer_compiler.compile_training_step(classifier, opt, (x, t))
+    return lambda: compiled(x, t)
+
+
+def hand_written_numpy_step(model, x, t, optimizer):
+    return numpy_step(model, x, t, optimizer)
+
+
+def first_loss(step):
+    loss = step()
+    return float(getattr(loss, 'array', loss))
+
+
+def torch_time(torch_python, spec, model, x, t, timeout_s=900):
+    """Run torch_reference.py in PyTorch's own virtualenv.  Returns
+    (median ms, first loss, versions) or raises RuntimeError saying why not."""
+    if not torch_python or not os.path.exists(torch_python):
+        raise RuntimeError('no PyTorch environment (make bench-torch-env creates .venv-torch)')
+    arrays = {name: numpy.asarray(p.array) for name, p in model.namedparams()}
+    for path, link in model.namedlinks():
+        for name in ('avg_mean', 'avg_var'):
+            if hasattr(link, name):
+                arrays['%s/%s' % (path.rstrip('/'), name)] = numpy.asarray(getattr(link, name))
+    with tempfile.TemporaryDirectory() as tmp:
+        path = os.path.join(tmp, 'input.npz')
+        numpy.savez(path, spec=json.dumps(spec), x=x, t=t, **arrays)
+        script = os.path.join(os.path.dirname(__file__), 'torch_reference.py')
+        done = subprocess.run([torch_python, script, path], capture_output=True, text=True,
+                              timeout=timeout_s)
+    if done.returncode != 0:
+        raise RuntimeError('torch_reference.py failed: %s' % done.stderr.strip()[-300:])
+    result = json.loads(done.stdout.strip().splitlines()[-1])
+    return result['median_ms'], result['first_loss'], 'torch %s, %d threads' % (
+        result['torch'], result['threads'])
