@@ -27,29 +27,29 @@ def _classifier(model):
     return classifier
 
 
-def chainer_step(model, x, t, optimizer):
-    """Plain Chainer: ``optimizer.update(classifier, x, t)``."""
-    classifier = _classifier(copy.deepcopy(model))
+def _optimizer_update_step(predictor, optimizer):
+    """``optimizer.update(classifier, x, t)``, the loop a Chainer user writes."""
+    classifier = _classifier(predictor)
     opt = OPTIMIZERS[optimizer]()
     opt.setup(classifier)
 
-    def step():
+    def step(x, t):
         opt.update(classifier, x, t)
         return classifier.loss
     return step
+
+
+def chainer_step(model, x, t, optimizer):
+    """Plain Chainer."""
+    step = _optimizer_update_step(copy.deepcopy(model), optimizer)
+    return lambda: step(x, t)
 
 
 def compile_onnx_step(model, x, t, optimizer, onnx_file):
     """The exported model compiled with compile_onnx; loss and optimizer in Chainer."""
-    twin = copy.deepcopy(model)
-    classifier = _classifier(chainer_compiler.compile_onnx(twin, onnx_file))
-    opt = OPTIMIZERS[optimizer]()
-    opt.setup(classifier)
-
-    def step():
-        opt.update(classifier, x, t)
-        return classifier.loss
-    return step
+    compiled = chainer_compiler.compile_onnx(copy.deepcopy(model), onnx_file)
+    step = _optimizer_update_step(compiled, optimizer)
+    return lambda: step(x, t)
 
 
 def compiled_training_step(model, x, t, optimizer):
