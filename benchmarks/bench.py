@@ -22,6 +22,7 @@ import numpy
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import inference_candidates as inference  # noqa: E402
 import models  # noqa: E402
+from numpy_reference import numpy_step  # noqa: E402
 import report  # noqa: E402
 import training_candidates as training  # noqa: E402
 from timing import time_interleaved  # noqa: E402
@@ -40,9 +41,6 @@ MODELS = [
     ('ResNet-18-style CNN', lambda: models.ResNet18Style(64),
      {'model': 'ResNet18Style', 'width': 64}, (3, 32, 32), 8),
 ]
-
-IMPLEMENTATIONS = ['numpy', 'chainer', 'compile_onnx', 'compiled_step', 'pytorch']
-
 
 def _data(shape, batch, seed=0):
     rng = numpy.random.RandomState(seed)
@@ -69,7 +67,7 @@ def bench_training(name, constructor, spec, shape, batch, args):
     onnx_file = os.path.join(args.work, 'train_%s.onnx' % _slug(name))
     chainer_compiler.export(model, [x], onnx_file)
     steps = {
-        'numpy': training.hand_written_numpy_step(model, x, t, args.optimizer),
+        'numpy': numpy_step(model, x, t, args.optimizer),
         'chainer': training.chainer_step(model, x, t, args.optimizer),
         'compile_onnx': training.compile_onnx_step(model, x, t, args.optimizer, onnx_file),
         'compiled_step': training.compiled_training_step(model, x, t, args.optimizer),

@@ -11,7 +11,6 @@ import chainer.links as L
 import numpy
 
 import chainer_compiler
-from numpy_reference import numpy_step
 
 OPTIMIZERS = {
     'sgd': chainer.optimizers.SGD,
@@ -59,10 +58,6 @@ def compiled_training_step(model, x, t, optimizer):
     opt.setup(classifier)
     compiled = chainer_compiler.compile_training_step(classifier, opt, (x, t))
     return lambda: compiled(x, t)
-
-
-def hand_written_numpy_step(model, x, t, optimizer):
-    return numpy_step(model, x, t, optimizer)
 
 
 def first_loss(step):

@@ -74,7 +74,7 @@ class TrainingStep:
         binding = bind_initializers(proto.graph, model, type(model).__name__)
         decays = {name: getattr(binding.persistents[name][0], 'decay', 0.9)
                   for name in binding.state_names}
-        self._state_updates = to_training_mode(proto, decays)
+        state_updates = to_training_mode(proto, decays)
         self._params = [binding.param_of[n] for n in binding.param_names]
         self._persistent_slots = [binding.persistents[n] for n in binding.state_names]
         wrt = [n for n in binding.param_names if _trainable(binding.param_of[n])]
@@ -91,7 +91,7 @@ class TrainingStep:
         outputs = [v.name for v in self.program.outputs]
         self._state_positions = [
             (outputs.index(updated), binding.persistents[initializer])
-            for updated, initializer in self._state_updates]
+            for updated, initializer in state_updates]
         self._reports = _report_targets(model, outputs)
         options = dict(runtime_kwargs)
         options.setdefault('backend', 'cupy' if model.xp is not numpy else 'numpy')
