@@ -40,7 +40,7 @@ setup(
     ],
     extras_require={
         'cuda': ['cupy-cuda12x==13.6.0'],
-        'test': ['pytest'],
+        'test': ['pytest', 'hypothesis'],
     },
     entry_points={'console_scripts': ['chainer-compiler=chainer_compiler.cli:main']},
 )

@@ -14,7 +14,7 @@ _PUBLIC = {
     'compile_onnx': 'chainer_compiler.compiled_model',
     'compile': 'chainer_compiler.compiled_model',
     'CompiledModel': 'chainer_compiler.compiled_model',
-    'ModelMismatchError': 'chainer_compiler.compiled_model',
+    'ModelMismatchError': 'chainer_compiler.errors',
     'compile_training_step': 'chainer_compiler.training_step',
     'TrainingStep': 'chainer_compiler.training_step',
     'TrainingStepUpdater': 'chainer_compiler.training_step',
@@ -24,8 +24,9 @@ _PUBLIC = {
     'use_chainerx_shared_allocator': 'chainer_compiler.allocators',
     'build_program': 'chainer_compiler.frontend',
     'load_onnx': 'chainer_compiler.frontend',
-    'UnsupportedOperatorsError': 'chainer_compiler.frontend',
-    'InvalidModelError': 'chainer_compiler.frontend',
+    'UnsupportedOperatorsError': 'chainer_compiler.errors',
+    'InvalidModelError': 'chainer_compiler.errors',
+    'InvalidTestDataError': 'chainer_compiler.errors',
 }
 
 __all__ = sorted(_PUBLIC) + ['__version__']

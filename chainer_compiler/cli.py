@@ -4,12 +4,18 @@
   chainer-compiler run --onnx FILE       compile and run with random inputs
   chainer-compiler run --program FILE    run a saved Program with random inputs
   chainer-compiler conformance           run ONNX's node conformance tests
+
+Exit status: 0 success, 1 mismatching outputs (--test), 2 any error, which
+is reported as one line on stderr; ``chainer-compiler --debug ...`` shows
+its traceback as well.
 """
 import argparse
 import json
+import math
+import os
 import sys
 
-from .runtime.backend import BackendUnavailableError
+from .errors import InvalidModelError, InvalidTestDataError, UnsupportedOperatorsError
 from .runtime.errors import RuntimeVMError
 from .runtime.executor import Executor
 from .runtime.profiling import Tracer
@@ -20,37 +26,96 @@ EXIT_MISMATCH = 1
 EXIT_ERROR = 2
 
 
+class CommandLineError(Exception):
+    """A bad argument or combination of arguments; the message names them."""
+
+
 def main(argv=None):
-    parser = _parser()
-    args = parser.parse_args(argv)
+    """Run the command line ``argv`` (default: sys.argv[1:]); return the
+    exit status."""
+    try:
+        args = _parser().parse_args(argv)
+    except CommandLineError as e:
+        return _report_error(str(e))
     try:
         return args.handler(args)
-    except (RuntimeVMError, BackendUnavailableError, FileNotFoundError) as e:
-        print('chainer-compiler: error: %s' % e, file=sys.stderr)
-        return EXIT_ERROR
     except Exception as e:
-        from .frontend import InvalidModelError, UnsupportedOperatorsError
-        if isinstance(e, (InvalidModelError, UnsupportedOperatorsError)):
-            print('chainer-compiler: error: %s' % e, file=sys.stderr)
-            return EXIT_ERROR
-        raise
+        if args.debug:
+            raise
+        return _report_error(_describe(e, args))
+
+
+def _report_error(message):
+    """Write ``message`` as one error line on stderr; return EXIT_ERROR."""
+    lines = [line.strip() for line in message.splitlines() if line.strip()]
+    # A multi-line message is a header ending in ':' and one item a line.
+    print('chainer-compiler: error: %s' % '; '.join(lines).replace(':;', ':'), file=sys.stderr)
+    return EXIT_ERROR
+
+
+def _describe(error, args):
+    """The message of an error of the project's own types (which name the
+    file, operator or argument); for any other, its type and the input
+    that raised it as well."""
+    known = (CommandLineError, InvalidModelError, UnsupportedOperatorsError,
+             InvalidTestDataError, RuntimeVMError, OSError)
+    if isinstance(error, known):
+        return str(error)
+    text = type(error).__name__ + (': %s' % error if str(error) else '')
+    source = _source(args)
+    return text + (' (running %s %s)' % source if source else '')
+
+
+def _source(args):
+    """(option, path) of what the command reads; () for conformance."""
+    for option in ('test', 'onnx', 'program'):
+        if getattr(args, option, None):
+            return ('--' + option, getattr(args, option))
+    return ()
+
+
+class _Parser(argparse.ArgumentParser):
+    """Raises CommandLineError instead of printing the usage and exiting,
+    so that a bad argument is reported like every other error."""
+
+    def error(self, message):
+        raise CommandLineError(message)
+
+
+def _bounded(parse, low, high, expected):
+    """An argparse type: ``parse(text)`` within [low, high]; ``expected``
+    describes the allowed values in the error."""
+    def convert(text):
+        try:
+            value = parse(text)
+        except ValueError:
+            value = None
+        if value is None or not low <= value <= high:  # NaN fails this too
+            raise argparse.ArgumentTypeError('expected %s, got %r' % (expected, text))
+        return value
+    return convert
 
 
 def _parser():
-    parser = argparse.ArgumentParser(prog='chainer-compiler', description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    """The argument parser; every command sets ``handler``."""
+    parser = _Parser(prog='chainer-compiler', description=__doc__,
+                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument('--debug', action='store_true',
+                        help='on an error, show the traceback as well')
     sub = parser.add_subparsers(dest='command', required=True)
 
     run = sub.add_parser('run', help='compile and run an ONNX model or test directory')
     source = run.add_mutually_exclusive_group(required=True)
     source.add_argument('--test', metavar='DIR',
-                        help='ONNX test directory: model.onnx and test_data_set_*/')
+                        help='ONNX test directory: model.onnx and test_data_set_*/ holding '
+                             'input_<N>.pb and output_<N>.pb for graph input and output N')
     source.add_argument('--onnx', metavar='FILE', help='ONNX model, run on random inputs')
     source.add_argument('--program', metavar='FILE', help='saved Program, run on random inputs')
-    run.add_argument('--rtol', type=float, default=None, help='relative tolerance (--test)')
-    run.add_argument('--atol', type=float, default=None, help='absolute tolerance (--test)')
-    run.add_argument('--iterations', type=int, default=1,
-                     help='timed runs; prints mean and best milliseconds')
+    tolerance = _bounded(float, 0, math.inf, 'a number >= 0')
+    run.add_argument('--rtol', type=tolerance, default=None, help='relative tolerance (--test)')
+    run.add_argument('--atol', type=tolerance, default=None, help='absolute tolerance (--test)')
+    run.add_argument('--iterations', type=_bounded(int, 1, math.inf, 'an integer >= 1'),
+                     default=1, help='timed runs; prints mean and best milliseconds')
     run.add_argument('--backend', choices=['numpy', 'cupy'], default=None,
                      help='default: cupy when CuPy and a GPU are present, else numpy')
     run.add_argument('--trace', action='store_true',
@@ -61,7 +126,9 @@ def _parser():
                      help='fail at the first instruction producing NaN or Inf')
     run.add_argument('--dump', action='store_true', help='print the compiled Program')
     run.add_argument('--save', metavar='FILE', help='write the compiled Program to FILE')
-    run.add_argument('--seed', type=int, default=0, help='seed of the random inputs')
+    # numpy's RandomState takes seeds in [0, 2**32 - 1].
+    run.add_argument('--seed', type=_bounded(int, 0, 2**32 - 1, 'an integer in [0, 2**32 - 1]'),
+                     default=0, help='seed of the random inputs')
     run.set_defaults(handler=_run)
 
     conf = sub.add_parser('conformance', help="run ONNX's node conformance tests")
@@ -77,7 +144,48 @@ def _parser():
     return parser
 
 
+def _check_output_paths(args):
+    """Refuse, before anything runs, an output file that is a folder, lies
+    in a missing folder, is one of the inputs or is the other output."""
+    outputs = [(option, path) for option, path in
+               (('--save', args.save), ('--chrome-tracing', args.chrome_tracing)) if path]
+    for option, path in outputs:
+        if os.path.isdir(path):
+            raise CommandLineError('%s %s is a directory' % (option, path))
+        if not os.path.isdir(os.path.dirname(path) or os.curdir):
+            raise CommandLineError('%s %s: its directory does not exist' % (option, path))
+        for in_option, in_path in _input_files(args):
+            if _same_file(path, in_path):
+                raise CommandLineError('%s %s would overwrite the input %s (%s)'
+                                       % (option, path, in_path, in_option))
+    if len(outputs) == 2 and _same_file(outputs[0][1], outputs[1][1]):
+        raise CommandLineError('%s %s and %s %s are the same file'
+                               % (outputs[0] + outputs[1]))
+
+
+def _input_files(args):
+    """(option, path) of every file the run reads: the model or Program, or
+    every file in the --test folder."""
+    if not args.test:
+        return [_source(args)]
+    return [('--test', os.path.join(folder, name))
+            for folder, _, names in os.walk(args.test) for name in names]
+
+
+def _same_file(a, b):
+    """Whether paths ``a`` and ``b`` name one file: equal once symbolic
+    links are resolved, or hard links to one file."""
+    if os.path.realpath(a) == os.path.realpath(b):
+        return True
+    try:
+        return os.path.samefile(a, b)
+    except OSError:  # one of them does not exist (yet)
+        return False
+
+
 def _run(args):
+    """``chainer-compiler run``: the exit status."""
+    _check_output_paths(args)
     tracer = None
     if args.trace or args.chrome_tracing:
         tracer = Tracer(stream=sys.stderr if args.trace else None)
@@ -101,11 +209,13 @@ def _run(args):
 
 
 def _run_test(args, options):
+    """Run the --test folder: 0 when every output matches, EXIT_MISMATCH
+    (the first mismatch on stderr) when one does not, EXIT_ERROR when the
+    VM has no kernel for some operator."""
     from .conformance import run_test_dir
     from .frontend import build_program
     from .onnx_test_data import DEFAULT_ATOL, DEFAULT_RTOL
     if args.dump or args.save:
-        import os
         _report_program(build_program(os.path.join(args.test, 'model.onnx')), args)
     result = run_test_dir(args.test,
                           rtol=DEFAULT_RTOL if args.rtol is None else args.rtol,
@@ -113,11 +223,14 @@ def _run_test(args, options):
     if result.status == 'passed':
         print('%s: OK' % result.name)
         return 0
-    print('%s: %s: %s' % (result.name, result.status.upper(), result.reason), file=sys.stderr)
-    return EXIT_MISMATCH if result.status == 'failed' else EXIT_ERROR
+    if result.status == 'unsupported':
+        return _report_error('%s: %s' % (result.name, result.reason))
+    print('%s: FAILED: %s' % (result.name, result.reason), file=sys.stderr)
+    return EXIT_MISMATCH
 
 
 def _report_program(program, args):
+    """Print the Program (--dump) and write it (--save)."""
     if args.dump:
         print(program.dump())
     if args.save:
@@ -126,6 +239,7 @@ def _report_program(program, args):
 
 
 def _conformance(args):
+    """``chainer-compiler conformance``: print the totals; always 0."""
     from .conformance import run_conformance, summarize
 
     def progress(result):

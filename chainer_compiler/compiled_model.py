@@ -11,15 +11,16 @@ from dataclasses import dataclass
 import chainer
 import onnx
 
-from .frontend import InvalidModelError, load_onnx
+from .errors import ModelMismatchError
+from .exporting import export, write_onnx
+from .frontend import load_onnx
+from .onnx_graph import numpy_dtype
 from .passes.training_mode import to_training_mode
 from .runtime.errors import InputValidationError
 from .runtime.executor import Executor
+from .runtime.signatures import validate_inputs
 from .training import compile_training
-
-
-class ModelMismatchError(InvalidModelError):
-    """The ONNX file does not match the model's parameters."""
+from .translators.onnx_chainer.tracing import named_persistents
 
 
 def compile_onnx(model, onnx_file, used_translator='onnx_chainer', dump_onnx=False,
@@ -29,7 +30,11 @@ def compile_onnx(model, onnx_file, used_translator='onnx_chainer', dump_onnx=Fal
     The returned Chain runs the compiled forward program, and its backward
     the compiled backward program, under ``chainer.config.train``; otherwise
     an inference program.  It uses ``model``'s own Parameters (parameters
-    not initialized yet are initialized from the file's shapes).
+    not initialized yet are initialized from the file's shapes).  The file
+    must hold each of the model's parameters and persistent arrays, by link
+    path, with its dtype and shape, and no other parameter: otherwise
+    ModelMismatchError lists every difference.  Inputs of the wrong count,
+    type, dtype or shape are refused before anything runs or changes.
     ``dump_onnx`` writes the forward and backward graphs next to the file.
     ``runtime_kwargs`` go to the VM's Executor (trace, check_nans, backend).
     """
@@ -43,7 +48,6 @@ def compile_onnx(model, onnx_file, used_translator='onnx_chainer', dump_onnx=Fal
 
 def compile(model, inputs, translator='onnx_chainer', **kwargs):  # noqa: A001 (public API name)
     """Export ``model`` on ``inputs`` to a temporary ONNX file and compile it."""
-    from .exporting import export
     path = export(model, inputs, translator=translator)
     try:
         return compile_onnx(model, path, translator, **kwargs)
@@ -133,7 +137,7 @@ class CompiledModel(chainer.Chain):
         for suffix, model in (('forward', programs.forward_onnx),
                               ('backward', programs.backward_onnx)):
             path = '%s.%s.onnx' % (base, suffix)
-            onnx.save(model, path)
+            write_onnx(model, path)
             print('chainer_compiler: wrote the %s graph to %s' % (suffix, path))
 
     # -- running -------------------------------------------------------------------
@@ -142,32 +146,38 @@ class CompiledModel(chainer.Chain):
             raise TypeError('%s takes %d input(s) (%s), got %d' % (
                 type(self._model).__name__, len(self._inputs),
                 ', '.join(v.name for v in self._inputs), len(args)))
-        self._check_inputs(args)
+        values = [x.array if isinstance(x, chainer.Variable) else x for x in args]
         params = [self._param_of[n] for n in self._param_names]
         states = [self._state_array(n) for n in self._state_names]
         if chainer.config.train:
-            # Arrays go to apply() as they are: Chainer wraps them itself.
             state = self._training_programs(
                 [info.name for x, info in zip(args, self._inputs)
                  if isinstance(x, chainer.Variable) and x.requires_grad
                  and x.dtype.kind == 'f'])
+            self._check_inputs(values, state.forward.program)
+            # Arrays go to apply() as they are: Chainer wraps them itself.
             outputs = _CompiledStep(self, state, states).apply(list(args) + params)
         else:
-            values = [x.array if isinstance(x, chainer.Variable) else x for x in args]
-            values += [p.array for p in params] + states
-            results = self._inference_executor().run_positional(values)
+            executor = self._inference_executor()
+            self._check_inputs(values, executor.program)
+            results = executor.run_positional(values + [p.array for p in params] + states)
             outputs = [chainer.Variable(r, requires_grad=False) for r in results]
         return outputs[0] if len(outputs) == 1 else tuple(outputs)
 
-    def _check_inputs(self, xs):
-        for x, (info, dims) in zip(xs, self._input_dims):
-            if len(dims) == x.ndim and dims and dims[0] and x.shape[0] != dims[0] \
-                    and dims[1:] == tuple(x.shape[1:]):
+    def _check_inputs(self, values, program):
+        """Refuse inputs ``program`` cannot take before anything runs (and
+        changes running averages); a batch size other than the file's gets
+        its own message, since FixedBatchDataset is the remedy."""
+        for x, (info, dims) in zip(values, self._input_dims):
+            shape = getattr(x, 'shape', None)
+            if shape is not None and len(dims) == len(shape) and dims and dims[0] \
+                    and shape[0] != dims[0] and dims[1:] == tuple(shape[1:]):
                 raise InputValidationError(
                     "input '%s' has batch size %d, but %s was exported with batch size %d; "
                     "compiled programs have a fixed batch size: wrap the dataset in "
                     "chainer_compiler.FixedBatchDataset(dataset, %d)"
-                    % (info.name, x.shape[0], self.onnx_file, dims[0], dims[0]))
+                    % (info.name, shape[0], self.onnx_file, dims[0], dims[0]))
+        validate_inputs(program.inputs[:len(values)], values, program.name)
 
     def _state_array(self, name):
         link, attr = self._persistents[name]
@@ -241,38 +251,60 @@ class InitializerBinding:
     persistents: dict
 
 
-def bind_initializers(graph, model, source):
+def bind_initializers(graph, model, source, traced=False):
     """Match the initializers of ``graph`` to ``model``'s Parameters and
-    persistent arrays by path, initializing uninitialized Parameters from
-    the graph's shapes.  Raises ModelMismatchError listing every mismatch
-    (``source`` names the graph's file in the message)."""
+    persistent arrays by path (``/l1/W``, ``/bn/avg_mean``).
+
+    The graph must hold every Parameter and persistent array of the model
+    (persistent values that are not arrays, such as BatchNormalization's
+    ``N``, are never exported), and every initializer named by a path (the
+    exporter's names start with '/') must be one of them, with the model's
+    dtype and shape.  Otherwise ModelMismatchError lists each problem
+    (``source`` names the graph's file) and nothing is changed; if all
+    match, Parameters not initialized yet take the graph's shapes.
+    ``traced``: the graph is a trace of ``model`` itself, which lacks just
+    the Parameters its forward never initialized (Chainer's optimizers skip
+    them too), so those are not required.
+    """
     params = dict(model.namedparams(include_uninit=True))
-    persistents = _persistent_slots(model)
-    binding = InitializerBinding([], {}, [], persistents)
-    problems = []
-    for init in graph.initializer:
-        name, shape = init.name, tuple(init.dims)
-        if name in params:
-            param = params[name]
-            if param.array is None:
-                param.initialize(shape)
-            if tuple(param.shape) != shape:
-                problems.append('%s: the file has shape %s, the model %s'
-                                % (name, shape, tuple(param.shape)))
-            binding.param_names.append(name)
-            binding.param_of[name] = param
-        elif name in persistents:
-            link, attr = persistents[name]
-            if tuple(getattr(link, attr).shape) != shape:
-                problems.append('%s: the file has shape %s, the model %s'
-                                % (name, shape, tuple(getattr(link, attr).shape)))
-            binding.state_names.append(name)
-        elif name.startswith('/'):
-            problems.append('%s: the model has no such parameter' % name)
+    persistents = {name: (link, attr) for name, link, attr in named_persistents(model)}
+    arrays = {name: p.array for name, p in params.items()}
+    arrays.update((name, getattr(link, attr)) for name, (link, attr) in persistents.items())
+    problems = _mismatches(graph.initializer, arrays, traced)
     if problems:
         raise ModelMismatchError('%s does not match the model %s:\n  %s' % (
             source, type(model).__name__, '\n  '.join(problems)))
+    binding = InitializerBinding([], {}, [], persistents)
+    for init in graph.initializer:
+        if init.name in params:
+            param = params[init.name]
+            if param.array is None:
+                param.initialize(tuple(init.dims))
+            binding.param_names.append(init.name)
+            binding.param_of[init.name] = param
+        elif init.name in persistents:
+            binding.state_names.append(init.name)
     return binding
+
+
+def _mismatches(initializers, arrays, traced):
+    """One line per mismatch, sorted, between a graph's ``initializers``
+    and a model's ``arrays`` (path -> array; None for a Parameter not
+    initialized yet, which takes any shape)."""
+    by_name = {init.name: init for init in initializers}
+    problems = ['%s: missing in the file' % name for name, array in arrays.items()
+                if name not in by_name and not (traced and array is None)]
+    for name, init in by_name.items():
+        if name not in arrays:
+            if name.startswith('/'):  # a link path: the exporter's name for a parameter
+                problems.append('%s: the model has no such parameter' % name)
+        elif arrays[name] is not None:
+            in_file = (str(numpy_dtype(init.data_type)), tuple(init.dims))
+            in_model = (str(arrays[name].dtype), tuple(arrays[name].shape))
+            if in_file != in_model:
+                problems.append('%s: the file has %s %s, the model %s %s'
+                                % ((name,) + in_file + in_model))
+    return sorted(problems)
 
 
 def _direct_children(model):
@@ -281,13 +313,3 @@ def _direct_children(model):
     if isinstance(model, chainer.Chain):
         return [(name, getattr(model, name)) for name in sorted(model._children)]
     return []
-
-
-def _persistent_slots(model):
-    """{'/path/name': (link, attribute)} for persistent arrays."""
-    slots = {}
-    for path, link in model.namedlinks():
-        for name in link._persistent:
-            if isinstance(getattr(link, name, None), chainer.get_array_types()):
-                slots['%s/%s' % (path if path != '/' else '', name)] = (link, name)
-    return slots

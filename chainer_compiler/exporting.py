@@ -2,7 +2,7 @@
 import os
 import tempfile
 
-import onnx
+from .runtime.files import atomic_write
 
 TRANSLATORS = ('onnx_chainer', 'ch2o')
 
@@ -13,13 +13,18 @@ def export(model, inputs, filename=None, translator='onnx_chainer', opset_versio
 
     ``inputs`` is an array, a Variable, a tuple/list (``model(*inputs)``) or
     a dict (``model(**inputs)``).  ``filename`` None writes a new temporary
-    file.  ``opset_version`` defaults to 17; 11 to 26 are supported.
-    ``train=True`` exports training-mode forms (batch statistics,
-    random Dropout).  ``external_converters`` maps FunctionNode class names
+    file; the file is written whole or not at all (an existing one is
+    replaced in one step, and left as it was when export fails).
+    ``opset_version`` defaults to 17; 11 to 26 are supported.
+    ``train=True`` exports training-mode forms (batch statistics, random
+    Dropout).  ``external_converters`` maps FunctionNode class names
     to converters ``fn(ctx, call)`` that take precedence over the built-in
     ones.  Graph inputs are named ``input_0``... and outputs ``output_0``...
-    unless ``input_names``/``output_names`` say otherwise; parameters by
-    their link path (``/predictor/l1/W``).
+    unless ``input_names``/``output_names`` say otherwise (distinct,
+    non-empty strings, none a parameter's name: ValueError otherwise);
+    parameters by their link path (``/predictor/l1/W``).  Every parameter
+    and persistent array of the model is in the file, used by the graph or
+    not, as ``compile_onnx`` requires.
     """
     if translator == 'ch2o':
         raise ValueError("translator 'ch2o' (the Python-AST translator) is not available yet; "
@@ -30,8 +35,23 @@ def export(model, inputs, filename=None, translator='onnx_chainer', opset_versio
     model_proto = export_model(model, inputs, opset_version=opset_version,
                                input_names=input_names, output_names=output_names,
                                train=train, external_converters=external_converters)
-    if filename is None:
-        fd, filename = tempfile.mkstemp(suffix='.onnx', prefix='chainer_compiler_')
-        os.close(fd)
-    onnx.save(model_proto, filename)
+    if filename is not None:
+        write_onnx(model_proto, filename)
+        return filename
+    fd, filename = tempfile.mkstemp(suffix='.onnx', prefix='chainer_compiler_')
+    os.close(fd)
+    try:
+        write_onnx(model_proto, filename)
+    except BaseException:
+        os.remove(filename)  # the caller never learns its name
+        raise
     return filename
+
+
+def write_onnx(model_proto, filename):
+    """Write ``model_proto`` to ``filename`` whole or not at all: a failure
+    (a model over protobuf's 2 GiB, a full disk) leaves an existing file as
+    it was."""
+    data = model_proto.SerializeToString()
+    with atomic_write(filename) as f:
+        f.write(data)

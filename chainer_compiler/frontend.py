@@ -9,54 +9,26 @@ import os
 
 import onnx
 import onnx.inliner
-from onnx import shape_inference
+from onnx import numpy_helper
 
 from .codegen import emit_program
-from .onnx_graph import all_nodes, opset_versions, schema_version
+from .errors import InvalidModelError, UnsupportedOperatorsError
+from .onnx_graph import all_nodes, opset_versions, schema_version, subgraphs
 from .passes.constant_folding import fold_constants
 from .passes.dead_code import remove_dead_code
 from .passes.expand_functions import expand_functions
 from .runtime.ops.registry import has_kernel
+from .shapes import infer_shapes
 
 #: The newest ai.onnx opset onnx 1.22 defines.
 MAX_OPSET = onnx.defs.onnx_opset_version()
 
 
-class InvalidModelError(Exception):
-    """The file is not a valid ONNX model (the message says why)."""
-
-
-class UnsupportedOperatorsError(Exception):
-    """The model uses operators the VM has no kernel for; lists every one."""
-
-    def __init__(self, missing):
-        self.missing = missing  # list of (qualified op, version, node name)
-        by_op = {}
-        for op, version, node_name in missing:
-            by_op.setdefault((op, version), []).append(node_name)
-        lines = ['%s (opset version %d) in node(s) %s' % (op, version, ', '.join(names))
-                 for (op, version), names in sorted(by_op.items())]
-        super().__init__('%d node(s) use operators the VM does not support:\n  %s'
-                         % (len(missing), '\n  '.join(lines)))
-
-
 def load_onnx(model, check=True):
     """Load an ONNX model (path, bytes or ModelProto), check it and infer
     shapes.  Raises InvalidModelError with the file name and the reason."""
-    source = model if isinstance(model, (str, os.PathLike)) else '<model>'
-    if isinstance(model, (str, os.PathLike)):
-        if not os.path.exists(model):
-            raise InvalidModelError('ONNX file %s does not exist' % model)
-        try:
-            model = onnx.load(model)
-        except Exception as e:
-            raise InvalidModelError('%s is not a readable ONNX model: %s' % (source, e)) from e
-    elif isinstance(model, bytes):
-        model = onnx.load_from_string(model)
-    else:
-        copy = onnx.ModelProto()
-        copy.CopyFrom(model)
-        model = copy
+    model, source = _read_model(model)
+    _check_text(model, source)
     opset = opset_versions(model).get('')
     if opset is not None and opset > MAX_OPSET:
         raise InvalidModelError('%s uses ai.onnx opset %d; this onnx (%s) knows opsets up to %d'
@@ -64,11 +36,98 @@ def load_onnx(model, check=True):
     if check:
         try:
             onnx.checker.check_model(model)
-        except onnx.checker.ValidationError as e:
+        except (onnx.checker.ValidationError, ValueError) as e:
+            # ValueError: the checker's message may quote a string attribute
+            # that is not UTF-8, and then cannot be decoded.
             raise InvalidModelError('%s fails onnx.checker: %s' % (source, e)) from e
+    _check_tensor_data(model.graph, source)
+    _check_declared_dims(model.graph, source)
     if model.functions:
-        model = onnx.inliner.inline_local_functions(model)
-    return shape_inference.infer_shapes(model, strict_mode=False, data_prop=True)
+        try:
+            model = onnx.inliner.inline_local_functions(model)
+        except Exception as e:  # the inliner raises plain RuntimeErrors
+            raise InvalidModelError('%s: its local functions cannot be inlined: %s'
+                                    % (source, e)) from e
+    return infer_shapes(model, source)
+
+
+def _read_model(model):
+    """(a private ModelProto copy, the name errors use for it)."""
+    if isinstance(model, (str, os.PathLike)):
+        if not os.path.isfile(model):
+            raise InvalidModelError('ONNX file %s does not exist' % model)
+        try:
+            # onnx.load reads external data from the model's own folder and
+            # refuses locations outside it.
+            return onnx.load(model), os.fspath(model)
+        except Exception as e:
+            raise InvalidModelError('%s is not a readable ONNX model: %s' % (model, e)) from e
+    if isinstance(model, bytes):
+        try:
+            return onnx.load_from_string(model), '<model>'
+        except Exception as e:
+            raise InvalidModelError('the bytes given are not an ONNX model: %s' % e) from e
+    if isinstance(model, onnx.ModelProto):
+        copy = onnx.ModelProto()
+        copy.CopyFrom(model)
+        return copy, '<model>'
+    raise InvalidModelError('expected an ONNX file path, bytes or an onnx.ModelProto, got %s'
+                            % type(model).__name__)
+
+
+def _check_text(message, source):
+    """Every string field of ``message`` and the messages in it is UTF-8
+    text: protobuf hands any other as bytes, which names are never."""
+    for field, value in message.ListFields():
+        values = value if field.is_repeated else [value]
+        if field.type == field.TYPE_MESSAGE:
+            for item in values:
+                _check_text(item, source)
+        elif field.type == field.TYPE_STRING:
+            for item in values:
+                if isinstance(item, bytes):
+                    raise InvalidModelError('%s: %s %r is not UTF-8 text'
+                                            % (source, field.full_name, item))
+
+
+def _check_declared_dims(graph, source):
+    """No graph input or output declares a negative dimension.  (Inside the
+    graph, onnx's inference writes -1 for an unknown size and
+    ``tensor_signature`` reads it so; a declaration is the caller's
+    contract and must say what it means.)"""
+    for role, values in (('input', graph.input), ('output', graph.output)):
+        for v in values:
+            dims = v.type.tensor_type.shape.dim if v.type.HasField('tensor_type') else []
+            for axis, d in enumerate(dims):
+                if d.HasField('dim_value') and d.dim_value < 0:
+                    raise InvalidModelError(
+                        "%s: graph %s '%s' declares dimension %d as %d; an unknown size "
+                        "is left unset or named (dim_param)"
+                        % (source, role, v.name, axis, d.dim_value))
+
+
+def _check_tensor_data(graph, source):
+    """Every initializer and tensor attribute holds data of its declared
+    type and dims, in the file itself: external data that was not loaded
+    with the model would otherwise be read relative to the working
+    directory."""
+    tensors = [('initializer', t) for t in graph.initializer]
+    for node in graph.node:
+        tensors.extend(('attribute %s of node %s' % (a.name, node.name or node.op_type), a.t)
+                       for a in node.attribute if a.type == onnx.AttributeProto.TENSOR)
+        for g in subgraphs(node):
+            _check_tensor_data(g, source)
+    for what, tensor in tensors:
+        if tensor.data_location == onnx.TensorProto.EXTERNAL:
+            raise InvalidModelError(
+                "%s: %s '%s' keeps its data in an external file; load the model from its "
+                "path so that the file is found next to it" % (source, what, tensor.name))
+        try:
+            numpy_helper.to_array(tensor)
+        except Exception as e:
+            raise InvalidModelError("%s: %s '%s' (dims %s) has data that does not match "
+                                    "its type and dims: %s"
+                                    % (source, what, tensor.name, list(tensor.dims), e)) from e
 
 
 def build_program(model, check=True, fold=True):

@@ -3,6 +3,7 @@ import numpy
 import onnx
 from onnx import numpy_helper
 
+from .errors import InvalidModelError
 from .runtime.ops.registry import normalize_domain
 
 #: Integer attributes that hold an ONNX element type; kernels get a numpy.dtype.
@@ -29,7 +30,11 @@ def numpy_dtype(elem_type):
     """numpy dtype of an ONNX element type, or None for UNDEFINED."""
     if elem_type == onnx.TensorProto.UNDEFINED:
         return None
-    return numpy.dtype(onnx.helper.tensor_dtype_to_np_dtype(elem_type))
+    try:
+        return numpy.dtype(onnx.helper.tensor_dtype_to_np_dtype(elem_type))
+    except KeyError:  # a damaged or newer file
+        raise InvalidModelError('element type %d is not one onnx %s knows'
+                                % (elem_type, onnx.__version__)) from None
 
 
 def attribute_value(attr, compile_graph=None):
@@ -123,6 +128,7 @@ def tensor_signature(type_proto):
     dtype = numpy_dtype(t.elem_type)
     shape = None
     if t.HasField('shape'):
-        shape = tuple(d.dim_value if d.HasField('dim_value')
+        # Some exporters write -1 for an unknown dimension.
+        shape = tuple(d.dim_value if d.HasField('dim_value') and d.dim_value >= 0
                       else (d.dim_param or None) for d in t.shape.dim)
     return (dtype.name if dtype is not None else None), shape

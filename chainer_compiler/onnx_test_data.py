@@ -1,13 +1,15 @@
-"""ONNX test directories (model.onnx + test_data_set_*/input_*.pb, output_*.pb)
-and output comparison."""
+"""ONNX test directories (model.onnx + test_data_set_*/input_<N>.pb and
+output_<N>.pb, N the graph input or output index) and output comparison."""
 import glob
 import os
 import re
 
 import numpy
 import onnx
-from onnx import numpy_helper
+from google.protobuf.message import Message
+from onnx import external_data_helper, numpy_helper
 
+from .errors import InvalidTestDataError
 from .onnx_graph import value_kind
 from .runtime.backend import to_numpy
 
@@ -16,51 +18,127 @@ DEFAULT_RTOL = 1e-3
 DEFAULT_ATOL = 1e-7
 
 
-def _numbered(pattern):
-    return sorted(glob.glob(pattern),
-                  key=lambda p: int(re.search(r'_(\d+)\.pb$', p).group(1)))
+#: The name of a data file: the number is the graph input or output index.
+_DATA_FILE = re.compile(r'(input|output)_(0|[1-9][0-9]*)\.pb')
+
+_PROTO_OF_KIND = {'sequence': onnx.SequenceProto, 'optional': onnx.OptionalProto}
+_CONVERTER_OF_KIND = {'sequence': numpy_helper.to_list, 'optional': numpy_helper.to_optional}
 
 
 def read_value(path, type_proto):
-    """Read one .pb file holding a tensor, sequence or optional value."""
+    """Read one .pb file holding a tensor, sequence or optional value.
+
+    External data of its tensors is read from the file's own folder and
+    nowhere else.  Raises InvalidTestDataError naming the file.
+    """
     kind = value_kind(type_proto)
-    with open(path, 'rb') as f:
-        data = f.read()
-    if kind == 'sequence':
-        proto = onnx.SequenceProto()
-        proto.ParseFromString(data)
-        return numpy_helper.to_list(proto)
-    if kind == 'optional':
-        proto = onnx.OptionalProto()
-        proto.ParseFromString(data)
-        return numpy_helper.to_optional(proto)
-    proto = onnx.TensorProto()
-    proto.ParseFromString(data)
-    return numpy_helper.to_array(proto)
+    proto = _PROTO_OF_KIND.get(kind, onnx.TensorProto)()
+    try:
+        with open(path, 'rb') as f:
+            proto.ParseFromString(f.read())
+        for tensor in _tensors(proto):
+            _inline_external_data(tensor, path)
+        return _CONVERTER_OF_KIND.get(kind, numpy_helper.to_array)(proto)
+    except InvalidTestDataError:
+        raise
+    except Exception as e:  # protobuf and onnx raise many types for malformed data
+        raise InvalidTestDataError('%s: %s: %s' % (path, type(e).__name__, e)) from e
+
+
+def _tensors(message):
+    """Every TensorProto in ``message``, itself included, at any depth (the
+    elements of sequences and optionals, the parts of sparse tensors)."""
+    if isinstance(message, onnx.TensorProto):
+        yield message
+        return
+    for field, value in message.ListFields():
+        if field.type == field.TYPE_MESSAGE:
+            for item in [value] if isinstance(value, Message) else value:  # else repeated
+                yield from _tensors(item)
+
+
+def _inline_external_data(tensor, path):
+    """Move the external data of ``tensor`` into it, reading only inside the
+    folder of ``path`` (the .pb file that holds the tensor)."""
+    if not external_data_helper.uses_external_data(tensor):
+        return
+    folder = os.path.dirname(os.path.abspath(path))
+    location = external_data_helper.ExternalDataInfo(tensor).location
+    if os.path.isabs(location) or not _inside(folder, os.path.join(folder, location)):
+        raise InvalidTestDataError("%s: external data location '%s' is not inside the data "
+                                   "set folder %s" % (path, location, folder))
+    external_data_helper.load_external_data_for_tensor(tensor, folder)
+    tensor.data_location = onnx.TensorProto.DEFAULT
+    del tensor.external_data[:]
+
+
+def _inside(folder, path):
+    """Whether ``path``, all symbolic links resolved, lies inside ``folder``."""
+    folder, path = os.path.realpath(folder), os.path.realpath(path)
+    return os.path.commonpath([folder, path]) == folder
 
 
 def load_test_cases(test_dir):
-    """(model path, [(case dir, {input name: value}, [(output name, value)])])."""
+    """(model path, [(case dir, {input name: value}, [(output name, value)])]).
+
+    In each test_data_set_* folder, input_<N>.pb holds graph input N
+    (initializers excluded) and output_<N>.pb graph output N.  Every input
+    and output needs its file; a missing, extra or misnamed .pb file is an
+    InvalidTestDataError naming it.
+    """
     model_path = os.path.join(test_dir, 'model.onnx')
-    if not os.path.exists(model_path):
-        raise FileNotFoundError('%s has no model.onnx' % test_dir)
-    model = onnx.load(model_path, load_external_data=False)
+    if not os.path.isfile(model_path):
+        raise InvalidTestDataError('%s has no model.onnx' % test_dir)
+    try:
+        model = onnx.load(model_path, load_external_data=False)
+    except Exception as e:  # protobuf raises its own DecodeError, among others
+        raise InvalidTestDataError('%s is not a readable ONNX model: %s: %s'
+                                   % (model_path, type(e).__name__, e)) from e
+    if not model.graph.output:
+        raise InvalidTestDataError('%s has no graph outputs: nothing to compare' % model_path)
     initializers = {t.name for t in model.graph.initializer}
     graph_inputs = [v for v in model.graph.input if v.name not in initializers]
     cases = []
     for case_dir in sorted(glob.glob(os.path.join(test_dir, 'test_data_set_*'))):
-        inputs = {}
-        for i, path in enumerate(_numbered(os.path.join(case_dir, 'input_*.pb'))):
-            if i >= len(graph_inputs):
-                raise ValueError('%s: more input files than the model has inputs (%d)'
-                                 % (case_dir, len(graph_inputs)))
-            inputs[graph_inputs[i].name] = read_value(path, graph_inputs[i].type)
-        outputs = [(model.graph.output[i].name, read_value(path, model.graph.output[i].type))
-                   for i, path in enumerate(_numbered(os.path.join(case_dir, 'output_*.pb')))]
-        cases.append((case_dir, inputs, outputs))
+        files = _data_files(case_dir)
+        inputs = _read_values(case_dir, 'input', graph_inputs, files['input'])
+        outputs = _read_values(case_dir, 'output', model.graph.output, files['output'])
+        cases.append((case_dir, dict(inputs), outputs))
     if not cases:
-        raise FileNotFoundError('%s has no test_data_set_* directory' % test_dir)
+        raise InvalidTestDataError('%s has no test_data_set_* folder' % test_dir)
     return model_path, cases
+
+
+def _data_files(case_dir):
+    """{'input': {N: path}, 'output': {N: path}} of the .pb files in
+    ``case_dir``; other files (external data) are not data files."""
+    if not os.path.isdir(case_dir):
+        raise InvalidTestDataError('%s is not a folder' % case_dir)
+    files = {'input': {}, 'output': {}}
+    for name in sorted(os.listdir(case_dir)):
+        if not name.endswith('.pb'):
+            continue
+        match = _DATA_FILE.fullmatch(name)
+        if not match:
+            raise InvalidTestDataError('%s: a data file must be named input_<N>.pb or '
+                                       'output_<N>.pb' % os.path.join(case_dir, name))
+        files[match.group(1)][int(match.group(2))] = os.path.join(case_dir, name)
+    return files
+
+
+def _read_values(case_dir, role, values, paths):
+    """[(name, value)] of the graph ``values`` (its inputs or outputs, as
+    ``role`` says), value N read from ``paths[N]``."""
+    for index, path in sorted(paths.items()):
+        if index >= len(values):
+            raise InvalidTestDataError('%s: the model has no %s %d (it has %d, numbered from 0)'
+                                       % (path, role, index, len(values)))
+    for index in range(len(values)):
+        if index not in paths:
+            missing = os.path.join(case_dir, '%s_%d.pb' % (role, index))
+            raise InvalidTestDataError('%s is missing: the model has %d %s(s), each needs a file'
+                                       % (missing, len(values), role))
+    return [(v.name, read_value(paths[i], v.type)) for i, v in enumerate(values)]
 
 
 def mismatch(name, expected, actual, rtol=DEFAULT_RTOL, atol=DEFAULT_ATOL):

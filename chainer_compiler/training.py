@@ -14,7 +14,7 @@ from dataclasses import dataclass
 
 import numpy
 import onnx
-from onnx import helper, numpy_helper, shape_inference
+from onnx import helper, numpy_helper
 
 from .autodiff import differentiate
 from .codegen import emit_program
@@ -26,6 +26,7 @@ from .passes.dead_code import remove_dead_code
 from .passes.expand_functions import expand_functions
 from .recompute import apply_policy
 from .runtime.ops.registry import CUSTOM_DOMAIN
+from .shapes import infer_shapes
 
 
 register_schemas()
@@ -184,7 +185,7 @@ def _prepare(model, params, check):
     opsets = opset_versions(model)
     fold_constants(model.graph, opsets)
     remove_dead_code(model.graph)
-    return shape_inference.infer_shapes(model, strict_mode=False, data_prop=True), opsets
+    return infer_shapes(model), opsets
 
 
 def _like(model, graph):

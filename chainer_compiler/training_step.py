@@ -8,31 +8,40 @@ parameter, so the Chainer model's own parameter arrays and the optimizer's
 own state arrays are the ones trained: serializers, snapshots and
 ``optimizer.t`` stay as Chainer keeps them.
 """
-import os
-
 import chainer
 import chainer.optimizers
 import numpy
-import onnx
 from chainer.dataset import convert
 from chainer.training.updaters import StandardUpdater
 
 from .compiled_model import bind_initializers
+from .exporting import write_onnx
 from .frontend import load_onnx
 from .passes.training_mode import to_training_mode
 from .runtime.executor import Executor
+from .runtime.signatures import validate_inputs
 from .training import OptimizerUpdate, compile_step_program
 from .translators.onnx_chainer import export_model
 
-#: Chainer optimizer -> the in-place operator, state slots and hyperparameters.
+_ADAM = OptimizerUpdate('AdamUpdate', ('m', 'v'),
+                        ('alpha_t', 'beta1', 'beta2', 'eps', 'eta', 'weight_decay_rate'))
+
+#: The optimizers the compiled step implements, by exact class: the class of
+#: the update rule each parameter must have, and the in-place operator,
+#: state slots and hyperparameters.  Subclasses are not listed: they may
+#: change the update, which the compiled step would silently ignore.
 _UPDATES = {
-    chainer.optimizers.SGD: OptimizerUpdate('SGDUpdate', (), ('lr',)),
-    chainer.optimizers.MomentumSGD: OptimizerUpdate(
-        'MomentumSGDUpdate', ('v',), ('lr', 'momentum')),
-    chainer.optimizers.Adam: OptimizerUpdate(
-        'AdamUpdate', ('m', 'v'),
-        ('alpha_t', 'beta1', 'beta2', 'eps', 'eta', 'weight_decay_rate')),
+    chainer.optimizers.SGD: (chainer.optimizers.sgd.SGDRule,
+                             OptimizerUpdate('SGDUpdate', (), ('lr',))),
+    chainer.optimizers.MomentumSGD: (chainer.optimizers.momentum_sgd.MomentumSGDRule,
+                                     OptimizerUpdate('MomentumSGDUpdate', ('v',),
+                                                     ('lr', 'momentum'))),
+    chainer.optimizers.Adam: (chainer.optimizers.adam.AdamRule, _ADAM),
+    chainer.optimizers.AdamW: (chainer.optimizers.adam.AdamRule, _ADAM),
 }
+
+#: How every refusal ends.
+_USE_COMPILE_ONNX = 'use compile_onnx, which keeps the optimizer in Chainer'
 
 
 def compile_training_step(model, optimizer, inputs, runtime_kwargs=None, dump_onnx=None):
@@ -42,8 +51,11 @@ def compile_training_step(model, optimizer, inputs, runtime_kwargs=None, dump_on
     loss (``L.Classifier(predictor)`` does); ``inputs`` are example inputs
     (a tuple of arrays, e.g. ``(x, t)``) fixing the shapes, batch size
     included.  ``optimizer`` is ``chainer.optimizers.SGD``, ``MomentumSGD``
-    or ``Adam``/``AdamW`` (set up on ``model``, without hooks).  Returns a
-    TrainingStep: call it with a batch to train on it.
+    or ``Adam``/``AdamW`` (set up on ``model``, without hooks), of exactly
+    that class with Chainer's own update rules: a subclass may change the
+    update, so it is refused (NotImplementedError), as is anything else the
+    compiled step would not reproduce; ``compile_onnx`` trains those.
+    Returns a TrainingStep: call it with a batch to train on it.
     ``runtime_kwargs`` go to the VM's Executor; ``dump_onnx`` is a path to
     write the compiled step's ONNX graph to.
     """
@@ -58,7 +70,8 @@ class TrainingStep:
     statistics in place, reports what the model reports (``main/loss`` ...)
     to the active ``chainer.Reporter``, and returns the loss as a 0-d array.
     Parameter gradients (``param.grad``) are not stored: they live only
-    inside the program.
+    inside the program.  A batch of the wrong count, type, dtype or shape
+    is refused (TypeError, InputValidationError) before anything changes.
     """
 
     def __init__(self, model, optimizer, inputs, runtime_kwargs, dump_onnx=None):
@@ -71,7 +84,8 @@ class TrainingStep:
         inputs = tuple(inputs) if isinstance(inputs, (tuple, list)) else (inputs,)
         self._n_inputs = len(inputs)
         proto = load_onnx(export_model(model, inputs, reported=True), check=False)
-        binding = bind_initializers(proto.graph, model, type(model).__name__)
+        binding = bind_initializers(proto.graph, model, 'the trace of %s' % type(model).__name__,
+                                    traced=True)
         decays = {name: getattr(binding.persistents[name][0], 'decay', 0.9)
                   for name in binding.state_names}
         state_updates = to_training_mode(proto, decays)
@@ -83,7 +97,7 @@ class TrainingStep:
             params=binding.param_names + binding.state_names, wrt=wrt,
             update=self._update, check=False)
         if dump_onnx:
-            onnx.save(compiled.onnx, os.fspath(dump_onnx))
+            write_onnx(compiled.onnx, dump_onnx)
         self.program = compiled.program
         self._rules = [binding.param_of[n].update_rule for n in compiled.updated]
         for name, rule in zip(compiled.updated, self._rules):
@@ -101,11 +115,16 @@ class TrainingStep:
         if len(inputs) != self._n_inputs:
             raise TypeError('the training step of %s takes %d input(s), got %d'
                             % (type(self.model).__name__, self._n_inputs, len(inputs)))
+        values = [x.array if isinstance(x, chainer.Variable) else x for x in inputs]
+        # The batch is checked before anything changes, so a refused call
+        # leaves optimizer.t, the update rules and the arrays as they were.
+        # The other inputs are the model's and the optimizer's own arrays,
+        # bound at compile time and checked by the VM (once per signature).
+        validate_inputs(self.program.inputs[:len(values)], values, self.program.name)
         optimizer = self.optimizer
         optimizer.t += 1
         for rule in self._rules:
             rule.t += 1
-        values = [x.array if isinstance(x, chainer.Variable) else x for x in inputs]
         values += [p.array for p in self._params]
         values += [getattr(link, attr) for link, attr in self._persistent_slots]
         values += [rule.state[slot] for rule in self._rules for slot in self._update.slots]
@@ -145,34 +164,57 @@ class TrainingStepUpdater(StandardUpdater):
 
 
 def _update_for(optimizer):
-    for cls in type(optimizer).__mro__:
-        if cls in _UPDATES:
-            break
-    else:
-        raise NotImplementedError(
-            'compile_training_step: %s is not supported (supported: %s); use compile_onnx, '
-            'which keeps the optimizer in Chainer' % (
-                type(optimizer).__name__, ', '.join(c.__name__ for c in _UPDATES)))
-    hp = optimizer.hyperparam
-    variants = [v for v in ('amsgrad', 'adabound') if getattr(hp, v, False)]
-    if variants:
-        raise NotImplementedError('compile_training_step: Adam with %s is not supported'
-                                  % ' and '.join(variants))
+    """The OptimizerUpdate compiling ``optimizer``'s update; raises
+    NotImplementedError saying why when the compiled step cannot do exactly
+    what ``optimizer.update`` would."""
+    rule_class, update = _implementation(optimizer)
     hooks = _hook_names(optimizer)
-    for _, param in optimizer.target.namedparams():
+    for name, param in optimizer.target.namedparams():
         if param.update_rule is not None:
+            _check_rule(name, param.update_rule, rule_class, optimizer.hyperparam)
             hooks += _hook_names(param.update_rule)
-            if param.update_rule.hyperparam.get_dict() != hp.get_dict():
-                raise NotImplementedError(
-                    'compile_training_step: parameter %s has its own hyperparameters; '
-                    'the compiled step uses the optimizer\'s for every parameter' % param.name)
     if hooks:
         raise NotImplementedError(
-            'compile_training_step: optimizer hooks are not compiled (%s); use compile_onnx, '
-            'which keeps the optimizer in Chainer' % ', '.join(sorted(set(hooks))))
+            'compile_training_step: optimizer hooks are not compiled (%s); %s'
+            % (', '.join(sorted(set(hooks))), _USE_COMPILE_ONNX))
     if getattr(optimizer, '_loss_scale', None) is not None:
-        raise NotImplementedError('compile_training_step: loss scaling is not supported')
-    return _UPDATES[cls]
+        raise NotImplementedError('compile_training_step: loss scaling is not supported; %s'
+                                  % _USE_COMPILE_ONNX)
+    return update
+
+
+def _implementation(optimizer):
+    """(update rule class, OptimizerUpdate) for an optimizer of exactly a
+    class in _UPDATES, in a variant the compiled step implements."""
+    variants = [v for v in ('amsgrad', 'adabound') if getattr(optimizer.hyperparam, v, False)]
+    if variants:
+        raise NotImplementedError('compile_training_step: Adam with %s is not supported; %s'
+                                  % (' and '.join(variants), _USE_COMPILE_ONNX))
+    cls = type(optimizer)
+    if cls in _UPDATES:
+        return _UPDATES[cls]
+    base = next((c for c in cls.__mro__ if c in _UPDATES), None)
+    if base is None:
+        why = 'the compiled step implements %s only' % ', '.join(c.__name__ for c in _UPDATES)
+    else:
+        why = ("it subclasses %s and may change its update, but the compiled step implements "
+               "%s's own update only" % (base.__name__, base.__name__))
+    raise NotImplementedError('compile_training_step: %s is not supported: %s; %s'
+                              % (cls.__name__, why, _USE_COMPILE_ONNX))
+
+
+def _check_rule(name, rule, rule_class, hyperparam):
+    """Refuse an update rule the compiled step would not reproduce: another
+    class (a subclass may override the update) or its own hyperparameters."""
+    if type(rule) is not rule_class:
+        raise NotImplementedError(
+            'compile_training_step: parameter %s is updated by %s, but the compiled step '
+            'implements %s only; %s' % (name, type(rule).__name__, rule_class.__name__,
+                                        _USE_COMPILE_ONNX))
+    if rule.hyperparam.get_dict() != hyperparam.get_dict():
+        raise NotImplementedError(
+            'compile_training_step: parameter %s has its own hyperparameters; the compiled '
+            "step uses the optimizer's for every parameter; %s" % (name, _USE_COMPILE_ONNX))
 
 
 def _hook_names(hookable_owner):

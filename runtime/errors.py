@@ -19,10 +19,6 @@ class UnsupportedOperatorError(RuntimeVMError):
         super().__init__('no kernel for operator %s%s%s' % (qualified, ver, where))
 
 
-class KernelBindError(RuntimeVMError):
-    """A kernel cannot accept the static attributes of an instruction."""
-
-
 class KernelError(RuntimeVMError):
     """A kernel rejected its inputs; the message names the instruction."""
 
@@ -31,9 +27,18 @@ class InputValidationError(RuntimeVMError):
     """Program inputs do not match the declared names, dtypes or shapes."""
 
 
+class OutputValidationError(RuntimeVMError):
+    """A program output does not have its declared dtype or shape."""
+
+
 class NonFiniteError(RuntimeVMError):
     """An instruction produced NaN or Inf while NaN checks were enabled."""
 
 
 class ProgramFormatError(RuntimeVMError):
-    """A Program file is not one this version can read, or is damaged."""
+    """A Program file is not one this version can read, is damaged, or holds
+    a malformed Program (as may a Program built in memory)."""
+
+
+class KernelBindError(ProgramFormatError):
+    """A kernel cannot accept the static attributes of an instruction."""

@@ -14,11 +14,12 @@ import numpy
 
 from . import ops
 from .backend import cupy_pool, default_backend, get_array_module, to_backend
-from .errors import (InputValidationError, KernelBindError, KernelError,
-                     NonFiniteError, RuntimeVMError)
+from .errors import InputValidationError, KernelError, NonFiniteError, RuntimeVMError
 from .profiling import Tracer, describe_value
 from .program import NO_REGISTER, Program
+from .signatures import validate_inputs, validate_outputs
 from .straight_line import StraightLineRun
+from .validation import validate_program
 
 
 class _Step:
@@ -50,13 +51,18 @@ class Executor:
     every instruction to stderr), ``tracer`` (a Tracer collecting the same
     events, e.g. for Chrome tracing), ``check_nans`` (raise NonFiniteError naming the first
     instruction that produces NaN or Inf), ``validate_inputs`` (check input
-    names, dtypes and shapes against the Program's declaration),
+    names, dtypes and shapes against the Program's declaration, and on the
+    first run of each input signature the outputs' too),
     ``track_memory`` (keep ``peak_bytes``: the most bytes held by live
     registers at once, constants included, over all runs so far).
+
+    ``program`` is validated whole first (validate_program): a malformed
+    one raises ProgramFormatError before any code is generated from it.
     """
 
     def __init__(self, program, backend=None, trace=False, check_nans=False,
                  validate_inputs=True, tracer=None, track_memory=False):
+        validate_program(program, '<program %s>' % getattr(program, 'name', '?'))
         self.program = program
         self.backend = backend or default_backend()
         self.xp = get_array_module(self.backend)
@@ -82,25 +88,9 @@ class Executor:
         subprograms = {k: Executor(v, backend=self.backend, check_nans=self.check_nans,
                                    validate_inputs=False, tracer=self.tracer)
                        for k, v in inst.attrs.items() if isinstance(v, Program)}
-        names = set(static) | set(subprograms)
-        if spec.attribute_names is not None:
-            unknown = sorted(names - spec.attribute_names)
-            if unknown:
-                raise KernelBindError(
-                    '%s: attribute(s) %s not supported by the kernel (it accepts: %s)'
-                    % (self._where(index, inst), ', '.join(unknown),
-                       ', '.join(sorted(spec.attribute_names)) or 'none'))
         if spec.accepts_n_outputs:
             static['n_outputs'] = len(inst.outputs)
         return _Step(index, inst, spec.fn, self.xp, static, subprograms)
-
-    def _where(self, index, inst):
-        text = 'instruction %d (%s' % (index, inst.qualified_op)
-        if inst.name:
-            text += ", node '%s'" % inst.name
-        if self.program.name != 'main':
-            text += ', in program %s' % self.program.name
-        return text + ')'
 
     # -- running ---------------------------------------------------------
     def run(self, inputs):
@@ -119,13 +109,20 @@ class Executor:
                     self.program.name, len(self.program.inputs),
                     ', '.join(v.name for v in self.program.inputs), len(values)))
             # Training loops feed the same shapes every step: check each
-            # new signature once.
+            # new signature, and the outputs it gives, once.
             array_type = self._array_type
             signature = [(v.shape, v.dtype) if type(v) is array_type else type(v)
                          for v in values]
             if signature != self._validated:
-                validate_inputs(self.program.inputs, values, self.program.name)
+                program = self.program
+                symbols = validate_inputs(program.inputs, values, program.name)
+                outputs = self._run_on_backend(values)
+                validate_outputs(program.outputs, outputs, symbols, program.name)
                 self._validated = signature
+                return outputs
+        return self._run_on_backend(values)
+
+    def _run_on_backend(self, values):
         if self.backend == 'cupy':
             import cupy
             with cupy.cuda.using_allocator(cupy_pool().malloc):
@@ -158,7 +155,7 @@ class Executor:
             if step is None:
                 raise
             registers = self._straight_line.registers_at(e.__traceback__)
-            args = [registers.get('r%d' % r) for r in step.inputs]
+            args = [registers.get(r) for r in step.inputs]
             raise self._kernel_error(step, args, e) from e
 
     def _call_general(self, step, args, captured):
@@ -172,7 +169,7 @@ class Executor:
             result = (result,)
         if len(result) < len(outs):
             raise KernelError('%s returned %d outputs, the node asks for %d' % (
-                self._where(step.index, step.inst), len(result), len(outs)))
+                self.program.describe_instruction(step.index), len(result), len(outs)))
         return tuple(numpy.asarray(v) if isinstance(v, numpy.generic) else v
                      for v in result[:len(outs)])
 
@@ -185,7 +182,7 @@ class Executor:
 
     def _kernel_error(self, step, args, error):
         return KernelError('%s failed on inputs (%s): %s: %s' % (
-            self._where(step.index, step.inst),
+            self.program.describe_instruction(step.index),
             ', '.join(describe_value(a) for a in args), type(error).__name__, error))
 
     def _run_instrumented(self, regs):
@@ -231,7 +228,7 @@ class Executor:
                 if bool(xp.any(xp.isinf(v))):
                     kinds.append('Inf')
                 raise NonFiniteError('%s produced %s in output %s' % (
-                    self._where(step.index, step.inst), ' and '.join(kinds),
+                    self.program.describe_instruction(step.index), ' and '.join(kinds),
                     self.program.register_name(r)))
 
     def _arrange_inputs(self, inputs):
@@ -275,38 +272,3 @@ def _body(child, captured):
     # Loop/Scan with zero iterations still need the declared output types.
     call.outputs = child.program.outputs
     return call
-
-
-def validate_inputs(declared, values, program_name='main'):
-    """Check tensors against declared dtypes and shapes; symbolic dimensions
-    must take one value across all inputs."""
-    symbols = {}
-    for info, value in zip(declared, values):
-        if info.kind != 'tensor' or value is None:
-            continue
-        shape = getattr(value, 'shape', None)
-        dtype = getattr(value, 'dtype', None)
-        if shape is None or dtype is None:
-            raise InputValidationError("program %s: input '%s' must be an array, got %s"
-                                       % (program_name, info.name, type(value).__name__))
-        if info.dtype is not None and numpy.dtype(dtype).name != info.dtype:
-            raise InputValidationError("program %s: input '%s' has dtype %s, expected %s"
-                                       % (program_name, info.name, numpy.dtype(dtype).name,
-                                          info.dtype))
-        if info.shape is None:
-            continue
-        expected = tuple('?' if d is None else d for d in info.shape)
-        if len(shape) != len(info.shape):
-            raise InputValidationError("program %s: input '%s' has shape %s, expected %s"
-                                       % (program_name, info.name, tuple(shape), expected))
-        for axis, (want, got) in enumerate(zip(info.shape, shape)):
-            if isinstance(want, int) and want != got:
-                raise InputValidationError(
-                    "program %s: input '%s' has shape %s, expected %s (axis %d)"
-                    % (program_name, info.name, tuple(shape), expected, axis))
-            if isinstance(want, str):
-                seen = symbols.setdefault(want, (got, info.name))
-                if seen[0] != got:
-                    raise InputValidationError(
-                        "program %s: input '%s' has %s=%d on axis %d, but input '%s' has %s=%d"
-                        % (program_name, info.name, want, got, axis, seen[1], want, seen[0]))

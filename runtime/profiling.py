@@ -1,7 +1,10 @@
 """Per-instruction tracing: a readable trace and Chrome-tracing JSON."""
+import collections
 import json
 import sys
 import time
+
+from .files import atomic_write
 
 
 def describe_value(v):
@@ -20,14 +23,18 @@ def describe_value(v):
 class Tracer:
     """Collects one event per executed instruction.
 
-    With ``stream`` set, each event is also printed as it happens.  Events can
-    be written as Chrome tracing JSON (open in chrome://tracing or Perfetto).
+    With ``stream`` set, each event is also printed as it happens.  Only the
+    latest ``max_events`` events are kept (all of them with None), so tracing
+    a long run holds bounded memory; ``summary()`` counts every event
+    nonetheless.  Kept events can be written as Chrome tracing JSON (open in
+    chrome://tracing or Perfetto).
     """
 
-    def __init__(self, stream=None, keep_events=True):
+    def __init__(self, stream=None, keep_events=True, max_events=100_000):
         self.stream = stream
         self.keep_events = keep_events
-        self.events = []
+        self.events = collections.deque(maxlen=max_events)
+        self._totals = {}  # operator -> [events, seconds], over every event
         self._origin = time.perf_counter()
 
     def record(self, program_name, index, inst, inputs, outputs, start, end):
@@ -37,6 +44,9 @@ class Tracer:
                 ', '.join(describe_value(v) for v in inputs),
                 ', '.join(describe_value(v) for v in outputs),
                 '  # ' + inst.name if inst.name else ''))
+        totals = self._totals.setdefault(inst.qualified_op, [0, 0.0])
+        totals[0] += 1
+        totals[1] += end - start
         if self.keep_events:
             self.events.append({
                 'name': inst.qualified_op, 'cat': program_name, 'ph': 'X', 'pid': 0, 'tid': 0,
@@ -46,16 +56,14 @@ class Tracer:
                          'outputs': [describe_value(v) for v in outputs]}})
 
     def write_chrome_tracing(self, path):
-        with open(path, 'w') as f:
-            json.dump({'traceEvents': self.events, 'displayTimeUnit': 'ms'}, f)
+        """Write the kept events to ``path`` (atomically) as Chrome tracing JSON."""
+        with atomic_write(path, 'w') as f:
+            json.dump({'traceEvents': list(self.events), 'displayTimeUnit': 'ms'}, f)
 
     def summary(self):
-        """Total milliseconds per operator, slowest first."""
-        totals = {}
-        for e in self.events:
-            count, ms = totals.get(e['name'], (0, 0.0))
-            totals[e['name']] = (count + 1, ms + e['dur'] / 1e3)
-        return sorted(((name, n, ms) for name, (n, ms) in totals.items()),
+        """(operator, events, total milliseconds) of every event recorded,
+        kept or not, slowest operator first."""
+        return sorted(((name, n, seconds * 1e3) for name, (n, seconds) in self._totals.items()),
                       key=lambda t: -t[2])
 
 

@@ -65,6 +65,17 @@ class Program:
     def register_name(self, reg):
         return self.register_names.get(reg, '%%%d' % reg)
 
+    def describe_instruction(self, index):
+        """How errors name instruction ``index``: "instruction 3 (Relu, node
+        'relu')", plus the program's name when it is a sub-program."""
+        inst = self.instructions[index]
+        text = 'instruction %d (%s' % (index, inst.qualified_op)
+        if inst.name:
+            text += ", node '%s'" % inst.name
+        if self.name != 'main':
+            text += ', in program %s' % self.name
+        return text + ')'
+
     def subprograms(self):
         """(instruction, attribute name, Program) for every nested body."""
         for inst in self.instructions:

@@ -2,59 +2,84 @@
 
 A Program file is a NumPy ``.npz`` archive: one entry holds the program as
 JSON (instructions, attributes, names, a format version), the others hold the
-constant and tensor-attribute arrays.  Loading uses ``allow_pickle=False`` and
-plain JSON, so reading a file never executes code from it.
+constant and tensor-attribute arrays, whose dtype and shape the JSON records
+too.  Loading uses ``allow_pickle=False`` and plain JSON, so reading a file
+never executes code from it; it checks each array against the JSON before
+reading its data, and the whole Program (validation.py) before returning it.
 """
 import base64
 import json
-import zipfile
+import math
 
 import numpy
 
 from .errors import ProgramFormatError
+from .files import atomic_write
 from .program import Instruction, Program, ValueInfo
+from .validation import validate_program
 
 FORMAT_NAME = 'chainer-compiler-program'
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2
 _HEADER_KEY = 'program.json'
+#: Readers of the .npy header versions numpy.savez writes.
+_NPY_HEADER_READERS = {(1, 0): numpy.lib.format.read_array_header_1_0,
+                       (2, 0): numpy.lib.format.read_array_header_2_0}
 
 
 def save_program(program, path):
-    """Write ``program`` and its constants to ``path`` (a .npz archive)."""
+    """Write ``program`` and its constants to ``path`` (a .npz archive),
+    atomically: a failure leaves any earlier file at ``path`` as it was.
+    Raises ProgramFormatError when the file cannot be written."""
     arrays = {}
     header = {'format': FORMAT_NAME, 'version': FORMAT_VERSION,
               'program': _encode_program(program, arrays)}
     arrays[_HEADER_KEY] = numpy.frombuffer(
         json.dumps(header).encode('utf-8'), dtype=numpy.uint8)
-    with open(path, 'wb') as f:
-        numpy.savez(f, **arrays)
+    try:
+        with atomic_write(path) as f:
+            numpy.savez(f, **arrays)
+    except OSError as e:
+        raise ProgramFormatError('cannot write Program file %s: %s'
+                                 % (path, e.strerror or e)) from e
 
 
 def load_program(path):
     """Read a Program written by save_program.  Raises ProgramFormatError
     (naming the file) when it is not a Program file, comes from an
-    incompatible version, or is damaged."""
+    incompatible version, is damaged, or holds a malformed Program."""
     try:
         with numpy.load(path, allow_pickle=False) as archive:
-            if _HEADER_KEY not in archive.files:
-                raise ProgramFormatError('%s is not a chainer-compiler Program file '
-                                         '(no %s entry)' % (path, _HEADER_KEY))
-            header = json.loads(bytes(archive[_HEADER_KEY]).decode('utf-8'))
-            if not isinstance(header, dict) or header.get('format') != FORMAT_NAME:
-                raise ProgramFormatError('%s is not a chainer-compiler Program file' % path)
-            if header.get('version') != FORMAT_VERSION:
-                raise ProgramFormatError(
-                    '%s has Program format version %r; this chainer-compiler reads version %d'
-                    % (path, header.get('version'), FORMAT_VERSION))
-            return _decode_program(header['program'], archive)
+            header = _read_header(archive, path)
+            program = _Decoder(archive, path).program(header['program'])
     except ProgramFormatError:
         raise
     except FileNotFoundError:
         raise ProgramFormatError('Program file %s does not exist' % path) from None
-    except (OSError, ValueError, KeyError, TypeError, zipfile.BadZipFile,
-            UnicodeDecodeError, json.JSONDecodeError) as e:
+    except Exception as e:
+        # zipfile, numpy and json each fail in their own ways on a damaged
+        # file (BadZipFile, EOFError, NotImplementedError for an unknown
+        # compression, zlib.error, KeyError ...); for this untrusted input
+        # any of them means the same thing.
         raise ProgramFormatError('%s is damaged or not a Program file: %s: %s'
                                  % (path, type(e).__name__, e)) from e
+    validate_program(program, path)
+    return program
+
+
+def _read_header(archive, path):
+    """The JSON header of ``archive``, refused unless it is that of a Program
+    file of this format version."""
+    if _HEADER_KEY not in archive.files:
+        raise ProgramFormatError('%s is not a chainer-compiler Program file '
+                                 '(no %s entry)' % (path, _HEADER_KEY))
+    header = json.loads(bytes(archive[_HEADER_KEY]).decode('utf-8'))
+    if not isinstance(header, dict) or header.get('format') != FORMAT_NAME:
+        raise ProgramFormatError('%s is not a chainer-compiler Program file' % path)
+    if header.get('version') != FORMAT_VERSION:
+        raise ProgramFormatError(
+            '%s has Program format version %r; this chainer-compiler reads version %d'
+            % (path, header.get('version'), FORMAT_VERSION))
+    return header
 
 
 # -- encoding ------------------------------------------------------------
@@ -64,12 +89,14 @@ def _store_array(value, arrays):
         return {'strings': [_to_str(s) for s in value.ravel().tolist()],
                 'shape': list(value.shape)}
     key = 'a%d' % len(arrays)
+    entry = {'array': key, 'dtype': value.dtype.name, 'shape': list(value.shape)}
     if value.dtype.isbuiltin == 0 or value.dtype.kind == 'V':
         # Extension dtypes (bfloat16, float8 ...) are stored as raw bytes.
-        arrays[key] = numpy.ascontiguousarray(value).view(numpy.uint8)
-        return {'array': key, 'raw_dtype': value.dtype.name, 'shape': list(value.shape)}
-    arrays[key] = value
-    return {'array': key}
+        arrays[key] = numpy.ascontiguousarray(value).reshape(-1).view(numpy.uint8)
+        entry['raw'] = True
+    else:
+        arrays[key] = value
+    return entry
 
 
 def _to_str(s):
@@ -115,51 +142,88 @@ def _encode_info(v):
 
 
 # -- decoding ------------------------------------------------------------
-def _load_array(entry, archive):
-    if 'strings' in entry:
-        return numpy.array(entry['strings'], dtype=object).reshape(entry['shape'])
-    data = archive[entry['array']]
-    if 'raw_dtype' in entry:
+def _tuple(value):
+    """JSON lists become tuples; anything else is left for validation to refuse."""
+    return tuple(value) if isinstance(value, list) else value
+
+
+class _Decoder:
+    """Turns the JSON of a Program file back into a Program.  Values are
+    kept as decoded (no int() or tuple() of arbitrary JSON) so that
+    validate_program sees, and refuses, what the file really holds."""
+
+    def __init__(self, archive, path):
+        self.archive = archive
+        self.path = path
+
+    def program(self, d):
+        return Program(
+            name=d['name'], num_registers=d['num_registers'],
+            register_names={int(k): v for k, v in d['register_names'].items()},
+            inputs=[self.info(v) for v in d['inputs']],
+            outputs=[self.info(v) for v in d['outputs']],
+            constants={int(r): self.array(v, 'the constant in register %s' % r)
+                       for r, v in d['constants'].items()},
+            instructions=[self.instruction(index, i)
+                          for index, i in enumerate(d['instructions'])])
+
+    def instruction(self, index, i):
+        return Instruction(
+            op=i['op'], domain=i['domain'], version=i['version'], name=i['name'],
+            inputs=_tuple(i['inputs']), outputs=_tuple(i['outputs']),
+            frees=_tuple(i['frees']), captures=_tuple(i['captures']),
+            attrs={k: self.value(v, 'attribute %s of instruction %d' % (k, index))
+                   for k, v in i['attrs'].items()})
+
+    @staticmethod
+    def info(d):
+        return ValueInfo(name=d['name'], register=d['register'], kind=d['kind'],
+                         dtype=d['dtype'], shape=_tuple(d['shape']))
+
+    def value(self, entry, what):
+        if 'program' in entry:
+            return self.program(entry['program'])
+        if 'array' in entry or 'strings' in entry:
+            return self.array(entry, what)
+        if 'dtype' in entry:
+            return numpy.dtype(entry['dtype'])
+        if 'bytes' in entry:
+            return base64.b64decode(entry['bytes'])
+        if 'list' in entry:
+            return [self.value(v, what) for v in entry['list']]
+        return entry['value']
+
+    def array(self, entry, what):
+        """The array ``entry`` describes; ``what`` names it in errors."""
+        shape = tuple(entry['shape'])
+        if 'strings' in entry:
+            return numpy.array(entry['strings'], dtype=object).reshape(shape)
         try:
-            dtype = numpy.dtype(entry['raw_dtype'])
+            dtype = numpy.dtype(entry['dtype'])
         except TypeError:
             raise ProgramFormatError(
-                'the Program holds an array of dtype %s, which NumPy alone cannot represent'
-                % entry['raw_dtype']) from None
-        return data.view(dtype).reshape(entry['shape'])
-    return data
+                '%s: %s has dtype %s, which NumPy alone cannot represent'
+                % (self.path, what, entry['dtype'])) from None
+        if not entry.get('raw'):
+            return self.stored(entry['array'], dtype, shape, what)
+        data = self.stored(entry['array'], numpy.dtype(numpy.uint8),
+                           (dtype.itemsize * math.prod(shape),), what)
+        return data.view(dtype).reshape(shape)
 
+    def stored(self, key, dtype, shape, what):
+        """Archive entry ``key``, refused unless its .npy header gives
+        ``dtype`` and ``shape``; checked before any of its data is read."""
+        if key not in self.archive.files:
+            raise ProgramFormatError('%s: %s is missing (no %s entry)' % (self.path, what, key))
+        with self.archive.zip.open(key + '.npy') as f:
+            version = numpy.lib.format.read_magic(f)
+            if version not in _NPY_HEADER_READERS:
+                raise ProgramFormatError('%s: %s has .npy format version %d.%d'
+                                         % (self.path, what, *version))
+            stored_shape, _, stored_dtype = _NPY_HEADER_READERS[version](f)
+        if stored_dtype.name != dtype.name or stored_shape != shape:
+            raise ProgramFormatError('%s: %s is stored as %s%s, but the header declares %s%s' % (
+                self.path, what, stored_dtype.name, list(stored_shape), dtype.name,
+                list(shape)))
+        return self.archive[key]
 
-def _decode_value(entry, archive):
-    if 'program' in entry:
-        return _decode_program(entry['program'], archive)
-    if 'dtype' in entry:
-        return numpy.dtype(entry['dtype'])
-    if 'array' in entry or 'strings' in entry:
-        return _load_array(entry, archive)
-    if 'bytes' in entry:
-        return base64.b64decode(entry['bytes'])
-    if 'list' in entry:
-        return [_decode_value(v, archive) for v in entry['list']]
-    return entry['value']
-
-
-def _decode_program(d, archive):
-    return Program(
-        name=d['name'],
-        num_registers=int(d['num_registers']),
-        register_names={int(k): v for k, v in d['register_names'].items()},
-        inputs=[_decode_info(v) for v in d['inputs']],
-        outputs=[_decode_info(v) for v in d['outputs']],
-        constants={int(r): _load_array(v, archive) for r, v in d['constants'].items()},
-        instructions=[Instruction(
-            op=i['op'], domain=i['domain'], version=int(i['version']), name=i['name'],
-            inputs=tuple(i['inputs']), outputs=tuple(i['outputs']), frees=tuple(i['frees']),
-            captures=tuple(i['captures']),
-            attrs={k: _decode_value(v, archive) for k, v in i['attrs'].items()})
-            for i in d['instructions']])
-
-
-def _decode_info(d):
-    return ValueInfo(name=d['name'], register=int(d['register']), kind=d['kind'],
-                     dtype=d['dtype'], shape=None if d['shape'] is None else tuple(d['shape']))

@@ -13,19 +13,19 @@ from .program import NO_REGISTER
 class StraightLineRun:
     """``run(*inputs)`` returns the outputs as a list.  ``step_at(traceback)``
     finds the step that raised, and ``registers_at(traceback)`` the register
-    values at that moment, for the error message."""
+    values at that moment, for the error message.
+
+    ``program`` must have passed validate_program: its register numbers are
+    written into the generated source."""
 
     def __init__(self, program, steps, constants, xp, single_output, call_general):
         env = {'_xp': xp, '_array': xp.ndarray, '_single': single_output}
         params = ['r%d' % v.register for v in program.inputs]
         lines = ['def run(%s):' % ', '.join(params)]
         self._line_step = {}
+        self._constants = constants
         for reg, value in constants.items():
             env['r%d' % reg] = value  # read as globals: never assigned in run
-        written = set(params) | {'r%d' % r for step in steps for r in step.outputs}
-        for v in program.outputs:  # an output no instruction writes is None
-            if 'r%d' % v.register not in written and v.register not in constants:
-                lines.append('    r%d = None' % v.register)
         for step in steps:
             args = ', '.join('None' if r == NO_REGISTER else 'r%d' % r for r in step.inputs)
             self._line_step[len(lines) + 1] = step  # code lines count from 1
@@ -69,8 +69,14 @@ class StraightLineRun:
         return None if tb is None else self._line_step.get(tb.tb_lineno)
 
     def registers_at(self, traceback):
+        """{register: value} when ``traceback`` was raised, constants included."""
         tb = self._frame(traceback)
-        return {} if tb is None else dict(tb.tb_frame.f_locals)
+        if tb is None:
+            return {}
+        registers = dict(self._constants)  # globals of run, not in its frame
+        registers.update((int(name[1:]), value) for name, value in tb.tb_frame.f_locals.items()
+                         if name.startswith('r'))  # not '_', the unused outputs
+        return registers
 
 
 def _general(call_general, step):

@@ -1,6 +1,12 @@
-"""Shared fixtures: tiny ONNX models built with onnx.helper."""
+"""Shared fixtures: tiny ONNX models built with onnx.helper, and a memory
+limit for tests that feed the compiler hostile input."""
+import contextlib
+import datetime
+import resource
+
 import numpy
 import pytest
+from hypothesis import HealthCheck, settings
 from onnx import TensorProto, helper, numpy_helper
 
 
@@ -16,6 +22,24 @@ def make_model(nodes, inputs, outputs, initializers=(), opset=17, name='test'):
     return model
 
 
+@contextlib.contextmanager
+def address_space_limit(extra_bytes):
+    """Cap this process's address space at its current size plus
+    ``extra_bytes`` while the block runs, so that a runaway allocation fails
+    with MemoryError instead of taking the machine down."""
+    with open('/proc/self/statm') as f:
+        current = int(f.read().split()[0]) * resource.getpagesize()
+    soft, hard = resource.getrlimit(resource.RLIMIT_AS)
+    limit = current + extra_bytes
+    if hard != resource.RLIM_INFINITY:
+        limit = min(limit, hard)
+    resource.setrlimit(resource.RLIMIT_AS, (limit, hard))
+    try:
+        yield
+    finally:
+        resource.setrlimit(resource.RLIMIT_AS, (soft, hard))
+
+
 @pytest.fixture
 def mlp_model():
     """x[2,3] -> MatMul W[3,4] -> Add b -> Relu -> y[2,4]."""
@@ -27,3 +51,15 @@ def mlp_model():
         [('x', TensorProto.FLOAT, [2, 3])], [('y', TensorProto.FLOAT, [2, 4])],
         [('W', rng.standard_normal((3, 4)).astype(numpy.float32)),
          ('b', rng.standard_normal(4).astype(numpy.float32))])
+
+
+# Fuzz tests (tests/test_fuzz.py): the default run is small and the same on
+# every machine; `--hypothesis-profile=thorough` draws thousands of fresh
+# examples.  Deadlines are generous: the machine is shared, and a deadline is
+# there to catch unbounded work, not to time kernels.
+settings.register_profile('default', max_examples=100, derandomize=True, database=None,
+                          deadline=datetime.timedelta(seconds=20),
+                          suppress_health_check=[HealthCheck.too_slow])
+settings.register_profile('thorough', max_examples=2000, deadline=datetime.timedelta(seconds=20),
+                          suppress_health_check=[HealthCheck.too_slow])
+settings.load_profile('default')

@@ -1,13 +1,19 @@
 """Constant folding: evaluate nodes whose inputs are all known, ahead of time.
 
 Folding runs the VM's own NumPy kernels, so a folded value is exactly what
-the program would have computed.
+the program would have computed.  A node is folded only when ONNX's shape
+inference, given the known input values, sizes every output below a limit:
+a few bytes of ConstantOfShape, Expand or Range can ask for gigabytes, and
+compile time must stay bounded by the size of the file.
 """
-import numpy
-from onnx import numpy_helper
+import math
 
-from ..onnx_graph import kernel_attributes, schema_version, subgraphs
-from ..runtime.ops.registry import has_kernel, lookup
+import numpy
+import onnx
+from onnx import numpy_helper, shape_inference
+
+from ..onnx_graph import kernel_attributes, schema_version, subgraphs, tensor_signature
+from ..runtime.ops.registry import has_kernel, lookup, normalize_domain
 
 #: Operators whose result differs from run to run.
 _NONDETERMINISTIC = frozenset([
@@ -22,25 +28,46 @@ def fold_constants(graph, opsets):
     """Replace, in place, foldable nodes of ``graph`` by initializers; return
     how many nodes were folded."""
     inputs = {v.name for v in graph.input}
-    known = {t.name: None for t in graph.initializer if t.name not in inputs}
+    known = _KnownValues(t for t in graph.initializer if t.name not in inputs)
     folded, kept = 0, []
     for node in graph.node:
-        values = _try_fold(node, opsets, known, graph)
+        values = _try_fold(node, opsets, known)
         if values is None:
             kept.append(node)
             continue
         folded += 1
         for name, value in zip(node.output, values):
             if name:
-                known[name] = value
-                graph.initializer.append(numpy_helper.from_array(value, name))
+                proto = numpy_helper.from_array(value, name)
+                known.add(proto, value)
+                graph.initializer.append(proto)
     if folded:
         del graph.node[:]
         graph.node.extend(kept)
     return folded
 
 
-def _try_fold(node, opsets, known, graph):
+class _KnownValues:
+    """Constant values by name: the TensorProto, and its array once read."""
+
+    def __init__(self, protos):
+        self.protos = {t.name: t for t in protos}
+        self._arrays = {}
+
+    def __contains__(self, name):
+        return name in self.protos
+
+    def add(self, proto, array):
+        self.protos[proto.name] = proto
+        self._arrays[proto.name] = array
+
+    def array(self, name):
+        if name not in self._arrays:
+            self._arrays[name] = numpy_helper.to_array(self.protos[name])
+        return self._arrays[name]
+
+
+def _try_fold(node, opsets, known):
     if node.op_type in _NONDETERMINISTIC or any(True for _ in subgraphs(node)):
         return None
     if not all(name in known for name in node.input if name):
@@ -48,11 +75,13 @@ def _try_fold(node, opsets, known, graph):
     version = schema_version(node, opsets)
     if not has_kernel(node.op_type, node.domain, version):
         return None
+    if not _outputs_are_small(node, opsets, known):
+        return None
     try:
         attrs = kernel_attributes(node)
     except ValueError:
         return None
-    args = [_known_value(known, name, graph) if name else None for name in node.input]
+    args = [known.array(name) if name else None for name in node.input]
     while args and args[-1] is None:
         args.pop()
     spec = lookup(node.op_type, node.domain, version)
@@ -75,8 +104,26 @@ def _try_fold(node, opsets, known, graph):
     return arrays
 
 
-def _known_value(known, name, graph):
-    if known[name] is None:
-        known[name] = next(numpy_helper.to_array(t) for t in graph.initializer
-                           if t.name == name)
-    return known[name]
+def _outputs_are_small(node, opsets, known):
+    """True when shape inference, given the node's constant inputs, proves
+    every output has at most MAX_FOLDED_ELEMENTS elements."""
+    try:
+        schema = onnx.defs.get_schema(node.op_type, opsets.get(normalize_domain(node.domain), 1),
+                                      node.domain or '')
+    except onnx.defs.SchemaError:
+        return False  # custom operators: nothing sizes their outputs
+    protos = {name: known.protos[name] for name in node.input if name}
+    types = {name: onnx.helper.make_tensor_type_proto(t.data_type, t.dims)
+             for name, t in protos.items()}
+    try:
+        inferred = shape_inference.infer_node_outputs(
+            schema, node, types, protos,
+            opset_imports=[onnx.helper.make_opsetid(d, v) for d, v in opsets.items()])
+    except Exception:  # inference refuses the node: left to run time
+        return False
+    for name in filter(None, node.output):
+        _, shape = tensor_signature(inferred[name]) if name in inferred else (None, None)
+        if shape is None or not all(isinstance(d, int) for d in shape) \
+                or math.prod(shape) > MAX_FOLDED_ELEMENTS:
+            return False
+    return True

@@ -8,10 +8,10 @@ VM runs the simpler operators instead.
 """
 import onnx
 import onnx.inliner
-from onnx import shape_inference
 
 from ..onnx_graph import all_nodes, opset_versions, schema_version
 from ..runtime.ops.registry import has_kernel, normalize_domain
+from ..shapes import infer_shapes
 
 _EXPANSION_DOMAIN = 'org.chainer_compiler.expanded'
 _MAX_ROUNDS = 4  # function bodies may themselves use expandable operators
@@ -45,7 +45,7 @@ def expand_functions(model):
         model = onnx.inliner.inline_local_functions(model)
         del model.opset_import[:]
         model.opset_import.extend(onnx.helper.make_opsetid(d, v) for d, v in opsets.items())
-        model = shape_inference.infer_shapes(model, strict_mode=False, data_prop=True)
+        model = infer_shapes(model)
     return model
 
 

@@ -2,16 +2,19 @@
 
 A kernel is a plain function ``fn(xp, *inputs, **attributes)`` where ``xp`` is
 the array module of the backend (numpy or cupy) and the keyword arguments are
-the ONNX attributes of the node, under their ONNX names.  It returns one array
-for a single-output operator and a tuple for several.  Omitted optional inputs
-arrive as ``None``.  A kernel that needs to know how many outputs the node asks
-for declares a keyword-only parameter ``n_outputs``.
+the ONNX attributes of the node, under their ONNX names: inputs are positional
+parameters, attributes keyword-only ones (after ``*``), and an attribute's
+default tells what kind of value it takes (``KernelSpec.attribute_types``).
+It returns one array for a single-output operator and a tuple for several.
+Omitted optional inputs arrive as ``None``.  A kernel that needs to know how
+many outputs the node asks for declares a keyword-only parameter ``n_outputs``.
 
 Operators whose meaning changed between opsets register one kernel per range of
 *schema versions* (the ``since_version`` ONNX resolves for the model's opset).
 """
 import inspect
-from dataclasses import dataclass
+import numbers
+from dataclasses import dataclass, field
 from typing import Callable
 
 from ..errors import UnsupportedOperatorError
@@ -38,6 +41,8 @@ class KernelSpec:
     family: str
     accepts_n_outputs: bool
     attribute_names: frozenset  # None when the kernel takes **kwargs
+    #: {attribute: the type(s) its value must have}; ``object`` where any will do.
+    attribute_types: dict = field(default_factory=dict, compare=False)
 
     def accepts(self, version):
         return self.versions[0] <= version <= self.versions[1]
@@ -55,14 +60,15 @@ def kernel(op, *, domain='', versions=(1, LATEST)):
 
     def register(fn):
         params = inspect.signature(fn).parameters.values()
-        keywords = [p.name for p in params
-                    if p.kind in (p.KEYWORD_ONLY, p.POSITIONAL_OR_KEYWORD)]
+        # Inputs arrive positionally, so only keyword-only parameters are attributes.
+        attributes = {p.name: _attribute_type(p.default) for p in params
+                      if p.kind == p.KEYWORD_ONLY and p.name != 'n_outputs'}
         takes_kwargs = any(p.kind == p.VAR_KEYWORD for p in params)
-        names = None if takes_kwargs else frozenset(keywords) - {'xp', 'n_outputs'}
         spec = KernelSpec(op=op, domain=domain, versions=tuple(versions), fn=fn,
                           family=fn.__module__.rsplit('.', 1)[-1],
-                          accepts_n_outputs='n_outputs' in keywords,
-                          attribute_names=names)
+                          accepts_n_outputs=any(p.name == 'n_outputs' for p in params),
+                          attribute_names=None if takes_kwargs else frozenset(attributes),
+                          attribute_types=attributes)
         entries = _KERNELS.setdefault((domain, op), [])
         for other in entries:
             if not (spec.versions[1] < other.versions[0] or other.versions[1] < spec.versions[0]):
@@ -72,6 +78,21 @@ def kernel(op, *, domain='', versions=(1, LATEST)):
         return fn
 
     return register
+
+
+#: (type of an attribute's default, the type(s) its values must have).
+_DEFAULT_TYPES = ((int, numbers.Integral), (float, numbers.Real), (str, str),
+                  ((tuple, list), (list, tuple)))
+
+
+def _attribute_type(default):
+    """The type(s) an attribute's value must have, read off its default: an
+    int default asks for an integer, a float for a number, a str for a str, a
+    tuple for a list.  Without a default, or with None, any value will do."""
+    for kind, accepted in _DEFAULT_TYPES:
+        if isinstance(default, kind):
+            return accepted
+    return object
 
 
 def lookup(op, domain='', version=LATEST, node_name=''):

@@ -145,6 +145,27 @@ def test_wrong_input_count_and_dtype_are_clear_errors(tmp_path):
             compiled(X.astype(numpy.float64))
 
 
+@pytest.mark.parametrize('train', [True, False], ids=['training', 'evaluation'])
+def test_refused_calls_change_nothing(tmp_path, train):
+    model, path = _exported(tmp_path)
+    compiled = chainer_compiler.compile_onnx(_twin(model, Net()), path, 'onnx_chainer')
+    before = {name: numpy.copy(value) for name, value in _state(compiled)}
+    with chainer.using_config('train', train):
+        for bad in (X.tolist(), None, 1.0, X.astype(numpy.float64), X[:3], X[:, :4],
+                    chainer.Variable(X.astype(numpy.float64))):
+            with pytest.raises(InputValidationError, match="input '?input_0'? "):
+                compiled(bad)
+    for name, value in _state(compiled):
+        numpy.testing.assert_array_equal(value, before[name], err_msg=name)
+
+
+def _state(model):
+    """Every parameter and persistent array of ``model``, by path."""
+    arrays = [(name, p.array) for name, p in model.namedparams()]
+    return arrays + [('%s/%s' % (path, name), getattr(link, name))
+                     for path, link in model.namedlinks() for name in link._persistent]
+
+
 def test_a_file_that_does_not_match_the_model_is_refused(tmp_path):
     _, path = _exported(tmp_path)
 
@@ -167,6 +188,80 @@ def test_a_file_that_does_not_match_the_model_is_refused(tmp_path):
 
     with pytest.raises(chainer_compiler.ModelMismatchError, match='/l1/W: the model has no such'):
         chainer_compiler.compile_onnx(Renamed(), path, 'onnx_chainer')
+
+
+class _FirstLayer(chainer.Chain):
+    """Net's first layer alone: its file lacks /bn/* and /l2/*."""
+
+    def __init__(self):
+        super().__init__()
+        with self.init_scope():
+            self.l1 = L.Linear(None, 5)
+
+    def forward(self, x):
+        return self.l1(x)
+
+
+class _NoParameters(chainer.Chain):
+    def forward(self, x):
+        return F.relu(x)
+
+
+@pytest.mark.parametrize('exported, missing', [
+    (_FirstLayer, ['/bn/avg_mean', '/bn/avg_var', '/bn/beta', '/bn/gamma', '/l2/W', '/l2/b']),
+    (_NoParameters, ['/bn/avg_mean', '/bn/avg_var', '/bn/beta', '/bn/gamma',
+                     '/l1/W', '/l1/b', '/l2/W', '/l2/b']),
+], ids=['first-layer-only', 'no-parameters'])
+def test_a_file_lacking_the_models_parameters_is_refused(tmp_path, exported, missing):
+    _, path = _exported(tmp_path, exported())
+    fresh = Net()
+    with pytest.raises(chainer_compiler.ModelMismatchError) as info:
+        chainer_compiler.compile_onnx(fresh, path, 'onnx_chainer')
+    lines = str(info.value).splitlines()
+    assert lines[0] == '%s does not match the model Net:' % path
+    # Each parameter and persistent array, not BatchNormalization's counter N.
+    assert lines[1:] == ['  %s: missing in the file' % name for name in missing]
+    assert fresh.l1.W.array is None  # refused before anything was initialized
+
+
+def test_every_mismatch_is_listed_in_one_error(tmp_path):
+    _, path = _exported(tmp_path)
+
+    class Other(chainer.Chain):
+        def __init__(self):
+            super().__init__()
+            with self.init_scope():
+                self.l1 = L.Linear(6, 5)
+                self.bn = L.BatchNormalization(5)
+                self.l3 = L.Linear(5, 3)  # where the file has l2
+                self.bn.add_persistent('extra', numpy.zeros(2, numpy.float32))
+                self.l1.W.array = self.l1.W.array.astype(numpy.float64)
+
+    with pytest.raises(chainer_compiler.ModelMismatchError) as info:
+        chainer_compiler.compile_onnx(Other(), path, 'onnx_chainer')
+    assert str(info.value).splitlines()[1:] == [
+        '  /bn/extra: missing in the file',
+        '  /l1/W: the file has float32 (5, 6), the model float64 (5, 6)',
+        '  /l2/W: the model has no such parameter',
+        '  /l2/b: the model has no such parameter',
+        '  /l3/W: missing in the file',
+        '  /l3/b: missing in the file']
+
+
+def test_unused_parameters_travel_in_the_file(tmp_path):
+    class WithUnused(Net):
+        def __init__(self):
+            super().__init__()
+            with self.init_scope():
+                self.unused = L.Linear(2, 2)
+
+    with pytest.warns(UserWarning, match='not used by the exported graph: /unused/W'):
+        _, path = _exported(tmp_path, WithUnused())
+    fresh = WithUnused()
+    compiled = chainer_compiler.compile_onnx(fresh, path, 'onnx_chainer')
+    fresh.cleargrads()
+    F.sum(compiled(X)).backward()
+    assert fresh.l1.W.grad is not None and fresh.unused.W.grad is None  # as Chainer leaves it
 
 
 def test_a_missing_file_is_a_clear_error(tmp_path):

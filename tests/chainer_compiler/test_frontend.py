@@ -3,7 +3,8 @@ import onnx
 import pytest
 from onnx import TensorProto, helper
 
-from chainer_compiler import InvalidModelError, UnsupportedOperatorsError, build_program
+from chainer_compiler import InvalidModelError, UnsupportedOperatorsError, build_program, load_onnx
+from chainer_compiler.onnx_graph import tensor_signature
 from chainer_compiler.runtime import Executor
 from tests.conftest import make_model
 
@@ -26,6 +27,17 @@ def test_checker_failures_are_reported():
     model.graph.node[0].input[0] = 'undefined_value'
     with pytest.raises(InvalidModelError, match='fails onnx.checker'):
         build_program(model)
+
+
+@pytest.mark.parametrize('check', [True, False])
+def test_names_that_are_not_utf8_are_an_invalid_model(check):
+    # Found by tests/test_fuzz.py: protobuf hands such a name over as bytes,
+    # and the checker's message quoting it cannot be decoded.
+    model = make_model([helper.make_node('Relu', ['x'], ['yy'])],
+                       [('x', TensorProto.FLOAT, [2])], [('yy', TensorProto.FLOAT, [2])])
+    blob = model.SerializeToString().replace(b'yy', b'\xcb\x07')
+    with pytest.raises(InvalidModelError, match=r"onnx.NodeProto.output b'\\xcb\\x07' is not UTF-8"):
+        build_program(blob, check=check)
 
 
 def test_every_unsupported_operator_is_listed_with_its_node():
@@ -118,3 +130,122 @@ def test_loop_body_captures_outer_values():
                                  'v0': numpy.zeros(2, numpy.float32),
                                  'step': numpy.array([1, 2], numpy.float32)})['v']
     assert out.tolist() == [3, 6]
+
+
+# -- hostile and malformed input --------------------------------------------
+HUGE = 2 * 10 ** 8  # elements: 1.6 GB of int64 if anything materialised them
+
+
+def _shape_bomb(op):
+    """A ~150-byte model whose `op` makes a 1-D tensor of HUGE elements from
+    a one-element constant, feeding an Add."""
+    def const(name, value):
+        return helper.make_node('Constant', [], [name], value=helper.make_tensor(
+            name, TensorProto.INT64, [len(value)] if isinstance(value, list) else [], value
+            if isinstance(value, list) else [value]))
+    make = {
+        'ConstantOfShape': [const('shape', [HUGE]),
+                            helper.make_node('ConstantOfShape', ['shape'], ['big'])],
+        'Expand': [const('shape', [HUGE]), const('one', [1]),
+                   helper.make_node('Expand', ['one', 'shape'], ['big'])],
+        'Range': [const('start', 0), const('limit', HUGE), const('delta', 1),
+                  helper.make_node('Range', ['start', 'limit', 'delta'], ['big'])],
+    }[op]
+    elem = TensorProto.FLOAT if op == 'ConstantOfShape' else TensorProto.INT64
+    return make_model(make + [helper.make_node('Add', ['big', 'x'], ['y'])],
+                      [('x', elem, [1])], [('y', elem, [None])])
+
+
+@pytest.mark.parametrize('op', ['ConstantOfShape', 'Expand', 'Range'])
+def test_compile_memory_is_bounded_by_the_file_not_its_values(op):
+    from tests.conftest import address_space_limit
+    model = _shape_bomb(op)
+    assert model.ByteSize() < 300
+    with address_space_limit(512 << 20):
+        program = build_program(model)
+    # Too large to fold: computed at run time, where an allocation that
+    # cannot succeed is an error naming the instruction.
+    assert op in [i.op for i in program.instructions]
+
+
+def test_small_shape_arithmetic_is_still_propagated():
+    # Reshape's output shape is known only through the value of Shape(x).
+    nodes = [helper.make_node('Shape', ['x'], ['s']),
+             helper.make_node('Reshape', ['x', 's'], ['r']),
+             helper.make_node('Relu', ['r'], ['y'])]
+    model = make_model(nodes, [('x', TensorProto.FLOAT, [2, 3])],
+                       [('y', TensorProto.FLOAT, [None, None])])
+    inferred = {v.name: v for v in load_onnx(model).graph.value_info}
+    assert tensor_signature(inferred['r'].type) == ('float32', (2, 3))
+
+
+@pytest.mark.parametrize('model, message', [
+    (b'\xff\x00garbage', 'the bytes given are not an ONNX model'),
+    ([1.0, 2.0], 'expected an ONNX file path, bytes or an onnx.ModelProto, got list'),
+    (None, 'got NoneType'),
+])
+def test_what_is_not_a_model_is_an_invalid_model(model, message):
+    with pytest.raises(InvalidModelError, match=message):
+        build_program(model)
+
+
+def _with_external_weight(location):
+    model = make_model([helper.make_node('Add', ['x', 'W'], ['y'])],
+                       [('x', TensorProto.FLOAT, [2])], [('y', TensorProto.FLOAT, [2])],
+                       [('W', numpy.ones(2, numpy.float32))])
+    weight = model.graph.initializer[0]
+    weight.ClearField('raw_data')
+    weight.data_location = TensorProto.EXTERNAL
+    entry = weight.external_data.add()
+    entry.key, entry.value = 'location', location
+    return model
+
+
+@pytest.mark.parametrize('check', [True, False])
+def test_external_data_of_an_in_memory_model_is_never_read(tmp_path, monkeypatch, check):
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / 'secret.bin').write_bytes(numpy.ones(2, numpy.float32).tobytes())
+    with pytest.raises(InvalidModelError, match="'W' keeps its data in an external file"):
+        build_program(_with_external_weight('secret.bin'), check=check)
+
+
+@pytest.mark.parametrize('location', ['../secret.bin', 'link.bin', '/etc/hostname'])
+@pytest.mark.parametrize('check', [True, False])
+def test_external_data_outside_the_model_folder_is_refused(tmp_path, location, check):
+    (tmp_path / 'secret.bin').write_bytes(numpy.ones(2, numpy.float32).tobytes())
+    folder = tmp_path / 'model'
+    folder.mkdir()
+    (folder / 'link.bin').symlink_to(tmp_path / 'secret.bin')
+    onnx.save(_with_external_weight(location), str(folder / 'model.onnx'))
+    with pytest.raises(InvalidModelError, match='model.onnx is not a readable ONNX model'):
+        build_program(str(folder / 'model.onnx'), check=check)
+
+
+@pytest.mark.parametrize('check', [True, False])
+def test_initializer_data_shorter_than_its_dims_is_refused(check):
+    model = make_model([helper.make_node('Add', ['x', 'W'], ['y'])],
+                       [('x', TensorProto.FLOAT, [4])], [('y', TensorProto.FLOAT, [4])],
+                       [('W', numpy.ones(4, numpy.float32))])
+    model.graph.initializer[0].raw_data = numpy.ones(3, numpy.float32).tobytes()
+    with pytest.raises(InvalidModelError, match=r"initializer 'W' \(dims \[4\]\)"):
+        build_program(model, check=check)
+
+
+@pytest.mark.parametrize('declared, message', [
+    ((TensorProto.INT32, [7, 7]), "output 'y' is declared int32 but computed as float32"),
+    ((TensorProto.FLOAT, [7, 64]),
+     r"output 'y' is declared with shape \[7, 64\] but computed with shape \[2, 64\]"),
+    ((TensorProto.FLOAT, [2, 64, 1]), r'declared with shape \[2, 64, 1\]'),
+])
+def test_declared_outputs_must_agree_with_the_graph(declared, message):
+    model = make_model([helper.make_node('Relu', ['x'], ['y'])],
+                       [('x', TensorProto.FLOAT, [2, 64])], [('y',) + declared])
+    with pytest.raises(InvalidModelError, match=message):
+        build_program(model)
+
+
+def test_declared_outputs_may_be_less_specific_than_the_graph():
+    model = make_model([helper.make_node('Relu', ['x'], ['y'])],
+                       [('x', TensorProto.FLOAT, ['N', 64])], [('y', TensorProto.FLOAT, ['N', None])])
+    program = build_program(model)
+    assert program.outputs[0].shape == ('N', 64)  # inference fills in what is left open

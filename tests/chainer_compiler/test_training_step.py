@@ -2,11 +2,13 @@
 VM program, training the Chainer model's own arrays exactly as Chainer
 would."""
 import copy
+import os
 
 import chainer
 import chainer.functions as F
 import chainer.links as L
 import numpy
+import onnx
 import pytest
 from chainer import training
 from chainer.training import extensions
@@ -31,7 +33,13 @@ def _batch(shape, batch=8, seed=0):
 
 
 def _twins(predictor, x, make_optimizer):
-    """Two identical Classifiers with their own optimizers."""
+    """Two identical Classifiers with their own optimizers.
+
+    The lazily sized links draw their weights from numpy's global generator;
+    seeding it keeps the comparison reproducible (Adam's step is ill-conditioned
+    where a gradient is near its eps, so some draws sit closer to the tolerance
+    than others)."""
+    numpy.random.seed(0)
     with chainer.using_config('train', False):
         predictor(x)  # initialize lazily sized links
     plain = L.Classifier(predictor)
@@ -124,6 +132,17 @@ def test_trainer_with_the_updater_logs_and_learns(tmp_path):
     numpy.testing.assert_array_equal(saved['predictor/l1/W'], model.predictor.l1.W.array)
 
 
+def test_dump_onnx_writes_the_steps_graph(tmp_path):
+    x, t = _batch((784,))
+    path = tmp_path / 'step.onnx'
+    model = L.Classifier(MLP(16, 10))
+    optimizer = chainer.optimizers.SGD()
+    optimizer.setup(model)
+    chainer_compiler.compile_training_step(model, optimizer, (x, t), dump_onnx=path)
+    assert 'SGDUpdate' in {node.op_type for node in onnx.load(str(path)).graph.node}
+    assert os.listdir(tmp_path) == ['step.onnx']  # written whole, no temporary file left
+
+
 def test_wrong_batch_size_is_a_clear_error():
     x, t = _batch((784,))
     _, step = _compiled_classifier(x, t, chainer.optimizers.SGD())
@@ -131,16 +150,77 @@ def test_wrong_batch_size_is_a_clear_error():
         step(x[:4], t[:4])
 
 
-@pytest.mark.parametrize('configure, message', [
-    (lambda m: chainer.optimizers.AdaGrad(), 'AdaGrad is not supported'),
-    (lambda m: chainer.optimizers.AMSGrad(), 'amsgrad is not supported'),
-])
-def test_unsupported_optimizers_are_named(configure, message):
+def test_refused_calls_change_no_state():
+    x, t = _batch((784,))
+    refused, refused_opt, clean, clean_opt = _twins(MLP(16, 10), x, chainer.optimizers.Adam)
+    step = chainer_compiler.compile_training_step(refused, refused_opt, (x, t))
+    clean_step = chainer_compiler.compile_training_step(clean, clean_opt, (x, t))
+    bad_calls = [((x[:4], t[:4]), InputValidationError, r'\(4, 784\), expected \(8, 784\)'),
+                 ((x.astype(numpy.float64), t), InputValidationError, 'dtype float64'),
+                 ((x,), TypeError, 'takes 2 input'),
+                 ((x.tolist(), t), InputValidationError, 'must be an array.*got list'),
+                 ((x, None), InputValidationError, "'input_1' must be an array.*got None")]
+    for inputs, error, message in bad_calls:
+        with pytest.raises(error, match=message):
+            step(*inputs)
+    _assert_identical(refused, refused_opt, clean, clean_opt)
+    assert refused_opt.t == 0
+    step(x, t)
+    clean_step(x, t)
+    _assert_identical(refused, refused_opt, clean, clean_opt)  # bit for bit
+    assert refused_opt.t == 1
+
+
+def _assert_identical(model, optimizer, other, other_optimizer):
+    """Parameters, update-rule states and step counts exactly equal."""
+    for (name, p), (_, q) in zip(sorted(model.namedparams()), sorted(other.namedparams())):
+        numpy.testing.assert_array_equal(p.array, q.array, err_msg=name)
+        for slot, value in p.update_rule.state.items():
+            numpy.testing.assert_array_equal(value, q.update_rule.state[slot],
+                                             err_msg='%s %s' % (name, slot))
+        assert p.update_rule.t == q.update_rule.t, name
+    assert optimizer.t == other_optimizer.t
+
+
+class _SignRule(chainer.optimizers.sgd.SGDRule):
+    def update_core_cpu(self, param):
+        param.array -= self.hyperparam.lr * numpy.sign(param.grad)
+
+
+class _SignSGD(chainer.optimizers.SGD):
+    def create_update_rule(self):
+        return _SignRule(self.hyperparam)
+
+
+class _MyAdam(chainer.optimizers.Adam):
+    pass
+
+
+@pytest.mark.parametrize('optimizer_class, message', [
+    (chainer.optimizers.AdaGrad, 'AdaGrad is not supported: the compiled step implements SGD, '
+     'MomentumSGD, Adam, AdamW only; use compile_onnx'),
+    (chainer.optimizers.AMSGrad, 'amsgrad is not supported; use compile_onnx'),
+    (_SignSGD, "_SignSGD is not supported: it subclasses SGD and may change its update, but "
+     "the compiled step implements SGD's own update only; use compile_onnx"),
+    (_MyAdam, '_MyAdam is not supported: it subclasses Adam'),
+], ids=['adagrad', 'amsgrad', 'sgd-subclass', 'adam-subclass'])
+def test_unsupported_optimizers_are_named(optimizer_class, message):
     x, t = _batch((784,))
     model = L.Classifier(MLP(16, 10))
-    optimizer = configure(model)
+    optimizer = optimizer_class()
     optimizer.setup(model)
     with pytest.raises(NotImplementedError, match=message):
+        chainer_compiler.compile_training_step(model, optimizer, (x, t))
+
+
+def test_an_update_rule_of_another_class_is_refused():
+    x, t = _batch((784,))
+    model = L.Classifier(MLP(16, 10))
+    optimizer = chainer.optimizers.SGD()
+    optimizer.setup(model)
+    model.predictor.l2.W.update_rule = _SignRule(optimizer.hyperparam)
+    with pytest.raises(NotImplementedError, match='parameter /predictor/l2/W is updated by '
+                       '_SignRule, but the compiled step implements SGDRule only; use compile_onnx'):
         chainer_compiler.compile_training_step(model, optimizer, (x, t))
 
 
@@ -170,3 +250,21 @@ def test_frozen_links_are_not_updated():
     step(x, t)
     numpy.testing.assert_array_equal(model.predictor.l1.W.array, frozen)
     assert not numpy.array_equal(model.predictor.l3.W.array, before)
+
+
+@pytest.mark.filterwarnings('ignore:parameters not used by the exported graph')
+def test_a_link_the_forward_never_uses_is_left_alone():
+    class WithSpare(MLP):
+        def __init__(self):
+            super().__init__(16, 10)
+            with self.init_scope():
+                self.spare = L.Linear(None, 3)  # never called: never initialized
+
+    x, t = _batch((784,))
+    model = L.Classifier(WithSpare())
+    optimizer = chainer.optimizers.SGD()
+    optimizer.setup(model)
+    with pytest.warns(UserWarning, match='never initialized .*: /predictor/spare/W'):
+        step = chainer_compiler.compile_training_step(model, optimizer, (x, t))
+    step(x, t)
+    assert model.predictor.spare.W.array is None

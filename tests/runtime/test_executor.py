@@ -7,9 +7,11 @@ from onnx import TensorProto, helper
 
 from chainer_compiler import build_program
 from chainer_compiler.runtime import (Executor, InputValidationError, Instruction,
-                                      KernelBindError, KernelError, NonFiniteError, Program,
-                                      Tracer, UnsupportedOperatorError, ValueInfo)
-from tests.conftest import make_model
+                                      KernelBindError, KernelError, NonFiniteError,
+                                      OutputValidationError, Program, ProgramFormatError,
+                                      Tracer, ValueInfo)
+from chainer_compiler.runtime import executor as executor_module
+from tests.conftest import address_space_limit, make_model
 
 X = numpy.ones((2, 3), numpy.float32)
 
@@ -89,13 +91,14 @@ def _one_instruction(op, attrs=None):
                    inputs=[ValueInfo('x', 0)], outputs=[ValueInfo('y', 1)], num_registers=2)
 
 
-def test_unknown_attribute_is_refused_when_binding():
+def test_unknown_attribute_is_refused_before_running():
     with pytest.raises(KernelBindError, match="attribute.* bogus not supported"):
         Executor(_one_instruction('Relu', {'bogus': 1}))
 
 
-def test_unknown_operator_is_refused_when_binding():
-    with pytest.raises(UnsupportedOperatorError, match="no kernel for operator NoSuchOp"):
+def test_unknown_operator_is_refused_before_running():
+    with pytest.raises(ProgramFormatError, match=r"<program main>: instruction 0 "
+                                                 r"\(NoSuchOp, node 'n0'\) has no kernel"):
         Executor(_one_instruction('NoSuchOp'))
 
 
@@ -106,3 +109,112 @@ def test_peak_bytes_counts_inputs_constants_and_the_largest_live_set(mlp_model):
     # x (24 B) and the constants are live when MatMul makes h (32 B).
     assert ex.peak_bytes >= constants + X.nbytes + 2 * 4 * 4
     assert Executor(build_program(mlp_model)).peak_bytes == 0  # off by default
+
+
+# -- outputs are checked against their declaration -------------------------
+def _relu_program(output):
+    return Program(instructions=[Instruction('Relu', (0,), (1,), version=14)],
+                   inputs=[ValueInfo('x', 0, 'tensor', 'float32', (2, 64))],
+                   outputs=[output], num_registers=2)
+
+
+@pytest.mark.parametrize('output, message', [
+    (ValueInfo('y', 1, 'tensor', 'int32', (7, 7)), "output 'y' has dtype float32, expected int32"),
+    (ValueInfo('y', 1, 'tensor', 'float32', (7, 7)),
+     r"output 'y' has shape \(2, 64\), expected \(7, 7\) \(axis 0\)"),
+    (ValueInfo('y', 1, 'tensor', 'float32', (2,)),
+     r"output 'y' has shape \(2, 64\), expected \(2,\)"),
+])
+def test_an_output_that_is_not_as_declared_is_an_error(output, message):
+    with pytest.raises(OutputValidationError, match='program main: ' + message):
+        Executor(_relu_program(output)).run({'x': numpy.ones((2, 64), numpy.float32)})
+
+
+def test_outputs_of_unknown_dtype_or_shape_are_not_checked():
+    x = numpy.ones((2, 64), numpy.float32)
+    for output in [ValueInfo('y', 1), ValueInfo('y', 1, 'tensor', None, (2, None)),
+                   ValueInfo('y', 1, 'unknown', 'int32', (7,))]:
+        assert Executor(_relu_program(output)).run({'x': x})['y'].shape == (2, 64)
+
+
+def test_an_output_symbol_must_have_its_size_among_the_inputs():
+    program = Program(instructions=[Instruction('Transpose', (0,), (1,))],
+                      inputs=[ValueInfo('x', 0, 'tensor', 'float32', ('N', 'K'))],
+                      outputs=[ValueInfo('y', 1, 'tensor', 'float32', ('N', 'M'))],
+                      num_registers=2)
+    executor = Executor(program)
+    assert executor.run({'x': numpy.ones((3, 3), numpy.float32)})['y'].shape == (3, 3)
+    with pytest.raises(OutputValidationError, match="output 'y' has N=3 on axis 0, but input "
+                                                    "'x' has N=2"):
+        executor.run({'x': numpy.ones((2, 3), numpy.float32)})
+
+
+def test_a_constant_swapped_to_another_dtype_is_caught_at_the_output(mlp_model):
+    program = build_program(mlp_model)
+    reg, bias = next((r, v) for r, v in program.constants.items() if v.shape == (4,))
+    program.constants[reg] = bias.astype(numpy.int64)
+    with pytest.raises(OutputValidationError, match="output 'y' has dtype float64, expected "
+                                                    "float32"):
+        Executor(program).run({'x': X})
+
+
+def test_outputs_are_checked_once_per_input_signature(mlp_model, monkeypatch):
+    checked = []
+    monkeypatch.setattr(executor_module, 'validate_outputs',
+                        lambda *args: checked.append(args[1][0].shape))
+    ex = Executor(build_program(mlp_model))
+    for _ in range(3):
+        ex.run({'x': X})
+    assert checked == [(2, 4)]
+    Executor(build_program(mlp_model), validate_inputs=False).run({'x': X})
+    assert checked == [(2, 4)]
+
+
+# -- inputs of the wrong Python type -------------------------------------
+@pytest.mark.parametrize('value, got', [([[1.0] * 3] * 2, 'list'), (None, 'None'),
+                                        (1.5, 'float')])
+def test_an_input_that_is_not_an_array_is_named(mlp_model, value, got):
+    with pytest.raises(InputValidationError, match=r"input 'x' must be an array of float32 "
+                                                   r"\[2, 3\], got %s$" % got):
+        Executor(build_program(mlp_model)).run({'x': value})
+
+
+def test_an_omitted_optional_input_is_still_none():
+    program = Program(instructions=[Instruction('OptionalHasElement', (0,), (1,), version=18)],
+                      inputs=[ValueInfo('o', 0, 'optional')],
+                      outputs=[ValueInfo('y', 1, 'tensor', 'bool', ())], num_registers=2)
+    assert not Executor(program).run({'o': None})['y']
+    assert Executor(program).run({'o': X})['y']
+
+
+# -- error messages -------------------------------------------------------
+@pytest.mark.parametrize('options', [{}, {'check_nans': True}])
+def test_kernel_error_describes_constant_inputs(options):
+    program = Program(
+        instructions=[Instruction('Reshape', (0, 1), (2,), version=14, name='reshape')],
+        inputs=[ValueInfo('x', 0, 'tensor', 'float32', None)], outputs=[ValueInfo('y', 2)],
+        constants={1: numpy.array([4, 4], numpy.int64)}, num_registers=3)
+    with pytest.raises(KernelError, match=r"\(Reshape, node 'reshape'\) failed on inputs "
+                                          r"\(float32\[2, 3\], int64\[2\]\)"):
+        Executor(program, **options).run({'x': X})
+
+
+def test_kernel_bind_error_lists_only_attributes():
+    with pytest.raises(KernelBindError, match=r'\(it accepts: perm\)$'):
+        Executor(_one_instruction('Transpose', {'bogus': 1}))
+
+
+# -- allocations that cannot succeed ---------------------------------------
+@pytest.mark.parametrize('op, inputs, version', [('ConstantOfShape', (1,), 9),
+                                                 ('Expand', (0, 1), 13)])
+@pytest.mark.parametrize('options', [{}, {'check_nans': True}])
+def test_an_impossible_allocation_names_the_instruction(op, inputs, version, options):
+    program = Program(
+        instructions=[Instruction(op, inputs, (2,), version=version, name='huge')],
+        inputs=[ValueInfo('x', 0, 'tensor', 'float32', (1,))], outputs=[ValueInfo('y', 2)],
+        constants={1: numpy.array([2**25, 2**25], numpy.int64)}, num_registers=3)
+    executor = Executor(program, **options)
+    with address_space_limit(2**30):  # 2**50 float32 elements never fit
+        with pytest.raises(KernelError, match=r"instruction 0 \(%s, node 'huge'\) failed on "
+                                              r"inputs .*int64\[2\]\): MemoryError" % op):
+            executor.run({'x': numpy.ones(1, numpy.float32)})

@@ -24,23 +24,45 @@ def test_round_trip_gives_the_same_results(tmp_path, mlp_model):
 
 
 def test_round_trip_keeps_subprograms_strings_dtypes_and_lists(tmp_path):
-    body = Program(instructions=[], inputs=[ValueInfo('a', 0)], outputs=[ValueInfo('a', 0)],
-                   num_registers=1, name='body')
+    body = Program(instructions=[], inputs=[], outputs=[ValueInfo('a', 0)],
+                   constants={0: numpy.ones(2, numpy.float32)}, num_registers=1, name='body')
     program = Program(
-        instructions=[Instruction('Custom', (0,), (1,), attrs={
-            'to': numpy.dtype('int64'), 'names': ['a', 'b'], 'f': 1.5, 'raw': b'\x00\x01',
-            'words': numpy.array(['x', 'yz'], dtype=object), 'body': body})],
-        inputs=[ValueInfo('x', 0, 'tensor', 'float32', (2, 'N', None))],
-        outputs=[ValueInfo('y', 1)], num_registers=2,
-        constants={}, register_names={0: 'x', 1: 'y'})
+        instructions=[
+            Instruction('Cast', (0,), (2,), attrs={'to': numpy.dtype('int64')}, version=13),
+            Instruction('LeakyRelu', (0,), (3,), attrs={'alpha': 1.5}, version=16),
+            Instruction('Constant', (), (4,), version=13,
+                        attrs={'value': numpy.array(['x', 'yz'], dtype=object)}),
+            Instruction('LSTM', (0, 0, 0), (5,), version=14,
+                        attrs={'activations': ['Sigmoid', 'Tanh', 'Tanh']}),
+            Instruction('If', (1,), (6,), attrs={'then_branch': body, 'else_branch': body},
+                        version=16)],
+        inputs=[ValueInfo('x', 0, 'tensor', 'float32', (2, 'N', None)),
+                ValueInfo('c', 1, 'tensor', 'bool', ())],
+        outputs=[ValueInfo('y', 6)], num_registers=7, register_names={0: 'x', 6: 'y'})
     path = str(tmp_path / 'p.npz')
     save_program(program, path)
-    attrs = load_program(path).instructions[0].attrs
-    assert attrs['to'] == numpy.dtype('int64')
-    assert attrs['names'] == ['a', 'b'] and attrs['f'] == 1.5 and attrs['raw'] == b'\x00\x01'
-    assert list(attrs['words']) == ['x', 'yz']
-    assert isinstance(attrs['body'], Program) and attrs['body'].name == 'body'
-    assert load_program(path).inputs[0].shape == (2, 'N', None)
+    loaded = load_program(path)
+    attrs = {k: v for inst in loaded.instructions for k, v in inst.attrs.items()}
+    assert attrs['to'] == numpy.dtype('int64') and attrs['alpha'] == 1.5
+    assert attrs['activations'] == ['Sigmoid', 'Tanh', 'Tanh']
+    assert list(attrs['value']) == ['x', 'yz']
+    assert isinstance(attrs['then_branch'], Program) and attrs['then_branch'].name == 'body'
+    assert loaded.inputs[0].shape == (2, 'N', None)
+    assert loaded.dump() == program.dump()
+
+
+def test_extension_dtype_constants_round_trip(tmp_path):
+    bfloat16 = pytest.importorskip('ml_dtypes').bfloat16
+    constants = {0: numpy.array(1.5, bfloat16), 1: numpy.arange(6).reshape(2, 3).astype(bfloat16)}
+    program = Program(instructions=[], inputs=[], outputs=[ValueInfo('a', 0), ValueInfo('b', 1)],
+                      constants=constants, num_registers=2)
+    path = str(tmp_path / 'p.npz')
+    save_program(program, path)
+    loaded = load_program(path).constants
+    for reg, value in constants.items():
+        assert loaded[reg].dtype == value.dtype and loaded[reg].shape == value.shape
+        numpy.testing.assert_array_equal(loaded[reg].astype(numpy.float32),
+                                         value.astype(numpy.float32))
 
 
 def test_string_constants_are_saved_without_pickle(tmp_path):
@@ -76,13 +98,36 @@ def test_other_npz_files_are_rejected(tmp_path):
         load_program(path)
 
 
-def test_wrong_format_version_names_both_versions(tmp_path, mlp_model, monkeypatch):
+@pytest.mark.parametrize('version', [1, serialization.FORMAT_VERSION + 1, 99])
+def test_old_or_future_format_version_names_both_versions(tmp_path, mlp_model, monkeypatch,
+                                                          version):
     path = str(tmp_path / 'p.npz')
-    monkeypatch.setattr(serialization, 'FORMAT_VERSION', 99)
+    monkeypatch.setattr(serialization, 'FORMAT_VERSION', version)
     save_program(build_program(mlp_model), path)
     monkeypatch.undo()
-    with pytest.raises(ProgramFormatError, match='version 99.*reads version 1'):
+    with pytest.raises(ProgramFormatError, match='version %d.*reads version %d'
+                       % (version, serialization.FORMAT_VERSION)):
         load_program(path)
+
+
+def test_saving_into_a_directory_is_a_clear_error(tmp_path, mlp_model):
+    with pytest.raises(ProgramFormatError, match='cannot write Program file .*: is a directory'):
+        save_program(build_program(mlp_model), str(tmp_path))
+
+
+def test_a_failed_save_leaves_the_old_file_and_no_temporary_file(tmp_path, mlp_model,
+                                                                 monkeypatch):
+    path = tmp_path / 'p.npz'
+    path.write_bytes(b'the old file')
+
+    def fail_halfway(f, **arrays):
+        f.write(b'half a file')
+        raise OSError(28, 'No space left on device')
+    monkeypatch.setattr(numpy, 'savez', fail_halfway)
+    with pytest.raises(ProgramFormatError, match='No space left on device'):
+        save_program(build_program(mlp_model), str(path))
+    assert path.read_bytes() == b'the old file'
+    assert os.listdir(tmp_path) == ['p.npz']
 
 
 def test_pickled_payload_is_refused(tmp_path):

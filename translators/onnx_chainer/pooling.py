@@ -26,7 +26,7 @@ def _onnx_ceil_size(size, k, s, p):
 def convert_max_pooling(ctx, call):
     """MaxPool; ``cover_all=True`` (Chainer's default) pads each axis end
     with ``stride - 1`` more -inf, which is ONNX's ceil_mode where the
-    output sizes agree, and explicit end padding otherwise."""
+    output sizes agree, and an explicit -inf Pad otherwise."""
     func = call.func
     if func.return_indices:
         raise ValueError('%s: return_indices=True is not supported' % call.name)
@@ -36,24 +36,31 @@ def convert_max_pooling(ctx, call):
     if not func.cover_all:
         ctx.node('MaxPool', call.inputs, call.outputs, **attrs)
         return
-    sizes = x.shape[2:]
-    geometry = list(zip(sizes, ksize, stride, pad))
+    geometry = list(zip(x.shape[2:], ksize, stride, pad))
     chainer_out = [conv.get_conv_outsize(n, k, s, p, cover_all=True) for n, k, s, p in geometry]
     floor_out = [conv.get_conv_outsize(n, k, s, p) for n, k, s, p in geometry]
     if chainer_out == floor_out:
         ctx.node('MaxPool', call.inputs, call.outputs, **attrs)
         return
-    attrs['ceil_mode'] = 1
     ceil_out = [_onnx_ceil_size(n, k, s, p) for n, k, s, p in geometry]
-    if ceil_out == chainer_out:
-        ctx.node('MaxPool', call.inputs, call.outputs, **attrs)
+    if chainer_out == ceil_out:
+        ctx.node('MaxPool', call.inputs, call.outputs, ceil_mode=1, **attrs)
         return
-    # Chainer keeps trailing windows that lie wholly in the end padding
-    # (their max is -inf); ONNX drops them: pad them back on.
-    y = ctx.node('MaxPool', call.inputs, 1, **attrs)
-    missing = [c - o for c, o in zip(chainer_out, ceil_out)]
-    pads = ctx.int64s([0] * x.ndim + [0, 0] + missing)
+    # Chainer's extra window on an axis either holds input data (ceil_mode
+    # keeps it) or lies wholly in the end padding (onnxruntime's ceil_mode
+    # drops it, onnx's shape inference does not).  So pad the first kind
+    # explicitly, pool in floor mode, whose sizes every implementation
+    # agrees on, and append the second kind as the -inf Chainer gives.
+    extra_end = [s - 1 if c == o != f else 0
+                 for c, o, f, s in zip(chainer_out, ceil_out, floor_out, stride)]
+    dropped = [c - o for c, o in zip(chainer_out, ceil_out)]
     lowest = ctx.constant(numpy.asarray(-numpy.inf, dtype=x.dtype), hint='lowest')
+    x_name = call.inputs[0]
+    if any(extra_end):
+        pads = ctx.int64s([0] * x.ndim + [0, 0] + extra_end)
+        x_name = ctx.node('Pad', [x_name, pads, lowest], 1, mode='constant')
+    y = ctx.node('MaxPool', [x_name], 1, **attrs)
+    pads = ctx.int64s([0] * x.ndim + [0, 0] + dropped)
     ctx.node('Pad', [y, pads, lowest], call.outputs, mode='constant')
 
 

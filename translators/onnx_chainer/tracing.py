@@ -81,7 +81,12 @@ def export_model(model, inputs, opset_version=None, input_names=None, output_nam
 
     ``inputs``: an array or Variable, a tuple/list (``model(*inputs)``) or
     a dict (``model(**inputs)``).  Parameters are named by link path
-    (``/l1/W``), persistent values too (``/bn/avg_mean``).  ``fold_rnn``
+    (``/l1/W``), persistent arrays too (``/bn/avg_mean``); every initialized
+    parameter and persistent array is an initializer, used by the graph or
+    not, so the file holds the model's whole state (``compile_onnx`` checks
+    it against the model it compiles for).  ``input_names`` and
+    ``output_names`` must be distinct non-empty strings, none a parameter's
+    name (ValueError otherwise).  ``fold_rnn``
     exports each ``F.n_step_*`` call (``L.NStepLSTM`` ...) as ONNX
     LSTM/GRU/RNN nodes instead of the unrolled cell functions.
     ``reported``: also output the values the model reports with
@@ -102,7 +107,9 @@ def export_model(model, inputs, opset_version=None, input_names=None, output_nam
             inputs = (inputs,)
         ordered = [_as_variable(v) for v in inputs]
         call = lambda: model(*ordered)  # noqa: E731
-    in_names = _names(input_names, len(ordered), 'input', 'input_names')
+    state_names = {name: 'a parameter' for name, _ in model.namedparams(include_uninit=True)}
+    state_names.update((name, 'a persistent value') for name, _, _ in named_persistents(model))
+    in_names = _names(input_names, len(ordered), 'input', 'input_names', state_names)
 
     recorder = _Recorder()
     folding = rnn.n_step_as_single_calls() if fold_rnn else rnn.n_step_unrolled()
@@ -115,7 +122,8 @@ def export_model(model, inputs, opset_version=None, input_names=None, output_nam
     elif not isinstance(result, (list, tuple)):
         result = [result]
     results = [r if isinstance(r, chainer.Variable) else chainer.Variable(r) for r in result]
-    out_names = _names(output_names, len(results), 'output', 'output_names')
+    taken = {**state_names, **{name: 'an input' for name in in_names}}
+    out_names = _names(output_names, len(results), 'output', 'output_names', taken)
     if reported:
         for key, value in sorted(observation.items()):
             results.append(value if isinstance(value, chainer.Variable)
@@ -129,11 +137,12 @@ def export_model(model, inputs, opset_version=None, input_names=None, output_nam
     for name in out_names:
         ctx.reserve(name)
     params = {id(p.node): (name, p) for name, p in model.namedparams() if p.array is not None}
-    persistents = _persistent_arrays(model)
+    persistents = {id(getattr(link, attr)): name
+                   for name, link, attr in named_persistents(model)}
     needed = _needed_functions(results)
     wanted_outputs = {id(r.node): n for r, n in zip(results, out_names)
                       if r.creator_node is not None and id(r.node) not in names}
-    used_params, persistent_names, unsupported = set(), set(), []
+    persistent_names, unsupported = set(), []
 
     def input_name(node, array):
         key = id(node)
@@ -141,7 +150,6 @@ def export_model(model, inputs, opset_version=None, input_names=None, output_nam
             return names[key]
         if key in params:
             pname, p = params[key]
-            used_params.add(pname)
             names[key] = ctx.initializer(pname, _to_numpy(p.array))
         elif id(array) in persistents:
             # A link called twice passes the same running averages twice.
@@ -190,9 +198,7 @@ def export_model(model, inputs, opset_version=None, input_names=None, output_nam
         graph_outputs.append(value_info(name, _to_numpy(var.array)))
     graph_outputs.extend(value_info(name, _to_numpy(array)) for name, array in ctx.extra_outputs)
 
-    unused = sorted(name for _, (name, _) in params.items() if name not in used_params)
-    if unused:
-        warnings.warn('parameters not used by the exported graph: %s' % ', '.join(unused))
+    _add_unused_state(ctx, model)
     graph_inputs = [value_info(n, _to_numpy(v.array)) for v, n in zip(ordered, in_names)]
     return ctx.make_model(type(model).__name__, graph_inputs, graph_outputs)
 
@@ -209,25 +215,57 @@ def _reporting(model, observation):
         yield
 
 
-def _names(given, count, prefix, argument):
-    if given is None:
-        return ['%s_%d' % (prefix, i) for i in range(count)]
-    given = [given] if isinstance(given, str) else list(given)
-    if len(given) != count:
+def _names(given, count, prefix, argument, taken):
+    """The graph's ``count`` input or output names: ``given`` (checked) or
+    ``<prefix>_0``...  ``taken`` maps names already in use to what uses them
+    ('a parameter'): a clash would give two values one ONNX name."""
+    names = ['%s_%d' % (prefix, i) for i in range(count)] if given is None else (
+        [given] if isinstance(given, str) else list(given))
+    if len(names) != count:
         raise ValueError('%s has %d name(s) but there are %d %ss'
-                         % (argument, len(given), count, prefix))
-    return given
+                         % (argument, len(names), count, prefix))
+    taken = dict(taken)
+    for name in names:
+        if not isinstance(name, str) or not name:
+            raise ValueError('%s: %r is not a name (names are non-empty strings)'
+                             % (argument, name))
+        if name in taken:
+            raise ValueError("%s: '%s' is already the name of %s" % (argument, name, taken[name]))
+        taken[name] = 'an ' + prefix
+    return names
 
 
-def _persistent_arrays(model):
-    """{id(array): '/link/path/name'} for persistent arrays (avg_mean ...)."""
-    found = {}
-    for path, link in model.namedlinks():
-        for name in link._persistent:
-            value = getattr(link, name, None)
-            if isinstance(value, chainer.get_array_types()):
-                found[id(value)] = '%s/%s' % (path if path != '/' else '', name)
-    return found
+def named_persistents(model):
+    """[('/link/path/name', link, attribute)] for the persistent arrays of
+    ``model`` and its links (``/bn/avg_mean``), named like parameters.
+    Persistent values that are not arrays (BatchNormalization's counter
+    ``N``, Python scalars) are not listed: an ONNX initializer is a tensor,
+    and no converter reads them."""
+    return [('%s/%s' % (path if path != '/' else '', name), link, name)
+            for path, link in model.namedlinks() for name in sorted(link._persistent)
+            if isinstance(getattr(link, name, None), chainer.get_array_types())]
+
+
+def _add_unused_state(ctx, model):
+    """Add the parameters and persistent arrays the graph does not use as
+    initializers too, warning with their names: the file then holds every
+    array of the model, which is what ``compile_onnx`` checks a file
+    against.  A parameter never initialized has no array to add."""
+    state = [(name, p.array) for name, p in model.namedparams(include_uninit=True)]
+    state += [(name, getattr(link, attr)) for name, link, attr in named_persistents(model)]
+    written = {init.name for init in ctx.initializers}
+    unused = [(name, array) for name, array in state if name not in written]
+    kept = [name for name, array in unused if array is not None]
+    if kept:
+        warnings.warn('parameters not used by the exported graph: %s (in the file all the same)'
+                      % ', '.join(kept))
+    uninitialized = [name for name, array in unused if array is None]
+    if uninitialized:
+        warnings.warn('parameters never initialized are not in the file (compile_onnx refuses '
+                      'it for this model): %s' % ', '.join(uninitialized))
+    for name, array in unused:
+        if array is not None:
+            ctx.initializer(name, _to_numpy(array))
 
 
 def _needed_functions(results):
@@ -247,4 +285,4 @@ def _needed_functions(results):
 
 
 __all__ = ['DEFAULT_OPSET', 'FunctionCall', 'MAX_OPSET', 'MIN_OPSET',
-           'UnsupportedFunctionError', 'export_model']
+           'UnsupportedFunctionError', 'export_model', 'named_persistents']

@@ -43,10 +43,11 @@ def test_export_without_filename_writes_a_temporary_file():
 
 
 def test_parameters_are_named_by_link_path_and_unused_links_reported():
-    with pytest.warns(UserWarning, match='/unused/W'):
+    with pytest.warns(UserWarning, match='not used by the exported graph: /unused/W'):
         model = export_model(Classifier(), X)
     names = {t.name for t in model.graph.initializer}
-    assert {'/predictor/0/W', '/predictor/0/b'} <= names
+    # Unused ones too: the file holds the whole model, as compile_onnx requires.
+    assert {'/predictor/0/W', '/predictor/0/b', '/unused/W', '/unused/b'} <= names
     assert [v.name for v in model.graph.input] == ['input_0']
     assert [v.name for v in model.graph.output] == ['output_0']
 
@@ -65,8 +66,29 @@ def test_batch_normalization_running_averages_keep_their_names():
     net.bn.avg_mean[:] = [0.5, -1, 2]
     net.bn.avg_var[:] = [1, 2, 0.5]
     model = export_model(net, X)
-    assert {'/bn/avg_mean', '/bn/avg_var', '/bn/gamma', '/bn/beta'} <= {
-        t.name for t in model.graph.initializer}
+    names = {t.name for t in model.graph.initializer}
+    assert {'/bn/avg_mean', '/bn/avg_var', '/bn/gamma', '/bn/beta'} <= names
+    assert '/bn/N' not in names  # a Python int, not an array
+
+
+def test_parameters_never_initialized_are_named_in_a_warning():
+    class Lazy(chainer.Chain):
+        def __init__(self):
+            super().__init__()
+            with self.init_scope():
+                self.used = L.Linear(3, 4)
+                self.never = L.Linear(None, 2)
+
+        def forward(self, x):
+            return self.used(x)
+
+    with pytest.warns(UserWarning) as record:
+        model = export_model(Lazy(), X)
+    assert [str(w.message) for w in record] == [
+        'parameters not used by the exported graph: /never/b (in the file all the same)',
+        'parameters never initialized are not in the file (compile_onnx refuses it for this '
+        'model): /never/W']
+    assert '/never/b' in {t.name for t in model.graph.initializer}
 
 
 def test_dict_inputs_and_dict_outputs_with_custom_names():
@@ -87,6 +109,67 @@ def test_tuple_outputs_and_an_output_that_is_an_input():
 def test_wrong_number_of_names_is_a_clear_error():
     with pytest.raises(ValueError, match='input_names has 2 name.* 1 input'):
         export_model(chainer.Sequential(F.relu), X, input_names=['a', 'b'])
+
+
+class _TwoInTwoOut(chainer.Chain):
+    def __init__(self):
+        super().__init__()
+        with self.init_scope():
+            self.l = L.Linear(3, 3)
+            self.bn = L.BatchNormalization(3)
+
+    def forward(self, a, b):
+        return self.bn(self.l(a)), a + b
+
+
+@pytest.mark.parametrize('names, message', [
+    ({'input_names': ['a']}, 'input_names has 1 name.* 2 inputs'),
+    ({'input_names': ['/l/W', 'b']}, "input_names: '/l/W' is already the name of a parameter"),
+    ({'input_names': ['a', '/bn/avg_mean']},
+     "input_names: '/bn/avg_mean' is already the name of a persistent value"),
+    ({'input_names': ['a', 'a']}, "input_names: 'a' is already the name of an input"),
+    ({'input_names': ['a', '']}, "input_names: '' is not a name"),
+    ({'input_names': ['a', 3]}, 'input_names: 3 is not a name'),
+    ({'output_names': ['y', 'y']}, "output_names: 'y' is already the name of an output"),
+    ({'output_names': ['y', 'input_0']}, "output_names: 'input_0' is already the name of an "
+     'input'),
+    ({'output_names': ['/l/b', 'z']}, "output_names: '/l/b' is already the name of a "
+     'parameter'),
+    ({'input_names': ['output_1', 'b']}, "output_names: 'output_1' is already the name of an "
+     'input'),
+], ids=['count', 'parameter', 'persistent', 'twice', 'empty', 'not-a-string', 'output-twice',
+        'output-is-an-input', 'output-is-a-parameter', 'default-output-is-an-input'])
+def test_bad_names_are_refused_before_anything_is_written(tmp_path, names, message):
+    path = tmp_path / 'm.onnx'
+    path.write_bytes(b'previous')
+    with pytest.raises(ValueError, match=message):
+        chainer_compiler.export(_TwoInTwoOut(), [X, X], str(path), **names)
+    assert path.read_bytes() == b'previous'
+    assert os.listdir(tmp_path) == ['m.onnx']
+
+
+def test_export_replaces_the_file_in_one_step(tmp_path):
+    path, old_name = tmp_path / 'm.onnx', tmp_path / 'old.onnx'
+    path.write_bytes(b'previous')
+    os.link(path, old_name)  # a reader holding the old file keeps it whole
+    chainer_compiler.export(chainer.Sequential(L.Linear(3, 4)), [X], str(path))
+    assert old_name.read_bytes() == b'previous'
+    onnx.checker.check_model(onnx.load(str(path)))
+    assert sorted(os.listdir(tmp_path)) == ['m.onnx', 'old.onnx']  # no temporary file left
+
+
+def test_a_failed_export_leaves_the_file_as_it_was(tmp_path):
+    class Unconvertible(chainer.FunctionNode):
+        def forward(self, inputs):
+            return inputs[0] * 2,
+
+    path = tmp_path / 'm.onnx'
+    path.write_bytes(b'previous')
+    with pytest.raises(UnsupportedFunctionError):
+        chainer_compiler.export(chainer.Sequential(lambda x: Unconvertible().apply((x,))[0]),
+                                [X], str(path))
+    assert path.read_bytes() == b'previous'
+    assert os.listdir(tmp_path) == ['m.onnx']
 
 
 @pytest.mark.parametrize('opset', [10, 27])
