@@ -1,5 +1,6 @@
 # Two commands matter (see README): `make demo` and `make test`.
 # Each creates or updates the project-local virtual environment .venv first.
+# `make test-fast` is the edit-test loop; `make lint` runs ruff and mypy.
 PYTHON ?= python3
 VENV ?= .venv
 PY := $(VENV)/bin/python
@@ -7,7 +8,7 @@ STAMP := $(VENV)/.installed
 
 TORCH_VENV := .venv-torch
 
-.PHONY: demo vm-demo test conformance bench bench-torch-env clean
+.PHONY: demo vm-demo lint test test-fast conformance bench bench-torch-env clean
 
 # Chainer 7.8.1 is an sdist that only builds and imports with setuptools<74
 # and numpy<2, so those go in first and the rest installs without build
@@ -33,8 +34,16 @@ demo: $(STAMP)
 vm-demo: $(STAMP)
 	$(PY) examples/vm_demo.py
 
-test: $(STAMP)
+lint: $(STAMP)
+	$(VENV)/bin/ruff check .
+	$(VENV)/bin/mypy
+
+test: lint
 	$(PY) -m pytest -q
+
+# Everything but the tests marked slow (whole-model training and export).
+test-fast: $(STAMP)
+	$(PY) -m pytest -q -m 'not slow'
 
 conformance: $(STAMP)
 	$(VENV)/bin/chainer-compiler conformance

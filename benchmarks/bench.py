@@ -22,9 +22,9 @@ import numpy
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import inference_candidates as inference  # noqa: E402
 import models  # noqa: E402
-from numpy_reference import numpy_step  # noqa: E402
 import report  # noqa: E402
 import training_candidates as training  # noqa: E402
+from numpy_reference import numpy_step  # noqa: E402
 from timing import time_interleaved  # noqa: E402
 
 import chainer_compiler  # noqa: E402

@@ -15,9 +15,8 @@ import math
 
 import chainer.links as L
 import numpy
-from numpy.lib.stride_tricks import as_strided
-
 from models import MLP, LeNet5, ResNet18Style
+from numpy.lib.stride_tricks import as_strided
 
 
 def _relu_mask(gy, y):

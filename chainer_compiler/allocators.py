@@ -21,7 +21,8 @@ def _cupy_or_say_why(function_name):
         return cupy
     if function_name not in _said_nothing_to_do:
         _said_nothing_to_do.add(function_name)
-        warnings.warn('chainer_compiler.%s has nothing to do: %s' % (function_name, reason))
+        warnings.warn('chainer_compiler.%s has nothing to do: %s' % (function_name, reason),
+                      stacklevel=3)
     return None
 
 

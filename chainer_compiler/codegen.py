@@ -7,9 +7,14 @@ scan then frees each register right after its last use.
 """
 from onnx import numpy_helper
 
-from .onnx_graph import (free_names, kernel_attributes, schema_version, subgraphs,
-                         tensor_signature, value_kind)
-from .passes.vm_fusion import fuse_for_vm
+from .onnx_graph import (
+    free_names,
+    kernel_attributes,
+    schema_version,
+    subgraphs,
+    tensor_signature,
+    value_kind,
+)
 from .runtime.ops.registry import normalize_domain
 from .runtime.program import NO_REGISTER, Instruction, Program, ValueInfo
 
@@ -19,10 +24,9 @@ def emit_program(graph, opsets, name='main', captured=()):
 
     ``opsets`` maps domains to the model's opset versions.  ``captured``
     names outer-scope values the graph reads; they become extra inputs after
-    the graph's own.  ``graph`` is first rewritten in place for the VM
-    (passes/vm_fusion.py).
+    the graph's own.  Emission is pure: ``graph`` is only read (rewrites
+    for the VM are passes of the pipeline, pipeline.py).
     """
-    fuse_for_vm(graph)
     return _Emitter(opsets).emit(graph, name, captured)
 
 

@@ -12,15 +12,16 @@ import chainer
 import onnx
 
 from .errors import ModelMismatchError
-from .exporting import export, write_onnx
+from .exporting import TRANSLATORS, export, recorded_translator, write_onnx
 from .frontend import load_onnx
 from .onnx_graph import numpy_dtype
 from .passes.training_mode import to_training_mode
+from .pipeline import CompilerOptions
 from .runtime.errors import InputValidationError
 from .runtime.executor import Executor
 from .runtime.signatures import validate_inputs
 from .training import compile_training
-from .translators.onnx_chainer.tracing import named_persistents
+from .translators.onnx_chainer.naming import named_arrays
 
 
 def compile_onnx(model, onnx_file, used_translator='onnx_chainer', dump_onnx=False,
@@ -35,12 +36,19 @@ def compile_onnx(model, onnx_file, used_translator='onnx_chainer', dump_onnx=Fal
     path, with its dtype and shape, and no other parameter: otherwise
     ModelMismatchError lists every difference.  Inputs of the wrong count,
     type, dtype or shape are refused before anything runs or changes.
-    ``dump_onnx`` writes the forward and backward graphs next to the file.
+    ``used_translator`` names the translator that exported the file; a
+    file that records another one (``export`` records it) is refused with
+    ValueError, a file that records none (written by another tool) is
+    accepted.  ``dump_onnx`` writes the forward and backward graphs next to
+    the file.  ``compiler_kwargs`` are compiler options
+    (pipeline.CompilerOptions: ``computation_order``, ``fold_constants``;
+    docs/pipeline.md); an unknown one is a TypeError naming it.
     ``runtime_kwargs`` go to the VM's Executor (trace, check_nans, backend).
     """
-    if used_translator not in ('onnx_chainer', 'ch2o'):
-        raise ValueError('unknown translator %r' % (used_translator,))
-    return CompiledModel(model, onnx_file, dump_onnx=dump_onnx,
+    if used_translator not in TRANSLATORS:
+        raise ValueError('unknown translator %r: choose one of %s'
+                         % (used_translator, TRANSLATORS))
+    return CompiledModel(model, onnx_file, used_translator=used_translator, dump_onnx=dump_onnx,
                          computation_order=computation_order,
                          compiler_kwargs=compiler_kwargs or {},
                          runtime_kwargs=runtime_kwargs or {})
@@ -59,14 +67,20 @@ class CompiledModel(chainer.Chain):
     """A Chain running ``model``'s compiled Programs (see compile_onnx)."""
 
     def __init__(self, model, onnx_file, dump_onnx=False, computation_order=None,
-                 compiler_kwargs=None, runtime_kwargs=None):
+                 compiler_kwargs=None, runtime_kwargs=None, used_translator=None):
         super().__init__()
         self._adopt(model)
         self.onnx_file = onnx_file
-        self.computation_order = computation_order
+        # Checked now: a misspelt option fails here, not at the first batch.
+        self.compiler_options = CompilerOptions.from_kwargs(
+            compiler_kwargs, computation_order=computation_order)
         self.runtime_kwargs = dict(runtime_kwargs or {})
         self.dump_onnx = dump_onnx
         self._proto = load_onnx(onnx_file)
+        recorded = recorded_translator(self._proto)
+        if used_translator is not None and recorded not in (None, used_translator):
+            raise ValueError("%s was exported by translator '%s', but compile_onnx was told "
+                             "used_translator='%s'" % (onnx_file, recorded, used_translator))
         self._bind_parameters(model)
         self._training = {}
         self._inference = None
@@ -106,7 +120,7 @@ class CompiledModel(chainer.Chain):
             wrt = list(key) + self._param_names
             programs = compile_training(proto, params=self._param_names + self._state_names,
                                         wrt=wrt, state_outputs=[u for u, _ in updates],
-                                        computation_order=self.computation_order, check=False)
+                                        options=self.compiler_options, check=False)
             if self.dump_onnx:
                 self._dump(programs)
             options = dict(self.runtime_kwargs)
@@ -118,7 +132,8 @@ class CompiledModel(chainer.Chain):
     def _inference_executor(self):
         if self._inference is None:
             from .training import compile_inference
-            program = compile_inference(self._proto, params=self._param_names + self._state_names)
+            program = compile_inference(self._proto, params=self._param_names + self._state_names,
+                                        options=self.compiler_options)
             self._inference = Executor(program, **self.runtime_kwargs)
         return self._inference
 
@@ -253,7 +268,8 @@ class InitializerBinding:
 
 def bind_initializers(graph, model, source, traced=False):
     """Match the initializers of ``graph`` to ``model``'s Parameters and
-    persistent arrays by path (``/l1/W``, ``/bn/avg_mean``).
+    persistent arrays by the exporter's names for them (``/l1/W``,
+    ``/bn/avg_mean``: translators/onnx_chainer/naming.py).
 
     The graph must hold every Parameter and persistent array of the model
     (persistent values that are not arrays, such as BatchNormalization's
@@ -266,10 +282,10 @@ def bind_initializers(graph, model, source, traced=False):
     the Parameters its forward never initialized (Chainer's optimizers skip
     them too), so those are not required.
     """
-    params = dict(model.namedparams(include_uninit=True))
-    persistents = {name: (link, attr) for name, link, attr in named_persistents(model)}
-    arrays = {name: p.array for name, p in params.items()}
-    arrays.update((name, getattr(link, attr)) for name, (link, attr) in persistents.items())
+    named = named_arrays(model)
+    params = {a.name: a.value for a in named if a.is_parameter}
+    persistents = {a.name: (a.link, a.attribute) for a in named if not a.is_parameter}
+    arrays = {a.name: a.value.array if a.is_parameter else a.value for a in named}
     problems = _mismatches(graph.initializer, arrays, traced)
     if problems:
         raise ModelMismatchError('%s does not match the model %s:\n  %s' % (

@@ -8,7 +8,8 @@ from dataclasses import dataclass
 
 import onnx
 
-from .frontend import UnsupportedOperatorsError, build_program
+from .errors import UnsupportedOperatorsError
+from .frontend import build_program
 from .onnx_graph import all_nodes, opset_versions, schema_version
 from .onnx_test_data import DEFAULT_ATOL, DEFAULT_RTOL, load_test_cases, mismatch
 from .runtime.executor import Executor
@@ -57,22 +58,33 @@ def run_test_dir(test_dir, backend=None, rtol=DEFAULT_RTOL, atol=DEFAULT_ATOL,
 def run_conformance(pattern=None, backend=None, progress=None):
     """Run every node test whose name matches the regular expression
     ``pattern`` (all when None); return a list of TestResults."""
-    root = node_tests_dir()
-    names = sorted(n for n in os.listdir(root) if not pattern or re.search(pattern, n))
     results = []
-    for name in names:
-        test_dir = os.path.join(root, name)
-        try:
-            with _time_limit(TEST_TIMEOUT_S):
-                result = run_test_dir(test_dir, backend=backend)
-        except Exception as e:  # one broken test must not stop the suite
-            result = TestResult(name, 'failed', '%s: %s' % (type(e).__name__, e))
-        result.reason = _shorten(result.reason)
-        result.family = family_of_test(root, name)
+    for name in node_test_names(pattern):
+        result = run_node_test(name, backend=backend)
         results.append(result)
         if progress:
             progress(result)
     return results
+
+
+def node_test_names(pattern=None):
+    """The names of the node tests matching the regular expression
+    ``pattern`` (all when None), sorted."""
+    return sorted(n for n in os.listdir(node_tests_dir()) if not pattern or re.search(pattern, n))
+
+
+def run_node_test(name, backend=None):
+    """Run the node test ``name`` under the time limit; any exception is a
+    failure whose reason names it."""
+    root = node_tests_dir()
+    try:
+        with _time_limit(TEST_TIMEOUT_S):
+            result = run_test_dir(os.path.join(root, name), backend=backend)
+    except Exception as e:  # one broken test must not stop the suite
+        result = TestResult(name, 'failed', '%s: %s' % (type(e).__name__, e))
+    result.reason = _shorten(result.reason)
+    result.family = family_of_test(root, name)
+    return result
 
 
 def summarize(results):

@@ -89,5 +89,6 @@ def get_mnist(withlabel=True, ndim=1):
             return x
         return chainer.datasets.TupleDataset(x, numpy.asarray(t, numpy.int32))
 
-    return (convert(numpy.concatenate([train[0], valid[0]]), numpy.concatenate([train[1], valid[1]])),
+    return (convert(numpy.concatenate([train[0], valid[0]]),
+                    numpy.concatenate([train[1], valid[1]])),
             convert(*test))

@@ -2,9 +2,17 @@
 import os
 import tempfile
 
+from onnx import helper
+
+from . import __version__
 from .runtime.files import atomic_write
 
 TRANSLATORS = ('onnx_chainer', 'ch2o')
+
+#: metadata_props keys of an exported file: the translator that wrote it
+#: and the ai.onnx opset it targets.
+TRANSLATOR_KEY = 'chainer_compiler.translator'
+OPSET_KEY = 'chainer_compiler.opset'
 
 
 def export(model, inputs, filename=None, translator='onnx_chainer', opset_version=None,
@@ -24,7 +32,10 @@ def export(model, inputs, filename=None, translator='onnx_chainer', opset_versio
     non-empty strings, none a parameter's name: ValueError otherwise);
     parameters by their link path (``/predictor/l1/W``).  Every parameter
     and persistent array of the model is in the file, used by the graph or
-    not, as ``compile_onnx`` requires.
+    not, as ``compile_onnx`` requires.  The file records its producer
+    (``chainer-compiler`` and its version) and, in ``metadata_props``, the
+    translator and the opset (``compile_onnx`` checks its
+    ``used_translator`` against the translator).
     """
     if translator == 'ch2o':
         raise ValueError("translator 'ch2o' (the Python-AST translator) is not available yet; "
@@ -35,6 +46,7 @@ def export(model, inputs, filename=None, translator='onnx_chainer', opset_versio
     model_proto = export_model(model, inputs, opset_version=opset_version,
                                input_names=input_names, output_names=output_names,
                                train=train, external_converters=external_converters)
+    _record_provenance(model_proto, translator)
     if filename is not None:
         write_onnx(model_proto, filename)
         return filename
@@ -46,6 +58,20 @@ def export(model, inputs, filename=None, translator='onnx_chainer', opset_versio
         os.remove(filename)  # the caller never learns its name
         raise
     return filename
+
+
+def _record_provenance(model_proto, translator):
+    """Record in ``model_proto`` (whose producer_name the GraphBuilder set)
+    the producer's version, the translator and the opset."""
+    model_proto.producer_version = __version__
+    opset = next(o.version for o in model_proto.opset_import if o.domain in ('', 'ai.onnx'))
+    helper.set_model_props(model_proto, {TRANSLATOR_KEY: translator, OPSET_KEY: str(opset)})
+
+
+def recorded_translator(model_proto):
+    """The translator an exported ``model_proto`` records, or None when it
+    records none (a file another tool wrote)."""
+    return next((p.value for p in model_proto.metadata_props if p.key == TRANSLATOR_KEY), None)
 
 
 def write_onnx(model_proto, filename):

@@ -1,9 +1,9 @@
-"""The compiler front: ONNX model in, Program out.
+"""The compiler front: loading and checking an ONNX model.
 
-load -> onnx.checker -> inline local functions -> shape inference ->
-expand kernel-less operators into their function bodies -> fold constants
--> remove dead code -> check every operator has a kernel -> emit a Program
-with liveness-based frees.
+``load_onnx``: read -> onnx.checker -> inline local functions -> shape
+inference, refusing a broken file with InvalidModelError.
+``build_program`` compiles an inference Program through the pipeline
+(pipeline.py), which runs ``load_onnx`` first.
 """
 import os
 
@@ -11,13 +11,8 @@ import onnx
 import onnx.inliner
 from onnx import numpy_helper
 
-from .codegen import emit_program
-from .errors import InvalidModelError, UnsupportedOperatorsError
-from .onnx_graph import all_nodes, opset_versions, schema_version, subgraphs
-from .passes.constant_folding import fold_constants
-from .passes.dead_code import remove_dead_code
-from .passes.expand_functions import expand_functions
-from .runtime.ops.registry import has_kernel
+from .errors import InvalidModelError
+from .onnx_graph import opset_versions, subgraphs
 from .shapes import infer_shapes
 
 #: The newest ai.onnx opset onnx 1.22 defines.
@@ -51,6 +46,11 @@ def load_onnx(model, check=True):
     return infer_shapes(model, source)
 
 
+def source_name(model):
+    """How messages name ``model`` (an ONNX path, bytes or ModelProto)."""
+    return os.fspath(model) if isinstance(model, (str, os.PathLike)) else '<model>'
+
+
 def _read_model(model):
     """(a private ModelProto copy, the name errors use for it)."""
     if isinstance(model, (str, os.PathLike)):
@@ -59,18 +59,18 @@ def _read_model(model):
         try:
             # onnx.load reads external data from the model's own folder and
             # refuses locations outside it.
-            return onnx.load(model), os.fspath(model)
+            return onnx.load(model), source_name(model)
         except Exception as e:
             raise InvalidModelError('%s is not a readable ONNX model: %s' % (model, e)) from e
     if isinstance(model, bytes):
         try:
-            return onnx.load_from_string(model), '<model>'
+            return onnx.load_from_string(model), source_name(model)
         except Exception as e:
             raise InvalidModelError('the bytes given are not an ONNX model: %s' % e) from e
     if isinstance(model, onnx.ModelProto):
         copy = onnx.ModelProto()
         copy.CopyFrom(model)
-        return copy, '<model>'
+        return copy, source_name(model)
     raise InvalidModelError('expected an ONNX file path, bytes or an onnx.ModelProto, got %s'
                             % type(model).__name__)
 
@@ -133,18 +133,11 @@ def _check_tensor_data(graph, source):
 def build_program(model, check=True, fold=True):
     """Compile an ONNX model (path, bytes or ModelProto) into a Program.
 
-    Raises InvalidModelError for a broken model and UnsupportedOperatorsError
-    listing every node whose operator has no kernel.
+    Runs the pipeline's 'inference' passes (docs/pipeline.md); ``fold``
+    is CompilerOptions.fold_constants.  Raises InvalidModelError for a
+    broken model and UnsupportedOperatorsError listing every node whose
+    operator has no kernel.
     """
-    model = expand_functions(load_onnx(model, check=check))
-    opsets = opset_versions(model)
-    if fold:
-        fold_constants(model.graph, opsets)
-    remove_dead_code(model.graph)
-    missing = [('%s::%s' % (n.domain, n.op_type) if n.domain else n.op_type,
-                schema_version(n, opsets), n.name or 'unnamed')
-               for n in all_nodes(model.graph)
-               if not has_kernel(n.op_type, n.domain, schema_version(n, opsets))]
-    if missing:
-        raise UnsupportedOperatorsError(missing)
-    return emit_program(model.graph, opsets)
+    from .pipeline import CompilerOptions, run  # the pipeline imports this module
+    return run('inference', model, CompilerOptions(fold_constants=fold),
+               check=check).programs['main']

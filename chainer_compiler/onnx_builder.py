@@ -2,9 +2,12 @@
 which form an operator takes (axes as attribute or input, and the like), so
 the translators and the gradient rules state what they mean once.
 
-Pure onnx + NumPy: the translators and the compiler both build on it."""
+Pure onnx + NumPy, plus the runtime's version rules (stdlib only), which
+the kernels read too: the translators and the compiler both build on it."""
 import numpy
 from onnx import helper, numpy_helper
+
+from .runtime.ops.opset_rules import axes_are_input, batch_norm_training_form
 
 
 class GraphBuilder:
@@ -69,24 +72,24 @@ class GraphBuilder:
 
     # -- operators whose form depends on the opset ---------------------------
     def squeeze(self, x, axes, out=None):
-        if self.opset >= 13:
-            return self.node('Squeeze', [x, self.int64s(axes)], self._out(out))
-        return self.node('Squeeze', [x], self._out(out), axes=list(axes))
+        return self._with_axes('Squeeze', x, axes, out)
 
     def unsqueeze(self, x, axes, out=None):
-        if self.opset >= 13:
-            return self.node('Unsqueeze', [x, self.int64s(axes)], self._out(out))
-        return self.node('Unsqueeze', [x], self._out(out), axes=list(axes))
+        return self._with_axes('Unsqueeze', x, axes, out)
+
+    def _with_axes(self, op, x, axes, out, **attrs):
+        """``op`` over ``axes``, given as an input or an attribute as the
+        opset asks (axes_are_input)."""
+        if axes_are_input(op, self.opset):
+            return self.node(op, [x, self.int64s(axes)], self._out(out), **attrs)
+        return self.node(op, [x], self._out(out), axes=list(axes), **attrs)
 
     def reduce(self, op, x, axes=None, keepdims=True, out=None):
         """Reduce ``x`` with ReduceSum/ReduceMean/...; ``axes`` None means all."""
-        axes_as_input = self.opset >= (13 if op == 'ReduceSum' else 18)
         keep = int(bool(keepdims))
         if axes is None:
             return self.node(op, [x], self._out(out), keepdims=keep)
-        if axes_as_input:
-            return self.node(op, [x, self.int64s(axes)], self._out(out), keepdims=keep)
-        return self.node(op, [x], self._out(out), axes=list(axes), keepdims=keep)
+        return self._with_axes(op, x, axes, out, keepdims=keep)
 
     def split(self, x, sizes, axis, outputs):
         """Split ``x`` along ``axis`` into pieces of ``sizes`` named ``outputs``."""
@@ -124,13 +127,48 @@ class GraphBuilder:
             raise ValueError('a training-mode Dropout needs opset 12 or newer')
         return self.node('Dropout', [x], self._out(out), ratio=float(ratio))
 
+    def batch_normalization_training(self, inputs, outputs, epsilon, momentum,
+                                     unbiased_count=None, stat_dtype=None, **attrs):
+        """BatchNormalization normalising with the batch statistics, in the
+        opset's training form (opset_rules.batch_norm_training_form:
+        ``training_mode=1`` from opset 14, five outputs before; the kernels
+        and the gradient rule read it with batch_norm_trains).  ``inputs``:
+        X, scale, B, running mean, running variance; ``outputs``: names for
+        Y, the new running mean and the new running variance (None: not
+        needed).  ``attrs`` go to the node (``spatial`` of old opsets).
+
+        ONNX updates the running variance with the batch's population
+        variance; Chainer with the unbiased one (times adjust = n / (n - 1),
+        n values per channel).  ``unbiased_count`` n asks for Chainer's:
+        ONNX's v' = m v + (1 - m) var becomes
+        m v + (1 - m) adjust var = adjust v' - (adjust - 1) m v, computed
+        in ``stat_dtype``, the running variance's dtype.  Returns the
+        output names."""
+        outputs = [o or self.fresh('unused') for o in outputs]
+        y, new_mean, new_var = outputs
+        adjust = None if unbiased_count is None else unbiased_count / max(unbiased_count - 1, 1)
+        if adjust is not None and adjust != 1:
+            new_var = self.fresh('population_var')
+        form, n_outputs = batch_norm_training_form(self.opset)
+        node_outputs = [y, new_mean, new_var]
+        node_outputs += [self.fresh('saved_' + s) for s in ('mean', 'var')[:n_outputs - 3]]
+        self.node('BatchNormalization', inputs, node_outputs, epsilon=float(epsilon),
+                  momentum=float(momentum), **form, **attrs)
+        if new_var != outputs[2]:
+            scaled = self.node('Mul', [new_var, self.constant(adjust, stat_dtype,
+                                                              hint='adjust')])
+            carried = self.node('Mul', [inputs[4], self.constant(
+                (adjust - 1) * momentum, stat_dtype, hint='decay_adjust')])
+            self.node('Sub', [scaled, carried], [outputs[2]])
+        return outputs
+
     # -- finishing ------------------------------------------------------------
-    def make_model(self, name, inputs, outputs, producer='chainer-compiler'):
+    def make_model(self, name, inputs, outputs):
         """A ModelProto of everything added, with the lowest IR version the
         opset allows (onnxruntime accepts up to 13)."""
         graph = helper.make_graph(self.nodes, name, inputs, outputs, self.initializers)
         opset = helper.make_opsetid('', self.opset)
-        model = helper.make_model(graph, opset_imports=[opset], producer_name=producer)
+        model = helper.make_model(graph, opset_imports=[opset], producer_name='chainer-compiler')
         model.ir_version = helper.find_min_ir_version_for([opset])
         return model
 

@@ -10,25 +10,28 @@ a short stretch of the backward program instead of from the forward pass
 to the end of backward.
 """
 from .autodiff.generate import outside_reads
-from .runtime.ops.registry import normalize_domain
-
-POLICIES = (None, 'recompute')
-
-#: Operators whose outputs are kept (costly to redo, random, or stateful).
-_CHECKPOINT_OPS = frozenset([
-    'Conv', 'ConvTranspose', 'MatMul', 'Gemm', 'Einsum', 'LSTM', 'GRU', 'RNN',
-    'Attention', 'MaxPool', 'Dropout', 'DropoutTraining', 'BatchNormalizationTraining',
-    'RandomNormal', 'RandomUniform', 'RandomNormalLike', 'RandomUniformLike',
-    'Bernoulli', 'Multinomial', 'Loop', 'Scan', 'If', 'SequenceMap'])
+from .runtime.ops.registry import recomputable
 
 
-def apply_policy(policy, forward_graph, backward):
-    """Rewrite ``backward`` (a BackwardGraph) in place for ``policy``."""
-    if policy not in POLICIES:
+def policy(name):
+    """The policy registered in POLICIES as ``name``: a function of the
+    forward graph and the BackwardGraph that rewrites the latter in place.
+    An unknown name is a ValueError listing the choices."""
+    if name not in POLICIES:
         raise ValueError('unknown computation_order %r: choose one of %s'
-                         % (policy, ', '.join(repr(p) for p in POLICIES)))
-    if policy is None:
-        return
+                         % (name, ', '.join(repr(p) for p in POLICIES)))
+    return POLICIES[name]
+
+
+def retain_all(forward_graph, backward):
+    """Retain every value the backward program reads (the default)."""
+
+
+def recompute_cheap(forward_graph, backward):
+    """Retain only costly values (matrix products, convolutions, recurrent,
+    random and stateful operators), the inputs and the parameters; replay
+    the forward nodes of every other value in backward, right before its
+    first use."""
     producer = {o: n for n in forward_graph.node for o in n.output if o}
     keep = {v.name for v in forward_graph.input} | {t.name for t in forward_graph.initializer}
     keep |= {o for n in forward_graph.node if _is_checkpoint(n) for o in n.output}
@@ -49,8 +52,14 @@ def apply_policy(policy, forward_graph, backward):
         {t.name: t for t in forward_graph.initializer})
 
 
+#: Recompute policies by ``computation_order`` name (CompilerOptions); the
+#: training pipeline's ``apply_recompute`` pass runs the chosen one.
+POLICIES = {None: retain_all, 'recompute': recompute_cheap}
+
+
 def _is_checkpoint(node):
-    return node.op_type in _CHECKPOINT_OPS or normalize_domain(node.domain) != ''
+    # Kernels declare what is costly, random or stateful (recompute=False).
+    return not recomputable(node.op_type, node.domain)
 
 
 def _replay(name, producer, keep, replayed):

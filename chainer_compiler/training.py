@@ -9,27 +9,16 @@ gradients of the differentiated inputs and parameters.
 ``compile_step_program`` makes one Program for a whole training iteration:
 forward, the gradient of a scalar loss, and an in-place optimizer update of
 every parameter.
+
+Each is a thin call into the pipeline (pipeline.py, docs/pipeline.md),
+which runs the passes of its kind of program.
 """
 from dataclasses import dataclass
 
-import numpy
-import onnx
-from onnx import helper, numpy_helper
+from onnx import helper
 
-from .autodiff import differentiate
-from .codegen import emit_program
-from .custom_schemas import register_schemas
-from .frontend import load_onnx
-from .onnx_graph import opset_versions
-from .passes.constant_folding import fold_constants
-from .passes.dead_code import remove_dead_code
-from .passes.expand_functions import expand_functions
-from .recompute import apply_policy
+from .pipeline import CompilerOptions, run
 from .runtime.ops.registry import CUSTOM_DOMAIN
-from .shapes import infer_shapes
-
-
-register_schemas()
 
 
 @dataclass
@@ -37,9 +26,9 @@ class TrainingPrograms:
     """Forward/backward Programs and how their values line up.
 
     ``forward`` inputs: the graph inputs, then ``params`` in order; outputs:
-    the differentiated model ``outputs``, updated state, then ``retained``.  ``backward`` inputs: one gradient
-    per name in ``grad_of_outputs``, then ``retained``; outputs: the
-    gradients of ``grads_for`` in order.
+    the differentiated model ``outputs``, updated state, then ``retained``.
+    ``backward`` inputs: one gradient per name in ``grad_of_outputs``, then
+    ``retained``; outputs: the gradients of ``grads_for`` in order.
     """
     forward: object
     backward: object
@@ -53,7 +42,7 @@ class TrainingPrograms:
 
 
 def compile_training(model, params=(), wrt=None, state_outputs=(), computation_order=None,
-                     check=True):
+                     check=True, options=None):
     """Compile ``model`` (path or ModelProto) for training.
 
     ``params``: initializer names that become inputs of the forward program
@@ -61,36 +50,21 @@ def compile_training(model, params=(), wrt=None, state_outputs=(), computation_o
     ``wrt``: names to differentiate (default: every float graph input and
     every parameter).  ``state_outputs``: graph outputs that are updated
     state (running averages), not differentiated.  ``computation_order``
-    is a recompute policy (see recompute.py).
+    is a recompute policy (see recompute.py), a shorthand for ``options``
+    (a pipeline.CompilerOptions); give one or the other.
     """
-    model, opsets = _prepare(model, params, check)
-    graph = model.graph
-    if wrt is None:
-        wrt = [v.name for v in graph.input
-               if v.type.tensor_type.elem_type in _FLOAT_TYPES]
-    outputs = [v.name for v in graph.output]
-    differentiated = [o for o in outputs if o not in set(state_outputs)]
-    backward = differentiate(graph, opsets.get('', 1), wrt, outputs=differentiated)
-    apply_policy(computation_order, graph, backward)
-
-    forward_graph = onnx.GraphProto()
-    forward_graph.CopyFrom(graph)
-    known = set(outputs)
-    for name in backward.retained:
-        if name not in known:
-            dtype, shape = backward.value_types[name]
-            forward_graph.output.append(helper.make_tensor_value_info(
-                name, helper.np_dtype_to_tensor_dtype(dtype), list(shape)))
-            known.add(name)
-    backward_graph = backward.graph()
-    fold_constants(backward_graph, opsets)
-    grads_for = [w for w in wrt if backward.grad_outputs[w] is not None]
+    if options is None:
+        options = CompilerOptions(computation_order=computation_order)
+    elif computation_order is not None:
+        raise TypeError('compile_training: give computation_order in options, not both')
+    c = run('training', model, options, check=check, params=tuple(params), wrt=wrt,
+            state_outputs=tuple(state_outputs))
+    forward, backward = c.graphs['forward'], c.graphs['backward']
     return TrainingPrograms(
-        forward=emit_program(forward_graph, opsets, name='forward'),
-        backward=emit_program(backward_graph, opsets, name='backward'),
-        params=list(params), outputs=differentiated, retained=list(backward.retained),
-        grad_of_outputs=[f for _, f in backward.grad_inputs], grads_for=grads_for,
-        forward_onnx=_like(model, forward_graph), backward_onnx=_like(model, backward_graph))
+        forward=c.programs['forward'], backward=c.programs['backward'],
+        params=list(params), outputs=c.differentiated, retained=list(c.backward.retained),
+        grad_of_outputs=[f for _, f in c.backward.grad_inputs], grads_for=c.reached,
+        forward_onnx=_like(c.model, forward), backward_onnx=_like(c.model, backward))
 
 
 @dataclass
@@ -128,64 +102,19 @@ def compile_step_program(model, loss, params, wrt, update, check=True):
     running statistics) are computed but not differentiated.  Parameters no
     gradient reaches are not updated (as Chainer skips them).
     """
-    model, opsets = _prepare(model, params, check)
-    graph = model.graph
-    outputs = [v.name for v in graph.output]
-    if loss not in outputs:
-        raise ValueError("the graph has no output '%s' (outputs: %s)" % (loss, ', '.join(outputs)))
-    backward = differentiate(graph, opsets.get('', 1), list(wrt), outputs=[loss])
-    if not backward.grad_inputs:
-        raise ValueError("the loss '%s' does not depend on any parameter" % loss)
-    for seed, forward_name in backward.grad_inputs:
-        dtype, shape = backward.value_types[forward_name]
-        if shape is None or numpy.prod(shape, dtype=int) != 1:
-            raise ValueError("the loss '%s' must be a scalar, it has shape %s"
-                             % (loss, shape))
-        graph.initializer.append(numpy_helper.from_array(
-            numpy.ones(shape, dtype=dtype), seed))
-    graph.initializer.extend(backward.initializers)
-    graph.node.extend(backward.nodes)
-
-    types = backward.value_types
-    updated = [w for w in wrt if backward.grad_outputs.get(w) is not None]
-    for name in update.hyperparams:
-        graph.input.append(helper.make_tensor_value_info(
-            'optimizer/' + name, onnx.TensorProto.DOUBLE, []))
-    hyper_inputs = ['optimizer/' + h for h in update.hyperparams]
-    for param in updated:
-        dtype, shape = types[param]
-        elem = helper.np_dtype_to_tensor_dtype(dtype)
-        slots = ['%s/%s' % (param, slot) for slot in update.slots]
-        # Slots go before the hyperparameters among the inputs.
-        for slot in slots:
-            graph.input.insert(len(graph.input) - len(hyper_inputs),
-                               helper.make_tensor_value_info(slot, elem, list(shape)))
-        graph.node.append(helper.make_node(
-            update.op, [param, backward.grad_outputs[param]] + slots + hyper_inputs,
-            [param + '/updated'], domain=CUSTOM_DOMAIN))
-        graph.output.append(helper.make_tensor_value_info(param + '/updated', elem, list(shape)))
-    fold_constants(graph, opsets)
-    step_model = _like(model, graph)
+    c = run('training_step', model, name='training_step', check=check,
+            params=tuple(params), wrt=list(wrt), differentiated=[loss], update=update)
     return TrainingStepProgram(
-        program=emit_program(graph, opsets, name='training_step'),
-        params=list(params), updated=updated, onnx=step_model)
+        program=c.programs['training_step'], params=list(params), updated=c.reached,
+        onnx=_like(c.model, c.graphs['training_step']))
 
 
-def compile_inference(model, params=(), check=True):
+def compile_inference(model, params=(), check=True, options=None):
     """An inference Program whose ``params`` initializers are inputs (their
-    values change during training), after the graph's own inputs."""
-    model, opsets = _prepare(model, params, check)
-    return emit_program(model.graph, opsets, name='inference')
-
-
-def _prepare(model, params, check):
-    model = load_onnx(model, check=check)
-    _initializers_to_inputs(model.graph, params)
-    model = expand_functions(model)
-    opsets = opset_versions(model)
-    fold_constants(model.graph, opsets)
-    remove_dead_code(model.graph)
-    return infer_shapes(model), opsets
+    values change during training), after the graph's own inputs.
+    ``options``: a pipeline.CompilerOptions (default: the defaults)."""
+    return run('inference', model, options, name='inference', check=check,
+               params=tuple(params)).programs['inference']
 
 
 def _like(model, graph):
@@ -199,18 +128,3 @@ def _like(model, graph):
     result.ir_version = model.ir_version
     return result
 
-
-_FLOAT_TYPES = (onnx.TensorProto.FLOAT, onnx.TensorProto.DOUBLE, onnx.TensorProto.FLOAT16,
-                onnx.TensorProto.BFLOAT16)
-
-
-def _initializers_to_inputs(graph, names):
-    """Make the initializers ``names`` graph inputs (appended in order)."""
-    by_name = {t.name: t for t in graph.initializer}
-    missing = [n for n in names if n not in by_name]
-    if missing:
-        raise ValueError('the ONNX graph has no initializer(s) %s' % ', '.join(missing))
-    for name in names:
-        t = by_name[name]
-        graph.input.append(helper.make_tensor_value_info(name, t.data_type, list(t.dims)))
-        graph.initializer.remove(t)

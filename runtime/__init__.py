@@ -5,9 +5,16 @@ only the standard library, NumPy and, when asked for, CuPy, so a compiled
 model runs where neither Chainer nor ONNX is installed.
 """
 from .backend import cupy_unavailable_reason, default_backend, get_array_module
-from .errors import (InputValidationError, KernelBindError, KernelError,
-                     NonFiniteError, OutputValidationError, ProgramFormatError,
-                     RuntimeVMError, UnsupportedOperatorError)
+from .errors import (
+                     InputValidationError,
+                     KernelBindError,
+                     KernelError,
+                     NonFiniteError,
+                     OutputValidationError,
+                     ProgramFormatError,
+                     RuntimeVMError,
+                     UnsupportedOperatorError,
+)
 from .executor import Executor
 from .profiling import Tracer
 from .program import NO_REGISTER, Instruction, Program, ValueInfo

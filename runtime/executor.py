@@ -9,6 +9,8 @@ loop over the prepared steps instead.
 import functools
 import sys
 import time
+from collections.abc import Mapping, Sequence
+from typing import Any
 
 import numpy
 
@@ -60,8 +62,9 @@ class Executor:
     one raises ProgramFormatError before any code is generated from it.
     """
 
-    def __init__(self, program, backend=None, trace=False, check_nans=False,
-                 validate_inputs=True, tracer=None, track_memory=False):
+    def __init__(self, program: Program, backend: str | None = None, trace: bool = False,
+                 check_nans: bool = False, validate_inputs: bool = True,
+                 tracer: Tracer | None = None, track_memory: bool = False) -> None:
         validate_program(program, '<program %s>' % getattr(program, 'name', '?'))
         self.program = program
         self.backend = backend or default_backend()
@@ -78,8 +81,8 @@ class Executor:
         for reg, value in program.constants.items():
             self._template[reg] = to_backend(self.xp, value)
         self._array_type = self.xp.ndarray
-        self._validated = None  # the input signature last validated
-        self._straight_line = None  # generated on the first plain run
+        self._validated: list | None = None  # the input signature last validated
+        self._straight_line: StraightLineRun | None = None  # generated on the first plain run
 
     # -- binding ---------------------------------------------------------
     def _bind(self, index, inst):
@@ -93,14 +96,14 @@ class Executor:
         return _Step(index, inst, spec.fn, self.xp, static, subprograms)
 
     # -- running ---------------------------------------------------------
-    def run(self, inputs):
+    def run(self, inputs: Mapping[str, Any] | Sequence[Any]) -> dict[str, Any]:
         """Run with ``inputs`` (a dict by name, or a list in declaration
         order) and return a dict of outputs by name."""
         values = self._arrange_inputs(inputs)
         results = self.run_positional(values)
         return {v.name: r for v, r in zip(self.program.outputs, results)}
 
-    def run_positional(self, values):
+    def run_positional(self, values: Sequence[Any]) -> list[Any]:
         """Run with input values in declaration order; return a list of
         outputs in declaration order."""
         if self.validate_inputs:
@@ -176,7 +179,7 @@ class Executor:
     @staticmethod
     def _invoke(step, args, captured):
         if step.subprograms:
-            return step.fn(*args, **{k: _body(child, captured)
+            return step.fn(*args, **{k: _Body(child, captured)
                                      for k, child in step.subprograms.items()})
         return step.fn(*args)
 
@@ -265,10 +268,14 @@ def _nbytes(value):
     return getattr(value, 'nbytes', 0)
 
 
-def _body(child, captured):
-    """A sub-program as a callable taking its own inputs, returning a list."""
-    def call(*args):
-        return child.run_positional(list(args) + captured)
-    # Loop/Scan with zero iterations still need the declared output types.
-    call.outputs = child.program.outputs
-    return call
+class _Body:
+    """A sub-program as a callable taking its own inputs, returning a list.
+    ``outputs`` are its declared outputs: Loop/Scan with zero iterations
+    still need their types."""
+
+    def __init__(self, child, captured):
+        self.child, self.captured = child, captured
+        self.outputs = child.program.outputs
+
+    def __call__(self, *args):
+        return self.child.run_positional(list(args) + self.captured)

@@ -1,7 +1,6 @@
 """Per-instruction tracing: a readable trace and Chrome-tracing JSON."""
 import collections
 import json
-import sys
 import time
 
 from .files import atomic_write
@@ -33,8 +32,8 @@ class Tracer:
     def __init__(self, stream=None, keep_events=True, max_events=100_000):
         self.stream = stream
         self.keep_events = keep_events
-        self.events = collections.deque(maxlen=max_events)
-        self._totals = {}  # operator -> [events, seconds], over every event
+        self.events: collections.deque = collections.deque(maxlen=max_events)
+        self._totals: dict[str, list] = {}  # operator -> [events, seconds], over every event
         self._origin = time.perf_counter()
 
     def record(self, program_name, index, inst, inputs, outputs, start, end):
@@ -65,10 +64,6 @@ class Tracer:
         kept or not, slowest operator first."""
         return sorted(((name, n, seconds * 1e3) for name, (n, seconds) in self._totals.items()),
                       key=lambda t: -t[2])
-
-
-def stderr_tracer():
-    return Tracer(stream=sys.stderr)
 
 
 def time_runs(executor, inputs, iterations):

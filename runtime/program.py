@@ -5,7 +5,9 @@ names an operator, reads input registers, writes output registers, carries
 its static attributes, and lists the registers whose last use it is, so the
 executor can drop them as soon as they are dead.
 """
+from collections.abc import Iterator
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy
 
@@ -23,17 +25,18 @@ class Instruction:
     passed to each sub-program after its own inputs.
     """
     op: str
-    inputs: tuple
-    outputs: tuple
-    attrs: dict = field(default_factory=dict)
+    inputs: tuple[int, ...]
+    outputs: tuple[int, ...]
+    attrs: dict[str, Any] = field(default_factory=dict)
     domain: str = ''
     version: int = 1
     name: str = ''
-    frees: tuple = ()
-    captures: tuple = ()
+    frees: tuple[int, ...] = ()
+    captures: tuple[int, ...] = ()
 
     @property
-    def qualified_op(self):
+    def qualified_op(self) -> str:
+        """``domain::op``, or just ``op`` in the default domain."""
         return '%s::%s' % (self.domain, self.op) if self.domain else self.op
 
 
@@ -48,24 +51,28 @@ class ValueInfo:
     name: str
     register: int
     kind: str = 'tensor'
-    dtype: str = None
-    shape: tuple = None
+    dtype: str | None = None
+    shape: tuple[int | str | None, ...] | None = None
 
 
 @dataclass
 class Program:
-    instructions: list
-    inputs: list
-    outputs: list
-    constants: dict = field(default_factory=dict)  # register -> array
+    """Instructions over ``num_registers`` registers; ``constants`` fill
+    some registers before the run, ``inputs`` others from the caller, and
+    ``outputs`` are read back after the last instruction."""
+    instructions: list[Instruction]
+    inputs: list[ValueInfo]
+    outputs: list[ValueInfo]
+    constants: dict[int, Any] = field(default_factory=dict)  # register -> array
     num_registers: int = 0
-    register_names: dict = field(default_factory=dict)  # register -> ONNX value name
+    register_names: dict[int, str] = field(default_factory=dict)  # register -> ONNX value name
     name: str = 'main'
 
-    def register_name(self, reg):
+    def register_name(self, reg: int) -> str:
+        """The ONNX value name of register ``reg``, or ``%reg``."""
         return self.register_names.get(reg, '%%%d' % reg)
 
-    def describe_instruction(self, index):
+    def describe_instruction(self, index: int) -> str:
         """How errors name instruction ``index``: "instruction 3 (Relu, node
         'relu')", plus the program's name when it is a sub-program."""
         inst = self.instructions[index]
@@ -76,14 +83,14 @@ class Program:
             text += ', in program %s' % self.name
         return text + ')'
 
-    def subprograms(self):
+    def subprograms(self) -> Iterator[tuple[Instruction, str, 'Program']]:
         """(instruction, attribute name, Program) for every nested body."""
         for inst in self.instructions:
             for key, value in inst.attrs.items():
                 if isinstance(value, Program):
                     yield inst, key, value
 
-    def dump(self):
+    def dump(self) -> str:
         """A readable text listing of the program (and its sub-programs)."""
         return '\n'.join(self._dump_lines(''))
 

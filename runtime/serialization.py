@@ -10,6 +10,7 @@ reading its data, and the whole Program (validation.py) before returning it.
 import base64
 import json
 import math
+import os
 
 import numpy
 
@@ -26,11 +27,11 @@ _NPY_HEADER_READERS = {(1, 0): numpy.lib.format.read_array_header_1_0,
                        (2, 0): numpy.lib.format.read_array_header_2_0}
 
 
-def save_program(program, path):
+def save_program(program: Program, path: str | os.PathLike) -> None:
     """Write ``program`` and its constants to ``path`` (a .npz archive),
     atomically: a failure leaves any earlier file at ``path`` as it was.
     Raises ProgramFormatError when the file cannot be written."""
-    arrays = {}
+    arrays: dict[str, numpy.ndarray] = {}
     header = {'format': FORMAT_NAME, 'version': FORMAT_VERSION,
               'program': _encode_program(program, arrays)}
     arrays[_HEADER_KEY] = numpy.frombuffer(
@@ -43,7 +44,7 @@ def save_program(program, path):
                                  % (path, e.strerror or e)) from e
 
 
-def load_program(path):
+def load_program(path: str | os.PathLike) -> Program:
     """Read a Program written by save_program.  Raises ProgramFormatError
     (naming the file) when it is not a Program file, comes from an
     incompatible version, is damaged, or holds a malformed Program."""

@@ -14,7 +14,7 @@ def validate_inputs(declared, values, program_name='main'):
     """Check input ``values`` against the ValueInfos ``declared``; raise
     InputValidationError naming the program, the input and the problem.
     Returns {symbol: (size, input name)} for validate_outputs."""
-    symbols = {}
+    symbols: dict[str, tuple] = {}
     for info, value in zip(declared, values):
         problem = _tensor_problem(info, value, symbols, bind=True)
         if problem:

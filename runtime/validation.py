@@ -30,8 +30,10 @@ _TYPE_NAMES = {numbers.Integral: 'an integer', numbers.Real: 'a number', str: 'a
 
 def validate_program(program, source):
     """Check ``program`` and its sub-programs whole: registers in range and
-    defined before use, outputs defined, well-formed names, dtypes and
-    shapes, known operators and the attributes their kernels take.
+    defined before use, outputs defined, nothing read after an instruction
+    freed it or updated it in place (the inputs its kernel's OpRecord
+    declares ``in_place``), well-formed names, dtypes and shapes, known
+    operators and the attributes their kernels take.
 
     Raises ProgramFormatError (its subclass KernelBindError for an attribute
     a kernel does not take, or of a type it does not take) with one line
@@ -108,6 +110,7 @@ class _Checker:
         self.source = source
         self.live = set()  # registers holding a value at this point
         self.freed = {}  # register -> index of the instruction that freed it
+        self.updated = {}  # register -> index of the instruction that updated it in place
 
     def fail(self, problem, error=ProgramFormatError):
         raise error('%s: %s' % (self.source, problem))
@@ -211,6 +214,11 @@ class _Checker:
             self.read(reg, where + ' reads', omittable=True)
         for reg in inst.captures:
             self.read(reg, where + ' captures')
+        for position in spec.record.updated_inputs:
+            # Its kernel overwrites these arrays: a later read would see the
+            # new values where the program means the old ones.
+            if position < len(inst.inputs) and inst.inputs[position] != NO_REGISTER:
+                self.updated[inst.inputs[position]] = index
         for reg in inst.outputs:
             self.write(reg, where)
         for reg in inst.frees:
@@ -266,6 +274,9 @@ class _Checker:
     # -- register states -------------------------------------------------
     def read(self, reg, what, omittable=False):
         self.check_register(reg, what, omittable)
+        if reg in self.updated:
+            self.fail('%s register %d after %s updated it in place' % (
+                what, reg, self.program.describe_instruction(self.updated[reg])))
         if reg == NO_REGISTER or reg in self.live:
             return
         if reg in self.freed:
@@ -284,10 +295,12 @@ class _Checker:
             self.fail('%s writes register %d, which holds a constant' % (where, reg))
         self.live.add(reg)
         self.freed.pop(reg, None)
+        self.updated.pop(reg, None)
 
     def free(self, reg, where, index):
         self.check_register(reg, where + ' frees')
         if reg not in self.live:
             self.fail('%s frees register %d, which holds no value there' % (where, reg))
         self.live.discard(reg)
+        self.updated.pop(reg, None)
         self.freed[reg] = index

@@ -29,8 +29,11 @@ from hypothesis import strategies as st
 from onnx import TensorProto, helper, numpy_helper
 
 from chainer_compiler.cli import main as cli_main
-from chainer_compiler.errors import (InvalidModelError, InvalidTestDataError,
-                                     UnsupportedOperatorsError)
+from chainer_compiler.errors import (
+    InvalidModelError,
+    InvalidTestDataError,
+    UnsupportedOperatorsError,
+)
 from chainer_compiler.frontend import build_program
 from chainer_compiler.onnx_test_data import load_test_cases
 from chainer_compiler.runtime.errors import RuntimeVMError

@@ -11,7 +11,7 @@ FAMILY_NAMES = ('activation', 'array', 'connection', 'loss', 'math', 'noise',
 FAMILIES = {name: importlib.import_module('.' + name, __name__) for name in FAMILY_NAMES}
 
 from .generate import BackwardGraph, differentiate  # noqa: E402
-from .registry import GradientError, differentiable_ops, gradient, no_gradient  # noqa: E402
+from .registry import GradientError, differentiable_ops, gradient  # noqa: E402
 
 __all__ = ['BackwardGraph', 'FAMILY_NAMES', 'GradientError', 'differentiable_ops',
-           'differentiate', 'gradient', 'no_gradient']
+           'differentiate', 'gradient']

@@ -11,10 +11,9 @@ GeluGrad(gy, x; approximate) -> gx.
 import numpy
 from onnx import helper
 
+from ..runtime.ops.opset_rules import softmax_axes
 from ..runtime.ops.registry import CUSTOM_DOMAIN
-from .registry import gradient, no_gradient
-
-no_gradient('Hardmax')
+from .registry import gradient
 
 
 def _scalar(b, value, like):
@@ -117,7 +116,7 @@ def prelu_grad(b, node, gys):
     sx, ss = b.shape(x), b.shape(slope)
     nonnegative = _ge(b, x, _scalar(b, 0, x))
     aligned = ss
-    if b.opset < 7 and len(ss) == 1 and ss[0] > 1 and len(sx) > 2:
+    if b.version(node) < 7 and len(ss) == 1 and ss[0] > 1 and len(sx) > 2:
         aligned = ss + (1,) * (len(sx) - 2)  # one slope per channel (axis 1)
         slope_b = b.reshape(slope, aligned)
     else:
@@ -226,12 +225,9 @@ def gelu_grad(b, node, gys):
 # -- the Softmax family -------------------------------------------------------
 
 def _softmax_axes(b, node):
-    """Axes Softmax/LogSoftmax normalise over: from opset 13 the single
-    ``axis`` (default -1); before, every axis from ``axis`` (default 1) on."""
-    rank = len(b.shape(node.input[0]))
-    if b.opset >= 13:
-        return [b.attr(node, 'axis', -1) % rank]
-    return list(range(b.attr(node, 'axis', 1) % rank, rank))
+    """Axes Softmax/LogSoftmax ``node`` normalises over (softmax_axes)."""
+    return list(softmax_axes(b.version(node), len(b.shape(node.input[0])),
+                             b.attr(node, 'axis')))
 
 
 @gradient('Softmax')

@@ -9,10 +9,7 @@ import numpy
 from onnx import helper
 
 from ..runtime.ops.registry import CUSTOM_DOMAIN
-from .registry import GradientError, gradient, no_gradient
-
-no_gradient('Shape', 'Size', 'ConstantOfShape', 'Range', 'NonZero', 'OneHot', 'EyeLike',
-            'Constant', 'Unique', 'BitCast')
+from .registry import GradientError, gradient
 
 
 def _axis(axis, ndim):
@@ -84,7 +81,7 @@ def slice_grad(b, node, gys):
     gy, = gys
     x = node.input[0]
     shape = list(b.shape(x))
-    if b.opset < 10:  # starts, ends, axes as attributes
+    if b.version(node) < 10:  # starts, ends, axes as attributes
         starts, ends = b.attr(node, 'starts'), b.attr(node, 'ends')
         axes = b.attr(node, 'axes') or list(range(len(starts)))
         inputs = [gy, b.int64s(starts), b.int64s(ends), b.int64s(axes)]
@@ -197,7 +194,7 @@ def pad_grad(b, node, gys):
     x = node.input[0]
     mode = b.attr(node, 'mode', 'constant')
     rest = [None] * (len(node.input) - 1)
-    if b.opset < 11:
+    if b.version(node) < 11:
         pads = b.attr(node, 'pads', b.attr(node, 'paddings'))
         if mode == 'constant':
             attrs = {'pads': [-p for p in pads]} if b.opset >= 2 else {
@@ -306,7 +303,7 @@ def resize_grad(b, node, gys):
     x = node.input[0]
     shape = list(b.shape(x))
     rest = [None] * (len(node.input) - 1)
-    if node.op_type == 'Resize' and b.opset >= 11:
+    if node.op_type == 'Resize' and b.version(node) >= 11:
         attrs = {name: b.attr(node, name) for name in _RESIZE_ATTRS}
         inputs = [gy] + [_input(node, i) for i in range(1, 4)]
         return [_custom(b, 'ResizeGrad', inputs, shape=shape, **attrs)] + rest

@@ -5,7 +5,7 @@ import numpy
 from onnx import helper
 
 from ..onnx_builder import GraphBuilder
-from ..onnx_graph import numpy_dtype
+from ..onnx_graph import numpy_dtype, schema_version
 from .registry import GradientError, rule_for
 
 GRAD_PREFIX = 'grad/'
@@ -13,7 +13,12 @@ GRAD_PREFIX = 'grad/'
 
 class BackwardBuilder(GraphBuilder):
     """GraphBuilder for gradient rules: knows the static dtype and shape of
-    every forward value, and helpers rules share."""
+    every forward value, and helpers rules share.
+
+    Two versions matter to a rule: what a forward node means depends on its
+    schema version (``version(node)``, the one its kernel is picked by);
+    which forms the nodes it writes may take depends on the model's opset
+    (``opset``, as for every GraphBuilder)."""
 
     def __init__(self, opset, value_types, forward_names):
         super().__init__(opset)
@@ -34,6 +39,11 @@ class BackwardBuilder(GraphBuilder):
 
     def dtype(self, name):
         return self.value_types[name][0]
+
+    def version(self, node):
+        """The schema version forward ``node`` resolves to at the model's
+        opset: the since_version of its schema, as kernels are keyed."""
+        return schema_version(node, {'': self.opset})
 
     @staticmethod
     def attr(node, name, default=None):

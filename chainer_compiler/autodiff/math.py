@@ -21,12 +21,7 @@ import numpy
 from onnx import helper
 
 from ..runtime.ops.registry import CUSTOM_DOMAIN
-from .registry import GradientError, gradient, no_gradient
-
-no_gradient('Equal', 'Less', 'Greater', 'LessOrEqual', 'GreaterOrEqual', 'And', 'Or', 'Xor',
-            'Not', 'ArgMax', 'ArgMin', 'Floor', 'Ceil', 'Round', 'Sign', 'IsNaN', 'IsInf',
-            'BitShift', 'BitwiseAnd', 'BitwiseOr', 'BitwiseXor', 'BitwiseNot')
-
+from .registry import GradientError, gradient
 
 # -- helpers -----------------------------------------------------------------
 
@@ -76,7 +71,7 @@ def _unbroadcast(b, node, grad, i):
     explicit ``broadcast``/``axis`` attributes of opsets < 7."""
     out_shape = b.shape(node.output[0])
     shape = b.shape(node.input[i])
-    if b.opset < 7 and i > 0 and b.attr(node, 'broadcast', 0):
+    if b.version(node) < 7 and i > 0 and b.attr(node, 'broadcast', 0):
         axis = b.attr(node, 'axis', None)
         if axis is not None and len(shape) < len(out_shape):
             axis %= len(out_shape)

@@ -8,16 +8,13 @@ DropoutGrad(gy, mask[, ratio[, training_mode]]) -> gx.  It reads the
 forward's keep-mask output, which a node that leaves it out is given
 (``forward_output``): a boolean is the cheapest thing to retain.
 
-Random generators carry no gradient.
+Random generators carry no gradient (their kernels declare ``gradient=False``).
 """
 import numpy
 
 from ..runtime.ops.registry import CUSTOM_DOMAIN
 from .loss import forward_output
-from .registry import gradient, no_gradient
-
-no_gradient('RandomNormalLike', 'RandomUniformLike', 'RandomNormal', 'RandomUniform',
-            'Bernoulli', 'Multinomial')
+from .registry import gradient
 
 
 def _input(node, i):
@@ -29,12 +26,13 @@ def dropout_grad(b, node, gys):
     gy, = gys[:1]
     x = node.input[0]
     others = [None] * (len(node.input) - 1)
-    if b.opset >= 12:
+    version = b.version(node)
+    if version >= 12:
         if not _input(node, 2):  # no training_mode: inference, the identity
             return [gy] + others
         mask = forward_output(b, node, 1, numpy.bool_, b.shape(x), 'mask')
         inputs = [gy, mask, _input(node, 1), node.input[2]]
-    elif b.opset >= 7 or b.attr(node, 'is_test', 0):  # no training mode: identity
+    elif version >= 7 or b.attr(node, 'is_test', 0):  # no training mode: identity
         return [gy] + others
     else:  # opsets 1-6 train unless is_test; the mask has the data's type
         mask = forward_output(b, node, 1, b.dtype(x), b.shape(x), 'mask')

@@ -9,6 +9,7 @@ LpNormalization a handful of standard nodes.
 """
 import numpy
 
+from ..runtime.ops.opset_rules import batch_norm_trains
 from ..runtime.ops.registry import CUSTOM_DOMAIN
 from .registry import GradientError, gradient
 
@@ -25,45 +26,24 @@ def _saved(b, names):
 
 # -- BatchNormalization -----------------------------------------------------------
 
-def _batch_norm_training_mode(b, node):
-    if b.opset >= 14:
-        return bool(b.attr(node, 'training_mode', 0))
-    # Before opset 14 asking for the running statistics means training
-    # (unless the opset-1/6 is_test says otherwise), as the runtime kernel does.
-    return len(node.output) > 1 and not b.attr(node, 'is_test', 0)
-
-
 @gradient('BatchNormalization')
 def batch_normalization_grad(b, node, gys):
+    """Training (batch statistics): gradients wrt X, scale and B, none
+    for the running averages; reads the batch mean and variance where the
+    node outputs them (before opset 14), recomputes them from X otherwise.
+    Inference: wrt the given mean and variance too."""
     gy = gys[0]
     if gy is None:  # only the running statistics are used
         return [None] * len(node.input)
     x, scale, _, mean, var = node.input
     attrs = dict(domain=CUSTOM_DOMAIN, epsilon=float(b.attr(node, 'epsilon', 1e-5)),
                  spatial=b.attr(node, 'spatial', None))
-    if _batch_norm_training_mode(b, node):
-        inputs = [x, scale, gy]
-        saved = _saved(b, node.output[3:5])
-        if saved:
-            # Opset < 14: the batch mean and variance are outputs; keep them.
-            inputs += [saved[0], '', saved[1]]
+    if batch_norm_trains(b.version(node), len(node.output), b.attr(node, 'training_mode', 0),
+                         b.attr(node, 'is_test', 0)):
+        inputs = [x, scale, gy] + _saved(b, node.output[3:5])
         gx, g_scale, g_b = b.node('BatchNormalizationGrad', inputs, 3, training=1, **attrs)
         return [gx, g_scale, g_b, None, None]
-    return b.node('BatchNormalizationGrad', [x, scale, gy, mean, '', var], 5, training=0,
-                  **attrs)
-
-
-@gradient('BatchNormalizationTraining', domain=CUSTOM_DOMAIN)
-def batch_normalization_training_grad(b, node, gys):
-    gy = gys[0]
-    if gy is None:
-        return [None] * len(node.input)
-    x, scale = node.input[:2]
-    inputs = [x, scale, gy]
-    inputs += _saved(b, node.output[3:5])
-    gx, g_scale, g_b = b.node('BatchNormalizationGrad', inputs, 3, domain=CUSTOM_DOMAIN,
-                              epsilon=float(b.attr(node, 'epsilon', 1e-5)), training=1)
-    return [gx, g_scale, g_b, None, None]
+    return b.node('BatchNormalizationGrad', [x, scale, gy, mean, var], 5, training=0, **attrs)
 
 
 # -- per-sample normalizations ------------------------------------------------------

@@ -5,13 +5,17 @@ BackwardBuilder collecting the backward graph, ``node`` the forward
 NodeProto, ``grad_outputs`` the names of the gradients of its outputs (None
 where no gradient flows).  It returns one entry per node input: the name of
 that input's gradient, or None.  Rules read forward values by their names;
-every forward value a rule reads is retained by the forward program.
+every forward value a rule reads is retained by the forward program.  A
+rule reads ``node`` by its schema version (``b.version(node)``, the version
+its kernel is picked by) and writes nodes in the forms the model's opset
+allows (``b.opset``).
 
 Operators whose outputs carry no gradient (comparisons, shapes, indices ...)
-are declared with ``no_gradient``; an operator with neither is an error that
+say so in their kernel's record (``gradient=False`` in runtime/ops); any
+other operator is differentiable, and one without a rule is an error that
 names it.
 """
-from ..runtime.ops.registry import normalize_domain
+from ..runtime.ops.registry import normalize_domain, operator_record, registered_kernels
 
 
 class GradientError(Exception):
@@ -19,7 +23,6 @@ class GradientError(Exception):
 
 
 _RULES = {}
-_NO_GRADIENT = set()
 
 
 def gradient(*ops, domain=''):
@@ -27,39 +30,35 @@ def gradient(*ops, domain=''):
     def register(fn):
         for op in ops:
             key = (normalize_domain(domain), op)
-            if key in _RULES or key in _NO_GRADIENT:
+            if key in _RULES:
                 raise ValueError('gradient of %s declared twice' % op)
             _RULES[key] = fn
         return fn
     return register
 
 
-def no_gradient(*ops, domain=''):
-    """Declare that the outputs of ``ops`` carry no gradient."""
-    for op in ops:
-        key = (normalize_domain(domain), op)
-        if key in _RULES or key in _NO_GRADIENT:
-            raise ValueError('gradient of %s declared twice' % op)
-        _NO_GRADIENT.add(key)
-
-
 def rule_for(node):
-    """The rule for ``node``, None for a declared no-gradient operator."""
+    """The rule for ``node``, None for an operator whose kernel record says
+    its outputs carry no gradient."""
     _load_all_families()
-    key = (normalize_domain(node.domain), node.op_type)
-    if key in _NO_GRADIENT:
+    record = operator_record(node.op_type, node.domain)
+    if record is not None and not record.differentiable:
         return None
+    key = (normalize_domain(node.domain), node.op_type)
     if key not in _RULES:
         raise GradientError('no gradient rule for operator %s (node %s); declare one in '
-                            'chainer_compiler/autodiff/<family>.py'
+                            'chainer_compiler/autodiff/<family>.py, or gradient=False on '
+                            'its kernel if its outputs carry none'
                             % (node.op_type, node.name or 'unnamed'))
     return _RULES[key]
 
 
 def differentiable_ops():
-    """{'rules': sorted op names with a rule, 'none': sorted no-gradient ops}."""
+    """{'rules': sorted op names with a rule, 'none': sorted op names whose
+    kernel records say their outputs carry no gradient}."""
     _load_all_families()
-    return {'rules': sorted(op for _, op in _RULES), 'none': sorted(op for _, op in _NO_GRADIENT)}
+    return {'rules': sorted(op for _, op in _RULES),
+            'none': sorted({s.op for s in registered_kernels() if not s.record.differentiable})}
 
 
 _loaded = False

@@ -75,6 +75,9 @@ def _try_fold(node, opsets, known):
     version = schema_version(node, opsets)
     if not has_kernel(node.op_type, node.domain, version):
         return None
+    spec = lookup(node.op_type, node.domain, version)
+    if spec.record.updated_inputs:
+        return None  # it would overwrite the folded constants it reads
     if not _outputs_are_small(node, opsets, known):
         return None
     try:
@@ -84,7 +87,6 @@ def _try_fold(node, opsets, known):
     args = [known.array(name) if name else None for name in node.input]
     while args and args[-1] is None:
         args.pop()
-    spec = lookup(node.op_type, node.domain, version)
     if spec.accepts_n_outputs:
         attrs['n_outputs'] = len(node.output)
     try:
@@ -111,7 +113,7 @@ def _outputs_are_small(node, opsets, known):
         schema = onnx.defs.get_schema(node.op_type, opsets.get(normalize_domain(node.domain), 1),
                                       node.domain or '')
     except onnx.defs.SchemaError:
-        return False  # custom operators: nothing sizes their outputs
+        return False  # an operator without a schema: nothing sizes its outputs
     protos = {name: known.protos[name] for name in node.input if name}
     types = {name: onnx.helper.make_tensor_type_proto(t.data_type, t.dims)
              for name, t in protos.items()}

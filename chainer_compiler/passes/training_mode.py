@@ -4,39 +4,54 @@ Users export once with default arguments (inference forms: BatchNormalization
 with running averages, Dropout as identity) and compile that file for
 training too.  Under ``chainer.config.train`` the compiled model must behave
 like Chainer's: batch statistics with running averages updated as Chainer
-updates them, and random Dropout.  Both become operators of this project's
-domain, independent of the model's opset.
+updates them, and random Dropout.  BatchNormalization takes its standard
+ONNX training form, written by the GraphBuilder method a training-mode
+export uses too, with Chainer's update of the running variance; Dropout
+becomes this project's DropoutTraining, independent of the model's opset.
 """
 import onnx
 from onnx import helper
 
+from ..onnx_builder import GraphBuilder
+from ..onnx_graph import numpy_dtype, opset_versions
+from ..runtime.ops.opset_rules import batch_norm_trains
 from ..runtime.ops.registry import CUSTOM_DOMAIN
-from ..onnx_graph import opset_versions
 
 
 def to_training_mode(model, decays=None):
-    """Rewrite ``model`` (shape-inferred) in place.  ``decays`` maps a
-    running-mean initializer name to its link's decay (default 0.9).
-    Returns [(updated value name, running-average initializer name)]."""
+    """Rewrite ``model`` (shape-inferred, with static shapes) in place.
+    ``decays`` maps a running-mean initializer name to its link's decay
+    (default 0.9).  Returns [(updated value name, running-average
+    initializer name)]; the updated values are new graph outputs."""
     decays = decays or {}
     types = {v.name: v for v in list(model.graph.value_info) + list(model.graph.input)}
-    state_updates = []
+    opset = opset_versions(model).get('', 1)
+    builder = GraphBuilder(opset)
+    for name in {v for n in model.graph.node for v in list(n.input) + list(n.output)} | \
+            set(types) | {t.name for t in model.graph.initializer}:
+        builder.reserve(name)
+    latest = {}  # running-average initializer -> the name of its latest update
     nodes = []
     for node in model.graph.node:
-        if node.op_type == 'BatchNormalization' and node.domain in ('', 'ai.onnx'):
-            x, scale, bias, mean, var = node.input
-            epsilon = next((a.f for a in node.attribute if a.name == 'epsilon'), 1e-5)
-            new_mean, new_var = mean + '/updated', var + '/updated'
-            saved_mean, saved_inv_std = node.output[0] + '/mean', node.output[0] + '/inv_std'
-            nodes.append(helper.make_node(
-                'BatchNormalizationTraining', [x, scale, bias, mean, var],
-                [node.output[0], new_mean, new_var, saved_mean, saved_inv_std],
-                name=node.name, domain=CUSTOM_DOMAIN, epsilon=epsilon,
-                momentum=float(decays.get(mean, 0.9))))
-            for name, like in ((new_mean, mean), (new_var, var), (saved_mean, mean),
-                               (saved_inv_std, var)):
-                model.graph.value_info.append(_same_type(name, types.get(like), model, like))
-            state_updates += [(new_mean, mean), (new_var, var)]
+        if _is_inference_batch_norm(node, opset):
+            # A link called twice: its second node reads the first's update.
+            mean, var = node.input[3:5]
+            inputs = list(node.input[:3]) + [latest.get(mean, mean), latest.get(var, var)]
+            for stat in (mean, var):
+                updated = stat + '/updated'
+                latest[stat] = builder.fresh(updated) if stat in latest else \
+                    builder.reserve(updated)
+            attrs = {a.name: helper.get_attribute_value(a) for a in node.attribute
+                     if a.name in ('epsilon', 'spatial')}
+            first = len(builder.nodes)
+            builder.batch_normalization_training(
+                inputs, [node.output[0], latest[mean], latest[var]],
+                epsilon=attrs.pop('epsilon', 1e-5), momentum=decays.get(mean, 0.9),
+                unbiased_count=_count_per_channel(node, types, model),
+                stat_dtype=numpy_dtype(_tensor_type(var, types, model).elem_type), **attrs)
+            for i, added in enumerate(builder.nodes[first:]):
+                added.name = node.name if i == 0 else '%s/%s' % (node.name, added.name)
+            nodes.extend(builder.nodes[first:])
         elif node.op_type == 'Dropout' and node.domain in ('', 'ai.onnx'):
             nodes.append(helper.make_node(
                 'DropoutTraining', [node.input[0]], [node.output[0], node.output[0] + '/mask'],
@@ -50,11 +65,47 @@ def to_training_mode(model, decays=None):
             nodes.append(node)
     del model.graph.node[:]
     model.graph.node.extend(nodes)
-    if CUSTOM_DOMAIN not in opset_versions(model):
+    model.graph.initializer.extend(builder.initializers)
+    state_updates = [(updated, stat) for stat, updated in latest.items()]
+    for updated, stat in state_updates:
+        model.graph.output.append(_same_type(updated, types.get(stat), model, stat))
+    if any(n.domain == CUSTOM_DOMAIN for n in nodes) and \
+            CUSTOM_DOMAIN not in opset_versions(model):
         model.opset_import.append(helper.make_opsetid(CUSTOM_DOMAIN, 1))
-    for updated, _ in state_updates:
-        model.graph.output.append(next(v for v in model.graph.value_info if v.name == updated))
     return state_updates
+
+
+def _is_inference_batch_norm(node, opset):
+    """A standard BatchNormalization with the given statistics (a file's
+    training-mode BatchNormalization stays as it is)."""
+    if node.op_type != 'BatchNormalization' or node.domain not in ('', 'ai.onnx'):
+        return False
+    attrs = {a.name: helper.get_attribute_value(a) for a in node.attribute}
+    return not batch_norm_trains(opset, len(node.output), attrs.get('training_mode', 0),
+                                 attrs.get('is_test', 0))
+
+
+def _count_per_channel(node, types, model):
+    """How many values of X each statistic averages (X's size over the
+    scale's): Chainer's unbiased variance needs it."""
+    sizes = []
+    for name in node.input[:2]:
+        dims = _tensor_type(name, types, model).shape.dim
+        if not all(d.HasField('dim_value') for d in dims):
+            raise ValueError('BatchNormalization %s: training needs the static shape of %s '
+                             '(Chainer\'s running variance depends on the batch size)'
+                             % (node.name or '(unnamed)', name))
+        size = 1
+        for d in dims:
+            size *= d.dim_value
+        sizes.append(size)
+    return sizes[0] // sizes[1]
+
+
+def _tensor_type(name, types, model):
+    """The TensorTypeProto of value ``name`` (typed in ``types``, or an
+    initializer)."""
+    return _same_type(name, types.get(name), model, name).type.tensor_type
 
 
 def _same_type(name, info, model, like):

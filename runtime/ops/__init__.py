@@ -17,8 +17,17 @@ FAMILY_NAMES = (
 
 FAMILIES = {name: importlib.import_module('.' + name, __name__) for name in FAMILY_NAMES}
 
-from .registry import (CUSTOM_DOMAIN, KernelSpec, has_kernel, kernel,  # noqa: E402
-                       lookup, registered_kernels)
+from .registry import (  # noqa: E402
+    CUSTOM_DOMAIN,
+    KernelSpec,
+    OpRecord,
+    has_kernel,
+    kernel,
+    lookup,
+    operator_record,
+    recomputable,
+    registered_kernels,
+)
 
-__all__ = ['CUSTOM_DOMAIN', 'FAMILY_NAMES', 'KernelSpec', 'has_kernel', 'kernel',
-           'lookup', 'registered_kernels']
+__all__ = ['CUSTOM_DOMAIN', 'FAMILY_NAMES', 'KernelSpec', 'OpRecord', 'has_kernel', 'kernel',
+           'lookup', 'operator_record', 'recomputable', 'registered_kernels']

@@ -6,6 +6,7 @@ Python floats and 0-d arrays.
 """
 import math
 
+from .opset_rules import softmax_axes
 from .registry import LATEST, kernel
 
 
@@ -149,16 +150,16 @@ def gelu(xp, x, *, approximate='none'):
 
 
 # -- the Softmax family ---------------------------------------------------------
-# Versions 1-12 coerce the input to 2-D at `axis` (default 1) and normalise over
-# the flattened trailing block; version 13 normalises along the single `axis`
-# (default -1).
+# Which axes a node normalises over changed at version 13 (softmax_axes): one
+# kernel for each side of the change, each asking the shared rule.
 
-def _flattened(x, axis):
-    """``x`` as 2-D (dimensions before ``axis`` by the rest) and the axis to
-    normalise over."""
-    axis = axis % x.ndim if x.ndim else 0
-    rows = math.prod(x.shape[:axis])
-    return x.reshape(rows, -1), 1
+def _coerced(fn, xp, x, axis):
+    """``fn(xp, x, axis)`` (normalising along one axis) over the axes the
+    versions before 13 normalise over: ``x`` is coerced to 2-D at the first
+    of them, as ONNX defines those versions."""
+    axes = softmax_axes(12, x.ndim, axis)
+    rows = math.prod(x.shape[:axes[0]]) if axes else 1
+    return fn(xp, x.reshape(rows, -1), 1).reshape(x.shape)
 
 
 def log_softmax_along(xp, x, axis):
@@ -185,47 +186,47 @@ def _hardmax(xp, x, axis):
 
 @kernel('Softmax', versions=(1, 12))
 def softmax_v1(xp, x, *, axis=1):
-    return _softmax(xp, *_flattened(x, axis)).reshape(x.shape)
+    return _coerced(_softmax, xp, x, axis)
 
 
 @kernel('Softmax', versions=(13, LATEST))
 def softmax(xp, x, *, axis=-1):
-    return _softmax(xp, x, axis)
+    return _softmax(xp, x, *softmax_axes(13, x.ndim, axis))
 
 
 @kernel('LogSoftmax', versions=(1, 12))
 def log_softmax_v1(xp, x, *, axis=1):
-    return log_softmax_along(xp, *_flattened(x, axis)).reshape(x.shape)
+    return _coerced(log_softmax_along, xp, x, axis)
 
 
 @kernel('LogSoftmax', versions=(13, LATEST))
 def log_softmax(xp, x, *, axis=-1):
-    return log_softmax_along(xp, x, axis)
+    return log_softmax_along(xp, x, *softmax_axes(13, x.ndim, axis))
 
 
-@kernel('Hardmax', versions=(1, 12))
+@kernel('Hardmax', versions=(1, 12), gradient=False)
 def hardmax_v1(xp, x, *, axis=1):
-    return _hardmax(xp, *_flattened(x, axis)).reshape(x.shape)
+    return _coerced(_hardmax, xp, x, axis)
 
 
 @kernel('Hardmax', versions=(13, LATEST))
 def hardmax(xp, x, *, axis=-1):
-    return _hardmax(xp, x, axis)
+    return _hardmax(xp, x, *softmax_axes(13, x.ndim, axis))
 
 
 # -- gradient kernels (org.chainer_compiler) ---------------------------------------------
 
-from .registry import CUSTOM_DOMAIN  # noqa: E402
+from .registry import CUSTOM_DOMAIN, like  # noqa: E402
 
 
-@kernel('ReluGrad', domain=CUSTOM_DOMAIN)
+@kernel('ReluGrad', domain=CUSTOM_DOMAIN, outputs=('gx',), types=like(1))
 def relu_grad(xp, y, gy):
     """Gradient of Relu from its output ``y``: ``gy`` where ``y > 0``, else 0
     (one instruction instead of Greater and Where)."""
     return xp.multiply(gy, y > _const(y, 0))
 
 
-@kernel('GeluGrad', domain=CUSTOM_DOMAIN)
+@kernel('GeluGrad', domain=CUSTOM_DOMAIN, outputs=('gx',), types=like(0))
 def gelu_grad(xp, gy, x, *, approximate='none'):
     """Gradient of Gelu: ``gy * d gelu(x) / dx`` (the exact form through the
     same erfc as the forward kernel, or the tanh approximation's)."""

@@ -8,6 +8,7 @@ import math
 
 import numpy
 
+from .opset_rules import axes_input_since
 from .registry import LATEST, kernel
 
 _INT64 = numpy.int64
@@ -60,7 +61,7 @@ def identity(xp, x):
     return x
 
 
-@kernel('Constant')
+@kernel('Constant', gradient=False)
 def constant(xp, *, value=None, value_float=None, value_floats=None, value_int=None,
              value_ints=None, value_string=None, value_strings=None):
     if value is not None:
@@ -80,7 +81,7 @@ def constant(xp, *, value=None, value_float=None, value_floats=None, value_int=N
     raise ValueError('Constant needs one of the value attributes')
 
 
-@kernel('ConstantOfShape', versions=(9, LATEST))
+@kernel('ConstantOfShape', versions=(9, LATEST), gradient=False)
 def constant_of_shape(xp, shape, *, value=None):
     if value is None:
         value = numpy.zeros((), dtype=numpy.float32)
@@ -88,12 +89,12 @@ def constant_of_shape(xp, shape, *, value=None):
     return xp.full(_ints(shape), _scalar(value), dtype=value.dtype)
 
 
-@kernel('Shape')
+@kernel('Shape', gradient=False)
 def shape(xp, x, *, start=0, end=None):
     return _shape_tensor(xp, x.shape[start:end])
 
 
-@kernel('Size')
+@kernel('Size', gradient=False)
 def size(xp, x):
     return _shape_tensor(xp, x.size)
 
@@ -142,22 +143,23 @@ def _unsqueeze(xp, x, axes):
     return x.reshape([1 if i in axes else next(dims) for i in range(ndim)])
 
 
-@kernel('Squeeze', versions=(1, 12))
+# One kernel for the axes attribute, one for the axes input (axes_input_since).
+@kernel('Squeeze', versions=(1, axes_input_since('Squeeze') - 1))
 def squeeze_v1(xp, data, *, axes=None):
     return _squeeze(xp, data, axes)
 
 
-@kernel('Squeeze', versions=(13, LATEST))
+@kernel('Squeeze', versions=(axes_input_since('Squeeze'), LATEST))
 def squeeze(xp, data, axes=None):
     return _squeeze(xp, data, _ints(axes))
 
 
-@kernel('Unsqueeze', versions=(1, 12))
+@kernel('Unsqueeze', versions=(1, axes_input_since('Unsqueeze') - 1))
 def unsqueeze_v1(xp, data, *, axes):
     return _unsqueeze(xp, data, axes)
 
 
-@kernel('Unsqueeze', versions=(13, LATEST))
+@kernel('Unsqueeze', versions=(axes_input_since('Unsqueeze'), LATEST))
 def unsqueeze(xp, data, axes):
     return _unsqueeze(xp, data, _ints(axes))
 
@@ -443,9 +445,10 @@ def _cast(xp, x, to, saturate=1, round_mode='up'):
     to = numpy.dtype(to)
     if x.dtype == to:
         return x
-    if to.isbuiltin == 1 and x.dtype.isbuiltin == 1 and to.kind in 'biuf' and x.dtype.kind in 'biuf':
+    if (to.isbuiltin == 1 and x.dtype.isbuiltin == 1
+            and to.kind in 'biuf' and x.dtype.kind in 'biuf'):
         return x.astype(to)  # plain NumPy numbers (ml_dtypes' floats are user-defined: 2)
-    if to == object:
+    if to.kind == 'O':
         return numpy.asarray(x).astype(str).astype(object)
     if x.dtype == object:
         try:
@@ -476,13 +479,13 @@ def cast_like(xp, input, target_type, *, saturate=1, round_mode='up'):
     return _cast(xp, input, target_type.dtype, saturate, round_mode)
 
 
-@kernel('BitCast', versions=(26, LATEST))
+@kernel('BitCast', versions=(26, LATEST), gradient=False)
 def bit_cast(xp, input, *, to):
     return input.view(to)
 
 
 # -- generators ------------------------------------------------------------
-@kernel('Range', versions=(11, LATEST))
+@kernel('Range', versions=(11, LATEST), gradient=False)
 def range_(xp, start, limit, delta, *, stash_type=1):
     dtype = start.dtype
     start, limit, delta = _scalar(start), _scalar(limit), _scalar(delta)
@@ -496,13 +499,13 @@ def range_(xp, start, limit, delta, *, stash_type=1):
     return steps.astype(dtype)
 
 
-@kernel('EyeLike', versions=(9, LATEST))
+@kernel('EyeLike', versions=(9, LATEST), gradient=False)
 def eye_like(xp, input, *, dtype=None, k=0):
     rows, cols = input.shape
     return xp.eye(rows, cols, k, dtype=input.dtype if dtype is None else dtype)
 
 
-@kernel('OneHot', versions=(9, LATEST))
+@kernel('OneHot', versions=(9, LATEST), gradient=False)
 def one_hot(xp, indices, depth, values, *, axis=-1):
     depth = int(_scalar(depth))
     axis = _axis(axis, indices.ndim + 1)
@@ -547,14 +550,14 @@ def compress(xp, input, condition, *, axis=None):
     return xp.take(input, selected, axis=axis)
 
 
-@kernel('NonZero', versions=(9, LATEST))
+@kernel('NonZero', versions=(9, LATEST), gradient=False)
 def non_zero(xp, x):
     if x.ndim == 0:
         return xp.zeros((0, int(bool(x))), dtype=_INT64)
     return xp.stack(xp.nonzero(x)).astype(_INT64).reshape(x.ndim, -1)
 
 
-@kernel('Unique', versions=(11, LATEST))
+@kernel('Unique', versions=(11, LATEST), gradient=False)
 def unique(xp, x, *, axis=None, sorted=1):
     module = _module(xp, x)
     data = x.reshape(-1) if axis is None else x
@@ -803,7 +806,10 @@ def resize(xp, X, roi=None, scales=None, sizes=None, *, mode='nearest',
 # Adjoints of the data movements above that standard operators express badly:
 # each allocates the input-shaped gradient once and adds the upstream gradient
 # into it.  ``shape`` is the static shape of the forward input.
-from .registry import CUSTOM_DOMAIN  # noqa: E402
+from .registry import CUSTOM_DOMAIN, shaped_by  # noqa: E402
+
+#: The OpRecord facts of the adjoints: one output of gy's type and ``shape``.
+_ADJOINT = dict(domain=CUSTOM_DOMAIN, outputs=('gx',), types=shaped_by('shape'))
 
 
 def _add_along(xp, out, axis, index, values):
@@ -812,7 +818,7 @@ def _add_along(xp, out, axis, index, values):
     xp.add.at(xp.moveaxis(out, axis, 0), index, xp.moveaxis(values, axis, 0))
 
 
-@kernel('SliceGrad', domain=CUSTOM_DOMAIN)
+@kernel('SliceGrad', **_ADJOINT, attributes={'shape': 'ints'})
 def slice_grad(xp, gy, starts, ends, axes=None, steps=None, *, shape):
     """Zeros of ``shape`` with ``gy`` written where Slice read."""
     out = xp.zeros(shape, dtype=gy.dtype)
@@ -820,7 +826,7 @@ def slice_grad(xp, gy, starts, ends, axes=None, steps=None, *, shape):
     return out
 
 
-@kernel('GatherGrad', domain=CUSTOM_DOMAIN)
+@kernel('GatherGrad', **_ADJOINT, attributes={'axis': 'int', 'shape': 'ints'})
 def gather_grad(xp, gy, indices, *, axis, shape):
     """Adjoint of Gather(axis): scatter-add ``gy`` into zeros of ``shape``."""
     dim = shape[axis]
@@ -842,7 +848,7 @@ def gather_grad(xp, gy, indices, *, axis, shape):
 _DENSE_GATHER_GRAD_LIMIT = 256
 
 
-@kernel('GatherElementsGrad', domain=CUSTOM_DOMAIN)
+@kernel('GatherElementsGrad', **_ADJOINT, attributes={'axis': 'int', 'shape': 'ints'})
 def gather_elements_grad(xp, gy, indices, *, axis, shape):
     """Adjoint of GatherElements(axis) (and of TopK's values)."""
     out = xp.zeros(shape, dtype=gy.dtype)
@@ -854,7 +860,7 @@ def gather_elements_grad(xp, gy, indices, *, axis, shape):
     return out
 
 
-@kernel('GatherNDGrad', domain=CUSTOM_DOMAIN)
+@kernel('GatherNDGrad', **_ADJOINT, attributes={'shape': 'ints'})
 def gather_nd_grad(xp, gy, indices, *, shape, batch_dims=0):
     """Adjoint of GatherND(batch_dims)."""
     shape = tuple(shape)
@@ -870,7 +876,7 @@ def gather_nd_grad(xp, gy, indices, *, shape, batch_dims=0):
     return out.reshape(shape)
 
 
-@kernel('PadGrad', domain=CUSTOM_DOMAIN)
+@kernel('PadGrad', **_ADJOINT, attributes={'mode': 'string', 'shape': 'ints'})
 def pad_grad(xp, gy, pads, axes=None, *, mode, shape):
     """Adjoint of Pad in edge, reflect or wrap mode (Pad-11's inputs; the
     older attribute forms pass their pads as a tensor)."""
@@ -939,7 +945,7 @@ def _resize_plan(in_shape, roi, scales, sizes, axes, keep_aspect_ratio_policy, t
     return all_scales, all_roi
 
 
-@kernel('ResizeGrad', domain=CUSTOM_DOMAIN)
+@kernel('ResizeGrad', **_ADJOINT, attributes={'shape': 'ints', 'axes': 'ints'})
 def resize_grad(xp, gy, roi=None, scales=None, sizes=None, *, shape, legacy=0,
                 mode='nearest', coordinate_transformation_mode='half_pixel',
                 nearest_mode='round_prefer_floor', cubic_coeff_a=-0.75, exclude_outside=0,

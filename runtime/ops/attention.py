@@ -49,7 +49,7 @@ def _softmax(xp, x):
     return e / e.sum(axis=-1, keepdims=True)
 
 
-@kernel('Attention', versions=(23, 24))
+@kernel('Attention', versions=(23, 24), recompute=False)
 def attention(xp, Q, K, V, attn_mask=None, past_key=None, past_value=None,
               nonpad_kv_seqlen=None, *, is_causal=0, q_num_heads=None, kv_num_heads=None,
               qk_matmul_output_mode=0, scale=None, softcap=0.0, softmax_precision=None):

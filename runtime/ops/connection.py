@@ -137,7 +137,7 @@ def _grouped_conv(xp, cols, w, group, out_shape):
     return y.reshape((n_batch, m) + tuple(out_shape))
 
 
-@kernel('Conv')
+@kernel('Conv', recompute=False)
 def conv(xp, x, w, b=None, *, auto_pad='NOTSET', dilations=None, group=1,
          kernel_shape=None, pads=None, strides=None):
     window = window_geometry(x.shape[2:], w.shape[2:], strides, dilations, pads, auto_pad)
@@ -177,7 +177,7 @@ def conv_transpose_padding(in_shape, kernel_shape, strides, dilations, output_pa
     return begin, end, out
 
 
-@kernel('ConvTranspose')
+@kernel('ConvTranspose', recompute=False)
 def conv_transpose(xp, x, w, b=None, *, auto_pad='NOTSET', dilations=None, group=1,
                    kernel_shape=None, output_padding=None, output_shape=None, pads=None,
                    strides=None):
@@ -286,7 +286,7 @@ def causal_conv_with_state(xp, x, w, b=None, past_state=None, *, activation='non
 
 # -- gradient kernels (custom domain) -------------------------------------------
 
-from .registry import CUSTOM_DOMAIN  # noqa: E402
+from .registry import CUSTOM_DOMAIN, dim  # noqa: E402
 
 
 def tap_slices(window, image_shape):
@@ -313,7 +313,19 @@ def tap_slices(window, image_shape):
             yield tap, (Ellipsis,) + tuple(src), (Ellipsis,) + tuple(dst)
 
 
-@kernel('ConvGradFilter', domain=CUSTOM_DOMAIN)
+def _conv_grad_filter_types(inputs, attributes):
+    """ConvGradFilter's type rule: (M, C / group, *kernel_shape) in x's
+    type, M from gy (N, M, ...), C from x (N, C, ...)."""
+    x, gy = inputs[:2]
+    if x is None:
+        return [None]
+    c = dim(x, 1)
+    return [(x[0], (dim(gy, 1), None if c is None else c // attributes['group'])
+             + tuple(attributes['kernel_shape']))]
+
+
+@kernel('ConvGradFilter', domain=CUSTOM_DOMAIN, outputs=('gW',), types=_conv_grad_filter_types,
+        attributes=dict.fromkeys(('kernel_shape', 'strides', 'dilations', 'pads'), 'ints'))
 def conv_grad_filter(xp, x, gy, *, kernel_shape, strides=None, dilations=None, pads=None,
                      group=1):
     """Gradient of Conv's weight: sum over the batch and the window positions

@@ -36,7 +36,7 @@ def _stack(xp, slices, axis, body, index):
     return xp.moveaxis(empty, 0, axis)
 
 
-@kernel('If')
+@kernel('If', recompute=False)
 def if_(xp, cond, *, then_branch, else_branch):
     branch = then_branch if _truth(cond) else else_branch
     # A tuple even for one output: a branch output may itself be a list
@@ -44,7 +44,7 @@ def if_(xp, cond, *, then_branch, else_branch):
     return tuple(branch())
 
 
-@kernel('Loop')
+@kernel('Loop', recompute=False)
 def loop(xp, M=None, cond=None, *v_initial, body, n_outputs):
     trip_count = None if M is None else int(M.reshape(()).item())
     keep_going = True if cond is None else _truth(cond)
@@ -94,7 +94,7 @@ def _run_scan(xp, states, scan_inputs, body, n_scan_outputs, input_axes,
     return states, results
 
 
-@kernel('Scan', versions=(8, 8))
+@kernel('Scan', versions=(8, 8), recompute=False)
 def scan_v8(xp, sequence_lens=None, *initial_state_and_scan_inputs, body,
             num_scan_inputs, directions=None, n_outputs):
     # Opset 8: axis 0 of every input (states included) is a batch axis and

@@ -67,7 +67,7 @@ def softmax_cross_entropy_loss(xp, scores, labels, weights=None, *, ignore_index
 
 # -- gradient kernels (org.chainer_compiler) ---------------------------------------------
 
-from .registry import CUSTOM_DOMAIN  # noqa: E402
+from .registry import CUSTOM_DOMAIN, like, shaped_by  # noqa: E402
 
 
 def _nll_coefficients(xp, gy, target, weight, ignore_index, reduction, dtype):
@@ -86,7 +86,8 @@ def _nll_coefficients(xp, gy, target, weight, ignore_index, reduction, dtype):
     return sample_weight * gy, classes
 
 
-@kernel('NegativeLogLikelihoodLossGrad', domain=CUSTOM_DOMAIN)
+@kernel('NegativeLogLikelihoodLossGrad', domain=CUSTOM_DOMAIN, outputs=('gx',),
+        types=shaped_by('shape'), attributes={'shape': 'ints', 'ignore_index': 'int'})
 def negative_log_likelihood_loss_grad(xp, gy, target, weight=None, *, shape,
                                       ignore_index=None, reduction='mean'):
     """Gradient of NegativeLogLikelihoodLoss with respect to its (N, C, ...)
@@ -98,7 +99,8 @@ def negative_log_likelihood_loss_grad(xp, gy, target, weight=None, *, shape,
     return grad
 
 
-@kernel('SoftmaxCrossEntropyLossGrad', domain=CUSTOM_DOMAIN)
+@kernel('SoftmaxCrossEntropyLossGrad', domain=CUSTOM_DOMAIN, outputs=('gscores',),
+        types=like(1), attributes={'ignore_index': 'int'})
 def softmax_cross_entropy_loss_grad(xp, gy, log_prob, labels, weights=None, *,
                                     ignore_index=None, reduction='mean'):
     """Gradient of SoftmaxCrossEntropyLoss's loss with respect to its scores,

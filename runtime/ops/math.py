@@ -11,15 +11,15 @@ import math
 import numpy
 from numpy.polynomial import chebyshev
 
+from .opset_rules import axes_input_since
 from .registry import LATEST, kernel
-
 
 # -- element-wise unary ----------------------------------------------------
 
-def _register_unary(op, fn, since=1):
-    """Register ``fn(xp, x)`` as ``op``.  Operators that exist since opset 1
-    carried a ``consumed_inputs`` attribute (an in-place hint, ignored here)
-    until version 6."""
+def _register_unary(op, fn, since=1, **facts):
+    """Register ``fn(xp, x)`` as ``op`` (with the OpRecord ``facts``).
+    Operators that exist since opset 1 carried a ``consumed_inputs``
+    attribute (an in-place hint, ignored here) until version 6."""
     if since == 1:
         def legacy(xp, x, *, consumed_inputs=None):
             return fn(xp, x)
@@ -27,7 +27,7 @@ def _register_unary(op, fn, since=1):
         kernel(op, versions=(1, 5))(legacy)
         since = 6
 
-    kernel(op, versions=(since, LATEST))(fn)
+    kernel(op, versions=(since, LATEST), **facts)(fn)
 
 
 def _ufunc(name):
@@ -38,22 +38,25 @@ def _ufunc(name):
 
 
 for _op, _name in (('Abs', 'abs'), ('Neg', 'negative'), ('Reciprocal', 'reciprocal'),
-                   ('Sqrt', 'sqrt'), ('Exp', 'exp'), ('Log', 'log'),
-                   ('Floor', 'floor'), ('Ceil', 'ceil')):
+                   ('Sqrt', 'sqrt'), ('Exp', 'exp'), ('Log', 'log')):
     _register_unary(_op, _ufunc(_name))
+# Piecewise constant, boolean or integer results carry no gradient.
+for _op, _name in (('Floor', 'floor'), ('Ceil', 'ceil')):
+    _register_unary(_op, _ufunc(_name), gradient=False)
 for _op, _name in (('Sin', 'sin'), ('Cos', 'cos'), ('Tan', 'tan'), ('Asin', 'arcsin'),
                    ('Acos', 'arccos'), ('Atan', 'arctan')):
     _register_unary(_op, _ufunc(_name), since=7)
 for _op, _name in (('Sinh', 'sinh'), ('Cosh', 'cosh'), ('Asinh', 'arcsinh'),
-                   ('Acosh', 'arccosh'), ('Atanh', 'arctanh'), ('Sign', 'sign'),
-                   ('IsNaN', 'isnan')):
+                   ('Acosh', 'arccosh'), ('Atanh', 'arctanh')):
     _register_unary(_op, _ufunc(_name), since=9)
+for _op, _name in (('Sign', 'sign'), ('IsNaN', 'isnan')):
+    _register_unary(_op, _ufunc(_name), since=9, gradient=False)
 # NumPy's round is round-half-to-even, which is what ONNX asks for.
-_register_unary('Round', _ufunc('round'), since=11)
-_register_unary('BitwiseNot', _ufunc('invert'), since=18)
+_register_unary('Round', _ufunc('round'), since=11, gradient=False)
+_register_unary('BitwiseNot', _ufunc('invert'), since=18, gradient=False)
 
 
-@kernel('Not')
+@kernel('Not', gradient=False)
 def logical_not(xp, x):
     return xp.logical_not(x)
 
@@ -121,7 +124,7 @@ def _erf(xp, x):
 _register_unary('Erf', _erf, since=9)
 
 
-@kernel('IsInf', versions=(10, LATEST))
+@kernel('IsInf', versions=(10, LATEST), gradient=False)
 def isinf(xp, x, *, detect_negative=1, detect_positive=1):
     if detect_negative and detect_positive:
         return xp.isinf(x)
@@ -144,10 +147,10 @@ def _legacy_broadcast(b, a_ndim, axis, broadcast):
     return b
 
 
-def _register_binary(op, fn, since=1):
-    """Register ``fn(xp, a, b)`` as ``op`` with NumPy broadcasting; operators
-    that exist since opset 1 get a kernel for the explicit ``broadcast``/
-    ``axis`` attributes of versions 1-6."""
+def _register_binary(op, fn, since=1, **facts):
+    """Register ``fn(xp, a, b)`` as ``op`` with NumPy broadcasting (and the
+    OpRecord ``facts``); operators that exist since opset 1 get a kernel for
+    the explicit ``broadcast``/``axis`` attributes of versions 1-6."""
     if since == 1:
         def legacy(xp, a, b, *, axis=None, broadcast=0, consumed_inputs=None):
             return fn(xp, a, _legacy_broadcast(b, a.ndim, axis, broadcast))
@@ -155,7 +158,7 @@ def _register_binary(op, fn, since=1):
         kernel(op, versions=(1, 6))(legacy)
         since = 7
 
-    kernel(op, versions=(since, LATEST))(fn)
+    kernel(op, versions=(since, LATEST), **facts)(fn)
 
 
 def _binary_ufunc(name):
@@ -186,17 +189,19 @@ def _power(xp, x, y):
     return xp.power(x, y.astype(x.dtype))
 
 
-for _op, _name in (('Add', 'add'), ('Sub', 'subtract'), ('Mul', 'multiply'),
-                   ('Equal', 'equal'), ('Less', 'less'), ('Greater', 'greater'),
-                   ('And', 'logical_and'), ('Or', 'logical_or'), ('Xor', 'logical_xor')):
+for _op, _name in (('Add', 'add'), ('Sub', 'subtract'), ('Mul', 'multiply')):
     _register_binary(_op, _binary_ufunc(_name))
 _register_binary('Div', _divide)
 _register_binary('Pow', _power)
-_register_binary('LessOrEqual', _binary_ufunc('less_equal'), since=12)
-_register_binary('GreaterOrEqual', _binary_ufunc('greater_equal'), since=12)
+# Comparisons, logic and bitwise operations carry no gradient.
+for _op, _name in (('Equal', 'equal'), ('Less', 'less'), ('Greater', 'greater'),
+                   ('And', 'logical_and'), ('Or', 'logical_or'), ('Xor', 'logical_xor')):
+    _register_binary(_op, _binary_ufunc(_name), gradient=False)
+_register_binary('LessOrEqual', _binary_ufunc('less_equal'), since=12, gradient=False)
+_register_binary('GreaterOrEqual', _binary_ufunc('greater_equal'), since=12, gradient=False)
 for _op, _name in (('BitwiseAnd', 'bitwise_and'), ('BitwiseOr', 'bitwise_or'),
                    ('BitwiseXor', 'bitwise_xor')):
-    _register_binary(_op, _binary_ufunc(_name), since=18)
+    _register_binary(_op, _binary_ufunc(_name), since=18, gradient=False)
 
 
 @kernel('Mod', versions=(10, LATEST))
@@ -206,7 +211,7 @@ def mod(xp, a, b, *, fmod=0):
     return xp.fmod(a, b) if fmod else xp.remainder(a, b)
 
 
-@kernel('BitShift', versions=(11, LATEST))
+@kernel('BitShift', versions=(11, LATEST), gradient=False)
 def bitshift(xp, x, y, *, direction):
     if direction == 'LEFT':
         return xp.left_shift(x, y)
@@ -330,23 +335,25 @@ def _reduce(xp, compute, x, axes, keepdims, noop_with_empty_axes):
     return compute(xp, x, axes, bool(keepdims)).astype(x.dtype, copy=False)
 
 
-def _register_reduction(op, compute, axes_input_since):
+def _register_reduction(op, compute):
+    """One kernel for the axes attribute, one for the axes input."""
+    since = axes_input_since(op)
+
     def with_attribute(xp, data, *, axes=None, keepdims=1):
         return _reduce(xp, compute, data, axes, keepdims, 0)
     with_attribute.__name__ = with_attribute.__qualname__ = op.lower() + '_axes_attribute'
-    kernel(op, versions=(1, axes_input_since - 1))(with_attribute)
+    kernel(op, versions=(1, since - 1))(with_attribute)
 
     def with_input(xp, data, axes=None, *, keepdims=1, noop_with_empty_axes=0):
         if axes is not None:
             axes = axes.reshape(-1).tolist()
         return _reduce(xp, compute, data, axes, keepdims, noop_with_empty_axes)
     with_input.__name__ = with_input.__qualname__ = op.lower()
-    kernel(op, versions=(axes_input_since, LATEST))(with_input)
+    kernel(op, versions=(since, LATEST))(with_input)
 
 
 for _op, _compute in _REDUCTIONS.items():
-    # ReduceSum took its axes as an input from opset 13, the others from 18.
-    _register_reduction(_op, _compute, 13 if _op == 'ReduceSum' else 18)
+    _register_reduction(_op, _compute)
 
 
 def _arg_extreme(xp, name, data, axis, keepdims, select_last_index):
@@ -360,24 +367,24 @@ def _arg_extreme(xp, name, data, axis, keepdims, select_last_index):
     return xp.expand_dims(index, axis) if keepdims else index
 
 
-@kernel('ArgMax')
+@kernel('ArgMax', gradient=False)
 def argmax(xp, data, *, axis=0, keepdims=1, select_last_index=0):
     return _arg_extreme(xp, 'argmax', data, axis, keepdims, select_last_index)
 
 
-@kernel('ArgMin')
+@kernel('ArgMin', gradient=False)
 def argmin(xp, data, *, axis=0, keepdims=1, select_last_index=0):
     return _arg_extreme(xp, 'argmin', data, axis, keepdims, select_last_index)
 
 
 # -- matrix products -------------------------------------------------------
 
-@kernel('MatMul')
+@kernel('MatMul', recompute=False)
 def matmul(xp, a, b):
     return xp.matmul(a, b)
 
 
-@kernel('Gemm')
+@kernel('Gemm', recompute=False)
 def gemm(xp, a, b, c=None, *, alpha=1.0, beta=1.0, transA=0, transB=0, broadcast=0):
     # ``broadcast`` (opsets < 7) only allowed C to broadcast, which NumPy does anyway.
     y = xp.matmul(a.T if transA else a, b.T if transB else b)
@@ -395,7 +402,7 @@ def gemm(xp, a, b, c=None, *, alpha=1.0, beta=1.0, transA=0, transB=0, broadcast
     return y
 
 
-@kernel('Einsum', versions=(12, LATEST))
+@kernel('Einsum', versions=(12, LATEST), recompute=False)
 def einsum(xp, *inputs, equation):
     # Let einsum pick a contraction order (and BLAS) when there is one to pick.
     return xp.einsum(equation.replace(' ', ''), *inputs, optimize=len(inputs) > 1)
@@ -437,10 +444,21 @@ def cumprod(xp, x, axis, *, exclusive=0, reverse=0):
 
 # -- gradient kernels (org.chainer_compiler) ---------------------------------------------
 
-from .registry import CUSTOM_DOMAIN  # noqa: E402
+from .registry import CUSTOM_DOMAIN, dim, like  # noqa: E402
 
 
-@kernel('FusedGemm', domain=CUSTOM_DOMAIN)
+def _gemm_types(inputs, attributes):
+    """Gemm's type rule: (M, N) in A's type, from A (M, K), or (K, M) with
+    ``transA``, and B (K, N), or (N, K) with ``transB``."""
+    a, b = inputs[:2]
+    if a is None:
+        return [None]
+    return [(a[0], (dim(a, 1 if attributes['transA'] else 0),
+                    dim(b, 0 if attributes['transB'] else 1)))]
+
+
+@kernel('FusedGemm', domain=CUSTOM_DOMAIN, outputs=('Y',), types=_gemm_types,
+        attributes={'activation': 'string'})
 def fused_gemm(xp, a, b, c=None, *, activation, alpha=1.0, beta=1.0, transA=0, transB=0):
     """Gemm followed by ``activation`` ('Relu'), applied in place on the
     product: one instruction and one array instead of two."""
@@ -450,7 +468,7 @@ def fused_gemm(xp, a, b, c=None, *, activation, alpha=1.0, beta=1.0, transA=0, t
     return xp.maximum(y, y.dtype.type(0), out=y)
 
 
-@kernel('ReduceProdGrad', domain=CUSTOM_DOMAIN)
+@kernel('ReduceProdGrad', domain=CUSTOM_DOMAIN, outputs=('gx',), types=like(0))
 def reduce_prod_grad(xp, x, gy):
     """Gradient of ReduceProd: ``gy`` (the output gradient with the reduced
     axes kept as 1s) times the product of the *other* reduced elements,
@@ -471,7 +489,7 @@ def reduce_prod_grad(xp, x, gy):
     return (others * gy).astype(x.dtype, copy=False)
 
 
-@kernel('DetGrad', domain=CUSTOM_DOMAIN)
+@kernel('DetGrad', domain=CUSTOM_DOMAIN, outputs=('gx',), types=like(0))
 def det_grad(xp, x, y, gy):
     """Gradient of Det: ``gy det(x) inv(x)^T`` for (..., n, n) ``x``."""
     work = x if x.dtype.itemsize >= 4 else x.astype(numpy.float32)

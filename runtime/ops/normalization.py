@@ -8,6 +8,7 @@ saved statistics are returned in the stash type itself.
 """
 import numpy
 
+from .opset_rules import batch_norm_trains
 from .registry import LATEST, kernel
 
 # ONNX TensorProto element types allowed for stash_type.
@@ -60,6 +61,12 @@ def _trailing_axes(x, axis):
 
 # -- BatchNormalization -------------------------------------------------------
 
+def _channel_axes(x, spatial=1):
+    """Axes BatchNormalization reduces: all but the channel axis (or only
+    the batch axis for the pre-opset-9 ``spatial=0`` form)."""
+    return (0,) + tuple(range(2, x.ndim)) if spatial else (0,)
+
+
 def _batch_norm_inference(xp, x, scale, b, mean, var, epsilon):
     dtype = _compute_dtype(x)
     a = scale.astype(dtype) / xp.sqrt(var.astype(dtype) + dtype.type(epsilon))
@@ -84,27 +91,26 @@ def _batch_norm_training(xp, x, scale, b, mean, var, epsilon, momentum, axes):
             batch_mean.astype(mean.dtype), batch_var.astype(var.dtype))
 
 
-@kernel('BatchNormalization', versions=(1, 13))
+@kernel('BatchNormalization', versions=(1, 13), recompute=False)  # training updates state
 def batch_normalization_v1(xp, x, scale, b, mean, var, *, epsilon=1e-5, momentum=0.9,
                            is_test=0, spatial=1, consumed_inputs=None, n_outputs=1):
-    """Before opset 14 the mode is implied: asking for the running statistics
-    (five outputs: Y, mean, var, saved_mean, saved_var) means training, unless
-    the opset-1/6 ``is_test`` attribute says otherwise.  ``spatial=0`` keeps
-    statistics per feature (C, D1, ...) instead of per channel."""
-    if n_outputs == 1 or is_test:
+    """Before opset 14 the mode is implied (opset_rules.batch_norm_trains,
+    asked for the newest version this kernel serves): five outputs (Y,
+    mean, var, saved_mean, saved_var) mean training.  ``spatial=0`` keeps statistics
+    per feature (C, D1, ...) instead of per channel."""
+    if not batch_norm_trains(13, n_outputs, is_test=is_test):
         return _batch_norm_inference(xp, x, scale, b, mean, var, epsilon)
-    axes = (0,) + tuple(range(2, x.ndim)) if spatial else (0,)
-    return _batch_norm_training(xp, x, scale, b, mean, var, epsilon, momentum, axes)
+    return _batch_norm_training(xp, x, scale, b, mean, var, epsilon, momentum,
+                                _channel_axes(x, spatial))
 
 
 @kernel('BatchNormalization', versions=(14, LATEST))
 def batch_normalization(xp, x, scale, b, input_mean, input_var, *, epsilon=1e-5,
                         momentum=0.9, training_mode=0):
-    if not training_mode:
+    if not batch_norm_trains(14, training_mode=training_mode):
         return _batch_norm_inference(xp, x, scale, b, input_mean, input_var, epsilon)
-    axes = (0,) + tuple(range(2, x.ndim))
     return _batch_norm_training(xp, x, scale, b, input_mean, input_var, epsilon, momentum,
-                                axes)[:3]
+                                _channel_axes(x))[:3]
 
 
 # -- normalisation over trailing axes or groups -----------------------------
@@ -205,55 +211,22 @@ def lp_normalization(xp, x, *, axis=-1, p=2):
     return x / xp.where(norm == 0, x.dtype.type(1), norm)
 
 
-# -- training and gradient kernels (custom domain) ------------------------------
+# -- gradient kernels (custom domain) --------------------------------------------
 
-from .registry import CUSTOM_DOMAIN  # noqa: E402
-
-
-def _channel_axes(x, spatial=1):
-    """Axes BatchNormalization reduces: all but the channel axis (or only
-    the batch axis for the pre-opset-9 ``spatial=0`` form)."""
-    return (0,) + tuple(range(2, x.ndim)) if spatial else (0,)
+from .registry import CUSTOM_DOMAIN, like  # noqa: E402
 
 
-@kernel('BatchNormalizationTraining', domain=CUSTOM_DOMAIN)
-def batch_normalization_training(xp, x, scale, b, running_mean, running_var, *,
-                                 epsilon=1e-5, momentum=0.9):
-    """Batch normalization with the batch statistics, Chainer's way: the
-    running averages become ``momentum * avg + (1 - momentum) * stat`` with
-    the *unbiased* batch variance (m / (m - 1) times the population one, m
-    values per channel).  Returns Y, the new running mean and variance, and
-    the batch mean and inverse standard deviation 1 / sqrt(var + epsilon)
-    (the saved statistics BatchNormalizationGrad reads)."""
-    dtype = _compute_dtype(x)
-    centred, mean, var = _moments(x, _channel_axes(x), dtype)
-    inv_std = 1 / xp.sqrt(var + dtype.type(epsilon))
-    a = inv_std * _per_channel(scale.astype(dtype), x.ndim)
-    y = centred * a + _per_channel(b.astype(dtype), x.ndim)
-    m = x.size // scale.size
-    adjust = m / max(m - 1.0, 1.0)
-    mean = mean.reshape(running_mean.shape)
-    var = var.reshape(running_var.shape)
-    inv_std = inv_std.reshape(running_var.shape)
-    d = dtype.type(momentum)
-    new_mean = running_mean.astype(dtype) * d + mean * (1 - d)
-    new_var = running_var.astype(dtype) * d + var * dtype.type((1 - momentum) * adjust)
-    stat = running_mean.dtype
-    return (y.astype(x.dtype, copy=False), new_mean.astype(stat, copy=False),
-            new_var.astype(running_var.dtype, copy=False), mean.astype(stat, copy=False),
-            inv_std.astype(stat, copy=False))
-
-
-@kernel('BatchNormalizationGrad', domain=CUSTOM_DOMAIN)
-def batch_normalization_grad(xp, x, scale, gy, mean=None, inv_std=None, var=None, *,
-                             epsilon=1e-5, training=1, spatial=1, n_outputs=3):
+@kernel('BatchNormalizationGrad', domain=CUSTOM_DOMAIN,
+        outputs=('gX', 'gscale', 'gB', 'gmean', 'gvar'), types=like(0, 1, 1, 3, 4))
+def batch_normalization_grad(xp, x, scale, gy, mean=None, var=None, *, epsilon=1e-5,
+                             training=1, spatial=1, n_outputs=3):
     """Gradients of BatchNormalization wrt X, scale and B (and, with five
     outputs, wrt the mean and variance inputs of the inference form).
 
-    ``mean`` and ``inv_std`` are the statistics the forward pass used; in
-    place of ``inv_std``, ``var`` (then 1 / sqrt(var + epsilon)); both absent
-    (training only): recomputed from X.  ``training=1``: the statistics are
-    X's batch statistics, so X's gradient flows through them too."""
+    ``mean`` and ``var`` are the statistics the forward pass used; absent
+    (training only), they are recomputed from X.  ``training=1``: the
+    statistics are X's batch statistics, so X's gradient flows through them
+    too."""
     dtype = _compute_dtype(x)
     axes = _channel_axes(x, spatial)
     if mean is None:
@@ -261,10 +234,7 @@ def batch_normalization_grad(xp, x, scale, gy, mean=None, inv_std=None, var=None
         inv = 1 / xp.sqrt(batch_var + dtype.type(epsilon))
     else:
         centred = x.astype(dtype, copy=False) - _per_channel(mean.astype(dtype), x.ndim)
-        if inv_std is not None:
-            inv = _per_channel(inv_std.astype(dtype), x.ndim)
-        else:
-            inv = 1 / xp.sqrt(_per_channel(var.astype(dtype), x.ndim) + dtype.type(epsilon))
+        inv = 1 / xp.sqrt(_per_channel(var.astype(dtype), x.ndim) + dtype.type(epsilon))
     gys = gy.astype(dtype, copy=False)
     xhat = centred * inv
     g_b = gys.sum(axis=axes, keepdims=True)
@@ -300,7 +270,8 @@ def _sum_to(xp, a, shape):
     return a.sum(axis=axes).reshape(shape) if axes else a.reshape(shape)
 
 
-@kernel('LayerNormalizationGrad', domain=CUSTOM_DOMAIN)
+@kernel('LayerNormalizationGrad', domain=CUSTOM_DOMAIN, outputs=('gX', 'gscale'),
+        types=like(0, 1))
 def layer_normalization_grad(xp, x, scale, gy, mean=None, inv_std=None, *, axis=-1,
                              epsilon=1e-5):
     """Gradients of LayerNormalization wrt X and Scale (Scale's shape);
@@ -320,7 +291,8 @@ def layer_normalization_grad(xp, x, scale, gy, mean=None, inv_std=None, *, axis=
     return gx.astype(x.dtype, copy=False), g_scale.astype(scale.dtype, copy=False)
 
 
-@kernel('GroupNormalizationGrad', domain=CUSTOM_DOMAIN)
+@kernel('GroupNormalizationGrad', domain=CUSTOM_DOMAIN, outputs=('gX', 'gscale', 'gbias'),
+        types=like(0, 1, 1), attributes={'num_groups': 'int'})
 def group_normalization_grad(xp, x, scale, gy, *, num_groups, epsilon=1e-5):
     """Gradients of GroupNormalization (and InstanceNormalization, one group
     per channel) wrt X, scale and bias; scale is per channel, or per group
@@ -347,7 +319,8 @@ def group_normalization_grad(xp, x, scale, gy, *, num_groups, epsilon=1e-5):
             g_b.astype(scale.dtype, copy=False))
 
 
-@kernel('LRNGrad', domain=CUSTOM_DOMAIN)
+@kernel('LRNGrad', domain=CUSTOM_DOMAIN, outputs=('gX',), types=like(0),
+        attributes={'size': 'int'})
 def lrn_grad(xp, x, gy, *, size, alpha=1e-4, beta=0.75, bias=1.0):
     """Gradient of LRN wrt X (attributes are LRN's)."""
     dtype = _compute_dtype(x)

@@ -37,7 +37,7 @@ def _reduce_taps(view, window, ufunc):
     return y
 
 
-@kernel('MaxPool')
+@kernel('MaxPool', recompute=False)
 def max_pool(xp, x, *, auto_pad='NOTSET', ceil_mode=0, dilations=None, kernel_shape=None,
              pads=None, storage_order=0, strides=None, n_outputs=1):
     in_shape = x.shape[2:]
@@ -276,10 +276,14 @@ def roi_align_10(xp, x, rois, batch_indices, *, mode='avg', output_height=1, out
 # -- gradient kernels (custom domain) -------------------------------------------
 
 from .connection import col2im, tap_slices  # noqa: E402
-from .registry import CUSTOM_DOMAIN  # noqa: E402
+from .registry import CUSTOM_DOMAIN, like, shaped_by  # noqa: E402
+
+#: The attributes of the pooling gradients that default to None.
+_WINDOW_ATTRIBUTES = dict.fromkeys(('dilations', 'kernel_shape', 'pads', 'strides'), 'ints')
 
 
-@kernel('MaxPoolGrad', domain=CUSTOM_DOMAIN)
+@kernel('MaxPoolGrad', domain=CUSTOM_DOMAIN, outputs=('gx',), types=like(0),
+        attributes=_WINDOW_ATTRIBUTES)
 def max_pool_grad(xp, x, y, gy, *, auto_pad='NOTSET', ceil_mode=0, dilations=None,
                   kernel_shape=None, pads=None, strides=None):
     """Gradient of MaxPool: each window's gy goes to the input element that
@@ -303,7 +307,8 @@ def max_pool_grad(xp, x, y, gy, *, auto_pad='NOTSET', ceil_mode=0, dilations=Non
     return gx
 
 
-@kernel('AveragePoolGrad', domain=CUSTOM_DOMAIN)
+@kernel('AveragePoolGrad', domain=CUSTOM_DOMAIN, outputs=('gx',),
+        types=shaped_by('input_shape'), attributes={**_WINDOW_ATTRIBUTES, 'input_shape': 'ints'})
 def average_pool_grad(xp, gy, *, input_shape, auto_pad='NOTSET', ceil_mode=0,
                       count_include_pad=0, dilations=None, kernel_shape=None, pads=None,
                       strides=None):
@@ -330,7 +335,8 @@ def _bin_bounds(start, size, n_bins, limit):
     return low.tolist(), high.tolist()
 
 
-@kernel('MaxRoiPoolGrad', domain=CUSTOM_DOMAIN)
+@kernel('MaxRoiPoolGrad', domain=CUSTOM_DOMAIN, outputs=('gx',), types=like(0),
+        attributes={'pooled_shape': 'ints'})
 def max_roi_pool_grad(xp, x, rois, gy, *, pooled_shape=None, spatial_scale=1.0):
     """Gradient of MaxRoiPool wrt x: each bin's gy goes to its maximum (the
     first in row-major order on ties); empty bins pass nothing."""

@@ -11,6 +11,13 @@ many outputs the node asks for declares a keyword-only parameter ``n_outputs``.
 
 Operators whose meaning changed between opsets register one kernel per range of
 *schema versions* (the ``since_version`` ONNX resolves for the model's opset).
+
+What the other stages need to know about an operator (OpRecord: whether the
+recompute policy may replay it, which inputs its kernel updates in place,
+whether its outputs carry a gradient, and for this project's own operators
+the names and types of their outputs, from which their ONNX schemas are
+made) is declared here too, by keyword arguments of ``@kernel``, so that no
+stage keeps a private list of operators.
 """
 import inspect
 import numbers
@@ -31,6 +38,52 @@ def normalize_domain(domain):
     return '' if domain in ('', 'ai.onnx') else domain
 
 
+@dataclass
+class OpRecord:
+    """What stages other than the kernel need to know about one operator,
+    all its versions.  Each fact is declared once, by the keyword argument
+    of the same name of ``@kernel`` on any one of the operator's kernels
+    (declaring it again differently is an error); None means undeclared,
+    and the properties say what that implies."""
+    op: str
+    domain: str
+    #: False: the recompute policy never replays it in the backward program
+    #: but keeps its outputs (costly to redo, random, or running sub-programs).
+    recompute: bool | None = None
+    #: Positions of the inputs whose arrays the kernel overwrites (the
+    #: optimizer updates); validate_program refuses a read of them afterwards.
+    in_place: tuple[int, ...] | None = None
+    #: False: its outputs carry no gradient (comparisons, shapes, random
+    #: draws, optimizer updates); the autodiff treats them as constants.
+    gradient: bool | None = None
+    #: This project's operators: the names of the outputs, for the schema.
+    outputs: tuple[str, ...] | None = None
+    #: This project's operators: the type rule of the outputs (see like()).
+    types: Callable | None = None
+    #: This project's operators: {attribute: ONNX attribute type ('int',
+    #: 'ints', 'float', 'floats', 'string', 'strings')} for the attributes
+    #: whose defaults do not tell (required ones, and those defaulting to None).
+    attributes: dict[str, str] | None = None
+
+    @property
+    def recomputable(self):
+        """Whether the recompute policy may replay it.  Undeclared: yes in
+        the default domain; no elsewhere (this project's operators are
+        gradient, training-mode and update kernels: costly or stateful)."""
+        return self.domain == '' if self.recompute is None else self.recompute
+
+    @property
+    def differentiable(self):
+        """Whether its outputs may carry a gradient (undeclared: yes; the
+        autodiff then needs a rule for it and names it when there is none)."""
+        return self.gradient is not False
+
+    @property
+    def updated_inputs(self):
+        """The positions of the inputs the kernel updates in place."""
+        return self.in_place or ()
+
+
 @dataclass(frozen=True)
 class KernelSpec:
     """A registered kernel and what the binder needs to know about it."""
@@ -41,6 +94,8 @@ class KernelSpec:
     family: str
     accepts_n_outputs: bool
     attribute_names: frozenset  # None when the kernel takes **kwargs
+    #: The operator's OpRecord, shared by all its kernels.
+    record: OpRecord = field(compare=False)
     #: {attribute: the type(s) its value must have}; ``object`` where any will do.
     attribute_types: dict = field(default_factory=dict, compare=False)
 
@@ -48,15 +103,31 @@ class KernelSpec:
         return self.versions[0] <= version <= self.versions[1]
 
 
-_KERNELS = {}
+_KERNELS: dict[tuple[str, str], list[KernelSpec]] = {}
+_RECORDS: dict[tuple[str, str], OpRecord] = {}
 
 
-def kernel(op, *, domain='', versions=(1, LATEST)):
+def kernel(op, *, domain='', versions=(1, LATEST), **facts):
     """Decorator registering ``fn`` as the kernel of ``op``.
 
-    ``versions`` is an inclusive range of ONNX schema versions.
+    ``versions`` is an inclusive range of ONNX schema versions.  ``facts``
+    declare the operator's OpRecord fields (``recompute``, ``in_place``,
+    ``gradient``, ``outputs``, ``types``, ``attributes``).
     """
     domain = normalize_domain(domain)
+    unknown = sorted(set(facts) - set(_FACTS))
+    if unknown:
+        raise TypeError('kernel %s: unknown fact %s (known: %s)'
+                        % (op, ', '.join(map(repr, unknown)), ', '.join(_FACTS)))
+    record = _RECORDS.setdefault((domain, op), OpRecord(op, domain))
+    facts = {name: value for name, value in facts.items() if value is not None}
+    for name, value in facts.items():
+        declared = getattr(record, name)
+        if declared is not None and declared != value:
+            raise ValueError('kernel %s: %s declared twice, as %r and %r'
+                             % (op, name, declared, value))
+    for name, value in facts.items():
+        setattr(record, name, value)
 
     def register(fn):
         params = inspect.signature(fn).parameters.values()
@@ -68,7 +139,7 @@ def kernel(op, *, domain='', versions=(1, LATEST)):
                           family=fn.__module__.rsplit('.', 1)[-1],
                           accepts_n_outputs=any(p.name == 'n_outputs' for p in params),
                           attribute_names=None if takes_kwargs else frozenset(attributes),
-                          attribute_types=attributes)
+                          attribute_types=attributes, record=record)
         entries = _KERNELS.setdefault((domain, op), [])
         for other in entries:
             if not (spec.versions[1] < other.versions[0] or other.versions[1] < spec.versions[0]):
@@ -78,6 +149,10 @@ def kernel(op, *, domain='', versions=(1, LATEST)):
         return fn
 
     return register
+
+
+#: The OpRecord fields @kernel declares.
+_FACTS = ('recompute', 'in_place', 'gradient', 'outputs', 'types', 'attributes')
 
 
 #: (type of an attribute's default, the type(s) its values must have).
@@ -110,11 +185,59 @@ def has_kernel(op, domain='', version=LATEST):
     return any(s.accepts(version) for s in _KERNELS.get((normalize_domain(domain), op), ()))
 
 
+def operator_record(op, domain=''):
+    """The OpRecord of ``op``, or None when no kernel implements it."""
+    _load_all_families()
+    return _RECORDS.get((normalize_domain(domain), op))
+
+
+def recomputable(op, domain=''):
+    """Whether the recompute policy may replay ``op`` (OpRecord.recomputable;
+    an operator without a kernel counts as undeclared)."""
+    return (operator_record(op, domain) or OpRecord(op, normalize_domain(domain))).recomputable
+
+
 def registered_kernels():
     """Every KernelSpec, sorted by domain, operator and version."""
     _load_all_families()
     return sorted((s for specs in _KERNELS.values() for s in specs),
                   key=lambda s: (s.domain, s.op, s.versions))
+
+
+# -- type rules of this project's operators ------------------------------------
+# A type rule ``types(inputs, attributes)`` gives each output's element type
+# and shape from the inputs': ``inputs`` holds ``(dtype, shape)`` per input,
+# None where it is omitted or untyped, and ``attributes`` the node's
+# attributes as the kernel receives them, defaults filled in.  A dtype is
+# passed on as given, or named by a NumPy dtype name ('bool'); a shape is a
+# tuple of ints, None for an unknown dimension, or None for an unknown rank.
+# The rule returns ``(dtype, shape)`` or None (unknown) per output.
+# chainer_compiler/custom_schemas.py makes them ONNX inference functions.
+
+def like(*inputs):
+    """The type rule "output k has the type and shape of input ``inputs[k]``"."""
+    def types(given, attributes):
+        return [given[i] if i < len(given) else None for i in inputs]
+    return types
+
+
+def shaped_by(attribute, type_of=0):
+    """The type rule of an operator with one output of the element type of
+    input ``type_of`` and the shape attribute ``attribute`` holds (gradient
+    kernels are given the static shape of what they differentiate)."""
+    def types(given, attributes):
+        source = given[type_of] if type_of < len(given) else None
+        return [None if source is None else (source[0], tuple(attributes[attribute]))]
+    return types
+
+
+def dim(value, axis):
+    """Dimension ``axis`` of an input's ``(dtype, shape)`` in a type rule,
+    as an int, or None when it is not known (or only symbolic)."""
+    if value is None or value[1] is None or axis >= len(value[1]):
+        return None
+    d = value[1][axis]
+    return d if isinstance(d, int) else None
 
 
 _loaded = False

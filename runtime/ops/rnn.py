@@ -127,7 +127,7 @@ def _run(xp, cell, X, W, R, B, sequence_lens, initial_states, *, hidden_size,
     return (Y,) + tuple(finals)
 
 
-@kernel('RNN')
+@kernel('RNN', recompute=False)
 def rnn(xp, X, W, R, B=None, sequence_lens=None, initial_h=None, *, hidden_size=None,
         activations=('Tanh',), activation_alpha=None, activation_beta=None, clip=None,
         direction='forward', layout=0, output_sequence=0):
@@ -144,7 +144,7 @@ def rnn(xp, X, W, R, B=None, sequence_lens=None, initial_h=None, *, hidden_size=
                 activations=funcs)
 
 
-@kernel('GRU')
+@kernel('GRU', recompute=False)
 def gru(xp, X, W, R, B=None, sequence_lens=None, initial_h=None, *, hidden_size=None,
         activations=('Sigmoid', 'Tanh'), activation_alpha=None, activation_beta=None,
         clip=None, direction='forward', layout=0, linear_before_reset=0, output_sequence=0):
@@ -173,7 +173,7 @@ def gru(xp, X, W, R, B=None, sequence_lens=None, initial_h=None, *, hidden_size=
                 activations=funcs)
 
 
-@kernel('LSTM')
+@kernel('LSTM', recompute=False)
 def lstm(xp, X, W, R, B=None, sequence_lens=None, initial_h=None, initial_c=None, P=None, *,
          hidden_size=None, activations=('Sigmoid', 'Tanh', 'Tanh'), activation_alpha=None,
          activation_beta=None, clip=None, direction='forward', layout=0, input_forget=0,
@@ -213,7 +213,34 @@ def lstm(xp, X, W, R, B=None, sequence_lens=None, initial_h=None, initial_c=None
 # gradients of Y, Y_h (and Y_c), any of which may be omitted (zero).  Y
 # omitted too means: recompute it with the forward kernel.
 # ---------------------------------------------------------------------------
-from .registry import CUSTOM_DOMAIN  # noqa: E402
+from .registry import CUSTOM_DOMAIN, dim  # noqa: E402
+
+
+def _grad_types(n_states):
+    """The type rule of LSTMGrad (``n_states`` 2) and GRUGrad and RNNGrad (1):
+    each gradient has the type and shape of its forward input (X, W, R, B,
+    the initial states, P); for an omitted B or initial state, those of the
+    zeros the kernel returns.  (An omitted P has no gradient.)"""
+    def types(inputs, attributes):
+        inputs = list(inputs) + [None] * (8 - len(inputs))
+        X, W, R = inputs[:3]
+        if X is None:
+            return [None] * (4 + n_states + (n_states == 2))
+        directions, gates, hidden = dim(W, 0), dim(W, 1), dim(R, 2)
+        batch = dim(X, 0 if attributes['layout'] else 1)
+        state = (batch, directions, hidden) if attributes['layout'] else (
+            directions, batch, hidden)
+        biases = None if gates is None else 2 * gates
+        results = [X, W, R, inputs[3] or (X[0], (directions, biases))]
+        results += [inputs[5 + i] or (X[0], state) for i in range(n_states)]
+        return results + ([inputs[7]] if n_states == 2 else [])
+    return types
+
+
+#: The OpRecord facts the three gradients share.
+_GRAD_FACTS = dict(domain=CUSTOM_DOMAIN, attributes={
+    'hidden_size': 'int', 'activation_alpha': 'floats', 'activation_beta': 'floats',
+    'clip': 'float'})
 
 
 def _make_derivative(xp, name, alpha, beta):
@@ -308,7 +335,7 @@ def _through_time(xp, cell_grad, X, W, R, B, sequence_lens, initial_states, Y, g
     for d in range(num_directions):
         backward = direction == 'reverse' or d == 1
 
-        def order(a):
+        def order(a, backward=backward):
             if not backward or a is None:
                 return a
             return xp.take_along_axis(a, xp.broadcast_to(reverse_index, a.shape), axis=0)
@@ -344,7 +371,8 @@ def _zeros_or(xp, g, like):
     return xp.zeros_like(like) if g is None else g
 
 
-@kernel('RNNGrad', domain=CUSTOM_DOMAIN)
+@kernel('RNNGrad', **_GRAD_FACTS, outputs=('gX', 'gW', 'gR', 'gB', 'g_initial_h'),
+        types=_grad_types(1))
 def rnn_grad(xp, X, W, R, B=None, sequence_lens=None, initial_h=None, Y=None, gY=None,
              gY_h=None, *, n_outputs=5, hidden_size=None, activations=('Tanh',),
              activation_alpha=None, activation_beta=None, clip=None, direction='forward',
@@ -383,7 +411,8 @@ def rnn_grad(xp, X, W, R, B=None, sequence_lens=None, initial_h=None, Y=None, gY
     return grads[:n_outputs]
 
 
-@kernel('GRUGrad', domain=CUSTOM_DOMAIN)
+@kernel('GRUGrad', **_GRAD_FACTS, outputs=('gX', 'gW', 'gR', 'gB', 'g_initial_h'),
+        types=_grad_types(1))
 def gru_grad(xp, X, W, R, B=None, sequence_lens=None, initial_h=None, Y=None, gY=None,
              gY_h=None, *, n_outputs=5, hidden_size=None, activations=('Sigmoid', 'Tanh'),
              activation_alpha=None, activation_beta=None, clip=None, direction='forward',
@@ -458,7 +487,8 @@ def gru_grad(xp, X, W, R, B=None, sequence_lens=None, initial_h=None, Y=None, gY
     return grads[:n_outputs]
 
 
-@kernel('LSTMGrad', domain=CUSTOM_DOMAIN)
+@kernel('LSTMGrad', **_GRAD_FACTS, types=_grad_types(2),
+        outputs=('gX', 'gW', 'gR', 'gB', 'g_initial_h', 'g_initial_c', 'gP'))
 def lstm_grad(xp, X, W, R, B=None, sequence_lens=None, initial_h=None, initial_c=None, P=None,
               Y=None, gY=None, gY_h=None, gY_c=None, *, n_outputs=7, hidden_size=None,
               activations=('Sigmoid', 'Tanh', 'Tanh'), activation_alpha=None,

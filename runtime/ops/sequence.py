@@ -91,7 +91,7 @@ def split_to_sequence(xp, input, split=None, *, axis=0, keepdims=1):
     return parts
 
 
-@kernel('SequenceMap')
+@kernel('SequenceMap', recompute=False)
 def sequence_map(xp, input_sequence, *additional_inputs, body, n_outputs):
     # Sequence inputs contribute their i-th element, tensors are passed whole.
     n = len(input_sequence)

@@ -16,7 +16,7 @@ schedules (ExponentialShift, Adam's bias correction) change them per step.
 """
 import math
 
-from .registry import CUSTOM_DOMAIN, kernel
+from .registry import CUSTOM_DOMAIN, kernel, like
 
 DOMAIN = 'ai.onnx.preview.training'
 
@@ -35,7 +35,7 @@ def _flatten(per_tensor):
     return tuple(value for group in zip(*per_tensor) for value in group)
 
 
-@kernel('Adagrad', domain=DOMAIN)
+@kernel('Adagrad', domain=DOMAIN, gradient=False)
 def adagrad(xp, R, T, *inputs, decay_factor=0.0, epsilon=1e-6, norm_coefficient=0.0):
     rate = float(R) / (1 + float(T) * decay_factor)
     results = []
@@ -47,7 +47,7 @@ def adagrad(xp, R, T, *inputs, decay_factor=0.0, epsilon=1e-6, norm_coefficient=
     return _flatten(results)
 
 
-@kernel('Adam', domain=DOMAIN)
+@kernel('Adam', domain=DOMAIN, gradient=False)
 def adam(xp, R, T, *inputs, alpha=0.9, beta=0.999, epsilon=1e-6, norm_coefficient=0.0,
          norm_coefficient_post=0.0):
     step = float(T)
@@ -65,7 +65,7 @@ def adam(xp, R, T, *inputs, alpha=0.9, beta=0.999, epsilon=1e-6, norm_coefficien
     return _flatten(results)
 
 
-@kernel('Momentum', domain=DOMAIN)
+@kernel('Momentum', domain=DOMAIN, gradient=False)
 def momentum(xp, R, T, *inputs, alpha, beta, mode, norm_coefficient):
     if mode not in ('standard', 'nesterov'):
         raise ValueError('Momentum: mode must be "standard" or "nesterov", got %r' % mode)
@@ -81,14 +81,18 @@ def momentum(xp, R, T, *inputs, alpha, beta, mode, norm_coefficient):
     return _flatten(results)
 
 
-@kernel('SGDUpdate', domain=CUSTOM_DOMAIN)
+# The updates overwrite the parameter and its state (``in_place``) and
+# return the parameter's own array.
+@kernel('SGDUpdate', domain=CUSTOM_DOMAIN, in_place=(0,), gradient=False,
+        outputs=('param_out',), types=like(0))
 def sgd_update(xp, param, grad, lr):
     """In place: ``param -= lr * grad`` (chainer.optimizers.SGD).  Returns ``param``."""
     param -= float(lr) * grad
     return param
 
 
-@kernel('MomentumSGDUpdate', domain=CUSTOM_DOMAIN)
+@kernel('MomentumSGDUpdate', domain=CUSTOM_DOMAIN, in_place=(0, 2), gradient=False,
+        outputs=('param_out',), types=like(0))
 def momentum_sgd_update(xp, param, grad, v, lr, momentum):
     """In place: ``v = momentum * v - lr * grad; param += v``
     (chainer.optimizers.MomentumSGD).  Returns ``param``."""
@@ -98,7 +102,8 @@ def momentum_sgd_update(xp, param, grad, v, lr, momentum):
     return param
 
 
-@kernel('AdamUpdate', domain=CUSTOM_DOMAIN)
+@kernel('AdamUpdate', domain=CUSTOM_DOMAIN, in_place=(0, 2, 3), gradient=False,
+        outputs=('param_out',), types=like(0))
 def adam_update(xp, param, grad, m, v, alpha_t, beta1, beta2, eps, eta, weight_decay_rate):
     """In place, chainer.optimizers.Adam with the bias-corrected ``alpha_t``:
     ``m += (1 - beta1) * (grad - m); v += (1 - beta2) * (grad**2 - v);

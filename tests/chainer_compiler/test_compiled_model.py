@@ -57,6 +57,25 @@ def test_gradients_and_running_averages_match_chainer(tmp_path):
     numpy.testing.assert_allclose(compiled.bn.avg_var, model.bn.avg_var, rtol=1e-5, atol=1e-7)
 
 
+class _BatchNormTwice(Net):
+    def forward(self, x):
+        return self.l2(self.bn(F.relu(self.bn(self.l1(x)))))
+
+
+def test_a_batch_normalization_link_called_twice_trains_as_in_chainer(tmp_path):
+    """Both calls update the running averages, the second from the first's result."""
+    model, path = _exported(tmp_path, _BatchNormTwice())
+    compiled = chainer_compiler.compile_onnx(_twin(model, _BatchNormTwice()), path,
+                                             'onnx_chainer')
+    for m in (model, compiled):
+        m.cleargrads()
+        F.softmax_cross_entropy(m(X), T).backward()
+    for (name, p), (_, q) in zip(sorted(model.namedparams()), sorted(compiled.namedparams())):
+        numpy.testing.assert_allclose(q.grad, p.grad, rtol=1e-4, atol=1e-6, err_msg=name)
+    numpy.testing.assert_allclose(compiled.bn.avg_mean, model.bn.avg_mean, rtol=1e-5, atol=1e-7)
+    numpy.testing.assert_allclose(compiled.bn.avg_var, model.bn.avg_var, rtol=1e-5, atol=1e-7)
+
+
 def test_evaluation_runs_the_inference_program(tmp_path):
     model, path = _exported(tmp_path)
     compiled = chainer_compiler.compile_onnx(_twin(model, Net()), path, 'onnx_chainer')
@@ -267,6 +286,25 @@ def test_unused_parameters_travel_in_the_file(tmp_path):
 def test_a_missing_file_is_a_clear_error(tmp_path):
     with pytest.raises(chainer_compiler.InvalidModelError, match='nope.onnx does not exist'):
         chainer_compiler.compile_onnx(Net(), str(tmp_path / 'nope.onnx'), 'onnx_chainer')
+
+
+def test_a_file_from_another_translator_is_refused_naming_both(tmp_path):
+    model, path = _exported(tmp_path)
+    with pytest.raises(ValueError, match="net.onnx was exported by translator 'onnx_chainer'"
+                                         ".*used_translator='ch2o'"):
+        chainer_compiler.compile_onnx(_twin(model, Net()), path, 'ch2o')
+    with pytest.raises(ValueError, match="unknown translator 'tf2onnx'"):
+        chainer_compiler.compile_onnx(_twin(model, Net()), path, 'tf2onnx')
+
+
+def test_a_file_that_records_no_translator_is_accepted(tmp_path):
+    model, path = _exported(tmp_path)
+    proto = onnx.load(path)
+    del proto.metadata_props[:]  # as another tool would write it
+    onnx.save(proto, path)
+    compiled = chainer_compiler.compile_onnx(_twin(model, Net()), path, 'ch2o')
+    with chainer.using_config('train', False):
+        numpy.testing.assert_allclose(compiled(X).array, model(X).array, rtol=1e-5, atol=1e-6)
 
 
 def test_dump_onnx_writes_forward_and_backward_graphs(tmp_path, capsys):

@@ -36,7 +36,8 @@ def test_names_that_are_not_utf8_are_an_invalid_model(check):
     model = make_model([helper.make_node('Relu', ['x'], ['yy'])],
                        [('x', TensorProto.FLOAT, [2])], [('yy', TensorProto.FLOAT, [2])])
     blob = model.SerializeToString().replace(b'yy', b'\xcb\x07')
-    with pytest.raises(InvalidModelError, match=r"onnx.NodeProto.output b'\\xcb\\x07' is not UTF-8"):
+    with pytest.raises(InvalidModelError,
+                       match=r"onnx.NodeProto.output b'\\xcb\\x07' is not UTF-8"):
         build_program(blob, check=check)
 
 
@@ -246,6 +247,7 @@ def test_declared_outputs_must_agree_with_the_graph(declared, message):
 
 def test_declared_outputs_may_be_less_specific_than_the_graph():
     model = make_model([helper.make_node('Relu', ['x'], ['y'])],
-                       [('x', TensorProto.FLOAT, ['N', 64])], [('y', TensorProto.FLOAT, ['N', None])])
+                       [('x', TensorProto.FLOAT, ['N', 64])],
+                       [('y', TensorProto.FLOAT, ['N', None])])
     program = build_program(model)
     assert program.outputs[0].shape == ('N', 64)  # inference fills in what is left open

@@ -2,6 +2,7 @@
 VM program, training the Chainer model's own arrays exactly as Chainer
 would."""
 import copy
+import dataclasses
 import os
 
 import chainer
@@ -14,7 +15,9 @@ from chainer import training
 from chainer.training import extensions
 
 import chainer_compiler
+from chainer_compiler.runtime import Instruction, ProgramFormatError
 from chainer_compiler.runtime.errors import InputValidationError
+from chainer_compiler.runtime.validation import validate_program
 from tests.models import MLP, LeNet5
 
 OPTIMIZERS = [
@@ -219,8 +222,9 @@ def test_an_update_rule_of_another_class_is_refused():
     optimizer = chainer.optimizers.SGD()
     optimizer.setup(model)
     model.predictor.l2.W.update_rule = _SignRule(optimizer.hyperparam)
-    with pytest.raises(NotImplementedError, match='parameter /predictor/l2/W is updated by '
-                       '_SignRule, but the compiled step implements SGDRule only; use compile_onnx'):
+    with pytest.raises(NotImplementedError,
+                       match='parameter /predictor/l2/W is updated by _SignRule, but the '
+                             'compiled step implements SGDRule only; use compile_onnx'):
         chainer_compiler.compile_training_step(model, optimizer, (x, t))
 
 
@@ -268,3 +272,26 @@ def test_a_link_the_forward_never_uses_is_left_alone():
         step = chainer_compiler.compile_training_step(model, optimizer, (x, t))
     step(x, t)
     assert model.predictor.spare.W.array is None
+
+
+def test_the_step_reads_no_parameter_after_its_in_place_update():
+    x, t = _batch((784,))
+    model = L.Classifier(MLP(16, 10))
+    optimizer = chainer.optimizers.Adam()
+    optimizer.setup(model)
+    program = chainer_compiler.compile_training_step(model, optimizer, (x, t)).program
+    validate_program(program, 'the step')  # the Executor it built did so too
+    # A program that still reads a parameter after its update is refused.
+    index, update = next((i, inst) for i, inst in enumerate(program.instructions)
+                         if inst.op == 'AdamUpdate')
+    param = update.inputs[0]
+    program.instructions[index] = dataclasses.replace(
+        update, frees=tuple(r for r in update.frees if r != param))
+    program.instructions.insert(index + 1, Instruction(
+        'Identity', (param,), (program.num_registers,), name='late'))
+    program.num_registers += 1
+    with pytest.raises(ProgramFormatError, match=(
+            r"^the step: instruction %d \(Identity, node 'late'.*\) reads register %d after "
+            r"instruction %d \(org.chainer_compiler::AdamUpdate.*\) updated it in place$"
+            % (index + 1, param, index))):
+        validate_program(program, 'the step')

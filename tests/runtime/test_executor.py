@@ -6,10 +6,19 @@ import pytest
 from onnx import TensorProto, helper
 
 from chainer_compiler import build_program
-from chainer_compiler.runtime import (Executor, InputValidationError, Instruction,
-                                      KernelBindError, KernelError, NonFiniteError,
-                                      OutputValidationError, Program, ProgramFormatError,
-                                      Tracer, ValueInfo)
+from chainer_compiler.runtime import (
+    Executor,
+    InputValidationError,
+    Instruction,
+    KernelBindError,
+    KernelError,
+    NonFiniteError,
+    OutputValidationError,
+    Program,
+    ProgramFormatError,
+    Tracer,
+    ValueInfo,
+)
 from chainer_compiler.runtime import executor as executor_module
 from tests.conftest import address_space_limit, make_model
 

@@ -43,7 +43,8 @@ def test_saved_program_runs_in_a_process_without_chainer_or_onnx(tmp_path, mlp_m
         'p = load_program(sys.argv[1])\n'
         'y = Executor(p, backend="numpy").run({"x": numpy.ones((2, 3), numpy.float32)})["y"]\n'
         'assert y.shape == (2, 4), y.shape\n'
-        'bad = sorted(m for m in sys.modules if m.split(".")[0] in ("chainer", "onnx", "onnxruntime"))\n'
+        'bad = sorted(m for m in sys.modules\n'
+        '             if m.split(".")[0] in ("chainer", "onnx", "onnxruntime"))\n'
         'print("LOADED", bad)\n')
     out = subprocess.run([sys.executable, '-c', script, path], capture_output=True, text=True)
     assert out.returncode == 0, out.stderr

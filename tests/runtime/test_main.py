@@ -3,8 +3,13 @@ import re
 
 import pytest
 
-from chainer_compiler.runtime import (Instruction, Program, ProgramFormatError, ValueInfo,
-                                      save_program)
+from chainer_compiler.runtime import (
+    Instruction,
+    Program,
+    ProgramFormatError,
+    ValueInfo,
+    save_program,
+)
 from chainer_compiler.runtime.__main__ import main
 
 
@@ -14,7 +19,9 @@ def _save(tmp_path, program):
     return path
 
 
-def _relu(output_register=1, input_info=ValueInfo('x', 0, 'tensor', 'float32', (2, 3))):
+def _relu(output_register=1, input_info=None):
+    if input_info is None:
+        input_info = ValueInfo('x', 0, 'tensor', 'float32', (2, 3))
     return Program(instructions=[Instruction('Relu', (0,), (1,), version=14)],
                    inputs=[input_info], outputs=[ValueInfo('y', output_register)],
                    num_registers=2)

@@ -6,9 +6,16 @@ import pytest
 from onnx import TensorProto, helper
 
 from chainer_compiler import build_program
-from chainer_compiler.runtime import (Executor, Instruction, Program, ProgramFormatError,
-                                      ValueInfo, load_program, save_program)
-from chainer_compiler.runtime import serialization
+from chainer_compiler.runtime import (
+    Executor,
+    Instruction,
+    Program,
+    ProgramFormatError,
+    ValueInfo,
+    load_program,
+    save_program,
+    serialization,
+)
 from tests.conftest import make_model
 
 

@@ -6,9 +6,17 @@ import numpy
 import pytest
 
 from chainer_compiler import build_program
-from chainer_compiler.runtime import (NO_REGISTER, Executor, Instruction, KernelBindError,
-                                      Program, ProgramFormatError, ValueInfo, load_program,
-                                      save_program)
+from chainer_compiler.runtime import (
+    NO_REGISTER,
+    Executor,
+    Instruction,
+    KernelBindError,
+    Program,
+    ProgramFormatError,
+    ValueInfo,
+    load_program,
+    save_program,
+)
 from chainer_compiler.runtime.validation import validate_program
 
 # The mlp_model fixture compiles to:
@@ -130,10 +138,13 @@ def test_validate_program_names_the_source_it_is_given(mlp_model):
 
 
 # -- Programs built in memory --------------------------------------------
-def _program(instructions, inputs=(ValueInfo('x', 0),), outputs=(ValueInfo('y', 1),),
-             num_registers=2, **fields):
-    return Program(instructions=list(instructions), inputs=list(inputs),
-                   outputs=list(outputs), num_registers=num_registers, **fields)
+def _program(instructions, inputs=None, outputs=None, num_registers=2, **fields):
+    """A Program of ``instructions`` reading input x (register 0) and
+    giving output y (register 1) unless told otherwise."""
+    return Program(instructions=list(instructions),
+                   inputs=list(inputs) if inputs is not None else [ValueInfo('x', 0)],
+                   outputs=list(outputs) if outputs is not None else [ValueInfo('y', 1)],
+                   num_registers=num_registers, **fields)
 
 
 def test_a_bad_register_is_refused_before_code_is_generated():

@@ -5,6 +5,7 @@ FunctionNodes of their own: their pieces are converted where they belong.
 """
 import numpy
 
+from ...runtime.ops.opset_rules import softmax_axes
 from .registry import converter  # noqa: F401
 
 
@@ -125,15 +126,14 @@ def convert_swish(ctx, call):
 
 
 def _softmax(op, ctx, call):
-    """Softmax/LogSoftmax along one axis.  From opset 13 ONNX's ``axis``
-    means that axis alone; before, the input is coerced to 2-D at ``axis``
-    (the axes after it join the reduction), which equals Chainer's only when
-    those axes are all of size 1.  Otherwise the axis is moved last and
-    back."""
+    """Softmax/LogSoftmax along one axis.  Where ONNX's ``axis`` means more
+    axes than that one (softmax_axes: before opset 13 the input is coerced
+    to 2-D at ``axis``), it equals Chainer's only when the others are all of
+    size 1; otherwise the axis is moved last and back."""
     shape = call.input_arrays[0].shape
     ndim = len(shape)
     axis = call.func.axis % ndim
-    if ctx.opset >= 13 or all(d == 1 for d in shape[axis + 1:]):
+    if all(shape[a] == 1 for a in softmax_axes(ctx.opset, ndim, axis) if a != axis):
         ctx.node(op, call.inputs, call.outputs, axis=axis)
         return
     perm = list(range(ndim))

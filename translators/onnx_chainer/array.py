@@ -5,10 +5,9 @@ resolves NumPy's semantics (negative axes, broadcasting of pad widths,
 ``split`` pieces, advanced indexing layout) here in Python and emits the
 smallest standard ONNX form.
 """
+import chainer
 import numpy
 from onnx import helper, numpy_helper
-
-import chainer
 
 from .registry import converter
 
@@ -464,7 +463,8 @@ def _pad_pairs(value, ndim, what):
     try:
         return numpy.broadcast_to(numpy.asarray(value), (ndim, 2))
     except ValueError:
-        raise ValueError('Pad: %s %r does not fit an input of %d dims' % (what, value, ndim))
+        raise ValueError('Pad: %s %r does not fit an input of %d dims'
+                         % (what, value, ndim)) from None
 
 
 @converter('Pad')

@@ -17,7 +17,7 @@ def convert_linear(ctx, call):
     ctx.node('Gemm', [x, W] + call.inputs[2:], call.outputs, transB=1)
 
 
-def _conv_geometry(func, ndim):
+def _conv_geometry(func):
     """(stride, pad, dilate) tuples of a Convolution2DFunction/ConvolutionND
     or their deconvolution counterparts."""
     if hasattr(func, 'sy'):  # the 2-D classes keep one attribute per axis
@@ -34,8 +34,7 @@ def convert_convolution(ctx, call):
     ONNX the identical output."""
     func = call.func
     x, W = call.input_arrays[:2]
-    ndim = x.ndim - 2
-    stride, pad, dilate = _conv_geometry(func, ndim)
+    stride, pad, dilate = _conv_geometry(func)
     pads_end = [p + (s - 1 if func.cover_all else 0) for p, s in zip(pad, stride)]
     ctx.node('Conv', call.inputs, call.outputs,
              kernel_shape=list(W.shape[2:]), strides=list(stride),
@@ -51,7 +50,7 @@ def convert_deconvolution(ctx, call):
     func = call.func
     x, W = call.input_arrays[:2]
     ndim = x.ndim - 2
-    stride, pad, dilate = _conv_geometry(func, ndim)
+    stride, pad, dilate = _conv_geometry(func)
     if hasattr(func, 'sy'):
         outsize = (func.outh, func.outw)
     else:

@@ -7,23 +7,21 @@ averages ``avg_mean``/``avg_var`` are inputs, traced as the initializers
 ``<link path>/avg_mean`` and ``/avg_var``) outside training, and
 ``F.batch_normalization`` in training, which normalizes with the batch
 statistics and updates the running averages in place.  Those are not inputs
-of the FunctionNode: it holds them as ``running_mean``/``running_var``.  A
-training-mode export makes them initializers named after the link (the path
-of its ``gamma``/``beta``) and adds the updated values as extra graph outputs
-``<link path>/avg_mean_updated`` and ``/avg_var_updated``.
+of the FunctionNode: it holds them as ``running_mean``/``running_var``.  In a
+training-mode export the tracer (tracing.UPDATED_IN_PLACE) makes them
+initializers holding their values from before the trace, named by the
+link's path (``<link path>/avg_mean``, ``/avg_var``), and the updated values
+extra graph outputs ``<link path>/avg_mean_updated`` and ``/avg_var_updated``;
+a link called twice updates them twice, the second call reading the first's
+result.
 
 Chainer updates ``avg = decay * avg + (1 - decay) * batch_stat`` (ONNX's
 ``momentum`` is ``decay``), using the *unbiased* batch variance (times
 m / (m - 1), m values per channel) for ``avg_var``, where ONNX's
-BatchNormalization uses the population variance; the converter corrects the
-variance output with ``adjust * var_onnx - (adjust - 1) * decay * var_in``,
-which is exact, so the running statistics match Chainer's.
-
-Deviations: the trace has already updated the running averages in place when
-the converter runs, so the initializers hold the values from before the pass
-recovered by undoing that update (float32 round-off, about 1 ulp); a link
-whose running averages are updated twice in one trace is refused.  Layouts
-other than statistics per axis 1 use reductions instead of the ONNX op.
+BatchNormalization uses the population variance; the variance output is
+corrected (``GraphBuilder.batch_normalization_training``), so the running
+statistics match Chainer's.  Layouts other than statistics per axis 1 use
+reductions instead of the ONNX op.
 """
 import numpy
 
@@ -54,38 +52,6 @@ def _is_channel_layout(x_ndim, key_axis):
 
 # -- BatchNormalization (batch statistics) -------------------------------------
 
-def _link_prefix(call):
-    """'/path/to/bn' from the names of gamma or beta, when they are a link's
-    parameters; None otherwise."""
-    for name in call.inputs[1:3]:
-        for suffix in ('/gamma', '/beta'):
-            if name.endswith(suffix):
-                return name[:-len(suffix)]
-    return None
-
-
-def _running_stats_before(call, axis):
-    """The running averages as they were before the traced forward pass
-    (Chainer updated them in place during it): undo
-    ``avg = decay * avg + (1 - decay) * stat`` with the batch statistics
-    recomputed the way Chainer computed them."""
-    func = call.func
-    x, gamma = call.input_arrays[:2]
-    mean_now = numpy.asarray(func.running_mean)
-    var_now = numpy.asarray(func.running_var)
-    decay = func.decay
-    if decay == 0:  # the old values do not matter
-        return mean_now.copy(), var_now.copy()
-    interm = numpy.promote_types(x.dtype, gamma.dtype)
-    mean = x.mean(axis=axis, dtype=interm)
-    var = x.var(axis=axis, dtype=interm)
-    m = x.size // gamma.size
-    adjust = m / max(m - 1., 1.)
-    before_mean = (mean_now - (1 - decay) * mean) / decay
-    before_var = (var_now - (1 - decay) * adjust * var) / decay
-    return (before_mean.astype(mean_now.dtype), before_var.astype(var_now.dtype))
-
-
 @converter('BatchNormalization')
 def convert_batch_normalization(ctx, call):
     """Normalization with the batch's statistics (``F.batch_normalization``);
@@ -93,32 +59,37 @@ def convert_batch_normalization(ctx, call):
     func = call.func
     x_arr, gamma_arr = call.input_arrays[:2]
     axis, key_axis = tuple(func.axis), tuple(func.key_axis)
-    if call.train and func.running_mean is not None:
-        _batch_norm_training(ctx, call, axis, key_axis)
+    channels = _is_channel_layout(x_arr.ndim, key_axis)
+    if not call.state_inputs:
+        # Only Y: the running averages (if any) are not part of an inference graph.
+        if channels:
+            dummy_mean = ctx.constant(numpy.zeros(gamma_arr.shape, gamma_arr.dtype), hint='mean')
+            dummy_var = ctx.constant(numpy.ones(gamma_arr.shape, gamma_arr.dtype), hint='var')
+            ctx.batch_normalization_training(call.inputs + [dummy_mean, dummy_var],
+                                             [call.outputs[0], None, None], func.eps, func.decay)
+        else:
+            _batch_norm_primitives(ctx, call, axis, key_axis, x_arr.dtype, call.outputs[0])
         return
-    # Only Y: the running averages (if any) are not part of an inference graph.
-    dtype = x_arr.dtype
-    if _is_channel_layout(x_arr.ndim, key_axis):
-        dummy_mean = ctx.constant(numpy.zeros(gamma_arr.shape, gamma_arr.dtype), hint='mean')
-        dummy_var = ctx.constant(numpy.ones(gamma_arr.shape, gamma_arr.dtype), hint='var')
-        _bn_training_node(ctx, call.inputs + [dummy_mean, dummy_var], func,
-                          [call.outputs[0], None, None])
+    mean_in, var_in = call.state_inputs
+    mean_out, var_out = call.state_outputs
+    count = x_arr.size // gamma_arr.size
+    stat_dtype = numpy.asarray(func.running_var).dtype
+    if channels:
+        ctx.batch_normalization_training(call.inputs + [mean_in, var_in],
+                                         [call.outputs[0], mean_out, var_out], func.eps,
+                                         func.decay, unbiased_count=count,
+                                         stat_dtype=stat_dtype)
         return
-    _batch_norm_primitives(ctx, call, axis, key_axis, dtype, call.outputs[0])
-
-
-def _bn_training_node(ctx, inputs, func, outputs):
-    """ONNX BatchNormalization in training mode; ``outputs`` is [Y, running
-    mean, running var] with None for names not needed."""
-    outputs = [o if o is not None else ctx.fresh('unused') for o in outputs]
-    if ctx.opset >= 14:
-        ctx.node('BatchNormalization', inputs, outputs, epsilon=float(func.eps),
-                 momentum=float(func.decay), training_mode=1)
-    else:
-        # Opset 9's form: training is implied by the five outputs.
-        outputs = outputs + [ctx.fresh('saved_mean'), ctx.fresh('saved_var')]
-        ctx.node('BatchNormalization', inputs, outputs, epsilon=float(func.eps),
-                 momentum=float(func.decay))
+    mean, var = _batch_norm_primitives(ctx, call, axis, key_axis, x_arr.dtype, call.outputs[0])
+    adjust = count / max(count - 1, 1)
+    decay = float(func.decay)
+    stat_shape = list(gamma_arr.shape)
+    for stat, running, factor, out in ((mean, mean_in, 1.0, mean_out),
+                                       (var, var_in, adjust, var_out)):
+        old = ctx.node('Mul', [running, ctx.constant(_scalar(decay, stat_dtype), hint='decay')])
+        new = ctx.node('Mul', [ctx.reshape(stat, stat_shape), ctx.constant(
+            _scalar((1 - decay) * factor, stat_dtype), hint='rate')])
+        ctx.node('Add', [old, new], [out])
 
 
 def _batch_norm_primitives(ctx, call, axis, key_axis, dtype, out):
@@ -136,56 +107,6 @@ def _batch_norm_primitives(ctx, call, axis, key_axis, dtype, out):
     scale = ctx.node('Div', [gamma_b, std])
     ctx.node('Add', [ctx.node('Mul', [centred, scale]), beta_b], [out])
     return mean, var
-
-
-def _batch_norm_training(ctx, call, axis, key_axis):
-    func = call.func
-    x_arr, gamma_arr = call.input_arrays[:2]
-    prefix = _link_prefix(call)
-    base = '/batch_normalization' if prefix is None else prefix
-    mean_name, var_name = base + '/avg_mean', base + '/avg_var'
-    if prefix is None:
-        mean_name, var_name = ctx.fresh(mean_name), ctx.fresh(var_name)
-    elif any(init.name == mean_name for init in ctx.initializers):
-        raise ValueError(
-            'BatchNormalization: the running averages of %s are updated more than once in '
-            'one training-mode trace (the link is called twice); this is not supported'
-            % prefix)
-    before_mean, before_var = _running_stats_before(call, axis)
-    mean_in = ctx.initializer(mean_name, before_mean)
-    var_in = ctx.initializer(var_name, before_var)
-    mean_out = ctx.reserve(mean_name + '_updated')
-    var_out = ctx.reserve(var_name + '_updated')
-
-    m = x_arr.size // gamma_arr.size
-    adjust = m / max(m - 1., 1.)
-    decay = float(func.decay)
-    stat_dtype = numpy.asarray(func.running_var).dtype
-    if _is_channel_layout(x_arr.ndim, key_axis):
-        var_pop = var_out if adjust == 1 else ctx.fresh('running_var')
-        _bn_training_node(ctx, call.inputs + [mean_in, var_in], func,
-                          [call.outputs[0], mean_out, var_pop])
-        if adjust != 1:
-            # ONNX: v' = d v + (1 - d) var;  Chainer: d v + (1 - d) adjust var
-            #   = adjust v' - (adjust - 1) d v.
-            scaled = ctx.node('Mul', [var_pop, ctx.constant(_scalar(adjust, stat_dtype),
-                                                            hint='adjust')])
-            carried = ctx.node('Mul', [var_in, ctx.constant(
-                _scalar((adjust - 1) * decay, stat_dtype), hint='decay_adjust')])
-            ctx.node('Sub', [scaled, carried], [var_out])
-    else:
-        mean, var = _batch_norm_primitives(ctx, call, axis, key_axis, x_arr.dtype,
-                                           call.outputs[0])
-        stat_shape = list(gamma_arr.shape)
-        for stat, running, factor, out in ((mean, mean_in, 1.0, mean_out),
-                                           (var, var_in, adjust, var_out)):
-            old = ctx.node('Mul', [running, ctx.constant(_scalar(decay, stat_dtype),
-                                                         hint='decay')])
-            new = ctx.node('Mul', [ctx.reshape(stat, stat_shape), ctx.constant(
-                _scalar((1 - decay) * factor, stat_dtype), hint='rate')])
-            ctx.node('Add', [old, new], [out])
-    ctx.add_output(mean_out, numpy.asarray(func.running_mean))
-    ctx.add_output(var_out, numpy.asarray(func.running_var))
 
 
 # -- FixedBatchNormalization ----------------------------------------------------

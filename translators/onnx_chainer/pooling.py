@@ -6,7 +6,7 @@ from onnx import TensorProto as onnx_types
 from .registry import converter
 
 
-def _geometry(func, ndim):
+def _geometry(func):
     """(ksize, stride, pad) tuples of a Pooling2D or _PoolingND function."""
     if hasattr(func, 'kh'):
         return (func.kh, func.kw), (func.sy, func.sx), (func.ph, func.pw)
@@ -31,7 +31,7 @@ def convert_max_pooling(ctx, call):
     if func.return_indices:
         raise ValueError('%s: return_indices=True is not supported' % call.name)
     x = call.input_arrays[0]
-    ksize, stride, pad = _geometry(func, x.ndim - 2)
+    ksize, stride, pad = _geometry(func)
     attrs = dict(kernel_shape=list(ksize), strides=list(stride), pads=list(pad) * 2)
     if not func.cover_all:
         ctx.node('MaxPool', call.inputs, call.outputs, **attrs)
@@ -71,8 +71,7 @@ def convert_average_pooling(ctx, call):
     which averages over the input elements only (count_include_pad=0;
     onnx-chainer ignored pad_value)."""
     func = call.func
-    x = call.input_arrays[0]
-    ksize, stride, pad = _geometry(func, x.ndim - 2)
+    ksize, stride, pad = _geometry(func)
     if func.cover_all:
         raise ValueError('%s: cover_all=True is not supported' % call.name)
     include_pad = getattr(func, 'pad_value', 0) is not None
@@ -90,7 +89,7 @@ def convert_unpooling(ctx, call):
     x_name = call.inputs[0]
     x = call.input_arrays[0]
     ndim = x.ndim - 2
-    ksize, stride, pad = _geometry(func, ndim)
+    ksize, stride, pad = _geometry(func)
     if hasattr(func, 'outh'):
         outsize = (func.outh, func.outw)
     else:

@@ -98,7 +98,8 @@ def _rerouted(fn, make_replacement):
     original.__kwdefaults__ = fn.__kwdefaults__
     key = '_chainer_compiler_%s' % fn.__name__
     namespace = {}
-    exec('def forward(*args, **kwargs):\n    return %s(*args, **kwargs)\n' % key, namespace)
+    exec('def forward(*args, **kwargs):\n    return %s(*args, **kwargs)\n' % key,  # noqa: S102
+         namespace)
     saved = fn.__code__, fn.__defaults__, fn.__kwdefaults__
     fn.__globals__[key] = make_replacement(original)
     fn.__code__ = namespace['forward'].__code__

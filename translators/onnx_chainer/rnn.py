@@ -23,16 +23,14 @@ Two ways a recurrent network reaches ONNX:
 import contextlib
 import functools
 
-import numpy
-
 import chainer
 import chainerx
+import numpy
 from chainer.functions.rnn import n_step_gru as _gru_module
 from chainer.functions.rnn import n_step_lstm as _lstm_module
 from chainer.functions.rnn import n_step_rnn as _rnn_module
 
 from .registry import converter
-
 
 # ---------------------------------------------------------------------------
 # Cell functions (decomposed form)

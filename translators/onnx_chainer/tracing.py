@@ -9,18 +9,26 @@ import contextlib
 import os
 import sys
 import warnings
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import chainer
 import numpy
 
-from . import registry, rnn
-from .recordable import recordable_functions
 from ...onnx_builder import GraphBuilder, value_info
+from . import registry, rnn
+from .naming import named_arrays
+from .recordable import recordable_functions
 
 DEFAULT_OPSET = 17
 MIN_OPSET = 11
 MAX_OPSET = 26  # the newest both onnx 1.22 and onnxruntime 1.31 accept
+
+#: FunctionNode attributes holding arrays the function updates in place
+#: (F.batch_normalization's running averages).  The recorder copies each
+#: such array before its first update, so the exported graph starts from
+#: the values the model had before the trace; a later call in the same
+#: trace reads the value the graph computed for the earlier one.
+UPDATED_IN_PLACE = ('running_mean', 'running_var')
 
 
 class UnsupportedFunctionError(Exception):
@@ -36,6 +44,11 @@ class FunctionCall:
     input_arrays: tuple   # the arrays it was called with (NumPy)
     call_site: str        # 'file:line' of the user code that called it
     train: bool           # exported in training mode
+    # Training mode: for each array the function updates in place (in
+    # UPDATED_IN_PLACE order), the ONNX name of its value before the call
+    # and the name its updated value must get.  Empty otherwise.
+    state_inputs: list = field(default_factory=list)
+    state_outputs: list = field(default_factory=list)
 
     @property
     def name(self):
@@ -47,9 +60,19 @@ class _Recorder(chainer.FunctionHook):
 
     def __init__(self):
         self.calls = []
+        self.before = {}  # id(array) -> its value before the trace updated it
 
     def forward_preprocess(self, function, in_data):
+        for _, array in _updated_in_place(function):
+            if id(array) not in self.before:
+                self.before[id(array)] = _to_numpy(array).copy()
         self.calls.append((function, tuple(in_data), _user_call_site()))
+
+
+def _updated_in_place(function):
+    """[(attribute, array)] of the arrays ``function`` updates in place."""
+    return [(attr, getattr(function, attr)) for attr in UPDATED_IN_PLACE
+            if getattr(function, attr, None) is not None]
 
 
 _INTERNAL_DIRS = tuple(os.path.dirname(m.__file__) + os.sep for m in (chainer,)) + (
@@ -107,8 +130,8 @@ def export_model(model, inputs, opset_version=None, input_names=None, output_nam
             inputs = (inputs,)
         ordered = [_as_variable(v) for v in inputs]
         call = lambda: model(*ordered)  # noqa: E731
-    state_names = {name: 'a parameter' for name, _ in model.namedparams(include_uninit=True)}
-    state_names.update((name, 'a persistent value') for name, _, _ in named_persistents(model))
+    state_names = {a.name: 'a parameter' if a.is_parameter else 'a persistent value'
+                   for a in named_arrays(model)}
     in_names = _names(input_names, len(ordered), 'input', 'input_names', state_names)
 
     recorder = _Recorder()
@@ -136,13 +159,15 @@ def export_model(model, inputs, opset_version=None, input_names=None, output_nam
         names[id(var.node)] = ctx.reserve(name)
     for name in out_names:
         ctx.reserve(name)
-    params = {id(p.node): (name, p) for name, p in model.namedparams() if p.array is not None}
-    persistents = {id(getattr(link, attr)): name
-                   for name, link, attr in named_persistents(model)}
+    arrays = named_arrays(model)
+    params = {id(a.value.node): (a.name, a.value) for a in arrays
+              if a.is_parameter and a.value.array is not None}
     needed = _needed_functions(results)
+    state = _State(ctx, {id(a.value): a.name for a in arrays if not a.is_parameter},
+                   recorder.before, [f for f, _, _ in recorder.calls if id(f) in needed])
     wanted_outputs = {id(r.node): n for r, n in zip(results, out_names)
                       if r.creator_node is not None and id(r.node) not in names}
-    persistent_names, unsupported = set(), []
+    unsupported = []
 
     def input_name(node, array):
         key = id(node)
@@ -151,12 +176,8 @@ def export_model(model, inputs, opset_version=None, input_names=None, output_nam
         if key in params:
             pname, p = params[key]
             names[key] = ctx.initializer(pname, _to_numpy(p.array))
-        elif id(array) in persistents:
-            # A link called twice passes the same running averages twice.
-            name = persistents[id(array)]
-            if name not in persistent_names:
-                persistent_names.add(ctx.initializer(name, _to_numpy(array)))
-            names[key] = name
+        elif state.is_state(array):
+            names[key] = state.value(array)
         else:
             names[key] = ctx.constant(_to_numpy(array).copy(), hint='const')
         return names[key]
@@ -181,7 +202,10 @@ def export_model(model, inputs, opset_version=None, input_names=None, output_nam
             elif key is not None:
                 names[key] = ctx.fresh(type(func).__name__)
             outs.append(names[key] if key is not None else ctx.fresh('unused'))
-        fn(ctx, FunctionCall(target, ins, outs, tuple(_to_numpy(a) for a in in_data), site, train))
+        call = FunctionCall(target, ins, outs, tuple(_to_numpy(a) for a in in_data), site, train)
+        if train:
+            call.state_inputs, call.state_outputs = state.update(func)
+        fn(ctx, call)
     if unsupported:
         raise UnsupportedFunctionError(
             'no converter for %d Chainer function call(s):\n  %s\n(add one with '
@@ -198,7 +222,7 @@ def export_model(model, inputs, opset_version=None, input_names=None, output_nam
         graph_outputs.append(value_info(name, _to_numpy(var.array)))
     graph_outputs.extend(value_info(name, _to_numpy(array)) for name, array in ctx.extra_outputs)
 
-    _add_unused_state(ctx, model)
+    _add_unused_state(ctx, arrays, state)
     graph_inputs = [value_info(n, _to_numpy(v.array)) for v, n in zip(ordered, in_names)]
     return ctx.make_model(type(model).__name__, graph_inputs, graph_outputs)
 
@@ -235,34 +259,79 @@ def _names(given, count, prefix, argument, taken):
     return names
 
 
-def named_persistents(model):
-    """[('/link/path/name', link, attribute)] for the persistent arrays of
-    ``model`` and its links (``/bn/avg_mean``), named like parameters.
-    Persistent values that are not arrays (BatchNormalization's counter
-    ``N``, Python scalars) are not listed: an ONNX initializer is a tensor,
-    and no converter reads them."""
-    return [('%s/%s' % (path if path != '/' else '', name), link, name)
-            for path, link in model.namedlinks() for name in sorted(link._persistent)
-            if isinstance(getattr(link, name, None), chainer.get_array_types())]
+class _State:
+    """The graph's values of the model's persistent arrays and of the
+    arrays a training-mode trace updates in place (running averages).
+
+    Each starts as an initializer holding its value from before the trace,
+    named by its path (``/bn/avg_mean``) when it is one of the model's
+    persistent arrays.  Each update by a call gives it a new value; the last
+    one, named ``<name>_updated``, is a graph output.  So a link called
+    twice exports both updates, the second reading the first's result, as
+    Chainer computed them."""
+
+    def __init__(self, ctx, persistents, before, calls):
+        self.ctx = ctx
+        self.persistents = persistents  # id(array) -> ONNX name
+        self.before = before            # id(array) -> value before the trace updated it
+        self.names = {}                 # id(array) -> its initializer's name
+        self.current = {}               # id(array) -> the name of its latest value
+        self.last_update = {id(array): func for func in calls
+                            for _, array in _updated_in_place(func)}
+
+    def is_state(self, array):
+        """Whether ``array`` is a persistent array or was updated in place."""
+        return id(array) in self.persistents or id(array) in self.current
+
+    def initial(self, array):
+        """``array``'s value before the trace (NumPy)."""
+        before = self.before.get(id(array))
+        return _to_numpy(array) if before is None else before
+
+    def value(self, array, hint='state'):
+        """The name of ``array``'s current value in the graph."""
+        key = id(array)
+        if key not in self.current:
+            name = self.persistents.get(key) or self.ctx.fresh(hint)
+            self.names[key] = self.current[key] = self.ctx.initializer(
+                name, self.initial(array))
+        return self.current[key]
+
+    def update(self, func):
+        """For the arrays ``func`` updates in place: the names of their
+        values before the call, and the names their new values get."""
+        inputs, outputs = [], []
+        for attr, array in _updated_in_place(func):
+            inputs.append(self.value(array, attr))
+            key = id(array)
+            updated = self.names[key] + '_updated'
+            if self.last_update[key] is func:
+                self.current[key] = self.ctx.reserve(updated)
+                self.ctx.add_output(updated, self.initial(array))
+            else:
+                self.current[key] = self.ctx.fresh(updated)
+            outputs.append(self.current[key])
+        return inputs, outputs
 
 
-def _add_unused_state(ctx, model):
-    """Add the parameters and persistent arrays the graph does not use as
-    initializers too, warning with their names: the file then holds every
-    array of the model, which is what ``compile_onnx`` checks a file
-    against.  A parameter never initialized has no array to add."""
-    state = [(name, p.array) for name, p in model.namedparams(include_uninit=True)]
-    state += [(name, getattr(link, attr)) for name, link, attr in named_persistents(model)]
+def _add_unused_state(ctx, arrays, state):
+    """Add the parameters and persistent arrays (``arrays``, NamedArrays)
+    the graph does not use as initializers too, warning with their names:
+    the file then holds every array of the model, which is what
+    ``compile_onnx`` checks a file against.  A parameter never initialized
+    has no array to add."""
+    values = [(a.name, a.value.array if a.is_parameter else state.initial(a.value))
+              for a in arrays]
     written = {init.name for init in ctx.initializers}
-    unused = [(name, array) for name, array in state if name not in written]
+    unused = [(name, array) for name, array in values if name not in written]
     kept = [name for name, array in unused if array is not None]
     if kept:
         warnings.warn('parameters not used by the exported graph: %s (in the file all the same)'
-                      % ', '.join(kept))
+                      % ', '.join(kept), stacklevel=2)
     uninitialized = [name for name, array in unused if array is None]
     if uninitialized:
         warnings.warn('parameters never initialized are not in the file (compile_onnx refuses '
-                      'it for this model): %s' % ', '.join(uninitialized))
+                      'it for this model): %s' % ', '.join(uninitialized), stacklevel=2)
     for name, array in unused:
         if array is not None:
             ctx.initializer(name, _to_numpy(array))
@@ -285,4 +354,4 @@ def _needed_functions(results):
 
 
 __all__ = ['DEFAULT_OPSET', 'FunctionCall', 'MAX_OPSET', 'MIN_OPSET',
-           'UnsupportedFunctionError', 'export_model', 'named_persistents']
+           'UnsupportedFunctionError', 'export_model']

@@ -8,8 +8,8 @@ from onnx import helper
 
 from chainer_compiler.autodiff.registry import rule_for
 from chainer_compiler.runtime import Executor
-from chainer_compiler.training import compile_training
 from chainer_compiler.runtime.ops.registry import registered_kernels
+from chainer_compiler.training import compile_training
 
 from .gradcheck import check_gradients, single_node_model
 

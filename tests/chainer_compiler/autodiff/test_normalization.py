@@ -1,17 +1,18 @@
-"""Gradient rules of the normalization family, and the custom training
-operator BatchNormalizationTraining against Chainer."""
+"""Gradient rules of the normalization family, and BatchNormalization's
+training form (to_training_mode) against Chainer."""
 import numpy
 import pytest
 
 from chainer_compiler.autodiff import differentiable_ops
-from chainer_compiler.runtime.ops.normalization import (batch_normalization_grad,
-                                                        batch_normalization_training)
+from chainer_compiler.frontend import load_onnx
+from chainer_compiler.passes.training_mode import to_training_mode
+from chainer_compiler.runtime import Executor
+from chainer_compiler.training import compile_training
 
 from .gradcheck import check_gradients, single_node_model
 from .test_connection import translator_ops
 
 FAMILY = 'normalization'
-CUSTOM = 'org.chainer_compiler'
 
 
 def test_translator_ops_covered():
@@ -81,32 +82,13 @@ def test_batch_normalization_training_five_outputs(opset):
     check_gradients(model, inputs)
 
 
-@pytest.mark.parametrize('shape', [(4, 3), (2, 3, 2, 3), (2, 2, 3, 2, 2)])
-@pytest.mark.parametrize('saved', [True, False])
-def test_batch_normalization_training_custom(shape, saved):
-    inputs = _bn_inputs(shape)
-    constants = {'running_mean': inputs.pop('mean'), 'running_var': inputs.pop('var')}
-    model = single_node_model('BatchNormalizationTraining', inputs, n_outputs=5,
-                              domain=CUSTOM, constants=constants, epsilon=1e-3, momentum=0.7)
-    if not saved:
-        del model.graph.node[0].output[3:]
-    check_gradients(_only_first_output(model), inputs)
-
-
-def test_batch_normalization_training_custom_shape_inference():
-    from onnx import shape_inference
-    inputs = _bn_inputs((2, 3, 4))
-    model = single_node_model('BatchNormalizationTraining', inputs, n_outputs=5,
-                              domain=CUSTOM, epsilon=1e-3)
-    inferred = shape_inference.infer_shapes(model, strict_mode=True)
-    shapes = {v.name: [d.dim_value for d in v.type.tensor_type.shape.dim]
-              for v in inferred.graph.output}
-    assert shapes == {'y0': [2, 3, 4], 'y1': [3], 'y2': [3], 'y3': [3], 'y4': [3]}
-
-
+@pytest.mark.parametrize('opset', [9, 17])
 @pytest.mark.parametrize('shape', [(5, 3), (4, 3, 2, 3)])
 @pytest.mark.parametrize('decay', [0.9, 0.0])
-def test_batch_normalization_training_matches_chainer(shape, decay):
+def test_batch_normalization_training_matches_chainer(shape, decay, opset):
+    """An inference BatchNormalization made a training one by
+    to_training_mode (five outputs at opset 9, training_mode at 17): Y, the
+    running averages and the compiled backward match L.BatchNormalization."""
     import chainer
     import chainer.links as L
     rng = numpy.random.RandomState(7)
@@ -127,18 +109,35 @@ def test_batch_normalization_training_matches_chainer(shape, decay):
     y.grad = gy
     y.backward()
 
-    outs = batch_normalization_training(numpy, x, gamma, beta, *before, epsilon=2e-5,
-                                        momentum=decay)
-    y_ours, new_mean, new_var, saved_mean, saved_inv_std = outs
-    numpy.testing.assert_allclose(y_ours, y.array, rtol=1e-5, atol=1e-5)
-    numpy.testing.assert_allclose(new_mean, link.avg_mean, rtol=1e-5, atol=1e-6)
-    numpy.testing.assert_allclose(new_var, link.avg_var, rtol=1e-5, atol=1e-6)
-    # And the backward with the saved statistics, against Chainer's.
-    gx, g_gamma, g_beta = batch_normalization_grad(numpy, x, gamma, gy, saved_mean,
-                                                   saved_inv_std, epsilon=2e-5)
-    numpy.testing.assert_allclose(gx, xv.grad, rtol=1e-4, atol=1e-5)
-    numpy.testing.assert_allclose(g_gamma, link.gamma.grad, rtol=1e-4, atol=1e-5)
-    numpy.testing.assert_allclose(g_beta, link.beta.grad, rtol=1e-4, atol=1e-5)
+    model = load_onnx(single_node_model(
+        'BatchNormalization', {'x': x, 'scale': gamma, 'b': beta}, opset=opset,
+        constants={'mean': before[0], 'var': before[1]}, epsilon=2e-5), check=False)
+    updates = to_training_mode(model, {'mean': decay})
+    assert updates == [('mean/updated', 'mean'), ('var/updated', 'var')]
+    assert [n.domain for n in model.graph.node] == [''] * len(model.graph.node)
+    programs = compile_training(model, params=['mean', 'var'], wrt=['x', 'scale', 'b'],
+                                state_outputs=[u for u, _ in updates], check=False)
+    values = Executor(programs.forward, backend='numpy').run_positional(
+        [x, gamma, beta, *before])
+    outs = dict(zip([v.name for v in programs.forward.outputs], values))
+    numpy.testing.assert_allclose(outs['y0'], y.array, rtol=1e-5, atol=1e-5)
+    numpy.testing.assert_allclose(outs['mean/updated'], link.avg_mean, rtol=1e-5, atol=1e-6)
+    numpy.testing.assert_allclose(outs['var/updated'], link.avg_var, rtol=1e-5, atol=1e-6)
+    grads = dict(zip(programs.grads_for, Executor(programs.backward, backend='numpy')
+                     .run_positional([gy] + [outs[r] for r in programs.retained])))
+    numpy.testing.assert_allclose(grads['x'], xv.grad, rtol=1e-4, atol=1e-5)
+    numpy.testing.assert_allclose(grads['scale'], link.gamma.grad, rtol=1e-4, atol=1e-5)
+    numpy.testing.assert_allclose(grads['b'], link.beta.grad, rtol=1e-4, atol=1e-5)
+
+
+def test_training_mode_leaves_a_training_batch_normalization_as_it_is():
+    inputs = _bn_inputs((2, 3, 4))
+    constants = {k: inputs.pop(k) for k in ('mean', 'var')}
+    model = load_onnx(single_node_model('BatchNormalization', inputs, n_outputs=3, opset=15,
+                                        constants=constants, training_mode=1), check=False)
+    before = model.SerializeToString()
+    assert to_training_mode(model) == []
+    assert model.SerializeToString() == before
 
 
 # -- LayerNormalization, GroupNormalization, InstanceNormalization -------------------
@@ -188,6 +187,7 @@ def test_lrn(size):
 def test_lrn_matches_chainer():
     import chainer
     import chainer.functions as F
+
     from chainer_compiler.runtime.ops.normalization import lrn_grad
     x = _rand(2, 7, 3, 2).astype(numpy.float32)
     gy = _rand(2, 7, 3, 2, seed=1).astype(numpy.float32)

@@ -67,6 +67,7 @@ def test_max_pool_ties_go_to_first_maximum():
     takes the whole gradient."""
     import chainer
     import chainer.functions as F
+
     from chainer_compiler.runtime.ops.pooling import max_pool, max_pool_grad
     x = numpy.zeros((1, 1, 4, 4), numpy.float32)
     x[0, 0, 1, 1] = x[0, 0, 1, 2] = x[0, 0, 2, 1] = 1  # ties in overlapping windows
@@ -85,6 +86,7 @@ def test_max_pool_ties_go_to_first_maximum():
 def test_max_pool_matches_chainer_padded_cover_all():
     import chainer
     import chainer.functions as F
+
     from chainer_compiler.runtime.ops.pooling import max_pool, max_pool_grad
     rng = numpy.random.RandomState(1)
     x = rng.randint(0, 3, (2, 3, 7, 6)).astype(numpy.float32)   # many ties
@@ -140,6 +142,7 @@ def test_max_roi_pool():
 def test_max_roi_pool_matches_chainer():
     import chainer
     import chainer.functions as F
+
     from chainer_compiler.runtime.ops.pooling import max_roi_pool, max_roi_pool_grad
     rng = numpy.random.RandomState(2)
     x = rng.randint(0, 4, (2, 3, 8, 9)).astype(numpy.float32)

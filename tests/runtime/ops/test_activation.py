@@ -3,9 +3,9 @@ it helps."""
 import math
 
 import numpy as np
+import onnxruntime
 import pytest
 from onnx import helper
-import onnxruntime
 from onnx.reference import ReferenceEvaluator
 
 from chainer_compiler.runtime.ops import activation as act

@@ -5,8 +5,12 @@ import pytest
 from onnx import helper
 from onnx.reference import ReferenceEvaluator
 
-from chainer_compiler.runtime.ops.attention import (attention, flex_attention,
-                                                    linear_attention, rotary_embedding)
+from chainer_compiler.runtime.ops.attention import (
+    attention,
+    flex_attention,
+    linear_attention,
+    rotary_embedding,
+)
 
 
 def _reference(op, inputs, n_outputs, opset, **attrs):

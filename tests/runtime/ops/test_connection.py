@@ -9,8 +9,15 @@ from onnx.reference import ReferenceEvaluator
 
 from chainer_compiler.runtime.ops import lookup
 from chainer_compiler.runtime.ops.connection import (
-    causal_conv_with_state, col2im, col2im_op, conv, conv_transpose, deform_conv, im2col,
-    window_geometry)
+    causal_conv_with_state,
+    col2im,
+    col2im_op,
+    conv,
+    conv_transpose,
+    deform_conv,
+    im2col,
+    window_geometry,
+)
 
 _RNG = np.random.default_rng(0)
 

@@ -4,8 +4,10 @@ import pytest
 from onnx import helper
 from onnx.reference import ReferenceEvaluator
 
-from chainer_compiler.runtime.ops.loss import (negative_log_likelihood_loss,
-                                               softmax_cross_entropy_loss)
+from chainer_compiler.runtime.ops.loss import (
+    negative_log_likelihood_loss,
+    softmax_cross_entropy_loss,
+)
 
 
 def _reference(op, inputs, n_outputs, **attrs):

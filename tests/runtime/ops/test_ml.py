@@ -5,7 +5,12 @@ import numpy as np
 import pytest
 
 from chainer_compiler.runtime.ops.ml import (
-    array_feature_extractor, binarizer, label_encoder, label_encoder_1, tree_ensemble)
+    array_feature_extractor,
+    binarizer,
+    label_encoder,
+    label_encoder_1,
+    tree_ensemble,
+)
 
 
 def S(*values):

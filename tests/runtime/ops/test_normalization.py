@@ -3,10 +3,11 @@ it helps."""
 import numpy as np
 import onnxruntime
 import pytest
-from onnx import helper
+from onnx import defs, helper
 from onnx.reference import ReferenceEvaluator
 
 from chainer_compiler.runtime.ops import normalization as nz
+from chainer_compiler.runtime.ops import opset_rules
 
 
 def _reference(op, inputs, n_outputs, opset, runtime='reference', **attrs):
@@ -79,6 +80,19 @@ def test_batch_norm_before_14_trains_when_asked_for_five_outputs():
         out = nz.batch_normalization_v1(np, x, scale, b, mean, var, **kwargs)
         out = out[0] if isinstance(out, tuple) else out
         _assert_close(out, nz.batch_normalization(np, x, scale, b, mean, var))
+
+
+@pytest.mark.parametrize('version', [6, 7, 9, 13, 14, 15, 26])
+def test_batch_norm_training_form_is_read_back_as_training(version):
+    """The form the converters write for a training BatchNormalization is
+    one ONNX's schema allows and one the kernels and the rule read as
+    training; one output alone (or is_test) means inference."""
+    attrs, n_outputs = opset_rules.batch_norm_training_form(version)
+    assert opset_rules.batch_norm_trains(version, n_outputs, **attrs)
+    assert not opset_rules.batch_norm_trains(version, 1)
+    assert not opset_rules.batch_norm_trains(version, 5, is_test=1)
+    schema = defs.get_schema('BatchNormalization', version)
+    assert schema.max_output == n_outputs and set(attrs) <= set(schema.attributes)
 
 
 def test_batch_norm_non_spatial_statistics_are_per_feature():

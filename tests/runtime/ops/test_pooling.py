@@ -5,8 +5,17 @@ import pytest
 
 from chainer_compiler.runtime.ops import lookup
 from chainer_compiler.runtime.ops.pooling import (
-    average_pool, global_average_pool, global_lp_pool, global_max_pool, lp_pool, max_pool,
-    max_roi_pool, max_unpool, roi_align, roi_align_10)
+    average_pool,
+    global_average_pool,
+    global_lp_pool,
+    global_max_pool,
+    lp_pool,
+    max_pool,
+    max_roi_pool,
+    max_unpool,
+    roi_align,
+    roi_align_10,
+)
 
 from .test_connection import run_ort
 

@@ -4,8 +4,14 @@ import numpy as np
 import pytest
 
 from chainer_compiler.runtime.ops.quantization import (
-    conv_integer, dequantize_linear, dynamic_quantize_linear, matmul_integer, qlinear_conv,
-    qlinear_matmul, quantize_linear)
+    conv_integer,
+    dequantize_linear,
+    dynamic_quantize_linear,
+    matmul_integer,
+    qlinear_conv,
+    qlinear_matmul,
+    quantize_linear,
+)
 
 
 def test_quantize_rounds_half_to_even_and_saturates_uint8():

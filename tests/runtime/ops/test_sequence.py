@@ -3,9 +3,19 @@ import numpy as np
 import pytest
 
 from chainer_compiler.runtime.ops.sequence import (
-    concat_from_sequence, optional, optional_get_element, optional_has_element,
-    sequence_at, sequence_construct, sequence_empty, sequence_erase, sequence_insert,
-    sequence_length, sequence_map, split_to_sequence)
+    concat_from_sequence,
+    optional,
+    optional_get_element,
+    optional_has_element,
+    sequence_at,
+    sequence_construct,
+    sequence_empty,
+    sequence_erase,
+    sequence_insert,
+    sequence_length,
+    sequence_map,
+    split_to_sequence,
+)
 
 
 def _seq(*values):

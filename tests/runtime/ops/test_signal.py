@@ -3,7 +3,14 @@ import numpy as np
 import pytest
 
 from chainer_compiler.runtime.ops.signal import (
-    blackman_window, dft, dft_17, hamming_window, hann_window, mel_weight_matrix, stft)
+    blackman_window,
+    dft,
+    dft_17,
+    hamming_window,
+    hann_window,
+    mel_weight_matrix,
+    stft,
+)
 
 
 def _complex(y):

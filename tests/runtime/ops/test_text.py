@@ -3,7 +3,12 @@ import numpy as np
 import pytest
 
 from chainer_compiler.runtime.ops.text import (
-    regex_full_match, string_concat, string_normalizer, string_split, tfidf_vectorizer)
+    regex_full_match,
+    string_concat,
+    string_normalizer,
+    string_split,
+    tfidf_vectorizer,
+)
 
 
 def S(*values, shape=None):

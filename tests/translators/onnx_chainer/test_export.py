@@ -34,6 +34,18 @@ def test_export_writes_a_checked_file_and_returns_its_name(tmp_path):
     onnx.checker.check_model(onnx.load(path))
 
 
+@pytest.mark.parametrize('opset', [None, 13])
+def test_export_records_producer_translator_and_opset(tmp_path, opset):
+    path = chainer_compiler.export(chainer.Sequential(L.Linear(3, 4)), [X],
+                                   str(tmp_path / 'm.onnx'), opset_version=opset)
+    model = onnx.load(path)
+    assert (model.producer_name, model.producer_version) == (
+        'chainer-compiler', chainer_compiler.__version__)
+    assert {p.key: p.value for p in model.metadata_props} == {
+        'chainer_compiler.translator': 'onnx_chainer',
+        'chainer_compiler.opset': str(opset or 17)}
+
+
 def test_export_without_filename_writes_a_temporary_file():
     path = chainer_compiler.export(chainer.Sequential(L.Linear(3, 4)), X)
     try:

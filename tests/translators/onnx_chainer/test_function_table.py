@@ -1,7 +1,9 @@
 import os
 
-from chainer_compiler.translators.onnx_chainer.function_table import (ONNX_CHAINER_FUNCTIONS,
-                                                                      markdown)
+from chainer_compiler.translators.onnx_chainer.function_table import (
+    ONNX_CHAINER_FUNCTIONS,
+    markdown,
+)
 from chainer_compiler.translators.onnx_chainer.registry import supported_functions
 
 DOC = os.path.join(os.path.dirname(__file__), '..', '..', '..', 'docs', 'supported_functions.md')

@@ -5,7 +5,9 @@ import chainer
 import chainer.functions as F
 import numpy
 import pytest
-from chainer.functions.math import basic_math, matmul as matmul_mod, tensordot as tensordot_mod
+from chainer.functions.math import basic_math
+from chainer.functions.math import matmul as matmul_mod
+from chainer.functions.math import tensordot as tensordot_mod
 from onnx import TensorProto
 
 from chainer_compiler.translators.onnx_chainer import export_model, supported_functions

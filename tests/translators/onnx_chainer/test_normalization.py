@@ -143,12 +143,11 @@ def test_batch_normalization_training_updates_running_averages(case, opset):
                                            axis=bn.axis).array
 
     proto = export_model(model, x, opset_version=opset, train=True)
-    # The trace updated the link like a training step would.
+    # The trace updated the link like a training step would; the file holds
+    # the values from before it, exactly.
     assert not numpy.allclose(bn.avg_mean, before_mean)
-    numpy.testing.assert_allclose(_initializer(proto, '/bn/avg_mean'), before_mean,
-                                  rtol=1e-5, atol=1e-6)
-    numpy.testing.assert_allclose(_initializer(proto, '/bn/avg_var'), before_var,
-                                  rtol=1e-5, atol=1e-6)
+    numpy.testing.assert_array_equal(_initializer(proto, '/bn/avg_mean'), before_mean)
+    numpy.testing.assert_array_equal(_initializer(proto, '/bn/avg_var'), before_var)
     assert [o.name for o in proto.graph.output] == [
         'output_0', '/bn/avg_mean_updated', '/bn/avg_var_updated']
     for runtime, out in _run(proto, x).items():
@@ -191,9 +190,30 @@ class _Twice(_Wrap):
         return self.bn(self.bn(x))
 
 
-def test_batch_normalization_link_called_twice_in_training_is_refused():
-    with pytest.raises(ValueError, match='BatchNormalization.*/bn'):
-        export_model(_Twice(_randomize_bn(L.BatchNormalization(4))), _rand(3, 4), train=True)
+@pytest.mark.parametrize('opset', [13, 17])
+@pytest.mark.parametrize('size,axis,x_shape', [(4, None, (3, 4)), (4, None, (2, 4, 3, 3)),
+                                               (3, (0, 1), (2, 4, 3))])
+def test_batch_normalization_link_called_twice_in_training(opset, size, axis, x_shape):
+    """Both updates are exported, the second reading the first's result:
+    Y and the running averages match Chainer's after its two updates."""
+    x = _rand(*x_shape, low=-2, high=3)
+    bn = _randomize_bn(L.BatchNormalization(size, axis=axis))
+    twin = _Twice(bn.copy(mode='copy'))
+    before_mean, before_var = bn.avg_mean.copy(), bn.avg_var.copy()
+    with chainer.using_config('train', True):
+        expected_y = twin(x).array
+    proto = export_model(_Twice(bn), x, opset_version=opset, train=True)
+    numpy.testing.assert_array_equal(_initializer(proto, '/bn/avg_mean'), before_mean)
+    numpy.testing.assert_array_equal(_initializer(proto, '/bn/avg_var'), before_var)
+    assert [o.name for o in proto.graph.output] == [
+        'output_0', '/bn/avg_mean_updated', '/bn/avg_var_updated']
+    for runtime, out in _run(proto, x).items():
+        numpy.testing.assert_allclose(out['output_0'], expected_y, rtol=1e-4, atol=1e-5,
+                                      err_msg=runtime)
+        numpy.testing.assert_allclose(out['/bn/avg_mean_updated'], twin.bn.avg_mean,
+                                      rtol=1e-5, atol=1e-6, err_msg=runtime)
+        numpy.testing.assert_allclose(out['/bn/avg_var_updated'], twin.bn.avg_var,
+                                      rtol=1e-5, atol=1e-6, err_msg=runtime)
 
 
 def test_batch_normalization_link_called_twice_in_inference():

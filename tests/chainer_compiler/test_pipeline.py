@@ -1,0 +1,137 @@
+import os
+
+import chainer
+import chainer.functions as F
+import chainer.links as L
+import numpy
+import onnx
+import pytest
+from onnx import TensorProto, helper, numpy_helper
+
+import chainer_compiler
+from chainer_compiler import pipeline
+from chainer_compiler.codegen import emit_program
+from chainer_compiler.errors import UnsupportedOperatorsError
+from chainer_compiler.training import OptimizerUpdate, compile_step_program, compile_training
+
+DOC = os.path.join(os.path.dirname(__file__), '..', '..', 'docs', 'pipeline.md')
+
+
+def test_pipeline_page_is_up_to_date():
+    assert open(DOC).read() == pipeline.markdown(), (
+        'regenerate: python -m chainer_compiler.pipeline > docs/pipeline.md')
+
+
+@pytest.mark.parametrize('kind', sorted(pipeline.PIPELINES))
+def test_every_kind_checks_kernels_then_emits_last(kind):
+    stages = pipeline.PIPELINES[kind]
+    assert stages[-len(pipeline.VM_BACKEND):] == pipeline.VM_BACKEND
+    assert stages[-1] == ('emit', (pipeline.emit, pipeline.validate))
+    front = [p for _, passes in stages[:-len(pipeline.VM_BACKEND)] for p in passes]
+    assert front[-1] is pipeline.check_kernels  # after the last pass that adds nodes
+
+
+def _model_with_a_kernelless_op():
+    """A scalar loss of x and the parameter W, and beside it an ImageDecoder
+    (the VM has no kernel for it) that no gradient goes through."""
+    graph = helper.make_graph(
+        [helper.make_node('Mul', ['x', 'W'], ['xw']),
+         helper.make_node('ReduceSum', ['xw'], ['loss'], keepdims=0),
+         helper.make_node('ImageDecoder', ['image'], ['decoded'], name='decoder')],
+        'm',
+        [helper.make_tensor_value_info('x', TensorProto.FLOAT, [2, 3]),
+         helper.make_tensor_value_info('image', TensorProto.UINT8, [16])],
+        [helper.make_tensor_value_info('loss', TensorProto.FLOAT, []),
+         helper.make_tensor_value_info('decoded', TensorProto.UINT8, ['h', 'w', 'c'])],
+        [numpy_helper.from_array(numpy.ones((2, 3), numpy.float32), 'W')])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid('', 20)])
+    model.ir_version = 9
+    return model
+
+
+@pytest.mark.parametrize('compile_it', [
+    lambda m: compile_training(m, params=['W'], state_outputs=['decoded']),
+    lambda m: compile_step_program(m, loss='loss', params=['W'], wrt=['W'],
+                                   update=OptimizerUpdate('SGDUpdate', (), ('lr',))),
+], ids=['training', 'training_step'])
+def test_a_training_program_without_a_kernel_fails_when_compiled(compile_it):
+    with pytest.raises(UnsupportedOperatorsError, match=r'ImageDecoder .* node\(s\) decoder'):
+        compile_it(_model_with_a_kernelless_op())
+
+
+def test_gradient_nodes_are_checked_for_kernels_too(monkeypatch):
+    model = _model_with_a_kernelless_op()
+    del model.graph.node[2], model.graph.output[1]
+    programs = compile_training(model, params=['W'])
+    forward_ops = {i.op for i in programs.forward.instructions}
+    gradient_op = sorted({i.op for i in programs.backward.instructions} - forward_ops)[0]
+    has_kernel = pipeline.has_kernel
+    monkeypatch.setattr(pipeline, 'has_kernel',
+                        lambda op, *args: op != gradient_op and has_kernel(op, *args))
+    with pytest.raises(UnsupportedOperatorsError, match=gradient_op):
+        compile_training(model, params=['W'])
+
+
+def test_emit_program_leaves_its_graph_as_it_is():
+    graph = helper.make_graph(
+        [helper.make_node('Gemm', ['x', 'W'], ['h']),
+         helper.make_node('Relu', ['h'], ['r']),
+         helper.make_node('Identity', ['r'], ['y'])],
+        'g', [helper.make_tensor_value_info('x', TensorProto.FLOAT, [2, 3])],
+        [helper.make_tensor_value_info('y', TensorProto.FLOAT, [2, 4])],
+        [numpy_helper.from_array(numpy.ones((3, 4), numpy.float32), 'W')])
+    before = graph.SerializeToString()
+    program = emit_program(graph, {'': 20})
+    assert graph.SerializeToString() == before
+    assert [i.op for i in program.instructions] == ['Gemm', 'Relu', 'Identity']  # no fusion
+
+
+class _Scaled(chainer.Chain):
+    """A Linear layer scaled by exp(0.5): an Exp of a constant to fold."""
+
+    def __init__(self):
+        super().__init__()
+        with self.init_scope():
+            self.l = L.Linear(6, 3)
+
+    def forward(self, x):
+        return self.l(x) * F.exp(self.xp.full((1, 3), 0.5, numpy.float32))
+
+
+X = numpy.random.RandomState(0).uniform(-1, 1, (4, 6)).astype(numpy.float32)
+
+
+def test_compiler_kwargs_reach_the_pipeline(tmp_path):
+    model = _Scaled()
+    path = chainer_compiler.export(model, [X], str(tmp_path / 'scaled.onnx'))
+    results = []
+    for kwargs in ({}, {'fold_constants': False}):
+        compiled = chainer_compiler.compile_onnx(model, path, compiler_kwargs=kwargs,
+                                                 dump_onnx=True)
+        results.append(compiled(X).array)
+        forward = onnx.load(str(tmp_path / 'scaled.forward.onnx'))
+        assert ('Exp' in {n.op_type for n in forward.graph.node}) == bool(kwargs)
+        with chainer.using_config('train', False):
+            results.append(compiled(X).array)
+    for result in results[1:]:
+        numpy.testing.assert_allclose(result, results[0], rtol=1e-6)
+
+
+def test_an_unknown_compiler_option_is_named(tmp_path):
+    model = _Scaled()
+    path = chainer_compiler.export(model, [X], str(tmp_path / 'scaled.onnx'))
+    with pytest.raises(TypeError, match="unknown compiler option.*'fold_constant'"):
+        chainer_compiler.compile_onnx(model, path, compiler_kwargs={'fold_constant': False})
+    with pytest.raises(TypeError, match="'computation_order' given twice"):
+        chainer_compiler.compile_onnx(model, path, computation_order='recompute',
+                                      compiler_kwargs={'computation_order': 'recompute'})
+
+
+def test_emitted_programs_are_validated(monkeypatch):
+    sources = []
+    monkeypatch.setattr(pipeline, 'validate_program',
+                        lambda program, source: sources.append(source))
+    model = _model_with_a_kernelless_op()
+    del model.graph.node[2], model.graph.output[1]
+    compile_training(model, params=['W'])
+    assert sources == ['<model>, forward program', '<model>, backward program']

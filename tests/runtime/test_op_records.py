@@ -1,0 +1,100 @@
+"""The facts the kernels' records declare for other stages: which operators
+the recompute policy keeps, and which kernels overwrite their inputs (the
+records say what the kernels do, and validate_program refuses a Program that
+reads such a register after the update)."""
+import numpy
+import pytest
+
+from chainer_compiler.runtime import Executor, Instruction, Program, ProgramFormatError, ValueInfo
+from chainer_compiler.runtime.ops import CUSTOM_DOMAIN, kernel, lookup, recomputable
+from chainer_compiler.runtime.ops.registry import registered_kernels
+
+#: What the recompute policy keeps in the default domain: costly to redo,
+#: random, or running sub-programs.
+KEPT = {'Conv', 'ConvTranspose', 'MatMul', 'Gemm', 'Einsum', 'LSTM', 'GRU', 'RNN', 'Attention',
+        'MaxPool', 'Dropout', 'RandomNormal', 'RandomUniform', 'RandomNormalLike',
+        'RandomUniformLike', 'Bernoulli', 'Multinomial', 'Loop', 'Scan', 'If', 'SequenceMap'}
+
+
+def test_the_recompute_policy_keeps_what_the_records_declare():
+    kept = {s.op for s in registered_kernels() if s.domain == '' and not recomputable(s.op)}
+    assert KEPT <= kept
+    assert recomputable('Relu') and recomputable('Add') and recomputable('NoSuchOperator')
+    # Outside the default domain everything is kept, with a kernel or not.
+    assert not recomputable('ReluGrad', CUSTOM_DOMAIN)
+    assert not recomputable('TreeEnsemble', 'ai.onnx.ml')
+    assert not recomputable('Anything', 'com.example')
+
+
+def test_a_fact_declared_twice_differently_is_an_error():
+    # Refused before anything is registered or recorded.
+    with pytest.raises(ValueError, match='kernel Conv: recompute declared twice, as False '
+                                         'and True'):
+        kernel('Conv', versions=(10**7, 10**7), recompute=True)
+    with pytest.raises(TypeError, match="kernel Conv: unknown fact 'costly'"):
+        kernel('Conv', versions=(10**7, 10**7), costly=True)
+    assert not recomputable('Conv')
+
+#: The update kernels: the positions of their state inputs besides the parameter.
+UPDATES = {'SGDUpdate': (), 'MomentumSGDUpdate': (2,), 'AdamUpdate': (2, 3)}
+
+
+def test_only_the_optimizer_updates_overwrite_their_inputs():
+    declared = {s.op: s.record.updated_inputs for s in registered_kernels()
+                if s.record.updated_inputs}
+    assert declared == {op: (0,) + state for op, state in UPDATES.items()}
+
+
+@pytest.mark.parametrize('op', sorted(UPDATES))
+def test_an_update_kernel_overwrites_exactly_what_it_declares(op):
+    spec = lookup(op, CUSTOM_DOMAIN)
+    rng = numpy.random.RandomState(0)
+    n_inputs = spec.fn.__code__.co_argcount - 1  # after xp
+    tensors = 2 + len(UPDATES[op])  # the parameter, its gradient and its state
+    inputs = [rng.uniform(0.5, 1, (3, 2)).astype(numpy.float32) for _ in range(tensors)]
+    inputs += [numpy.float64(0.5)] * (n_inputs - tensors)  # hyperparameters
+    before = [numpy.array(a, copy=True) for a in inputs]
+    result = spec.fn(numpy, *inputs)
+    assert result is inputs[0]  # the parameter's own array
+    changed = tuple(i for i, (a, b) in enumerate(zip(inputs, before))
+                    if not numpy.array_equal(a, b))
+    assert changed == spec.record.updated_inputs
+
+
+def _sgd_program(after, outputs=None, num_registers=5):
+    """SGDUpdate of param (register 0) by grad (1) at lr (2) into register
+    3, followed by the instructions ``after``."""
+    return Program(
+        instructions=[Instruction('SGDUpdate', (0, 1, 2), (3,), domain=CUSTOM_DOMAIN,
+                                  name='sgd')] + list(after),
+        inputs=[ValueInfo('param', 0), ValueInfo('grad', 1), ValueInfo('lr', 2)],
+        outputs=outputs or [ValueInfo('updated', 3)], num_registers=num_registers)
+
+
+def test_an_update_without_later_reads_runs():
+    param = numpy.ones(3, numpy.float32)
+    result = Executor(_sgd_program([], num_registers=4)).run(
+        {'param': param, 'grad': numpy.ones(3, numpy.float32), 'lr': numpy.float64(0.5)})
+    numpy.testing.assert_array_equal(result['updated'], [0.5] * 3)
+    numpy.testing.assert_array_equal(param, [0.5] * 3)  # updated in place
+
+
+@pytest.mark.parametrize('program, message', [
+    (_sgd_program([Instruction('Relu', (0,), (4,), name='relu')],
+                  outputs=[ValueInfo('y', 4)]),
+     r"instruction 1 \(Relu, node 'relu'\) reads register 0 after instruction 0 "
+     r"\(org.chainer_compiler::SGDUpdate, node 'sgd'\) updated it in place"),
+    (_sgd_program([], outputs=[ValueInfo('updated', 3), ValueInfo('param', 0)]),
+     r"output 'param' reads register 0 after instruction 0 "
+     r"\(org.chainer_compiler::SGDUpdate, node 'sgd'\) updated it in place"),
+])
+def test_a_read_after_an_in_place_update_is_refused(program, message):
+    with pytest.raises(ProgramFormatError, match='^<program main>: ' + message):
+        Executor(program)
+
+
+def test_a_register_defined_again_may_be_read():
+    # Register 0 holds a new value after the Relu writes it.
+    program = _sgd_program([Instruction('Relu', (1,), (0,)), Instruction('Relu', (0,), (4,))],
+                           outputs=[ValueInfo('y', 4)])
+    assert Executor(program)
