@@ -122,6 +122,20 @@ def _run(proto, x):
     return {'onnxruntime': ort, 'VM': vm}
 
 
+def _assert_training_outputs(proto, x, expected_y, bn):
+    """On onnxruntime and the VM, ``proto`` (a training export of link
+    ``/bn``) gives Y and the running averages Chainer's link ``bn`` holds."""
+    assert [o.name for o in proto.graph.output] == [
+        'output_0', '/bn/avg_mean_updated', '/bn/avg_var_updated']
+    for runtime, out in _run(proto, x).items():
+        numpy.testing.assert_allclose(out['output_0'], expected_y, rtol=1e-4, atol=1e-5,
+                                      err_msg=runtime)
+        numpy.testing.assert_allclose(out['/bn/avg_mean_updated'], bn.avg_mean,
+                                      rtol=1e-5, atol=1e-6, err_msg=runtime)
+        numpy.testing.assert_allclose(out['/bn/avg_var_updated'], bn.avg_var,
+                                      rtol=1e-5, atol=1e-6, err_msg=runtime)
+
+
 @pytest.mark.parametrize('opset', sorted(set(OPSETS) | {13, 14}))
 @pytest.mark.parametrize('case', [
     dict(size=4, x_shape=(5, 4, 3, 3)),
@@ -148,15 +162,7 @@ def test_batch_normalization_training_updates_running_averages(case, opset):
     assert not numpy.allclose(bn.avg_mean, before_mean)
     numpy.testing.assert_array_equal(_initializer(proto, '/bn/avg_mean'), before_mean)
     numpy.testing.assert_array_equal(_initializer(proto, '/bn/avg_var'), before_var)
-    assert [o.name for o in proto.graph.output] == [
-        'output_0', '/bn/avg_mean_updated', '/bn/avg_var_updated']
-    for runtime, out in _run(proto, x).items():
-        numpy.testing.assert_allclose(out['output_0'], expected_y, rtol=1e-4, atol=1e-5,
-                                      err_msg=runtime)
-        numpy.testing.assert_allclose(out['/bn/avg_mean_updated'], bn.avg_mean, rtol=1e-5,
-                                      atol=1e-6, err_msg=runtime)
-        numpy.testing.assert_allclose(out['/bn/avg_var_updated'], bn.avg_var, rtol=1e-5,
-                                      atol=1e-6, err_msg=runtime)
+    _assert_training_outputs(proto, x, expected_y, bn)
 
 
 def test_batch_normalization_training_uses_onnx_op_in_channel_layout():
@@ -205,15 +211,7 @@ def test_batch_normalization_link_called_twice_in_training(opset, size, axis, x_
     proto = export_model(_Twice(bn), x, opset_version=opset, train=True)
     numpy.testing.assert_array_equal(_initializer(proto, '/bn/avg_mean'), before_mean)
     numpy.testing.assert_array_equal(_initializer(proto, '/bn/avg_var'), before_var)
-    assert [o.name for o in proto.graph.output] == [
-        'output_0', '/bn/avg_mean_updated', '/bn/avg_var_updated']
-    for runtime, out in _run(proto, x).items():
-        numpy.testing.assert_allclose(out['output_0'], expected_y, rtol=1e-4, atol=1e-5,
-                                      err_msg=runtime)
-        numpy.testing.assert_allclose(out['/bn/avg_mean_updated'], twin.bn.avg_mean,
-                                      rtol=1e-5, atol=1e-6, err_msg=runtime)
-        numpy.testing.assert_allclose(out['/bn/avg_var_updated'], twin.bn.avg_var,
-                                      rtol=1e-5, atol=1e-6, err_msg=runtime)
+    _assert_training_outputs(proto, x, expected_y, twin.bn)
 
 
 def test_batch_normalization_link_called_twice_in_inference():
