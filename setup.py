@@ -31,6 +31,10 @@ setup(
     python_requires='>=3.11,<3.12',
     packages=packages,
     package_dir=package_dir,
+    # The native backend's C kernels and main.c template are copied into
+    # every emitted model folder, so they must install with the package.
+    package_data={'chainer_compiler.runtime.native': ['kernels/*.c', 'kernels/*.h',
+                                                      'kernels/*.c.in']},
     install_requires=[
         'numpy==1.26.4',
         'chainer==7.8.1',

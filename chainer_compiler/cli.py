@@ -4,6 +4,8 @@
   chainer-compiler run --onnx FILE       compile and run with random inputs
   chainer-compiler run --program FILE    run a saved Program with random inputs
   chainer-compiler conformance           run ONNX's node conformance tests
+  chainer-compiler emit-c FILE -o DIR    write C sources and a Makefile (no Python
+                                         needed to build or run them)
 
 Exit status: 0 success, 1 mismatching outputs (--test), 2 any error, which
 is reported as one line on stderr; ``chainer-compiler --debug ...`` shows
@@ -71,6 +73,8 @@ def _source(args):
     for option in ('test', 'onnx', 'program'):
         if getattr(args, option, None):
             return ('--' + option, getattr(args, option))
+    if getattr(args, 'model', None):
+        return ('emit-c', args.model)
     return ()
 
 
@@ -141,7 +145,31 @@ def _parser():
     conf.add_argument('-v', '--verbose', action='store_true',
                       help='print each test as it finishes')
     conf.set_defaults(handler=_conformance)
+
+    emit = sub.add_parser('emit-c', help='write a model as C sources with a Makefile')
+    emit.add_argument('model', metavar='FILE',
+                      help='ONNX model (.onnx) or saved Program (.npz), static shapes only')
+    emit.add_argument('-o', dest='output', metavar='DIR', required=True,
+                      help='folder for NAME.h, NAME.c, NAME_weights.c, kernels, main.c, '
+                           'Makefile (`make -C DIR` builds DIR/NAME and DIR/libNAME.so)')
+    emit.add_argument('--name', default='model', help='model name, a C identifier')
+    emit.set_defaults(handler=_emit_c)
     return parser
+
+
+def _emit_c(args):
+    """``chainer-compiler emit-c``: write the C sources; 0 on success."""
+    from .runtime.native import emit_c
+    if args.model.endswith('.npz'):
+        program = load_program(args.model)
+    else:
+        from .frontend import build_program
+        program = build_program(args.model)
+    result = emit_c(program, args.output, args.name)
+    print('wrote %d files to %s; arena %d bytes (intermediates without reuse: %d bytes); '
+          'build with: make -C %s' % (len(result.files), args.output, result.arena_bytes,
+                                      result.intermediate_bytes, args.output))
+    return 0
 
 
 def _check_output_paths(args):

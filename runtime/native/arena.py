@@ -1,0 +1,53 @@
+"""Arena planning: every intermediate buffer of a generated C program lives
+at a fixed offset of one block of memory, decided here at emit time.
+
+A buffer is live over an inclusive range of instruction indices: from the
+instruction that writes it to the last one that reads it.  Two buffers whose
+ranges overlap must not overlap in memory (an instruction's output never
+shares memory with its own inputs, since both are live at that instruction).
+The planner is greedy first-fit: buffers are placed in order of their first
+instruction (larger first on ties), each at the lowest aligned offset where
+it collides with no overlapping buffer already placed.  That is simple,
+deterministic and reuses the space of dead buffers.
+"""
+from dataclasses import dataclass
+
+#: Offsets and sizes are multiples of this (a cache line; enough for SIMD).
+ALIGNMENT = 64
+
+
+@dataclass(frozen=True)
+class Buffer:
+    """A request: ``nbytes`` live from instruction ``start`` to ``end``
+    (inclusive); ``key`` is how the caller finds the placement again."""
+    key: object
+    nbytes: int
+    start: int
+    end: int
+
+
+def aligned(nbytes: int) -> int:
+    """``nbytes`` rounded up to ALIGNMENT."""
+    return -(-nbytes // ALIGNMENT) * ALIGNMENT
+
+
+def plan_arena(buffers: list[Buffer]) -> tuple[dict[object, int], int]:
+    """({key: byte offset}, arena size in bytes) for ``buffers``."""
+    order = sorted(buffers, key=lambda b: (b.start, -b.nbytes, b.end))
+    placed: list[tuple[int, int, Buffer]] = []  # (offset, end offset, buffer)
+    offsets: dict[object, int] = {}
+    size = 0
+    for buf in order:
+        need = aligned(buf.nbytes)
+        # Memory taken by buffers alive at the same time as this one.
+        busy = sorted((lo, hi) for lo, hi, other in placed
+                      if other.start <= buf.end and buf.start <= other.end)
+        offset = 0
+        for lo, hi in busy:
+            if offset + need <= lo:
+                break
+            offset = max(offset, hi)
+        placed.append((offset, offset + need, buf))
+        offsets[buf.key] = offset
+        size = max(size, offset + need)
+    return offsets, size

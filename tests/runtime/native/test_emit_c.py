@@ -1,0 +1,337 @@
+"""The C emitter end to end: emit, `make`, run the executable with no Python
+in its environment, and compare with the NumPy Executor.  Each model is
+built once per module (builds dominate the run time)."""
+import os
+import shutil
+import subprocess
+
+import numpy
+import onnx
+import pytest
+from onnx import TensorProto, helper, numpy_helper
+
+from chainer_compiler.cli import main as cli_main
+from chainer_compiler.frontend import build_program
+from chainer_compiler.runtime.executor import Executor
+from chainer_compiler.runtime.native import NativeEmitError, UnsupportedNativeOpsError, emit_c
+from chainer_compiler.runtime.serialization import save_program
+
+CC = shutil.which('cc') or shutil.which('gcc')
+pytestmark = pytest.mark.skipif(CC is None or shutil.which('make') is None,
+                                reason='no C compiler (cc/gcc) or make on PATH')
+RTOL, ATOL = 1e-4, 1e-5
+#: What the executable sees: nothing from the Python environment.
+CLEAN_ENV = {'PATH': '/usr/bin:/bin'}
+
+
+class Built:
+    """An emitted and built model: its Program, folder, executable, the
+    emit result and the make output."""
+
+    def __init__(self, program, folder, name, result, make_output):
+        self.program, self.folder, self.name = program, folder, name
+        self.result, self.make_output = result, make_output
+        self.exe = os.path.join(folder, name)
+
+    def run(self, args, cwd=None):
+        return subprocess.run([self.exe] + [str(a) for a in args], env=CLEAN_ENV, cwd=cwd,
+                              capture_output=True, text=True, timeout=60)
+
+    def check_against_executor(self, inputs, tmp):
+        paths = []
+        for k, x in enumerate(inputs):
+            paths.append(tmp / ('in_%d.npy' % k))
+            numpy.save(paths[-1], x)
+        out = tmp / 'out'
+        done = self.run(['-o', out] + paths)
+        assert done.returncode == 0, done.stderr
+        want = Executor(self.program).run_positional(inputs)
+        for v, w in zip(self.program.outputs, want):
+            got = numpy.load(out / (_sanitize(v.name) + '.npy'))
+            assert got.dtype == numpy.float32 and got.shape == w.shape, v.name
+            numpy.testing.assert_allclose(got, w, rtol=RTOL, atol=ATOL, err_msg=v.name)
+
+
+def _sanitize(name):
+    return ''.join(c if c.isascii() and (c.isalnum() or c in '_.-') else '_' for c in name)
+
+
+def _make(folder):
+    done = subprocess.run(['make', '-C', str(folder)], capture_output=True, text=True,
+                          timeout=300)
+    output = done.stdout + done.stderr
+    assert done.returncode == 0, output
+    return output
+
+
+def _build(program, folder, name='model'):
+    result = emit_c(program, folder, name)
+    return Built(program, str(folder), name, result, _make(folder))
+
+
+def _export(model, x, path):
+    import chainer_compiler
+    numpy.random.seed(0)
+    model(x)  # initialise lazily-shaped parameters
+    chainer_compiler.export(model, x, str(path))
+    return build_program(str(path))
+
+
+@pytest.fixture(scope='module')
+def mlp(tmp_path_factory):
+    """tests.models.MLP, emitted from a saved Program file through the CLI."""
+    from tests.models import MLP
+    tmp = tmp_path_factory.mktemp('mlp')
+    numpy.random.seed(0)
+    x = numpy.random.rand(3, 13).astype(numpy.float32)
+    program = _export(MLP(n_units=37, n_out=10), x, tmp / 'mlp.onnx')
+    save_program(program, tmp / 'mlp.npz')
+    assert cli_main(['emit-c', str(tmp / 'mlp.npz'), '-o', str(tmp / 'c'), '--name', 'mlp']) == 0
+    result = emit_c(program, tmp / 'check', 'mlp')  # only for its numbers
+    built = Built(program, str(tmp / 'c'), 'mlp', result, _make(tmp / 'c'))
+    built.x = x
+    return built
+
+
+@pytest.fixture(scope='module')
+def lenet(tmp_path_factory):
+    """tests.models.LeNet5, emitted from its ONNX file through the CLI."""
+    from tests.models import LeNet5
+    tmp = tmp_path_factory.mktemp('lenet')
+    numpy.random.seed(0)
+    x = numpy.random.rand(2, 1, 28, 28).astype(numpy.float32)
+    program = _export(LeNet5(), x, tmp / 'lenet.onnx')
+    assert cli_main(['emit-c', str(tmp / 'lenet.onnx'), '-o', str(tmp / 'c')]) == 0
+    result = emit_c(program, tmp / 'check')
+    built = Built(program, str(tmp / 'c'), 'model', result, _make(tmp / 'c'))
+    built.x = x
+    return built
+
+
+def _init(name, array):
+    return numpy_helper.from_array(numpy.asarray(array, dtype=numpy.float32), name)
+
+
+def _kernels_graph():
+    """One graph using every kernel with awkward shapes: grouped, strided,
+    dilated, unevenly padded Conv; ceil_mode pooling; count_include_pad both
+    ways; broadcasting of every kind; a non-constant transposed Gemm B;
+    Softmax on the last axis and LogSoftmax on axis 0; an output whose name
+    needs sanitising."""
+    rng = numpy.random.RandomState(1)
+    r = lambda *shape: rng.uniform(-1, 1, shape)  # noqa: E731
+    node = helper.make_node
+    nodes = [
+        node('Conv', ['X', 'W', 'Wb'], ['C1'], group=2, strides=[2, 1], pads=[1, 0, 2, 1],
+             dilations=[1, 2], kernel_shape=[3, 3]),
+        node('BatchNormalization', ['C1', 'bn_s', 'bn_b', 'bn_m', 'bn_v'], ['B1'],
+             epsilon=1e-3),
+        node('LeakyRelu', ['B1'], ['L1'], alpha=0.2),
+        node('MaxPool', ['L1'], ['P1'], kernel_shape=[3, 2], strides=[2, 2],
+             pads=[1, 0, 1, 1], ceil_mode=1),
+        node('AveragePool', ['L1'], ['A1'], kernel_shape=[2, 3], strides=[2, 2],
+             pads=[0, 1, 1, 1], ceil_mode=1, count_include_pad=1),
+        node('AveragePool', ['L1'], ['A2'], kernel_shape=[2, 3], strides=[2, 2],
+             pads=[0, 1, 1, 1], ceil_mode=1, count_include_pad=0),
+        node('GlobalAveragePool', ['P1'], ['G1']),
+        node('Sigmoid', ['A1'], ['S1']),
+        node('Tanh', ['A2'], ['T1']),
+        node('Add', ['P1', 'G1'], ['E1']),
+        node('Sub', ['E1', 'k3'], ['E2']),
+        node('Mul', ['k611', 'E2'], ['E3']),
+        node('Div', ['E3', 'k1131'], ['E4']),
+        node('Flatten', ['E4'], ['F1'], axis=1),
+        node('Dropout', ['F1'], ['D1']),
+        node('Identity', ['D1'], ['I1']),
+        node('Gemm', ['I1', 'W2', 'bias21'], ['G2'], alpha=0.5, beta=2.0),
+        node('Reshape', ['I1', 'shape'], ['R1']),
+        node('MatMul', ['R1', 'W3'], ['M1']),
+        node('Reshape', ['M1', 'shape86'], ['R2']),
+        node('Gemm', ['R2', 'Y', 'bias0'], ['G3'], transA=1, transB=1, beta=0.25),
+        node('Softmax', ['G3'], ['soft/max:0']),
+        node('LogSoftmax', ['G2'], ['LS'], axis=0),
+        node('Relu', ['M1'], ['RL']),
+    ]
+    inits = [_init('W', r(6, 2, 3, 3)), _init('Wb', r(6)), _init('bn_s', r(6)),
+             _init('bn_b', r(6)), _init('bn_m', r(6)), _init('bn_v', rng.uniform(0.5, 2, 6)),
+             _init('k3', r(3)), _init('k611', r(6, 1, 1)),
+             _init('k1131', rng.uniform(0.5, 2, (1, 1, 3, 1))),
+             _init('W2', r(54, 5)), _init('bias21', r(2, 1)), _init('W3', r(9, 4)),
+             _init('bias0', r()),
+             numpy_helper.from_array(numpy.array([0, -1, 9], dtype=numpy.int64), 'shape'),
+             numpy_helper.from_array(numpy.array([8, 6], dtype=numpy.int64), 'shape86')]
+    f32 = TensorProto.FLOAT
+    graph = helper.make_graph(
+        nodes, 'kernels',
+        [helper.make_tensor_value_info('X', f32, [2, 4, 7, 9]),
+         helper.make_tensor_value_info('Y', f32, [5, 8])],
+        [helper.make_tensor_value_info(n, f32, shape) for n, shape in (
+            ('soft/max:0', [6, 5]), ('LS', [2, 5]), ('RL', [2, 6, 4]),
+            # (symbolic: the emitter and executor compute these shapes)
+            ('S1', ['n', 'c', 'h', 'w']), ('T1', ['n', 'c', 'h', 'w']))],
+        inits)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid('', 13)])
+    inputs = [rng.uniform(-1, 1, (2, 4, 7, 9)).astype(numpy.float32),
+              rng.uniform(-1, 1, (5, 8)).astype(numpy.float32)]
+    return model, inputs
+
+
+@pytest.fixture(scope='module')
+def kernels(tmp_path_factory):
+    model, inputs = _kernels_graph()
+    built = _build(build_program(model), tmp_path_factory.mktemp('kernels') / 'c', 'kern')
+    built.inputs = inputs
+    return built
+
+
+def _deep_mlp(layers=4, batch=3, width=11):
+    """Gemm+Relu layers: after fusion a chain of FusedGemms, whose first
+    hidden value is dead by the time the third is written."""
+    rng = numpy.random.RandomState(2)
+    nodes, inits, prev = [], [], 'x'
+    for i in range(layers):
+        inits += [_init('W%d' % i, rng.uniform(-1, 1, (width, width))),
+                  _init('b%d' % i, rng.uniform(-1, 1, width))]
+        nodes += [helper.make_node('Gemm', [prev, 'W%d' % i, 'b%d' % i], ['h%d' % i]),
+                  helper.make_node('Relu', ['h%d' % i], ['a%d' % i])]
+        prev = 'a%d' % i
+    f32 = TensorProto.FLOAT
+    graph = helper.make_graph(nodes, 'deep', [helper.make_tensor_value_info('x', f32,
+                                                                            [batch, width])],
+                              [helper.make_tensor_value_info(prev, f32, [batch, width])],
+                              inits)
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid('', 13)])
+
+
+# -- results -----------------------------------------------------------------------
+
+def test_mlp_matches_the_numpy_executor(mlp, tmp_path):
+    mlp.check_against_executor([mlp.x], tmp_path)
+
+
+def test_lenet5_matches_the_numpy_executor(lenet, tmp_path):
+    lenet.check_against_executor([lenet.x], tmp_path)
+
+
+def test_every_kernel_matches_the_numpy_executor(kernels, tmp_path):
+    ops = {inst.op for inst in kernels.program.instructions}
+    assert {'Conv', 'MaxPool', 'AveragePool', 'GlobalAveragePool', 'BatchNormalization',
+            'Gemm', 'MatMul', 'Softmax', 'LogSoftmax', 'Add', 'Sub', 'Mul', 'Div',
+            'Reshape', 'Flatten', 'LeakyRelu', 'Sigmoid', 'Tanh', 'Relu'} <= ops
+    kernels.check_against_executor(kernels.inputs, tmp_path)
+    assert (tmp_path / 'out' / 'soft_max_0.npy').exists()
+
+
+def test_builds_without_warnings_and_without_python(mlp, lenet, kernels):
+    for built in (mlp, lenet, kernels):
+        assert 'warning:' not in built.make_output, built.make_output
+        assert '-Wall -Wextra' in built.make_output
+        assert os.path.exists(os.path.join(built.folder, 'lib%s.so' % built.name))
+        if shutil.which('ldd'):
+            linked = subprocess.run(['ldd', built.exe], capture_output=True, text=True).stdout
+            assert 'python' not in linked.lower(), linked
+
+
+def test_generated_code_names_each_instruction(lenet):
+    text = open(os.path.join(lenet.folder, 'model.c')).read()
+    for inst in lenet.program.instructions:
+        assert "'%s'" % inst.name in text
+    header = open(os.path.join(lenet.folder, 'model.h')).read()
+    assert 'extern "C"' in header
+    assert '#define MODEL_ARENA_BYTES %dUL' % lenet.result.arena_bytes in header
+    assert '#define MODEL_INPUT_0_SHAPE {2, 1, 28, 28}' in header
+
+
+def test_iterations_prints_timings(mlp, tmp_path):
+    numpy.save(tmp_path / 'x.npy', mlp.x)
+    done = mlp.run(['--iterations', '5', 'x.npy'], cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    assert '5 iterations: mean' in done.stdout and 'best' in done.stdout
+    assert (tmp_path / 'output_0.npy').exists()
+
+
+# -- arena ---------------------------------------------------------------------------
+
+def test_arena_is_no_larger_than_the_intermediates(mlp, lenet, kernels):
+    for built in (mlp, lenet, kernels):
+        assert 0 < built.result.arena_bytes <= built.result.intermediate_bytes
+    # LeNet's convolution outputs die early: their space is reused.
+    assert lenet.result.arena_bytes < lenet.result.intermediate_bytes
+
+
+def test_arena_reuses_the_space_of_dead_values(tmp_path):
+    result = emit_c(build_program(_deep_mlp()), tmp_path)
+    assert result.arena_bytes < result.intermediate_bytes
+    # Buffers live at the same time never overlap.
+    for key, off, size, start, end in result.buffers:
+        for key2, off2, size2, start2, end2 in result.buffers:
+            if key != key2 and start <= end2 and start2 <= end:
+                assert off + size <= off2 or off2 + size2 <= off
+
+
+# -- refusals --------------------------------------------------------------------------
+
+@pytest.mark.parametrize('case', ['float64', 'shape', 'big-endian', 'fortran', 'truncated',
+                                  'not-npy', 'missing'])
+def test_bad_npy_inputs_exit_2_naming_the_file(mlp, tmp_path, case):
+    path = tmp_path / ('bad-%s.npy' % case)
+    x = mlp.x
+    if case == 'float64':
+        numpy.save(path, x.astype(numpy.float64))
+    elif case == 'shape':
+        numpy.save(path, x[:2])
+    elif case == 'big-endian':
+        numpy.save(path, x.astype('>f4'))
+    elif case == 'fortran':
+        numpy.save(path, numpy.asfortranarray(x))
+    elif case == 'truncated':
+        numpy.save(path, x)
+        path.write_bytes(path.read_bytes()[:-10])
+    elif case == 'not-npy':
+        path.write_text('hello, world\n')
+    done = mlp.run([path], cwd=tmp_path)
+    assert done.returncode == 2, (done.stdout, done.stderr)
+    assert str(path) in done.stderr
+    assert len(done.stderr.strip().splitlines()) == 1, done.stderr
+
+
+def test_unsupported_ops_are_listed_together(tmp_path):
+    f32 = TensorProto.FLOAT
+    graph = helper.make_graph(
+        [helper.make_node('Exp', ['x'], ['e']), helper.make_node('Relu', ['e'], ['r']),
+         helper.make_node('Transpose', ['r'], ['t'], perm=[1, 0])],
+        'g', [helper.make_tensor_value_info('x', f32, [2, 3])],
+        [helper.make_tensor_value_info('t', f32, [3, 2])])
+    program = build_program(helper.make_model(graph, opset_imports=[
+        helper.make_opsetid('', 13)]))
+    with pytest.raises(UnsupportedNativeOpsError) as info:
+        emit_c(program, tmp_path / 'c')
+    message = str(info.value)
+    assert 'Exp' in message and 'Transpose' in message and 'Relu' not in message
+    assert len(info.value.problems) == 2
+    assert not (tmp_path / 'c').exists()
+
+
+def test_symbolic_shapes_are_refused_naming_the_value(tmp_path):
+    f32 = TensorProto.FLOAT
+    graph = helper.make_graph([helper.make_node('Relu', ['x'], ['y'])], 'g',
+                              [helper.make_tensor_value_info('x', f32, ['N', 3])],
+                              [helper.make_tensor_value_info('y', f32, ['N', 3])])
+    program = build_program(helper.make_model(graph, opset_imports=[
+        helper.make_opsetid('', 13)]))
+    with pytest.raises(NativeEmitError, match="input 'x'.*static"):
+        emit_c(program, tmp_path)
+
+
+def test_cli_reports_emit_errors_as_one_line(tmp_path, capsys):
+    f32 = TensorProto.FLOAT
+    graph = helper.make_graph([helper.make_node('Exp', ['x'], ['y'])], 'g',
+                              [helper.make_tensor_value_info('x', f32, [2])],
+                              [helper.make_tensor_value_info('y', f32, [2])])
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid('', 13)]),
+              tmp_path / 'm.onnx')
+    assert cli_main(['emit-c', str(tmp_path / 'm.onnx'), '-o', str(tmp_path / 'c')]) == 2
+    err = capsys.readouterr().err
+    assert 'Exp' in err and len(err.strip().splitlines()) == 1
+    assert cli_main(['emit-c', str(tmp_path / 'm.onnx'), '-o', str(tmp_path / 'c'),
+                     '--name', 'not a name']) == 2
