@@ -120,8 +120,10 @@ def _parser():
     run.add_argument('--atol', type=tolerance, default=None, help='absolute tolerance (--test)')
     run.add_argument('--iterations', type=_bounded(int, 1, math.inf, 'an integer >= 1'),
                      default=1, help='timed runs; prints mean and best milliseconds')
-    run.add_argument('--backend', choices=['numpy', 'cupy'], default=None,
-                     help='default: cupy when CuPy and a GPU are present, else numpy')
+    run.add_argument('--backend', choices=['numpy', 'cupy', 'native'], default=None,
+                     help='default: cupy when CuPy and a GPU are present, else numpy; native: '
+                          'the model compiled to C with the local C compiler (float32, static '
+                          'shapes; cached, see docs/runtime.md)')
     run.add_argument('--trace', action='store_true',
                      help='print op, shapes and time of every instruction')
     run.add_argument('--chrome-tracing', metavar='FILE',

@@ -17,6 +17,7 @@ from .frontend import load_onnx
 from .onnx_graph import numpy_dtype
 from .passes.training_mode import to_training_mode
 from .pipeline import CompilerOptions
+from .runtime.backend import BackendUnavailableError
 from .runtime.errors import InputValidationError
 from .runtime.executor import Executor
 from .runtime.signatures import validate_inputs
@@ -44,6 +45,8 @@ def compile_onnx(model, onnx_file, used_translator='onnx_chainer', dump_onnx=Fal
     (pipeline.CompilerOptions: ``computation_order``, ``fold_constants``;
     docs/pipeline.md); an unknown one is a TypeError naming it.
     ``runtime_kwargs`` go to the VM's Executor (trace, check_nans, backend).
+    ``backend='native'`` (the program compiled to C) runs inference only:
+    under ``chainer.config.train`` it raises BackendUnavailableError.
     """
     if used_translator not in TRANSLATORS:
         raise ValueError('unknown translator %r: choose one of %s'
@@ -111,6 +114,11 @@ class CompiledModel(chainer.Chain):
         """Forward/backward executors, compiled on first use for each set of
         data inputs that need a gradient (usually none: data comes as arrays)."""
         key = tuple(inputs_needing_grad)
+        if self.runtime_kwargs.get('backend') == 'native':
+            raise BackendUnavailableError(
+                "backend 'native' runs inference only (chainer.config.train = False, e.g. "
+                "under chainer.using_config('train', False)); training runs on backend "
+                "'numpy' or 'cupy'")
         if key not in self._training:
             proto = onnx.ModelProto()
             proto.CopyFrom(self._proto)

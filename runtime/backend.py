@@ -1,6 +1,8 @@
 """Backends: the array module a Program runs on.
 
-``numpy`` is always there; ``cupy`` needs the optional CuPy extra and a GPU.
+``numpy`` is always there; ``cupy`` needs the optional CuPy extra and a GPU;
+``native`` (host NumPy arrays in and out) needs a C compiler
+(runtime/native/library.py).
 """
 import numpy
 
@@ -26,8 +28,8 @@ def cupy_unavailable_reason():
 
 
 def get_array_module(backend):
-    """The ``xp`` module for a backend name ('numpy' or 'cupy')."""
-    if backend == 'numpy':
+    """The ``xp`` module for a backend name ('numpy', 'cupy' or 'native')."""
+    if backend in ('numpy', 'native'):
         return numpy
     if backend == 'cupy':
         reason = cupy_unavailable_reason()
@@ -35,7 +37,8 @@ def get_array_module(backend):
             raise BackendUnavailableError('backend cupy is unavailable: ' + reason)
         import cupy
         return cupy
-    raise BackendUnavailableError("unknown backend %r (expected 'numpy' or 'cupy')" % (backend,))
+    raise BackendUnavailableError("unknown backend %r (expected 'numpy', 'cupy' or "
+                                  "'native')" % (backend,))
 
 
 def default_backend():

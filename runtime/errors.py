@@ -42,3 +42,8 @@ class ProgramFormatError(RuntimeVMError):
 
 class KernelBindError(ProgramFormatError):
     """A kernel cannot accept the static attributes of an instruction."""
+
+
+class NativeBuildError(RuntimeVMError):
+    """backend='native' cannot build its library: no C compiler, or the
+    compiler failed (the message quotes its first error lines)."""

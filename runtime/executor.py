@@ -4,7 +4,8 @@ Kernels and their static attributes are bound once, when the Executor is
 built.  A plain run calls a Python function generated from the Program
 (straight_line.py), which keeps the VM's own cost per instruction near a
 function call; tracing, NaN checks and memory tracking run a step-by-step
-loop over the prepared steps instead.
+loop over the prepared steps instead.  Backend 'native' runs none of
+that: it calls the Program compiled to C (native/library.py).
 """
 import functools
 import sys
@@ -15,8 +16,15 @@ from typing import Any
 import numpy
 
 from . import ops
-from .backend import cupy_pool, default_backend, get_array_module, to_backend
+from .backend import (
+    BackendUnavailableError,
+    cupy_pool,
+    default_backend,
+    get_array_module,
+    to_backend,
+)
 from .errors import InputValidationError, KernelError, NonFiniteError, RuntimeVMError
+from .native.library import NativeRun
 from .profiling import Tracer, describe_value
 from .program import NO_REGISTER, Program
 from .signatures import validate_inputs, validate_outputs
@@ -48,8 +56,9 @@ class _Step:
 class Executor:
     """Runs ``program``.
 
-    Options: ``backend`` ('numpy', 'cupy' or None for CuPy when CuPy and a
-    GPU are present, else NumPy), ``trace`` (print op, shapes and time of
+    Options: ``backend`` ('numpy', 'cupy', 'native' for the Program compiled
+    to C with a local C compiler, or None for CuPy when CuPy and a GPU are
+    present, else NumPy), ``trace`` (print op, shapes and time of
     every instruction to stderr), ``tracer`` (a Tracer collecting the same
     events, e.g. for Chrome tracing), ``check_nans`` (raise NonFiniteError naming the first
     instruction that produces NaN or Inf), ``validate_inputs`` (check input
@@ -69,6 +78,14 @@ class Executor:
         self.program = program
         self.backend = backend or default_backend()
         self.xp = get_array_module(self.backend)
+        instrumented = [k for k, on in (('trace', trace or tracer is not None),
+                                        ('check_nans', check_nans),
+                                        ('track_memory', track_memory)) if on]
+        if self.backend == 'native' and instrumented:
+            raise BackendUnavailableError("backend 'native' does not support %s; use backend "
+                                          "'numpy' or 'cupy' for them" % ', '.join(instrumented))
+        # The C library replaces the kernels: none are bound for it.
+        self._native = NativeRun(program) if self.backend == 'native' else None
         if tracer is None and trace:
             tracer = Tracer(stream=sys.stderr)
         self.tracer = tracer
@@ -76,9 +93,11 @@ class Executor:
         self.validate_inputs = validate_inputs
         self.track_memory = track_memory
         self.peak_bytes = 0
-        self._steps = [self._bind(i, inst) for i, inst in enumerate(program.instructions)]
+        kernels = self._native is None
+        self._steps = [self._bind(i, inst) for i, inst in enumerate(program.instructions)
+                       if kernels]
         self._template = [None] * (program.num_registers + 1)  # + the spare, see _Step
-        for reg, value in program.constants.items():
+        for reg, value in (program.constants if kernels else {}).items():
             self._template[reg] = to_backend(self.xp, value)
         self._array_type = self.xp.ndarray
         self._validated: list | None = None  # the input signature last validated
@@ -126,6 +145,8 @@ class Executor:
         return self._run_on_backend(values)
 
     def _run_on_backend(self, values):
+        if self._native is not None:
+            return self._native.run(values)
         if self.backend == 'cupy':
             import cupy
             with cupy.cuda.using_allocator(cupy_pool().malloc):

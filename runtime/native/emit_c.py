@@ -80,14 +80,15 @@ class _Step:
 @dataclass
 class EmitResult:
     """What emit_c wrote: the files (paths), the arena's size in bytes, the
-    sum of the (aligned) sizes of the buffers it holds, and each buffer's
+    sum of the (aligned) sizes of the buffers it holds, each buffer's
     (register or ('scratch', instruction), offset, bytes, first, last
-    instruction)."""
+    instruction), and the static shape of each output."""
     directory: str
     files: list[str]
     arena_bytes: int
     intermediate_bytes: int
     buffers: list[tuple[Any, int, int, int, int]] = field(default_factory=list)
+    output_shapes: list[Shape] = field(default_factory=list)
 
 
 def emit_c(program: Program, directory: str | os.PathLike, name: str = 'model') -> EmitResult:
@@ -578,7 +579,8 @@ class _Emitter:
         return EmitResult(directory, files, self.arena_bytes,
                           sum(aligned(b.nbytes) for b in self.buffers),
                           [(b.key, self.offsets[b.key], b.nbytes, b.start, b.end)
-                           for b in self.buffers])
+                           for b in self.buffers],
+                          [self.shapes[v.register] for v in self.p.outputs])
 
     def _plan(self):
         """Decide where every value lives: caller's input or output buffer,

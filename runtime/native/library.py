@@ -1,0 +1,176 @@
+"""The native backend inside Python: a Program's C (emit_c.py) built once
+into a shared library, cached, and called through ctypes.
+
+The library is cached under the sha256 of every emitted source, the
+compiler command and its flags (and, since it is built with
+``-march=native``, this machine's CPU), in ``$CHAINER_COMPILER_CACHE``, else
+``$XDG_CACHE_HOME/chainer_compiler``, else ``~/.cache/chainer_compiler``.
+It is built in a temporary folder inside the cache and renamed into place,
+so a concurrent process sees either no library or a whole one.
+"""
+import ctypes
+import hashlib
+import os
+import platform
+import shlex
+import shutil
+import subprocess
+import tempfile
+import threading
+
+import numpy
+
+from ..errors import InputValidationError, NativeBuildError, RuntimeVMError
+from ..program import Program
+from .emit_c import EmitResult, emit_c
+
+#: The model name inside the library (its symbols are loaded RTLD_LOCAL).
+NAME = 'model'
+#: Flags of the locally cached library only; emitted Makefiles keep theirs.
+CFLAGS = ('-O3', '-march=native', '-std=c99', '-fPIC', '-shared')
+LDLIBS = ('-lm',)
+#: Bumped when the way a library is built or called changes.
+CACHE_FORMAT = '1'
+#: How many lines of a failed compile's output an error quotes.
+ERROR_LINES = 10
+
+
+def find_compiler() -> list[str]:
+    """The C compiler command: ``$CC`` (split like a shell word list) when
+    set, else the first of cc, gcc, clang on PATH.  Raises NativeBuildError
+    when there is none."""
+    cc = os.environ.get('CC', '').strip()
+    if cc:
+        command = shlex.split(cc)
+        path = shutil.which(command[0])
+        if path is None:
+            raise NativeBuildError("backend 'native' needs a C compiler: $CC is %r, which is "
+                                   'not an executable (set CC to a C compiler, or unset it to '
+                                   'use cc, gcc or clang from PATH)' % cc)
+        return [path] + command[1:]
+    for candidate in ('cc', 'gcc', 'clang'):
+        path = shutil.which(candidate)
+        if path is not None:
+            return [path]
+    raise NativeBuildError("backend 'native' needs a C compiler, and none was found: $CC is "
+                           'not set and none of cc, gcc, clang is on PATH (install one or set '
+                           "CC; backend 'numpy' needs none)")
+
+
+def cache_dir() -> str:
+    """Where built libraries are cached (not created here)."""
+    explicit = os.environ.get('CHAINER_COMPILER_CACHE')
+    if explicit:
+        return explicit
+    base = os.environ.get('XDG_CACHE_HOME') or os.path.join(os.path.expanduser('~'), '.cache')
+    return os.path.join(base, 'chainer_compiler')
+
+
+def _machine() -> str:
+    """What ``-march=native`` depends on: the architecture and, where
+    Linux tells, the CPU's model and feature flags."""
+    text = platform.machine()
+    try:
+        with open('/proc/cpuinfo') as f:
+            for line in f:
+                key = line.split(':', 1)[0].strip()
+                if key in ('model name', 'flags', 'Features'):
+                    text += '\n' + line.strip()
+                if line.strip() == '':  # the first processor is enough
+                    break
+    except OSError:
+        pass
+    return text
+
+
+def compile_library(command: list[str], sources: list[str], output: str, cwd: str) -> None:
+    """Run the compiler: ``sources`` (in ``cwd``) into the shared library
+    ``output``.  Raises NativeBuildError quoting the compiler's first error
+    lines when it fails."""
+    argv = command + list(CFLAGS) + ['-o', output] + sources + list(LDLIBS)
+    try:
+        done = subprocess.run(argv, cwd=cwd, capture_output=True, text=True, errors='replace')
+    except OSError as e:
+        raise NativeBuildError('cannot run the C compiler %s: %s' % (command[0], e)) from e
+    if done.returncode != 0:
+        lines = [line for line in (done.stderr + done.stdout).splitlines() if line.strip()]
+        errors = [line for line in lines if 'error' in line.lower()] or lines
+        raise NativeBuildError('the C compiler failed (exit %d) building the native library:\n'
+                               '%s\n%s' % (done.returncode, shlex.join(argv),
+                                           '\n'.join(errors[:ERROR_LINES])))
+
+
+def build_library(program: Program) -> tuple[str, EmitResult]:
+    """(path of the shared library of ``program``, what emit_c wrote for
+    it): emitted, hashed, and compiled unless the cache already has it."""
+    command = find_compiler()
+    root = cache_dir()
+    os.makedirs(root, exist_ok=True)
+    work = tempfile.mkdtemp(prefix='.build-', dir=root)
+    try:
+        result = emit_c(program, work, NAME)
+        digest = hashlib.sha256()
+        for part in [CACHE_FORMAT, _machine()] + command + list(CFLAGS) + list(LDLIBS):
+            digest.update(part.encode() + b'\0')
+        for path in sorted(result.files):
+            with open(path, 'rb') as f:
+                data = f.read()
+            digest.update(b'%s\0%d\0' % (os.path.basename(path).encode(), len(data)) + data)
+        target = os.path.join(root, 'lib%s-%s.so' % (NAME, digest.hexdigest()))
+        if not os.path.exists(target):
+            sources = sorted(os.path.basename(p) for p in result.files
+                             if p.endswith('.c') and os.path.basename(p) != 'main.c')
+            built = os.path.join(work, 'lib%s.so' % NAME)
+            compile_library(command, sources, built, work)
+            os.replace(built, target)  # atomic: others see no library or a whole one
+        return target, result
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+
+
+class NativeRun:
+    """``program`` as a loaded native library, called with NumPy arrays.
+    Each instance owns its arena; a lock makes concurrent calls on one
+    instance take turns (the GIL is released during a call, so different
+    instances run in parallel)."""
+
+    def __init__(self, program: Program):
+        self.program = program
+        self.path, result = build_library(program)
+        self._lib = ctypes.CDLL(self.path, mode=ctypes.RTLD_LOCAL)
+        self._fn = getattr(self._lib, '%s_run_arena' % NAME)
+        self._fn.argtypes = [ctypes.c_void_p] * (1 + len(program.inputs) + len(program.outputs))
+        self._fn.restype = ctypes.c_int
+        # numpy's allocations are aligned well beyond the floats C asks for.
+        self._arena = numpy.empty(max(1, result.arena_bytes), dtype=numpy.uint8)
+        self._arena_pointer = self._arena.ctypes.data
+        self._in_shapes = [tuple(v.shape or ()) for v in program.inputs]
+        self._out_shapes = list(result.output_shapes)
+        self._lock = threading.Lock()
+
+    def run(self, values) -> list[numpy.ndarray]:
+        """Outputs for input ``values`` (declaration order).  C-contiguous
+        float32 arrays of the declared shape are read in place; anything
+        else is converted first, and a wrong shape is refused (whether or
+        not the Executor validates inputs: C would read out of bounds)."""
+        pointers = []
+        keep = []  # converted copies must outlive the call
+        for info, shape, value in zip(self.program.inputs, self._in_shapes, values):
+            a = value
+            if type(a) is not numpy.ndarray or a.dtype != numpy.float32 \
+                    or not a.flags.c_contiguous:
+                a = numpy.ascontiguousarray(a, dtype=numpy.float32)
+                keep.append(a)
+            if a.shape != shape:
+                raise InputValidationError("program %s: input '%s' has shape %s, the native "
+                                           'library was built for %s'
+                                           % (self.program.name, info.name, a.shape, shape))
+            pointers.append(a.ctypes.data)
+        outputs = [numpy.empty(s, dtype=numpy.float32) for s in self._out_shapes]
+        pointers += [o.ctypes.data for o in outputs]
+        with self._lock:
+            status = self._fn(self._arena_pointer, *pointers)
+        if status != 0:
+            raise RuntimeVMError('the native library of program %s returned %d (a NULL '
+                                 'pointer)' % (self.program.name, status))
+        return outputs

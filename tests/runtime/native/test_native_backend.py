@@ -1,0 +1,182 @@
+"""backend='native' inside Python: the Program compiled to C once, cached
+by content, loaded with ctypes, and called with NumPy arrays."""
+import os
+import shutil
+
+import chainer
+import numpy
+import onnx
+import pytest
+from onnx import TensorProto, helper
+
+from chainer_compiler import compile_onnx
+from chainer_compiler.cli import main as cli_main
+from chainer_compiler.frontend import build_program
+from chainer_compiler.runtime.backend import BackendUnavailableError
+from chainer_compiler.runtime.errors import InputValidationError, NativeBuildError
+from chainer_compiler.runtime.executor import Executor
+from chainer_compiler.runtime.native import UnsupportedNativeOpsError
+from chainer_compiler.runtime.native.library import NativeRun
+
+CC = shutil.which('cc') or shutil.which('gcc') or shutil.which('clang')
+pytestmark = pytest.mark.skipif(CC is None, reason='no C compiler (cc, gcc, clang) on PATH')
+RTOL, ATOL = 1e-4, 1e-5
+
+
+@pytest.fixture(autouse=True)
+def cache(tmp_path, monkeypatch):
+    """Each test gets an empty cache of its own."""
+    folder = tmp_path / 'cache'
+    monkeypatch.setenv('CHAINER_COMPILER_CACHE', str(folder))
+    return folder
+
+
+def _mlp_model(seed=0, batch=3, width=7):
+    rng = numpy.random.RandomState(seed)
+    f32 = TensorProto.FLOAT
+    inits = [onnx.numpy_helper.from_array(rng.uniform(-1, 1, shape).astype(numpy.float32), n)
+             for n, shape in (('W0', (width, width)), ('b0', (width,)),
+                              ('W1', (width, 4)), ('b1', (4,)))]
+    graph = helper.make_graph(
+        [helper.make_node('Gemm', ['x', 'W0', 'b0'], ['h']),
+         helper.make_node('Relu', ['h'], ['a']),
+         helper.make_node('Gemm', ['a', 'W1', 'b1'], ['y'])],
+        'mlp', [helper.make_tensor_value_info('x', f32, [batch, width])],
+        [helper.make_tensor_value_info('y', f32, [batch, 4])], inits)
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid('', 13)])
+
+
+def _x(batch=3, width=7):
+    return numpy.random.RandomState(5).uniform(-1, 1, (batch, width)).astype(numpy.float32)
+
+
+def test_lenet5_matches_the_numpy_executor(tmp_path):
+    import chainer_compiler
+    from tests.models import LeNet5
+    numpy.random.seed(0)
+    x = numpy.random.rand(2, 1, 28, 28).astype(numpy.float32)
+    model = LeNet5()
+    model(x)
+    chainer_compiler.export(model, x, str(tmp_path / 'lenet.onnx'))
+    program = build_program(str(tmp_path / 'lenet.onnx'))
+    got = Executor(program, backend='native').run_positional([x])
+    want = Executor(program, backend='numpy').run_positional([x])
+    numpy.testing.assert_allclose(got[0], want[0], rtol=RTOL, atol=ATOL)
+
+
+def test_library_is_built_once_and_reused(cache):
+    program = build_program(_mlp_model())
+    first = NativeRun(program)
+    libraries = [p for p in os.listdir(cache) if p.endswith('.so')]
+    assert libraries == [os.path.basename(first.path)]
+    mtime = os.stat(first.path).st_mtime_ns
+    second = NativeRun(build_program(_mlp_model()))
+    assert second.path == first.path and os.stat(first.path).st_mtime_ns == mtime
+    # Nothing half-built is left behind.
+    assert sorted(os.listdir(cache)) == libraries
+
+
+def test_a_changed_program_never_reuses_a_stale_library(cache):
+    old, new = build_program(_mlp_model(seed=0)), build_program(_mlp_model(seed=1))
+    x = _x()
+    old_run, new_run = Executor(old, backend='native'), Executor(new, backend='native')
+    assert old_run._native.path != new_run._native.path
+    for program, run in ((old, old_run), (new, new_run)):
+        numpy.testing.assert_allclose(run.run_positional([x])[0],
+                                      Executor(program).run_positional([x])[0],
+                                      rtol=RTOL, atol=ATOL)
+
+
+def test_cache_folder_follows_xdg_when_not_overridden(tmp_path, monkeypatch):
+    monkeypatch.delenv('CHAINER_COMPILER_CACHE')
+    monkeypatch.setenv('XDG_CACHE_HOME', str(tmp_path / 'xdg'))
+    run = NativeRun(build_program(_mlp_model()))
+    assert os.path.dirname(run.path) == str(tmp_path / 'xdg' / 'chainer_compiler')
+
+
+def test_inputs_of_other_layouts_are_converted_and_wrong_shapes_refused():
+    program = build_program(_mlp_model())
+    run = Executor(program, backend='native', validate_inputs=False)
+    x = _x()
+    want = Executor(program).run_positional([x])[0]
+    fortran = numpy.asfortranarray(x)
+    numpy.testing.assert_allclose(run.run_positional([fortran])[0], want, rtol=RTOL)
+    numpy.testing.assert_allclose(run.run_positional([x.astype(numpy.float64)])[0], want,
+                                  rtol=RTOL)
+    with pytest.raises(InputValidationError, match=r"input 'x'.*\(3, 8\).*\(3, 7\)"):
+        run.run_positional([numpy.zeros((3, 8), numpy.float32)])
+
+
+def test_no_compiler_is_a_clear_error(monkeypatch, tmp_path):
+    monkeypatch.setenv('PATH', str(tmp_path))  # no cc, gcc or clang there
+    monkeypatch.delenv('CC', raising=False)
+    with pytest.raises(NativeBuildError, match='needs a C compiler.*none was found'):
+        Executor(build_program(_mlp_model()), backend='native')
+    monkeypatch.setenv('CC', 'no-such-cc')
+    with pytest.raises(NativeBuildError, match="CC is 'no-such-cc'"):
+        Executor(build_program(_mlp_model()), backend='native')
+
+
+def test_compiler_failure_quotes_its_errors(monkeypatch, tmp_path):
+    fake = tmp_path / 'badcc'
+    fake.write_text('#!/bin/sh\necho "model.c:1: error: something broke" >&2\nexit 1\n')
+    fake.chmod(0o755)
+    monkeypatch.setenv('CC', str(fake))
+    with pytest.raises(NativeBuildError, match='(?s)exit 1.*something broke'):
+        Executor(build_program(_mlp_model()), backend='native')
+
+
+def test_ops_without_kernels_are_listed_with_no_fallback():
+    f32 = TensorProto.FLOAT
+    graph = helper.make_graph(
+        [helper.make_node('Hardmax', ['x'], ['h']), helper.make_node('Relu', ['h'], ['r']),
+         helper.make_node('Det', ['r'], ['d'])],
+        'g', [helper.make_tensor_value_info('x', f32, [3, 3])],
+        [helper.make_tensor_value_info('d', f32, [])])
+    program = build_program(helper.make_model(graph, opset_imports=[
+        helper.make_opsetid('', 13)]))
+    with pytest.raises(UnsupportedNativeOpsError) as info:
+        Executor(program, backend='native')
+    assert len(info.value.problems) == 2
+    assert 'Hardmax' in str(info.value) and 'Det' in str(info.value)
+
+
+def test_instrumentation_is_refused():
+    program = build_program(_mlp_model())
+    for option in ('trace', 'check_nans', 'track_memory'):
+        with pytest.raises(BackendUnavailableError, match=option):
+            Executor(program, backend='native', **{option: True})
+
+
+def test_cli_run_on_the_native_backend(tmp_path, capsys):
+    model = _mlp_model()
+    data = tmp_path / 'test_data_set_0'
+    data.mkdir()
+    x = _x()
+    y = Executor(build_program(model)).run_positional([x])[0]
+    for name, array in (('input_0', x), ('output_0', y)):
+        (data / (name + '.pb')).write_bytes(
+            onnx.numpy_helper.from_array(array).SerializeToString())
+    onnx.save(model, tmp_path / 'model.onnx')
+    assert cli_main(['run', '--test', str(tmp_path), '--backend', 'native']) == 0
+    assert 'OK' in capsys.readouterr().out
+    (data / 'output_0.pb').write_bytes(
+        onnx.numpy_helper.from_array(y + 1).SerializeToString())
+    assert cli_main(['run', '--test', str(tmp_path), '--backend', 'native']) != 0
+
+
+def test_compile_onnx_runs_inference_natively_and_refuses_training(tmp_path):
+    import chainer_compiler
+    from tests.models import MLP
+    numpy.random.seed(0)
+    x = numpy.random.rand(4, 13).astype(numpy.float32)
+    model = MLP(n_units=17, n_out=5)
+    want = model(x).array
+    chainer_compiler.export(model, x, str(tmp_path / 'mlp.onnx'))
+    compiled = compile_onnx(model, str(tmp_path / 'mlp.onnx'),
+                            runtime_kwargs={'backend': 'native'})
+    with chainer.using_config('train', False):
+        got = compiled(x)
+    numpy.testing.assert_allclose(got.array, want, rtol=RTOL, atol=ATOL)
+    with pytest.raises(BackendUnavailableError, match='inference only'):
+        compiled(x)
