@@ -1,10 +1,12 @@
-"""The native backend's first part: a Program as plain C (no Python at run
-time).
+"""The native backend: a Program as plain C (no Python at run time).
 
 ``emit_c(program, directory, name)`` writes ``NAME.h`` (the C API),
 ``NAME.c`` (the program as straight-line kernel calls over one planned
 arena), ``NAME_weights.c`` (the constants), the kernel sources it needs,
 ``main.c`` (a command line reading and writing .npy files) and a Makefile.
+library.py builds the same C into a cached shared library for
+``Executor(backend='native')``.  lowering.py is the interface between the
+emitter and the per-family lowerings in lowerings/.
 """
 from .arena import plan_arena
 from .emit_c import EmitResult, NativeEmitError, UnsupportedNativeOpsError, emit_c

@@ -145,28 +145,29 @@ class NativeRun:
         self._arena = numpy.empty(max(1, result.arena_bytes), dtype=numpy.uint8)
         self._arena_pointer = self._arena.ctypes.data
         self._in_shapes = [tuple(v.shape or ()) for v in program.inputs]
-        self._out_shapes = list(result.output_shapes)
+        self._in_dtypes = [numpy.dtype(v.dtype) for v in program.inputs]
+        self._outputs = list(zip(result.output_shapes, result.output_dtypes))
         self._lock = threading.Lock()
 
     def run(self, values) -> list[numpy.ndarray]:
         """Outputs for input ``values`` (declaration order).  C-contiguous
-        float32 arrays of the declared shape are read in place; anything
+        arrays of the declared dtype and shape are read in place; anything
         else is converted first, and a wrong shape is refused (whether or
         not the Executor validates inputs: C would read out of bounds)."""
         pointers = []
         keep = []  # converted copies must outlive the call
-        for info, shape, value in zip(self.program.inputs, self._in_shapes, values):
+        for info, shape, dtype, value in zip(self.program.inputs, self._in_shapes,
+                                             self._in_dtypes, values):
             a = value
-            if type(a) is not numpy.ndarray or a.dtype != numpy.float32 \
-                    or not a.flags.c_contiguous:
-                a = numpy.ascontiguousarray(a, dtype=numpy.float32)
+            if type(a) is not numpy.ndarray or a.dtype != dtype or not a.flags.c_contiguous:
+                a = numpy.ascontiguousarray(a, dtype=dtype)
                 keep.append(a)
             if a.shape != shape:
                 raise InputValidationError("program %s: input '%s' has shape %s, the native "
                                            'library was built for %s'
                                            % (self.program.name, info.name, a.shape, shape))
             pointers.append(a.ctypes.data)
-        outputs = [numpy.empty(s, dtype=numpy.float32) for s in self._out_shapes]
+        outputs = [numpy.empty(s, dtype=d) for s, d in self._outputs]
         pointers += [o.ctypes.data for o in outputs]
         with self._lock:
             status = self._fn(self._arena_pointer, *pointers)

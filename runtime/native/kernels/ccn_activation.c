@@ -1,7 +1,7 @@
 /* Activation family: Relu, LeakyRelu, Sigmoid, Tanh, Softmax, LogSoftmax. */
 #include <math.h>
 
-#include "ccn_kernels.h"
+#include "ccn_activation.h"
 
 void ccn_relu(long n, const float *x, float *y)
 {

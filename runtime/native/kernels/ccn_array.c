@@ -1,11 +1,10 @@
-/* Array family: the copies behind Reshape, Flatten, Identity and Dropout
- * when their result cannot share its input's memory. */
+/* Array family: data movement, whatever the element type. */
 #include <string.h>
 
-#include "ccn_kernels.h"
+#include "ccn_array.h"
 
-void ccn_copy(long n, const float *x, float *y)
+void ccn_copy(size_t nbytes, const void *x, void *y)
 {
     if (x != y)
-        memcpy(y, x, (size_t)n * sizeof(float));
+        memcpy(y, x, nbytes);
 }

@@ -1,7 +1,7 @@
 /* Connection family: Gemm / MatMul / FusedGemm and Conv (im2col + GEMM). */
 #include <string.h>
 
-#include "ccn_kernels.h"
+#include "ccn_connection.h"
 
 /* Block sizes: a KB x NB panel of B (128 KiB) stays in L2 while every row
  * of A streams past it. */

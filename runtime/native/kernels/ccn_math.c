@@ -1,5 +1,5 @@
 /* Math family: Add, Sub, Mul, Div with NumPy broadcasting. */
-#include "ccn_kernels.h"
+#include "ccn_math.h"
 
 /* One row along the last axis: a separate loop per operator and the common
  * stride patterns, so each one vectorises. */

@@ -1,7 +1,7 @@
 /* Normalization family: BatchNormalization in its inference form. */
 #include <math.h>
 
-#include "ccn_kernels.h"
+#include "ccn_normalization.h"
 
 void ccn_batchnorm(long N, long C, long S, float epsilon, const float *x, const float *scale,
                    const float *bias, const float *mean, const float *var, float *y)

@@ -1,7 +1,7 @@
 /* Pooling family: MaxPool, AveragePool (2-D) and GlobalAveragePool. */
 #include <math.h>
 
-#include "ccn_kernels.h"
+#include "ccn_pooling.h"
 
 void ccn_maxpool2d(long NC, long H, long W, long OH, long OW, long KH, long KW,
                    long stride_h, long stride_w, long dil_h, long dil_w,

@@ -1,0 +1,75 @@
+"""C literals and types for the emitted code: one place that decides how a
+value, a string, a shape or a dtype is written in C."""
+import math
+import re
+
+import numpy
+
+Shape = tuple[int, ...]
+
+#: NumPy dtype name -> C element type, for the dtypes the C backend handles.
+C_TYPES = {'float32': 'float', 'float64': 'double', 'int64': 'int64_t', 'int32': 'int32_t',
+           'bool': 'uint8_t'}
+#: NumPy dtype name -> the .npy descr it is saved with on a little-endian machine.
+NPY_DESCR = {'float32': '<f4', 'float64': '<f8', 'int64': '<i8', 'int32': '<i4',
+             'bool': '|b1'}
+
+
+def cfloat(value: float) -> str:
+    """An exact float32 C literal."""
+    v = float(numpy.float32(value))
+    if math.isnan(v):
+        return 'NAN'
+    if math.isinf(v):
+        return 'INFINITY' if v > 0 else '-INFINITY'
+    text = '%.9g' % v
+    if '.' not in text and 'e' not in text:
+        text += '.0'
+    return text + 'f'
+
+
+def cliteral(value, dtype: str) -> str:
+    """An exact C literal of ``value`` as an element of ``dtype``."""
+    if dtype == 'float32':
+        return cfloat(value)
+    if dtype == 'float64':
+        v = float(value)
+        if math.isnan(v):
+            return 'NAN'
+        if math.isinf(v):
+            return 'INFINITY' if v > 0 else '-INFINITY'
+        return repr(v)  # shortest text that reads back exactly
+    if dtype == 'int64':
+        v = int(value)
+        # -2**63 has no literal: its magnitude overflows before the minus.
+        return '(-INT64_C(9223372036854775807) - 1)' if v == -2**63 else 'INT64_C(%d)' % v
+    return str(int(value))
+
+
+def cstring(text: str) -> str:
+    """``text`` as a C string literal (UTF-8, anything unusual escaped)."""
+    out = []
+    for byte in text.encode('utf-8'):
+        ch = chr(byte)
+        if ch in '"\\?':  # '?' avoids trigraphs
+            out.append('\\' + ch)
+        elif 32 <= byte < 127:
+            out.append(ch)
+        else:
+            out.append('\\%03o' % byte)
+    return '"%s"' % ''.join(out)
+
+
+def comment(text: str) -> str:
+    """``text`` made safe inside a C block comment on one line."""
+    return re.sub(r'[^\x20-\x7e]', '?', text).replace('*/', '* /').replace('/*', '/ *')
+
+
+def shape_text(dtype: str, shape: Shape) -> str:
+    """``float32[2, 3]``."""
+    return '%s[%s]' % (dtype, ', '.join(str(d) for d in shape))
+
+
+def clist(values) -> str:
+    """A C initializer list of integers; C has no empty arrays, so () gives {0}."""
+    return '{%s}' % (', '.join(str(int(v)) for v in values) or '0')

@@ -1,0 +1,36 @@
+/* ccn_common.h: what every kernel of chainer-compiler's native (C) backend
+ * shares.
+ *
+ * Kernels work on row-major (C order) arrays and take their shapes as
+ * arguments: the generated model code calls them with literal constants,
+ * one call per Program instruction.  No kernel allocates memory; scratch
+ * space (im2col columns, transposed operands) comes from the model's arena,
+ * whose layout is planned when the C code is emitted.  Each family of ops
+ * has one ccn_<family>.c and its ccn_<family>.h.  C99, libc and libm only.
+ */
+#ifndef CCN_COMMON_H
+#define CCN_COMMON_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+#define CCN_BEGIN_DECLS extern "C" {
+#define CCN_END_DECLS }
+#else
+#define CCN_BEGIN_DECLS
+#define CCN_END_DECLS
+#endif
+
+/* OpenMP is optional: without -fopenmp the pragma disappears instead of
+ * triggering -Wunknown-pragmas. */
+#ifdef _OPENMP
+#define CCN_OMP_FOR _Pragma("omp parallel for schedule(static)")
+#else
+#define CCN_OMP_FOR
+#endif
+
+/* Largest rank the broadcasting and strided kernels handle. */
+#define CCN_MAX_RANK 8
+
+#endif /* CCN_COMMON_H */

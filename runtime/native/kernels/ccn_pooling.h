@@ -1,0 +1,32 @@
+/* ccn_pooling.h: Pooling family: MaxPool, AveragePool, GlobalAveragePool. */
+#ifndef CCN_POOLING_H
+#define CCN_POOLING_H
+
+#include "ccn_common.h"
+
+CCN_BEGIN_DECLS
+
+/* NC planes of H x W into OH x OW; taps in the padding never count. */
+void ccn_maxpool2d(long NC, long H, long W, long OH, long OW, long KH, long KW,
+                   long stride_h, long stride_w, long dil_h, long dil_w,
+                   long pad_top, long pad_left, const float *x, float *y);
+/* Averages over the taps inside the input, or, with count_include_pad,
+ * inside the input plus its explicit padding (pad_bottom, pad_right). */
+void ccn_avgpool2d(long NC, long H, long W, long OH, long OW, long KH, long KW,
+                   long stride_h, long stride_w, long pad_top, long pad_left,
+                   long pad_bottom, long pad_right, int count_include_pad,
+                   const float *x, float *y);
+/* y[p] = mean of the S values of plane p, for NC planes. */
+void ccn_global_avgpool(long NC, long S, const float *x, float *y);
+
+/* ---- ccn_activation.c ---- (x and y may be the same array) */
+void ccn_relu(long n, const float *x, float *y);
+void ccn_leaky_relu(long n, float alpha, const float *x, float *y);
+void ccn_sigmoid(long n, const float *x, float *y);
+void ccn_tanh(long n, const float *x, float *y);
+/* Softmax (or its log) over axis of length len of an (outer, len, inner)
+ * array. */
+void ccn_softmax(long outer, long len, long inner, int log_softmax, const float *x, float *y);
+
+CCN_END_DECLS
+#endif /* CCN_POOLING_H */

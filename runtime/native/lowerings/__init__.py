@@ -1,0 +1,8 @@
+"""The lowerings of every op family, one module per family (its kernels are
+kernels/ccn_<family>.c and .h).  Importing this package imports every
+module in it, which registers their lowerings in lowering.LOWERINGS."""
+import importlib
+import pkgutil
+
+for _module in pkgutil.iter_modules(__path__):
+    importlib.import_module('%s.%s' % (__name__, _module.name))
