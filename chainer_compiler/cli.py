@@ -142,8 +142,12 @@ def _parser():
                       help='only tests whose name matches this regular expression')
     conf.add_argument('--json', action='store_true',
                       help='print JSON with every test status and reason')
-    conf.add_argument('--backend', choices=['numpy', 'cupy'], default=None,
-                      help='default: cupy when CuPy and a GPU are present, else numpy')
+    conf.add_argument('--backend', choices=['numpy', 'cupy', 'native'], default=None,
+                      help='default: cupy when CuPy and a GPU are present, else numpy; '
+                           'native: each test compiled to C (ops the C backend refuses '
+                           'count as unsupported, a compiler error as a failure)')
+    conf.add_argument('-j', '--jobs', type=_bounded(int, 1, 1024, 'an integer in [1, 1024]'),
+                      default=1, help='run the tests in this many processes')
     conf.add_argument('-v', '--verbose', action='store_true',
                       help='print each test as it finishes')
     conf.set_defaults(handler=_conformance)
@@ -155,6 +159,10 @@ def _parser():
                       help='folder for NAME.h, NAME.c, NAME_weights.c, kernels, main.c, '
                            'Makefile (`make -C DIR` builds DIR/NAME and DIR/libNAME.so)')
     emit.add_argument('--name', default='model', help='model name, a C identifier')
+    emit.add_argument('--weights', choices=['embed', 'file'], default='embed',
+                      help='embed: the weights as C literals in NAME_weights.c, one stateless '
+                           'NAME_run; file: NAME_weights.bin, loaded by NAME_create (much '
+                           'faster to compile for large models)')
     emit.set_defaults(handler=_emit_c)
     return parser
 
@@ -167,10 +175,12 @@ def _emit_c(args):
     else:
         from .frontend import build_program
         program = build_program(args.model)
-    result = emit_c(program, args.output, args.name)
-    print('wrote %d files to %s; arena %d bytes (intermediates without reuse: %d bytes); '
+    result = emit_c(program, args.output, args.name, weights=args.weights)
+    weights = '' if result.weights is None else '; weights %d bytes in %s_weights.bin' % (
+        result.weights.nbytes, args.name)
+    print('wrote %d files to %s; arena %d bytes (intermediates without reuse: %d bytes)%s; '
           'build with: make -C %s' % (len(result.files), args.output, result.arena_bytes,
-                                      result.intermediate_bytes, args.output))
+                                      result.intermediate_bytes, weights, args.output))
     return 0
 
 
@@ -268,15 +278,30 @@ def _report_program(program, args):
         print('saved Program to %s' % args.save)
 
 
+#: Without --verbose, conformance prints running totals every this many tests.
+PROGRESS_EVERY = 100
+
+
 def _conformance(args):
-    """``chainer-compiler conformance``: print the totals; always 0."""
-    from .conformance import run_conformance, summarize
+    """``chainer-compiler conformance``: print the totals; always 0.  On
+    stderr: each test as it finishes (--verbose), else running totals every
+    PROGRESS_EVERY tests."""
+    from .conformance import node_test_names, run_conformance, summarize
+    total = len(node_test_names(args.pattern))
+    done = {'passed': 0, 'failed': 0, 'unsupported': 0}
 
     def progress(result):
+        done[result.status] += 1
+        count = sum(done.values())
         if args.verbose:
             print('%-60s %s %s' % (result.name, result.status, result.reason), file=sys.stderr)
+        elif count % PROGRESS_EVERY == 0:
+            print('[%d/%d] %d passed, %d failed, %d unsupported'
+                  % (count, total, done['passed'], done['failed'], done['unsupported']),
+                  file=sys.stderr, flush=True)
 
-    results = run_conformance(args.pattern, backend=args.backend, progress=progress)
+    results = run_conformance(args.pattern, backend=args.backend, progress=progress,
+                              jobs=args.jobs)
     totals, families = summarize(results)
     if args.json:
         json.dump({'totals': totals, 'families': families,

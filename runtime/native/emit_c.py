@@ -27,7 +27,10 @@ from ..program import NO_REGISTER, Instruction, Program
 from . import lowerings  # noqa: F401  (registers every lowering)
 from .arena import Buffer, aligned, plan_arena
 from .cformat import C_TYPES, NPY_DESCR, Shape, clist, cliteral, comment, cstring, shape_text
+from .fusion import fuse
 from .lowering import FLOAT32, LOWERINGS, Refuse, Step, Unknown
+from .weights import WeightsLayout, layout
+from .weights import write_file as write_weights_file
 
 KERNEL_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), 'kernels')
 #: Highest rank of a value (CCN_MAX_RANK in C).
@@ -62,18 +65,32 @@ class EmitResult:
     buffers: list[tuple[Any, int, int, int, int]] = field(default_factory=list)
     output_shapes: list[Shape] = field(default_factory=list)
     output_dtypes: list[str] = field(default_factory=list)
+    #: the layout of the weights block (weights='file'), else None
+    weights: WeightsLayout | None = None
+
+#: Where the constants go: 'embed' (C literals in NAME_weights.c) or 'file'
+#: (NAME_weights.bin, loaded by NAME_create; weights.py).
+WEIGHTS_MODES = ('embed', 'file')
 
 
-def emit_c(program: Program, directory: str | os.PathLike, name: str = 'model') -> EmitResult:
+def emit_c(program: Program, directory: str | os.PathLike, name: str = 'model',
+           weights: str = 'embed') -> EmitResult:
     """Write the C sources, kernels and Makefile of ``program`` into
     ``directory`` (created if missing) under the model name ``name`` (a C
-    identifier).  Raises NativeEmitError before writing anything when the
-    Program cannot be compiled to C."""
+    identifier), with the constants embedded as C literals
+    (``weights='embed'``: one stateless ``NAME_run``) or in
+    ``NAME_weights.bin`` (``'file'``: ``NAME_create``, ``NAME_run``,
+    ``NAME_destroy``; much faster to compile for large models).  Raises
+    NativeEmitError before writing anything when the Program cannot be
+    compiled to C."""
+    if weights not in WEIGHTS_MODES:
+        raise NativeEmitError('weights=%r: expected one of %s'
+                              % (weights, ', '.join(WEIGHTS_MODES)))
     if not re.fullmatch(r'[A-Za-z_][A-Za-z0-9_]*', name) or name == 'main' \
             or name.startswith('ccn_'):
         raise NativeEmitError("model name %r must be a C identifier other than 'main' "
                               "not starting with 'ccn_'" % name)
-    return _Emitter(program, name).write(os.fspath(directory))
+    return _Emitter(program, name, weights).write(os.fspath(directory))
 
 
 def lowering_key(inst: Instruction) -> str:
@@ -86,9 +103,11 @@ class _Emitter:
     lowerings see it through ``shape``, ``dtype``, ``has``, ``const``,
     ``nbytes``, ``is_output``, ``only_first_output`` and ``weight``."""
 
-    def __init__(self, program: Program, name: str):
+    def __init__(self, program: Program, name: str, weights_mode: str = 'embed'):
+        program = fuse(program)  # folded BatchNormalizations, activation epilogues
         self.p = program
         self.name = name
+        self.weights_mode = weights_mode
         self.shapes: dict[int, Shape] = {}
         self.dtypes: dict[int, str] = {}
         self.consts = {r: numpy.asarray(v) for r, v in program.constants.items()}
@@ -236,7 +255,8 @@ class _Emitter:
     def families(self) -> list[str]:
         """The kernel families (ccn_<family>.c) the model calls."""
         return sorted({f for s in self.steps if s is not None for f in (s.family,) + s.also}
-                      | ({'array'} if self.final_copies else set()))
+                      | ({'array'} if self.final_copies else set())
+                      | ({'weights'} if self.weights_mode == 'file' else set()))
 
     def write(self, directory: str) -> EmitResult:
         self._plan()
@@ -244,9 +264,12 @@ class _Emitter:
         families = self.families()
         headers = sorted(os.path.basename(h)
                          for h in glob.glob(os.path.join(KERNEL_DIR, 'ccn_*.h')))
+        # NAME.c first: rendering it requests the weights by name.
+        model_c = self._model_c()
+        self.layout = layout(self.weights) if self.weights_mode == 'file' else None
         sources = {
             '%s.h' % self.name: self._header(),
-            '%s.c' % self.name: self._model_c(),
+            '%s.c' % self.name: model_c,
             '%s_weights.c' % self.name: self._weights_c(),
             'main.c': self._main_c(),
             'Makefile': self._makefile(families, headers),
@@ -260,12 +283,15 @@ class _Emitter:
         for filename in headers + ['ccn_%s.c' % f for f in families]:
             files.append(shutil.copyfile(os.path.join(KERNEL_DIR, filename),
                                          os.path.join(directory, filename)))
+        if self.layout is not None:
+            files.append(os.path.join(directory, '%s_weights.bin' % self.name))
+            write_weights_file(files[-1], self.layout)
         return EmitResult(directory, files, self.arena_bytes,
                           sum(aligned(b.nbytes) for b in self.buffers),
                           [(b.key, self.offsets[b.key], b.nbytes, b.start, b.end)
                            for b in self.buffers],
                           [self.shapes[v.register] for v in self.p.outputs],
-                          [self.dtypes[v.register] for v in self.p.outputs])
+                          [self.dtypes[v.register] for v in self.p.outputs], self.layout)
 
     def _plan(self):
         """Decide where every value lives: caller's input or output buffer,
@@ -358,16 +384,9 @@ class _Emitter:
                ' * Inputs and outputs are arrays in C (row-major) order with the dtypes',
                ' * (float32: float, float64: double, int64: int64_t, int32: int32_t,',
                ' * bool: uint8_t) and static shapes below; they must not overlap.',
-               ' *',
-               ' *   %s_run(...)        runs on a static arena (not thread-safe);' % n,
-               ' *   %s_run_arena(...)  runs on an arena of %s_ARENA_BYTES bytes that the'
-               % (n, up),
-               ' *                      caller owns (8-byte aligned; one per thread);',
-               ' *   %s_run_v(in, out)  takes arrays of input and output pointers.' % n,
-               ' * Each returns 0 on success and 1 when a pointer is NULL.',
-               ' */']
+               ' *'] + self._api_doc() + [' */']
         lines = doc + ['#ifndef %s_H' % up, '#define %s_H' % up, '',
-                       '#include <stdint.h>', '',
+                       '#include <stddef.h>', '#include <stdint.h>', '',
                        '#ifdef __cplusplus', 'extern "C" {', '#endif', '',
                        '#define %s_NUM_INPUTS %d' % (up, len(ins)),
                        '#define %s_NUM_OUTPUTS %d' % (up, len(outs)),
@@ -387,14 +406,54 @@ class _Emitter:
                   '} %s_tensor_info;' % n, '',
                   '/* One entry per input and output, in graph order. */',
                   'extern const %s_tensor_info %s_inputs[];' % (n, n),
-                  'extern const %s_tensor_info %s_outputs[];' % (n, n), '',
-                  'int %s_run(%s);' % (n, self._params()),
-                  'int %s_run_arena(void *arena%s);' % (
-                      n, ''.join(', ' + p for p in self._params().split(', ')
-                                 if p != 'void')),
-                  'int %s_run_v(const void *const *inputs, void *const *outputs);' % n, '',
-                  '#ifdef __cplusplus', '}', '#endif', '#endif /* %s_H */' % up, '']
+                  'extern const %s_tensor_info %s_outputs[];' % (n, n), '']
+        lines += self._api_declarations()
+        lines += ['', '#ifdef __cplusplus', '}', '#endif', '#endif /* %s_H */' % up, '']
         return '\n'.join(lines)
+
+    def _api_doc(self) -> list[str]:
+        n, up = self.name, self.name.upper()
+        if self.layout is None:
+            return [' *   %s_run(...)        runs on a static arena (not thread-safe);' % n,
+                    ' *   %s_run_arena(...)  runs on an arena of %s_ARENA_BYTES bytes that the'
+                    % (n, up),
+                    ' *                      caller owns (8-byte aligned; one per thread);',
+                    ' *   %s_run_v(in, out)  takes arrays of input and output pointers.' % n,
+                    ' * Each returns 0 on success and 1 when a pointer is NULL.']
+        return [' * The weights are in %s (%s_WEIGHTS_FILE):' % (self._weights_file(), up),
+                ' *   %s_create(path, error, size)  loads them and allocates an arena;' % n,
+                ' *       NULL on failure, with a one-line message in error;',
+                ' *   %s_run(model, ...)            runs (one thread per model at a time);' % n,
+                ' *   %s_run_v(model, in, out)      takes arrays of input and output' % n,
+                ' *                                 pointers;',
+                ' *   %s_destroy(model)             frees both;' % n,
+                ' *   %s_run_arena(arena, weights, ...)  runs on memory the caller owns:' % n,
+                ' *       an arena of %s_ARENA_BYTES and the weights block of' % up,
+                ' *       %s_WEIGHTS_BYTES (the file after its 32-byte header).' % up,
+                ' * The run functions return 0 on success and 1 when a pointer is NULL.']
+
+    def _api_declarations(self) -> list[str]:
+        n, up = self.name, self.name.upper()
+        params = [p for p in self._params().split(', ') if p != 'void']
+        if self.layout is None:
+            return ['int %s_run(%s);' % (n, self._params()),
+                    'int %s_run_arena(%s);' % (n, ', '.join(['void *arena'] + params)),
+                    'int %s_run_v(const void *const *inputs, void *const *outputs);' % n]
+        return ['/* The default name of the weights file, and its block size in bytes. */',
+                '#define %s_WEIGHTS_FILE "%s"' % (up, self._weights_file()),
+                '#define %s_WEIGHTS_BYTES %dUL' % (up, self.layout.nbytes), '',
+                'typedef struct %s_model %s_model;' % (n, n),
+                '%s_model *%s_create(const char *weights_path, char *error, size_t error_size);'
+                % (n, n),
+                'int %s_run(%s);' % (n, ', '.join(['%s_model *model' % n] + params)),
+                'int %s_run_v(%s_model *model, const void *const *inputs, '
+                'void *const *outputs);' % (n, n),
+                'void %s_destroy(%s_model *model);' % (n, n),
+                'int %s_run_arena(%s);' % (n, ', '.join(['void *arena', 'const void *weights']
+                                                         + params))]
+
+    def _weights_file(self) -> str:
+        return '%s_weights.bin' % self.name
 
     def _max_rank(self) -> int:
         return max([1] + [len(self.shapes[v.register]) for v in self.p.inputs + self.p.outputs])
@@ -451,39 +510,59 @@ class _Emitter:
                  '#include <math.h>', '#include <stddef.h>', '#include <stdint.h>', '']
         lines += ['#include "ccn_%s.h"' % f for f in self.families()]
         lines += ['#include "%s.h"' % n, '']
-        lines += ['extern const %s %s[%d];  /* %s */' % (
-            C_TYPES[a.dtype.name], w, max(1, a.size),
-            ' x '.join(str(d) for d in a.shape) or 'scalar')
-            for w, a in sorted(self.weights.items())]
+        if self.weights_mode == 'embed':
+            lines += ['extern const %s %s[%d];  /* %s */' % (
+                C_TYPES[a.dtype.name], w, max(1, a.size),
+                ' x '.join(str(d) for d in a.shape) or 'scalar')
+                for w, a in sorted(self.weights.items())]
         lines += ['', 'const %s_tensor_info %s_inputs[] = {' % (n, n)]
         lines += self._info_table(p.inputs) + ['};', '']
         lines += ['const %s_tensor_info %s_outputs[] = {' % (n, n)]
         lines += self._info_table(p.outputs) + ['};', '']
-        arena_param = 'void *arena_memory' + ''.join(
-            ', ' + q for q in self._params().split(', ') if q != 'void')
-        lines += ['int %s_run_arena(%s)' % (n, arena_param), '{',
+        params = ['void *arena_memory'] + [q for q in self._params().split(', ') if q != 'void']
+        checks = ['(!arena && %s_ARENA_BYTES)' % up] + null_checks
+        if self.weights_mode == 'file':
+            params.insert(1, 'const void *weights_memory')
+            checks.insert(1, '(!weights_memory && %s_WEIGHTS_BYTES)' % up)
+            text = '\n'.join(body)
+            decls = ['    const unsigned char *const weights = '
+                     '(const unsigned char *)weights_memory;'] + [
+                '    const %s *const %s = (const %s *)(weights + %d);' % (
+                    C_TYPES[a.dtype.name], w, C_TYPES[a.dtype.name], offset)
+                for w, a, offset in self._weight_offsets() if w in text] + decls
+        lines += ['int %s_run_arena(%s)' % (n, ', '.join(params)), '{',
                   '    unsigned char *const arena = (unsigned char *)arena_memory;',
-                  '    if (%s)' % ' || '.join(['(!arena && %s_ARENA_BYTES)' % up]
-                                              + null_checks),
+                  '    if (%s)' % ' || '.join(checks),
                   '        return 1;',
                   '    (void)arena;']
         lines += decls + body + ['    return 0;', '}', '']
-        lines += ['int %s_run(%s)' % (n, self._params()), '{',
-                  '    /* Static storage: no allocation per run, but not reentrant. */',
-                  '    static double storage[%d];' % max(1, -(-self.arena_bytes // 8)),
-                  '    return %s_run_arena(storage%s);' % (
-                      n, ''.join(', ' + a for a in self._args().split(', ') if a)),
-                  '}', '']
-        call = ', '.join(['(const %s *)inputs[%d]' % (self._ctype(v.register), k)
-                          for k, v in enumerate(p.inputs)]
-                         + ['(%s *)outputs[%d]' % (self._ctype(v.register), k)
-                            for k, v in enumerate(p.outputs)])
-        lines += ['int %s_run_v(const void *const *inputs, void *const *outputs)' % n, '{',
-                  '    (void)inputs;', '    (void)outputs;',
-                  '    return %s_run(%s);' % (n, call), '}', '']
+        if self.weights_mode == 'embed':
+            lines += ['int %s_run(%s)' % (n, self._params()), '{',
+                      '    /* Static storage: no allocation per run, but not reentrant. */',
+                      '    static double storage[%d];' % max(1, -(-self.arena_bytes // 8)),
+                      '    return %s_run_arena(storage%s);' % (
+                          n, ''.join(', ' + a for a in self._args().split(', ') if a)),
+                      '}', '']
+            lines += ['int %s_run_v(const void *const *inputs, void *const *outputs)' % n, '{',
+                      '    (void)inputs;', '    (void)outputs;',
+                      '    return %s_run(%s);' % (n, self._vector_call()), '}', '']
         return '\n'.join(lines)
 
+    def _vector_call(self) -> str:
+        """The arguments of NAME_run from the arrays of NAME_run_v."""
+        return ', '.join(['(const %s *)inputs[%d]' % (self._ctype(v.register), k)
+                          for k, v in enumerate(self.p.inputs)]
+                         + ['(%s *)outputs[%d]' % (self._ctype(v.register), k)
+                            for k, v in enumerate(self.p.outputs)])
+
+    def _weight_offsets(self):
+        """(C name, array, block offset) of every weight, in block order."""
+        offsets = layout(self.weights).offsets
+        return [(w, self.weights[w], offsets[w]) for w in sorted(self.weights)]
+
     def _weights_c(self) -> str:
+        if self.layout is not None:
+            return self._model_state_c()
         lines = ['/* %s_weights.c: the constants of model %s (exact literals),'
                  % (self.name, self.name),
                  ' * generated by chainer-compiler emit-c.  Names end in _T for a',
@@ -503,6 +582,63 @@ class _Emitter:
             lines.append('typedef int %s_no_weights;  /* C forbids an empty file */' % self.name)
         return '\n'.join(lines) + '\n'
 
+    def _model_state_c(self) -> str:
+        """NAME_weights.c when the weights are in a file: the model object
+        that owns them and an arena."""
+        n, up = self.name, self.name.upper()
+        assert self.layout is not None
+        params = [q for q in self._params().split(', ') if q != 'void']
+        args = ''.join(', ' + a for a in self._args().split(', ') if a)
+        return '\n'.join([
+            '/* %s_weights.c: model %s with its weights loaded from %s,' % (
+                n, n, self._weights_file()),
+            ' * generated by chainer-compiler emit-c. */',
+            '#include <stdio.h>', '#include <stdlib.h>', '',
+            '#include "ccn_weights.h"', '#include "%s.h"' % n, '',
+            '/* FNV-1a of the weights\' names, dtypes, shapes and offsets: a file',
+            ' * written for another model is refused. */',
+            '#define %s_WEIGHTS_FINGERPRINT UINT64_C(0x%016x)' % (up, self.layout.fingerprint),
+            '',
+            'struct %s_model {' % n,
+            '    void *weights;',
+            '    void *arena;',
+            '};', '',
+            '%s_model *%s_create(const char *weights_path, char *error, size_t error_size)'
+            % (n, n), '{',
+            '    %s_model *model = calloc(1, sizeof *model);' % n,
+            '    if (!model || !(model->arena = malloc(%s_ARENA_BYTES ? %s_ARENA_BYTES : 1))) {'
+            % (up, up),
+            '        snprintf(error, error_size, "out of memory");',
+            '        free(model);',
+            '        return NULL;',
+            '    }',
+            '    model->weights = ccn_load_weights(weights_path, %s_WEIGHTS_FINGERPRINT,' % up,
+            '                                      %s_WEIGHTS_BYTES, error, error_size);' % up,
+            '    if (!model->weights) {',
+            '        %s_destroy(model);' % n,
+            '        return NULL;',
+            '    }',
+            '    return model;',
+            '}', '',
+            'int %s_run(%s)' % (n, ', '.join(['%s_model *model' % n] + params)), '{',
+            '    if (!model)',
+            '        return 1;',
+            '    return %s_run_arena(model->arena, model->weights%s);' % (n, args),
+            '}', '',
+            'int %s_run_v(%s_model *model, const void *const *inputs, void *const *outputs)'
+            % (n, n), '{',
+            '    (void)inputs;', '    (void)outputs;',
+            '    return %s_run(%s);' % (n, ', '.join(['model'] + ([self._vector_call()]
+                                                             if self._vector_call() else []))),
+            '}', '',
+            'void %s_destroy(%s_model *model)' % (n, n), '{',
+            '    if (!model)',
+            '        return;',
+            '    free(model->weights);',
+            '    free(model->arena);',
+            '    free(model);',
+            '}', ''])
+
     def _main_c(self) -> str:
         with open(os.path.join(KERNEL_DIR, 'main.c.in')) as f:
             text = f.read()
@@ -514,17 +650,25 @@ class _Emitter:
         return '\n'.join([
             '# Builds %s (command line) and lib%s.so; generated by chainer-compiler '
             'emit-c.' % (n, n),
-            '# Plain C99 with libc and libm.  `make OPENMP=1` adds -fopenmp when the',
-            '# compiler accepts it (the kernels then also link libgomp).',
+            '# Plain C99 with libc and libm.  Large products run on every core with',
+            '# OpenMP when the compiler accepts -fopenmp (`make OPENMP=0`: one thread,',
+            '# no libgomp).  `make BLAS=cblas` sends large matrix products to',
+            '# cblas_sgemm, linked with $(CBLAS_LIBS) (e.g. CBLAS_LIBS=-lopenblas).',
             'CC ?= cc',
             'CFLAGS ?= -O3 -std=c99 -Wall -Wextra',
-            'OPENMP ?= 0',
+            'OPENMP ?= 1',
             'ifeq ($(OPENMP),1)',
             "OMPFLAGS := $(shell printf 'int main(void){return 0;}\\n' | "
             '$(CC) -fopenmp -x c - -o /dev/null 2>/dev/null && echo -fopenmp)',
             'endif',
-            'ALL_CFLAGS = $(CFLAGS) -fPIC $(OMPFLAGS)',
-            'LDLIBS = -lm',
+            'BLAS ?=',
+            'CBLAS_LIBS ?= -lopenblas',
+            'ifeq ($(BLAS),cblas)',
+            'BLASFLAGS := -DCCN_CBLAS',
+            'BLASLIBS := $(CBLAS_LIBS)',
+            'endif',
+            'ALL_CFLAGS = $(CFLAGS) -fPIC $(OMPFLAGS) $(BLASFLAGS)',
+            'LDLIBS = $(BLASLIBS) -lm',
             'OBJS = %s' % objs,
             '',
             'all: %s lib%s.so' % (n, n),

@@ -1,6 +1,11 @@
 """The native backend inside Python: a Program's C (emit_c.py) built once
 into a shared library, cached, and called through ctypes.
 
+The C is emitted with ``weights='file'``: the library reads the weights from
+a block this module passes at every call (weights.py), so large models
+compile fast and a Program that differs only in its weights' values (e.g.
+after more training) reuses the library.
+
 The library is cached under the sha256 of every emitted source, the
 compiler command and its flags (and, since it is built with
 ``-march=native``, this machine's CPU), in ``$CHAINER_COMPILER_CACHE``, else
@@ -9,6 +14,7 @@ It is built in a temporary folder inside the cache and renamed into place,
 so a concurrent process sees either no library or a whole one.
 """
 import ctypes
+import functools
 import hashlib
 import os
 import platform
@@ -23,14 +29,17 @@ import numpy
 from ..errors import InputValidationError, NativeBuildError, RuntimeVMError
 from ..program import Program
 from .emit_c import EmitResult, emit_c
+from .weights import block as weights_block
 
 #: The model name inside the library (its symbols are loaded RTLD_LOCAL).
 NAME = 'model'
 #: Flags of the locally cached library only; emitted Makefiles keep theirs.
+#: OPENMP_FLAGS are added when the compiler accepts them (openmp_flags).
 CFLAGS = ('-O3', '-march=native', '-std=c99', '-fPIC', '-shared')
+OPENMP_FLAGS = ('-fopenmp',)
 LDLIBS = ('-lm',)
 #: Bumped when the way a library is built or called changes.
-CACHE_FORMAT = '1'
+CACHE_FORMAT = '2'
 #: How many lines of a failed compile's output an error quotes.
 ERROR_LINES = 10
 
@@ -83,11 +92,34 @@ def _machine() -> str:
     return text
 
 
+@functools.lru_cache(maxsize=None)
+def openmp_flags(command: tuple[str, ...]) -> tuple[str, ...]:
+    """OPENMP_FLAGS when ``command`` compiles and links a C program with
+    them (asked once per compiler and process), else none: the kernels run
+    on one thread without OpenMP."""
+    with tempfile.TemporaryDirectory() as folder:
+        source = os.path.join(folder, 'probe.c')
+        with open(source, 'w') as f:
+            f.write('#include <omp.h>\nint main(void) { return omp_get_max_threads() < 1; }\n')
+        try:
+            done = subprocess.run(list(command) + list(OPENMP_FLAGS) +
+                                  [source, '-o', os.path.join(folder, 'probe')],
+                                  capture_output=True)
+        except OSError:
+            return ()
+    return OPENMP_FLAGS if done.returncode == 0 else ()
+
+
+def compile_flags(command: list[str]) -> list[str]:
+    """Every flag of the cached library's compile and link but the files."""
+    return list(CFLAGS) + list(openmp_flags(tuple(command)))
+
+
 def compile_library(command: list[str], sources: list[str], output: str, cwd: str) -> None:
     """Run the compiler: ``sources`` (in ``cwd``) into the shared library
     ``output``.  Raises NativeBuildError quoting the compiler's first error
     lines when it fails."""
-    argv = command + list(CFLAGS) + ['-o', output] + sources + list(LDLIBS)
+    argv = command + compile_flags(command) + ['-o', output] + sources + list(LDLIBS)
     try:
         done = subprocess.run(argv, cwd=cwd, capture_output=True, text=True, errors='replace')
     except OSError as e:
@@ -108,11 +140,12 @@ def build_library(program: Program) -> tuple[str, EmitResult]:
     os.makedirs(root, exist_ok=True)
     work = tempfile.mkdtemp(prefix='.build-', dir=root)
     try:
-        result = emit_c(program, work, NAME)
+        result = emit_c(program, work, NAME, weights='file')
         digest = hashlib.sha256()
-        for part in [CACHE_FORMAT, _machine()] + command + list(CFLAGS) + list(LDLIBS):
+        for part in [CACHE_FORMAT, _machine()] + command + compile_flags(command) + \
+                list(LDLIBS):
             digest.update(part.encode() + b'\0')
-        for path in sorted(result.files):
+        for path in sorted(p for p in result.files if not p.endswith('.bin')):
             with open(path, 'rb') as f:
                 data = f.read()
             digest.update(b'%s\0%d\0' % (os.path.basename(path).encode(), len(data)) + data)
@@ -139,11 +172,13 @@ class NativeRun:
         self.path, result = build_library(program)
         self._lib = ctypes.CDLL(self.path, mode=ctypes.RTLD_LOCAL)
         self._fn = getattr(self._lib, '%s_run_arena' % NAME)
-        self._fn.argtypes = [ctypes.c_void_p] * (1 + len(program.inputs) + len(program.outputs))
+        self._fn.argtypes = [ctypes.c_void_p] * (2 + len(program.inputs) + len(program.outputs))
         self._fn.restype = ctypes.c_int
         # numpy's allocations are aligned well beyond the floats C asks for.
         self._arena = numpy.empty(max(1, result.arena_bytes), dtype=numpy.uint8)
-        self._arena_pointer = self._arena.ctypes.data
+        assert result.weights is not None
+        self._weights = weights_block(result.weights)
+        self._memory = (self._arena.ctypes.data, self._weights.ctypes.data)
         self._in_shapes = [tuple(v.shape or ()) for v in program.inputs]
         self._in_dtypes = [numpy.dtype(v.dtype) for v in program.inputs]
         self._outputs = list(zip(result.output_shapes, result.output_dtypes))
@@ -170,7 +205,7 @@ class NativeRun:
         outputs = [numpy.empty(s, dtype=d) for s, d in self._outputs]
         pointers += [o.ctypes.data for o in outputs]
         with self._lock:
-            status = self._fn(self._arena_pointer, *pointers)
+            status = self._fn(*self._memory, *pointers)
         if status != 0:
             raise RuntimeVMError('the native library of program %s returned %d (a NULL '
                                  'pointer)' % (self.program.name, status))

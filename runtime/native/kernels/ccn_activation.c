@@ -1,37 +1,103 @@
-/* Activation family: Relu, LeakyRelu, Sigmoid, Tanh, Softmax, LogSoftmax. */
+/* Activation family: the element-wise functions of one float tensor
+ * (ccn_unary_*), Softmax and LogSoftmax. */
 #include <math.h>
+#include <tgmath.h> /* exp, erf... of a float are expf, erff... */
 
 #include "ccn_activation.h"
 
+/* One loop per function, so that each one vectorises where it can; v is
+ * x[i] and every constant is of the element type elem, as in the NumPy
+ * kernels.  tgmath.h picks each math function's precision from elem. */
+#define CCN_MAP(EXPR)                                                         \
+    for (long i = 0; i < n; i++) {                                            \
+        const elem v = x[i];                                                  \
+        y[i] = (EXPR);                                                        \
+    }                                                                         \
+    break;
+
+#define CCN_CLAMP01(E) ((E) < 0 ? (elem)0 : (E) > 1 ? (elem)1 : (E))
+
+#define CCN_UNARY(NAME, T)                                                    \
+void NAME(enum ccn_unary_op op, long n, double alpha, double beta,            \
+          const T *x, T *y)                                                   \
+{                                                                             \
+    typedef T elem; /* for the expressions of the cases */                    \
+    const elem a = (elem)alpha, b = (elem)beta;                               \
+    switch (op) {                                                             \
+    case CCN_ABS: CCN_MAP(fabs(v))                                            \
+    case CCN_NEG: CCN_MAP(-v)                                                 \
+    case CCN_EXP: CCN_MAP(exp(v))                                             \
+    case CCN_LOG: CCN_MAP(log(v))                                             \
+    case CCN_SQRT: CCN_MAP(sqrt(v))                                           \
+    case CCN_RECIPROCAL: CCN_MAP((elem)1 / v)                                 \
+    case CCN_FLOOR: CCN_MAP(floor(v))                                         \
+    case CCN_CEIL: CCN_MAP(ceil(v))                                           \
+    /* The default rounding mode rounds halves to even, as ONNX asks. */      \
+    case CCN_ROUND: CCN_MAP(nearbyint(v))                                     \
+    /* Zero and NaN are their own sign. */                                    \
+    case CCN_SIGN: CCN_MAP(v > 0 ? (elem)1 : v < 0 ? (elem)-1 : v)            \
+    case CCN_ERF: CCN_MAP(erf(v))                                             \
+    case CCN_SIN: CCN_MAP(sin(v))                                             \
+    case CCN_COS: CCN_MAP(cos(v))                                             \
+    case CCN_TAN: CCN_MAP(tan(v))                                             \
+    case CCN_ASIN: CCN_MAP(asin(v))                                           \
+    case CCN_ACOS: CCN_MAP(acos(v))                                           \
+    case CCN_ATAN: CCN_MAP(atan(v))                                           \
+    case CCN_SINH: CCN_MAP(sinh(v))                                           \
+    case CCN_COSH: CCN_MAP(cosh(v))                                           \
+    case CCN_ASINH: CCN_MAP(asinh(v))                                         \
+    case CCN_ACOSH: CCN_MAP(acosh(v))                                         \
+    case CCN_ATANH: CCN_MAP(atanh(v))                                         \
+    case CCN_RELU: CCN_MAP(v > 0 ? v : (elem)0)                               \
+    case CCN_LEAKY_RELU: CCN_MAP(v >= 0 ? v : a * v)                          \
+    /* exp of -|v| never overflows; mirrored for negative inputs. */          \
+    case CCN_SIGMOID:                                                         \
+        CCN_MAP(v >= 0 ? (elem)1 / ((elem)1 + exp(-v)) : exp(v) / ((elem)1 + exp(v))) \
+    case CCN_TANH: CCN_MAP(tanh(v))                                           \
+    /* log(1 + e^v) = max(v, 0) + log1p(e^-|v|): no overflow. */              \
+    case CCN_SOFTPLUS: CCN_MAP((v > 0 ? v : (elem)0) + log1p(exp(-fabs(v))))  \
+    case CCN_SOFTSIGN: CCN_MAP(v / ((elem)1 + fabs(v)))                       \
+    case CCN_ELU: CCN_MAP(v > 0 ? v : a * expm1(v))                           \
+    /* alpha, gamma */                                                        \
+    case CCN_SELU: CCN_MAP(b * (v > 0 ? v : a * expm1(v)))                    \
+    case CCN_CELU:                                                            \
+        CCN_MAP((v > 0 ? v : (elem)0) + (v < 0 ? a * expm1(v / a) : (elem)0)) \
+    /* alpha, beta */                                                         \
+    case CCN_HARD_SIGMOID: CCN_MAP(CCN_CLAMP01(a * v + b))                    \
+    case CCN_HARD_SWISH: CCN_MAP(v * CCN_CLAMP01(v / (elem)6 + (elem)0.5))    \
+    case CCN_THRESHOLDED_RELU: CCN_MAP(v > a ? v : (elem)0)                   \
+    /* 1 + erf(v/sqrt 2) as erfc(-v/sqrt 2): accurate where it is tiny. */    \
+    case CCN_GELU:                                                            \
+        CCN_MAP((elem)0.5 * v * erfc(-v * (elem)0.70710678118654752))         \
+    case CCN_GELU_TANH:                                                       \
+        CCN_MAP((elem)0.5 * v * ((elem)1 + tanh((elem)0.79788456080286536 *   \
+                                          (v + (elem)0.044715 * v * v * v)))) \
+    /* min, max: the lower bound first, so that min > max gives max. */       \
+    case CCN_CLIP: CCN_MAP(v < a ? (a > b ? b : a) : v > b ? b : v)           \
+    }                                                                         \
+}
+
+CCN_UNARY(ccn_unary_float32, float)
+CCN_UNARY(ccn_unary_float64, double)
+
 void ccn_relu(long n, const float *x, float *y)
 {
-    for (long i = 0; i < n; i++)
-        y[i] = x[i] > 0.0f ? x[i] : 0.0f;
+    ccn_unary_float32(CCN_RELU, n, 0.0, 0.0, x, y);
 }
 
 void ccn_leaky_relu(long n, float alpha, const float *x, float *y)
 {
-    for (long i = 0; i < n; i++)
-        y[i] = x[i] >= 0.0f ? x[i] : alpha * x[i];
+    ccn_unary_float32(CCN_LEAKY_RELU, n, alpha, 0.0, x, y);
 }
 
 void ccn_sigmoid(long n, const float *x, float *y)
 {
-    /* Written so that exp never overflows. */
-    for (long i = 0; i < n; i++) {
-        if (x[i] >= 0.0f) {
-            y[i] = 1.0f / (1.0f + expf(-x[i]));
-        } else {
-            const float e = expf(x[i]);
-            y[i] = e / (1.0f + e);
-        }
-    }
+    ccn_unary_float32(CCN_SIGMOID, n, 0.0, 0.0, x, y);
 }
 
 void ccn_tanh(long n, const float *x, float *y)
 {
-    for (long i = 0; i < n; i++)
-        y[i] = tanhf(x[i]);
+    ccn_unary_float32(CCN_TANH, n, 0.0, 0.0, x, y);
 }
 
 void ccn_softmax(long outer, long len, long inner, int log_softmax, const float *x, float *y)

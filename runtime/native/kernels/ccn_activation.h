@@ -1,5 +1,6 @@
-/* ccn_activation.h: Activation family: element-wise activations (x and y may be the
- * same array), Softmax, LogSoftmax. */
+/* ccn_activation.h: Activation family: every element-wise function of one
+ * float tensor (math functions and activations alike, one table-driven
+ * kernel per dtype; x and y may be the same array), Softmax, LogSoftmax. */
 #ifndef CCN_ACTIVATION_H
 #define CCN_ACTIVATION_H
 
@@ -7,6 +8,26 @@
 
 CCN_BEGIN_DECLS
 
+/* The element-wise functions; alpha and beta are the attributes of the ones
+ * that take any (see each case in ccn_activation.c). */
+enum ccn_unary_op {
+    CCN_ABS, CCN_NEG, CCN_EXP, CCN_LOG, CCN_SQRT, CCN_RECIPROCAL,
+    CCN_FLOOR, CCN_CEIL, CCN_ROUND, CCN_SIGN, CCN_ERF,
+    CCN_SIN, CCN_COS, CCN_TAN, CCN_ASIN, CCN_ACOS, CCN_ATAN,
+    CCN_SINH, CCN_COSH, CCN_ASINH, CCN_ACOSH, CCN_ATANH,
+    CCN_RELU, CCN_LEAKY_RELU, CCN_SIGMOID, CCN_TANH,
+    CCN_SOFTPLUS, CCN_SOFTSIGN, CCN_ELU, CCN_SELU, CCN_CELU,
+    CCN_HARD_SIGMOID, CCN_HARD_SWISH, CCN_THRESHOLDED_RELU,
+    CCN_GELU, CCN_GELU_TANH, CCN_CLIP
+};
+
+/* y[i] = op(x[i]) for i < n. */
+void ccn_unary_float32(enum ccn_unary_op op, long n, double alpha, double beta,
+                       const float *x, float *y);
+void ccn_unary_float64(enum ccn_unary_op op, long n, double alpha, double beta,
+                       const double *x, double *y);
+
+/* Shorthands for the activations other kernels fuse into their results. */
 void ccn_relu(long n, const float *x, float *y);
 void ccn_leaky_relu(long n, float alpha, const float *x, float *y);
 void ccn_sigmoid(long n, const float *x, float *y);

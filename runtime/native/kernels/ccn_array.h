@@ -1,4 +1,9 @@
-/* ccn_array.h: Array family: data movement. */
+/* ccn_array.h: Array family: data movement.
+ *
+ * The movement kernels work on bytes: ``elem`` is the element size (1, 4 or
+ * 8), so one kernel serves every dtype.  Shapes, strides and offsets count
+ * elements; strides may be 0 (broadcast) or negative (a reversed slice).
+ * Every array argument holds ``rank`` entries, 1 <= rank <= CCN_MAX_RANK. */
 #ifndef CCN_ARRAY_H
 #define CCN_ARRAY_H
 
@@ -9,6 +14,53 @@ CCN_BEGIN_DECLS
 /* The bytes behind Reshape, Flatten, Identity and Dropout when their result
  * cannot share its input's memory, and program outputs computed elsewhere. */
 void ccn_copy(size_t nbytes, const void *x, void *y);
+
+/* y[i] = x[i] over the index space ``shape``, each side addressed by its
+ * own strides: Transpose, Slice, Split, Concat and Expand. */
+void ccn_strided_copy(size_t elem, int rank, const long *shape,
+                      const void *x, const long *x_strides,
+                      void *y, const long *y_strides);
+
+/* y (C order, ``shape``) gathered through one index table per axis:
+ * ``tables`` holds shape[0] entries for axis 0, then shape[1] for axis 1...;
+ * an entry is the source index along that axis, or -1 where y takes the
+ * element ``*fill``.  Pad (every mode) and Tile. */
+void ccn_table_copy(size_t elem, int rank, const long *shape, const long *tables,
+                    const void *x, const long *x_strides, const void *fill, void *y);
+
+/* Gather: x is [outer, dim, inner], y is [outer, n, inner]; ``indices``
+ * holds n int32 (index_bytes 4) or int64 (8) entries, negative ones counted
+ * from the end.  An index outside [-dim, dim) gives zero bytes. */
+void ccn_gather(size_t elem, long outer, long dim, long inner, const void *x,
+                long n, const void *indices, int index_bytes, void *y);
+
+/* Where: out[i] = cond[i] ? x[i] : y[i] over ``shape`` (C order), the
+ * inputs read through broadcast strides. */
+void ccn_where(size_t elem, int rank, const long *shape,
+               const uint8_t *cond, const long *cond_strides,
+               const void *x, const long *x_strides,
+               const void *y, const long *y_strides, void *out);
+
+/* Cast: ccn_cast_FROM_TO(n, x, y) for every pair of float32, float64,
+ * int64, int32 and bool.  Floats become integers truncated toward zero (C's
+ * conversion; NaN and out-of-range values are undefined, as in ONNX);
+ * anything becomes bool as x != 0. */
+#define CCN_CAST_DTYPES(X, FROM, FROM_T) \
+    X(FROM, FROM_T, float32, float)      \
+    X(FROM, FROM_T, float64, double)     \
+    X(FROM, FROM_T, int64, int64_t)      \
+    X(FROM, FROM_T, int32, int32_t)      \
+    X(FROM, FROM_T, bool, uint8_t)
+#define CCN_CAST_ALL(X)                       \
+    CCN_CAST_DTYPES(X, float32, float)        \
+    CCN_CAST_DTYPES(X, float64, double)       \
+    CCN_CAST_DTYPES(X, int64, int64_t)        \
+    CCN_CAST_DTYPES(X, int32, int32_t)        \
+    CCN_CAST_DTYPES(X, bool, uint8_t)
+#define CCN_CAST_DECLARE(FROM, FROM_T, TO, TO_T) \
+    void ccn_cast_##FROM##_##TO(long n, const FROM_T *x, TO_T *y);
+CCN_CAST_ALL(CCN_CAST_DECLARE)
+#undef CCN_CAST_DECLARE
 
 CCN_END_DECLS
 #endif /* CCN_ARRAY_H */

@@ -22,12 +22,18 @@
 #define CCN_END_DECLS
 #endif
 
-/* OpenMP is optional: without -fopenmp the pragma disappears instead of
- * triggering -Wunknown-pragmas. */
+/* A loop over `work` elements in all goes parallel only from
+ * CCN_PARALLEL_WORK on: below that, waking the other threads costs more
+ * than it saves, and on a loaded machine a descheduled thread stalls the
+ * whole loop.  OpenMP is optional: without -fopenmp the pragma disappears
+ * instead of triggering -Wunknown-pragmas. */
+#define CCN_PARALLEL_WORK (1L << 18)
 #ifdef _OPENMP
-#define CCN_OMP_FOR _Pragma("omp parallel for schedule(static)")
+#define CCN_PRAGMA(text) _Pragma(#text)
+#define CCN_OMP_FOR_IF(work) \
+    CCN_PRAGMA(omp parallel for schedule(static) if ((work) >= CCN_PARALLEL_WORK))
 #else
-#define CCN_OMP_FOR
+#define CCN_OMP_FOR_IF(work)
 #endif
 
 /* Largest rank the broadcasting and strided kernels handle. */

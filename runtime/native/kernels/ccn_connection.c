@@ -1,12 +1,56 @@
-/* Connection family: Gemm / MatMul / FusedGemm and Conv (im2col + GEMM). */
+/* Connection family: Gemm / MatMul / FusedGemm and Conv (im2col + GEMM).
+ *
+ * The GEMM follows the usual cache-blocked scheme: a KC-deep slice of an
+ * MR-row block of A and of an NR-column strip of B are packed into small
+ * contiguous buffers on the stack, and a register-blocked MR x NR
+ * micro-kernel written in plain C (which gcc -O3 vectorises) multiplies
+ * them.  Large products are split between OpenMP threads by columns (or
+ * rows when there are few columns); an optional CBLAS takes them instead
+ * when built with -DCCN_CBLAS. */
+#include <math.h>
 #include <string.h>
+
+#ifdef CCN_CBLAS
+#include <cblas.h>
+#endif
+#ifdef _OPENMP
+#include <omp.h>
+#endif
 
 #include "ccn_connection.h"
 
-/* Block sizes: a KB x NB panel of B (128 KiB) stays in L2 while every row
- * of A streams past it. */
-#define CCN_KB 128
-#define CCN_NB 256
+/* Micro-kernel tile: MR rows of C by NR columns, two vector registers wide
+ * per row, so 2*MR accumulators fit the register file of each ISA (32
+ * registers with AVX-512, 16 before). */
+#if defined(__AVX512F__)
+#define CCN_MR 8
+#define CCN_NR 32
+#elif defined(__AVX__)
+#define CCN_MR 6
+#define CCN_NR 16
+#else
+#define CCN_MR 6
+#define CCN_NR 8
+#endif
+/* Depth of a packed slice: an MR x KC block of A plus a KC x NR strip of B
+ * stay in L1 while the micro-kernel runs. */
+#define CCN_KC 256
+/* Rows of A whose packed KC slices (MC x KC floats, 96 KiB) are reused
+ * from L2 across every NR strip of B. */
+#define CCN_MC 96
+/* Rows of a block from which a strip of B is packed (else read in place). */
+#define CCN_PACK_B_ROWS (2 * CCN_MR)
+/* Fewer rows than this: no packing, one pass over B does every row. */
+#define CCN_SMALL_M 4
+/* Multiply-adds below which a product stays on one thread. */
+#define CCN_PARALLEL_MACS (1L << 18)
+/* Multiply-adds from which a CBLAS build hands the product over. */
+#define CCN_CBLAS_MACS (1L << 16)
+
+static long min_long(long a, long b)
+{
+    return a < b ? a : b;
+}
 
 void ccn_gemm_init(long M, long N, float *C, const float *bias, long bias_rs, long bias_cs,
                    float beta)
@@ -24,24 +68,322 @@ void ccn_gemm_init(long M, long N, float *C, const float *bias, long bias_rs, lo
     }
 }
 
+/* The epilogue: activation act applied to the n floats of c, the switch
+ * outside the loops so that each of them vectorises. */
+static void activate_row(long n, float *restrict c, int act, float act_alpha)
+{
+    switch (act) {
+    case CCN_ACT_RELU:
+        for (long j = 0; j < n; j++)
+            c[j] = c[j] > 0.0f ? c[j] : 0.0f;
+        break;
+    case CCN_ACT_LEAKY_RELU:
+        for (long j = 0; j < n; j++)
+            c[j] = c[j] >= 0.0f ? c[j] : act_alpha * c[j];
+        break;
+    case CCN_ACT_SIGMOID:
+        for (long j = 0; j < n; j++)
+            c[j] = 1.0f / (1.0f + expf(-c[j]));
+        break;
+    case CCN_ACT_TANH:
+        for (long j = 0; j < n; j++)
+            c[j] = tanhf(c[j]);
+        break;
+    default:
+        break;
+    }
+}
+
+/* activate_row on rows [0, M) x columns [0, N) of C (stride ldc). */
+static void activate_block(long M, long N, float *C, long ldc, int act, float act_alpha)
+{
+    for (long m = 0; act != CCN_ACT_NONE && m < M; m++)
+        activate_row(N, C + m * ldc, act, act_alpha);
+}
+
+/* ap[k * MR + i] = alpha * A[i, k] for an mr x kc block (rows past mr are
+ * zero), so the micro-kernel reads A contiguously whatever its strides. */
+static void pack_a(long mr, long kc, const float *A, long a_rs, long a_cs, float alpha,
+                   float *restrict ap)
+{
+    for (long k = 0; k < kc; k++)
+        for (long i = 0; i < CCN_MR; i++)
+            ap[k * CCN_MR + i] = i < mr ? alpha * A[i * a_rs + k * a_cs] : 0.0f;
+}
+
+/* bp[k * NR + j] = B[k, j] for a kc x nr strip of a row-major B with ldb
+ * columns (columns past nr are zero). */
+static void pack_b(long kc, long nr, const float *B, long ldb, float *restrict bp)
+{
+    for (long k = 0; k < kc; k++) {
+        memcpy(bp + k * CCN_NR, B + k * ldb, (size_t)nr * sizeof(float));
+        for (long j = nr; j < CCN_NR; j++)
+            bp[k * CCN_NR + j] = 0.0f;
+    }
+}
+
+/* C[0:mr, 0:nr] += ap * bp over kc (bp's rows ldbp apart), then the
+ * activation when last. */
+static void micro_kernel(long kc, const float *restrict ap, const float *restrict bp,
+                         long ldbp, float *restrict C, long ldc, long mr, long nr, int last,
+                         int act, float act_alpha)
+{
+    float acc[CCN_MR][CCN_NR];
+#if defined(__GNUC__)
+    /* GCC/clang vector extensions: the accumulator tile is 2*MR vector
+     * registers, whatever the vector width (scalar * vector broadcasts). */
+    typedef float vec __attribute__((vector_size(CCN_NR / 2 * sizeof(float))));
+    vec v[CCN_MR][2];
+    for (int i = 0; i < CCN_MR; i++)
+        v[i][0] = v[i][1] = (vec){0};
+    for (long k = 0; k < kc; k++) {
+        vec b0, b1;
+        memcpy(&b0, bp + k * ldbp, sizeof b0);
+        memcpy(&b1, bp + k * ldbp + CCN_NR / 2, sizeof b1);
+        for (int i = 0; i < CCN_MR; i++) {
+            v[i][0] += ap[k * CCN_MR + i] * b0;
+            v[i][1] += ap[k * CCN_MR + i] * b1;
+        }
+    }
+    memcpy(acc, v, sizeof acc);
+#else
+    for (int i = 0; i < CCN_MR; i++)
+        for (int j = 0; j < CCN_NR; j++)
+            acc[i][j] = 0.0f;
+    for (long k = 0; k < kc; k++)
+        for (int i = 0; i < CCN_MR; i++)
+            for (int j = 0; j < CCN_NR; j++)
+                acc[i][j] += ap[k * CCN_MR + i] * bp[k * ldbp + j];
+#endif
+    for (long i = 0; i < mr; i++) {
+        float *c = C + i * ldc;
+        for (long j = 0; j < nr; j++)
+            c[j] += acc[i][j];
+        if (last)
+            activate_row(nr, c, act, act_alpha);
+    }
+}
+
+/* Few rows (a batch-1 layer): every row of A against one pass over each
+ * row of B, a 256-column block of C staying in L1.  Memory bound on B. */
+static void gemm_small_m(long M, long N, long K, const float *A, long a_rs, long a_cs,
+                         const float *B, long ldb, float alpha, float *C, long ldc, int act,
+                         float act_alpha)
+{
+    for (long n0 = 0; n0 < N; n0 += 256) {
+        const long nb = min_long(256, N - n0);
+        for (long k = 0; k < K; k++) {
+            const float *restrict b = B + k * ldb + n0;
+            for (long m = 0; m < M; m++) {
+                const float a = alpha * A[m * a_rs + k * a_cs];
+                float *restrict c = C + m * ldc + n0;
+                for (long n = 0; n < nb; n++)
+                    c[n] += a * b[n];
+            }
+        }
+        activate_block(M, nb, C + n0, ldc, act, act_alpha);
+    }
+}
+
+/* One thread's share: C[M, N] (stride ldc) += alpha * A * B[K, N] (stride
+ * ldb), packed and blocked. */
+static void gemm_serial(long M, long N, long K, const float *A, long a_rs, long a_cs,
+                        const float *B, long ldb, float alpha, float *C, long ldc, int act,
+                        float act_alpha)
+{
+    if (M < CCN_SMALL_M) {
+        gemm_small_m(M, N, K, A, a_rs, a_cs, B, ldb, alpha, C, ldc, act, act_alpha);
+        return;
+    }
+    float apack[CCN_MC * CCN_KC];
+    float bpack[CCN_KC * CCN_NR];
+    if (K == 0)
+        activate_block(M, N, C, ldc, act, act_alpha);
+    for (long k0 = 0; k0 < K; k0 += CCN_KC) {
+        const long kc = min_long(CCN_KC, K - k0);
+        const int last = k0 + kc == K;
+        for (long m0 = 0; m0 < M; m0 += CCN_MC) {
+            const long mc = min_long(CCN_MC, M - m0);
+            for (long i = 0; i < mc; i += CCN_MR)
+                pack_a(min_long(CCN_MR, mc - i), kc, A + (m0 + i) * a_rs + k0 * a_cs,
+                       a_rs, a_cs, alpha, apack + i * kc);
+            for (long n0 = 0; n0 < N; n0 += CCN_NR) {
+                const long nr = min_long(CCN_NR, N - n0);
+                /* A whole strip that few row blocks reuse is read in place:
+                 * packing it would cost as much as the product. */
+                const int in_place = nr == CCN_NR && mc <= CCN_PACK_B_ROWS;
+                const float *b = in_place ? B + k0 * ldb + n0 : bpack;
+                if (!in_place)
+                    pack_b(kc, nr, B + k0 * ldb + n0, ldb, bpack);
+                for (long i = 0; i < mc; i += CCN_MR)
+                    micro_kernel(kc, apack + i * kc, b, in_place ? ldb : CCN_NR,
+                                 C + (m0 + i) * ldc + n0, ldc, min_long(CCN_MR, mc - i), nr,
+                                 last, act, act_alpha);
+            }
+        }
+    }
+}
+
+#ifdef CCN_CBLAS
+/* The product through cblas_sgemm (C += alpha A B), then the activation. */
+static void gemm_cblas(long M, long N, long K, const float *A, long a_rs, long a_cs,
+                       const float *B, long ldb, float alpha, float *C, long ldc, int act,
+                       float act_alpha)
+{
+    const int trans = a_rs == 1 && a_cs != 1;
+    cblas_sgemm(CblasRowMajor, trans ? CblasTrans : CblasNoTrans, CblasNoTrans, (int)M, (int)N,
+                (int)K, alpha, A, (int)(trans ? a_cs : a_rs), B, (int)ldb, 1.0f, C, (int)ldc);
+    activate_block(M, N, C, ldc, act, act_alpha);
+}
+#endif
+
+void ccn_gemm_ex(long M, long N, long K, const float *A, long a_rs, long a_cs,
+                 const float *B, long ldb, float alpha, float *C, long ldc, int act,
+                 float act_alpha)
+{
+    const long macs = M * N * K;
+#ifdef CCN_CBLAS
+    /* CBLAS needs one unit stride in A. */
+    if (macs >= CCN_CBLAS_MACS && (a_cs == 1 || a_rs == 1)) {
+        gemm_cblas(M, N, K, A, a_rs, a_cs, B, ldb, alpha, C, ldc, act, act_alpha);
+        return;
+    }
+#endif
+#ifdef _OPENMP
+    if (macs >= CCN_PARALLEL_MACS && omp_get_max_threads() > 1) {
+        /* Split the longer side (counted in micro-kernel tiles; columns
+         * when M is small, as a few rows do not pack) into a few pieces
+         * per thread, handed out as threads come free so that one thread
+         * the OS delays does not hold the others' work back.  Disjoint
+         * parts of C: no synchronisation. */
+        const int by_rows = M >= CCN_SMALL_M && (M + CCN_MR - 1) / CCN_MR >
+                                                    (N + CCN_NR - 1) / CCN_NR;
+        const long unit = by_rows ? CCN_MR : CCN_NR, len = by_rows ? M : N;
+        const long tiles = (len + unit - 1) / unit;
+        const long pieces = min_long(tiles, 4L * omp_get_max_threads());
+#pragma omp parallel for schedule(dynamic, 1)
+        for (long p = 0; p < pieces; p++) {
+            const long lo = min_long(len, tiles * p / pieces * unit);
+            const long hi = min_long(len, tiles * (p + 1) / pieces * unit);
+            if (by_rows)
+                gemm_serial(hi - lo, N, K, A + lo * a_rs, a_rs, a_cs, B, ldb, alpha,
+                            C + lo * ldc, ldc, act, act_alpha);
+            else
+                gemm_serial(M, hi - lo, K, A, a_rs, a_cs, B + lo, ldb, alpha, C + lo, ldc, act,
+                            act_alpha);
+        }
+        return;
+    }
+#endif
+    (void)macs;
+    gemm_serial(M, N, K, A, a_rs, a_cs, B, ldb, alpha, C, ldc, act, act_alpha);
+}
+
 void ccn_gemm(long M, long N, long K, const float *A, long a_rs, long a_cs,
               const float *B, float alpha, float *C)
 {
-    for (long n0 = 0; n0 < N; n0 += CCN_NB) {
-        const long n1 = n0 + CCN_NB < N ? n0 + CCN_NB : N;
-        for (long k0 = 0; k0 < K; k0 += CCN_KB) {
-            const long k1 = k0 + CCN_KB < K ? k0 + CCN_KB : K;
-            CCN_OMP_FOR
-            for (long m = 0; m < M; m++) {
-                float *restrict c = C + m * N;
-                for (long k = k0; k < k1; k++) {
-                    const float a = alpha * A[m * a_rs + k * a_cs];
-                    const float *restrict b = B + k * N;
-                    /* The loop gcc -O3 vectorises: contiguous c and b. */
-                    for (long n = n0; n < n1; n++)
-                        c[n] += a * b[n];
-                }
-            }
+    ccn_gemm_ex(M, N, K, A, a_rs, a_cs, B, N, alpha, C, N, CCN_ACT_NONE, 0.0f);
+}
+
+/* Four dot products of a (n floats) with the rows b0..b3, into out[0..3].
+ * Vector partial sums (their order differs from a serial sum). */
+static void dot4(long n, const float *restrict a, const float *restrict b0,
+                 const float *restrict b1, const float *restrict b2,
+                 const float *restrict b3, float *out)
+{
+    long k = 0;
+    float s[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+#if defined(__GNUC__)
+    typedef float vec __attribute__((vector_size(CCN_NR / 2 * sizeof(float))));
+    const long vw = CCN_NR / 2;
+    vec v0 = {0}, v1 = {0}, v2 = {0}, v3 = {0}, va, vb;
+    for (; k + vw <= n; k += vw) {
+        memcpy(&va, a + k, sizeof va);
+        memcpy(&vb, b0 + k, sizeof vb);
+        v0 += va * vb;
+        memcpy(&vb, b1 + k, sizeof vb);
+        v1 += va * vb;
+        memcpy(&vb, b2 + k, sizeof vb);
+        v2 += va * vb;
+        memcpy(&vb, b3 + k, sizeof vb);
+        v3 += va * vb;
+    }
+    for (long j = 0; j < vw; j++) {
+        s[0] += v0[j];
+        s[1] += v1[j];
+        s[2] += v2[j];
+        s[3] += v3[j];
+    }
+#endif
+    for (; k < n; k++) {
+        s[0] += a[k] * b0[k];
+        s[1] += a[k] * b1[k];
+        s[2] += a[k] * b2[k];
+        s[3] += a[k] * b3[k];
+    }
+    memcpy(out, s, sizeof s);
+}
+
+/* gemm_bt on columns [n0, n1): rows of Bt stream past once per row of A. */
+static void gemm_bt_range(long n0, long n1, long M, long K, const float *A, long a_rs,
+                          const float *Bt, float alpha, float *C, long ldc, int act,
+                          float act_alpha)
+{
+    for (long n = n0; n < n1; n += 4) {
+        /* Past the last row, repeat it and drop the results. */
+        const float *b[4];
+        for (long j = 0; j < 4; j++)
+            b[j] = Bt + min_long(n + j, n1 - 1) * K;
+        for (long m = 0; m < M; m++) {
+            float d[4];
+            dot4(K, A + m * a_rs, b[0], b[1], b[2], b[3], d);
+            for (long j = 0; j < 4 && n + j < n1; j++)
+                C[m * ldc + n + j] += alpha * d[j];
+        }
+    }
+    activate_block(M, n1 - n0, C + n0, ldc, act, act_alpha);
+}
+
+void ccn_gemm_bt(long M, long N, long K, const float *A, long a_rs, const float *Bt,
+                 float alpha, float *C, long ldc, int act, float act_alpha)
+{
+#ifdef _OPENMP
+    if (M * N * K >= CCN_PARALLEL_MACS && omp_get_max_threads() > 1) {
+        /* Pieces of whole groups of four rows of Bt, handed out as in
+         * ccn_gemm_ex. */
+        const long quads = (N + 3) / 4, pieces = min_long(quads, 4L * omp_get_max_threads());
+#pragma omp parallel for schedule(dynamic, 1)
+        for (long p = 0; p < pieces; p++)
+            gemm_bt_range(min_long(N, quads * p / pieces * 4),
+                          min_long(N, quads * (p + 1) / pieces * 4), M, K, A, a_rs, Bt, alpha,
+                          C, ldc, act, act_alpha);
+        return;
+    }
+#endif
+    gemm_bt_range(0, N, M, K, A, a_rs, Bt, alpha, C, ldc, act, act_alpha);
+}
+
+void ccn_matmul_batched(long rank, const long *dims, const long *a_strides,
+                        const long *b_strides, long M, long N, long K, const float *A,
+                        const float *B, float *C, int act, float act_alpha)
+{
+    long batches = 1, index[CCN_MAX_RANK] = {0};
+    for (long d = 0; d < rank; d++)
+        batches *= dims[d];
+    long a_off = 0, b_off = 0;
+    for (long t = 0; t < batches; t++) {
+        float *c = C + t * M * N;
+        memset(c, 0, (size_t)(M * N) * sizeof(float));
+        ccn_gemm_ex(M, N, K, A + a_off, K, 1, B + b_off, N, 1.0f, c, N, act, act_alpha);
+        /* Odometer step of the batch index, keeping the operand offsets. */
+        for (long d = rank - 1; d >= 0; d--) {
+            a_off += a_strides[d];
+            b_off += b_strides[d];
+            if (++index[d] < dims[d])
+                break;
+            a_off -= a_strides[d] * dims[d];
+            b_off -= b_strides[d] * dims[d];
+            index[d] = 0;
         }
     }
 }
@@ -57,15 +399,15 @@ void ccn_transpose(long R, long C, const float *src, float *dst)
 }
 
 /* col[(c, kh, kw), (oh, ow)] = x[c, oh*sh - pt + kh*dh, ow*sw - pl + kw*dw],
- * zero outside the input. */
+ * zero outside the input; col rows have ldc columns. */
 static void im2col(long C, long H, long W, long KH, long KW, long OH, long OW,
                    long sh, long sw, long dh, long dw, long pt, long pl,
-                   const float *x, float *col)
+                   const float *x, float *col, long ldc)
 {
     for (long c = 0; c < C; c++)
         for (long kh = 0; kh < KH; kh++)
             for (long kw = 0; kw < KW; kw++) {
-                float *row = col + ((c * KH + kh) * KW + kw) * OH * OW;
+                float *row = col + ((c * KH + kh) * KW + kw) * ldc;
                 for (long oh = 0; oh < OH; oh++) {
                     const long ih = oh * sh - pt + kh * dh;
                     float *out = row + oh * OW;
@@ -73,39 +415,65 @@ static void im2col(long C, long H, long W, long KH, long KW, long OH, long OW,
                         memset(out, 0, (size_t)OW * sizeof(float));
                         continue;
                     }
+                    /* Columns [lo, hi) read the input; the rest is padding. */
+                    const long first = kw * dw - pl;  /* iw of ow = 0 */
+                    const long lo = first >= 0 ? 0 : min_long(OW, (-first + sw - 1) / sw);
+                    const long hi = W - first <= 0 ? lo : min_long(OW, (W - first + sw - 1) / sw);
                     const float *in = x + (c * H + ih) * W;
-                    for (long ow = 0; ow < OW; ow++) {
-                        const long iw = ow * sw - pl + kw * dw;
-                        out[ow] = (iw >= 0 && iw < W) ? in[iw] : 0.0f;
-                    }
+                    for (long ow = 0; ow < lo; ow++)
+                        out[ow] = 0.0f;
+                    if (sw == 1 && hi > lo)
+                        memcpy(out + lo, in + lo + first, (size_t)(hi - lo) * sizeof(float));
+                    else
+                        for (long ow = lo; ow < hi; ow++)
+                            out[ow] = in[ow * sw + first];
+                    for (long ow = hi; ow < OW; ow++)
+                        out[ow] = 0.0f;
                 }
             }
 }
 
+/* y[m, s] = bias[m] (or 0) for an M x S block with rows ldy apart. */
+static void fill_bias(long M, long S, const float *bias, float *y, long ldy)
+{
+    for (long m = 0; m < M; m++) {
+        const float b = bias ? bias[m] : 0.0f;
+        for (long s = 0; s < S; s++)
+            y[m * ldy + s] = b;
+    }
+}
+
 void ccn_conv2d(long N, long C, long H, long W, long M, long KH, long KW, long OH, long OW,
                 long group, long stride_h, long stride_w, long dil_h, long dil_w,
-                long pad_top, long pad_left, const float *x, const float *w,
-                const float *bias, float *y, float *col)
+                long pad_top, long pad_left, long images, const float *x, const float *w,
+                const float *bias, float *y, float *col, int act, float act_alpha)
 {
     const long Cg = C / group, Mg = M / group, K = Cg * KH * KW, S = OH * OW;
     /* A 1x1 convolution without stride or padding needs no im2col. */
-    const int direct = KH == 1 && KW == 1 && stride_h == 1 && stride_w == 1 &&
+    const int direct = images == 1 && KH == 1 && KW == 1 && stride_h == 1 && stride_w == 1 &&
                        pad_top == 0 && pad_left == 0 && OH == H && OW == W;
-    for (long n = 0; n < N; n++)
+    for (long n0 = 0; n0 < N; n0 += images) {
+        const long nb = min_long(images, N - n0), ld = nb * S;
+        /* Several images share one product (columns image by image), so
+         * the weights are read once for all of them; its Mg x ld result
+         * then goes to each image's slice of y. */
+        float *prod = col + K * images * S;
         for (long g = 0; g < group; g++) {
-            const float *xg = x + (n * C + g * Cg) * H * W;
-            float *yg = y + (n * M + g * Mg) * S;
-            for (long m = 0; m < Mg; m++) {
-                const float b = bias ? bias[g * Mg + m] : 0.0f;
-                for (long s = 0; s < S; s++)
-                    yg[m * S + s] = b;
-            }
-            const float *cols = xg;
-            if (!direct) {
-                im2col(Cg, H, W, KH, KW, OH, OW, stride_h, stride_w, dil_h, dil_w,
-                       pad_top, pad_left, xg, col);
-                cols = col;
-            }
-            ccn_gemm(Mg, S, K, w + g * Mg * K, K, 1, cols, 1.0f, yg);
+            const float *bg = bias ? bias + g * Mg : NULL;
+            const float *cols = direct ? x + (n0 * C + g * Cg) * H * W : col;
+            for (long i = 0; i < nb && !direct; i++)
+                im2col(Cg, H, W, KH, KW, OH, OW, stride_h, stride_w, dil_h, dil_w, pad_top,
+                       pad_left, x + ((n0 + i) * C + g * Cg) * H * W, col + i * S, ld);
+            float *out = nb == 1 ? y + (n0 * M + g * Mg) * S : prod;
+            for (long i = 0; i < nb; i++)
+                fill_bias(Mg, S, bg, out + i * S, ld);
+            ccn_gemm_ex(Mg, ld, K, w + g * Mg * K, K, 1, cols, ld, 1.0f, out, ld, act,
+                        act_alpha);
+            if (nb > 1)
+                for (long i = 0; i < nb; i++)
+                    for (long m = 0; m < Mg; m++)
+                        memcpy(y + ((n0 + i) * M + g * Mg + m) * S, prod + m * ld + i * S,
+                               (size_t)S * sizeof(float));
         }
+    }
 }

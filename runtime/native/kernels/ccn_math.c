@@ -1,45 +1,128 @@
-/* Math family: Add, Sub, Mul, Div with NumPy broadcasting. */
+/* Math family: element-wise binary operations with NumPy broadcasting for
+ * every dtype, and Not. */
+#include <math.h>
+#include <tgmath.h> /* pow of floats is powf */
+
 #include "ccn_math.h"
 
-/* One row along the last axis: a separate loop per operator and the common
- * stride patterns, so each one vectorises. */
-static void binary_row(enum ccn_binary_op op, long n, const float *a, long as,
-                       const float *b, long bs, float *y)
+/* One row of one operation: y[i] = a[i * as] op b[i * bs] for i < n, with
+ * void pointers so that one broadcasting loop serves every dtype. */
+typedef void (*row_fn)(enum ccn_binary_op op, long n, const void *a, long as,
+                       const void *b, long bs, void *y);
+
+/* base ** e in wrapping integer arithmetic (squaring); a negative exponent
+ * gives the truncated real result. */
+static int64_t ipow(int64_t base, int64_t e)
 {
-#define CCN_ROW(EXPR)                                                         \
-    if (as == 1 && bs == 1) {                                                 \
-        for (long i = 0; i < n; i++) { const float u = a[i], v = b[i]; y[i] = (EXPR); } \
-    } else {                                                                  \
-        for (long i = 0; i < n; i++) {                                        \
-            const float u = a[i * as], v = b[i * bs];                         \
-            y[i] = (EXPR);                                                    \
-        }                                                                     \
+    if (e < 0)
+        return base == 1 ? 1 : base == -1 ? (e % 2 ? -1 : 1) : 0;
+    uint64_t result = 1, b = (uint64_t)base;
+    for (; e; e >>= 1) {
+        if (e & 1)
+            result *= b;
+        b *= b;
     }
-    switch (op) {
-    case CCN_ADD: CCN_ROW(u + v) break;
-    case CCN_SUB: CCN_ROW(u - v) break;
-    case CCN_MUL: CCN_ROW(u * v) break;
-    case CCN_DIV: CCN_ROW(u / v) break;
-    }
-#undef CCN_ROW
+    return (int64_t)result;
 }
 
-void ccn_binary(enum ccn_binary_op op, int rank, const long *shape,
-                const float *a, const long *a_strides, const float *b, const long *b_strides,
-                float *y)
+/* One loop per operation (GCC's -O3 versions it for unit strides, so it
+ * vectorises); u and v are the operands, of type elem. */
+#define CCN_ROW(R, EXPR)                                                      \
+    {                                                                         \
+        R *out = y;                                                           \
+        for (long i = 0; i < n; i++) {                                        \
+            const elem u = a[i * as], v = b[i * bs];                          \
+            out[i] = (R)(EXPR);                                               \
+        }                                                                     \
+    }                                                                         \
+    break;
+
+/* Arithmetic: W is the type + - * run in (unsigned for integers, which
+ * wrap around like NumPy's instead of overflowing); NAN tells a NaN
+ * operand, which max and min return. */
+#define CCN_ARITH_CASES(W, DIV, POW, NAN)                                     \
+    case CCN_ADD: CCN_ROW(elem, (W)u + (W)v)                                  \
+    case CCN_SUB: CCN_ROW(elem, (W)u - (W)v)                                  \
+    case CCN_MUL: CCN_ROW(elem, (W)u * (W)v)                                  \
+    case CCN_DIV: CCN_ROW(elem, DIV)                                          \
+    case CCN_POW: CCN_ROW(elem, POW)                                          \
+    case CCN_MAX: CCN_ROW(elem, u > v || NAN(u) ? u : v)                      \
+    case CCN_MIN: CCN_ROW(elem, u < v || NAN(u) ? u : v)                      \
+    case CCN_PRELU: CCN_ROW(elem, u >= 0 ? u : (elem)((W)u * (W)v))
+
+/* Comparisons as one loop: which of <, ==, > make each one true, as bits
+ * (a NaN operand makes none true). */
+static unsigned compare_mask(enum ccn_binary_op op)
 {
-    if (rank == 0) {
-        binary_row(op, 1, a, 0, b, 0, y);
-        return;
+    switch (op) {
+    case CCN_EQUAL: return 2;
+    case CCN_LESS: return 1;
+    case CCN_GREATER: return 4;
+    case CCN_LESS_EQUAL: return 3;
+    case CCN_GREATER_EQUAL: return 6;
+    default: return 0;
     }
-    const long n = shape[rank - 1];
+}
+
+#define CCN_COMPARE_CASES                                                     \
+    case CCN_EQUAL: case CCN_LESS: case CCN_GREATER: case CCN_LESS_EQUAL:     \
+    case CCN_GREATER_EQUAL: {                                                 \
+        const unsigned mask = compare_mask(op);                               \
+        CCN_ROW(uint8_t, ((mask & 1) && u < v) || ((mask & 2) && u == v)      \
+                         || ((mask & 4) && u > v))                            \
+    }
+
+#define CCN_LOGIC_CASES                                                       \
+    case CCN_AND: CCN_ROW(uint8_t, u && v)                                    \
+    case CCN_OR: CCN_ROW(uint8_t, u || v)                                     \
+    case CCN_XOR: CCN_ROW(uint8_t, !u != !v)
+
+/* The lowering only asks for the operations ONNX defines on the dtype:
+ * arithmetic for numbers, logic for bools. */
+#define CCN_ROW_FN(NAME, T, CASES)                                            \
+static void NAME(enum ccn_binary_op op, long n, const void *pa, long as,      \
+                 const void *pb, long bs, void *y)                            \
+{                                                                             \
+    typedef T elem;                                                           \
+    const elem *a = pa, *b = pb;                                              \
+    switch (op) {                                                             \
+    CASES                                                                     \
+    default:                                                                  \
+        break;                                                                \
+    }                                                                         \
+}
+
+#define CCN_NEVER(u) 0
+/* C's integer division truncates toward zero as ONNX's does; a zero divisor
+ * gives 0 (NumPy's result) and -1 negates, as the minimum / -1 would trap. */
+#define CCN_INT_DIV (v == 0 ? (elem)0 : v == -1 ? (elem)(0 - (uint64_t)u) : u / v)
+
+CCN_ROW_FN(row_float32, float,
+           CCN_ARITH_CASES(elem, u / v, pow(u, v), isnan) CCN_COMPARE_CASES)
+CCN_ROW_FN(row_float64, double,
+           CCN_ARITH_CASES(elem, u / v, pow(u, v), isnan) CCN_COMPARE_CASES)
+CCN_ROW_FN(row_int64, int64_t,
+           CCN_ARITH_CASES(uint64_t, CCN_INT_DIV, ipow(u, v), CCN_NEVER) CCN_COMPARE_CASES)
+CCN_ROW_FN(row_int32, int32_t,
+           CCN_ARITH_CASES(uint32_t, CCN_INT_DIV, ipow(u, v), CCN_NEVER) CCN_COMPARE_CASES)
+CCN_ROW_FN(row_bool, uint8_t, CCN_COMPARE_CASES CCN_LOGIC_CASES)
+
+/* Runs row over every row along the last axis of y; size and y_size are
+ * the element sizes of the inputs and of y. */
+static void broadcast(row_fn row, enum ccn_binary_op op, int rank, const long *shape,
+                      const char *a, const long *a_strides, const char *b,
+                      const long *b_strides, char *y, size_t size, size_t y_size)
+{
+    /* A 0-d y is one row of one element. */
+    const long n = rank ? shape[rank - 1] : 1;
+    const long as = rank ? a_strides[rank - 1] : 0, bs = rank ? b_strides[rank - 1] : 0;
     long rows = 1;
     for (int d = 0; d < rank - 1; d++)
         rows *= shape[d];
     long index[CCN_MAX_RANK] = {0};
     long ao = 0, bo = 0;
     for (long r = 0; r < rows; r++) {
-        binary_row(op, n, a + ao, a_strides[rank - 1], b + bo, b_strides[rank - 1], y + r * n);
+        row(op, n, a + ao * size, as, b + bo * size, bs, y + r * n * y_size);
         /* Step the multi-index over the leading axes like an odometer. */
         for (int d = rank - 2; d >= 0; d--) {
             index[d]++;
@@ -52,4 +135,26 @@ void ccn_binary(enum ccn_binary_op op, int rank, const long *shape,
             index[d] = 0;
         }
     }
+}
+
+#define CCN_BINARY(NAME, ROW, T)                                              \
+void NAME(enum ccn_binary_op op, int rank, const long *shape,                 \
+          const T *a, const long *a_strides, const T *b,                      \
+          const long *b_strides, void *y)                                     \
+{                                                                             \
+    broadcast(ROW, op, rank, shape, (const char *)a, a_strides,               \
+              (const char *)b, b_strides, (char *)y, sizeof(T),               \
+              op >= CCN_EQUAL ? sizeof(uint8_t) : sizeof(T));                 \
+}
+
+CCN_BINARY(ccn_binary_float32, row_float32, float)
+CCN_BINARY(ccn_binary_float64, row_float64, double)
+CCN_BINARY(ccn_binary_int64, row_int64, int64_t)
+CCN_BINARY(ccn_binary_int32, row_int32, int32_t)
+CCN_BINARY(ccn_binary_bool, row_bool, uint8_t)
+
+void ccn_not(long n, const uint8_t *x, uint8_t *y)
+{
+    for (long i = 0; i < n; i++)
+        y[i] = !x[i];
 }

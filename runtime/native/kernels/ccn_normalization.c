@@ -1,4 +1,6 @@
-/* Normalization family: BatchNormalization in its inference form. */
+/* Normalization family: BatchNormalization in its inference form,
+ * LayerNormalization and InstanceNormalization (one row standardization
+ * kernel) and LRN. */
 #include <math.h>
 
 #include "ccn_normalization.h"
@@ -16,5 +18,87 @@ void ccn_batchnorm(long N, long C, long S, float epsilon, const float *x, const 
             for (long s = 0; s < S; s++)
                 out[s] = in[s] * k + d;
         }
+    }
+}
+
+void ccn_standardize(long R, long S, float epsilon, const float *x, const float *scale,
+                     const float *bias, ccn_param_layout layout, float *y, float *mean,
+                     float *inv_std)
+{
+    CCN_OMP_FOR_IF(R * S)
+    for (long r = 0; r < R; r++) {
+        const float *in = x + r * S;
+        float *out = y + r * S;
+        /* Two passes with double sums: the centred variance does not lose
+         * digits to cancellation when the mean is large. */
+        double sum = 0.0;
+        for (long i = 0; i < S; i++)
+            sum += in[i];
+        const float m = S ? (float)(sum / (double)S) : 0.0f;
+        double squares = 0.0;
+        for (long i = 0; i < S; i++) {
+            const double d = (double)(in[i] - m);
+            squares += d * d;
+        }
+        const float inv = 1.0f / sqrtf((S ? (float)(squares / (double)S) : 0.0f) + epsilon);
+        if (mean)
+            mean[r] = m;
+        if (inv_std)
+            inv_std[r] = inv;
+        const long p = (r % layout.period) * layout.row_stride, is = layout.inner_stride;
+        const float *sc = scale + p;
+        if (bias) {
+            const float *b = bias + p;
+            for (long i = 0; i < S; i++)
+                out[i] = (in[i] - m) * inv * sc[i * is] + b[i * is];
+        } else {
+            for (long i = 0; i < S; i++)
+                out[i] = (in[i] - m) * inv * sc[i * is];
+        }
+    }
+}
+
+void ccn_broadcast_copy(int rank, const long *shape, const float *src,
+                        const long *src_strides, float *dst)
+{
+    long total = 1, index[CCN_MAX_RANK] = {0};
+    for (int d = 0; d < rank; d++)
+        total *= shape[d];
+    long offset = 0;
+    for (long k = 0; k < total; k++) {
+        dst[k] = src[offset];
+        /* Odometer step over the destination's (row-major) index. */
+        for (int d = rank - 1; d >= 0; d--) {
+            offset += src_strides[d];
+            if (++index[d] < shape[d])
+                break;
+            offset -= src_strides[d] * shape[d];
+            index[d] = 0;
+        }
+    }
+}
+
+void ccn_lrn(long N, long C, long S, long size, float alpha, float beta, float bias,
+             const float *x, float *y)
+{
+    const long below = (size - 1) / 2, above = size - 1 - below;
+    const float rate = alpha / (float)size;
+    CCN_OMP_FOR_IF(N * C * S * size)
+    for (long nc = 0; nc < N * C; nc++) {
+        const long n = nc / C, c = nc % C;
+        const long lo = c - below < 0 ? 0 : c - below;
+        const long hi = c + above >= C ? C - 1 : c + above;
+        float *out = y + nc * S;
+        /* out holds the window's sum of squares until the last loop. */
+        for (long s = 0; s < S; s++)
+            out[s] = 0.0f;
+        for (long k = lo; k <= hi; k++) {
+            const float *in = x + (n * C + k) * S;
+            for (long s = 0; s < S; s++)
+                out[s] += in[s] * in[s];
+        }
+        const float *in = x + nc * S;
+        for (long s = 0; s < S; s++)
+            out[s] = in[s] / powf(bias + rate * out[s], beta);
     }
 }

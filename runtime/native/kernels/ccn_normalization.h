@@ -1,4 +1,5 @@
-/* ccn_normalization.h: Normalization family: BatchNormalization (inference). */
+/* ccn_normalization.h: Normalization family: BatchNormalization (inference),
+ * LayerNormalization, InstanceNormalization and LRN. */
 #ifndef CCN_NORMALIZATION_H
 #define CCN_NORMALIZATION_H
 
@@ -9,6 +10,34 @@ CCN_BEGIN_DECLS
 /* Inference BatchNormalization over axis 1 of an (N, C, S) array. */
 void ccn_batchnorm(long N, long C, long S, float epsilon, const float *x, const float *scale,
                    const float *bias, const float *mean, const float *var, float *y);
+
+/* Where row r of a standardization reads its scale and bias: element i of
+ * the row uses param[(r % period) * row_stride + i * inner_stride].
+ * LayerNormalization: period 1 (or rows), row_stride S, inner_stride 1;
+ * InstanceNormalization: period C, row_stride 1, inner_stride 0. */
+typedef struct {
+    long period, row_stride, inner_stride;
+} ccn_param_layout;
+
+/* y[r, i] = (x[r, i] - mean_r) / sqrt(var_r + epsilon) * scale + bias for
+ * each of R rows of S elements (population variance); bias may be NULL.
+ * mean and inv_std, when not NULL, receive each row's mean and
+ * 1 / sqrt(var + epsilon). */
+void ccn_standardize(long R, long S, float epsilon, const float *x, const float *scale,
+                     const float *bias, ccn_param_layout layout, float *y, float *mean,
+                     float *inv_std);
+
+/* dst = src broadcast to shape (rank <= CCN_MAX_RANK): src is read at
+ * element strides src_strides (0 along broadcast axes). */
+void ccn_broadcast_copy(int rank, const long *shape, const float *src,
+                        const long *src_strides, float *dst);
+
+/* LRN across the C channels of an (N, C, S) array:
+ * y = x / (bias + alpha / size * sum of x^2 over the window) ^ beta, the
+ * window of channel c being [c - floor((size-1)/2), c + ceil((size-1)/2)]
+ * clipped to the channels. */
+void ccn_lrn(long N, long C, long S, long size, float alpha, float beta, float bias,
+             const float *x, float *y);
 
 CCN_END_DECLS
 #endif /* CCN_NORMALIZATION_H */

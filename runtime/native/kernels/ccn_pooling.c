@@ -7,7 +7,7 @@ void ccn_maxpool2d(long NC, long H, long W, long OH, long OW, long KH, long KW,
                    long stride_h, long stride_w, long dil_h, long dil_w,
                    long pad_top, long pad_left, const float *x, float *y)
 {
-    CCN_OMP_FOR
+    CCN_OMP_FOR_IF(NC * OH * OW * KH * KW)
     for (long p = 0; p < NC; p++) {
         const float *in = x + p * H * W;
         float *out = y + p * OH * OW;
@@ -35,7 +35,7 @@ void ccn_avgpool2d(long NC, long H, long W, long OH, long OW, long KH, long KW,
                    long pad_bottom, long pad_right, int count_include_pad,
                    const float *x, float *y)
 {
-    CCN_OMP_FOR
+    CCN_OMP_FOR_IF(NC * OH * OW * KH * KW)
     for (long p = 0; p < NC; p++) {
         const float *in = x + p * H * W;
         float *out = y + p * OH * OW;

@@ -1,27 +1,81 @@
-"""Element-wise activations, Softmax and LogSoftmax as calls into
-ccn_activation.c."""
+"""Element-wise functions of one float tensor (math functions and
+activations alike: one C kernel, ccn_unary_<dtype>, switching on an enum),
+Softmax and LogSoftmax, as calls into ccn_activation.c."""
 import math
 
 from ...ops.opset_rules import softmax_axes
-from ..cformat import cfloat
+from ..cformat import cliteral
 from ..lowering import Refuse, Step, lowers
 
-#: Activations with no attribute but alpha: op -> (C kernel, default alpha or None).
-_ACTIVATIONS = {'Relu': ('ccn_relu', None), 'Sigmoid': ('ccn_sigmoid', None),
-                'Tanh': ('ccn_tanh', None), 'LeakyRelu': ('ccn_leaky_relu', 0.01)}
+FLOATS = ('float32', 'float64')
+
+#: op -> (C enum, its attributes passed as alpha and beta with their
+#: defaults).  Gelu and Clip pick theirs in _unary_args.
+_UNARY = {
+    'Abs': ('CCN_ABS', ()), 'Neg': ('CCN_NEG', ()), 'Exp': ('CCN_EXP', ()),
+    'Log': ('CCN_LOG', ()), 'Sqrt': ('CCN_SQRT', ()), 'Reciprocal': ('CCN_RECIPROCAL', ()),
+    'Floor': ('CCN_FLOOR', ()), 'Ceil': ('CCN_CEIL', ()), 'Round': ('CCN_ROUND', ()),
+    'Sign': ('CCN_SIGN', ()), 'Erf': ('CCN_ERF', ()),
+    'Sin': ('CCN_SIN', ()), 'Cos': ('CCN_COS', ()), 'Tan': ('CCN_TAN', ()),
+    'Asin': ('CCN_ASIN', ()), 'Acos': ('CCN_ACOS', ()), 'Atan': ('CCN_ATAN', ()),
+    'Sinh': ('CCN_SINH', ()), 'Cosh': ('CCN_COSH', ()), 'Asinh': ('CCN_ASINH', ()),
+    'Acosh': ('CCN_ACOSH', ()), 'Atanh': ('CCN_ATANH', ()),
+    'Relu': ('CCN_RELU', ()), 'LeakyRelu': ('CCN_LEAKY_RELU', (('alpha', 0.01),)),
+    'Sigmoid': ('CCN_SIGMOID', ()), 'Tanh': ('CCN_TANH', ()),
+    'Softplus': ('CCN_SOFTPLUS', ()), 'Softsign': ('CCN_SOFTSIGN', ()),
+    'Elu': ('CCN_ELU', (('alpha', 1.0),)),
+    'Selu': ('CCN_SELU', (('alpha', 1.6732632423543772), ('gamma', 1.0507009873554805))),
+    'Celu': ('CCN_CELU', (('alpha', 1.0),)),
+    'HardSigmoid': ('CCN_HARD_SIGMOID', (('alpha', 0.2), ('beta', 0.5))),
+    'HardSwish': ('CCN_HARD_SWISH', ()),
+    'ThresholdedRelu': ('CCN_THRESHOLDED_RELU', (('alpha', 1.0),)),
+    'Gelu': ('CCN_GELU', ()),
+    'Clip': ('CCN_CLIP', ()),
+}
 
 
-@lowers(*_ACTIVATIONS)
-def activation(em, inst) -> Step:
-    sx = em.shape(inst, 0)
-    n = math.prod(sx)
-    kernel, default_alpha = _ACTIVATIONS[inst.op]
-    extra = '' if default_alpha is None else \
-        ' %s,' % cfloat(inst.attrs.get('alpha', default_alpha))
+def _clip_bound(em, inst, k: int, attr: str, default: float) -> float:
+    """Clip's lower (k=1) or upper (k=2) bound: the attribute before opset
+    11, a constant scalar input from 11 (absent: no bound)."""
+    if inst.version < 11:
+        return float(inst.attrs.get(attr, default))
+    if not em.has(inst, k):
+        return default
+    value = em.const(inst.inputs[k])
+    if value is None:
+        raise Refuse('its %s must be a constant' % attr)
+    if value.size != 1:
+        raise Refuse('its %s must be a scalar, not of shape %s' % (attr, list(value.shape)))
+    return float(value.reshape(-1)[0])
+
+
+def _unary_args(em, inst) -> tuple[str, float, float]:
+    """(C enum, alpha, beta) of an element-wise function."""
+    op, attrs = _UNARY[inst.op]
+    if inst.op == 'Gelu':
+        approximate = inst.attrs.get('approximate', 'none')
+        if approximate not in ('none', 'tanh'):
+            raise Refuse("Gelu approximate must be 'none' or 'tanh', not %r" % approximate)
+        return ('CCN_GELU_TANH' if approximate == 'tanh' else op), 0.0, 0.0
+    if inst.op == 'Clip':
+        return op, _clip_bound(em, inst, 1, 'min', -math.inf), \
+            _clip_bound(em, inst, 2, 'max', math.inf)
+    values = [float(inst.attrs.get(name, default)) for name, default in attrs]
+    alpha, beta = (values + [0.0, 0.0])[:2]
+    return op, alpha, beta
+
+
+@lowers(*_UNARY)
+def unary(em, inst) -> Step:
+    sx = em.shape(inst, 0, dtypes=FLOATS)
+    dtype = em.dtype(inst, 0)
+    op, alpha, beta = _unary_args(em, inst)
 
     def render(ref, scratch):
-        return ['%s(%d,%s %s, %s);' % (kernel, n, extra, ref(inst.inputs[0]),
-                                       ref(inst.outputs[0]))]
+        # The attributes are float32 in ONNX; as doubles they are exact.
+        return ['ccn_unary_%s(%s, %d, %s, %s, %s, %s);' % (
+            dtype, op, math.prod(sx), cliteral(alpha, 'float64'), cliteral(beta, 'float64'),
+            ref(inst.inputs[0]), ref(inst.outputs[0]))]
     return Step('activation', [sx], render)
 
 

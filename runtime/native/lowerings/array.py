@@ -1,11 +1,107 @@
-"""Reshape, Flatten, Identity and Dropout: views of their input's memory,
-or a copy (ccn_array.c) when the result is a program output."""
+"""Data movement as calls into ccn_array.c, one kernel per access pattern
+whatever the dtype (the kernels count bytes per element):
+
+- views (Reshape, Flatten, Identity, Dropout, Squeeze, Unsqueeze, a Cast to
+  the same dtype) share their input's memory, or copy it when the result is
+  a program output;
+- strided copies: Transpose, Slice, Split, Concat, Expand;
+- copies through per-axis index tables: Pad (every mode) and Tile;
+- Gather, Where and Cast have kernels of their own.
+
+Shape-like operands (axes, starts, pads, repeats, a target shape) must be
+constants: the C code is written for static shapes.
+"""
 import math
+from typing import Literal
 
+import numpy
+
+from ...ops.array import _CAST_V1_TYPES
+from ...ops.opset_rules import axes_are_input
 from ...program import NO_REGISTER
+from ..cformat import C_TYPES, clist, cliteral
 from ..lowering import ANY_DTYPE, Refuse, Step, lowers
+from .math import broadcast_strides
+
+INDEX_DTYPES = ('int32', 'int64')
 
 
+# -- helpers ---------------------------------------------------------------
+def _axis(axis: int, rank: int) -> int:
+    """``axis`` counted from 0, refused outside [-rank, rank)."""
+    if not -rank <= axis < rank:
+        raise Refuse('axis %d is out of range for rank %d' % (axis, rank))
+    return axis % rank
+
+
+def _const_ints(em, inst, k: int, what: str) -> list[int] | None:
+    """Input ``k`` as a list of ints (None when absent), refused unless it
+    is a constant."""
+    if not em.has(inst, k):
+        return None
+    value = em.const(inst.inputs[k])
+    if value is None:
+        raise Refuse('its %s must be a constant' % what)
+    return [int(v) for v in value.reshape(-1)]
+
+
+def _itemsize(dtype: str) -> int:
+    """Bytes per element of ``dtype``: all the movement kernels need."""
+    return numpy.dtype(dtype).itemsize
+
+
+def _strides(shape) -> list[int]:
+    """Element strides of a C-order array of ``shape``."""
+    return [math.prod(shape[k + 1:]) for k in range(len(shape))]
+
+
+def _at(pointer: str, offset: int) -> str:
+    """The C expression of ``pointer`` advanced by ``offset`` elements."""
+    return pointer if offset == 0 else '(%s) + %d' % (pointer, offset)
+
+
+def _coalesce(shape, strides: list[list[int]]):
+    """``shape`` and the stride lists with size-1 axes dropped and adjacent
+    axes merged wherever every operand steps through them as through one
+    axis, so the kernels loop over as few axes as possible (rank >= 1)."""
+    merged: list[tuple[int, list[int]]] = []
+    for k, d in enumerate(shape):
+        if d == 1:
+            continue
+        inner = [s[k] for s in strides]
+        if merged and all(o == i * d for o, i in zip(merged[-1][1], inner)):
+            merged[-1] = (merged[-1][0] * d, inner)
+        else:
+            merged.append((d, inner))
+    merged = merged or [(1, [0] * len(strides))]
+    return [d for d, _ in merged], [[s[j] for _, s in merged] for j in range(len(strides))]
+
+
+def _strided_copy(elem: int, shape, x: str, x_strides, y: str, y_strides) -> list[str]:
+    """C lines copying the index space ``shape`` from x to y, each side
+    addressed through its own element strides."""
+    if math.prod(shape) == 0:
+        return ['/* empty: nothing to copy */']
+    dims, (xs, ys) = _coalesce(shape, [list(x_strides), list(y_strides)])
+    return ['{',
+            '    static const long shape[] = %s, xs[] = %s, ys[] = %s;'
+            % (clist(dims), clist(xs), clist(ys)),
+            '    ccn_strided_copy(%d, %d, shape, %s, xs, %s, ys);' % (elem, len(dims), x, y),
+            '}']
+
+
+def _copy_step(em, inst, out, x_strides, offset=0) -> Step:
+    """Output 0 (shape ``out``, C order) read from input 0 at element
+    ``offset`` through ``x_strides``."""
+    elem = _itemsize(em.dtype(inst, 0))
+
+    def render(ref, scratch):
+        return _strided_copy(elem, out, _at(ref(inst.inputs[0]), offset), x_strides,
+                             ref(inst.outputs[0]), _strides(out))
+    return Step('array', [tuple(out)], render)
+
+
+# -- views -----------------------------------------------------------------
 @lowers('Reshape', 'Flatten', 'Identity', 'Dropout')
 def reshape_like(em, inst) -> Step:
     sx = em.shape(inst, 0, ANY_DTYPE)
@@ -72,3 +168,339 @@ def _check_dropout(em, inst):
         mode = em.const(inst.inputs[2])
         if mode is None or bool(mode):
             raise Refuse('Dropout with training_mode other than a constant false')
+
+
+def _axes(em, inst):
+    """The ``axes`` of Squeeze or Unsqueeze: an attribute before
+    opset_rules.axes_input_since, input 1 from it (None when absent)."""
+    if axes_are_input(inst.op, inst.version):
+        return _const_ints(em, inst, 1, 'axes')
+    axes = inst.attrs.get('axes')
+    return None if axes is None else [int(a) for a in axes]
+
+
+@lowers('Squeeze')
+def squeeze(em, inst) -> Step:
+    sx = em.shape(inst, 0, ANY_DTYPE)
+    axes = _axes(em, inst)
+    if axes is None:
+        drop = {k for k, d in enumerate(sx) if d == 1}
+    else:
+        drop = {_axis(a, len(sx)) for a in axes}
+        if any(sx[k] != 1 for k in drop):
+            raise Refuse('axes %s of shape %s are not all of size 1' % (axes, list(sx)))
+    return view(em, inst, tuple(d for k, d in enumerate(sx) if k not in drop))
+
+
+@lowers('Unsqueeze')
+def unsqueeze(em, inst) -> Step:
+    sx = em.shape(inst, 0, ANY_DTYPE)
+    axes = _axes(em, inst)
+    if axes is None:
+        raise Refuse('Unsqueeze needs axes')
+    rank = len(sx) + len(axes)
+    new = {_axis(a, rank) for a in axes}
+    if len(new) != len(axes):
+        raise Refuse('axes %s repeat an axis' % axes)
+    dims = iter(sx)
+    return view(em, inst, tuple(1 if k in new else next(dims) for k in range(rank)))
+
+
+# -- strided copies --------------------------------------------------------
+@lowers('Transpose')
+def transpose(em, inst) -> Step:
+    sx = em.shape(inst, 0, ANY_DTYPE)
+    perm = [int(p) for p in inst.attrs.get('perm') or range(len(sx) - 1, -1, -1)]
+    if sorted(perm) != list(range(len(sx))):
+        raise Refuse('perm %s is not a permutation of the %d axes' % (perm, len(sx)))
+    xs = _strides(sx)
+    return _copy_step(em, inst, tuple(sx[p] for p in perm), [xs[p] for p in perm])
+
+
+def _slice_ranges(sx, starts, ends, axes, steps) -> list[range]:
+    """The index range Slice takes along each axis of ``sx`` (ONNX clamps
+    starts and ends exactly as Python's slice.indices does)."""
+    axes = list(range(len(starts))) if axes is None else axes
+    steps = [1] * len(starts) if steps is None else steps
+    if not len(starts) == len(ends) == len(axes) == len(steps):
+        raise Refuse('starts, ends, axes and steps differ in length')
+    ranges = [range(d) for d in sx]
+    seen = set()
+    for start, end, axis, step in zip(starts, ends, axes, steps):
+        axis = _axis(axis, len(sx))
+        if axis in seen or step == 0:
+            raise Refuse('axis %d sliced twice' % axis if axis in seen else 'a step is 0')
+        seen.add(axis)
+        ranges[axis] = range(*slice(start, end, step).indices(sx[axis]))
+    return ranges
+
+
+@lowers('Slice')
+def slice_(em, inst) -> Step:
+    sx = em.shape(inst, 0, ANY_DTYPE)
+    if inst.version < 10:
+        a = inst.attrs
+        ranges = _slice_ranges(sx, list(a.get('starts', ())), list(a.get('ends', ())),
+                               a.get('axes'), None)
+    else:
+        ranges = _slice_ranges(sx, _const_ints(em, inst, 1, 'starts') or [],
+                               _const_ints(em, inst, 2, 'ends') or [],
+                               _const_ints(em, inst, 3, 'axes'),
+                               _const_ints(em, inst, 4, 'steps'))
+    xs = _strides(sx)
+    out = tuple(len(r) for r in ranges)
+    offset = sum(r.start * s for r, s in zip(ranges, xs)) if math.prod(out) else 0
+    return _copy_step(em, inst, out, [r.step * s for r, s in zip(ranges, xs)], offset)
+
+
+def _split_sizes(em, inst, dim: int) -> list[int]:
+    """The sizes of Split's parts along its axis of length ``dim``: given
+    (attribute before opset 13, input 1 in opset 1 and from 13), or else
+    len(outputs) (num_outputs from 18) parts of ceil(dim / n), the last
+    one shorter."""
+    a = inst.attrs
+    if inst.version >= 13 or (inst.version == 1 and em.has(inst, 1)):
+        sizes = _const_ints(em, inst, 1, 'split sizes')
+    else:
+        sizes = None if a.get('split') is None else [int(s) for s in a['split']]
+    n = len(inst.outputs)
+    if sizes is None:
+        if int(a.get('num_outputs', n)) != n:
+            raise Refuse('num_outputs %d but %d outputs' % (a['num_outputs'], n))
+        chunk = -(-dim // n)
+        sizes = [min(chunk, max(dim - i * chunk, 0)) for i in range(n)]
+    if len(sizes) != n or sum(sizes) != dim or min(sizes) < 0:
+        raise Refuse('split sizes %s do not cut %d into %d parts' % (sizes, dim, n))
+    return sizes
+
+
+@lowers('Split')
+def split(em, inst) -> Step:
+    sx = em.shape(inst, 0, ANY_DTYPE)
+    axis = _axis(int(inst.attrs.get('axis', 0)), len(sx))
+    sizes = _split_sizes(em, inst, sx[axis])
+    elem, xs = _itemsize(em.dtype(inst, 0)), _strides(sx)
+    shapes = [sx[:axis] + (s,) + sx[axis + 1:] for s in sizes]
+    begins = [sum(sizes[:k]) for k in range(len(sizes))]
+
+    def render(ref, scratch):
+        lines = []
+        for r, shape, begin in zip(inst.outputs, shapes, begins):
+            if r != NO_REGISTER:
+                lines += _strided_copy(elem, shape, _at(ref(inst.inputs[0]), begin * xs[axis]),
+                                       xs, ref(r), _strides(shape))
+        return lines
+    return Step('array', list(shapes), render)
+
+
+@lowers('Concat')
+def concat(em, inst) -> Step:
+    shapes = [em.shape(inst, k, ANY_DTYPE) for k in range(len(inst.inputs))]
+    dtypes = {em.dtype(inst, k) for k in range(len(inst.inputs))}
+    if len(dtypes) != 1:
+        raise Refuse('its inputs mix dtypes %s' % sorted(dtypes))
+    rank = len(shapes[0])
+    axis = _axis(int(inst.attrs.get('axis', 1)), rank)
+    if any(len(s) != rank or s[:axis] + s[axis + 1:] != shapes[0][:axis] + shapes[0][axis + 1:]
+           for s in shapes):
+        raise Refuse('shapes %s differ off axis %d' % ([list(s) for s in shapes], axis))
+    out = shapes[0][:axis] + (sum(s[axis] for s in shapes),) + shapes[0][axis + 1:]
+    elem, ys = _itemsize(dtypes.pop()), _strides(out)
+
+    def render(ref, scratch):
+        lines, begin = [], 0
+        for r, shape in zip(inst.inputs, shapes):
+            lines += _strided_copy(elem, shape, ref(r), _strides(shape),
+                                   _at(ref(inst.outputs[0]), begin * ys[axis]), ys)
+            begin += shape[axis]
+        return lines
+    return Step('array', [out], render)
+
+
+@lowers('Expand')
+def expand(em, inst) -> Step:
+    sx = em.shape(inst, 0, ANY_DTYPE)
+    target = _const_ints(em, inst, 1, 'target shape')
+    try:
+        out = tuple(numpy.broadcast_shapes(sx, tuple(target or ())))
+    except ValueError:
+        raise Refuse('shape %s does not expand to %s' % (list(sx), target)) from None
+    return _copy_step(em, inst, out, broadcast_strides(sx, out))
+
+
+# -- copies through index tables -------------------------------------------
+def _table_copy_step(em, inst, out, tables, fill=None) -> Step:
+    """Output 0 (``out``) gathered from input 0 through one index table per
+    axis (-1: the element ``fill``, a C expression of a pointer to it)."""
+    sx = em.shape(inst, 0, ANY_DTYPE)
+    elem = _itemsize(em.dtype(inst, 0))
+    if not out:  # a 0-d array: one element on one axis
+        out, sx, tables = (1,), (1,), [[0]]
+    flat = [int(i) for table in tables for i in table]
+
+    def render(ref, scratch):
+        if math.prod(out) == 0:
+            return ['/* empty: nothing to copy */']
+        return ['{',
+                '    static const long shape[] = %s, xs[] = %s;' % (clist(out),
+                                                                    clist(_strides(sx))),
+                '    static const long tables[] = %s;' % clist(flat),
+                '    ccn_table_copy(%d, %d, shape, tables, %s, xs, %s, %s);'
+                % (elem, len(out), ref(inst.inputs[0]), fill(ref) if fill else 'NULL',
+                   ref(inst.outputs[0])),
+                '}']
+    return Step('array', [tuple(out)], render)
+
+
+@lowers('Tile')
+def tile(em, inst) -> Step:
+    sx = em.shape(inst, 0, ANY_DTYPE)
+    if inst.version >= 6:
+        repeats = _const_ints(em, inst, 1, 'repeats') or []
+    else:
+        tiles, axis = _const_ints(em, inst, 1, 'tiles'), _const_ints(em, inst, 2, 'axis')
+        if not tiles or not axis:
+            raise Refuse('Tile needs tiles and axis')
+        repeats = [1] * len(sx)
+        repeats[_axis(axis[0], len(sx))] = tiles[0]
+    if len(repeats) != len(sx) or min(repeats, default=0) < 0:
+        raise Refuse('repeats %s do not fit rank %d' % (repeats, len(sx)))
+    out = tuple(d * r for d, r in zip(sx, repeats))
+    return _table_copy_step(em, inst, out, [numpy.arange(n) % max(d, 1)
+                                            for n, d in zip(out, sx)])
+
+
+#: The modes of a Pad other than 'constant', each numpy.pad's mode of its name.
+_TABLE_PAD_MODES: dict[str, Literal['reflect', 'edge', 'wrap']] = {
+    'reflect': 'reflect', 'edge': 'edge', 'wrap': 'wrap'}
+
+
+def _pads(em, inst, rank: int) -> list[int]:
+    """Pad's [begin_0, ..., begin_n, end_0, ..., end_n]: attribute
+    ``paddings`` (opset 1), ``pads`` (2 to 10), input 1 from 11, spread over
+    the axes of input 3 (from 18) when given."""
+    if inst.version < 11:
+        pads = [int(p) for p in inst.attrs.get('paddings' if inst.version < 2 else 'pads', ())]
+    else:
+        pads = _const_ints(em, inst, 1, 'pads') or []
+    axes = _const_ints(em, inst, 3, 'axes') if inst.version >= 18 else None
+    if axes is None:
+        axes = list(range(rank))
+    if len(pads) != 2 * len(axes):
+        raise Refuse('%d pads for %d axes' % (len(pads), len(axes)))
+    full = [0] * (2 * rank)
+    for k, a in enumerate(axes):
+        full[_axis(a, rank)], full[_axis(a, rank) + rank] = pads[k], pads[k + len(axes)]
+    return full
+
+
+@lowers('Pad')
+def pad(em, inst) -> Step:
+    sx = em.shape(inst, 0, ANY_DTYPE)
+    mode = inst.attrs.get('mode', 'constant')
+    if mode != 'constant' and mode not in _TABLE_PAD_MODES:
+        raise Refuse('mode %r is not supported' % mode)
+    pads = _pads(em, inst, len(sx))
+    tables = [_pad_table(d, begin, end, mode) for d, begin, end in zip(sx, pads, pads[len(sx):])]
+    fill = _pad_value(em, inst, em.dtype(inst, 0)) if mode == 'constant' else None
+    return _table_copy_step(em, inst, tuple(len(t) for t in tables), tables, fill)
+
+
+def _pad_table(d: int, begin: int, end: int, mode: str):
+    """Source index of each output element along an axis of ``d`` padded
+    by ``begin`` and ``end`` (-1: the constant)."""
+    # Negative pads crop; what is left is then padded.
+    kept = numpy.arange(max(-begin, 0), d - max(-end, 0))
+    width = (max(begin, 0), max(end, 0))
+    if mode == 'constant':
+        return numpy.pad(kept, width, mode='constant', constant_values=-1)
+    # Like onnxruntime, refuse to reflect further than the axis reaches.
+    if any(width) and (len(kept) == 0 or (mode == 'reflect' and max(width) >= len(kept))):
+        raise Refuse('%s padding by %s of an axis of %d' % (mode, width, len(kept)))
+    return numpy.pad(kept, width, mode=_TABLE_PAD_MODES[mode])
+
+
+def _pad_value(em, inst, dtype: str):
+    """The fill of a constant Pad as (ref -> C pointer expression): input 2
+    from opset 11 (any value of the data's dtype), else the attribute
+    ``value`` (default 0) as a compound literal."""
+    if inst.version >= 11 and em.has(inst, 2):
+        if em.dtype(inst, 2) != dtype:
+            raise Refuse('constant_value is %s, the data %s' % (em.dtype(inst, 2), dtype))
+        return lambda ref: ref(inst.inputs[2])
+    literal = cliteral(float(inst.attrs.get('value', 0.0)), dtype)
+    return lambda ref: '(const %s[]){%s}' % (C_TYPES[dtype], literal)
+
+
+# -- kernels of their own --------------------------------------------------
+@lowers('Gather')
+def gather(em, inst) -> Step:
+    sx = em.shape(inst, 0, ANY_DTYPE)
+    si = em.shape(inst, 1, INDEX_DTYPES)
+    axis = _axis(int(inst.attrs.get('axis', 0)), len(sx))
+    dim, n = sx[axis], math.prod(si)
+    indices = em.const(inst.inputs[1])
+    if indices is not None and ((indices < -dim) | (indices >= dim)).any():
+        raise Refuse('indices out of range for an axis of %d' % dim)
+    if dim == 0 and n:
+        raise Refuse('it gathers from an empty axis')
+    elem = _itemsize(em.dtype(inst, 0))
+    index_bytes = _itemsize(em.dtype(inst, 1))
+    out = sx[:axis] + tuple(si) + sx[axis + 1:]
+
+    def render(ref, scratch):
+        return ['ccn_gather(%d, %d, %d, %d, %s, %d, %s, %d, %s);'
+                % (elem, math.prod(sx[:axis]), dim, math.prod(sx[axis + 1:]),
+                   ref(inst.inputs[0]), n, ref(inst.inputs[1]), index_bytes,
+                   ref(inst.outputs[0]))]
+    return Step('array', [out], render)
+
+
+@lowers('Where')
+def where(em, inst) -> Step:
+    sc = em.shape(inst, 0, ('bool',))
+    sx, sy = em.shape(inst, 1, ANY_DTYPE), em.shape(inst, 2, ANY_DTYPE)
+    dtype = em.dtype(inst, 1)
+    if em.dtype(inst, 2) != dtype:
+        raise Refuse('x is %s but y %s' % (dtype, em.dtype(inst, 2)))
+    try:
+        out = tuple(numpy.broadcast_shapes(sc, sx, sy))
+    except ValueError:
+        raise Refuse('shapes %s, %s and %s do not broadcast'
+                     % (list(sc), list(sx), list(sy))) from None
+    dims, (cs, xs, ys, _) = _coalesce(out, [broadcast_strides(s, out)
+                                            for s in (sc, sx, sy, out)])
+
+    def render(ref, scratch):
+        if math.prod(out) == 0:
+            return ['/* empty: nothing to select */']
+        return ['{',
+                '    static const long shape[] = %s, cs[] = %s, xs[] = %s, ys[] = %s;'
+                % (clist(dims), clist(cs), clist(xs), clist(ys)),
+                '    ccn_where(%d, %d, shape, %s, cs, %s, xs, %s, ys, %s);'
+                % (_itemsize(dtype), len(dims), *(ref(r) for r in inst.inputs),
+                   ref(inst.outputs[0])),
+                '}']
+    return Step('array', [out], render, dtypes=[dtype])
+
+
+@lowers('Cast', 'CastLike')
+def cast(em, inst) -> Step:
+    sx = em.shape(inst, 0, ANY_DTYPE)
+    source = em.dtype(inst, 0)
+    if inst.op == 'CastLike':
+        target = em.dtype(inst, 1)
+    else:
+        to = inst.attrs.get('to')
+        to = _CAST_V1_TYPES.get(to.decode() if isinstance(to, bytes) else to, to) \
+            if inst.version < 6 else to
+        target = numpy.dtype(to).name if to is not None else None
+    if target not in C_TYPES:
+        raise Refuse('the target dtype %s is not one of %s' % (target, ', '.join(C_TYPES)))
+    if target == source:
+        return view(em, inst, sx)
+
+    def render(ref, scratch):
+        return ['ccn_cast_%s_%s(%d, %s, %s);' % (source, target, math.prod(sx),
+                                                 ref(inst.inputs[0]), ref(inst.outputs[0]))]
+    return Step('array', [sx], render, dtypes=[target])

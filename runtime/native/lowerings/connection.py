@@ -1,17 +1,46 @@
-"""Gemm, FusedGemm, MatMul and Conv as calls into ccn_connection.c."""
+"""Gemm, FusedGemm, MatMul and Conv as calls into ccn_connection.c.
+
+Each of them may carry an ``activation`` attribute ('Relu', 'LeakyRelu'
+with ``activation_alpha``, 'Sigmoid', 'Tanh'): FusedGemm has it from the
+VM's own fusion, and runtime/native/fusion.py sets it on Conv, Gemm and
+MatMul when it folds a following activation into them.  The kernels apply
+it as they store their results (the GEMM's epilogue)."""
 import math
+
+import numpy
 
 from ...ops.registry import CUSTOM_DOMAIN
 from ..cformat import cfloat
 from ..lowering import Refuse, Step, lowers, window
 
+#: activation attribute -> (C enum of ccn_connection.h, default alpha).
+ACTIVATIONS = {'Relu': ('CCN_ACT_RELU', 0.0), 'LeakyRelu': ('CCN_ACT_LEAKY_RELU', 0.01),
+               'Sigmoid': ('CCN_ACT_SIGMOID', 0.0), 'Tanh': ('CCN_ACT_TANH', 0.0)}
+#: Rows of A below which a product with a constant B reads B transposed
+#: (N x K) by dot products (ccn_gemm_bt): a batch-1 layer is bound by
+#: reading B, which this reads once, in order.
+FEW_ROWS = 4
+#: Columns a convolution's product should have at least: below, several
+#: images share one product so the weights are read once for all of them.
+CONV_COLUMNS = 256
+
+
+def activation_args(inst) -> str:
+    """The C arguments ``act, act_alpha`` of ``inst``'s activation
+    attribute (none: CCN_ACT_NONE)."""
+    name = inst.attrs.get('activation')
+    if name is None and inst.op != 'FusedGemm':
+        return 'CCN_ACT_NONE, 0.0f'
+    if name not in ACTIVATIONS:
+        raise Refuse('activation %r is not one of %s' % (name, ', '.join(ACTIVATIONS)))
+    enum, default = ACTIVATIONS[name]
+    return '%s, %s' % (enum, cfloat(float(inst.attrs.get('activation_alpha', default))))
+
 
 @lowers('Gemm', CUSTOM_DOMAIN + '::FusedGemm')
 def gemm(em, inst) -> Step:
     a = inst.attrs
-    fused = inst.op == 'FusedGemm'
-    if fused and a.get('activation') != 'Relu':
-        raise Refuse("FusedGemm activation %r is not 'Relu'" % a.get('activation'))
+    act = activation_args(inst)
     sa, sb = em.shape(inst, 0), em.shape(inst, 1)
     if len(sa) != 2 or len(sb) != 2:
         raise Refuse('Gemm needs 2-D A and B, got %s and %s' % (list(sa), list(sb)))
@@ -22,35 +51,21 @@ def gemm(em, inst) -> Step:
     if K != Kb:
         raise Refuse('Gemm inner sizes differ: %s x %s' % (list(sa), list(sb)))
     bias_rs = bias_cs = 0
-    if em.has(inst, 2):
+    has_bias = em.has(inst, 2)
+    if has_bias:
         sc = em.shape(inst, 2)
         padded = (1,) * (2 - len(sc)) + sc if len(sc) <= 2 else None
         if padded is None or padded[0] not in (1, M) or padded[1] not in (1, N):
             raise Refuse('Gemm bias of shape %s does not broadcast to %s' % (list(sc), [M, N]))
         bias_cs = 1 if padded[1] != 1 else 0
         bias_rs = padded[1] if padded[0] != 1 else 0
-    return _product(em, inst, (M, N), M, N, K, 1 if trans_a else K, M if trans_a else 1,
-                    trans_b, alpha, beta, fused, bias_rs, bias_cs)
-
-
-@lowers('MatMul')
-def matmul(em, inst) -> Step:
-    sa, sb = em.shape(inst, 0), em.shape(inst, 1)
-    if len(sa) < 2 or len(sb) != 2 or sa[-1] != sb[0]:
-        raise Refuse('MatMul supports (..., M, K) x (K, N) only, got %s x %s'
-                     % (list(sa), list(sb)))
-    M, K, N = math.prod(sa[:-1]), sa[-1], sb[1]
-    return _product(em, inst, sa[:-1] + (N,), M, N, K, K, 1, 0, 1.0, 0.0, False)
-
-
-def _product(em, inst, out_shape, M, N, K, a_rs, a_cs, trans_b, alpha, beta, relu,
-             bias_rs=0, bias_cs=0) -> Step:
-    """Gemm and MatMul: B goes to the kernel as row-major K x N, from a
-    pre-transposed constant or transposed into scratch at run time."""
     b_reg = inst.inputs[1]
     b_const = em.const(b_reg) is not None
-    b_name = em.weight(b_reg, transposed=bool(trans_b)) if b_const else None
-    has_bias = em.has(inst, 2)
+    # B goes to ccn_gemm_ex as row-major K x N: a constant transposed at
+    # emit time, else transposed into scratch at run time; to ccn_gemm_bt
+    # as N x K.
+    dots = b_const and M < FEW_ROWS and (not trans_a or M == 1)
+    b_name = em.weight(b_reg, transposed=bool(trans_b) != dots) if b_const else None
 
     def render(ref, scratch):
         y = ref(inst.outputs[0])
@@ -62,19 +77,88 @@ def _product(em, inst, out_shape, M, N, K, a_rs, a_cs, trans_b, alpha, beta, rel
         lines.append('ccn_gemm_init(%d, %d, %s, %s, %d, %d, %s);' % (
             M, N, y, ref(inst.inputs[2]) if has_bias else 'NULL', bias_rs, bias_cs,
             cfloat(beta)))
-        lines.append('ccn_gemm(%d, %d, %d, %s, %d, %d, %s, %s, %s);' % (
-            M, N, K, ref(inst.inputs[0]), a_rs, a_cs, b, cfloat(alpha), y))
-        if relu:
-            lines.append('ccn_relu(%d, %s, %s);' % (M * N, y, y))
+        if dots:
+            lines.append('ccn_gemm_bt(%d, %d, %d, %s, %d, %s, %s, %s, %d, %s);' % (
+                M, N, K, ref(inst.inputs[0]), 1 if trans_a else K, b, cfloat(alpha), y, N,
+                act))
+        else:
+            lines.append('ccn_gemm_ex(%d, %d, %d, %s, %d, %d, %s, %d, %s, %s, %d, %s);' % (
+                M, N, K, ref(inst.inputs[0]), 1 if trans_a else K, M if trans_a else 1, b,
+                N, cfloat(alpha), y, N, act))
         return lines
-    scratch = K * N if trans_b and not b_const else 0
-    return Step('connection', [out_shape], render, scratch=scratch,
-                also=('activation',) if relu else ())
+    return Step('connection', [(M, N)], render,
+                scratch=K * N if trans_b and not b_const else 0)
+
+
+@lowers('MatMul')
+def matmul(em, inst) -> Step:
+    """numpy.matmul: 1-D operands promoted to a row (A) or column (B)
+    vector and dropped from the result, leading dims broadcast."""
+    act = activation_args(inst)
+    sa, sb = em.shape(inst, 0), em.shape(inst, 1)
+    if not sa or not sb:
+        raise Refuse('MatMul of a 0-d operand is not defined')
+    a2 = (1,) + sa if len(sa) == 1 else sa
+    b2 = sb + (1,) if len(sb) == 1 else sb
+    M, K, Kb, N = a2[-2], a2[-1], b2[-2], b2[-1]
+    if K != Kb:
+        raise Refuse('MatMul inner sizes differ: %s x %s' % (list(sa), list(sb)))
+    try:
+        batch = tuple(numpy.broadcast_shapes(a2[:-2], b2[:-2]))
+    except ValueError:
+        raise Refuse('MatMul batch dims %s and %s do not broadcast'
+                     % (list(sa[:-2]), list(sb[:-2]))) from None
+    out = batch + ((M,) if len(sa) > 1 else ()) + ((N,) if len(sb) > 1 else ())
+    a_strides = _batch_strides(a2, batch)
+    b_strides = _batch_strides(b2, batch)
+    # A row-major B shared by every batch: one product with the batch
+    # folded into A's rows.
+    flat = not any(b_strides) and all(s == M * K * math.prod(batch[d + 1:]) or batch[d] == 1
+                                      for d, s in enumerate(a_strides))
+    rows = math.prod(batch) * M
+    # A constant B for few rows: read transposed by dot products.
+    dots = flat and rows < FEW_ROWS and em.const(inst.inputs[1]) is not None
+    bt = em.weight(inst.inputs[1], transposed=True) if dots else None
+
+    def render(ref, scratch):
+        a, b, y = ref(inst.inputs[0]), ref(inst.inputs[1]), ref(inst.outputs[0])
+        init = 'ccn_gemm_init(%d, %d, %s, NULL, 0, 0, 0.0f);' % (rows, N, y)
+        if dots:
+            return [init, 'ccn_gemm_bt(%d, %d, %d, %s, %d, %s, 1.0f, %s, %d, %s);'
+                    % (rows, N, K, a, K, bt, y, N, act)]
+        if flat:
+            return [init, 'ccn_gemm_ex(%d, %d, %d, %s, %d, 1, %s, %d, 1.0f, %s, %d, %s);'
+                    % (rows, N, K, a, K, b, N, y, N, act)]
+        return ['ccn_matmul_batched(%d, (const long[]){%s}, (const long[]){%s},'
+                % (len(batch), _clongs(batch), _clongs(a_strides)),
+                '                   (const long[]){%s}, %d, %d, %d, %s, %s, %s, %s);'
+                % (_clongs(b_strides), M, N, K, a, b, y, act)]
+    return Step('connection', [out], render)
+
+
+def _batch_strides(shape, batch) -> tuple[int, ...]:
+    """Strides in floats of a row-major operand of ``shape`` (its last two
+    dims a matrix) along each of the broadcast ``batch`` dims: 0 where the
+    operand has no such dim or size 1."""
+    own = shape[:-2]
+    offset = len(batch) - len(own)
+    strides = []
+    for d in range(len(batch)):
+        k = d - offset
+        size = own[k] if k >= 0 else 1
+        strides.append(0 if size == 1 else math.prod(own[k + 1:]) * shape[-2] * shape[-1])
+    return tuple(strides)
+
+
+def _clongs(values) -> str:
+    """Elements of a C compound literal of longs."""
+    return ', '.join('%d' % v for v in values)
 
 
 @lowers('Conv')
 def conv(em, inst) -> Step:
     a = inst.attrs
+    act = activation_args(inst)
     sx, sw = em.shape(inst, 0), em.shape(inst, 1)
     if len(sx) != 4 or len(sw) != 4:
         raise Refuse('only 2-D convolution (4-D input and weight) is supported, got '
@@ -91,17 +175,21 @@ def conv(em, inst) -> Step:
         raise Refuse('bias shape %s is not (%d,)' % (list(em.shape(inst, 2)), M))
     win = window(a, (H, W), (KH, KW))
     OH, OW = win.out
-    direct = (KH, KW, OH, OW) == (1, 1, H, W) and win.strides == (1, 1) \
+    S = OH * OW
+    images = max(1, min(N, -(-CONV_COLUMNS // max(1, S))))
+    direct = images == 1 and (KH, KW, OH, OW) == (1, 1, H, W) and win.strides == (1, 1) \
         and win.pads_begin == (0, 0)
     has_bias = em.has(inst, 2)
 
     def render(ref, scratch):
-        return ['ccn_conv2d(%d, %d, %d, %d, %d, %d, %d, %d, %d, %d, %d, %d, %d, %d, %d, %d,'
+        return ['ccn_conv2d(%d, %d, %d, %d, %d, %d, %d, %d, %d, %d, %d, %d, %d, %d, %d, %d, %d,'
                 % (N, C, H, W, M, KH, KW, OH, OW, group, win.strides[0], win.strides[1],
-                   win.dilations[0], win.dilations[1], win.pads_begin[0], win.pads_begin[1]),
-                '           %s, %s, %s, %s, %s);' % (
+                   win.dilations[0], win.dilations[1], win.pads_begin[0], win.pads_begin[1],
+                   images),
+                '           %s, %s, %s, %s, %s, %s);' % (
                     ref(inst.inputs[0]), ref(inst.inputs[1]),
                     ref(inst.inputs[2]) if has_bias else 'NULL', ref(inst.outputs[0]),
-                    'NULL' if direct else scratch)]
-    return Step('connection', [(N, M, OH, OW)], render,
-                scratch=0 if direct else Cg * KH * KW * OH * OW)
+                    'NULL' if direct else scratch, act)]
+    scratch = 0 if direct else Cg * KH * KW * S * images + (M // group * S * images
+                                                            if images > 1 else 0)
+    return Step('connection', [(N, M, OH, OW)], render, scratch=scratch)

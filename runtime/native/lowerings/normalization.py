@@ -1,9 +1,14 @@
-"""Inference BatchNormalization as calls into ccn_normalization.c."""
+"""Inference BatchNormalization, LayerNormalization, InstanceNormalization
+and LRN as calls into ccn_normalization.c."""
 import math
 
+import numpy
+
 from ...ops.opset_rules import batch_norm_trains
-from ..cformat import cfloat
+from ...program import NO_REGISTER
+from ..cformat import cfloat, clist
 from ..lowering import Refuse, Step, lowers
+from .math import broadcast_strides
 
 
 @lowers('BatchNormalization')
@@ -15,13 +20,9 @@ def batch_norm(em, inst) -> Step:
     if not a.get('spatial', 1):
         raise Refuse('BatchNormalization with spatial=0 is not supported')
     em.only_first_output(inst, 'statistics')
-    sx = em.shape(inst, 0)
-    if len(sx) < 2:
-        raise Refuse('BatchNormalization needs a (N, C, ...) input')
+    sx = _channels_first(em, inst)
     for k in range(1, 5):
-        if em.shape(inst, k) != (sx[1],):
-            raise Refuse('input %d has shape %s, not (%d,)'
-                         % (k, list(em.shape(inst, k)), sx[1]))
+        _per_channel(em, inst, k, sx[1])
     eps = float(a.get('epsilon', 1e-5))
 
     def render(ref, scratch):
@@ -29,3 +30,132 @@ def batch_norm(em, inst) -> Step:
             sx[0], sx[1], math.prod(sx[2:]), cfloat(eps),
             *(ref(r) for r in inst.inputs[:5]), ref(inst.outputs[0]))]
     return Step('normalization', [sx] + [None] * (len(inst.outputs) - 1), render)
+
+
+@lowers('InstanceNormalization')
+def instance_norm(em, inst) -> Step:
+    sx = _channels_first(em, inst, 3)
+    for k in (1, 2):
+        _per_channel(em, inst, k, sx[1])
+    eps = float(inst.attrs.get('epsilon', 1e-5))
+
+    def render(ref, scratch):
+        # Row r = (n, c) takes scale[c] for all its elements: period C, inner stride 0.
+        return ['ccn_standardize(%d, %d, %s, %s, %s, %s, (ccn_param_layout){%d, 1, 0}, %s, '
+                'NULL, NULL);' % (sx[0] * sx[1], math.prod(sx[2:]), cfloat(eps),
+                                  *(ref(r) for r in inst.inputs[:3]), sx[1],
+                                  ref(inst.outputs[0]))]
+    return Step('normalization', [sx], render)
+
+
+@lowers('LayerNormalization')
+def layer_norm(em, inst) -> Step:
+    a = inst.attrs
+    sx = em.shape(inst, 0)
+    rank = len(sx)
+    axis = int(a.get('axis', -1))
+    if not -rank <= axis < rank:
+        raise Refuse('axis %d is out of range for rank %d' % (axis, rank))
+    axis %= rank
+    if int(a.get('stash_type', 1)) != 1:
+        raise Refuse('stash_type %s is not supported (only 1, float32)' % a['stash_type'])
+    rows, size = math.prod(sx[:axis]), math.prod(sx[axis:])
+    params = [1] + ([2] if em.has(inst, 2) else [])  # Scale is required, B optional
+    for k in params:
+        _check_unidirectional(em.shape(inst, k), sx, k)
+    # Scale and B are read per row (period 1) unless one varies along an
+    # axis before `axis`: then both are laid out in X's full shape.
+    full = any(_fit(em.shape(inst, k), rank)[i] != 1 for k in params for i in range(axis))
+    target = sx if full else sx[axis:]
+    layouts = {k: _param_layout(em, inst, k, target) for k in params}
+    scratch = sum(math.prod(target) for lay in layouts.values() if lay[0] == 'expand')
+    stats = [r != NO_REGISTER for r in inst.outputs[1:3]]
+    stat_shape = sx[:axis] + (1,) * (rank - axis)
+
+    def render(ref, scratch_name):
+        lines, names, offset = [], {}, 0
+        for k, (kind, value) in layouts.items():
+            if kind == 'expand':
+                dst = '%s + %d' % (scratch_name, offset)
+                offset += math.prod(target)
+                lines += ['{',
+                          '    static const long shape[] = %s, strides[] = %s;'
+                          % (clist(target), clist(value)),
+                          '    ccn_broadcast_copy(%d, shape, %s, strides, %s);'
+                          % (len(target), ref(inst.inputs[k]), dst),
+                          '}']
+                names[k] = dst
+            else:
+                names[k] = value or ref(inst.inputs[k])
+        outs = [ref(r) if present else 'NULL'
+                for r, present in zip(inst.outputs[1:3], stats)] + ['NULL'] * (2 - len(stats))
+        lines.append('ccn_standardize(%d, %d, %s, %s, %s, %s, (ccn_param_layout){%d, %d, 1}, '
+                     '%s, %s, %s);' % (rows, size, cfloat(float(a.get('epsilon', 1e-5))),
+                                       ref(inst.inputs[0]), names[1], names.get(2, 'NULL'),
+                                       rows if full else 1, size, ref(inst.outputs[0]), *outs))
+        return lines
+    shapes = [sx] + [stat_shape if present else None for present in stats]
+    return Step('normalization', shapes, render, scratch=scratch,
+                dtypes=['float32'] * len(shapes))
+
+
+@lowers('LRN')
+def lrn(em, inst) -> Step:
+    a = inst.attrs
+    sx = _channels_first(em, inst)
+    size = int(a.get('size', 0))
+    if size < 1:
+        raise Refuse('LRN size %d is not positive' % size)
+    alpha, beta, bias = (float(a.get(k, d)) for k, d in
+                         (('alpha', 1e-4), ('beta', 0.75), ('bias', 1.0)))
+
+    def render(ref, scratch):
+        return ['ccn_lrn(%d, %d, %d, %d, %s, %s, %s, %s, %s);' % (
+            sx[0], sx[1], math.prod(sx[2:]), size, cfloat(alpha), cfloat(beta), cfloat(bias),
+            ref(inst.inputs[0]), ref(inst.outputs[0]))]
+    return Step('normalization', [sx], render)
+
+
+def _channels_first(em, inst, min_rank=2):
+    """Input 0's shape, refused unless it is (N, C, ...) of rank >= min_rank."""
+    sx = em.shape(inst, 0)
+    if len(sx) < min_rank:
+        raise Refuse('%s needs an (N, C%s) input, got %s'
+                     % (inst.op, ', D1, ...' if min_rank > 2 else ', ...', list(sx)))
+    return sx
+
+
+def _per_channel(em, inst, k, channels):
+    """Refuse unless input ``k`` is a vector of ``channels`` values."""
+    if em.shape(inst, k) != (channels,):
+        raise Refuse('input %d has shape %s, not (%d,)'
+                     % (k, list(em.shape(inst, k)), channels))
+
+
+def _fit(shape, rank):
+    """``shape`` right-aligned to ``rank`` axes: leading ones added, or
+    dropped where it has more axes (which the caller knows to be ones)."""
+    return ((1,) * rank + tuple(shape))[-rank:]
+
+
+def _check_unidirectional(shape, sx, k):
+    """Refuse unless ``shape`` broadcasts to ``sx`` without changing it."""
+    if len(shape) > len(sx) or any(d not in (1, n) for d, n in
+                                   zip(_fit(shape, len(sx)), sx)):
+        raise Refuse('input %d of shape %s does not broadcast to X %s'
+                     % (k, list(shape), list(sx)))
+
+
+def _param_layout(em, inst, k, target):
+    """How the kernel gets parameter ``k`` as a C-order array of shape
+    ``target``: ('direct', None) when it already is one, ('direct', C name)
+    for a constant broadcast at emit time, ('expand', source strides) for a
+    copy into scratch at run time."""
+    shape = em.shape(inst, k)
+    if math.prod(shape) == math.prod(target):
+        return 'direct', None
+    value = em.const(inst.inputs[k])
+    if value is not None:
+        array = numpy.broadcast_to(value.reshape(_fit(shape, len(target))), target)
+        return 'direct', em.constant_array('ln%d_in%d' % (inst.outputs[0], k), array)
+    return 'expand', broadcast_strides(_fit(shape, len(target)), target)

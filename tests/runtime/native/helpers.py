@@ -1,6 +1,10 @@
-"""Checking a lowering: build an ONNX graph, run it through the native
-backend (the Program compiled to C) and compare with the NumPy Executor and
-onnxruntime."""
+"""Checking the native backend: build an ONNX graph, run it through the
+native backend (the Program compiled to C) and compare with the NumPy
+Executor and onnxruntime; build emitted C with make and run the executable
+with nothing from the Python environment."""
+import os
+import subprocess
+
 import numpy
 import onnxruntime
 from onnx import helper, numpy_helper
@@ -46,3 +50,49 @@ def check_native(model, inputs, rtol=RTOL, atol=ATOL, onnxruntime_check=True):
             numpy.testing.assert_allclose(g, w, rtol=rtol, atol=atol,
                                           err_msg='%s vs %s' % (v.name, runtime))
     return got
+
+
+#: What the executable sees: nothing from the Python environment.
+CLEAN_ENV = {'PATH': '/usr/bin:/bin'}
+
+
+class Built:
+    """An emitted and built model: its Program, folder, executable, the
+    emit result and the make output."""
+
+    def __init__(self, program, folder, name, result, make_output):
+        self.program, self.folder, self.name = program, folder, name
+        self.result, self.make_output = result, make_output
+        self.exe = os.path.join(folder, name)
+
+    def run(self, args, cwd=None):
+        return subprocess.run([self.exe] + [str(a) for a in args], env=CLEAN_ENV, cwd=cwd,
+                              capture_output=True, text=True, timeout=60)
+
+    def check_against_executor(self, inputs, tmp):
+        paths = []
+        for k, x in enumerate(inputs):
+            paths.append(tmp / ('in_%d.npy' % k))
+            numpy.save(paths[-1], x)
+        out = tmp / 'out'
+        done = self.run(['-o', out] + paths)
+        assert done.returncode == 0, done.stderr
+        want = Executor(self.program).run_positional(inputs)
+        for v, w in zip(self.program.outputs, want):
+            got = numpy.load(out / (sanitize(v.name) + '.npy'))
+            assert got.dtype == w.dtype and got.shape == w.shape, v.name
+            numpy.testing.assert_allclose(got, w, rtol=RTOL, atol=ATOL, err_msg=v.name)
+
+
+def sanitize(name):
+    """An output name as the executable writes its file name."""
+    return ''.join(c if c.isascii() and (c.isalnum() or c in '_.-') else '_' for c in name)
+
+
+def make_folder(folder):
+    """`make -C folder`, asserted to succeed; returns its output."""
+    done = subprocess.run(['make', '-C', str(folder)], capture_output=True, text=True,
+                          timeout=300)
+    output = done.stdout + done.stderr
+    assert done.returncode == 0, output
+    return output

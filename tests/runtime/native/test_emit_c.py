@@ -2,6 +2,7 @@
 in its environment, and compare with the NumPy Executor.  Each model is
 built once per module (builds dominate the run time)."""
 import os
+import re
 import shutil
 import subprocess
 
@@ -15,58 +16,18 @@ from chainer_compiler.frontend import build_program
 from chainer_compiler.runtime.executor import Executor
 from chainer_compiler.runtime.native import NativeEmitError, UnsupportedNativeOpsError, emit_c
 from chainer_compiler.runtime.serialization import save_program
+from tests.runtime.native.helpers import ATOL, RTOL, Built, make_folder, sanitize
 
 CC = shutil.which('cc') or shutil.which('gcc')
 pytestmark = pytest.mark.skipif(CC is None or shutil.which('make') is None,
                                 reason='no C compiler (cc/gcc) or make on PATH')
-RTOL, ATOL = 1e-4, 1e-5
-#: What the executable sees: nothing from the Python environment.
-CLEAN_ENV = {'PATH': '/usr/bin:/bin'}
-
-
-class Built:
-    """An emitted and built model: its Program, folder, executable, the
-    emit result and the make output."""
-
-    def __init__(self, program, folder, name, result, make_output):
-        self.program, self.folder, self.name = program, folder, name
-        self.result, self.make_output = result, make_output
-        self.exe = os.path.join(folder, name)
-
-    def run(self, args, cwd=None):
-        return subprocess.run([self.exe] + [str(a) for a in args], env=CLEAN_ENV, cwd=cwd,
-                              capture_output=True, text=True, timeout=60)
-
-    def check_against_executor(self, inputs, tmp):
-        paths = []
-        for k, x in enumerate(inputs):
-            paths.append(tmp / ('in_%d.npy' % k))
-            numpy.save(paths[-1], x)
-        out = tmp / 'out'
-        done = self.run(['-o', out] + paths)
-        assert done.returncode == 0, done.stderr
-        want = Executor(self.program).run_positional(inputs)
-        for v, w in zip(self.program.outputs, want):
-            got = numpy.load(out / (_sanitize(v.name) + '.npy'))
-            assert got.dtype == numpy.float32 and got.shape == w.shape, v.name
-            numpy.testing.assert_allclose(got, w, rtol=RTOL, atol=ATOL, err_msg=v.name)
-
-
-def _sanitize(name):
-    return ''.join(c if c.isascii() and (c.isalnum() or c in '_.-') else '_' for c in name)
-
-
-def _make(folder):
-    done = subprocess.run(['make', '-C', str(folder)], capture_output=True, text=True,
-                          timeout=300)
-    output = done.stdout + done.stderr
-    assert done.returncode == 0, output
-    return output
-
-
 def _build(program, folder, name='model'):
-    result = emit_c(program, folder, name)
-    return Built(program, str(folder), name, result, _make(folder))
+    return _build_with(program, folder, name)
+
+
+def _build_with(program, folder, name='model', **options):
+    result = emit_c(program, folder, name, **options)
+    return Built(program, str(folder), name, result, make_folder(folder))
 
 
 def _export(model, x, path):
@@ -88,7 +49,7 @@ def mlp(tmp_path_factory):
     save_program(program, tmp / 'mlp.npz')
     assert cli_main(['emit-c', str(tmp / 'mlp.npz'), '-o', str(tmp / 'c'), '--name', 'mlp']) == 0
     result = emit_c(program, tmp / 'check', 'mlp')  # only for its numbers
-    built = Built(program, str(tmp / 'c'), 'mlp', result, _make(tmp / 'c'))
+    built = Built(program, str(tmp / 'c'), 'mlp', result, make_folder(tmp / 'c'))
     built.x = x
     return built
 
@@ -103,8 +64,17 @@ def lenet(tmp_path_factory):
     program = _export(LeNet5(), x, tmp / 'lenet.onnx')
     assert cli_main(['emit-c', str(tmp / 'lenet.onnx'), '-o', str(tmp / 'c')]) == 0
     result = emit_c(program, tmp / 'check')
-    built = Built(program, str(tmp / 'c'), 'model', result, _make(tmp / 'c'))
+    built = Built(program, str(tmp / 'c'), 'model', result, make_folder(tmp / 'c'))
     built.x = x
+    return built
+
+
+@pytest.fixture(scope='module')
+def lenet_file(tmp_path_factory, lenet):
+    """The same LeNet-5 with its weights in model_weights.bin."""
+    tmp = tmp_path_factory.mktemp('lenet_file')
+    built = _build_with(lenet.program, tmp / 'c', weights='file')
+    built.x = lenet.x
     return built
 
 
@@ -234,8 +204,10 @@ def test_builds_without_warnings_and_without_python(mlp, lenet, kernels):
 
 def test_generated_code_names_each_instruction(lenet):
     text = open(os.path.join(lenet.folder, 'model.c')).read()
-    for inst in lenet.program.instructions:
-        assert "'%s'" % inst.name in text
+    # Instructions fused at emit time are named together: 'Conv_0+Relu_1'.
+    named = set(re.findall(r"/\* \d+: \S+ '([^']+)'", text))
+    assert {n for fused in named for n in fused.split('+')} == \
+        {inst.name for inst in lenet.program.instructions}
     header = open(os.path.join(lenet.folder, 'model.h')).read()
     assert 'extern "C"' in header
     assert '#define MODEL_ARENA_BYTES %dUL' % lenet.result.arena_bytes in header
@@ -248,6 +220,74 @@ def test_iterations_prints_timings(mlp, tmp_path):
     assert done.returncode == 0, done.stderr
     assert '5 iterations: mean' in done.stdout and 'best' in done.stdout
     assert (tmp_path / 'output_0.npy').exists()
+
+
+def test_weights_file_model_matches_and_loads_its_file_from_beside_the_program(
+        lenet_file, tmp_path):
+    assert 'warning:' not in lenet_file.make_output, lenet_file.make_output
+    weights = os.path.join(lenet_file.folder, 'model_weights.bin')
+    assert os.path.getsize(weights) == 32 + lenet_file.result.weights.nbytes
+    header = open(os.path.join(lenet_file.folder, 'model.h')).read()
+    assert 'model_model *model_create(const char *weights_path' in header
+    assert not os.path.exists(os.path.join(lenet_file.folder, 'model_weights.o')) or \
+        os.path.getsize(os.path.join(lenet_file.folder, 'model.c')) < 100_000
+    # run from elsewhere: the default weights path is beside the executable
+    lenet_file.check_against_executor([lenet_file.x], tmp_path)
+
+
+@pytest.mark.parametrize('case', ['other-model', 'truncated', 'not-weights', 'missing'])
+def test_bad_weights_files_exit_2_naming_the_file(lenet_file, mlp, tmp_path, case):
+    numpy.save(tmp_path / 'x.npy', lenet_file.x)
+    path = tmp_path / 'w.bin'
+    own = open(os.path.join(lenet_file.folder, 'model_weights.bin'), 'rb').read()
+    if case == 'other-model':
+        emit_c(mlp.program, tmp_path / 'other', weights='file')
+        shutil.copy(tmp_path / 'other' / 'model_weights.bin', path)
+    elif case == 'truncated':
+        path.write_bytes(own[:-4])
+    elif case == 'not-weights':
+        path.write_bytes(b'\x93NUMPY' + own[8:])
+    done = lenet_file.run(['--weights', path, 'x.npy'], cwd=tmp_path)
+    assert done.returncode == 2, (done.stdout, done.stderr)
+    assert str(path) in done.stderr and len(done.stderr.strip().splitlines()) == 1
+    expected = {'other-model': 'another model', 'truncated': 'truncated',
+                'not-weights': 'not a weights file', 'missing': 'No such file'}[case]
+    assert expected in done.stderr
+
+
+def test_new_weights_for_the_same_model_load_without_a_rebuild(lenet_file, tmp_path):
+    """A weights file of the same layout (e.g. after more training) is accepted."""
+    program = lenet_file.program
+    program.constants = {r: v * 0.5 if v.dtype == numpy.float32 else v
+                         for r, v in program.constants.items()}
+    try:
+        emit_c(program, tmp_path / 'half', weights='file')
+        numpy.save(tmp_path / 'x.npy', lenet_file.x)
+        done = lenet_file.run(['--weights', tmp_path / 'half' / 'model_weights.bin', '-o',
+                               tmp_path / 'out', 'x.npy'], cwd=tmp_path)
+        assert done.returncode == 0, done.stderr
+        want = Executor(program).run_positional([lenet_file.x])[0]
+    finally:
+        program.constants = {r: v * 2 if v.dtype == numpy.float32 else v
+                             for r, v in program.constants.items()}
+    got = numpy.load(tmp_path / 'out' / (sanitize(program.outputs[0].name) + '.npy'))
+    numpy.testing.assert_allclose(got, want, rtol=RTOL, atol=ATOL)
+
+
+@pytest.mark.skipif(shutil.which('g++') is None and shutil.which('c++') is None,
+                    reason='no C++ compiler')
+def test_header_is_usable_from_cpp(lenet, lenet_file, tmp_path):
+    cxx = shutil.which('g++') or shutil.which('c++')
+    for built, call in ((lenet, 'model_run(nullptr, nullptr)'),
+                        (lenet_file, 'model_destroy(model_create("w", nullptr, 0))')):
+        source = tmp_path / 'use.cpp'
+        source.write_text('#include "model.h"\nint main() { return %s == 0; }\n' % call
+                          if 'run' in call else
+                          '#include "model.h"\nint main() { %s; return 0; }\n' % call)
+        done = subprocess.run([cxx, '-Wall', '-Wextra', '-Werror', '-c', '-I', built.folder,
+                               str(source), '-o', str(tmp_path / 'use.o')],
+                              capture_output=True, text=True)
+        assert done.returncode == 0, done.stderr
 
 
 # -- arena ---------------------------------------------------------------------------

@@ -77,14 +77,21 @@ def test_library_is_built_once_and_reused(cache):
 
 
 def test_a_changed_program_never_reuses_a_stale_library(cache):
-    old, new = build_program(_mlp_model(seed=0)), build_program(_mlp_model(seed=1))
     x = _x()
-    old_run, new_run = Executor(old, backend='native'), Executor(new, backend='native')
-    assert old_run._native.path != new_run._native.path
-    for program, run in ((old, old_run), (new, new_run)):
-        numpy.testing.assert_allclose(run.run_positional([x])[0],
+    leaky = _mlp_model()
+    leaky.graph.node[1].op_type = 'LeakyRelu'
+    runs = {}
+    for name, model in (('seed0', _mlp_model(seed=0)), ('seed1', _mlp_model(seed=1)),
+                        ('leaky', leaky)):
+        program = build_program(model)
+        runs[name] = Executor(program, backend='native')
+        numpy.testing.assert_allclose(runs[name].run_positional([x])[0],
                                       Executor(program).run_positional([x])[0],
                                       rtol=RTOL, atol=ATOL)
+    # Weights are passed at run time: new values reuse the library, a new
+    # computation gets its own.
+    assert runs['seed0']._native.path == runs['seed1']._native.path
+    assert runs['leaky']._native.path != runs['seed0']._native.path
 
 
 def test_cache_folder_follows_xdg_when_not_overridden(tmp_path, monkeypatch):

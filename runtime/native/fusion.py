@@ -1,0 +1,204 @@
+"""Epilogue fusion for the native backend, a Program-to-Program pass run
+when C is emitted (emit_c.py calls ``fuse`` first).
+
+* An inference BatchNormalization whose parameters are constants, reading
+  the output of a Conv or Gemm with a constant weight (and constant or no
+  bias) that nothing else reads, is folded into that weight and bias: per
+  channel, ``s = scale / sqrt(var + eps)``, the weight's output channel is
+  scaled by ``s`` and the bias becomes ``(bias - mean) * s + B``.
+* A Relu, LeakyRelu, Sigmoid or Tanh that is the only reader of a Conv,
+  Gemm or MatMul output (not itself a program output) becomes that
+  instruction's ``activation`` attribute (``activation_alpha`` for
+  LeakyRelu's slope), which the kernels apply as they store the product;
+  a Gemm so fused becomes FusedGemm, as in the VM's own fusion.
+
+The fused instruction takes the place of the producer and writes the
+register the folded instruction wrote, so every later reader is unchanged.
+Only the emitted C sees the fused Program; the VM never runs it.
+"""
+import dataclasses
+
+import numpy
+
+from ..ops.opset_rules import batch_norm_trains
+from ..ops.registry import CUSTOM_DOMAIN
+from ..program import NO_REGISTER, Instruction, Program
+
+#: Activation ops a product can apply in its epilogue -> default alpha.
+EPILOGUE_ACTIVATIONS = {'Relu': None, 'LeakyRelu': 0.01, 'Sigmoid': None, 'Tanh': None}
+_DEFAULT_DOMAINS = ('', 'ai.onnx')
+
+
+def fuse(program: Program) -> Program:
+    """``program`` with BatchNormalizations folded into the Conv or Gemm
+    before them and activations fused into the products before them; the
+    same object when nothing fuses."""
+    return _Fuser(program).run()
+
+
+class _Fuser:
+    """The pass's state: the instructions being rewritten, the constants
+    (new folded weights added) and who reads each register."""
+
+    def __init__(self, program: Program):
+        self.p = program
+        self.insts: list[Instruction | None] = list(program.instructions)
+        self.constants = dict(program.constants)
+        self.next_register = max([program.num_registers, *(r + 1 for r in program.constants)])
+        self.names = dict(program.register_names)
+        self.outputs = {v.register for v in program.outputs}
+        #: register -> indices of the instructions reading it (once per read)
+        self.readers: dict[int, list[int]] = {}
+        for i, inst in enumerate(program.instructions):
+            for r in inst.inputs + inst.captures:
+                self.readers.setdefault(r, []).append(i)
+
+    def run(self) -> Program:
+        changed = False
+        for i in range(len(self.insts)):
+            inst = self.insts[i]
+            if inst is None or inst.domain not in _DEFAULT_DOMAINS:
+                continue
+            if inst.op in ('Conv', 'Gemm'):
+                changed |= self._fold_batch_norm(i)
+            if inst.op in ('Conv', 'Gemm', 'MatMul'):
+                changed |= self._fuse_activation(i)
+        if not changed:
+            return self.p
+        return dataclasses.replace(
+            self.p, instructions=[inst for inst in self.insts if inst is not None],
+            constants=self.constants, num_registers=self.next_register,
+            register_names=self.names)
+
+    def _sole_reader(self, r: int) -> int | None:
+        """The index of the instruction reading ``r`` when that is the only
+        read of ``r``, as input 0 of a default-domain op, and ``r`` is no
+        program output; else None."""
+        users = self.readers.get(r, [])
+        if r in self.outputs or len(users) != 1:
+            return None
+        reader = self.insts[users[0]]
+        if reader is None or reader.domain not in _DEFAULT_DOMAINS or not reader.inputs \
+                or reader.inputs[0] != r:
+            return None
+        return users[0]
+
+    def _unread(self, r: int) -> bool:
+        return r == NO_REGISTER or (r not in self.readers and r not in self.outputs)
+
+    def _const(self, inst: Instruction, k: int):
+        """Input ``k`` of ``inst`` as a float32 constant array, else None."""
+        if k >= len(inst.inputs) or inst.inputs[k] not in self.constants:
+            return None
+        a = numpy.asarray(self.constants[inst.inputs[k]])
+        return a if a.dtype == numpy.float32 else None
+
+    def _new_constant(self, array, name: str) -> int:
+        r = self.next_register
+        self.next_register += 1
+        self.constants[r] = array
+        self.names[r] = name
+        return r
+
+    def _replace(self, i: int, new: Instruction, j: int):
+        """Put ``new`` at ``i`` and drop instruction ``j``, whose work it
+        took."""
+        folded = self.insts[j]
+        assert folded is not None
+        gone = {folded.inputs[0]} | set(new.outputs)  # the value no longer made
+        # Both nodes stay named ('Conv_0+Relu_1'): the C comment and errors
+        # quote the name.
+        name = '+'.join(n for n in (new.name, folded.name) if n)
+        self.insts[i] = dataclasses.replace(
+            new, name=name,
+            frees=tuple(r for r in new.frees + folded.frees if r not in gone))
+        self.insts[j] = None
+
+    def _fold_batch_norm(self, i: int) -> bool:
+        """Fold the BatchNormalization reading Conv/Gemm ``i`` into its
+        weight and bias, when it is an inference one of constants."""
+        inst = self.insts[i]
+        assert inst is not None
+        j = self._sole_reader(inst.outputs[0])
+        bn = None if j is None else self.insts[j]
+        if j is None or bn is None or bn.op != 'BatchNormalization' \
+                or not self._inference(bn):
+            return False
+        params = [self._const(bn, k) for k in range(1, 5)]
+        weight = self._const(inst, 1)
+        has_bias = len(inst.inputs) > 2 and inst.inputs[2] != NO_REGISTER
+        bias = self._const(inst, 2) if has_bias else None
+        if weight is None or any(p is None for p in params) or (has_bias and bias is None):
+            return False
+        gamma, beta, mean, var = (numpy.asarray(p, dtype=numpy.float64) for p in params)
+        eps = float(bn.attrs.get('epsilon', 1e-5))
+        scale = gamma / numpy.sqrt(var + eps)
+        folded = self._scaled(inst, weight, bias, scale)
+        if folded is None:
+            return False
+        new_w, new_b = folded
+        new_b = new_b + (beta - mean * scale)
+        name = self.p.register_name(inst.inputs[1])
+        w_reg = self._new_constant(new_w.astype(numpy.float32), name + '_bn_folded')
+        b_reg = self._new_constant(new_b.astype(numpy.float32), name + '_bn_folded_bias')
+        attrs = dict(inst.attrs)
+        if inst.op == 'Gemm':
+            attrs['beta'] = 1.0
+        new = dataclasses.replace(inst, inputs=(inst.inputs[0], w_reg, b_reg),
+                                  outputs=(bn.outputs[0],), attrs=attrs)
+        self._replace(i, new, j)
+        return True
+
+    def _inference(self, bn: Instruction) -> bool:
+        """Whether ``bn`` normalises with constant statistics and only its
+        first output is used."""
+        a = bn.attrs
+        return not batch_norm_trains(bn.version, len(bn.outputs), a.get('training_mode', 0),
+                                     a.get('is_test', 0)) \
+            and a.get('spatial', 1) and all(self._unread(r) for r in bn.outputs[1:])
+
+    @staticmethod
+    def _scaled(inst: Instruction, weight, bias, scale):
+        """(weight with output channel c scaled by scale[c], bias times
+        scale, in float64), or None when the shapes do not fit."""
+        if inst.op == 'Conv':
+            channels = weight.shape[0] if weight.ndim >= 1 else -1
+            if scale.shape != (channels,) or (bias is not None and bias.shape != scale.shape):
+                return None
+            w = weight * scale.reshape((-1,) + (1,) * (weight.ndim - 1))
+            return w, (0.0 if bias is None else bias * scale)
+        # Gemm: channel n is column n of op(B); the bias C (times beta)
+        # broadcasts to (M, N) from the right.
+        trans_b = int(inst.attrs.get('transB', 0))
+        if weight.ndim != 2 or scale.shape != (weight.shape[0 if trans_b else 1],):
+            return None
+        w = weight * (scale[:, None] if trans_b else scale[None, :])
+        if bias is None:
+            return w, numpy.zeros_like(scale)
+        if bias.ndim > 2:
+            return None
+        beta = float(inst.attrs.get('beta', 1.0))
+        try:
+            return w, beta * bias.astype(numpy.float64) * scale
+        except ValueError:  # the bias does not broadcast to the channels
+            return None
+
+    def _fuse_activation(self, i: int) -> bool:
+        """Make the activation reading product ``i`` its epilogue."""
+        inst = self.insts[i]
+        assert inst is not None
+        j = self._sole_reader(inst.outputs[0])
+        act = None if j is None else self.insts[j]
+        if j is None or act is None or act.op not in EPILOGUE_ACTIVATIONS \
+                or 'activation' in inst.attrs:
+            return False
+        attrs = dict(inst.attrs, activation=act.op)
+        default_alpha = EPILOGUE_ACTIVATIONS[act.op]
+        if default_alpha is not None:
+            attrs['activation_alpha'] = float(act.attrs.get('alpha', default_alpha))
+        new = dataclasses.replace(inst, outputs=(act.outputs[0],) + inst.outputs[1:],
+                                  attrs=attrs)
+        if inst.op == 'Gemm':
+            new = dataclasses.replace(new, op='FusedGemm', domain=CUSTOM_DOMAIN, version=1)
+        self._replace(i, new, j)
+        return True

@@ -1,0 +1,46 @@
+/* ccn_recurrent.h: Recurrent family: ONNX RNN, GRU and LSTM (one layer,
+ * forward, reverse or bidirectional, default activations). */
+#ifndef CCN_RECURRENT_H
+#define CCN_RECURRENT_H
+
+#include "ccn_common.h"
+
+CCN_BEGIN_DECLS
+
+/* The cell of a recurrence; its number of gates is 1, 3 and 4. */
+enum { CCN_CELL_RNN = 1, CCN_CELL_GRU = 3, CCN_CELL_LSTM = 4 };
+
+/* One RNN, GRU or LSTM node.  G is the number of gates, D the number of
+ * directions.  Layout 0 (batch_major 0): X is (seq, batch, input), Y is
+ * (seq, D, batch, hidden) and the states are (D, batch, hidden); layout 1:
+ * X is (batch, seq, input), Y (batch, seq, D, hidden), states (batch, D,
+ * hidden).  Optional pointers are NULL when absent. */
+typedef struct {
+    int cell;                 /* CCN_CELL_* */
+    long seq, batch, input, hidden;
+    int directions;           /* D: 1 or 2 (bidirectional) */
+    int reverse;              /* with D 1: the 'reverse' direction */
+    int batch_major;          /* ONNX layout 1 */
+    int linear_before_reset;  /* GRU only */
+    float clip;               /* gate pre-activations clipped to [-clip, clip]; INFINITY: none */
+    const float *x;
+    /* Per direction, W^T: input x G*hidden, row-major. */
+    const float *wt;
+    /* Per direction, R^T: hidden x G*hidden, row-major; for GRU the (z, r)
+     * block R[0:2H]^T (hidden x 2*hidden) followed by R[2H:3H]^T. */
+    const float *rt;
+    const float *bias;        /* (D, 2*G*hidden): Wb then Rb */
+    const int32_t *lens;      /* (batch): sequence lengths, clamped to [0, seq] */
+    const float *h0, *c0;     /* initial hidden and cell state */
+    const float *peep;        /* LSTM peepholes (D, 3*hidden): i, o, f */
+    float *y, *yh, *yc;       /* outputs Y, Y_h, Y_c */
+} ccn_rnn_call;
+
+/* Runs ``call``; scratch holds seq*batch*G*hidden + batch*G*hidden +
+ * 3*batch*hidden floats.  Steps past a sequence's length keep the state and
+ * write zeros to Y; the reverse direction reverses each sequence within its
+ * own length. */
+void ccn_recurrent(const ccn_rnn_call *call, float *scratch);
+
+CCN_END_DECLS
+#endif /* CCN_RECURRENT_H */

@@ -1,0 +1,66 @@
+"""ConvTranspose (2-D) as calls into ccn_deconvolution.c, which multiplies
+with ccn_connection.c's GEMM."""
+from ...ops.connection import conv_transpose_padding
+from ..lowering import Refuse, Step, lowers
+
+_AUTO_PADS = ('NOTSET', 'SAME_UPPER', 'SAME_LOWER', 'VALID')
+
+
+@lowers('ConvTranspose')
+def conv_transpose(em, inst) -> Step:
+    a = inst.attrs
+    sx, sw = em.shape(inst, 0), em.shape(inst, 1)
+    if len(sx) != 4 or len(sw) != 4:
+        raise Refuse('only 2-D transposed convolution (4-D input and weight) is supported, '
+                     'got %s and %s' % (list(sx), list(sw)))
+    N, C, H, W = sx
+    Cw, Mg, KH, KW = sw
+    group = int(a.get('group', 1))
+    if group < 1 or C % group or Cw != C:
+        raise Refuse('group=%d does not fit input %s and weight %s'
+                     % (group, list(sx), list(sw)))
+    M = Mg * group
+    if a.get('kernel_shape') is not None and tuple(a['kernel_shape']) != (KH, KW):
+        raise Refuse('kernel_shape %s differs from the weight' % list(a['kernel_shape']))
+    has_bias = em.has(inst, 2)
+    if has_bias and em.shape(inst, 2) != (M,):
+        raise Refuse('bias shape %s is not (%d,)' % (list(em.shape(inst, 2)), M))
+    (sh, sw_), (dh, dw), (pt, pl), (OH, OW) = _geometry(a, (H, W), (KH, KW))
+
+    def render(ref, scratch):
+        return ['ccn_deconv2d(%d, %d, %d, %d, %d, %d, %d, %d, %d, %d, %d, %d, %d, %d, %d, %d,'
+                % (N, C, H, W, M, KH, KW, OH, OW, group, sh, sw_, dh, dw, pt, pl),
+                '             %s, %s, %s, %s, %s);' % (
+                    ref(inst.inputs[0]), ref(inst.inputs[1]),
+                    ref(inst.inputs[2]) if has_bias else 'NULL', ref(inst.outputs[0]),
+                    scratch)]
+    return Step('deconvolution', [(N, M, OH, OW)], render, scratch=Mg * KH * KW * H * W,
+                also=('connection',))
+
+
+def _geometry(a, spatial, kernel):
+    """(strides, dilations, crop at the start, output size) of a 2-D
+    ConvTranspose, each a pair, by the ONNX rules (shared with the NumPy
+    kernel); a malformed or impossible attribute refused."""
+    auto_pad = a.get('auto_pad', 'NOTSET')
+    if auto_pad not in _AUTO_PADS:
+        raise Refuse('auto_pad %r is not one of %s' % (auto_pad, ', '.join(_AUTO_PADS)))
+    pairs = {}
+    for name, default, size in (('strides', 1, 2), ('dilations', 1, 2), ('pads', 0, 4),
+                                ('output_padding', 0, 2)):
+        value = tuple(int(v) for v in a.get(name) or (default,) * size)
+        if len(value) != size:
+            raise Refuse('%s %s does not have %d entries' % (name, list(value), size))
+        pairs[name] = value
+    if min(pairs['strides'] + pairs['dilations']) < 1:
+        raise Refuse('strides and dilations must be positive')
+    output_shape = tuple(int(v) for v in a.get('output_shape') or ())
+    if output_shape and len(output_shape) not in (2, 4):
+        raise Refuse('output_shape %s is neither 2 spatial sizes nor a 4-D shape'
+                     % list(output_shape))
+    begin, _, out = conv_transpose_padding(spatial, kernel, pairs['strides'],
+                                           pairs['dilations'], pairs['output_padding'],
+                                           output_shape, auto_pad, pairs['pads'])
+    if min(out) < 1:
+        raise Refuse('the output would have spatial shape %s' % list(out))
+    return pairs['strides'], pairs['dilations'], tuple(begin), tuple(out)

@@ -1,0 +1,91 @@
+"""Reduce* over any set of axes, ArgMax and ArgMin as calls into
+ccn_reduction.c."""
+import math
+
+from ...ops.opset_rules import axes_are_input
+from ..cformat import clist
+from ..lowering import Refuse, Step, lowers
+
+FLOATS = ('float32', 'float64')
+
+#: Reduce* op -> C enum.
+_REDUCTIONS = {
+    'ReduceSum': 'CCN_REDUCE_SUM', 'ReduceMean': 'CCN_REDUCE_MEAN',
+    'ReduceMax': 'CCN_REDUCE_MAX', 'ReduceMin': 'CCN_REDUCE_MIN',
+    'ReduceProd': 'CCN_REDUCE_PROD', 'ReduceL1': 'CCN_REDUCE_L1', 'ReduceL2': 'CCN_REDUCE_L2',
+    'ReduceLogSum': 'CCN_REDUCE_LOG_SUM', 'ReduceLogSumExp': 'CCN_REDUCE_LOG_SUM_EXP',
+    'ReduceSumSquare': 'CCN_REDUCE_SUM_SQUARE',
+}
+
+
+def _reduced_axes(em, inst, rank: int) -> list[int]:
+    """The sorted axes a Reduce* instruction reduces: its ``axes``
+    attribute, or its constant ``axes`` input from the version that made it
+    one; none given means all, unless ``noop_with_empty_axes``."""
+    if axes_are_input(inst.op, inst.version):
+        axes = None
+        if em.has(inst, 1):
+            value = em.const(inst.inputs[1])
+            if value is None:
+                raise Refuse('its axes must be a constant')
+            axes = [int(a) for a in value.reshape(-1)]
+        noop = inst.attrs.get('noop_with_empty_axes', 0)
+    else:
+        axes, noop = inst.attrs.get('axes'), 0
+    if not axes:
+        return [] if noop else list(range(rank))
+    for a in axes:
+        if not -max(rank, 1) <= a < max(rank, 1):
+            raise Refuse('axis %d is out of range for rank %d' % (a, rank))
+    return sorted({a % rank for a in axes}) if rank else []
+
+
+@lowers(*_REDUCTIONS)
+def reduce(em, inst) -> Step:
+    sx = em.shape(inst, 0, dtypes=FLOATS)
+    dtype = em.dtype(inst, 0)
+    axes = _reduced_axes(em, inst, len(sx))
+    strides = [math.prod(sx[k + 1:]) for k in range(len(sx))]
+    kept = [k for k in range(len(sx)) if k not in axes]
+    if inst.attrs.get('keepdims', 1):
+        out = tuple(1 if k in axes else d for k, d in enumerate(sx))
+    else:
+        out = tuple(sx[k] for k in kept)
+
+    def render(ref, scratch):
+        return ['{',
+                '    static const long kept_shape[] = %s, kept_strides[] = %s;'
+                % (clist(sx[k] for k in kept), clist(strides[k] for k in kept)),
+                '    static const long shape[] = %s, strides[] = %s;'
+                % (clist(sx[k] for k in axes), clist(strides[k] for k in axes)),
+                '    ccn_reduce_%s(%s, %d, kept_shape, kept_strides, %d, shape, strides, %s, %s);'
+                % (dtype, _REDUCTIONS[inst.op], len(kept), len(axes), ref(inst.inputs[0]),
+                   ref(inst.outputs[0])),
+                '}']
+    return Step('reduction', [out], render)
+
+
+@lowers('ArgMax', 'ArgMin')
+def arg_extreme(em, inst) -> Step:
+    sx = em.shape(inst, 0, dtypes=FLOATS + ('int64', 'int32'))
+    dtype = em.dtype(inst, 0)
+    if not sx:
+        raise Refuse('%s of a 0-d input is not supported' % inst.op)
+    axis = inst.attrs.get('axis', 0)
+    if not -len(sx) <= axis < len(sx):
+        raise Refuse('axis %d is out of range for rank %d' % (axis, len(sx)))
+    axis %= len(sx)
+    if sx[axis] == 0:
+        raise Refuse('%s along an empty axis has no result' % inst.op)
+    outer, length, inner = math.prod(sx[:axis]), sx[axis], math.prod(sx[axis + 1:])
+    if inst.attrs.get('keepdims', 1):
+        out = sx[:axis] + (1,) + sx[axis + 1:]
+    else:
+        out = sx[:axis] + sx[axis + 1:]
+    largest, last = int(inst.op == 'ArgMax'), int(inst.attrs.get('select_last_index', 0))
+
+    def render(ref, scratch):
+        return ['ccn_arg_extreme_%s(%d, %d, %d, %d, %d, %s, %s);' % (
+            dtype, largest, last, outer, length, inner, ref(inst.inputs[0]),
+            ref(inst.outputs[0]))]
+    return Step('reduction', [out], render, dtypes=['int64'])

@@ -1,0 +1,100 @@
+"""The native backend's epilogue fusion (runtime/native/fusion.py): which
+instructions it rewrites, which it leaves, and that the fused C computes
+what the unfused Program does."""
+import numpy
+from onnx import helper
+
+from chainer_compiler.frontend import build_program
+from chainer_compiler.runtime.native.fusion import fuse
+
+from .helpers import check_native, make_model
+
+F32 = numpy.float32
+
+
+def _rand(rng, *shape):
+    return rng.uniform(-1, 1, shape).astype(F32)
+
+
+def _bn_params(rng, prefix, n):
+    return {prefix + 's': _rand(rng, n) + 1.5, prefix + 'b': _rand(rng, n),
+            prefix + 'm': _rand(rng, n), prefix + 'v': _rand(rng, n) + 1.5}
+
+
+def _bn(x, prefix, y, **attrs):
+    return helper.make_node('BatchNormalization',
+                            [x] + [prefix + k for k in 'sbmv'], [y], **attrs)
+
+
+def _ops(program):
+    return [(inst.op, inst.attrs.get('activation')) for inst in program.instructions]
+
+
+def test_conv_bn_relu_and_gemm_bn_leaky_relu():
+    """Conv(no bias)-BN-Relu and Conv(bias)-BN become one Conv each; Gemm
+    (transB, bias)-BN-LeakyRelu one FusedGemm; values unchanged."""
+    rng = numpy.random.RandomState(0)
+    node = helper.make_node
+    nodes = [node('Conv', ['x', 'w1'], ['c1'], pads=[1, 1, 1, 1]),
+             _bn('c1', 'p', 'n1', epsilon=1e-3),
+             node('Relu', ['n1'], ['r1']),
+             node('Conv', ['r1', 'w2', 'b2'], ['c2']),
+             _bn('c2', 'q', 'y1'),
+             node('Gemm', ['a', 'g', 'gb'], ['h'], transB=1, beta=0.5),
+             _bn('h', 'u', 'hn'),
+             node('LeakyRelu', ['hn'], ['y2'], alpha=0.2)]
+    inits = {'w1': _rand(rng, 6, 3, 3, 3), 'w2': _rand(rng, 4, 6, 1, 1), 'b2': _rand(rng, 4),
+             'g': _rand(rng, 5, 7), 'gb': _rand(rng, 5), **_bn_params(rng, 'p', 6),
+             **_bn_params(rng, 'q', 4), **_bn_params(rng, 'u', 5)}
+    inputs = [('x', F32, [2, 3, 6, 6]), ('a', F32, [3, 7])]
+    model = make_model(nodes, inputs, [('y1', F32, [2, 4, 6, 6]), ('y2', F32, [3, 5])], inits)
+    program = build_program(model)
+    fused = fuse(program)
+    assert _ops(fused) == [('Conv', 'Relu'), ('Conv', None), ('FusedGemm', 'LeakyRelu')]
+    assert fused.instructions[2].attrs['activation_alpha'] == numpy.float32(0.2)
+    assert fused.instructions[2].attrs['beta'] == 1.0
+    assert len(program.instructions) == 8  # the input Program is left alone
+    check_native(model, [_rand(rng, *s) for _, _, s in inputs], atol=1e-4)
+
+
+def test_matmul_and_gemm_activations():
+    """MatMul-Sigmoid, MatMul-Tanh and Gemm-Relu (FusedGemm, as the VM's
+    fusion names it)."""
+    rng = numpy.random.RandomState(1)
+    node = helper.make_node
+    nodes = [node('MatMul', ['a', 'w'], ['m1']), node('Sigmoid', ['m1'], ['y1']),
+             node('MatMul', ['b', 'a3'], ['m2']), node('Tanh', ['m2'], ['y2']),
+             node('Gemm', ['a', 'w'], ['m3']), node('Relu', ['m3'], ['y3'])]
+    inputs = [('a', F32, [4, 6]), ('b', F32, [2, 5, 4]), ('a3', F32, [2, 4, 6])]
+    outputs = [('y1', F32, [4, 3]), ('y2', F32, [2, 5, 6]), ('y3', F32, [4, 3])]
+    model = make_model(nodes, inputs, outputs, {'w': _rand(rng, 6, 3)})
+    fused = fuse(build_program(model))
+    assert _ops(fused) == [('MatMul', 'Sigmoid'), ('MatMul', 'Tanh'), ('FusedGemm', 'Relu')]
+    check_native(model, [_rand(rng, *s) for _, _, s in inputs])
+
+
+def test_left_alone():
+    """No fusion when the product's output has another reader or is a
+    program output, when the BN's parameters are not constants, or when
+    the activation reads the product as its second input: fuse returns the
+    Program itself."""
+    rng = numpy.random.RandomState(2)
+    node = helper.make_node
+    nodes = [node('Conv', ['x', 'w'], ['c']), node('Relu', ['c'], ['r']),
+             node('Add', ['c', 'r'], ['y1']),                       # c read twice
+             node('MatMul', ['a', 'k'], ['y2']), node('Relu', ['y2'], ['y3']),  # y2 an output
+             node('Conv', ['x', 'w'], ['c2']), _bn('c2', 'p', 'y4'),  # p's scale an input
+             node('MatMul', ['a', 'k'], ['m']), node('PRelu', ['a2', 'm'], ['y5'])]
+    params = _bn_params(rng, 'p', 2)
+    inits = {'w': _rand(rng, 2, 3, 1, 1), 'k': _rand(rng, 3, 3),
+             **{n: v for n, v in params.items() if n != 'ps'}}
+    inputs = [('x', F32, [1, 3, 4, 4]), ('a', F32, [3, 3]), ('ps', F32, [2]),
+              ('a2', F32, [3, 3])]
+    outputs = [('y1', F32, [1, 2, 4, 4]), ('y2', F32, [3, 3]), ('y3', F32, [3, 3]),
+               ('y4', F32, [1, 2, 4, 4]), ('y5', F32, [3, 3])]
+    model = make_model(nodes, inputs, outputs, inits)
+    program = build_program(model)
+    assert fuse(program) is program
+    feeds = [_rand(rng, *s) for _, _, s in inputs]
+    feeds[2] = feeds[2] + 2.0
+    check_native(model, feeds)

@@ -1,0 +1,120 @@
+"""Gemm, MatMul and Conv on the native backend: the blocked GEMM's edge
+tiles and K blocks, the dot-product path for few rows, broadcast batched
+MatMul, and convolutions sharing one product between several images."""
+import numpy
+import pytest
+from onnx import helper
+
+from chainer_compiler.frontend import build_program
+from chainer_compiler.runtime.native.emit_c import UnsupportedNativeOpsError, emit_c
+
+from .helpers import check_native, make_model
+
+F32 = numpy.float32
+
+
+def _rand(rng, *shape):
+    return rng.uniform(-1, 1, shape).astype(F32)
+
+
+def test_gemm_variants():
+    """Packed GEMM (M >= 4, several K blocks of 256, N not a multiple of the
+    tile), few rows through dot products, transA/transB, alpha/beta and
+    every bias broadcast, a run-time transposed B."""
+    rng = numpy.random.RandomState(0)
+    node = helper.make_node
+    nodes = [
+        node('Gemm', ['A', 'W1', 'c1'], ['y1'], alpha=0.5, beta=2.0),          # 37x300 @ 300x45
+        node('Gemm', ['At', 'W1t', 'c2'], ['y2'], transA=1, transB=1),         # bias (37, 1)
+        node('Gemm', ['a1', 'W1', 'c3'], ['y3'], alpha=1.5, beta=0.5),         # 1 row: dots
+        node('Gemm', ['a3', 'W1t'], ['y4'], transB=1),                         # 3 rows, no bias
+        node('Gemm', ['a1t', 'W1', 'c4'], ['y5'], transA=1),                   # (300, 1)^T
+        node('Gemm', ['A', 'B'], ['y6'], transB=1),                            # B at run time
+    ]
+    inits = {'W1': _rand(rng, 300, 45), 'W1t': _rand(rng, 45, 300), 'c1': _rand(rng, 45),
+             'c2': _rand(rng, 37, 1), 'c3': _rand(rng, 1), 'c4': _rand(rng, 1, 45)}
+    inputs = [('A', F32, [37, 300]), ('At', F32, [300, 37]), ('a1', F32, [1, 300]),
+              ('a3', F32, [3, 300]), ('a1t', F32, [300, 1]), ('B', F32, [45, 300])]
+    outputs = [('y1', F32, [37, 45]), ('y2', F32, [37, 45]), ('y3', F32, [1, 45]),
+               ('y4', F32, [3, 45]), ('y5', F32, [1, 45]), ('y6', F32, [37, 45])]
+    model = make_model(nodes, inputs, outputs, inits)
+    check_native(model, [_rand(rng, *s) for _, _, s in inputs], rtol=1e-4, atol=1e-4)
+
+
+def test_gemm_large_product():
+    """A product big enough for the OpenMP split (and several MC blocks)."""
+    rng = numpy.random.RandomState(1)
+    model = make_model([helper.make_node('Gemm', ['A', 'W', 'c'], ['y'])],
+                       [('A', F32, [200, 130])], [('y', F32, [200, 150])],
+                       {'W': _rand(rng, 130, 150), 'c': _rand(rng, 150)})
+    check_native(model, [_rand(rng, 200, 130)], atol=1e-4)
+
+
+def test_matmul_broadcasting():
+    """numpy.matmul rules: both operands batched (attention scores),
+    broadcast batch dims on either side, 1-D operands, a constant 2-D B
+    folded into one product, few rows with a constant B, K of 0."""
+    rng = numpy.random.RandomState(2)
+    node = helper.make_node
+    nodes = [node('MatMul', ['q', 'k'], ['s']),        # (2,3,5,8) x (2,3,8,5)
+             node('MatMul', ['p', 'r'], ['t']),        # (2,1,4,6) x (3,6,7)
+             node('MatMul', ['v', 'r'], ['u']),        # (6,) x (3,6,7)
+             node('MatMul', ['r', 'w'], ['x']),        # (3,6,7) x (7,)
+             node('MatMul', ['w', 'w'], ['d']),        # (7,) x (7,)
+             node('MatMul', ['p', 'C'], ['e']),        # (2,1,4,6) x const (6,9)
+             node('MatMul', ['one', 'C'], ['f']),      # (1,6) x const (6,9): dots
+             node('MatMul', ['z0', 'z1'], ['g'])]      # K = 0: zeros
+    inputs = [('q', F32, [2, 3, 5, 8]), ('k', F32, [2, 3, 8, 5]), ('p', F32, [2, 1, 4, 6]),
+              ('r', F32, [3, 6, 7]), ('v', F32, [6]), ('w', F32, [7]), ('one', F32, [1, 6]),
+              ('z0', F32, [2, 3, 0]), ('z1', F32, [0, 4])]
+    outputs = [('s', F32, [2, 3, 5, 5]), ('t', F32, [2, 3, 4, 7]), ('u', F32, [3, 7]),
+               ('x', F32, [3, 6]), ('d', F32, []), ('e', F32, [2, 1, 4, 9]),
+               ('f', F32, [1, 9]), ('g', F32, [2, 3, 4])]
+    model = make_model(nodes, inputs, outputs, {'C': _rand(rng, 6, 9)})
+    check_native(model, [_rand(rng, *s) for _, _, s in inputs])
+
+
+def test_conv_variants():
+    """im2col with stride, padding and dilation; groups; several images per
+    product (8x8 outputs: 4 images share one, the last product 2); a
+    direct 1x1 convolution for one image and for a batch; no bias."""
+    rng = numpy.random.RandomState(3)
+    node = helper.make_node
+    nodes = [node('Conv', ['x', 'w1', 'b1'], ['y1'], pads=[1, 2, 1, 0], strides=[2, 1],
+                  dilations=[1, 2]),
+             node('Conv', ['x', 'w2', 'b2'], ['y2'], group=2, pads=[1, 1, 1, 1]),
+             node('Conv', ['x', 'w3'], ['y3']),
+             node('Conv', ['x1', 'w3', 'b3'], ['y4']),
+             node('Conv', ['x8', 'w1', 'b1'], ['y5'], pads=[1, 1, 1, 1])]
+    inits = {'w1': _rand(rng, 5, 4, 3, 3), 'b1': _rand(rng, 5), 'w2': _rand(rng, 6, 2, 3, 3),
+             'b2': _rand(rng, 6), 'w3': _rand(rng, 7, 4, 1, 1), 'b3': _rand(rng, 7)}
+    inputs = [('x', F32, [3, 4, 7, 9]), ('x1', F32, [1, 4, 5, 6]), ('x8', F32, [6, 4, 8, 8])]
+    outputs = [('y1', F32, [3, 5, 4, 7]), ('y2', F32, [3, 6, 7, 9]), ('y3', F32, [3, 7, 7, 9]),
+               ('y4', F32, [1, 7, 5, 6]), ('y5', F32, [6, 5, 8, 8])]
+    model = make_model(nodes, inputs, outputs, inits)
+    check_native(model, [_rand(rng, *s) for _, _, s in inputs], atol=1e-4)
+
+
+def test_conv_large():
+    """A convolution whose product goes to the OpenMP split."""
+    rng = numpy.random.RandomState(4)
+    model = make_model([helper.make_node('Conv', ['x', 'w', 'b'], ['y'], pads=[1, 1, 1, 1])],
+                       [('x', F32, [2, 16, 24, 24])], [('y', F32, [2, 24, 24, 24])],
+                       {'w': _rand(rng, 24, 16, 3, 3), 'b': _rand(rng, 24)})
+    check_native(model, [_rand(rng, 2, 16, 24, 24)], atol=1e-4)
+
+
+def test_refusals(tmp_path):
+    """An activation the epilogue does not know, and a 1-D convolution."""
+    rng = numpy.random.RandomState(5)
+    model = make_model([helper.make_node('Conv', ['x', 'w'], ['y'])],
+                       [('x', F32, [1, 2, 5])], [('y', F32, [1, 3, 3])],
+                       {'w': _rand(rng, 3, 2, 3)})
+    with pytest.raises(UnsupportedNativeOpsError, match='only 2-D convolution'):
+        emit_c(build_program(model), tmp_path)
+    model = make_model([helper.make_node('Gemm', ['a', 'w'], ['y'])],
+                       [('a', F32, [2, 3])], [('y', F32, [2, 4])], {'w': _rand(rng, 3, 4)})
+    program = build_program(model)
+    program.instructions[0].attrs['activation'] = 'Elu'
+    with pytest.raises(UnsupportedNativeOpsError, match="activation 'Elu' is not one of"):
+        emit_c(program, tmp_path)
