@@ -1,6 +1,8 @@
 """Running ONNX test directories through the VM, and the conformance suite
 (every node test shipped in the onnx wheel)."""
 import contextlib
+import functools
+import multiprocessing
 import os
 import re
 import signal
@@ -13,6 +15,7 @@ from .frontend import build_program
 from .onnx_graph import all_nodes, opset_versions, schema_version
 from .onnx_test_data import DEFAULT_ATOL, DEFAULT_RTOL, load_test_cases, mismatch
 from .runtime.executor import Executor
+from .runtime.native.emit_c import NativeEmitError
 from .runtime.ops.registry import has_kernel, lookup
 
 #: A node test that runs longer than this is reported as failed.
@@ -37,15 +40,19 @@ def run_test_dir(test_dir, backend=None, rtol=DEFAULT_RTOL, atol=DEFAULT_ATOL,
     """Compile ``test_dir``/model.onnx, run every test_data_set_* and compare.
 
     Returns a TestResult; the reason of a failure names the data set and the
-    mismatching output.
+    mismatching output.  A model the VM has no kernel for, or (backend
+    'native') one the C emitter refuses, is 'unsupported'; a C compiler
+    failure is a failure like any other exception.
     """
     name = os.path.basename(os.path.normpath(test_dir))
     model_path, cases = load_test_cases(test_dir)
     try:
         program = build_program(model_path)
-    except UnsupportedOperatorsError as e:
+        executor = Executor(program, backend=backend, **executor_options)
+    except (UnsupportedOperatorsError, NativeEmitError) as e:
+        # NativeEmitError covers UnsupportedNativeOpsError: ops without a
+        # lowering, dtypes or dynamic shapes that C cannot take.
         return TestResult(name, 'unsupported', str(e))
-    executor = Executor(program, backend=backend, **executor_options)
     for case_dir, inputs, expected in cases:
         actual = executor.run(inputs)
         for output_name, value in expected:
@@ -55,16 +62,28 @@ def run_test_dir(test_dir, backend=None, rtol=DEFAULT_RTOL, atol=DEFAULT_ATOL,
     return TestResult(name, 'passed')
 
 
-def run_conformance(pattern=None, backend=None, progress=None):
+def run_conformance(pattern=None, backend=None, progress=None, jobs=1):
     """Run every node test whose name matches the regular expression
-    ``pattern`` (all when None); return a list of TestResults."""
-    results = []
-    for name in node_test_names(pattern):
-        result = run_node_test(name, backend=backend)
-        results.append(result)
-        if progress:
-            progress(result)
-    return results
+    ``pattern`` (all when None); return a list of TestResults sorted by
+    name.  ``progress(result)`` is called as each test finishes.  With
+    ``jobs`` > 1 the tests run in that many worker processes (worth it for
+    backend 'native', where each test compiles a C library)."""
+    names = node_test_names(pattern)
+    run = functools.partial(run_node_test, backend=backend)
+    if jobs <= 1 or len(names) <= 1:
+        return [_reported(run(name), progress) for name in names]
+    # spawn, not fork: a forked worker would inherit the locks of the
+    # parent's threads (BLAS thread pools, for one) in whatever state they were.
+    with multiprocessing.get_context('spawn').Pool(min(jobs, len(names))) as pool:
+        results = [_reported(r, progress) for r in pool.imap_unordered(run, names)]
+    return sorted(results, key=lambda r: r.name)
+
+
+def _reported(result, progress):
+    """``result``, after passing it to ``progress`` when there is one."""
+    if progress:
+        progress(result)
+    return result
 
 
 def node_test_names(pattern=None):
@@ -91,7 +110,7 @@ def summarize(results):
     """{'passed': n, 'failed': n, 'unsupported': n, 'total': n} and the same
     counts per operator family."""
     totals = {'passed': 0, 'failed': 0, 'unsupported': 0}
-    families = {}
+    families: dict[str, dict[str, int]] = {}
     for r in results:
         totals[r.status] += 1
         fam = families.setdefault(r.family, {'passed': 0, 'failed': 0, 'unsupported': 0})
