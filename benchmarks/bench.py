@@ -1,22 +1,27 @@
 """The benchmark suite: per-iteration time of a training step in plain
 Chainer, Chainer + compile_onnx, the fully compiled training step,
 hand-written NumPy (the floor) and PyTorch eager; and inference on the
-VM against onnxruntime on the same exported file.
+VM, the native backend (in Python, and its emitted C as a program of its
+own) against onnxruntime on the same exported file.
 
     python benchmarks/bench.py [--optimizer sgd|momentum|adam] [--quick]
+                               [--models NAME ...] [--inference-only]
                                [--torch-python .venv-torch/bin/python] [--out result/bench]
 
 Every training figure is also given as a ratio to hand-written NumPy measured
-in the same run.  Writes benchmark.md, benchmark.json and benchmark.png to
-``--out`` and prints the markdown.
+in the same run, every inference figure as a ratio to onnxruntime.  Writes
+benchmark.md, benchmark.json and benchmark.png to ``--out`` and prints the
+markdown.
 """
 import argparse
 import json
 import os
+import subprocess
 import sys
 import tempfile
 
 import chainer
+import chainer.links as L
 import numpy
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
@@ -28,6 +33,8 @@ from numpy_reference import numpy_step  # noqa: E402
 from timing import time_interleaved  # noqa: E402
 
 import chainer_compiler  # noqa: E402
+from chainer_compiler.frontend import build_program  # noqa: E402
+from chainer_compiler.runtime.errors import RuntimeVMError  # noqa: E402
 
 #: (name, constructor, spec for torch_reference.py, input shape, batch size)
 MODELS = [
@@ -40,6 +47,11 @@ MODELS = [
     ('LeNet-5', models.LeNet5, {'model': 'LeNet5'}, (1, 28, 28), 32),
     ('ResNet-18-style CNN', lambda: models.ResNet18Style(64),
      {'model': 'ResNet18Style', 'width': 64}, (3, 32, 32), 8),
+]
+#: (name, constructor, input shape, batch sizes) of the inference benchmark.
+INFERENCE_MODELS = [(name, constructor, shape, (1, 32))
+                    for name, constructor, _, shape, _ in MODELS] + [
+    ('ResNet-50', lambda: L.ResNet50Layers(pretrained_model=None), (3, 224, 224), (1,)),
 ]
 
 def _data(shape, batch, seed=0):
@@ -86,20 +98,79 @@ def bench_training(name, constructor, spec, shape, batch, args):
     return row
 
 
+def _native_candidates(program, x, directory, args):
+    """The native backend in Python and its emitted C built and timed as an
+    executable: (the in-Python callable or None, {'executable': ms},
+    {'executable': first output}, the row's build, notes and
+    executable_best_ms fields).  A notes entry says why a column is n/a."""
+    build = inference.build_executable(program, directory, args.compile_timeout)
+    notes, ms, outputs = {}, {}, {}
+    native = None
+    if build.emit_s is None or build.timed_out:
+        # Executor(backend='native') would emit and compile the same C again.
+        notes['native'] = 'not attempted: %s' % build.failure
+    else:
+        try:
+            native = inference.native_inference(program, x)
+        except RuntimeVMError as e:
+            notes['native'] = '%s: %s' % (type(e).__name__, str(e).splitlines()[0])
+    fields = {'build': {'emit_s': build.emit_s, 'compile_s': build.compile_s,
+                        'arena_bytes': build.arena_bytes}, 'notes': notes}
+    if build.executable is None:
+        notes['executable'] = build.failure
+    else:
+        try:
+            ms['executable'], fields['executable_best_ms'], outputs['executable'] = \
+                inference.executable_timing(build, program, x, args.budget / 2,
+                                            args.compile_timeout)
+        except (OSError, ValueError, subprocess.SubprocessError) as e:
+            notes['executable'] = 'run failed: %s' % e
+    return native, ms, outputs, fields
+
+
 def bench_inference(name, constructor, shape, batch, args):
     x, _ = _data(shape, batch, seed=1)
     model = _initialized(constructor, x)
-    onnx_file = os.path.join(args.work, 'infer_%s_%d.onnx' % (_slug(name), batch))
+    slug = '%s_%d' % (_slug(name), batch)
+    onnx_file = os.path.join(args.work, 'infer_%s.onnx' % slug)
     chainer_compiler.export(model, [x], onnx_file)
-    vm = inference.vm_inference(onnx_file, x)
-    ort = inference.onnxruntime_inference(onnx_file, x)
-    agree = inference.same_outputs(vm, ort)
-    # Not interleaved: onnxruntime's worker threads spin-wait after each run
-    # and would starve NumPy's BLAS threads in the VM's next call.
-    times = {}
-    for impl, fn in (('vm', vm), ('onnxruntime', ort)):
+    program = build_program(onnx_file)
+    native, times, outputs, row = _native_candidates(
+        program, x, os.path.join(args.work, 'c_%s' % slug), args)
+    candidates = {'vm': inference.vm_inference(program, x)}
+    if native is not None:
+        candidates['native'] = native
+    candidates['onnxruntime'] = inference.onnxruntime_inference(onnx_file, x)
+    outputs.update({impl: inference.first_output(fn) for impl, fn in candidates.items()})
+    reference = outputs.pop('onnxruntime')
+    # Not interleaved, and onnxruntime last: its worker threads spin-wait
+    # after each run and would starve NumPy's BLAS threads and the native
+    # kernels' OpenMP threads in their next call.
+    for impl, fn in candidates.items():
         times.update(time_interleaved({impl: fn}, budget_s=args.budget / 2))
-    return {'model': name, 'batch': batch, 'ms': times, 'outputs_agree': agree}
+    peak, constants = inference.vm_peak_bytes(program, x)
+    row.update({'model': name, 'batch': batch, 'ms': times,
+                'outputs_agree': {impl: inference.same_outputs(reference, out)
+                                  for impl, out in outputs.items()},
+                'memory': {'vm_peak_bytes': peak, 'constant_bytes': constants}})
+    return row
+
+
+def _select(args):
+    """The training and inference models this run covers."""
+    training_models, inference_models = MODELS, INFERENCE_MODELS
+    if args.models:
+        wanted = [w.lower() for w in args.models]
+        training_models, inference_models = (
+            [m for m in table if any(w in m[0].lower() for w in wanted)]
+            for table in (MODELS, INFERENCE_MODELS))
+    elif args.quick:
+        training_models = [m for m in MODELS if m[4] <= 8 and m[2]['model'] == 'MLP']
+        names = {m[0] for m in training_models}
+        inference_models = [m for m in INFERENCE_MODELS if m[0] in names]
+    if args.inference_only:
+        training_models = []
+    return training_models, inference_models
 
 
 def main(argv=None):
@@ -111,22 +182,29 @@ def main(argv=None):
     parser.add_argument('--budget', type=float, default=2.0,
                         help='seconds of timed calls per implementation and model')
     parser.add_argument('--quick', action='store_true',
-                        help='small models only, short budget (a smoke run)')
+                        help='short budget, and small MLPs only unless --models says (a '
+                             'smoke run)')
+    parser.add_argument('--models', nargs='+', metavar='NAME',
+                        help='only the models whose names contain one of these (any case), '
+                             'e.g. --models lenet resnet-50')
+    parser.add_argument('--inference-only', action='store_true', help='skip training')
+    parser.add_argument('--compile-timeout', type=float, default=600.0,
+                        help='seconds after which emitting or compiling the native C is '
+                             'stopped and its columns are n/a')
     args = parser.parse_args(argv)
-    selected = MODELS
+    training_models, inference_models = _select(args)
     if args.quick:
-        selected = [m for m in MODELS if m[4] <= 8 and m[2]['model'] == 'MLP']
         args.budget = min(args.budget, 0.3)
     os.makedirs(args.out, exist_ok=True)
     with tempfile.TemporaryDirectory() as work:
         args.work = work
         training_rows = []
-        for name, constructor, spec, shape, batch in selected:
+        for name, constructor, spec, shape, batch in training_models:
             print('training: %s, batch %d ...' % (name, batch), file=sys.stderr)
             training_rows.append(bench_training(name, constructor, spec, shape, batch, args))
         inference_rows = []
-        for name, constructor, _, shape, _ in selected:
-            for batch in (1, 32):
+        for name, constructor, shape, batches in inference_models:
+            for batch in batches:
                 print('inference: %s, batch %d ...' % (name, batch), file=sys.stderr)
                 inference_rows.append(bench_inference(name, constructor, shape, batch, args))
     results = {'optimizer': args.optimizer, 'training': training_rows,

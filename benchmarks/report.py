@@ -13,6 +13,16 @@ SMALL_MLPS = ('MLP 784-100-100-10', 'MLP 10 layers, width 32')
 COMPUTE_BOUND = ('MLP 784-1000-1000-10', 'LeNet-5', 'ResNet-18-style CNN')
 INFERENCE_TARGETS = ('MLP 784-1000-1000-10', 'MLP 784-100-100-10', 'MLP 10 layers, width 32',
                      'LeNet-5')
+INFERENCE_LABELS = {
+    'vm': 'VM',
+    'onnxruntime': 'onnxruntime',
+    'native': 'native, in Python',
+    'executable': 'native executable',
+}
+NATIVE_IMPLS = ('native', 'executable')
+#: Emitting and compiling this model's C must take under BUILD_TARGET_S.
+BUILD_TARGET_MODEL = 'ResNet-50'
+BUILD_TARGET_S = 60.0
 
 
 def _cell(ms, floor):
@@ -36,14 +46,62 @@ def training_table(results):
     return '\n'.join(lines)
 
 
+def _reason(row, impl):
+    return row.get('notes', {}).get(impl) or 'not measured'
+
+
 def inference_table(results):
-    lines = ['| model | batch | VM | onnxruntime | VM / onnxruntime | outputs agree |',
-             '|---|---|---|---|---|---|']
+    impls = list(INFERENCE_LABELS)
+    lines = ['| model | batch | %s | outputs agree with onnxruntime |' % ' | '.join(
+        INFERENCE_LABELS[i] for i in impls), '|---|---|' + '---|' * len(impls) + '---|']
     for row in results['inference']:
-        vm, ort = row['ms']['vm'], row['ms']['onnxruntime']
-        lines.append('| %s | %d | %.3f ms | %.3f ms | %.2f× | %s |' % (
-            row['model'], row['batch'], vm, ort, vm / ort,
-            'yes' if row['outputs_agree'] else 'NO'))
+        floor = row['ms']['onnxruntime']
+        disagree = [INFERENCE_LABELS[i] for i, ok in row['outputs_agree'].items() if not ok]
+        cells = [_cell(row['ms'].get(i), floor) for i in impls]
+        if 'executable_best_ms' in row:  # its mean is noisier than a median
+            cells[impls.index('executable')] += ', best %.3f ms' % row['executable_best_ms']
+        lines.append('| %s | %d | %s | %s |' % (
+            row['model'], row['batch'], ' | '.join(cells),
+            'NO: %s' % ', '.join(disagree) if disagree else 'yes'))
+    return '\n'.join(lines)
+
+
+def _size(nbytes):
+    if nbytes is None:
+        return 'n/a'
+    if nbytes < 2 ** 20:
+        return '%.1f KiB' % (nbytes / 2 ** 10)
+    return '%.2f MiB' % (nbytes / 2 ** 20)
+
+
+def _seconds(s):
+    return 'n/a' if s is None else '%.2f s' % s
+
+
+def _arena_fits(row):
+    """Whether the native arena is no larger than the VM's peak (None: unknown)."""
+    arena = row['build']['arena_bytes']
+    return None if arena is None else arena <= row['memory']['vm_peak_bytes']
+
+
+def native_table(results):
+    """Emit and compile time of the native C, its arena beside the VM's
+    peak memory for the same Program, and why any native column is n/a."""
+    lines = ['| model | batch | emit | C compile | native arena | VM peak (weights '
+             'included) | VM peak less weights | arena ≤ VM peak | why n/a |',
+             '|---|---|---|---|---|---|---|---|---|']
+    for row in results['inference']:
+        build, memory = row['build'], row['memory']
+        fits = _arena_fits(row)
+        reasons = ['%s: %s' % (INFERENCE_LABELS[i], _reason(row, i))
+                   for i in NATIVE_IMPLS if i not in row['ms']]
+        lines.append('| %s | %d | %s | %s | %s | %s | %s | %s | %s |' % (
+            row['model'], row['batch'], _seconds(build['emit_s']),
+            _seconds(build['compile_s']), _size(build['arena_bytes']),
+            _size(memory['vm_peak_bytes']),
+            _size(memory['vm_peak_bytes'] - memory['constant_bytes']),
+            'n/a' if fits is None else 'yes' if fits else '**no**',
+            '; '.join(reasons).replace('|', '/') or '-'))
     return '\n'.join(lines)
 
 
@@ -72,18 +130,51 @@ def targets(results):
             ratio = row['ms']['vm'] / row['ms']['onnxruntime']
             found.append(('inference ≤ 1.5× onnxruntime at batch 1, %s' % row['model'],
                           '%.2f×' % ratio, ratio <= 1.5))
+    return found + native_targets(results)
+
+
+def native_targets(results):
+    """The native backend's targets: ResNet-50's C emitted and compiled in
+    under a minute; every arena no larger than the VM's peak memory."""
+    found = []
+    for row in results['inference']:
+        if row['model'] != BUILD_TARGET_MODEL:
+            continue
+        target = 'native emit + C compile < %.0f s, %s' % (BUILD_TARGET_S, row['model'])
+        emit_s, compile_s = row['build']['emit_s'], row['build']['compile_s']
+        if emit_s is None or compile_s is None:
+            found.append((target, 'n/a: %s' % _reason(row, 'executable'), False))
+        else:
+            total = emit_s + compile_s
+            found.append((target, '%.1f s (emit %.1f s, compile %.1f s)' % (
+                total, emit_s, compile_s), total < BUILD_TARGET_S))
+    fits = [(_arena_fits(row), row) for row in results['inference']]
+    known = [(fit, row) for fit, row in fits if fit is not None]
+    if known:
+        misses = ['%s batch %d' % (row['model'], row['batch']) for fit, row in known if not fit]
+        found.append(('native arena ≤ VM peak memory, every model emitted',
+                      '%d of %d%s' % (len(known) - len(misses), len(known),
+                                      ' (not: %s)' % ', '.join(misses) if misses else ''),
+                      not misses))
     return found
 
 
 def markdown(results):
-    notes = sorted({'%s' % row['notes'].get('pytorch') for row in results['training']})
-    parts = [
-        '## Training step (forward, softmax cross entropy, backward, %s update), '
-        'median per iteration; ratio to hand-written NumPy' % results['optimizer'],
-        '', training_table(results), '',
-        'PyTorch: %s' % '; '.join(notes), '',
-        '## Inference on the same exported ONNX file, median per call', '',
+    parts = []
+    if results['training']:  # none with --inference-only
+        notes = sorted({'%s' % row['notes'].get('pytorch') for row in results['training']})
+        parts += [
+            '## Training step (forward, softmax cross entropy, backward, %s update), '
+            'median per iteration; ratio to hand-written NumPy' % results['optimizer'],
+            '', training_table(results), '',
+            'PyTorch: %s' % '; '.join(notes), '']
+    parts += [
+        '## Inference on the same exported ONNX file; ratio to onnxruntime', '',
+        'Median per call, but the native executable\'s figure is the mean of its own '
+        '`--iterations` loop (benchmarks/NOTES.md says how to read the native columns).', '',
         inference_table(results), '',
+        '## Native backend: build time and memory', '',
+        native_table(results), '',
         '## Targets', '',
         '| target | measured | met |', '|---|---|---|']
     parts += ['| %s | %s | %s |' % (name, measured, 'yes' if met else '**no**')
@@ -91,42 +182,55 @@ def markdown(results):
     return '\n'.join(parts) + '\n'
 
 
+def _training_panel(axes, results):
+    rows = results['training']
+    impls = [i for i in LABELS if any(i in row['ms'] for row in rows)]
+    positions = numpy.arange(len(rows))
+    width = 0.8 / max(1, len(impls))
+    for k, impl in enumerate(impls):
+        ratios = [row['ms'].get(impl, numpy.nan) / row['ms']['numpy'] for row in rows]
+        axes.bar(positions + k * width, ratios, width, label=LABELS[impl])
+    axes.set_xticks(positions + width * (len(impls) - 1) / 2)
+    axes.set_xticklabels(['%s\nbatch %d' % (r['model'], r['batch']) for r in rows], fontsize=8)
+    axes.set_yscale('log')
+    axes.axhline(1.0, color='black', linewidth=0.8)
+    axes.set_ylabel('time per training step / hand-written NumPy (log)')
+    axes.set_title('Training step (%s)' % results['optimizer'])
+    if impls:
+        axes.legend(fontsize=8)
+
+
+def _inference_panel(axes, results):
+    inference = results['inference']
+    names = sorted({row['model'] for row in inference}, key=[r['model'] for r in inference].index)
+    positions = numpy.arange(len(names))
+    series = [(impl, batch) for impl in ('vm', 'native', 'executable') for batch in (1, 32)]
+    width = 0.8 / len(series)
+    for k, (impl, batch) in enumerate(series):
+        ratios = [next((r['ms'].get(impl, numpy.nan) / r['ms']['onnxruntime']
+                        for r in inference if r['model'] == n and r['batch'] == batch),
+                       numpy.nan) for n in names]
+        axes.bar(positions + k * width, ratios, width,
+                 label='%s, batch %d' % (INFERENCE_LABELS[impl], batch))
+    axes.set_xticks(positions + width * (len(series) - 1) / 2)
+    axes.set_xticklabels(names, fontsize=8, rotation=15)
+    axes.set_yscale('log')
+    axes.axhline(1.0, color='black', linewidth=0.8)
+    axes.axhline(1.5, color='red', linewidth=0.8, linestyle='--', label='VM target at batch 1')
+    axes.set_ylabel('time / onnxruntime time (log)')
+    axes.set_title('Inference')
+    axes.legend(fontsize=7)
+
+
 def chart(results, path):
     import matplotlib
     matplotlib.use('Agg')  # files only: no display here
     import matplotlib.pyplot as plt
 
-    rows = results['training']
-    impls = [i for i in LABELS if any(i in row['ms'] for row in rows)]
     fig, (left, right) = plt.subplots(1, 2, figsize=(15, 5.5),
                                       gridspec_kw={'width_ratios': [3, 2]})
-    positions = numpy.arange(len(rows))
-    width = 0.8 / len(impls)
-    for k, impl in enumerate(impls):
-        ratios = [row['ms'].get(impl, numpy.nan) / row['ms']['numpy'] for row in rows]
-        left.bar(positions + k * width, ratios, width, label=LABELS[impl])
-    left.set_xticks(positions + width * (len(impls) - 1) / 2)
-    left.set_xticklabels(['%s\nbatch %d' % (r['model'], r['batch']) for r in rows], fontsize=8)
-    left.set_yscale('log')
-    left.axhline(1.0, color='black', linewidth=0.8)
-    left.set_ylabel('time per training step / hand-written NumPy (log)')
-    left.set_title('Training step (%s)' % results['optimizer'])
-    left.legend(fontsize=8)
-
-    inference = results['inference']
-    names = sorted({row['model'] for row in inference}, key=[r['model'] for r in inference].index)
-    positions = numpy.arange(len(names))
-    for k, batch in enumerate((1, 32)):
-        ratios = [next((r['ms']['vm'] / r['ms']['onnxruntime'] for r in inference
-                        if r['model'] == n and r['batch'] == batch), numpy.nan) for n in names]
-        right.bar(positions + k * 0.4, ratios, 0.4, label='batch %d' % batch)
-    right.set_xticks(positions + 0.2)
-    right.set_xticklabels(names, fontsize=8, rotation=15)
-    right.axhline(1.0, color='black', linewidth=0.8)
-    right.axhline(1.5, color='red', linewidth=0.8, linestyle='--', label='target at batch 1')
-    right.set_ylabel('VM time / onnxruntime time')
-    right.set_title('Inference')
-    right.legend(fontsize=8)
+    _training_panel(left, results)
+    _inference_panel(right, results)
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)
