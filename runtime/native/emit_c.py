@@ -27,6 +27,7 @@ from ..program import NO_REGISTER, Instruction, Program
 from . import lowerings  # noqa: F401  (registers every lowering)
 from .arena import Buffer, aligned, plan_arena
 from .cformat import C_TYPES, NPY_DESCR, Shape, clist, cliteral, comment, cstring, shape_text
+from .folding import fold
 from .fusion import fuse
 from .lowering import FLOAT32, LOWERINGS, Refuse, Step, Unknown
 from .weights import WeightsLayout, layout
@@ -127,6 +128,11 @@ class _Emitter:
         self.steps: list[Step | None] = []
         problems = []
         for i, inst in enumerate(program.instructions):
+            values = fold(inst, self.consts, self.shapes, self.dtypes)
+            if values is not None:
+                self._record_constants(inst, values)
+                self.steps.append(None)
+                continue
             try:
                 step = self._lower(inst)
             except Refuse as e:
@@ -148,6 +154,16 @@ class _Emitter:
         if any(isinstance(v, Program) for v in inst.attrs.values()):
             raise Refuse('sub-programs are not supported')
         return lowering(self, inst)
+
+    def _record_constants(self, inst: Instruction, values: list):
+        """``inst`` was evaluated at emit time: its outputs are constants."""
+        for r, a in zip(inst.outputs, values):
+            if r != NO_REGISTER and a is not None:
+                if a.dtype.name not in C_TYPES:
+                    continue  # (unused, or refused by its reader)
+                self.consts[r] = a
+                self.shapes[r] = tuple(a.shape)
+                self.dtypes[r] = a.dtype.name
 
     def _record(self, i: int, inst: Instruction, step: Step, problems: list):
         """Note the shapes and dtypes of ``step``'s outputs."""
@@ -302,7 +318,8 @@ class _Emitter:
         self.alias_of: dict[int, int] = {}
         produced = {}
         for i, (inst, step) in enumerate(zip(p.instructions, self.steps)):
-            assert step is not None
+            if step is None:  # evaluated at emit time
+                continue
             if step.alias:
                 src = inst.inputs[0]
                 self.alias_of[inst.outputs[0]] = self.alias_of.get(src, src)
@@ -316,11 +333,12 @@ class _Emitter:
             else:
                 self.final_copies.append((k, v.register))
         last_use: dict[int, int] = {}
-        for i, inst in enumerate(p.instructions):
-            for r in inst.inputs:
+        for i, (inst, step) in enumerate(zip(p.instructions, self.steps)):
+            for r in inst.inputs if step is not None else ():
                 if r != NO_REGISTER:
                     root = self.alias_of.get(r, r)
                     last_use[root] = i
+        self._share_in_place(produced, last_use)
         self.buffers = []
         for r, i in produced.items():
             if r not in self.output_of:
@@ -329,6 +347,34 @@ class _Emitter:
             if step is not None and step.scratch:
                 self.buffers.append(Buffer(('scratch', i), 4 * step.scratch, i, i))
         self.offsets, self.arena_bytes = plan_arena(self.buffers)
+
+    def _share_in_place(self, produced: dict, last_use: dict):
+        """Let output 0 of an instruction take the memory of an input it
+        reads for the last time (Step.in_place), as a view takes its
+        input's: the arena then holds one buffer where it held two."""
+        for i, (inst, step) in enumerate(zip(self.p.instructions, self.steps)):
+            out = inst.outputs[0] if inst.outputs else NO_REGISTER
+            if step is None or not step.in_place or out not in produced \
+                    or out in self.output_of:
+                continue
+            roots = [self.alias_of.get(r, r) for r in inst.inputs]
+            for k in step.in_place:
+                root = roots[k]
+                # No other input may read the same memory through another
+                # view: its elements could be overwritten before they are read.
+                if self.has(inst, k) and root in produced and root not in self.output_of and \
+                        last_use.get(root) == i and self.dtypes[root] == self.dtypes[out] and \
+                        self.nbytes(root) == self.nbytes(out) and \
+                        all(r == inst.inputs[k] for r, q in zip(inst.inputs, roots) if q == root):
+                    break
+            else:
+                continue
+            for view, target in list(self.alias_of.items()):
+                if target == out:
+                    self.alias_of[view] = root
+            self.alias_of[out] = root
+            del produced[out]
+            last_use[root] = max(i, last_use.pop(out, i))
 
     def ref(self, r: int) -> str:
         """The C expression of register ``r``'s data."""
@@ -471,7 +517,6 @@ class _Emitter:
         body: list[str] = []
         # Rendering requests weights (and transposed weights) by name.
         for i, (inst, step) in enumerate(zip(p.instructions, self.steps)):
-            assert step is not None
             ins = ', '.join('_' if r == NO_REGISTER else self._describe(r) for r in inst.inputs)
             outs = ', '.join('_' if r == NO_REGISTER else self._describe(r)
                              for r in inst.outputs)
@@ -480,6 +525,9 @@ class _Emitter:
             body.append('    /* %d: %s%s: %s = %s(%s)%s */' % (
                 i, inst.qualified_op, " '%s'" % inst.name if inst.name else '', outs,
                 inst.op, ins, ' {%s}' % attrs if attrs else ''))
+            if step is None:
+                body.append('    /* evaluated at emit time: a constant */')
+                continue
             scratch = 's%d' % i if step.scratch else 'NULL'
             body += ['    ' + line for line in step.render(self.ref, scratch)]
         for k, r in self.final_copies:
@@ -654,6 +702,8 @@ class _Emitter:
             '# OpenMP when the compiler accepts -fopenmp (`make OPENMP=0`: one thread,',
             '# no libgomp).  `make BLAS=cblas` sends large matrix products to',
             '# cblas_sgemm, linked with $(CBLAS_LIBS) (e.g. CBLAS_LIBS=-lopenblas).',
+            '# `make ARCH=-march=native` uses every vector unit of this machine\'s CPU',
+            '# (the programs then run only on CPUs that have them).',
             'CC ?= cc',
             'CFLAGS ?= -O3 -std=c99 -Wall -Wextra',
             'OPENMP ?= 1',
@@ -667,7 +717,8 @@ class _Emitter:
             'BLASFLAGS := -DCCN_CBLAS',
             'BLASLIBS := $(CBLAS_LIBS)',
             'endif',
-            'ALL_CFLAGS = $(CFLAGS) -fPIC $(OMPFLAGS) $(BLASFLAGS)',
+            'ARCH ?=',
+            'ALL_CFLAGS = $(CFLAGS) $(ARCH) -fPIC $(OMPFLAGS) $(BLASFLAGS)',
             'LDLIBS = $(BLASLIBS) -lm',
             'OBJS = %s' % objs,
             '',

@@ -37,8 +37,11 @@ class Step:
     """How one instruction becomes C.  ``shapes`` has one entry per output
     (None for an optional output left uncomputed); ``dtypes`` likewise (None:
     every output has input 0's dtype); ``alias`` means output 0 shares input
-    0's memory; ``scratch`` is in floats; ``family`` names the kernel file
-    (ccn_<family>.c) and ``also`` any other family the rendering calls."""
+    0's memory; ``in_place`` lists the inputs whose memory output 0 may take
+    when they are read for the last time here (the kernel reads each element
+    before it writes the same one); ``scratch`` is in floats; ``family``
+    names the kernel file (ccn_<family>.c) and ``also`` any other family the
+    rendering calls."""
     family: str
     shapes: list[Shape | None]
     render: Render
@@ -46,6 +49,7 @@ class Step:
     alias: bool = False
     also: tuple[str, ...] = ()
     dtypes: list[str | None] | None = None
+    in_place: tuple[int, ...] = ()
 
 
 #: ONNX operator (default domain) or 'domain::op' -> its lowering.

@@ -80,26 +80,6 @@ void NAME(enum ccn_unary_op op, long n, double alpha, double beta,            \
 CCN_UNARY(ccn_unary_float32, float)
 CCN_UNARY(ccn_unary_float64, double)
 
-void ccn_relu(long n, const float *x, float *y)
-{
-    ccn_unary_float32(CCN_RELU, n, 0.0, 0.0, x, y);
-}
-
-void ccn_leaky_relu(long n, float alpha, const float *x, float *y)
-{
-    ccn_unary_float32(CCN_LEAKY_RELU, n, alpha, 0.0, x, y);
-}
-
-void ccn_sigmoid(long n, const float *x, float *y)
-{
-    ccn_unary_float32(CCN_SIGMOID, n, 0.0, 0.0, x, y);
-}
-
-void ccn_tanh(long n, const float *x, float *y)
-{
-    ccn_unary_float32(CCN_TANH, n, 0.0, 0.0, x, y);
-}
-
 void ccn_softmax(long outer, long len, long inner, int log_softmax, const float *x, float *y)
 {
     for (long o = 0; o < outer; o++)

@@ -27,11 +27,6 @@ void ccn_unary_float32(enum ccn_unary_op op, long n, double alpha, double beta,
 void ccn_unary_float64(enum ccn_unary_op op, long n, double alpha, double beta,
                        const double *x, double *y);
 
-/* Shorthands for the activations other kernels fuse into their results. */
-void ccn_relu(long n, const float *x, float *y);
-void ccn_leaky_relu(long n, float alpha, const float *x, float *y);
-void ccn_sigmoid(long n, const float *x, float *y);
-void ccn_tanh(long n, const float *x, float *y);
 /* Softmax (or its log) over axis of length len of an (outer, len, inner)
  * array. */
 void ccn_softmax(long outer, long len, long inner, int log_softmax, const float *x, float *y);

@@ -19,14 +19,5 @@ void ccn_avgpool2d(long NC, long H, long W, long OH, long OW, long KH, long KW,
 /* y[p] = mean of the S values of plane p, for NC planes. */
 void ccn_global_avgpool(long NC, long S, const float *x, float *y);
 
-/* ---- ccn_activation.c ---- (x and y may be the same array) */
-void ccn_relu(long n, const float *x, float *y);
-void ccn_leaky_relu(long n, float alpha, const float *x, float *y);
-void ccn_sigmoid(long n, const float *x, float *y);
-void ccn_tanh(long n, const float *x, float *y);
-/* Softmax (or its log) over axis of length len of an (outer, len, inner)
- * array. */
-void ccn_softmax(long outer, long len, long inner, int log_softmax, const float *x, float *y);
-
 CCN_END_DECLS
 #endif /* CCN_POOLING_H */

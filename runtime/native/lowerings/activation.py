@@ -76,7 +76,7 @@ def unary(em, inst) -> Step:
         return ['ccn_unary_%s(%s, %d, %s, %s, %s, %s);' % (
             dtype, op, math.prod(sx), cliteral(alpha, 'float64'), cliteral(beta, 'float64'),
             ref(inst.inputs[0]), ref(inst.outputs[0]))]
-    return Step('activation', [sx], render)
+    return Step('activation', [sx], render, in_place=(0,))
 
 
 @lowers('Softmax', 'LogSoftmax')

@@ -125,7 +125,10 @@ def binary(em, inst) -> Step:
     def render(ref, scratch):
         b = converted or ref(inst.inputs[1])
         return _call(op, dtype, out, (sa, ref(inst.inputs[0])), (sb, b), ref(inst.outputs[0]))
-    return Step('math', [out], render, dtypes=['bool' if inst.op in _BOOLEAN else dtype])
+    if inst.op in _BOOLEAN:
+        return Step('math', [out], render, dtypes=['bool'])
+    return Step('math', [out], render,
+                in_place=tuple(k for k, s in enumerate((sa, sb)) if tuple(s) == out))
 
 
 @lowers(*_VARIADIC)

@@ -29,7 +29,8 @@ def batch_norm(em, inst) -> Step:
         return ['ccn_batchnorm(%d, %d, %d, %s, %s, %s, %s, %s, %s, %s);' % (
             sx[0], sx[1], math.prod(sx[2:]), cfloat(eps),
             *(ref(r) for r in inst.inputs[:5]), ref(inst.outputs[0]))]
-    return Step('normalization', [sx] + [None] * (len(inst.outputs) - 1), render)
+    return Step('normalization', [sx] + [None] * (len(inst.outputs) - 1), render,
+                in_place=(0,))
 
 
 @lowers('InstanceNormalization')

@@ -309,6 +309,25 @@ def test_arena_reuses_the_space_of_dead_values(tmp_path):
                 assert off + size <= off2 or off2 + size2 <= off
 
 
+def test_element_wise_results_take_the_memory_of_inputs_read_for_the_last_time(tmp_path):
+    """An element-wise chain needs one buffer, not one per value."""
+    f32 = TensorProto.FLOAT
+    graph = helper.make_graph(
+        [helper.make_node('Neg', ['x'], ['b2_src']), helper.make_node('Abs', ['b2_src'], ['b2']),
+         helper.make_node('Sigmoid', ['x'], ['a']), helper.make_node('Tanh', ['a'], ['b']),
+         helper.make_node('Exp', ['b'], ['c']), helper.make_node('Add', ['c', 'b2'], ['d']),
+         helper.make_node('Relu', ['d'], ['y'])],
+        'chain', [helper.make_tensor_value_info('x', f32, [64, 64])],
+        [helper.make_tensor_value_info('y', f32, [64, 64])])
+    program = build_program(helper.make_model(graph, opset_imports=[
+        helper.make_opsetid('', 13)]))
+    built = _build(program, tmp_path / 'c')
+    # Two values are alive at once (the chain and Abs(Neg(x))): two buffers.
+    assert built.result.arena_bytes == 2 * 64 * 64 * 4
+    x = numpy.random.RandomState(0).uniform(-1, 1, (64, 64)).astype(numpy.float32)
+    built.check_against_executor([x], tmp_path)
+
+
 # -- refusals --------------------------------------------------------------------------
 
 @pytest.mark.parametrize('case', ['float64', 'shape', 'big-endian', 'fortran', 'truncated',

@@ -15,8 +15,9 @@ from chainer_compiler.frontend import build_program
 from chainer_compiler.runtime.backend import BackendUnavailableError
 from chainer_compiler.runtime.errors import InputValidationError, NativeBuildError
 from chainer_compiler.runtime.executor import Executor
-from chainer_compiler.runtime.native import UnsupportedNativeOpsError
+from chainer_compiler.runtime.native import UnsupportedNativeOpsError, emit_c
 from chainer_compiler.runtime.native.library import NativeRun
+from tests.runtime.native.helpers import check_native, make_model
 
 CC = shutil.which('cc') or shutil.which('gcc') or shutil.which('clang')
 pytestmark = pytest.mark.skipif(CC is None, reason='no C compiler (cc, gcc, clang) on PATH')
@@ -187,3 +188,23 @@ def test_compile_onnx_runs_inference_natively_and_refuses_training(tmp_path):
     numpy.testing.assert_allclose(got.array, want, rtol=RTOL, atol=ATOL)
     with pytest.raises(BackendUnavailableError, match='inference only'):
         compiled(x)
+
+
+def test_shape_arithmetic_is_evaluated_at_emit_time(tmp_path):
+    """Shapes are static: Shape, Size and what computes on them become
+    constants, so a Reshape whose target is computed from its input works
+    and no C is emitted for them."""
+    nodes = [helper.make_node('Shape', ['x'], ['s']),
+             helper.make_node('Gather', ['s', 'first'], ['g'], axis=0),
+             helper.make_node('Concat', ['g', 'minus_one'], ['target'], axis=0),
+             helper.make_node('Reshape', ['x', 'target'], ['y']),
+             helper.make_node('Size', ['x'], ['n'])]
+    model = make_model(nodes, [('x', 'float32', [2, 3, 4])],
+                       [('y', 'float32', [2, 12]), ('n', 'int64', []), ('s', 'int64', [3])],
+                       {'first': numpy.array([0]), 'minus_one': numpy.array([-1])})
+    x = numpy.random.RandomState(0).rand(2, 3, 4).astype(numpy.float32)
+    y, n, s = check_native(model, [x])
+    assert n == 24 and list(s) == [2, 3, 4]
+    emit_c(build_program(model), tmp_path)
+    text = (tmp_path / 'model.c').read_text()
+    assert text.count('evaluated at emit time') == 4  # all but the Reshape
