@@ -10,8 +10,10 @@ The library is cached under the sha256 of every emitted source, the
 compiler command and its flags (and, since it is built with
 ``-march=native``, this machine's CPU), in ``$CHAINER_COMPILER_CACHE``, else
 ``$XDG_CACHE_HOME/chainer_compiler``, else ``~/.cache/chainer_compiler``.
-It is built in a temporary folder inside the cache and renamed into place,
-so a concurrent process sees either no library or a whole one.
+The kernel files (ccn_<family>.c), the same for every model, are compiled
+once into ``objects/`` there and linked into each model's library.  Every
+file is built in a temporary folder inside the cache and renamed into
+place, so a concurrent process sees either none or a whole one.
 """
 import ctypes
 import functools
@@ -39,7 +41,7 @@ CFLAGS = ('-O3', '-march=native', '-std=c99', '-fPIC', '-shared')
 OPENMP_FLAGS = ('-fopenmp',)
 LDLIBS = ('-lm',)
 #: Bumped when the way a library is built or called changes.
-CACHE_FORMAT = '2'
+CACHE_FORMAT = '3'
 #: How many lines of a failed compile's output an error quotes.
 ERROR_LINES = 10
 
@@ -115,46 +117,73 @@ def compile_flags(command: list[str]) -> list[str]:
     return list(CFLAGS) + list(openmp_flags(tuple(command)))
 
 
-def compile_library(command: list[str], sources: list[str], output: str, cwd: str) -> None:
-    """Run the compiler: ``sources`` (in ``cwd``) into the shared library
-    ``output``.  Raises NativeBuildError quoting the compiler's first error
-    lines when it fails."""
-    argv = command + compile_flags(command) + ['-o', output] + sources + list(LDLIBS)
+def run_compiler(argv: list[str], cwd: str, what: str) -> None:
+    """Run the compiler command ``argv`` in ``cwd``.  Raises NativeBuildError
+    quoting the compiler's first error lines when it fails."""
     try:
         done = subprocess.run(argv, cwd=cwd, capture_output=True, text=True, errors='replace')
     except OSError as e:
-        raise NativeBuildError('cannot run the C compiler %s: %s' % (command[0], e)) from e
+        raise NativeBuildError('cannot run the C compiler %s: %s' % (argv[0], e)) from e
     if done.returncode != 0:
         lines = [line for line in (done.stderr + done.stdout).splitlines() if line.strip()]
         errors = [line for line in lines if 'error' in line.lower()] or lines
-        raise NativeBuildError('the C compiler failed (exit %d) building the native library:\n'
-                               '%s\n%s' % (done.returncode, shlex.join(argv),
-                                           '\n'.join(errors[:ERROR_LINES])))
+        raise NativeBuildError('the C compiler failed (exit %d) building %s:\n%s\n%s'
+                               % (done.returncode, what, shlex.join(argv),
+                                  '\n'.join(errors[:ERROR_LINES])))
+
+
+def _digest(parts) -> str:
+    """SHA-256 of ``parts`` (bytes or str), each length-prefixed."""
+    digest = hashlib.sha256()
+    for part in parts:
+        data = part.encode() if isinstance(part, str) else part
+        digest.update(b'%d\0' % len(data) + data)
+    return digest.hexdigest()
+
+
+def _kernel_object(setup: list[str], key: list[str], name: str, files: dict[str, bytes],
+                   root: str, work: str) -> str:
+    """The cached object file of kernel source ``name`` (ccn_<family>.c):
+    kernels are the same for every model, so each is compiled once per
+    compiler, flags and CPU: ``setup`` is the compiler command and flags,
+    ``key`` what else the object depends on."""
+    headers = sorted(n for n in files if n.startswith('ccn_') and n.endswith('.h'))
+    digest = _digest(key + [name, files[name]] + [p for h in headers for p in (h, files[h])])
+    target = os.path.join(root, 'objects', '%s-%s.o' % (name[:-2], digest))
+    if not os.path.exists(target):
+        os.makedirs(os.path.dirname(target), exist_ok=True)
+        built = os.path.join(work, name[:-2] + '.o')
+        run_compiler(setup + ['-c', '-o', built, name], work, 'the kernels %s' % name)
+        os.replace(built, target)  # atomic, as for the library
+    return target
 
 
 def build_library(program: Program) -> tuple[str, EmitResult]:
     """(path of the shared library of ``program``, what emit_c wrote for
     it): emitted, hashed, and compiled unless the cache already has it."""
     command = find_compiler()
+    setup = command + compile_flags(command)
     root = cache_dir()
     os.makedirs(root, exist_ok=True)
     work = tempfile.mkdtemp(prefix='.build-', dir=root)
     try:
         result = emit_c(program, work, NAME, weights='file')
-        digest = hashlib.sha256()
-        for part in [CACHE_FORMAT, _machine()] + command + compile_flags(command) + \
-                list(LDLIBS):
-            digest.update(part.encode() + b'\0')
-        for path in sorted(p for p in result.files if not p.endswith('.bin')):
-            with open(path, 'rb') as f:
-                data = f.read()
-            digest.update(b'%s\0%d\0' % (os.path.basename(path).encode(), len(data)) + data)
-        target = os.path.join(root, 'lib%s-%s.so' % (NAME, digest.hexdigest()))
+        files = {}
+        for path in result.files:
+            if not path.endswith('.bin'):  # the weights come at run time
+                with open(path, 'rb') as f:
+                    files[os.path.basename(path)] = f.read()
+        key = [CACHE_FORMAT, _machine()] + setup + list(LDLIBS)
+        target = os.path.join(root, 'lib%s-%s.so' % (NAME, _digest(
+            key + [p for n in sorted(files) for p in (n, files[n])])))
         if not os.path.exists(target):
-            sources = sorted(os.path.basename(p) for p in result.files
-                             if p.endswith('.c') and os.path.basename(p) != 'main.c')
+            objects = [_kernel_object(setup, key, n, files, root, work)
+                       for n in sorted(files) if n.startswith('ccn_') and n.endswith('.c')]
+            model = sorted(n for n in files if n.endswith('.c') and n != 'main.c'
+                           and not n.startswith('ccn_'))
             built = os.path.join(work, 'lib%s.so' % NAME)
-            compile_library(command, sources, built, work)
+            run_compiler(setup + ['-o', built] + model + objects + list(LDLIBS), work,
+                         'the native library')
             os.replace(built, target)  # atomic: others see no library or a whole one
         return target, result
     finally:

@@ -73,8 +73,15 @@ def test_library_is_built_once_and_reused(cache):
     mtime = os.stat(first.path).st_mtime_ns
     second = NativeRun(build_program(_mlp_model()))
     assert second.path == first.path and os.stat(first.path).st_mtime_ns == mtime
-    # Nothing half-built is left behind.
-    assert sorted(os.listdir(cache)) == libraries
+    # Nothing half-built is left behind; the kernels are compiled once, for
+    # every model, into objects/.
+    assert sorted(os.listdir(cache)) == libraries + ['objects']
+    objects = sorted(os.listdir(cache / 'objects'))
+    assert objects and all(o.startswith('ccn_') and o.endswith('.o') for o in objects)
+    leaky = _mlp_model()
+    leaky.graph.node[1].op_type = 'LeakyRelu'
+    NativeRun(build_program(leaky))
+    assert sorted(os.listdir(cache / 'objects')) == objects  # reused, none added
 
 
 def test_a_changed_program_never_reuses_a_stale_library(cache):
