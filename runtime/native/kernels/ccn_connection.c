@@ -4,9 +4,17 @@
  * MR-row block of A and of an NR-column strip of B are packed into small
  * contiguous buffers on the stack, and a register-blocked MR x NR
  * micro-kernel written in plain C (which gcc -O3 vectorises) multiplies
- * them.  Large products are split between OpenMP threads by columns (or
- * rows when there are few columns); an optional CBLAS takes them instead
- * when built with -DCCN_CBLAS. */
+ * them.  A constant A (a convolution's weights) or B (a Gemm's or MatMul's)
+ * can come packed at emit time (panels and strips, ccn_connection.h),
+ * which spares the packing on every call and reads the weights in one
+ * sequential stream.  Large products are split between
+ * OpenMP threads by columns (or rows when there are few columns); an
+ * optional CBLAS takes them instead when built with -DCCN_CBLAS. */
+/* ISO C mode (-std=c99) turns GCC's contraction of a * b + c into fused
+ * multiply-adds off; the micro-kernel wants them. */
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC optimize("fp-contract=fast")
+#endif
 #include <math.h>
 #include <string.h>
 
@@ -25,16 +33,27 @@
 #if defined(__AVX512F__)
 #define CCN_MR 8
 #define CCN_NR 32
+#define CCN_TALL_MR 24
 #elif defined(__AVX__)
 #define CCN_MR 6
 #define CCN_NR 16
+#define CCN_TALL_MR 12
 #else
 #define CCN_MR 6
 #define CCN_NR 8
+#define CCN_TALL_MR 12
 #endif
+/* The tall tile, CCN_TALL_MR rows by one vector (NR/2 columns), serves
+ * narrow products (a late convolution layer of one image, 4x4 outputs)
+ * that would leave half of the wide tile's columns empty; it reads A from
+ * emit-time panels only. */
 /* Depth of a packed slice: an MR x KC block of A plus a KC x NR strip of B
- * stay in L1 while the micro-kernel runs. */
+ * stay in L1 while the micro-kernel runs.  Also the depth of the emit-time
+ * panels (PANEL_DEPTH in lowerings/connection.py). */
 #define CCN_KC 256
+#if CCN_PANEL_ROWS % CCN_MR || CCN_PANEL_ROWS % CCN_TALL_MR || CCN_STRIP_COLS % CCN_NR
+#error "the micro-kernels' rows must divide CCN_PANEL_ROWS"
+#endif
 /* Rows of A whose packed KC slices (MC x KC floats, 96 KiB) are reused
  * from L2 across every NR strip of B. */
 #define CCN_MC 96
@@ -51,6 +70,17 @@ static long min_long(long a, long b)
 {
     return a < b ? a : b;
 }
+
+/* The A operand of a product: alpha * A read through strides, or (panels
+ * not NULL) the panel layout of ccn_connection.h with panel_rows rows (M
+ * rounded up to CCN_PANEL_ROWS). */
+typedef struct {
+    const float *a;
+    long rs, cs;
+    float alpha;
+    const float *panels;
+    long panel_rows;
+} a_operand;
 
 void ccn_gemm_init(long M, long N, float *C, const float *bias, long bias_rs, long bias_cs,
                    float beta)
@@ -106,9 +136,15 @@ static void activate_block(long M, long N, float *C, long ldc, int act, float ac
 static void pack_a(long mr, long kc, const float *A, long a_rs, long a_cs, float alpha,
                    float *restrict ap)
 {
-    for (long k = 0; k < kc; k++)
-        for (long i = 0; i < CCN_MR; i++)
-            ap[k * CCN_MR + i] = i < mr ? alpha * A[i * a_rs + k * a_cs] : 0.0f;
+    /* Row by row: a row-major A is read in order. */
+    for (long i = 0; i < mr; i++) {
+        const float *a = A + i * a_rs;
+        for (long k = 0; k < kc; k++)
+            ap[k * CCN_MR + i] = alpha * a[k * a_cs];
+    }
+    for (long i = mr; i < CCN_MR; i++)
+        for (long k = 0; k < kc; k++)
+            ap[k * CCN_MR + i] = 0.0f;
 }
 
 /* bp[k * NR + j] = B[k, j] for a kc x nr strip of a row-major B with ldb
@@ -122,17 +158,60 @@ static void pack_b(long kc, long nr, const float *B, long ldb, float *restrict b
     }
 }
 
-/* C[0:mr, 0:nr] += ap * bp over kc (bp's rows ldbp apart), then the
- * activation when last. */
-static void micro_kernel(long kc, const float *restrict ap, const float *restrict bp,
+/* The B operand of a product: row-major with rows ldb apart, or (panels
+ * not NULL) the strip layout of ccn_connection.h with panel_cols columns
+ * (N rounded up to CCN_STRIP_COLS). */
+typedef struct {
+    const float *b;
+    long ldb;
+    const float *panels;
+    long panel_cols;
+} b_operand;
+
+/* The packed MR x kc block of rows [m, m + mr) and depth [k0, k0 + kc)
+ * of A: its place in the panels, or else packed into buf; *lda gets the
+ * distance between its k steps. */
+static const float *a_block(const a_operand *A, long m, long mr, long k0, long kc,
+                            float *buf, long *lda)
+{
+    if (A->panels == NULL) {
+        pack_a(mr, kc, A->a + m * A->rs + k0 * A->cs, A->rs, A->cs, A->alpha, buf);
+        *lda = CCN_MR;
+        return buf;
+    }
+    *lda = CCN_PANEL_ROWS;
+    return A->panels + k0 * A->panel_rows + m / CCN_PANEL_ROWS * CCN_PANEL_ROWS * kc +
+           m % CCN_PANEL_ROWS;
+}
+
+/* C[0:mr, 0:nr] += acc (rows NR floats apart), then the activation when
+ * last. */
+static void add_tile(const float *acc, float *restrict C, long ldc, long mr, long nr, int last,
+                     int act, float act_alpha)
+{
+    for (long i = 0; i < mr; i++) {
+        float *c = C + i * ldc;
+        for (long j = 0; j < nr; j++)
+            c[j] += acc[i * CCN_NR + j];
+        if (last)
+            activate_row(nr, c, act, act_alpha);
+    }
+}
+
+#if defined(__GNUC__)
+/* GCC/clang vector extensions: a tile is a few vectors per row, each in a
+ * register whatever the vector width (scalar * vector broadcasts). */
+typedef float vec __attribute__((vector_size(CCN_NR / 2 * sizeof(float))));
+#endif
+
+/* C[0:mr, 0:nr] += ap * bp over kc (ap's k steps lda apart, bp's ldbp),
+ * then the activation when last: an MR x NR tile, 2*MR vector registers. */
+static void micro_kernel(long kc, const float *restrict ap, long lda, const float *restrict bp,
                          long ldbp, float *restrict C, long ldc, long mr, long nr, int last,
                          int act, float act_alpha)
 {
     float acc[CCN_MR][CCN_NR];
 #if defined(__GNUC__)
-    /* GCC/clang vector extensions: the accumulator tile is 2*MR vector
-     * registers, whatever the vector width (scalar * vector broadcasts). */
-    typedef float vec __attribute__((vector_size(CCN_NR / 2 * sizeof(float))));
     vec v[CCN_MR][2];
     for (int i = 0; i < CCN_MR; i++)
         v[i][0] = v[i][1] = (vec){0};
@@ -141,8 +220,8 @@ static void micro_kernel(long kc, const float *restrict ap, const float *restric
         memcpy(&b0, bp + k * ldbp, sizeof b0);
         memcpy(&b1, bp + k * ldbp + CCN_NR / 2, sizeof b1);
         for (int i = 0; i < CCN_MR; i++) {
-            v[i][0] += ap[k * CCN_MR + i] * b0;
-            v[i][1] += ap[k * CCN_MR + i] * b1;
+            v[i][0] += ap[k * lda + i] * b0;
+            v[i][1] += ap[k * lda + i] * b1;
         }
     }
     memcpy(acc, v, sizeof acc);
@@ -153,15 +232,40 @@ static void micro_kernel(long kc, const float *restrict ap, const float *restric
     for (long k = 0; k < kc; k++)
         for (int i = 0; i < CCN_MR; i++)
             for (int j = 0; j < CCN_NR; j++)
-                acc[i][j] += ap[k * CCN_MR + i] * bp[k * ldbp + j];
+                acc[i][j] += ap[k * lda + i] * bp[k * ldbp + j];
 #endif
-    for (long i = 0; i < mr; i++) {
-        float *c = C + i * ldc;
-        for (long j = 0; j < nr; j++)
-            c[j] += acc[i][j];
-        if (last)
-            activate_row(nr, c, act, act_alpha);
+    add_tile(&acc[0][0], C, ldc, mr, nr, last, act, act_alpha);
+}
+
+/* micro_kernel's tall tile: TALL_MR rows by NR/2 columns (nr <= NR/2),
+ * one vector register per row. */
+static void micro_kernel_tall(long kc, const float *restrict ap, long lda,
+                              const float *restrict bp, long ldbp, float *restrict C, long ldc,
+                              long mr, long nr, int last, int act, float act_alpha)
+{
+    float acc[CCN_TALL_MR][CCN_NR];
+#if defined(__GNUC__)
+    vec v[CCN_TALL_MR];
+    for (int i = 0; i < CCN_TALL_MR; i++)
+        v[i] = (vec){0};
+    for (long k = 0; k < kc; k++) {
+        vec b;
+        memcpy(&b, bp + k * ldbp, sizeof b);
+        for (int i = 0; i < CCN_TALL_MR; i++)
+            v[i] += ap[k * lda + i] * b;
     }
+    for (int i = 0; i < CCN_TALL_MR; i++)
+        memcpy(acc[i], &v[i], sizeof v[i]);
+#else
+    for (int i = 0; i < CCN_TALL_MR; i++)
+        for (int j = 0; j < CCN_NR / 2; j++)
+            acc[i][j] = 0.0f;
+    for (long k = 0; k < kc; k++)
+        for (int i = 0; i < CCN_TALL_MR; i++)
+            for (int j = 0; j < CCN_NR / 2; j++)
+                acc[i][j] += ap[k * lda + i] * bp[k * ldbp + j];
+#endif
+    add_tile(&acc[0][0], C, ldc, mr, nr, last, act, act_alpha);
 }
 
 /* Few rows (a batch-1 layer): every row of A against one pass over each
@@ -185,18 +289,44 @@ static void gemm_small_m(long M, long N, long K, const float *A, long a_rs, long
     }
 }
 
-/* One thread's share: C[M, N] (stride ldc) += alpha * A * B[K, N] (stride
- * ldb), packed and blocked. */
-static void gemm_serial(long M, long N, long K, const float *A, long a_rs, long a_cs,
-                        const float *B, long ldb, float alpha, float *C, long ldc, int act,
+/* The kc x nr strip of B at depth k0 and column n (nr <= NR): its place in
+ * B's strips, in B itself when read in place, or else packed into buf;
+ * *ldbp gets the distance between its rows. */
+static const float *b_strip(const b_operand *B, long k0, long kc, long n, long nr,
+                            int in_place, float *buf, long *ldbp)
+{
+    if (B->panels != NULL) {
+        *ldbp = CCN_STRIP_COLS;
+        return B->panels + k0 * B->panel_cols + n / CCN_STRIP_COLS * CCN_STRIP_COLS * kc +
+               n % CCN_STRIP_COLS;
+    }
+    if (in_place) {
+        *ldbp = B->ldb;
+        return B->b + k0 * B->ldb + n;
+    }
+    pack_b(kc, nr, B->b + k0 * B->ldb + n, B->ldb, buf);
+    *ldbp = CCN_NR;
+    return buf;
+}
+
+/* One thread's share: C[M, N] (stride ldc) += A[row0:row0 + M, K] *
+ * B[K, col0:col0 + N], packed and blocked. */
+static void gemm_serial(long M, long N, long K, const a_operand *A, long row0,
+                        const b_operand *B, long col0, float *C, long ldc, int act,
                         float act_alpha)
 {
-    if (M < CCN_SMALL_M) {
-        gemm_small_m(M, N, K, A, a_rs, a_cs, B, ldb, alpha, C, ldc, act, act_alpha);
+    if (M < CCN_SMALL_M && A->panels == NULL && B->panels == NULL) {
+        gemm_small_m(M, N, K, A->a + row0 * A->rs, A->rs, A->cs, B->b + col0, B->ldb,
+                     A->alpha, C, ldc, act, act_alpha);
         return;
     }
     float apack[CCN_MC * CCN_KC];
     float bpack[CCN_KC * CCN_NR];
+    const float *ap[CCN_MC / CCN_MR];
+    long lda[CCN_MC / CCN_MR];
+    /* Row blocks of the tile (A's panels start at multiples of it). */
+    const int tall = A->panels != NULL && N <= CCN_NR / 2;
+    const long mr = tall ? CCN_TALL_MR : CCN_MR;
     if (K == 0)
         activate_block(M, N, C, ldc, act, act_alpha);
     for (long k0 = 0; k0 < K; k0 += CCN_KC) {
@@ -204,21 +334,25 @@ static void gemm_serial(long M, long N, long K, const float *A, long a_rs, long 
         const int last = k0 + kc == K;
         for (long m0 = 0; m0 < M; m0 += CCN_MC) {
             const long mc = min_long(CCN_MC, M - m0);
-            for (long i = 0; i < mc; i += CCN_MR)
-                pack_a(min_long(CCN_MR, mc - i), kc, A + (m0 + i) * a_rs + k0 * a_cs,
-                       a_rs, a_cs, alpha, apack + i * kc);
+            for (long i = 0; i < mc; i += mr)
+                ap[i / mr] = a_block(A, row0 + m0 + i, min_long(mr, mc - i), k0, kc,
+                                     apack + i * kc, &lda[i / mr]);
             for (long n0 = 0; n0 < N; n0 += CCN_NR) {
                 const long nr = min_long(CCN_NR, N - n0);
                 /* A whole strip that few row blocks reuse is read in place:
                  * packing it would cost as much as the product. */
-                const int in_place = nr == CCN_NR && mc <= CCN_PACK_B_ROWS;
-                const float *b = in_place ? B + k0 * ldb + n0 : bpack;
-                if (!in_place)
-                    pack_b(kc, nr, B + k0 * ldb + n0, ldb, bpack);
-                for (long i = 0; i < mc; i += CCN_MR)
-                    micro_kernel(kc, apack + i * kc, b, in_place ? ldb : CCN_NR,
-                                 C + (m0 + i) * ldc + n0, ldc, min_long(CCN_MR, mc - i), nr,
-                                 last, act, act_alpha);
+                long ldbp;
+                const float *b = b_strip(B, k0, kc, col0 + n0, nr,
+                                         nr == CCN_NR && mc <= CCN_PACK_B_ROWS, bpack, &ldbp);
+                for (long i = 0; i < mc; i += mr) {
+                    float *c = C + (m0 + i) * ldc + n0;
+                    if (tall)
+                        micro_kernel_tall(kc, ap[i / mr], lda[i / mr], b, ldbp, c, ldc,
+                                          min_long(mr, mc - i), nr, last, act, act_alpha);
+                    else
+                        micro_kernel(kc, ap[i / mr], lda[i / mr], b, ldbp, c, ldc,
+                                     min_long(mr, mc - i), nr, last, act, act_alpha);
+                }
             }
         }
     }
@@ -237,20 +371,12 @@ static void gemm_cblas(long M, long N, long K, const float *A, long a_rs, long a
 }
 #endif
 
-void ccn_gemm_ex(long M, long N, long K, const float *A, long a_rs, long a_cs,
-                 const float *B, long ldb, float alpha, float *C, long ldc, int act,
-                 float act_alpha)
+/* C += A * B then the activation, on all threads for a large product. */
+static void gemm_any(long M, long N, long K, const a_operand *A, const b_operand *B, float *C,
+                     long ldc, int act, float act_alpha)
 {
-    const long macs = M * N * K;
-#ifdef CCN_CBLAS
-    /* CBLAS needs one unit stride in A. */
-    if (macs >= CCN_CBLAS_MACS && (a_cs == 1 || a_rs == 1)) {
-        gemm_cblas(M, N, K, A, a_rs, a_cs, B, ldb, alpha, C, ldc, act, act_alpha);
-        return;
-    }
-#endif
 #ifdef _OPENMP
-    if (macs >= CCN_PARALLEL_MACS && omp_get_max_threads() > 1) {
+    if (M * N * K >= CCN_PARALLEL_MACS && omp_get_max_threads() > 1) {
         /* Split the longer side (counted in micro-kernel tiles; columns
          * when M is small, as a few rows do not pack) into a few pieces
          * per thread, handed out as threads come free so that one thread
@@ -258,7 +384,8 @@ void ccn_gemm_ex(long M, long N, long K, const float *A, long a_rs, long a_cs,
          * parts of C: no synchronisation. */
         const int by_rows = M >= CCN_SMALL_M && (M + CCN_MR - 1) / CCN_MR >
                                                     (N + CCN_NR - 1) / CCN_NR;
-        const long unit = by_rows ? CCN_MR : CCN_NR, len = by_rows ? M : N;
+        const long row_unit = A->panels != NULL ? CCN_PANEL_ROWS : CCN_MR;
+        const long unit = by_rows ? row_unit : CCN_NR, len = by_rows ? M : N;
         const long tiles = (len + unit - 1) / unit;
         const long pieces = min_long(tiles, 4L * omp_get_max_threads());
 #pragma omp parallel for schedule(dynamic, 1)
@@ -266,17 +393,47 @@ void ccn_gemm_ex(long M, long N, long K, const float *A, long a_rs, long a_cs,
             const long lo = min_long(len, tiles * p / pieces * unit);
             const long hi = min_long(len, tiles * (p + 1) / pieces * unit);
             if (by_rows)
-                gemm_serial(hi - lo, N, K, A + lo * a_rs, a_rs, a_cs, B, ldb, alpha,
-                            C + lo * ldc, ldc, act, act_alpha);
+                gemm_serial(hi - lo, N, K, A, lo, B, 0, C + lo * ldc, ldc, act, act_alpha);
             else
-                gemm_serial(M, hi - lo, K, A, a_rs, a_cs, B + lo, ldb, alpha, C + lo, ldc, act,
-                            act_alpha);
+                gemm_serial(M, hi - lo, K, A, 0, B, lo, C + lo, ldc, act, act_alpha);
         }
         return;
     }
 #endif
-    (void)macs;
-    gemm_serial(M, N, K, A, a_rs, a_cs, B, ldb, alpha, C, ldc, act, act_alpha);
+    gemm_serial(M, N, K, A, 0, B, 0, C, ldc, act, act_alpha);
+}
+
+void ccn_gemm_ex(long M, long N, long K, const float *A, long a_rs, long a_cs,
+                 const float *B, long ldb, float alpha, float *C, long ldc, int act,
+                 float act_alpha)
+{
+#ifdef CCN_CBLAS
+    /* CBLAS needs one unit stride in A. */
+    if (M * N * K >= CCN_CBLAS_MACS && (a_cs == 1 || a_rs == 1)) {
+        gemm_cblas(M, N, K, A, a_rs, a_cs, B, ldb, alpha, C, ldc, act, act_alpha);
+        return;
+    }
+#endif
+    const a_operand a = {A, a_rs, a_cs, alpha, NULL, 0};
+    const b_operand b = {B, ldb, NULL, 0};
+    gemm_any(M, N, K, &a, &b, C, ldc, act, act_alpha);
+}
+
+void ccn_gemm_panels(long M, long N, long K, const float *panels, const float *B, long ldb,
+                     float *C, long ldc, int act, float act_alpha)
+{
+    const a_operand a = {NULL, 0, 0, 1.0f, panels, ccn_panel_rows(M)};
+    const b_operand b = {B, ldb, NULL, 0};
+    gemm_any(M, N, K, &a, &b, C, ldc, act, act_alpha);
+}
+
+void ccn_gemm_strips(long M, long N, long K, const float *A, long a_rs, long a_cs,
+                     const float *strips, float alpha, float *C, long ldc, int act,
+                     float act_alpha)
+{
+    const a_operand a = {A, a_rs, a_cs, alpha, NULL, 0};
+    const b_operand b = {NULL, 0, strips, ccn_strip_cols(N)};
+    gemm_any(M, N, K, &a, &b, C, ldc, act, act_alpha);
 }
 
 void ccn_gemm(long M, long N, long K, const float *A, long a_rs, long a_cs,
@@ -404,26 +561,56 @@ static void im2col(long C, long H, long W, long KH, long KW, long OH, long OW,
                    long sh, long sw, long dh, long dw, long pt, long pl,
                    const float *x, float *col, long ldc)
 {
+    /* Stride 1 keeping the width: a row's output rows [oh0, oh1) that read
+     * the input are one shifted block of it, copied at once (the columns
+     * it wraps into are padding, zeroed after). */
+    const int block = sh == 1 && sw == 1 && OW == W;
     for (long c = 0; c < C; c++)
         for (long kh = 0; kh < KH; kh++)
             for (long kw = 0; kw < KW; kw++) {
                 float *row = col + ((c * KH + kh) * KW + kw) * ldc;
+                /* Columns [lo, hi) of every output row read the input, the
+                 * rest is padding: the same for each oh. */
+                const long first = kw * dw - pl;  /* iw of ow = 0 */
+                const long lo = first >= 0 ? 0 : min_long(OW, (-first + sw - 1) / sw);
+                const long hi = W - first <= 0 ? lo : min_long(OW, (W - first + sw - 1) / sw);
+                if (block) {
+                    const long oh0 = min_long(OH, pt - kh * dh > 0 ? pt - kh * dh : 0);
+                    const long oh1 = min_long(OH, H + pt - kh * dh);
+                    const long start = (oh0 - pt + kh * dh) * W + first;  /* in channel c */
+                    const long n = oh1 > oh0 ? (oh1 - oh0) * W : 0;
+                    const long j0 = min_long(n, start < 0 ? -start : 0);
+                    const long j1 = n < H * W - start ? n : H * W - start;
+                    float *out = row + oh0 * OW;
+                    for (long j = 0; j < oh0 * OW + j0; j++)
+                        row[j] = 0.0f;
+                    if (j1 > j0)
+                        memcpy(out + j0, x + c * H * W + start + j0,
+                               (size_t)(j1 - j0) * sizeof(float));
+                    for (long j = (j1 > j0 ? j1 : j0) + oh0 * OW; j < OH * OW; j++)
+                        row[j] = 0.0f;
+                    for (long oh = oh0; oh < oh1; oh++) {
+                        for (long ow = 0; ow < lo; ow++)
+                            row[oh * OW + ow] = 0.0f;
+                        for (long ow = hi; ow < OW; ow++)
+                            row[oh * OW + ow] = 0.0f;
+                    }
+                    continue;
+                }
                 for (long oh = 0; oh < OH; oh++) {
                     const long ih = oh * sh - pt + kh * dh;
-                    float *out = row + oh * OW;
+                    float *restrict out = row + oh * OW;
                     if (ih < 0 || ih >= H) {
-                        memset(out, 0, (size_t)OW * sizeof(float));
+                        for (long ow = 0; ow < OW; ow++)
+                            out[ow] = 0.0f;
                         continue;
                     }
-                    /* Columns [lo, hi) read the input; the rest is padding. */
-                    const long first = kw * dw - pl;  /* iw of ow = 0 */
-                    const long lo = first >= 0 ? 0 : min_long(OW, (-first + sw - 1) / sw);
-                    const long hi = W - first <= 0 ? lo : min_long(OW, (W - first + sw - 1) / sw);
-                    const float *in = x + (c * H + ih) * W;
+                    const float *restrict in = x + (c * H + ih) * W;
                     for (long ow = 0; ow < lo; ow++)
                         out[ow] = 0.0f;
-                    if (sw == 1 && hi > lo)
-                        memcpy(out + lo, in + lo + first, (size_t)(hi - lo) * sizeof(float));
+                    if (sw == 1)
+                        for (long ow = lo; ow < hi; ow++)
+                            out[ow] = in[ow + first];
                     else
                         for (long ow = lo; ow < hi; ow++)
                             out[ow] = in[ow * sw + first];
@@ -433,9 +620,24 @@ static void im2col(long C, long H, long W, long KH, long KW, long OH, long OW,
             }
 }
 
+/* The im2col columns of the nb images at x (x_image floats apart), image
+ * by image (S = OH*OW columns each) in rows ld apart: channels split
+ * between threads for a large one, as the product after it is. */
+static void im2col_images(long nb, long C, long H, long W, long KH, long KW, long OH, long OW,
+                          long sh, long sw, long dh, long dw, long pt, long pl,
+                          const float *x, long x_image, float *col, long ld)
+{
+    CCN_OMP_FOR_IF(nb * C * KH * KW * OH * OW)
+    for (long c = 0; c < C; c++)
+        for (long i = 0; i < nb; i++)
+            im2col(1, H, W, KH, KW, OH, OW, sh, sw, dh, dw, pt, pl, x + i * x_image + c * H * W,
+                   col + c * KH * KW * ld + i * OH * OW, ld);
+}
+
 /* y[m, s] = bias[m] (or 0) for an M x S block with rows ldy apart. */
 static void fill_bias(long M, long S, const float *bias, float *y, long ldy)
 {
+    CCN_OMP_FOR_IF(M * S)
     for (long m = 0; m < M; m++) {
         const float b = bias ? bias[m] : 0.0f;
         for (long s = 0; s < S; s++)
@@ -443,10 +645,21 @@ static void fill_bias(long M, long S, const float *bias, float *y, long ldy)
     }
 }
 
+/* y[i, m, :] = prod[m, i*S : (i+1)*S] for the nb images of an M x nb*S
+ * product (y's images y_image floats apart). */
+static void scatter_images(long nb, long M, long S, const float *prod, float *y, long y_image)
+{
+    CCN_OMP_FOR_IF(nb * M * S)
+    for (long m = 0; m < M; m++)
+        for (long i = 0; i < nb; i++)
+            memcpy(y + i * y_image + m * S, prod + (m * nb + i) * S, (size_t)S * sizeof(float));
+}
+
 void ccn_conv2d(long N, long C, long H, long W, long M, long KH, long KW, long OH, long OW,
                 long group, long stride_h, long stride_w, long dil_h, long dil_w,
                 long pad_top, long pad_left, long images, const float *x, const float *w,
-                const float *bias, float *y, float *col, int act, float act_alpha)
+                int w_panels, const float *bias, float *y, float *col, int act,
+                float act_alpha)
 {
     const long Cg = C / group, Mg = M / group, K = Cg * KH * KW, S = OH * OW;
     /* A 1x1 convolution without stride or padding needs no im2col. */
@@ -461,19 +674,20 @@ void ccn_conv2d(long N, long C, long H, long W, long M, long KH, long KW, long O
         for (long g = 0; g < group; g++) {
             const float *bg = bias ? bias + g * Mg : NULL;
             const float *cols = direct ? x + (n0 * C + g * Cg) * H * W : col;
-            for (long i = 0; i < nb && !direct; i++)
-                im2col(Cg, H, W, KH, KW, OH, OW, stride_h, stride_w, dil_h, dil_w, pad_top,
-                       pad_left, x + ((n0 + i) * C + g * Cg) * H * W, col + i * S, ld);
+            if (!direct)
+                im2col_images(nb, Cg, H, W, KH, KW, OH, OW, stride_h, stride_w, dil_h, dil_w,
+                              pad_top, pad_left, x + (n0 * C + g * Cg) * H * W, C * H * W,
+                              col, ld);
             float *out = nb == 1 ? y + (n0 * M + g * Mg) * S : prod;
-            for (long i = 0; i < nb; i++)
-                fill_bias(Mg, S, bg, out + i * S, ld);
-            ccn_gemm_ex(Mg, ld, K, w + g * Mg * K, K, 1, cols, ld, 1.0f, out, ld, act,
-                        act_alpha);
+            fill_bias(Mg, ld, bg, out, ld);
+            if (w_panels)
+                ccn_gemm_panels(Mg, ld, K, w + g * ccn_panel_rows(Mg) * K, cols, ld, out, ld,
+                                act, act_alpha);
+            else
+                ccn_gemm_ex(Mg, ld, K, w + g * Mg * K, K, 1, cols, ld, 1.0f, out, ld, act,
+                            act_alpha);
             if (nb > 1)
-                for (long i = 0; i < nb; i++)
-                    for (long m = 0; m < Mg; m++)
-                        memcpy(y + ((n0 + i) * M + g * Mg + m) * S, prod + m * ld + i * S,
-                               (size_t)S * sizeof(float));
+                scatter_images(nb, Mg, S, prod, y + (n0 * M + g * Mg) * S, M * S);
         }
     }
 }

@@ -22,6 +22,34 @@ void ccn_gemm(long M, long N, long K, const float *A, long a_rs, long a_cs,
 void ccn_gemm_ex(long M, long N, long K, const float *A, long a_rs, long a_cs,
                  const float *B, long ldb, float alpha, float *C, long ldc, int act,
                  float act_alpha);
+/* The panel layout of a constant M x K matrix A, packed at emit time
+ * (lowerings/connection.py, pack_panels): M rounded up to whole panels of
+ * CCN_PANEL_ROWS rows; for each depth slice k0 = 0, 256, ... (kc deep, the
+ * last one shorter) and each panel p0 = 0, 24, ..., the kc x 24 block
+ * panel[k * 24 + i] = A[p0 + i, k0 + k] (zero past row M) at
+ * k0 * ccn_panel_rows(M) + p0 * kc. */
+#define CCN_PANEL_ROWS 24
+static inline long ccn_panel_rows(long M)
+{
+    return (M + CCN_PANEL_ROWS - 1) / CCN_PANEL_ROWS * CCN_PANEL_ROWS;
+}
+/* ccn_gemm_ex for A (alpha 1) given in the panel layout. */
+void ccn_gemm_panels(long M, long N, long K, const float *panels, const float *B, long ldb,
+                     float *C, long ldc, int act, float act_alpha);
+/* The strip layout of a constant K x N matrix B, packed at emit time
+ * (pack_strips): N rounded up to whole strips of CCN_STRIP_COLS columns;
+ * for each depth slice k0 = 0, 256, ... (kc deep) and each strip n0 = 0,
+ * 32, ..., the kc x 32 block strip[k * 32 + j] = B[k0 + k, n0 + j] (zero
+ * past column N) at k0 * ccn_strip_cols(N) + n0 * kc. */
+#define CCN_STRIP_COLS 32
+static inline long ccn_strip_cols(long N)
+{
+    return (N + CCN_STRIP_COLS - 1) / CCN_STRIP_COLS * CCN_STRIP_COLS;
+}
+/* ccn_gemm_ex for B given in the strip layout (C's rows ldc apart). */
+void ccn_gemm_strips(long M, long N, long K, const float *A, long a_rs, long a_cs,
+                     const float *strips, float alpha, float *C, long ldc, int act,
+                     float act_alpha);
 /* C[m, n] = act(C[m, n] + alpha * sum_k A[m, k] Bt[n, k]): the product
  * with B given transposed (row-major N x K, A's rows a_rs apart and
  * contiguous), as dot products that read Bt once in order: for few rows
@@ -37,15 +65,17 @@ void ccn_matmul_batched(long rank, const long *dims, const long *a_strides,
                         const float *B, float *C, int act, float act_alpha);
 /* dst[c, r] = src[r, c] for an R x C src. */
 void ccn_transpose(long R, long C, const float *src, float *dst);
-/* 2-D convolution, NCHW input, (M, C/group, KH, KW) weights, bias may be
- * NULL, then activation act.  Up to `images` images share one product;
+/* 2-D convolution, NCHW input, (M, C/group, KH, KW) weights (w_panels:
+ * each group's M/group x C/group*KH*KW matrix in the panel layout, one
+ * after the other), bias may be NULL, then activation act.  Up to `images` images share one product;
  * col is scratch of (C/group)*KH*KW*OH*OW*images floats, plus
  * (M/group)*OH*OW*images when images > 1 (NULL for a 1x1 convolution
  * without stride or padding and images == 1). */
 void ccn_conv2d(long N, long C, long H, long W, long M, long KH, long KW, long OH, long OW,
                 long group, long stride_h, long stride_w, long dil_h, long dil_w,
                 long pad_top, long pad_left, long images, const float *x, const float *w,
-                const float *bias, float *y, float *col, int act, float act_alpha);
+                int w_panels, const float *bias, float *y, float *col, int act,
+                float act_alpha);
 
 CCN_END_DECLS
 #endif /* CCN_CONNECTION_H */

@@ -3,30 +3,54 @@
 
 #include "ccn_pooling.h"
 
+/* *best = the largest of *best and the in-bounds taps of the KW-wide
+ * window starting at column iw0 of the input row `row` (a window that
+ * reaches past the row's ends). */
+static void max_taps(float *best, const float *row, long W, long iw0, long KW, long dil_w)
+{
+    for (long kw = 0; kw < KW; kw++) {
+        const long iw = iw0 + kw * dil_w;
+        if (iw >= 0 && iw < W && row[iw] > *best)
+            *best = row[iw];
+    }
+}
+
 void ccn_maxpool2d(long NC, long H, long W, long OH, long OW, long KH, long KW,
                    long stride_h, long stride_w, long dil_h, long dil_w,
                    long pad_top, long pad_left, const float *x, float *y)
 {
+    /* Output columns [lo, hi) have their whole window inside each row. */
+    const long lo = pad_left <= 0 ? 0 : (pad_left + stride_w - 1) / stride_w;
+    const long reach = W + pad_left - (KW - 1) * dil_w;  /* ow * stride_w < reach */
+    const long hi = reach <= 0 ? lo : (reach + stride_w - 1) / stride_w;
+    const long in_lo = lo < OW ? lo : OW, in_hi = hi < in_lo ? in_lo : hi < OW ? hi : OW;
     CCN_OMP_FOR_IF(NC * OH * OW * KH * KW)
     for (long p = 0; p < NC; p++) {
         const float *in = x + p * H * W;
         float *out = y + p * OH * OW;
-        for (long oh = 0; oh < OH; oh++)
-            for (long ow = 0; ow < OW; ow++) {
-                /* Padding is -inf: it never wins, as in the NumPy kernel. */
-                float best = -INFINITY;
-                for (long kh = 0; kh < KH; kh++) {
-                    const long ih = oh * stride_h - pad_top + kh * dil_h;
-                    if (ih < 0 || ih >= H)
-                        continue;
-                    for (long kw = 0; kw < KW; kw++) {
-                        const long iw = ow * stride_w - pad_left + kw * dil_w;
-                        if (iw >= 0 && iw < W && in[ih * W + iw] > best)
-                            best = in[ih * W + iw];
-                    }
+        for (long oh = 0; oh < OH; oh++) {
+            float *restrict o = out + oh * OW;
+            /* Padding is -inf: it never wins, as in the NumPy kernel.  Row
+             * by row of the window, the inner loop over output columns
+             * (which vectorises). */
+            for (long ow = 0; ow < OW; ow++)
+                o[ow] = -INFINITY;
+            for (long kh = 0; kh < KH; kh++) {
+                const long ih = oh * stride_h - pad_top + kh * dil_h;
+                if (ih < 0 || ih >= H)
+                    continue;
+                const float *row = in + ih * W;
+                for (long ow = 0; ow < in_lo; ow++)
+                    max_taps(o + ow, row, W, ow * stride_w - pad_left, KW, dil_w);
+                for (long kw = 0; kw < KW; kw++) {
+                    const float *restrict r = row + kw * dil_w - pad_left;
+                    for (long ow = in_lo; ow < in_hi; ow++)
+                        o[ow] = r[ow * stride_w] > o[ow] ? r[ow * stride_w] : o[ow];
                 }
-                out[oh * OW + ow] = best;
+                for (long ow = in_hi; ow < OW; ow++)
+                    max_taps(o + ow, row, W, ow * stride_w - pad_left, KW, dil_w);
             }
+        }
     }
 }
 

@@ -23,6 +23,16 @@ FEW_ROWS = 4
 #: Columns a convolution's product should have at least: below, several
 #: images share one product so the weights are read once for all of them.
 CONV_COLUMNS = 256
+#: The panel and strip layouts of ccn_connection.h (CCN_PANEL_ROWS,
+#: CCN_STRIP_COLS, CCN_KC): rows of a panel of A, columns of a strip of B
+#: and depth of a slice.
+PANEL_ROWS = 24
+STRIP_COLS = 32
+PANEL_DEPTH = 256
+#: Rows of a product from which the kernels pack their operands
+#: (ccn_connection.c's CCN_SMALL_M): only then do emit-time layouts spare
+#: work.
+PANEL_MIN_ROWS = 4
 
 
 def activation_args(inst) -> str:
@@ -61,11 +71,17 @@ def gemm(em, inst) -> Step:
         bias_rs = padded[1] if padded[0] != 1 else 0
     b_reg = inst.inputs[1]
     b_const = em.const(b_reg) is not None
-    # B goes to ccn_gemm_ex as row-major K x N: a constant transposed at
-    # emit time, else transposed into scratch at run time; to ccn_gemm_bt
-    # as N x K.
+    # A constant B goes to ccn_gemm_strips in strips packed here once (for
+    # several rows) or to ccn_gemm_bt as N x K (few rows); a run-time B to
+    # ccn_gemm_ex as row-major K x N, transposed into scratch if need be.
     dots = b_const and M < FEW_ROWS and (not trans_a or M == 1)
-    b_name = em.weight(b_reg, transposed=bool(trans_b) != dots) if b_const else None
+    strips = None
+    if b_const and not dots and M >= PANEL_MIN_ROWS:
+        b = numpy.asarray(em.const(b_reg), numpy.float32)
+        strips = em.constant_array('strips%d' % inst.outputs[0],
+                                   pack_panels(b if trans_b else b.T, STRIP_COLS))
+    b_name = em.weight(b_reg, transposed=bool(trans_b) != dots) if b_const and not strips \
+        else None
 
     def render(ref, scratch):
         y = ref(inst.outputs[0])
@@ -81,6 +97,10 @@ def gemm(em, inst) -> Step:
             lines.append('ccn_gemm_bt(%d, %d, %d, %s, %d, %s, %s, %s, %d, %s);' % (
                 M, N, K, ref(inst.inputs[0]), 1 if trans_a else K, b, cfloat(alpha), y, N,
                 act))
+        elif strips:
+            lines.append('ccn_gemm_strips(%d, %d, %d, %s, %d, %d, %s, %s, %s, %d, %s);' % (
+                M, N, K, ref(inst.inputs[0]), 1 if trans_a else K, M if trans_a else 1, strips,
+                cfloat(alpha), y, N, act))
         else:
             lines.append('ccn_gemm_ex(%d, %d, %d, %s, %d, %d, %s, %d, %s, %s, %d, %s);' % (
                 M, N, K, ref(inst.inputs[0]), 1 if trans_a else K, M if trans_a else 1, b,
@@ -117,8 +137,14 @@ def matmul(em, inst) -> Step:
                                       for d, s in enumerate(a_strides))
     rows = math.prod(batch) * M
     # A constant B for few rows: read transposed by dot products.
-    dots = flat and rows < FEW_ROWS and em.const(inst.inputs[1]) is not None
+    b_const = em.const(inst.inputs[1])
+    dots = flat and rows < FEW_ROWS and b_const is not None
     bt = em.weight(inst.inputs[1], transposed=True) if dots else None
+    # A constant B for more rows: packed in strips here once.
+    strips = None
+    if flat and rows >= PANEL_MIN_ROWS and b_const is not None:
+        strips = em.constant_array('strips%d' % inst.outputs[0], pack_panels(
+            numpy.asarray(b_const, numpy.float32).reshape(K, N).T, STRIP_COLS))
 
     def render(ref, scratch):
         a, b, y = ref(inst.inputs[0]), ref(inst.inputs[1]), ref(inst.outputs[0])
@@ -126,6 +152,9 @@ def matmul(em, inst) -> Step:
         if dots:
             return [init, 'ccn_gemm_bt(%d, %d, %d, %s, %d, %s, 1.0f, %s, %d, %s);'
                     % (rows, N, K, a, K, bt, y, N, act)]
+        if strips:
+            return [init, 'ccn_gemm_strips(%d, %d, %d, %s, %d, 1, %s, 1.0f, %s, %d, %s);'
+                    % (rows, N, K, a, K, strips, y, N, act)]
         if flat:
             return [init, 'ccn_gemm_ex(%d, %d, %d, %s, %d, 1, %s, %d, 1.0f, %s, %d, %s);'
                     % (rows, N, K, a, K, b, N, y, N, act)]
@@ -134,6 +163,20 @@ def matmul(em, inst) -> Step:
                 '                   (const long[]){%s}, %d, %d, %d, %s, %s, %s, %s);'
                 % (_clongs(b_strides), M, N, K, a, b, y, act)]
     return Step('connection', [out], render)
+
+
+def pack_panels(a, rows=PANEL_ROWS) -> numpy.ndarray:
+    """The M x K float32 matrix ``a`` in the panel layout of
+    ccn_connection.h: rows padded with zeros to whole panels of ``rows``,
+    then for each PANEL_DEPTH-deep slice of columns and each panel, the
+    slice's columns one after the other, each holding the panel's rows.
+    The strip layout of a K x N matrix B is that of B.T with STRIP_COLS."""
+    M, K = a.shape
+    padded = numpy.zeros((-(-M // rows) * rows, K), numpy.float32)
+    padded[:M] = a
+    panels = padded.reshape(-1, rows, K)
+    return numpy.concatenate([panels[:, :, k0:k0 + PANEL_DEPTH].transpose(0, 2, 1).ravel()
+                              for k0 in range(0, K, PANEL_DEPTH)])
 
 
 def _batch_strides(shape, batch) -> tuple[int, ...]:
@@ -180,14 +223,22 @@ def conv(em, inst) -> Step:
     direct = images == 1 and (KH, KW, OH, OW) == (1, 1, H, W) and win.strides == (1, 1) \
         and win.pads_begin == (0, 0)
     has_bias = em.has(inst, 2)
+    # Constant weights go in the panel layout, packed here once rather than
+    # on every call.
+    w = em.const(inst.inputs[1])
+    panels = None
+    if w is not None and M // group >= PANEL_MIN_ROWS:
+        mats = numpy.asarray(w, numpy.float32).reshape(group, M // group, -1)
+        panels = em.constant_array('panels%d' % inst.outputs[0],
+                                   numpy.concatenate([pack_panels(m) for m in mats]))
 
     def render(ref, scratch):
         return ['ccn_conv2d(%d, %d, %d, %d, %d, %d, %d, %d, %d, %d, %d, %d, %d, %d, %d, %d, %d,'
                 % (N, C, H, W, M, KH, KW, OH, OW, group, win.strides[0], win.strides[1],
                    win.dilations[0], win.dilations[1], win.pads_begin[0], win.pads_begin[1],
                    images),
-                '           %s, %s, %s, %s, %s, %s);' % (
-                    ref(inst.inputs[0]), ref(inst.inputs[1]),
+                '           %s, %s, %d, %s, %s, %s, %s);' % (
+                    ref(inst.inputs[0]), panels or ref(inst.inputs[1]), panels is not None,
                     ref(inst.inputs[2]) if has_bias else 'NULL', ref(inst.outputs[0]),
                     'NULL' if direct else scratch, act)]
     scratch = 0 if direct else Cg * KH * KW * S * images + (M // group * S * images

@@ -1,12 +1,19 @@
 """Gemm, MatMul and Conv on the native backend: the blocked GEMM's edge
 tiles and K blocks, the dot-product path for few rows, broadcast batched
-MatMul, and convolutions sharing one product between several images."""
+MatMul, convolutions sharing one product between several images, and
+constant operands laid out at emit time (panels of A, strips of B)."""
 import numpy
 import pytest
 from onnx import helper
 
 from chainer_compiler.frontend import build_program
 from chainer_compiler.runtime.native.emit_c import UnsupportedNativeOpsError, emit_c
+from chainer_compiler.runtime.native.lowerings.connection import (
+    PANEL_DEPTH,
+    PANEL_ROWS,
+    STRIP_COLS,
+    pack_panels,
+)
 
 from .helpers import check_native, make_model
 
@@ -42,12 +49,19 @@ def test_gemm_variants():
 
 
 def test_gemm_large_product():
-    """A product big enough for the OpenMP split (and several MC blocks)."""
+    """Products big enough for the OpenMP split, of the rows (and several MC
+    blocks) or of the columns (few rows, B's strips from an offset); B
+    constant (in strips) or given at run time."""
     rng = numpy.random.RandomState(1)
-    model = make_model([helper.make_node('Gemm', ['A', 'W', 'c'], ['y'])],
-                       [('A', F32, [200, 130])], [('y', F32, [200, 150])],
-                       {'W': _rand(rng, 130, 150), 'c': _rand(rng, 150)})
-    check_native(model, [_rand(rng, 200, 130)], atol=1e-4)
+    node = helper.make_node
+    nodes = [node('Gemm', ['A', 'W', 'c'], ['y']), node('Gemm', ['a8', 'V'], ['z'], transB=1),
+             node('MatMul', ['a8', 'B'], ['u'])]
+    inputs = [('A', F32, [200, 130]), ('a8', F32, [8, 300]), ('B', F32, [300, 1000])]
+    model = make_model(nodes, inputs,
+                       [('y', F32, [200, 150]), ('z', F32, [8, 1000]), ('u', F32, [8, 1000])],
+                       {'W': _rand(rng, 130, 150), 'c': _rand(rng, 150),
+                        'V': _rand(rng, 1000, 300)})
+    check_native(model, [_rand(rng, *s) for _, _, s in inputs], atol=1e-4)
 
 
 def test_matmul_broadcasting():
@@ -102,6 +116,49 @@ def test_conv_large():
                        [('x', F32, [2, 16, 24, 24])], [('y', F32, [2, 24, 24, 24])],
                        {'w': _rand(rng, 24, 16, 3, 3), 'b': _rand(rng, 24)})
     check_native(model, [_rand(rng, 2, 16, 24, 24)], atol=1e-4)
+
+
+def test_conv_weight_panels():
+    """Constant weights packed into panels at emit time: 50 output channels
+    (three panels, the last partial), a depth of 300 (two slices, the last
+    short), groups of 8 channels each with their own panels, a product
+    large enough for the OpenMP split by rows; 4x4 outputs of one image
+    (16 columns: the tall tile, split by whole panels); and weights given
+    at run time, which the kernel packs itself."""
+    rng = numpy.random.RandomState(5)
+    node = helper.make_node
+    nodes = [node('Conv', ['x', 'w1', 'b1'], ['y1'], pads=[1, 1, 1, 1]),
+             node('Conv', ['x', 'w2'], ['y2'], group=4, strides=[2, 2]),
+             node('Conv', ['x', 'wr'], ['y3']),
+             node('Conv', ['x4', 'w4'], ['c4'], pads=[1, 1, 1, 1]),
+             node('Relu', ['c4'], ['y4'])]                      # fused: the epilogue
+    inits = {'w1': _rand(rng, 50, 12, 5, 5), 'b1': _rand(rng, 50), 'w2': _rand(rng, 32, 3, 3, 3),
+             'w4': _rand(rng, 50, 64, 3, 3)}
+    inputs = [('x', F32, [2, 12, 10, 10]), ('wr', F32, [30, 12, 3, 3]),
+              ('x4', F32, [1, 64, 4, 4])]
+    outputs = [('y1', F32, [2, 50, 8, 8]), ('y2', F32, [2, 32, 4, 4]), ('y3', F32, [2, 30, 8, 8]),
+               ('y4', F32, [1, 50, 4, 4])]
+    model = make_model(nodes, inputs, outputs, inits)
+    check_native(model, [_rand(rng, *s) for _, _, s in inputs], atol=1e-4)
+
+
+@pytest.mark.parametrize('rows', [PANEL_ROWS, STRIP_COLS])
+def test_pack_panels_layout(rows):
+    """pack_panels puts A[p0 + i, k0 + k] at k0 * Mp + p0 * kc + k * rows + i
+    (ccn_connection.h's panels of A, and with 32 rows the strips of B.T),
+    zeros past the last row."""
+    M, K = 40, 300
+    a = numpy.arange(M * K, dtype=F32).reshape(M, K) + 1
+    packed = pack_panels(a, rows)
+    Mp = -(-M // rows) * rows
+    assert packed.shape == (Mp * K,)
+    for m, k in [(0, 0), (5, 7), (23, 255), (24, 0), (31, 256), (39, 299), (10, 280)]:
+        k0 = k // PANEL_DEPTH * PANEL_DEPTH
+        kc = min(PANEL_DEPTH, K - k0)
+        p0 = m // rows * rows
+        index = k0 * Mp + p0 * kc + (k - k0) * rows + m - p0
+        assert packed[index] == a[m, k]
+    assert numpy.count_nonzero(packed) == M * K
 
 
 def test_refusals(tmp_path):
