@@ -20,6 +20,11 @@ INFERENCE_LABELS = {
     'executable': 'native executable',
 }
 NATIVE_IMPLS = ('native', 'executable')
+#: The native backend's time (in Python) as a ratio to onnxruntime's must
+#: be at most this: 1.0 at batch 1 for the MLPs and LeNet-5, 1.5 for the
+#: CNNs at batch 1 and for every model at batch 32.
+NATIVE_FASTER_AT_BATCH_1 = INFERENCE_TARGETS
+NATIVE_MAX_RATIO = 1.5
 #: Emitting and compiling this model's C must take under BUILD_TARGET_S.
 BUILD_TARGET_MODEL = 'ResNet-50'
 BUILD_TARGET_S = 60.0
@@ -134,9 +139,21 @@ def targets(results):
 
 
 def native_targets(results):
-    """The native backend's targets: ResNet-50's C emitted and compiled in
-    under a minute; every arena no larger than the VM's peak memory."""
+    """The native backend's targets: its speed against onnxruntime;
+    ResNet-50's C emitted and compiled in under a minute; every arena no
+    larger than the VM's peak memory."""
     found = []
+    for row in results['inference']:
+        limit = 1.0 if row['batch'] == 1 and row['model'] in NATIVE_FASTER_AT_BATCH_1 \
+            else NATIVE_MAX_RATIO
+        target = 'native ≤ %.1f× onnxruntime at batch %d, %s' % (limit, row['batch'],
+                                                                 row['model'])
+        native = row['ms'].get('native')
+        if native is None:
+            found.append((target, 'n/a: %s' % _reason(row, 'native'), False))
+        else:
+            ratio = native / row['ms']['onnxruntime']
+            found.append((target, '%.2f×' % ratio, ratio <= limit))
     for row in results['inference']:
         if row['model'] != BUILD_TARGET_MODEL:
             continue
