@@ -2,12 +2,15 @@
 
 The Program's shapes must all be static: the inputs' from their ValueInfos,
 the constants' from their arrays, every other one propagated here op by op.
-Each instruction becomes one call (or a few) into the kernels under
-``kernels/`` with its shapes as literal constants; the per-family lowerings
-under ``lowerings/`` decide which (lowering.py is their interface).  Every
-intermediate value and every kernel's scratch space sits at an offset of
-one arena planned from liveness (arena.py).  Reshape-like instructions share
-their input's memory instead of copying it.
+First, BatchNormalizations and activations are fused into the products
+before them (fusion.py); instructions whose results are known at emit time
+become constants (folding.py).  Each other instruction becomes one call (or
+a few) into the kernels under ``kernels/`` with its shapes as literal
+constants; the per-family lowerings under ``lowerings/`` decide which
+(lowering.py is their interface).  Every intermediate value and every
+kernel's scratch space sits at an offset of one arena planned from liveness
+(arena.py).  Reshape-like instructions share their input's memory, and an
+element-wise result takes the memory of an input read for the last time.
 
 Anything the kernels cannot do is refused before a file is written, with
 one error listing every offending instruction; there is no fallback.
