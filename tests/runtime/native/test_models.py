@@ -1,8 +1,9 @@
-"""The project's model tests through the native backend: each model is
-exported for inference, then run (a) through Executor(backend='native') and
-(b) as the emitted C built with `make` and run with no Python in its
-environment (weights embedded as C literals, or in a weights file for the
-large image models), and compared with the NumPy VM and onnxruntime.
+"""The project's model tests and the benchmark models (benchmarks/models.py)
+through the native backend: each model is exported for inference, then run
+(a) through Executor(backend='native') and (b) as the emitted C built with
+`make` and run with no Python in its environment (weights embedded as C
+literals, or in a weights file for models of over a million weights), and
+compared with the NumPy VM and onnxruntime.
 
 Random weights, no downloads.  Tolerances are rtol 1e-4, atol 1e-5 for
 every model: the C kernels accumulate in float32 in another order than
@@ -19,6 +20,7 @@ import numpy
 import onnxruntime
 import pytest
 
+from benchmarks import models as bench_models
 from chainer_compiler.frontend import build_program
 from chainer_compiler.runtime.executor import Executor
 from chainer_compiler.runtime.native import emit_c
@@ -35,6 +37,8 @@ CC = shutil.which('cc') or shutil.which('gcc')
 pytestmark = pytest.mark.skipif(CC is None or shutil.which('make') is None,
                                 reason='no C compiler (cc/gcc) or make on PATH')
 RTOL, ATOL = 1e-4, 1e-5
+#: Models with more weights than this are emitted with a weights file.
+EMBED_AT_MOST = 1_000_000
 
 
 def _uniform(shape, seed=0):
@@ -75,6 +79,11 @@ def _transformer():
     return TransformerEncoderBlock(), (_uniform((2, 5, 16)), mask)
 
 
+def _benchmark_model(make, shape):
+    """A model of `make bench` (benchmarks/models.py) at batch 2."""
+    return lambda: (make(), (_uniform((2,) + shape),))
+
+
 def _image_model(link):
     return lambda: (link(pretrained_model=None), (_uniform((1, 3, 224, 224)),))
 
@@ -87,6 +96,12 @@ MODELS = {
     'lenet5_bn': lambda: _lenet5(batch_norm=True),
     'bilstm': _bilstm,
     'transformer': _transformer,
+    'bench_mlp_wide': _benchmark_model(lambda: bench_models.MLP([784, 1000, 1000, 10]), (784,)),
+    'bench_mlp_small': _benchmark_model(lambda: bench_models.MLP([784, 100, 100, 10]), (784,)),
+    'bench_mlp_deep': _benchmark_model(lambda: bench_models.MLP([784] + [32] * 9 + [10]),
+                                       (784,)),
+    'bench_lenet5': _benchmark_model(bench_models.LeNet5, (1, 28, 28)),
+    'bench_resnet18': _benchmark_model(lambda: bench_models.ResNet18Style(64), (3, 32, 32)),
     'vgg16': _image_model(L.VGG16Layers),
     'resnet50': _image_model(L.ResNet50Layers),
     'googlenet': _image_model(L.GoogLeNet),
@@ -152,9 +167,10 @@ def test_native_executor_matches_the_references(name):
 def test_built_executable_matches_the_references(name, tmp_path):
     model = _exported(name)
     folder = tmp_path / 'c'
-    # The image models' weights (up to 138M floats) as C literals would
-    # take the compiler very long; the weights file is the mode for them.
-    result = emit_c(model.program, folder, 'model', weights='file' if name in SLOW else 'embed')
+    # Large models' weights (up to 138M floats) as C literals take the
+    # compiler long (11M: over a minute); the weights file is the mode for them.
+    large = sum(v.size for v in model.program.constants.values()) > EMBED_AT_MOST
+    result = emit_c(model.program, folder, 'model', weights='file' if large else 'embed')
     built = Built(model.program, str(folder), 'model', result, make_folder(folder))
     assert 'warning' not in built.make_output
     paths = []
