@@ -34,6 +34,7 @@ from .folding import fold
 from .fusion import fuse
 from .lowering import FLOAT32, LOWERINGS, Refuse, Step, Unknown
 from .weights import WeightsLayout, layout
+from .weights import block as weights_block
 from .weights import write_file as write_weights_file
 
 KERNEL_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), 'kernels')
@@ -69,8 +70,9 @@ class EmitResult:
     buffers: list[tuple[Any, int, int, int, int]] = field(default_factory=list)
     output_shapes: list[Shape] = field(default_factory=list)
     output_dtypes: list[str] = field(default_factory=list)
-    #: the layout of the weights block (weights='file'), else None
+    #: the layout of the weights block and its bytes (weights='file'), else None
     weights: WeightsLayout | None = None
+    weights_block: numpy.ndarray | None = None
 
 #: Where the constants go: 'embed' (C literals in NAME_weights.c) or 'file'
 #: (NAME_weights.bin, loaded by NAME_create; weights.py).
@@ -283,9 +285,10 @@ class _Emitter:
         families = self.families()
         headers = sorted(os.path.basename(h)
                          for h in glob.glob(os.path.join(KERNEL_DIR, 'ccn_*.h')))
-        # NAME.c first: rendering it requests the weights by name.
+        # NAME.c first: rendering it requests the weights by name (and, with
+        # weights='file', lays out their block).
+        self.layout: WeightsLayout | None = None
         model_c = self._model_c()
-        self.layout = layout(self.weights) if self.weights_mode == 'file' else None
         sources = {
             '%s.h' % self.name: self._header(),
             '%s.c' % self.name: model_c,
@@ -302,15 +305,17 @@ class _Emitter:
         for filename in headers + ['ccn_%s.c' % f for f in families]:
             files.append(shutil.copyfile(os.path.join(KERNEL_DIR, filename),
                                          os.path.join(directory, filename)))
+        data = None
         if self.layout is not None:
+            data = weights_block(self.layout)
             files.append(os.path.join(directory, '%s_weights.bin' % self.name))
-            write_weights_file(files[-1], self.layout)
+            write_weights_file(files[-1], self.layout, data)
         return EmitResult(directory, files, self.arena_bytes,
                           sum(aligned(b.nbytes) for b in self.buffers),
                           [(b.key, self.offsets[b.key], b.nbytes, b.start, b.end)
                            for b in self.buffers],
                           [self.shapes[v.register] for v in self.p.outputs],
-                          [self.dtypes[v.register] for v in self.p.outputs], self.layout)
+                          [self.dtypes[v.register] for v in self.p.outputs], self.layout, data)
 
     def _plan(self):
         """Decide where every value lives: caller's input or output buffer,
@@ -575,12 +580,13 @@ class _Emitter:
         if self.weights_mode == 'file':
             params.insert(1, 'const void *weights_memory')
             checks.insert(1, '(!weights_memory && %s_WEIGHTS_BYTES)' % up)
+            self.layout = layout(self.weights)
             text = '\n'.join(body)
             decls = ['    const unsigned char *const weights = '
                      '(const unsigned char *)weights_memory;'] + [
                 '    const %s *const %s = (const %s *)(weights + %d);' % (
-                    C_TYPES[a.dtype.name], w, C_TYPES[a.dtype.name], offset)
-                for w, a, offset in self._weight_offsets() if w in text] + decls
+                    C_TYPES[a.dtype.name], w, C_TYPES[a.dtype.name], self.layout.offsets[w])
+                for w, a in sorted(self.weights.items()) if w in text] + decls
         lines += ['int %s_run_arena(%s)' % (n, ', '.join(params)), '{',
                   '    unsigned char *const arena = (unsigned char *)arena_memory;',
                   '    if (%s)' % ' || '.join(checks),
@@ -605,11 +611,6 @@ class _Emitter:
                           for k, v in enumerate(self.p.inputs)]
                          + ['(%s *)outputs[%d]' % (self._ctype(v.register), k)
                             for k, v in enumerate(self.p.outputs)])
-
-    def _weight_offsets(self):
-        """(C name, array, block offset) of every weight, in block order."""
-        offsets = layout(self.weights).offsets
-        return [(w, self.weights[w], offsets[w]) for w in sorted(self.weights)]
 
     def _weights_c(self) -> str:
         if self.layout is not None:
@@ -679,8 +680,8 @@ class _Emitter:
             'int %s_run_v(%s_model *model, const void *const *inputs, void *const *outputs)'
             % (n, n), '{',
             '    (void)inputs;', '    (void)outputs;',
-            '    return %s_run(%s);' % (n, ', '.join(['model'] + ([self._vector_call()]
-                                                             if self._vector_call() else []))),
+            '    return %s_run(%s);' % (n, ', '.join(a for a in ('model', self._vector_call())
+                                                   if a)),
             '}', '',
             'void %s_destroy(%s_model *model)' % (n, n), '{',
             '    if (!model)',

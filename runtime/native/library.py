@@ -15,6 +15,7 @@ once into ``objects/`` there and linked into each model's library.  Every
 file is built in a temporary folder inside the cache and renamed into
 place, so a concurrent process sees either none or a whole one.
 """
+import contextlib
 import ctypes
 import functools
 import hashlib
@@ -31,7 +32,6 @@ import numpy
 from ..errors import InputValidationError, NativeBuildError, RuntimeVMError
 from ..program import Program
 from .emit_c import EmitResult, emit_c
-from .weights import block as weights_block
 
 #: The model name inside the library (its symbols are loaded RTLD_LOCAL).
 NAME = 'model'
@@ -81,16 +81,14 @@ def _machine() -> str:
     """What ``-march=native`` depends on: the architecture and, where
     Linux tells, the CPU's model and feature flags."""
     text = platform.machine()
-    try:
-        with open('/proc/cpuinfo') as f:
-            for line in f:
-                key = line.split(':', 1)[0].strip()
-                if key in ('model name', 'flags', 'Features'):
-                    text += '\n' + line.strip()
-                if line.strip() == '':  # the first processor is enough
-                    break
-    except OSError:
-        pass
+    # Without /proc/cpuinfo (not Linux) the architecture alone.
+    with contextlib.suppress(OSError), open('/proc/cpuinfo') as f:
+        for line in f:
+            key = line.split(':', 1)[0].strip()
+            if key in ('model name', 'flags', 'Features'):
+                text += '\n' + line.strip()
+            if line.strip() == '':  # the first processor is enough
+                break
     return text
 
 
@@ -205,8 +203,8 @@ class NativeRun:
         self._fn.restype = ctypes.c_int
         # numpy's allocations are aligned well beyond the floats C asks for.
         self._arena = numpy.empty(max(1, result.arena_bytes), dtype=numpy.uint8)
-        assert result.weights is not None
-        self._weights = weights_block(result.weights)
+        assert result.weights_block is not None  # emitted with weights='file'
+        self._weights = result.weights_block  # the same bytes as model_weights.bin
         self._memory = (self._arena.ctypes.data, self._weights.ctypes.data)
         self._in_shapes = [tuple(v.shape or ()) for v in program.inputs]
         self._in_dtypes = [numpy.dtype(v.dtype) for v in program.inputs]

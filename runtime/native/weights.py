@@ -65,8 +65,8 @@ def block(weights: WeightsLayout) -> numpy.ndarray:
     return out
 
 
-def write_file(path: str, weights: WeightsLayout) -> None:
-    """Write ``NAME_weights.bin``."""
+def write_file(path: str, weights: WeightsLayout, data: numpy.ndarray) -> None:
+    """Write ``NAME_weights.bin``: the header, then ``data`` (block(weights))."""
     with open(path, 'wb') as f:
         f.write(MAGIC + struct.pack('<QQQ', weights.fingerprint, weights.nbytes, 0))
-        f.write(block(weights)[:weights.nbytes].tobytes())
+        f.write(data[:weights.nbytes].data)
