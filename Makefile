@@ -55,6 +55,7 @@ conformance: $(STAMP)
 bench: $(STAMP)
 	-$(MAKE) bench-torch-env
 	$(PY) benchmarks/export_speed.py
+	$(PY) benchmarks/ch2o_sequence.py
 	$(PY) benchmarks/bench.py --torch-python $(TORCH_VENV)/bin/python
 
 bench-torch-env: $(TORCH_VENV)/.installed

@@ -45,6 +45,11 @@ def compile_onnx(model, onnx_file, used_translator='onnx_chainer', dump_onnx=Fal
     (pipeline.CompilerOptions: ``computation_order``, ``fold_constants``;
     docs/pipeline.md); an unknown one is a TypeError naming it.
     ``runtime_kwargs`` go to the VM's Executor (trace, check_nans, backend).
+    An input the file declares as a sequence (a list argument exported by
+    the ch2o translator) is a list or tuple of arrays or Variables, and a
+    sequence output comes back as a list of Variables; under
+    ``chainer.config.train`` gradients flow through both, element by
+    element.
     ``backend='native'`` (the program compiled to C) runs inference only:
     under ``chainer.config.train`` it raises BackendUnavailableError.
     """
@@ -169,22 +174,28 @@ class CompiledModel(chainer.Chain):
             raise TypeError('%s takes %d input(s) (%s), got %d' % (
                 type(self._model).__name__, len(self._inputs),
                 ', '.join(v.name for v in self._inputs), len(args)))
-        values = [x.array if isinstance(x, chainer.Variable) else x for x in args]
+        values = [_array_of(x) for x in args]
         params = [self._param_of[n] for n in self._param_names]
         states = [self._state_array(n) for n in self._state_names]
         if chainer.config.train:
             state = self._training_programs(
                 [info.name for x, info in zip(args, self._inputs)
-                 if isinstance(x, chainer.Variable) and x.requires_grad
-                 and x.dtype.kind == 'f'])
+                 if any(isinstance(e, chainer.Variable) and e.requires_grad
+                        and e.dtype.kind == 'f' for e in _elements(x))])
             self._check_inputs(values, state.forward.program)
             # Arrays go to apply() as they are: Chainer wraps them itself.
-            outputs = _CompiledStep(self, state, states).apply(list(args) + params)
+            # Sequences (lists) go element by element, so that each element
+            # gets its gradient.
+            flat, layout = _flatten(list(args) + params)
+            step = _CompiledStep(self, state, states, layout)
+            outputs = _unflatten(step.apply(flat), step.output_layout)
         else:
             executor = self._inference_executor()
             self._check_inputs(values, executor.program)
             results = executor.run_positional(values + [p.array for p in params] + states)
-            outputs = [chainer.Variable(r, requires_grad=False) for r in results]
+            outputs = [[chainer.Variable(e, requires_grad=False) for e in r]
+                       if isinstance(r, list) else chainer.Variable(r, requires_grad=False)
+                       for r in results]
         return outputs[0] if len(outputs) == 1 else tuple(outputs)
 
     def _check_inputs(self, values, program):
@@ -212,6 +223,39 @@ class CompiledModel(chainer.Chain):
         target[...] = value
 
 
+def _elements(value):
+    """The arrays or Variables of an input: a sequence's elements, or itself."""
+    return list(value) if isinstance(value, (list, tuple)) else [value]
+
+
+def _array_of(value):
+    """The array of an input, a list of arrays for a sequence (ONNX sequences
+    are Python lists in the VM)."""
+    if isinstance(value, (list, tuple)):
+        return [_array_of(e) for e in value]
+    return value.array if isinstance(value, chainer.Variable) else value
+
+
+def _flatten(values):
+    """(the tensors of ``values``, sequences' elements in their place;
+    layout: per value, None for a tensor or the length of a sequence)."""
+    flat, layout = [], []
+    for value in values:
+        is_sequence = isinstance(value, (list, tuple))
+        layout.append(len(value) if is_sequence else None)
+        flat.extend(_elements(value))
+    return flat, layout
+
+
+def _unflatten(flat, layout):
+    """Undo _flatten: sequences become lists again."""
+    values, at = [], 0
+    for length in layout:
+        values.append(flat[at] if length is None else list(flat[at:at + length]))
+        at += 1 if length is None else length
+    return values
+
+
 class _TrainingState:
     def __init__(self, programs, forward, backward, updates):
         self.programs = programs
@@ -224,39 +268,47 @@ class _CompiledStep(chainer.FunctionNode):
     """One FunctionNode for the whole compiled forward; its backward runs
     the compiled backward program."""
 
-    def __init__(self, compiled, state, states):
+    def __init__(self, compiled, state, states, layout):
         self.compiled = compiled
         self.state = state
         self.states = states
+        #: _flatten's layout of the inputs and, after forward, of the outputs.
+        self.layout = layout
+        self.output_layout = None
 
     def forward(self, inputs):
         programs = self.state.programs
-        results = self.state.forward.run_positional(list(inputs) + list(self.states))
+        values = _unflatten(list(inputs), self.layout)
+        results = self.state.forward.run_positional(values + list(self.states))
         names = [v.name for v in programs.forward.outputs]
         by_name = dict(zip(names, results))
         for updated, initializer in self.state.updates:
             self.compiled._store_state(initializer, by_name[updated])
         self.retained = [by_name[r] for r in programs.retained]
-        return tuple(by_name[n] for n in programs.outputs)
+        flat, self.output_layout = _flatten([by_name[n] for n in programs.outputs])
+        return tuple(flat)
 
     def backward(self, indexes, grad_outputs):
         programs = self.state.programs
-        outputs = dict(zip(programs.outputs, self.outputs))
-        gys = []
-        for name in programs.grad_of_outputs:
-            i = programs.outputs.index(name)
-            g = grad_outputs[i]
-            if g is None:  # the loss does not depend on this output
-                node = outputs[name]()
-                gys.append(self.state.backward.xp.zeros(node.shape, node.dtype))
-            else:
-                gys.append(g.array)
+        xp = self.state.backward.xp
+        # An output the loss does not depend on gets zeros.
+        flat = [xp.zeros(out().shape, out().dtype) if g is None else g.array
+                for g, out in zip(grad_outputs, self.outputs)]
+        grads_by_output = dict(zip(programs.outputs, _unflatten(flat, self.output_layout)))
+        gys = [grads_by_output[name] for name in programs.grad_of_outputs]
         grads = dict(zip(programs.grads_for,
                          self.state.backward.run_positional(gys + self.retained)))
         input_names = [v.name for v in programs.forward.inputs]
+        # Which input (and element of a sequence input) each flat input is.
+        positions = [(i, None if length is None else k)
+                     for i, length in enumerate(self.layout)
+                     for k in range(1 if length is None else length)]
         result = []
-        for i in indexes:
+        for index in indexes:
+            i, k = positions[index]
             g = grads.get(input_names[i])
+            if g is not None and k is not None:
+                g = g[k]
             # Chainer's own unvalidated constructor: the arrays are ours.
             result.append(None if g is None else chainer.Variable._init_unchecked(g))
         return tuple(result)

@@ -20,7 +20,12 @@ def export(model, inputs, filename=None, translator='onnx_chainer', opset_versio
     """Export ``model`` called on ``inputs`` to ONNX and return the file name.
 
     ``inputs`` is an array, a Variable, a tuple/list (``model(*inputs)``) or
-    a dict (``model(**inputs)``).  ``filename`` None writes a new temporary
+    a dict (``model(**inputs)``, tracing only).  ``translator``:
+    ``'onnx_chainer'`` runs the model once and records what it computed;
+    ``'ch2o'`` translates the Python source of ``forward``, so loops, ifs
+    and lists that depend on the inputs become ONNX Loop, If and sequences
+    (docs/ch2o.md); its inputs may also be Python scalars (0-d tensors) and
+    lists of arrays (sequences).  ``filename`` None writes a new temporary
     file; the file is written whole or not at all (an existing one is
     replaced in one step, and left as it was when export fails).
     ``opset_version`` defaults to 17; 11 to 26 are supported.
@@ -38,14 +43,24 @@ def export(model, inputs, filename=None, translator='onnx_chainer', opset_versio
     ``used_translator`` against the translator).
     """
     if translator == 'ch2o':
-        raise ValueError("translator 'ch2o' (the Python-AST translator) is not available yet; "
-                         "use translator='onnx_chainer'")
-    if translator != 'onnx_chainer':
+        if train or external_converters:
+            raise ValueError("translator 'ch2o' exports inference forms (compile_onnx makes "
+                             "the training forms); train and external_converters are "
+                             "tracing options")
+        from .translators.ch2o import export_model as translate
+        if isinstance(inputs, dict):
+            raise ValueError("translator 'ch2o' takes forward's positional arguments as a "
+                             "list or tuple, not a dict")
+        model_proto = translate(model, inputs if isinstance(inputs, (list, tuple)) else [inputs],
+                                opset_version=opset_version, input_names=input_names,
+                                output_names=output_names)
+    elif translator == 'onnx_chainer':
+        from .translators.onnx_chainer import export_model
+        model_proto = export_model(model, inputs, opset_version=opset_version,
+                                   input_names=input_names, output_names=output_names,
+                                   train=train, external_converters=external_converters)
+    else:
         raise ValueError('unknown translator %r: choose one of %s' % (translator, TRANSLATORS))
-    from .translators.onnx_chainer import export_model
-    model_proto = export_model(model, inputs, opset_version=opset_version,
-                               input_names=input_names, output_names=output_names,
-                               train=train, external_converters=external_converters)
     _record_provenance(model_proto, translator)
     if filename is not None:
         write_onnx(model_proto, filename)

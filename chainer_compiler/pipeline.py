@@ -31,6 +31,7 @@ import onnx
 from onnx import helper, numpy_helper
 
 from . import autodiff, custom_schemas, recompute
+from .autodiff.control_flow import pin_loop_types
 from .codegen import emit_program
 from .errors import UnsupportedOperatorsError
 from .frontend import load_onnx, source_name
@@ -189,8 +190,14 @@ def check_kernels(c):
 
 
 def infer_types(c):
-    """Infer shapes again on the simplified graph: gradient rules read every value's type."""
+    """Infer shapes again on the simplified graph: gradient rules read every value's type.
+
+    A Loop's final values whose initial value and body output share one
+    static type get it (ONNX leaves them unknown), and inference runs again
+    from there."""
     c.set_model(infer_shapes(c.model, c.source))
+    if pin_loop_types(c.model.graph):
+        c.set_model(infer_shapes(c.model, c.source))
 
 
 def differentiate(c):
@@ -226,9 +233,7 @@ def split_forward_backward(c):
     known = {v.name for v in forward.output}
     for name in c.backward.retained:
         if name not in known:
-            dtype, shape = c.backward.value_types[name]
-            forward.output.append(helper.make_tensor_value_info(
-                name, helper.np_dtype_to_tensor_dtype(dtype), list(shape)))
+            forward.output.append(autodiff.value_info(name, c.backward.value_types.get(name)))
             known.add(name)
     c.graphs = {'forward': forward, 'backward': c.backward.graph()}
 

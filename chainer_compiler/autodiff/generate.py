@@ -1,14 +1,55 @@
-"""Building the backward graph of a forward ONNX graph."""
+"""Building the backward graph of a forward ONNX graph.
+
+Values are tensors or sequences of tensors.  The gradient of a sequence is
+a sequence of the gradients of its elements; two gradients of one sequence
+add element by element.  Nodes holding sub-graphs (Loop bodies, If
+branches) read outer-scope values without listing them as inputs: those
+are their *implicit inputs*, and their rules return gradients for them too,
+after those of the listed inputs.
+"""
 from dataclasses import dataclass, field
+from typing import NamedTuple
 
 import numpy
-from onnx import helper
+from onnx import helper, numpy_helper
 
 from ..onnx_builder import GraphBuilder
-from ..onnx_graph import numpy_dtype, schema_version
-from .registry import GradientError, rule_for
+from ..onnx_graph import free_names, numpy_dtype, schema_version, subgraphs
+from .registry import GradientError, forward_rewrite_for, rule_for
 
 GRAD_PREFIX = 'grad/'
+
+
+class SequenceType(NamedTuple):
+    """The type of a sequence value: its elements' dtype and shape (None
+    when unknown), unpacking as a tensor's ``(dtype, shape)`` does."""
+    dtype: object
+    shape: object
+
+
+def implicit_inputs(node):
+    """The outer-scope values ``node``'s sub-graphs read, in first-use order."""
+    names = []
+    for g in subgraphs(node):
+        names.extend(n for n in free_names(g) if n not in names)
+    return names
+
+
+def reads(node):
+    """Every value ``node`` reads: its inputs, then its implicit inputs."""
+    return [i for i in node.input if i] + implicit_inputs(node)
+
+
+def value_info(name, entry):
+    """A ValueInfoProto for ``name`` of type ``entry`` (a value_types entry:
+    ``(dtype, shape)`` or a SequenceType; None when nothing is known)."""
+    if entry is None or entry[0] is None:
+        return helper.make_empty_tensor_value_info(name)
+    elem = helper.np_dtype_to_tensor_dtype(numpy.dtype(entry[0]))
+    shape = None if entry[1] is None else list(entry[1])
+    if isinstance(entry, SequenceType):
+        return helper.make_tensor_sequence_value_info(name, elem, shape)
+    return helper.make_tensor_value_info(name, elem, shape)
 
 
 class BackwardBuilder(GraphBuilder):
@@ -20,11 +61,31 @@ class BackwardBuilder(GraphBuilder):
     which forms the nodes it writes may take depends on the model's opset
     (``opset``, as for every GraphBuilder)."""
 
-    def __init__(self, opset, value_types, forward_names):
+    def __init__(self, opset, value_types, forward_names, requires=(), taken=None):
         super().__init__(opset)
         self.value_types = value_types
+        #: The forward values a gradient must reach (those that depend on ``wrt``).
+        self.requires = set(requires)
+        #: What forward rewrites (registry.forward_rewrite) noted, by node name.
+        self.notes = {}
+        if taken is not None:  # a sub-graph's builder: names unique with its owner's
+            self._taken = taken
         for name in forward_names:
             self.reserve(name)
+
+    def sub_builder(self, types=None):
+        """A builder for a sub-graph of this backward graph (a Loop body, an
+        If branch): ``types`` (default: the same types), names unique
+        across both."""
+        return BackwardBuilder(self.opset, self.value_types if types is None else types, (),
+                               self.requires, self._taken)
+
+    def unique(self, name):
+        """Reserve ``name``, or a fresh one like it when taken."""
+        return self.fresh(name) if name in self._taken else self.reserve(name)
+
+    def is_sequence(self, name):
+        return isinstance(self.value_types.get(name), SequenceType)
 
     def fresh(self, hint):
         return super().fresh(GRAD_PREFIX + hint)
@@ -68,8 +129,51 @@ class BackwardBuilder(GraphBuilder):
             grad = self.reduce('ReduceSum', grad, axes, keepdims=True)
         return self.reshape(grad, shape)
 
-    def zeros_like(self, name):
-        return self.constant(numpy.zeros(self.shape(name), self.dtype(name)), hint='zeros')
+    def zeros_like(self, name, entry=None):
+        """Zeros of value ``name``'s type (``entry``, as value_types holds
+        them; by default the forward type of ``name``): a constant when its
+        shape is static, made from its run-time shape otherwise; for a
+        sequence, a sequence of zeros like its elements."""
+        entry = self.value_types.get(name) if entry is None else entry
+        if entry is None or entry[0] is None:
+            raise GradientError('the type of %s is unknown; its gradient needs zeros of it'
+                                % name)
+        if isinstance(entry, SequenceType):
+            element = (entry.dtype, entry.shape)
+            return self.map_sequences(lambda sb, x: sb.zeros_like(x, element), [name],
+                                      element, hint='zeros_seq')
+        dtype, shape = entry
+        if shape is not None and all(isinstance(d, int) for d in shape):
+            return self.constant(numpy.zeros(shape, dtype), hint='zeros')
+        value = numpy_helper.from_array(numpy.zeros((1,), dtype))
+        return self.node('ConstantOfShape', [self.node('Shape', [name])], value=value)
+
+    def add_gradients(self, name, a, b):
+        """The sum of two gradients ``a`` and ``b`` of forward value ``name``."""
+        if self.is_sequence(name):
+            return self.map_sequences(lambda sb, x, y: sb.node('Add', [x, y]), [a, b],
+                                      self.value_types[name], hint='sum_seq')
+        return self.node('Add', [a, b])
+
+    def map_sequences(self, fn, seqs, result_type, hint='map'):
+        """A Loop over the elements of the sequences ``seqs`` (of one
+        length): the sequence of ``fn(sub_builder, *elements)``, whose
+        elements have ``result_type`` (an entry as value_types holds).
+        SequenceMap would say this too, but needs opset 17."""
+        sb = self.sub_builder()
+        i, cond, acc = (sb.fresh(hint + '/' + n) for n in ('i', 'cond', 'acc'))
+        elements = [sb.node('SequenceAt', [s, i]) for s in seqs]
+        out = sb.node('SequenceInsert', [acc, fn(sb, *elements)])
+        cond_out = sb.node('Identity', [cond])
+        seq_type = SequenceType(*result_type)
+        body = make_graph(sb, hint + '_body',
+                          [(i, (numpy.dtype('int64'), ())), (cond, (numpy.dtype(bool), ())),
+                           (acc, seq_type)],
+                          [(cond_out, (numpy.dtype(bool), ())), (out, seq_type)])
+        empty = self.node('SequenceEmpty', [],
+                          dtype=helper.np_dtype_to_tensor_dtype(numpy.dtype(result_type[0])))
+        length = self.node('SequenceLength', [seqs[0]])
+        return self.node('Loop', [length, '', empty], body=body)
 
 
 @dataclass
@@ -90,73 +194,97 @@ class BackwardGraph:
 
     def graph(self, name='backward'):
         """The backward graph as a GraphProto (for dumps and code emission)."""
-        def info(value_name, forward_name):
-            dtype, shape = self.value_types[forward_name]
-            return helper.make_tensor_value_info(
-                value_name, helper.np_dtype_to_tensor_dtype(dtype), list(shape))
-
-        inputs = [info(g, f) for g, f in self.grad_inputs] + [info(r, r) for r in self.retained]
-        outputs = [info(g, w) for w, g in self.grad_outputs.items() if g is not None]
+        types = self.value_types.get
+        inputs = [value_info(g, types(f)) for g, f in self.grad_inputs]
+        inputs += [value_info(r, types(r)) for r in self.retained]
+        outputs = [value_info(g, types(w))
+                   for w, g in self.grad_outputs.items() if g is not None]
         return helper.make_graph(self.nodes, name, inputs, outputs, self.initializers)
 
 
+def make_graph(b, name, inputs, outputs):
+    """A GraphProto of ``b``'s nodes and initializers; ``inputs`` and
+    ``outputs`` are (name, value_types entry) pairs."""
+    return helper.make_graph(b.nodes, name, [value_info(n, t) for n, t in inputs],
+                             [value_info(n, t) for n, t in outputs], b.initializers)
+
+
 def value_types(graph):
-    """{name: (numpy dtype, shape tuple or None)} for typed values of ``graph``."""
+    """{name: (numpy dtype, shape tuple or None), or a SequenceType} for
+    typed values of ``graph``."""
     types = {}
     for v in list(graph.input) + list(graph.value_info) + list(graph.output):
-        t = v.type.tensor_type
-        if v.type.WhichOneof('value') != 'tensor_type':
-            continue
-        shape = None
-        if t.HasField('shape'):
-            shape = tuple(d.dim_value if d.HasField('dim_value') else (d.dim_param or None)
-                          for d in t.shape.dim)
-        types[v.name] = (numpy_dtype(t.elem_type), shape)
+        kind = v.type.WhichOneof('value')
+        if kind == 'tensor_type':
+            types[v.name] = _tensor_type(v.type.tensor_type)
+        elif kind == 'sequence_type' and \
+                v.type.sequence_type.elem_type.WhichOneof('value') == 'tensor_type':
+            types[v.name] = SequenceType(*_tensor_type(v.type.sequence_type.elem_type.tensor_type))
     for init in graph.initializer:
         types[init.name] = (numpy_dtype(init.data_type), tuple(init.dims))
     return types
 
 
-def differentiate(graph, opset, wrt, outputs=None):
+def _tensor_type(t):
+    shape = None
+    if t.HasField('shape'):
+        shape = tuple(d.dim_value if d.HasField('dim_value') else (d.dim_param or None)
+                      for d in t.shape.dim)
+    return numpy_dtype(t.elem_type), shape
+
+
+def differentiate(graph, opset, wrt, outputs=None, outer=None):
     """Backward graph of ``graph`` (shape-inferred) for the values ``wrt``
     (inputs or parameters), from gradients of ``outputs`` (default: all
-    graph outputs)."""
+    graph outputs).
+
+    Nodes on the differentiated path whose rule declares a forward rewrite
+    (registry.forward_rewrite) are rewritten in ``graph`` first (a Loop
+    then also saves what its backward reads).  ``outer``: the
+    BackwardBuilder of the graph ``graph`` is a sub-graph of; ``graph``
+    then reads its values by name, and the backward's names stay unique
+    with its."""
     outputs = [v.name for v in graph.output] if outputs is None else list(outputs)
-    types = value_types(graph)
+    types = dict(outer.value_types) if outer is not None else {}
+    types.update(value_types(graph))
     requires = {name for name in wrt if _is_float(types, name)}
     for node in graph.node:
-        if any(i in requires for i in node.input) and _propagates(node):
+        if any(i in requires for i in reads(node)) and _propagates(node):
             requires.update(o for o in node.output if o and _is_float(types, o))
 
+    notes = _rewrite_forward(graph, types, requires)
     forward_names = set(types) | {o for n in graph.node for o in n.output}
-    b = BackwardBuilder(opset, types, forward_names)
+    b = BackwardBuilder(opset, types, forward_names, requires,
+                        outer._taken if outer is not None else None)
+    b.notes = notes
     grads, grad_inputs = {}, []
     for out in outputs:
         if out in requires:
-            grads[out] = b.reserve(GRAD_PREFIX + out)
+            grads[out] = _grad_name(b, out, outer)
             grad_inputs.append((grads[out], out))
 
     for node in reversed(graph.node):
         gys = [grads.get(o) if o else None for o in node.output]
-        if all(g is None for g in gys) or not any(i in requires for i in node.input):
+        inputs = list(node.input) + implicit_inputs(node)
+        if all(g is None for g in gys) or not any(i in requires for i in inputs):
             continue
         rule = rule_for(node)
         if rule is None:
             continue
         gxs = rule(b, node, gys)
-        if len(gxs) != len(node.input):
+        if len(gxs) != len(inputs):
             raise GradientError('gradient rule of %s returned %d gradients for %d inputs'
-                                % (node.op_type, len(gxs), len(node.input)))
-        for name, gx in zip(node.input, gxs):
+                                % (node.op_type, len(gxs), len(inputs)))
+        for name, gx in zip(inputs, gxs):
             if gx is None or name not in requires:
                 continue
-            grads[name] = b.node('Add', [grads[name], gx]) if name in grads else gx
+            grads[name] = b.add_gradients(name, grads[name], gx) if name in grads else gx
 
     grad_outputs = {}
     for name in wrt:
         g = grads.get(name)
-        if g is not None and g != GRAD_PREFIX + name:
-            g = b.node('Identity', [g], [b.reserve(GRAD_PREFIX + name)])
+        if g is not None and (outer is not None or g != GRAD_PREFIX + name):
+            g = b.node('Identity', [g], [_grad_name(b, name, outer)])
         grad_outputs[name] = g
     _prune(b, [g for g in grad_outputs.values() if g is not None])
     constants = {t.name: t for t in graph.initializer}
@@ -164,15 +292,34 @@ def differentiate(graph, opset, wrt, outputs=None):
     return BackwardGraph(b.nodes, b.initializers, grad_inputs, retained, grad_outputs, types)
 
 
+def _grad_name(b, name, outer):
+    """The name of the gradient of ``name``: grad/NAME in a graph of its
+    own; in a sub-graph a fresh one, leaving grad/NAME to the graph owning
+    it (sub-graphs must not shadow their owner's names)."""
+    return b.fresh(name) if outer is not None else b.unique(GRAD_PREFIX + name)
+
+
+def _rewrite_forward(graph, types, requires):
+    """Apply the forward rewrites of the nodes a gradient passes through;
+    returns what they noted, by the name of the node's first output."""
+    notes = {}
+    for node in list(graph.node):
+        rewrite = forward_rewrite_for(node)
+        if rewrite is not None and any(i in requires for i in reads(node)):
+            notes[node.output[0]] = rewrite(graph, node, types)
+    return notes
+
+
 def outside_reads(nodes, initializers, grad_inputs, constants):
-    """The forward values backward ``nodes`` read without making them, in
-    first-read order: the values the forward program must retain.  Forward
-    ``constants`` read are appended to ``initializers`` instead: copied into
-    the backward graph, not retained every step."""
+    """The forward values backward ``nodes`` read without making them (their
+    sub-graphs' reads included), in first-read order: the values the
+    forward program must retain.  Forward ``constants`` read are appended to
+    ``initializers`` instead: copied into the backward graph, not retained
+    every step."""
     outside = set(grad_inputs) | {t.name for t in initializers}
     made, retained = set(), []
     for node in nodes:
-        for name in node.input:
+        for name in reads(node):
             if not name or name in made or name in outside or name in retained:
                 continue
             if name in constants:
@@ -191,7 +338,7 @@ def _prune(b, needed):
     for node in reversed(b.nodes):
         if any(o in needed for o in node.output):
             kept.append(node)
-            needed.update(i for i in node.input if i)
+            needed.update(reads(node))
     kept.reverse()
     b.nodes[:] = kept
     b.initializers[:] = [t for t in b.initializers if t.name in needed]
@@ -210,4 +357,6 @@ def _propagates(node):
         return True  # reported when the backward pass reaches it
 
 
-__all__ = ['BackwardBuilder', 'BackwardGraph', 'GRAD_PREFIX', 'differentiate', 'outside_reads']
+__all__ = ['BackwardBuilder', 'BackwardGraph', 'GRAD_PREFIX', 'SequenceType', 'differentiate',
+           'implicit_inputs', 'make_graph', 'outside_reads', 'reads', 'value_info',
+           'value_types']

@@ -10,6 +10,13 @@ rule reads ``node`` by its schema version (``b.version(node)``, the version
 its kernel is picked by) and writes nodes in the forms the model's opset
 allows (``b.opset``).
 
+A rule may also declare a *forward rewrite* (``@forward_rewrite(op)``):
+``fn(graph, node, types) -> note``, run on the forward graph before the
+backward is built, for each such node a gradient passes through.  It may
+change the node and add nodes and outputs (a Loop saves, per iteration,
+what its backward reads), records the types of the values it adds in
+``types``, and returns a note the rule reads as ``b.notes[node.output[0]]``.
+
 Operators whose outputs carry no gradient (comparisons, shapes, indices ...)
 say so in their kernel's record (``gradient=False`` in runtime/ops); any
 other operator is differentiable, and one without a rule is an error that
@@ -23,6 +30,7 @@ class GradientError(Exception):
 
 
 _RULES = {}
+_REWRITES = {}
 
 
 def gradient(*ops, domain=''):
@@ -35,6 +43,21 @@ def gradient(*ops, domain=''):
             _RULES[key] = fn
         return fn
     return register
+
+
+def forward_rewrite(*ops, domain=''):
+    """Decorator registering the forward rewrite of ``ops`` (see above)."""
+    def register(fn):
+        for op in ops:
+            _REWRITES[(normalize_domain(domain), op)] = fn
+        return fn
+    return register
+
+
+def forward_rewrite_for(node):
+    """The forward rewrite declared for ``node``'s operator, or None."""
+    _load_all_families()
+    return _REWRITES.get((normalize_domain(node.domain), node.op_type))
 
 
 def rule_for(node):

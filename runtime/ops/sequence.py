@@ -19,7 +19,7 @@ def _index(position, length, allow_end):
     return i + length if i < 0 else i
 
 
-@kernel('SequenceEmpty')
+@kernel('SequenceEmpty', gradient=False)  # no inputs: nothing to differentiate
 def sequence_empty(xp, *, dtype=None):
     # The element type only matters to type inference; a list holds any.
     return []
@@ -54,7 +54,7 @@ def sequence_at(xp, input_sequence, position):
     return input_sequence[_index(position, len(input_sequence), allow_end=False)]
 
 
-@kernel('SequenceLength')
+@kernel('SequenceLength', gradient=False)  # an integer
 def sequence_length(xp, input_sequence):
     return xp.asarray(len(input_sequence), dtype=xp.int64)
 

@@ -55,7 +55,9 @@ class FunctionCall:
         return type(self.func).__name__
 
 
-class _Recorder(chainer.FunctionHook):
+class Recorder(chainer.FunctionHook):
+    """Records every FunctionNode applied while it is active, with its
+    input arrays and the user's call site (ch2o reuses it per call)."""
     name = 'chainer_compiler_export'
 
     def __init__(self):
@@ -134,11 +136,9 @@ def export_model(model, inputs, opset_version=None, input_names=None, output_nam
                    for a in named_arrays(model)}
     in_names = _names(input_names, len(ordered), 'input', 'input_names', state_names)
 
-    recorder = _Recorder()
-    folding = rnn.n_step_as_single_calls() if fold_rnn else rnn.n_step_unrolled()
+    recorder = Recorder()
     observation = {}
-    with chainer.using_config('train', train), chainer.using_config('enable_backprop', True), \
-            recordable_functions(), folding, recorder, _reporting(model, observation):
+    with recording(recorder, train, fold_rnn), _reporting(model, observation):
         result = call()
     if isinstance(result, dict):
         result = list(result.values())
@@ -162,7 +162,7 @@ def export_model(model, inputs, opset_version=None, input_names=None, output_nam
     arrays = named_arrays(model)
     params = {id(a.value.node): (a.name, a.value) for a in arrays
               if a.is_parameter and a.value.array is not None}
-    needed = _needed_functions(results)
+    needed = needed_functions(results)
     state = _State(ctx, {id(a.value): a.name for a in arrays if not a.is_parameter},
                    recorder.before, [f for f, _, _ in recorder.calls if id(f) in needed])
     wanted_outputs = {id(r.node): n for r, n in zip(results, out_names)
@@ -185,9 +185,7 @@ def export_model(model, inputs, opset_version=None, input_names=None, output_nam
     for func, in_data, site in recorder.calls:
         if id(func) not in needed:
             continue
-        # Old-style chainer.Function objects arrive wrapped in a FunctionAdapter.
-        target = getattr(func, '_function', func) if isinstance(
-            func, chainer.function.FunctionAdapter) else func
+        target = converter_target(func)
         fn = registry.lookup(type(target).__name__, external_converters)
         if fn is None:
             unsupported.append('%s (called at %s)' % (type(target).__name__, site))
@@ -225,6 +223,27 @@ def export_model(model, inputs, opset_version=None, input_names=None, output_nam
     _add_unused_state(ctx, arrays, state)
     graph_inputs = [value_info(n, _to_numpy(v.array)) for v, n in zip(ordered, in_names)]
     return ctx.make_model(type(model).__name__, graph_inputs, graph_outputs)
+
+
+@contextlib.contextmanager
+def recording(recorder, train=False, fold_rnn=True):
+    """Run Chainer code so that ``recorder`` sees every function it calls
+    as the converters expect them: in ``train`` mode, with a graph, the
+    piecewise-constant functions and inference dropout recordable, and
+    ``F.n_step_*`` folded into one NStepRNN call unless ``fold_rnn`` is
+    False."""
+    folding = rnn.n_step_as_single_calls() if fold_rnn else rnn.n_step_unrolled()
+    with chainer.using_config('train', train), chainer.using_config('enable_backprop', True), \
+            recordable_functions(), folding, recorder:
+        yield
+
+
+def converter_target(func):
+    """The object a converter is looked up by and receives: old-style
+    chainer.Function objects arrive wrapped in a FunctionAdapter."""
+    if isinstance(func, chainer.function.FunctionAdapter):
+        return getattr(func, '_function', func)
+    return func
 
 
 @contextlib.contextmanager
@@ -337,7 +356,7 @@ def _add_unused_state(ctx, arrays, state):
             ctx.initializer(name, _to_numpy(array))
 
 
-def _needed_functions(results):
+def needed_functions(results):
     """ids of FunctionNodes some output depends on."""
     needed, stack = set(), [r.node for r in results]
     seen = set()
@@ -353,5 +372,6 @@ def _needed_functions(results):
     return needed
 
 
-__all__ = ['DEFAULT_OPSET', 'FunctionCall', 'MAX_OPSET', 'MIN_OPSET',
-           'UnsupportedFunctionError', 'export_model']
+__all__ = ['DEFAULT_OPSET', 'FunctionCall', 'MAX_OPSET', 'MIN_OPSET', 'Recorder',
+           'UnsupportedFunctionError', 'converter_target', 'export_model', 'needed_functions',
+           'recording']

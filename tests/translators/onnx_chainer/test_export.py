@@ -10,6 +10,7 @@ import onnx
 import pytest
 
 import chainer_compiler
+from chainer_compiler.exporting import recorded_translator
 from chainer_compiler.translators.onnx_chainer import UnsupportedFunctionError, export_model
 from tests.translators.onnx_chainer.helpers import check_export, op_types
 
@@ -224,6 +225,11 @@ def test_external_converters_extend_the_registry():
                  external_converters={'Double': convert_double})
 
 
-def test_ch2o_translator_is_a_clear_error_until_it_exists():
-    with pytest.raises(ValueError, match="translator 'ch2o'.*not available yet"):
-        chainer_compiler.export(chainer.Sequential(F.relu), X, translator='ch2o')
+def test_ch2o_export_records_its_translator_and_refuses_tracing_options(tmp_path):
+    path = chainer_compiler.export(chainer.Sequential(F.relu), X, str(tmp_path / 'm.onnx'),
+                                   translator='ch2o')
+    assert recorded_translator(onnx.load(path)) == 'ch2o'
+    with pytest.raises(ValueError, match="translator 'ch2o' exports inference forms"):
+        chainer_compiler.export(chainer.Sequential(F.relu), X, translator='ch2o', train=True)
+    with pytest.raises(ValueError, match="positional arguments as a list or tuple, not a dict"):
+        chainer_compiler.export(chainer.Sequential(F.relu), {'x': X}, translator='ch2o')
