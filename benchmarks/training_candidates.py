@@ -26,7 +26,7 @@ def _classifier(model):
     return classifier
 
 
-def _optimizer_update_step(predictor, optimizer):
+def optimizer_update_step(predictor, optimizer):
     """``optimizer.update(classifier, x, t)``, the loop a Chainer user writes."""
     classifier = _classifier(predictor)
     opt = OPTIMIZERS[optimizer]()
@@ -40,23 +40,25 @@ def _optimizer_update_step(predictor, optimizer):
 
 def chainer_step(model, x, t, optimizer):
     """Plain Chainer."""
-    step = _optimizer_update_step(copy.deepcopy(model), optimizer)
+    step = optimizer_update_step(copy.deepcopy(model), optimizer)
     return lambda: step(x, t)
 
 
 def compile_onnx_step(model, x, t, optimizer, onnx_file):
     """The exported model compiled with compile_onnx; loss and optimizer in Chainer."""
     compiled = chainer_compiler.compile_onnx(copy.deepcopy(model), onnx_file)
-    step = _optimizer_update_step(compiled, optimizer)
+    step = optimizer_update_step(compiled, optimizer)
     return lambda: step(x, t)
 
 
-def compiled_training_step(model, x, t, optimizer):
-    """Forward, loss, backward and update in one VM program."""
+def compiled_training_step(model, x, t, optimizer, backend='numpy'):
+    """Forward, loss, backward and update in one VM program, run by
+    ``backend`` ('native': one call into the program compiled to C)."""
     classifier = _classifier(copy.deepcopy(model))
     opt = OPTIMIZERS[optimizer]()
     opt.setup(classifier)
-    compiled = chainer_compiler.compile_training_step(classifier, opt, (x, t))
+    compiled = chainer_compiler.compile_training_step(classifier, opt, (x, t),
+                                                      runtime_kwargs={'backend': backend})
     return lambda: compiled(x, t)
 
 

@@ -14,10 +14,10 @@ import onnx
 from .errors import ModelMismatchError
 from .exporting import TRANSLATORS, export, recorded_translator, write_onnx
 from .frontend import load_onnx
+from .memory_model import compiled_peak_parts, compiled_training_peak
 from .onnx_graph import numpy_dtype
 from .passes.training_mode import to_training_mode
 from .pipeline import CompilerOptions
-from .runtime.backend import BackendUnavailableError
 from .runtime.errors import InputValidationError
 from .runtime.executor import Executor
 from .runtime.signatures import validate_inputs
@@ -41,17 +41,21 @@ def compile_onnx(model, onnx_file, used_translator='onnx_chainer', dump_onnx=Fal
     file that records another one (``export`` records it) is refused with
     ValueError, a file that records none (written by another tool) is
     accepted.  ``dump_onnx`` writes the forward and backward graphs next to
-    the file.  ``compiler_kwargs`` are compiler options
-    (pipeline.CompilerOptions: ``computation_order``, ``fold_constants``;
-    docs/pipeline.md); an unknown one is a TypeError naming it.
+    the file.  ``computation_order`` is the recompute policy (None, 'chen',
+    'gt', 'custom', 'dummy'; README, "Recompute policies").
+    ``compiler_kwargs`` are compiler options (pipeline.CompilerOptions:
+    ``computation_order``, ``memory_budget``, ``chen_segments``,
+    ``retain``, ``fold_constants``; docs/pipeline.md); an unknown one is a
+    TypeError naming it, one that does not fit the policy a ValueError.
     ``runtime_kwargs`` go to the VM's Executor (trace, check_nans, backend).
     An input the file declares as a sequence (a list argument exported by
     the ch2o translator) is a list or tuple of arrays or Variables, and a
     sequence output comes back as a list of Variables; under
     ``chainer.config.train`` gradients flow through both, element by
     element.
-    ``backend='native'`` (the program compiled to C) runs inference only:
-    under ``chainer.config.train`` it raises BackendUnavailableError.
+    ``backend='native'`` runs the programs compiled to C, the forward and
+    backward ones too; a program with an operator the C kernels lack is
+    refused (UnsupportedNativeOpsError naming it) when it is first built.
     """
     if used_translator not in TRANSLATORS:
         raise ValueError('unknown translator %r: choose one of %s'
@@ -119,11 +123,6 @@ class CompiledModel(chainer.Chain):
         """Forward/backward executors, compiled on first use for each set of
         data inputs that need a gradient (usually none: data comes as arrays)."""
         key = tuple(inputs_needing_grad)
-        if self.runtime_kwargs.get('backend') == 'native':
-            raise BackendUnavailableError(
-                "backend 'native' runs inference only (chainer.config.train = False, e.g. "
-                "under chainer.using_config('train', False)); training runs on backend "
-                "'numpy' or 'cupy'")
         if key not in self._training:
             proto = onnx.ModelProto()
             proto.CopyFrom(self._proto)
@@ -153,12 +152,40 @@ class CompiledModel(chainer.Chain):
     def peak_bytes(self):
         """The most bytes the VM held at once in any of this model's
         programs (pass ``runtime_kwargs={'track_memory': True}``; the VM
-        counts its own arrays, on NumPy and CuPy alike)."""
+        counts its own arrays, on NumPy and CuPy alike).
+
+        What counts: the bytes of the live registers of the running program
+        (its constants and inputs, parameters included, from the start; each
+        value from the instruction making it to the one freeing it).  A
+        training step runs two programs: the values retained for backward
+        count in the forward program as outputs until it ends, and in the
+        backward program as inputs until their last read; the step's peak
+        is the larger of the two programs'.  Arrays held outside the
+        running program do not count: the outputs Chainer holds, the
+        parameters' gradients after backward, and the retained values after
+        backward's last read of them (the step's FunctionNode references
+        them until its backward returns)."""
         executors = [e for state in self._training.values()
                      for e in (state.forward, state.backward)]
         if self._inference is not None:
             executors.append(self._inference)
         return max((e.peak_bytes for e in executors), default=0)
+
+    def predicted_peak_bytes(self):
+        """The memory model's prediction of peak_bytes for the training
+        programs compiled so far (memory_model.py: static shapes, the same
+        frees), comparable with peak_bytes() after training steps; 0 before
+        the first training step compiles them."""
+        return max((compiled_training_peak(state.programs)
+                    for state in self._training.values()), default=0)
+
+    def predicted_peak_parts(self):
+        """What the predicted peak is made of, in bytes (memory_model.
+        compiled_peak_parts: the program that peaks, and its parameters,
+        gradients, retained values and other values at that moment); None
+        before the first training step compiles the programs."""
+        parts = [compiled_peak_parts(state.programs) for state in self._training.values()]
+        return max(parts, key=lambda p: p['total'], default=None)
 
     def _dump(self, programs):
         base = os.path.splitext(self.onnx_file)[0]

@@ -31,7 +31,7 @@ import onnx
 from onnx import helper, numpy_helper
 
 from . import autodiff, custom_schemas, recompute
-from .autodiff.control_flow import pin_loop_types
+from .autodiff.control_flow import infer_with_outer_constants, pin_loop_types
 from .codegen import emit_program
 from .errors import UnsupportedOperatorsError
 from .frontend import load_onnx, source_name
@@ -48,11 +48,27 @@ class CompilerOptions:
     Each field's ``doc`` says what it does (docs/pipeline.md lists them)."""
     computation_order: object = field(default=None, metadata={'doc': (
         'the recompute policy of training programs, a name in `recompute.POLICIES` '
-        '(see below); an unknown name is a ValueError when the training programs '
-        'are compiled')})
+        '(see below); an unknown name is a ValueError')})
+    memory_budget: object = field(default=None, metadata={'doc': (
+        "`'gt'` only: the most bytes the training step's programs may hold at once "
+        '(an int), or a fraction in (0, 1] of the peak without recompute (a float), as '
+        'the memory model predicts it; `gt` then recomputes as little as fits. A budget '
+        'below the smallest peak `gt` finds is a ValueError stating that peak')})
+    chen_segments: object = field(default=None, metadata={'doc': (
+        "`'chen'` only: the number of segments (an int; default the square root of the "
+        'forward node count, rounded)')})
+    retain: object = field(default=None, metadata={'doc': (
+        "`'custom'` only (and required there): the forward values to retain, a list of "
+        'names; backward recomputes every other value it reads')})
     fold_constants: bool = field(default=True, metadata={'doc': (
         'evaluate nodes whose inputs are all constants at compile time (every `fold` '
         'pass); False keeps them as instructions')})
+
+    def __post_init__(self):
+        # Checked on construction: a misapplied option fails before compiling.
+        recompute.check_options(self)
+        if self.retain is not None:  # a tuple: the options stay hashable
+            object.__setattr__(self, 'retain', tuple(self.retain))
 
     @classmethod
     def from_kwargs(cls, kwargs, **given):
@@ -194,10 +210,14 @@ def infer_types(c):
 
     A Loop's final values whose initial value and body output share one
     static type get it (ONNX leaves them unknown), and inference runs again
-    from there."""
-    c.set_model(infer_shapes(c.model, c.source))
+    from there.  Sub-graphs are inferred knowing the outer constants they
+    read (autodiff.control_flow.infer_with_outer_constants)."""
+    def infer(model):
+        return infer_with_outer_constants(model, lambda m: infer_shapes(m, c.source))
+
+    c.set_model(infer(c.model))
     if pin_loop_types(c.model.graph):
-        c.set_model(infer_shapes(c.model, c.source))
+        c.set_model(infer(c.model))
 
 
 def differentiate(c):
@@ -221,8 +241,13 @@ _FLOAT_TYPES = (onnx.TensorProto.FLOAT, onnx.TensorProto.DOUBLE, onnx.TensorProt
 
 
 def apply_recompute(c):
-    """Apply the `computation_order` policy of recompute.POLICIES to the backward graph."""
-    recompute.policy(c.options.computation_order)(c.model.graph, c.backward)
+    """Apply the `computation_order` policy of recompute.POLICIES to the
+    backward graph: it keeps some forward values and replays the forward
+    nodes of the others in backward (recompute/)."""
+    # A training step (the kind with an optimizer `update`) joins forward and
+    # backward in one graph, where replays must write fresh names.
+    recompute.apply(c.model.graph, c.backward, c.options, c.opsets,
+                    joined=c.update is not None)
 
 
 def split_forward_backward(c):
@@ -309,7 +334,7 @@ PIPELINES = {
         infer_types, differentiate, apply_recompute, split_forward_backward, fold,
         check_kernels))) + VM_BACKEND,
     'training_step': (SIMPLIFY, ('autodiff', (
-        infer_types, differentiate, join_backward, add_optimizer_update, fold,
+        infer_types, differentiate, apply_recompute, join_backward, add_optimizer_update, fold,
         check_kernels))) + VM_BACKEND,
 }
 

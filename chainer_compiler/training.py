@@ -50,7 +50,7 @@ def compile_training(model, params=(), wrt=None, state_outputs=(), computation_o
     ``wrt``: names to differentiate (default: every float graph input and
     every parameter).  ``state_outputs``: graph outputs that are updated
     state (running averages), not differentiated.  ``computation_order``
-    is a recompute policy (see recompute.py), a shorthand for ``options``
+    is a recompute policy (see recompute/), a shorthand for ``options``
     (a pipeline.CompilerOptions); give one or the other.
     """
     if options is None:
@@ -92,7 +92,7 @@ class TrainingStepProgram:
     onnx: object
 
 
-def compile_step_program(model, loss, params, wrt, update, check=True):
+def compile_step_program(model, loss, params, wrt, update, check=True, options=None):
     """One Program for forward, backward and the optimizer ``update`` (an
     OptimizerUpdate) of the parameters ``wrt`` from the gradient of the
     scalar graph output ``loss``.
@@ -100,9 +100,11 @@ def compile_step_program(model, loss, params, wrt, update, check=True):
     ``params``: initializer names that become inputs (parameters and
     running statistics).  Other graph outputs (reported values, updated
     running statistics) are computed but not differentiated.  Parameters no
-    gradient reaches are not updated (as Chainer skips them).
+    gradient reaches are not updated (as Chainer skips them).  ``options``:
+    a pipeline.CompilerOptions (its recompute policy replays forward nodes
+    in the backward half under fresh names).
     """
-    c = run('training_step', model, name='training_step', check=check,
+    c = run('training_step', model, options, name='training_step', check=check,
             params=tuple(params), wrt=list(wrt), differentiated=[loss], update=update)
     return TrainingStepProgram(
         program=c.programs['training_step'], params=list(params), updated=c.reached,

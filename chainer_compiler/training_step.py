@@ -18,6 +18,7 @@ from .compiled_model import bind_initializers
 from .exporting import write_onnx
 from .frontend import load_onnx
 from .passes.training_mode import to_training_mode
+from .pipeline import CompilerOptions
 from .runtime.executor import Executor
 from .runtime.signatures import validate_inputs
 from .training import OptimizerUpdate, compile_step_program
@@ -44,7 +45,8 @@ _UPDATES = {
 _USE_COMPILE_ONNX = 'use compile_onnx, which keeps the optimizer in Chainer'
 
 
-def compile_training_step(model, optimizer, inputs, runtime_kwargs=None, dump_onnx=None):
+def compile_training_step(model, optimizer, inputs, runtime_kwargs=None, dump_onnx=None,
+                          computation_order=None, compiler_kwargs=None):
     """Compile ``optimizer.update(model, *inputs)`` into one VM program.
 
     ``model`` is the optimizer's target and its forward returns the scalar
@@ -57,9 +59,14 @@ def compile_training_step(model, optimizer, inputs, runtime_kwargs=None, dump_on
     compiled step would not reproduce; ``compile_onnx`` trains those.
     Returns a TrainingStep: call it with a batch to train on it.
     ``runtime_kwargs`` go to the VM's Executor; ``dump_onnx`` is a path to
-    write the compiled step's ONNX graph to.
+    write the compiled step's ONNX graph to.  ``computation_order`` and
+    ``compiler_kwargs`` are compile_onnx's: the recompute policy and the
+    compiler options (pipeline.CompilerOptions); in the one program, the
+    values a policy does not keep die after their last forward read and are
+    recomputed in the backward half.
     """
-    return TrainingStep(model, optimizer, inputs, runtime_kwargs or {}, dump_onnx)
+    options = CompilerOptions.from_kwargs(compiler_kwargs, computation_order=computation_order)
+    return TrainingStep(model, optimizer, inputs, runtime_kwargs or {}, dump_onnx, options)
 
 
 class TrainingStep:
@@ -74,7 +81,7 @@ class TrainingStep:
     is refused (TypeError, InputValidationError) before anything changes.
     """
 
-    def __init__(self, model, optimizer, inputs, runtime_kwargs, dump_onnx=None):
+    def __init__(self, model, optimizer, inputs, runtime_kwargs, dump_onnx=None, options=None):
         if optimizer.target is not model:
             raise ValueError('compile_training_step: the optimizer is not set up on this model '
                              '(call optimizer.setup(model) first)')
@@ -95,7 +102,7 @@ class TrainingStep:
         compiled = compile_step_program(
             proto, loss=proto.graph.output[0].name,
             params=binding.param_names + binding.state_names, wrt=wrt,
-            update=self._update, check=False)
+            update=self._update, check=False, options=options)
         if dump_onnx:
             write_onnx(compiled.onnx, dump_onnx)
         self.program = compiled.program
@@ -110,17 +117,15 @@ class TrainingStep:
         options = dict(runtime_kwargs)
         options.setdefault('backend', 'cupy' if model.xp is not numpy else 'numpy')
         self.executor = Executor(self.program, **options)
+        self._array_type = model.xp.ndarray
+        self._batch_signature = None  # the batch signature last validated
 
     def __call__(self, *inputs):
         if len(inputs) != self._n_inputs:
             raise TypeError('the training step of %s takes %d input(s), got %d'
                             % (type(self.model).__name__, self._n_inputs, len(inputs)))
         values = [x.array if isinstance(x, chainer.Variable) else x for x in inputs]
-        # The batch is checked before anything changes, so a refused call
-        # leaves optimizer.t, the update rules and the arrays as they were.
-        # The other inputs are the model's and the optimizer's own arrays,
-        # bound at compile time and checked by the VM (once per signature).
-        validate_inputs(self.program.inputs[:len(values)], values, self.program.name)
+        self._validate_batch(values)
         optimizer = self.optimizer
         optimizer.t += 1
         for rule in self._rules:
@@ -136,6 +141,24 @@ class TrainingStep:
         for position, observer, key in self._reports:
             chainer.report({key: results[position]}, observer)
         return results[0]
+
+    def _validate_batch(self, values):
+        """Check the batch before anything changes, so a refused call leaves
+        optimizer.t, the update rules and the arrays as they were.  A
+        training loop feeds the same shapes every step: as the VM does for
+        its inputs, a signature (the arrays' shapes and dtypes) is checked
+        once, and later batches of that signature are not checked again.
+        The other inputs are the model's and the optimizer's own arrays,
+        bound at compile time and checked by the VM."""
+        array_type = self._array_type
+        signature = [(v.shape, v.dtype) if type(v) is array_type else None for v in values]
+        if signature == self._batch_signature:
+            return
+        validate_inputs(self.program.inputs[:len(values)], values, self.program.name)
+        # Only plain arrays are remembered: another type that passed once
+        # may carry another shape next time.
+        if None not in signature:
+            self._batch_signature = signature
 
 
 class TrainingStepUpdater(StandardUpdater):

@@ -226,7 +226,7 @@ def gelu_grad(b, node, gys):
 
 def _softmax_axes(b, node):
     """Axes Softmax/LogSoftmax ``node`` normalises over (softmax_axes)."""
-    return list(softmax_axes(b.version(node), len(b.shape(node.input[0])),
+    return list(softmax_axes(b.version(node), len(b.dims(node.input[0])),
                              b.attr(node, 'axis')))
 
 

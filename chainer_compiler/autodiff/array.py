@@ -1,12 +1,15 @@
 """Gradient rules for the array family.
 
-Shapes are static, so most rules are reshapes, transposes, splits and sums
-decided at compile time.  Scatters that have no good standard form (adjoints
-of Slice, Gather*, non-constant Pad and Resize) are custom operators of the
-org.chainer_compiler domain, registered in runtime/ops/array.py.
+Where shapes are static, most rules are reshapes, transposes, splits and
+sums decided at compile time, and scatters that have no good standard form
+(adjoints of Slice, Gather*, non-constant Pad and Resize) are custom
+operators of the org.chainer_compiler domain, registered in
+runtime/ops/array.py, which take the static shape.  Where a shape is known
+only at run time, reshapes, splits and sums read it from a Shape node, and
+the adjoints of pure data movements scatter-add by ``_moved_back``.
 """
 import numpy
-from onnx import helper
+from onnx import helper, numpy_helper
 
 from ..runtime.ops.registry import CUSTOM_DOMAIN
 from .registry import GradientError, gradient
@@ -27,25 +30,45 @@ def _custom(b, op, inputs, **attrs):
     return b.node(op, inputs, 1, domain=CUSTOM_DOMAIN, **attrs)
 
 
-def _reshape_to(b, gy, name):
-    """``gy`` reshaped to the static shape of forward value ``name``."""
-    shape = list(b.shape(name))
-    if b.opset < 5:
-        return b.node('Reshape', [gy], 1, shape=shape)
-    return b.reshape(gy, shape)
+def _static(b, name):
+    """Whether forward value ``name``'s shape is known at compile time."""
+    return not isinstance(b.shape_of(name), str)
+
+
+def _moved_back(b, node, gy, x):
+    """The gradient of data movement ``node`` for its input ``x`` whose
+    shape is known only at run time: each element of ``node``'s output is
+    a copy of one of ``x``'s, so ``node`` run on the flat positions of
+    ``x``'s elements says where each element of ``gy`` came from, and
+    ``gy`` is added there (ScatterElements, reduction 'add': opset 16)."""
+    if b.opset < 16:
+        raise GradientError('the gradient of %s for %s, whose shape is known only at run '
+                            'time, needs opset 16' % (node.name or node.op_type, x))
+    shape = b.shape_of(x)
+    count = b.reduce('ReduceProd', shape, None, keepdims=False)
+    flat = b.node('Range', [b.constant(numpy.array(0, numpy.int64)), count,
+                            b.constant(numpy.array(1, numpy.int64))])
+    attrs = {a.name: helper.get_attribute_value(a) for a in node.attribute}
+    inputs = [b.node('Reshape', [flat, shape]) if i == x else i for i in node.input]
+    sources = b.node(node.op_type, inputs, 1, domain=node.domain, **attrs)
+    zeros = b.node('ConstantOfShape', [b.reshape(count, [1])],
+                   value=numpy_helper.from_array(numpy.zeros((1,), b.dtype(x))))
+    added = b.node('ScatterElements', [zeros, b.reshape(sources, [-1]), b.reshape(gy, [-1])],
+                   axis=0, reduction='add')
+    return b.node('Reshape', [added, shape])
 
 
 # -- reshapes ----------------------------------------------------------------
 @gradient('Reshape', 'Flatten', 'Squeeze', 'Unsqueeze')
 def reshape_grad(b, node, gys):
     gy, = gys
-    return [_reshape_to(b, gy, node.input[0])] + [None] * (len(node.input) - 1)
+    return [b.reshape_like(gy, node.input[0])] + [None] * (len(node.input) - 1)
 
 
 @gradient('Transpose')
 def transpose_grad(b, node, gys):
     gy, = gys
-    ndim = len(b.shape(node.input[0]))
+    ndim = len(b.dims(node.input[0]))
     perm = b.attr(node, 'perm') or list(range(ndim))[::-1]
     inverse = [0] * ndim
     for i, p in enumerate(perm):
@@ -59,15 +82,23 @@ def concat_grad(b, node, gys):
     gy, = gys
     if len(node.input) == 1:
         return [gy]
-    axis = _axis(b.attr(node, 'axis', 1), len(b.shape(node.output[0])))
-    sizes = [b.shape(x)[axis] for x in node.input]
-    return b.split(gy, sizes, axis, [b.fresh('concat_grad') for _ in sizes])
+    axis = _axis(b.attr(node, 'axis', 1), len(b.dims(node.output[0])))
+    sizes = [b.dim_of(x, axis) for x in node.input]
+    outputs = [b.fresh('concat_grad') for _ in sizes]
+    if all(isinstance(s, int) for s in sizes):
+        return b.split(gy, sizes, axis, outputs)
+    if b.opset < 13:
+        raise GradientError('the gradient of %s with sizes known only at run time needs '
+                            'opset 13' % (node.name or node.op_type))
+    split = b.node('Concat', [b.int64s([s]) if isinstance(s, int) else s for s in sizes],
+                   axis=0)
+    return b.node('Split', [gy, split], outputs, axis=axis)
 
 
 @gradient('Split')
 def split_grad(b, node, gys):
     x = node.input[0]
-    axis = _axis(b.attr(node, 'axis', 0), len(b.shape(x)))
+    axis = _axis(b.attr(node, 'axis', 0), len(b.dims(x)))
     pieces = []
     for y, gy in zip(node.output, gys):
         pieces.append(gy if gy is not None else b.zeros_like(y))
@@ -80,6 +111,8 @@ def split_grad(b, node, gys):
 def slice_grad(b, node, gys):
     gy, = gys
     x = node.input[0]
+    if not _static(b, x):
+        return [_moved_back(b, node, gy, x)] + [None] * (len(node.input) - 1)
     shape = list(b.shape(x))
     if b.version(node) < 10:  # starts, ends, axes as attributes
         starts, ends = b.attr(node, 'starts'), b.attr(node, 'ends')
@@ -94,6 +127,8 @@ def slice_grad(b, node, gys):
 def gather_grad(b, node, gys):
     gy, = gys
     data, indices = node.input
+    if not _static(b, data):
+        return [_moved_back(b, node, gy, data), None]
     shape = list(b.shape(data))
     axis = _axis(b.attr(node, 'axis', 0), len(shape))
     return [_custom(b, 'GatherGrad', [gy, indices], axis=axis, shape=shape), None]
@@ -103,6 +138,8 @@ def gather_grad(b, node, gys):
 def gather_elements_grad(b, node, gys):
     gy, = gys
     data, indices = node.input
+    if not _static(b, data):
+        return [_moved_back(b, node, gy, data), None]
     shape = list(b.shape(data))
     axis = _axis(b.attr(node, 'axis', 0), len(shape))
     return [_custom(b, 'GatherElementsGrad', [gy, indices], axis=axis, shape=shape), None]
@@ -112,6 +149,8 @@ def gather_elements_grad(b, node, gys):
 def gather_nd_grad(b, node, gys):
     gy, = gys
     data, indices = node.input
+    if not _static(b, data):
+        return [_moved_back(b, node, gy, data), None]
     return [_custom(b, 'GatherNDGrad', [gy, indices], shape=list(b.shape(data)),
                     batch_dims=b.attr(node, 'batch_dims', 0)), None]
 
@@ -120,13 +159,15 @@ def gather_nd_grad(b, node, gys):
 def compress_grad(b, node, gys):
     gy, = gys
     x, condition = node.input
+    if not _static(b, x):
+        return [_moved_back(b, node, gy, x), None]
     shape = list(b.shape(x))
     axis = b.attr(node, 'axis')
     selected = b.reshape(b.node('NonZero', [condition]), [-1])
     if axis is None:
         flat = _custom(b, 'GatherGrad', [gy, selected], axis=0,
                        shape=[int(numpy.prod(shape))])
-        return [_reshape_to(b, flat, x), None]
+        return [b.reshape_like(flat, x), None]
     return [_custom(b, 'GatherGrad', [gy, selected], axis=_axis(axis, len(shape)),
                     shape=shape), None]
 
@@ -167,7 +208,7 @@ def top_k_grad(b, node, gys):
 def expand_grad(b, node, gys):
     gy, = gys
     x = node.input[0]
-    return [b.sum_to(gy, b.shape(node.output[0]), b.shape(x)), None]
+    return [b.sum_to(gy, b.dims(node.output[0]), b.dims(x), like=x), None]
 
 
 @gradient('Tile')
@@ -206,6 +247,8 @@ def pad_grad(b, node, gys):
     if mode == 'constant':
         inputs = [gy, b.node('Neg', [pads])] + (['', axes] if axes else [])
         return [b.node('Pad', inputs, 1, mode='constant')] + rest
+    if not _static(b, x):
+        return [_moved_back(b, node, gy, x)] + rest
     return [_custom(b, 'PadGrad', [gy, pads, axes], mode=mode, shape=list(b.shape(x)))] + rest
 
 
@@ -221,11 +264,11 @@ def center_crop_pad_grad(b, node, gys):
 def where_grad(b, node, gys):
     gy, = gys
     condition, x, y = node.input
-    out = b.shape(node.output[0])
+    out = b.dims(node.output[0])
     zero = b.constant(numpy.zeros((), b.dtype(node.output[0])), hint='zero')
     gx = b.node('Where', [condition, gy, zero])
     gy_ = b.node('Where', [condition, zero, gy])
-    return [None, b.sum_to(gx, out, b.shape(x)), b.sum_to(gy_, out, b.shape(y))]
+    return [None, b.sum_to(gx, out, b.dims(x), like=x), b.sum_to(gy_, out, b.dims(y), like=y)]
 
 
 @gradient('Trilu')

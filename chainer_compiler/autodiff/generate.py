@@ -68,6 +68,9 @@ class BackwardBuilder(GraphBuilder):
         self.requires = set(requires)
         #: What forward rewrites (registry.forward_rewrite) noted, by node name.
         self.notes = {}
+        #: The forward node whose rule runs (named by errors).
+        self.current = None
+        self._shapes = {}
         if taken is not None:  # a sub-graph's builder: names unique with its owner's
             self._taken = taken
         for name in forward_names:
@@ -77,8 +80,10 @@ class BackwardBuilder(GraphBuilder):
         """A builder for a sub-graph of this backward graph (a Loop body, an
         If branch): ``types`` (default: the same types), names unique
         across both."""
-        return BackwardBuilder(self.opset, self.value_types if types is None else types, (),
-                               self.requires, self._taken)
+        sb = BackwardBuilder(self.opset, self.value_types if types is None else types, (),
+                             self.requires, self._taken)
+        sb.current = self.current
+        return sb
 
     def unique(self, name):
         """Reserve ``name``, or a fresh one like it when taken."""
@@ -90,13 +95,55 @@ class BackwardBuilder(GraphBuilder):
     def fresh(self, hint):
         return super().fresh(GRAD_PREFIX + hint)
 
+    def dims(self, name):
+        """Shape of forward value ``name`` as inference knows it: a tuple
+        of ints, with the symbolic name (a str) or None of each dimension
+        known only at run time.  Its rank must be known."""
+        entry = self.value_types.get(name)
+        if entry is None or entry[1] is None:
+            raise GradientError('the rank of %s%s is unknown; its gradient needs it'
+                                % (name, self._reader()))
+        return tuple(entry[1])
+
     def shape(self, name):
-        """Static shape of forward value ``name`` (a tuple of ints)."""
-        dtype, shape = self.value_types.get(name, (None, None))
-        if shape is None or any(not isinstance(d, int) for d in shape):
-            raise GradientError('the shape of %s is not static (%s); compiled training needs '
-                                'fixed shapes' % (name, shape))
+        """Static shape of forward value ``name`` (a tuple of ints), for
+        rules that have no run-time form."""
+        shape = self.dims(name)
+        if not _is_static(shape):
+            raise GradientError('the shape of %s%s is not static (%s); its gradient needs '
+                                'fixed shapes' % (name, self._reader(), shape))
         return shape
+
+    def shape_of(self, name):
+        """The shape of forward value ``name``: its static shape (a tuple
+        of ints) when inference knows it, else the name of its run-time
+        Shape (one per value and builder)."""
+        shape = self.dims(name)
+        if _is_static(shape):
+            return shape
+        if name not in self._shapes:
+            self._shapes[name] = self.node('Shape', [name])
+        return self._shapes[name]
+
+    def shape_tensor(self, name):
+        """The name of a 1-D int64 tensor holding forward value ``name``'s
+        shape: a constant when static, its run-time Shape otherwise."""
+        shape = self.shape_of(name)
+        return shape if isinstance(shape, str) else self.int64s(shape)
+
+    def dim_of(self, name, axis):
+        """Dimension ``axis`` of forward value ``name``: an int when
+        static, else the name of a run-time 1-D tensor holding it."""
+        size = self.dims(name)[axis]
+        if isinstance(size, int):
+            return size
+        return self.node('Gather', [self.shape_of(name), self.int64s([axis])], axis=0)
+
+    def _reader(self):
+        """' (read by OP NAME)' for messages: the forward node whose rule runs."""
+        node = self.current
+        return '' if node is None else ' (read by %s %s)' % (node.op_type, node.name or
+                                                             node.output[0])
 
     def dtype(self, name):
         return self.value_types[name][0]
@@ -115,9 +162,24 @@ class BackwardBuilder(GraphBuilder):
                 return value.decode() if isinstance(value, bytes) else value
         return default
 
-    def sum_to(self, grad, grad_shape, shape):
-        """Undo broadcasting: sum ``grad`` (of ``grad_shape``) down to ``shape``."""
+    def reshape_like(self, x, name):
+        """``x`` reshaped to the shape of forward value ``name``."""
+        shape = self.shape_of(name)
+        if isinstance(shape, str):
+            return self.node('Reshape', [x, shape])
+        if self.opset < 5:
+            return self.node('Reshape', [x], shape=list(shape))
+        return self.reshape(x, list(shape))
+
+    def sum_to(self, grad, grad_shape, shape, like=None):
+        """Undo broadcasting: sum ``grad`` (of ``grad_shape``) down to
+        ``shape``.  Shapes are as ``dims`` gives them; where they do not
+        tell whether an axis was broadcast (a dimension known only at run
+        time that may be 1), the run-time shape of ``like`` (a value of
+        ``shape``) decides."""
         grad_shape, shape = tuple(grad_shape), tuple(shape)
+        if not (_is_static(grad_shape) and _is_static(shape)):
+            return self._sum_to_dynamic(grad, grad_shape, shape, like)
         if grad_shape == shape:
             return grad
         lead = len(grad_shape) - len(shape)
@@ -128,6 +190,32 @@ class BackwardBuilder(GraphBuilder):
         if axes:
             grad = self.reduce('ReduceSum', grad, axes, keepdims=True)
         return self.reshape(grad, shape)
+
+    def _sum_to_dynamic(self, grad, grad_shape, shape, like):
+        """sum_to when a shape has run-time dimensions: leading axes are
+        summed away, axes of static size 1 summed with keepdims, and axes
+        of run-time size not equal (by name) to the gradient's summed where
+        ``like``'s size is 1 at run time.  No Reshape: the sums leave
+        ``shape`` itself."""
+        lead = len(grad_shape) - len(shape)
+        if lead:
+            grad = self.reduce('ReduceSum', grad, list(range(lead)), keepdims=False)
+        pairs = list(enumerate(zip(grad_shape[lead:], shape)))
+        ones = [i for i, (g, d) in pairs if d == 1 and g != 1]
+        if ones:
+            grad = self.reduce('ReduceSum', grad, ones, keepdims=True)
+        unknown = [i for i, (g, d) in pairs
+                   if not isinstance(d, int) and (d is None or g != d) and g != 1]
+        if not unknown:
+            return grad
+        if like is None or self.opset < 13:
+            raise GradientError('undoing a broadcast to %s%s needs the run-time shape of the '
+                                'input and opset 13' % (shape, self._reader()))
+        axes = self.int64s(unknown)
+        sizes = self.node('Gather', [self.shape_of(like), axes], axis=0)
+        broadcast = self.node('Equal', [sizes, self.int64s([1])])
+        return self.node('ReduceSum', [grad, self.node('Compress', [axes, broadcast], axis=0)],
+                         keepdims=1, noop_with_empty_axes=1)
 
     def zeros_like(self, name, entry=None):
         """Zeros of value ``name``'s type (``entry``, as value_types holds
@@ -143,7 +231,7 @@ class BackwardBuilder(GraphBuilder):
             return self.map_sequences(lambda sb, x: sb.zeros_like(x, element), [name],
                                       element, hint='zeros_seq')
         dtype, shape = entry
-        if shape is not None and all(isinstance(d, int) for d in shape):
+        if shape is not None and _is_static(shape):
             return self.constant(numpy.zeros(shape, dtype), hint='zeros')
         value = numpy_helper.from_array(numpy.zeros((1,), dtype))
         return self.node('ConstantOfShape', [self.node('Shape', [name])], value=value)
@@ -196,10 +284,22 @@ class BackwardGraph:
         """The backward graph as a GraphProto (for dumps and code emission)."""
         types = self.value_types.get
         inputs = [value_info(g, types(f)) for g, f in self.grad_inputs]
-        inputs += [value_info(r, types(r)) for r in self.retained]
+        inputs += [value_info(r, _unnamed(types(r))) for r in self.retained]
         outputs = [value_info(g, types(w))
                    for w, g in self.grad_outputs.items() if g is not None]
         return helper.make_graph(self.nodes, name, inputs, outputs, self.initializers)
+
+
+def _unnamed(entry):
+    """``entry`` (a value_types entry) with its symbolic dimensions made
+    unknown.  Inference names the dimensions of values the graph computes,
+    and may give one name to dimensions that differ at run time (every
+    element read from a sequence gets the sequence's): declared on the
+    backward program's inputs, the names would be checked as equal."""
+    if entry is None or entry[1] is None:
+        return entry
+    dims = tuple(d if isinstance(d, int) else None for d in entry[1])
+    return type(entry)(entry[0], dims) if isinstance(entry, SequenceType) else (entry[0], dims)
 
 
 def make_graph(b, name, inputs, outputs):
@@ -271,6 +371,7 @@ def differentiate(graph, opset, wrt, outputs=None, outer=None):
         rule = rule_for(node)
         if rule is None:
             continue
+        b.current = node
         gxs = rule(b, node, gys)
         if len(gxs) != len(inputs):
             raise GradientError('gradient rule of %s returned %d gradients for %d inputs'
@@ -342,6 +443,11 @@ def _prune(b, needed):
     kept.reverse()
     b.nodes[:] = kept
     b.initializers[:] = [t for t in b.initializers if t.name in needed]
+
+
+def _is_static(shape):
+    """Whether every dimension of ``shape`` (a tuple) is a known int."""
+    return all(isinstance(d, int) for d in shape)
 
 
 def _is_float(types, name):

@@ -49,7 +49,7 @@ def softmax_cross_entropy_loss_grad(b, node, gys):
     weights = _input(node, 2)
     g_loss = gys[0]
     g_log_prob = gys[1] if len(gys) > 1 else None
-    log_prob = forward_output(b, node, 1, b.dtype(scores), b.shape(scores), 'log_prob')
+    log_prob = forward_output(b, node, 1, b.dtype(scores), b.dims(scores), 'log_prob')
     grads = []
     if g_loss is not None:
         inputs = [g_loss, log_prob, labels] + ([weights] if weights else [])

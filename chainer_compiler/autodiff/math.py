@@ -69,15 +69,15 @@ def _unbroadcast(b, node, grad, i):
     """Gradient ``grad`` (shaped like the output) of input ``i`` of an
     element-wise ``node``, summed back to that input's shape; handles the
     explicit ``broadcast``/``axis`` attributes of opsets < 7."""
-    out_shape = b.shape(node.output[0])
-    shape = b.shape(node.input[i])
+    x = node.input[i]
     if b.version(node) < 7 and i > 0 and b.attr(node, 'broadcast', 0):
+        out_shape, shape = b.shape(node.output[0]), b.shape(x)
         axis = b.attr(node, 'axis', None)
         if axis is not None and len(shape) < len(out_shape):
             axis %= len(out_shape)
             aligned = shape + (1,) * (len(out_shape) - axis - len(shape))
             return b.reshape(b.sum_to(grad, out_shape, aligned), shape)
-    return b.sum_to(grad, out_shape, shape)
+    return b.sum_to(grad, b.dims(node.output[0]), b.dims(x), like=x)
 
 
 def _neg_sum_to(b, node, grad, i):
@@ -378,7 +378,7 @@ def clip_grad(b, node, gys):
         if node.input[i] and _is_float(b, node.input[i]):
             taken = _select(b, b.node(compare, [x, bound]), gy, x)
             grads.append(b.sum_to(b.reduce('ReduceSum', taken, None, keepdims=False),
-                                  (), b.shape(bound)))
+                                  (), b.dims(bound), like=bound))
         else:
             grads.append(None)
     return grads
@@ -387,10 +387,11 @@ def clip_grad(b, node, gys):
 # -- reductions --------------------------------------------------------------
 
 def _kept_shape(b, node):
-    """The output shape with reduced axes kept as 1s, or None when only the
-    run-time axes input can tell (then ``_keep`` unsqueezes by it)."""
-    x_shape = b.shape(node.input[0])
-    y_shape = b.shape(node.output[0])
+    """The output shape with reduced axes kept as 1s (dimensions as
+    ``b.dims`` gives them), or None when only the run-time axes input can
+    tell (then ``_keep`` unsqueezes by it)."""
+    x_shape = b.dims(node.input[0])
+    y_shape = b.dims(node.output[0])
     rank = len(x_shape)
     if len(y_shape) == rank:  # keepdims, or no axis reduced
         return y_shape
@@ -400,6 +401,8 @@ def _kept_shape(b, node):
         return tuple(1 if i in axes else d for i, d in enumerate(x_shape))
     if not _input(node, 1) or not y_shape:
         return (1,) * rank
+    if None in x_shape or None in y_shape:  # unnamed run-time dimensions match nothing
+        return None
     kept = set()
     for removed in itertools.combinations(range(rank), rank - len(y_shape)):
         if tuple(d for i, d in enumerate(x_shape) if i not in removed) == tuple(y_shape):
@@ -408,12 +411,19 @@ def _kept_shape(b, node):
 
 
 def _keep(b, node, name, kept):
-    """``name`` (shaped like the reduction's output) with the reduced axes as 1s."""
-    if kept is None:
-        return b.node('Unsqueeze', [name, node.input[1]])
-    if tuple(b.shape(node.output[0])) == tuple(kept):
+    """``name`` (shaped like the reduction's output) with the reduced axes
+    as 1s: a Reshape to ``kept`` when static, else an Unsqueeze."""
+    rank = len(b.dims(node.input[0]))
+    if len(b.dims(node.output[0])) == rank:
         return name
-    return b.reshape(name, kept)
+    if kept is not None and all(isinstance(d, int) for d in kept):
+        return b.reshape(name, kept)
+    axes = b.attr(node, 'axes')
+    if axes is None and not _input(node, 1):
+        axes = range(rank)
+    if axes is None:
+        return b.node('Unsqueeze', [name, node.input[1]])
+    return b.unsqueeze(name, sorted(a % rank for a in axes))
 
 
 def _reduction(op):
@@ -431,7 +441,7 @@ def _reduction(op):
 
 
 def _expand(b, g, x):
-    return b.node('Expand', [g, b.int64s(b.shape(x))])
+    return b.node('Expand', [g, b.shape_tensor(x)])
 
 
 @_reduction('ReduceSum')
@@ -441,8 +451,13 @@ def reduce_sum_grad(b, node, x, gy, kept):
 
 @_reduction('ReduceMean')
 def reduce_mean_grad(b, node, x, gy, kept):
-    count = max(int(numpy.prod(b.shape(x))), 1) / max(int(numpy.prod(b.shape(node.output[0]))), 1)
-    return _expand(b, b.node('Mul', [gy, _scalar(b, 1 / count, x)]), x)
+    y = node.output[0]
+    if all(isinstance(d, int) for d in b.dims(x) + b.dims(y)):
+        count = max(int(numpy.prod(b.shape(x))), 1) / max(int(numpy.prod(b.shape(y))), 1)
+        return _expand(b, b.node('Mul', [gy, _scalar(b, 1 / count, x)]), x)
+    to = helper.np_dtype_to_tensor_dtype(b.dtype(x))
+    sizes = [b.node('Cast', [b.node('Size', [v])], to=to) for v in (y, x)]
+    return _expand(b, b.node('Mul', [gy, b.node('Div', sizes)]), x)
 
 
 @_reduction('ReduceSumSquare')
@@ -510,11 +525,19 @@ def _swap_last_two(b, x, ndim):
     return b.node('Transpose', [x], perm=perm)
 
 
+def _rows(b, x, ndim, k):
+    """``x`` (of rank ``ndim``, last dimension ``k``) as a matrix of rows
+    of ``k``: a Reshape when ``k`` is static, else a Flatten."""
+    if isinstance(k, int):
+        return b.reshape(x, [-1, k])
+    return b.node('Flatten', [x], axis=ndim - 1)
+
+
 @gradient('MatMul')
 def matmul_grad(b, node, gys):
     gy, = gys
     a, w = node.input
-    sa, sw = b.shape(a), b.shape(w)
+    sa, sw, sy = b.dims(a), b.dims(w), b.dims(node.output[0])
     need_a, need_w = _is_float(b, a), _is_float(b, w)
     ga = gw = None
     if len(sa) == 1 and len(sw) == 1:  # dot product: y is a scalar
@@ -528,39 +551,38 @@ def matmul_grad(b, node, gys):
             else:
                 column = b.node('MatMul', [w, b.unsqueeze(gy, [len(sw) - 1])])
                 summed = b.reduce('ReduceSum', column, list(range(len(sw) - 2)), keepdims=False)
-                ga = b.reshape(summed, [k])
+                ga = b.reshape(summed, [-1])
         if need_w:
-            outer = b.node('Mul', [b.reshape(a, [k, 1]), b.unsqueeze(gy, [len(sw) - 2])])
-            gw = b.sum_to(outer, b.shape(node.output[0])[:-1] + (k, sw[-1]), sw)
+            outer = b.node('Mul', [b.reshape(a, [-1, 1]), b.unsqueeze(gy, [len(sw) - 2])])
+            gw = b.sum_to(outer, sy[:-1] + (k, sw[-1]), sw, like=w)
         return [ga, gw]
     if len(sw) == 1:  # (..., n, k) @ (k) -> (..., n)
         k = sw[0]
         if need_a:
             outer = b.node('Mul', [b.unsqueeze(gy, [len(sa) - 1]), w])
-            ga = b.sum_to(outer, b.shape(node.output[0]) + (k,), sa)
+            ga = b.sum_to(outer, sy + (k,), sa, like=a)
         if need_w:
             if len(sa) == 2:
                 gw = b.node('MatMul', [gy, a])
             else:
-                gw = b.node('MatMul', [b.reshape(gy, [-1]), b.reshape(a, [-1, k])])
+                gw = b.node('MatMul', [b.reshape(gy, [-1]), _rows(b, a, len(sa), k)])
         return [ga, gw]
-    sy = b.shape(node.output[0])
     if need_a:
         if len(sa) == 2 and len(sw) == 2:
             ga = b.node('Gemm', [gy, w], 1, transB=1)
         else:
             full = b.node('MatMul', [gy, _swap_last_two(b, w, len(sw))])
-            ga = b.sum_to(full, sy[:-2] + sa[-2:], sa)
+            ga = b.sum_to(full, sy[:-2] + sa[-2:], sa, like=a)
     if need_w:
         if len(sa) == 2 and len(sw) == 2:
             gw = b.node('Gemm', [a, gy], 1, transA=1)
         elif len(sw) == 2:
             # Batched a, unbatched w: one Gemm over the flattened batch.
-            gw = b.node('Gemm', [b.reshape(a, [-1, sa[-1]]), b.reshape(gy, [-1, sy[-1]])], 1,
-                        transA=1)
+            gw = b.node('Gemm', [_rows(b, a, len(sa), sa[-1]), _rows(b, gy, len(sy), sy[-1])],
+                        1, transA=1)
         else:
             full = b.node('MatMul', [_swap_last_two(b, a, len(sa)), gy])
-            gw = b.sum_to(full, sy[:-2] + sw[-2:], sw)
+            gw = b.sum_to(full, sy[:-2] + sw[-2:], sw, like=w)
     return [ga, gw]
 
 
@@ -589,7 +611,7 @@ def gemm_grad(b, node, gys):
             gw = b.node('Gemm', [gy, a], 1, transA=1, transB=1 if trans_a else None,
                         alpha=alpha_attr)
     if c and _is_float(b, c) and beta != 0.0:
-        gc = b.sum_to(gy, b.shape(node.output[0]), b.shape(c))
+        gc = b.sum_to(gy, b.dims(node.output[0]), b.dims(c), like=c)
         if beta != 1.0:
             gc = b.node('Mul', [gc, _scalar(b, beta, c)])
     return [ga, gw] + ([gc] if len(node.input) > 2 else [])

@@ -30,12 +30,12 @@ def dropout_grad(b, node, gys):
     if version >= 12:
         if not _input(node, 2):  # no training_mode: inference, the identity
             return [gy] + others
-        mask = forward_output(b, node, 1, numpy.bool_, b.shape(x), 'mask')
+        mask = forward_output(b, node, 1, numpy.bool_, b.dims(x), 'mask')
         inputs = [gy, mask, _input(node, 1), node.input[2]]
     elif version >= 7 or b.attr(node, 'is_test', 0):  # no training mode: identity
         return [gy] + others
     else:  # opsets 1-6 train unless is_test; the mask has the data's type
-        mask = forward_output(b, node, 1, b.dtype(x), b.shape(x), 'mask')
+        mask = forward_output(b, node, 1, b.dtype(x), b.dims(x), 'mask')
         ratio = b.constant(numpy.float32(b.attr(node, 'ratio', 0.5)), hint='ratio')
         inputs = [gy, mask, ratio, b.constant(numpy.bool_(True), hint='training_mode')]
     return [b.node('DropoutGrad', inputs, 1, domain=CUSTOM_DOMAIN)] + others

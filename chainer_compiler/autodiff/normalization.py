@@ -63,7 +63,7 @@ def layer_normalization_grad(b, node, gys):
     grads = [gx, g_scale]
     if len(node.input) > 2 and node.input[2]:
         bias = node.input[2]
-        grads.append(b.sum_to(gy, b.shape(node.output[0]), b.shape(bias)))
+        grads.append(b.sum_to(gy, b.dims(node.output[0]), b.dims(bias), like=bias))
     return grads + [None] * (len(node.input) - len(grads))
 
 
@@ -101,7 +101,7 @@ def lp_normalization_grad(b, node, gys):
     gy, = gys
     x, y = node.input[0], node.output[0]
     p = b.attr(node, 'p', 2)
-    axes = [b.attr(node, 'axis', -1) % len(b.shape(x))]
+    axes = [b.attr(node, 'axis', -1) % len(b.dims(x))]
     dtype = b.dtype(x)
     norm = b.reduce('ReduceL2' if p == 2 else 'ReduceL1', x, axes, keepdims=True)
     zero = b.constant(numpy.zeros((), dtype), hint='zero')

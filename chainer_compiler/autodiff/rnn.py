@@ -54,8 +54,8 @@ def _recurrent_grad(b, node, gys):
     X, R = inputs[0], inputs[2]
     layout = b.attr(node, 'layout', 0)
     directions = 2 if b.attr(node, 'direction', 'forward') == 'bidirectional' else 1
-    hidden = b.attr(node, 'hidden_size') or b.shape(R)[-1]
-    x_shape = b.shape(X)
+    hidden = b.attr(node, 'hidden_size') or b.dims(R)[-1]
+    x_shape = b.dims(X)
     steps, batch = (x_shape[1], x_shape[0]) if layout else (x_shape[0], x_shape[1])
     y_shape = (batch, steps, directions, hidden) if layout else (steps, directions, batch, hidden)
     Y = forward_output(b, node, 0, b.dtype(X), y_shape, 'Y')

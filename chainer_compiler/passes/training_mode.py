@@ -7,13 +7,14 @@ like Chainer's: batch statistics with running averages updated as Chainer
 updates them, and random Dropout.  BatchNormalization takes its standard
 ONNX training form, written by the GraphBuilder method a training-mode
 export uses too, with Chainer's update of the running variance; Dropout
-becomes this project's DropoutTraining, independent of the model's opset.
+becomes this project's DropoutTraining, independent of the model's opset,
+in sub-graphs (Loop bodies, If branches) too.
 """
 import onnx
 from onnx import helper
 
 from ..onnx_builder import GraphBuilder
-from ..onnx_graph import numpy_dtype, opset_versions
+from ..onnx_graph import all_nodes, numpy_dtype, opset_versions, subgraphs
 from ..runtime.ops.opset_rules import batch_norm_trains
 from ..runtime.ops.registry import CUSTOM_DOMAIN
 
@@ -52,16 +53,10 @@ def to_training_mode(model, decays=None):
             for i, added in enumerate(builder.nodes[first:]):
                 added.name = node.name if i == 0 else '%s/%s' % (node.name, added.name)
             nodes.extend(builder.nodes[first:])
-        elif node.op_type == 'Dropout' and node.domain in ('', 'ai.onnx'):
-            nodes.append(helper.make_node(
-                'DropoutTraining', [node.input[0]], [node.output[0], node.output[0] + '/mask'],
-                name=node.name, domain=CUSTOM_DOMAIN, ratio=_dropout_ratio(node, model)))
-            mask = onnx.ValueInfoProto()
-            mask.CopyFrom(_same_type(node.output[0] + '/mask', types.get(node.input[0]), model,
-                                     node.input[0]))
-            mask.type.tensor_type.elem_type = onnx.TensorProto.BOOL
-            model.graph.value_info.append(mask)
+        elif _is_dropout(node):
+            nodes.append(_dropout_training(node, model, model.graph, types))
         else:
+            _train_sub_graphs(node, model)
             nodes.append(node)
     del model.graph.node[:]
     model.graph.node.extend(nodes)
@@ -69,10 +64,49 @@ def to_training_mode(model, decays=None):
     state_updates = [(updated, stat) for stat, updated in latest.items()]
     for updated, stat in state_updates:
         model.graph.output.append(_same_type(updated, types.get(stat), model, stat))
-    if any(n.domain == CUSTOM_DOMAIN for n in nodes) and \
+    if any(n.domain == CUSTOM_DOMAIN for n in all_nodes(model.graph)) and \
             CUSTOM_DOMAIN not in opset_versions(model):
         model.opset_import.append(helper.make_opsetid(CUSTOM_DOMAIN, 1))
     return state_updates
+
+
+def _is_dropout(node):
+    return node.op_type == 'Dropout' and node.domain in ('', 'ai.onnx')
+
+
+def _dropout_training(node, model, graph, types):
+    """The DropoutTraining node replacing Dropout ``node`` of ``graph``
+    (whose value types ``types`` holds); its mask's type is declared in
+    ``graph`` when its input's is known."""
+    mask_name = node.output[0] + '/mask'
+    info = types.get(node.input[0])
+    if info is not None or graph is model.graph:
+        mask = _same_type(mask_name, info, model, node.input[0])
+        mask.type.tensor_type.elem_type = onnx.TensorProto.BOOL
+        graph.value_info.append(mask)
+    return helper.make_node('DropoutTraining', [node.input[0]], [node.output[0], mask_name],
+                            name=node.name, domain=CUSTOM_DOMAIN,
+                            ratio=_dropout_ratio(node, model))
+
+
+def _train_sub_graphs(node, model):
+    """Make the Dropouts of ``node``'s sub-graphs (Loop bodies, If branches,
+    nested ones included) random, as Chainer's are in training.  A ratio of
+    0 draws nothing and stays an identity: a Loop's gradient recomputes its
+    body and refuses random operators there.  BatchNormalization in a
+    sub-graph stays as it is (its running averages could not become outputs
+    of the model)."""
+    for graph in subgraphs(node):
+        types = {v.name: v for v in list(graph.value_info) + list(graph.input)}
+        nodes = []
+        for inner in graph.node:
+            if _is_dropout(inner) and _dropout_ratio(inner, model) != 0:
+                nodes.append(_dropout_training(inner, model, graph, types))
+            else:
+                _train_sub_graphs(inner, model)
+                nodes.append(inner)
+        del graph.node[:]
+        graph.node.extend(nodes)
 
 
 def _is_inference_batch_norm(node, opset):

@@ -6,7 +6,10 @@ Two processes, as the workflow asks:
     python train_mnist.py --export mnist.onnx     # trace the model, write ONNX, exit
     python train_mnist.py --compile mnist.onnx    # compile it and train on the VM
 
-Without either flag it trains with plain Chainer (the baseline).
+Without either flag it trains with plain Chainer (the baseline), or, with
+``--backend numpy`` or ``--backend native``, compiles the whole training step
+(forward, loss, backward and Adam's update) with compile_training_step and
+trains it through TrainingStepUpdater on that VM backend.
 """
 import argparse
 import functools
@@ -16,9 +19,11 @@ import chainer.functions as F
 import chainer.links as L
 import numpy
 from chainer import training
+from chainer.dataset import concat_examples
 from chainer.training import extensions
 
 import chainer_compiler
+from chainer_compiler.examples_support import add_workflow_arguments, compile_model, export_model
 
 
 class MLP(chainer.Chain):
@@ -57,21 +62,17 @@ def parse_args(argv=None):
     parser.add_argument('--noplot', dest='plot', action='store_false',
                         help='do not write plots')
     parser.add_argument('--seed', type=int, default=0)
-    parser.add_argument('--export', type=str, default=None,
-                        help='export the model to this ONNX file and exit')
-    parser.add_argument('--compile', type=str, default=None,
-                        help='compile this ONNX file and train with it')
-    parser.add_argument('--translator', default='onnx_chainer', choices=['onnx_chainer', 'ch2o'])
-    parser.add_argument('--computation-order', type=str, default=None,
-                        help='recompute policy of the compiled backward')
-    parser.add_argument('--use-unified-memory', action='store_true',
-                        help='use CUDA unified memory (GPU only)')
-    parser.add_argument('--no-fixed-batch-dataset', dest='use_fixed_batch_dataset',
-                        action='store_false',
-                        help='do not pad the data to a multiple of the batch size')
-    parser.add_argument('--dump-onnx', action='store_true',
-                        help='write the compiled forward/backward graphs as ONNX')
-    return parser.parse_args(argv)
+    parser.add_argument('--backend', choices=['numpy', 'native'], default=None,
+                        help='compile the whole training step and run it on this VM backend '
+                             '(CPU only; not with --export or --compile)')
+    add_workflow_arguments(parser)
+    args = parser.parse_args(argv)
+    if args.backend is not None and (args.export is not None or args.compile is not None):
+        parser.error('--backend compiles the training step from the model itself; '
+                     'it does not combine with --export or --compile')
+    if args.backend is not None and not args.use_fixed_batch_dataset:
+        parser.error('--backend needs the fixed batch size: drop --no-fixed-batch-dataset')
+    return args
 
 
 def main(argv=None):
@@ -81,20 +82,11 @@ def main(argv=None):
     mlp = MLP(args.unit, 10)
 
     if args.export is not None:
-        if args.use_unified_memory:
-            chainer_compiler.use_unified_memory_allocator()
-        mlp.to_device(device)
-        x = mlp.xp.zeros((args.batchsize, 784), numpy.float32)
-        chainer_compiler.export(mlp, [x], args.export, args.translator)
-        print('exported the model to %s' % args.export)
+        export_model(mlp, (args.batchsize, 784), device, args)
         return
 
     if args.compile is not None:
-        chainer_compiler.use_chainerx_shared_allocator()
-        mlp.to_device(device)
-        mlp = chainer_compiler.compile_onnx(mlp, args.compile, args.translator,
-                                            dump_onnx=args.dump_onnx,
-                                            computation_order=args.computation_order)
+        mlp = compile_model(mlp, device, args)
 
     # Padding examples carry label -1: the loss ignores them by default, the
     # accuracy only when told to.
@@ -111,7 +103,10 @@ def main(argv=None):
     train_iter = chainer.iterators.SerialIterator(train, args.batchsize)
     test_iter = chainer.iterators.SerialIterator(test, args.batchsize, repeat=False, shuffle=False)
 
-    updater = training.updaters.StandardUpdater(train_iter, optimizer, device=device)
+    if args.backend is None:
+        updater = training.updaters.StandardUpdater(train_iter, optimizer, device=device)
+    else:
+        updater = training_step_updater(model, optimizer, train, train_iter, args)
     stop = (args.iterations, 'iteration') if args.iterations else (args.epoch, 'epoch')
     trainer = training.Trainer(updater, stop, out=args.out)
     trainer.extend(extensions.Evaluator(test_iter, model, device=device))
@@ -134,6 +129,18 @@ def main(argv=None):
     accuracy = trainer.observation.get('validation/main/accuracy')
     if accuracy is not None:
         print('validation accuracy: %.4f' % float(accuracy))
+
+
+def training_step_updater(model, optimizer, train, train_iter, args):
+    """A TrainingStepUpdater running the compiled training step of ``model``
+    on ``args.backend``; the first batch of ``train`` fixes the shapes (every
+    batch has them: the dataset is padded to the batch size)."""
+    if model.xp is not numpy:
+        raise SystemExit('--backend %s runs on the CPU: use --device -1' % args.backend)
+    example = concat_examples(train[:args.batchsize])
+    step = chainer_compiler.compile_training_step(model, optimizer, example,
+                                                  runtime_kwargs={'backend': args.backend})
+    return chainer_compiler.TrainingStepUpdater(train_iter, step)
 
 
 if __name__ == '__main__':

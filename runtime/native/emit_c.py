@@ -20,19 +20,22 @@ import math
 import os
 import re
 import shutil
-from dataclasses import dataclass, field
+import textwrap
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import numpy
 
 from ..errors import RuntimeVMError
-from ..program import NO_REGISTER, Instruction, Program
+from ..ops.registry import operator_record
+from ..program import NO_REGISTER, Instruction, Program, ValueInfo
 from . import lowerings  # noqa: F401  (registers every lowering)
 from .arena import Buffer, aligned, plan_arena
 from .cformat import C_TYPES, NPY_DESCR, Shape, clist, cliteral, comment, cstring, shape_text
 from .folding import fold
 from .fusion import fuse
 from .lowering import FLOAT32, LOWERINGS, Refuse, Step, Unknown
+from .lowerings.loss import LABEL_ERROR
 from .weights import WeightsLayout, layout
 from .weights import block as weights_block
 from .weights import write_file as write_weights_file
@@ -53,7 +56,7 @@ class UnsupportedNativeOpsError(NativeEmitError):
 
     def __init__(self, problems: list[tuple[int, str, str]]):
         self.problems = problems
-        super().__init__('cannot emit C for %d instruction(s):\n%s' % (
+        super().__init__("backend 'native' cannot emit C for %d instruction(s):\n%s" % (
             len(problems), '\n'.join('  %s: %s' % (d, r) for _, d, r in problems)))
 
 
@@ -73,6 +76,18 @@ class EmitResult:
     #: the layout of the weights block and its bytes (weights='file'), else None
     weights: WeightsLayout | None = None
     weights_block: numpy.ndarray | None = None
+    #: positions of the inputs the program updates in place (writable in C)
+    updated_inputs: list[int] = field(default_factory=list)
+    #: output position -> position of the input it is (after its update,
+    #: for an updated one), of the same shape and dtype: the caller may pass
+    #: that input's own pointer for it, and nothing is copied
+    in_place_outputs: dict[int, int] = field(default_factory=dict)
+    #: the shapes of the inputs the emitter added after the Program's own,
+    #: for the caller to fill with uniform random numbers in [0, 1) (float64,
+    #: numpy.random.rand of that shape) at every call, in this order, the
+    #: order the NumPy VM draws them: the masks of training-mode Dropout
+    #: (lowerings/dropout.py)
+    uniform_inputs: list[Shape] = field(default_factory=list)
 
 #: Where the constants go: 'embed' (C literals in NAME_weights.c) or 'file'
 #: (NAME_weights.bin, loaded by NAME_create; weights.py).
@@ -99,6 +114,15 @@ def emit_c(program: Program, directory: str | os.PathLike, name: str = 'model',
     return _Emitter(program, name, weights).write(os.fspath(directory))
 
 
+def written_inputs(inst: Instruction) -> list[int]:
+    """The registers ``inst`` updates in place (its operator's record says
+    which inputs: the optimizer updates)."""
+    record = operator_record(inst.op, inst.domain)
+    positions = record.updated_inputs if record is not None else ()
+    return [inst.inputs[k] for k in positions
+            if k < len(inst.inputs) and inst.inputs[k] != NO_REGISTER]
+
+
 def lowering_key(inst: Instruction) -> str:
     """The key of ``inst``'s lowering in LOWERINGS."""
     return inst.op if inst.domain in ('', 'ai.onnx') else inst.qualified_op
@@ -107,7 +131,8 @@ def lowering_key(inst: Instruction) -> str:
 class _Emitter:
     """Lowers every instruction, plans the arena and writes the files.  The
     lowerings see it through ``shape``, ``dtype``, ``has``, ``const``,
-    ``nbytes``, ``is_output``, ``only_first_output`` and ``weight``."""
+    ``nbytes``, ``is_output``, ``only_first_output``, ``weight`` and
+    ``uniform_input``."""
 
     def __init__(self, program: Program, name: str, weights_mode: str = 'embed'):
         program = fuse(program)  # folded BatchNormalizations, activation epilogues
@@ -120,6 +145,7 @@ class _Emitter:
         #: C name -> array for NAME_weights.c
         self.weights: dict[str, numpy.ndarray] = {}
         self.input_of: dict[int, int] = {}
+        self.uniform_inputs: list[Shape] = []
         self._readers = {r for inst in program.instructions for r in inst.inputs} | \
             {v.register for v in program.outputs}
         for k, v in enumerate(program.inputs):
@@ -148,6 +174,11 @@ class _Emitter:
             self.steps.append(step)
             if step is not None:
                 self._record(i, inst, step, problems)
+                for r in written_inputs(inst):
+                    if r in self.consts:
+                        problems.append((i, program.describe_instruction(i),
+                                         'it updates the constant %s in place; the C backend '
+                                         'keeps constants read-only' % self._describe(r)))
         if problems:
             raise UnsupportedNativeOpsError(problems)
         self._check_outputs()
@@ -234,6 +265,23 @@ class _Emitter:
         self.shape(inst, k, tuple(C_TYPES))
         return self.dtypes[inst.inputs[k]]
 
+    def uniform_input(self, inst: Instruction, shape: Shape) -> int:
+        """A new program input, after the Program's own, of float64 uniform
+        numbers in [0, 1) of ``shape`` that the caller draws for ``inst``
+        at every call (EmitResult.uniform_inputs); returns its register.
+        Random numbers come from the caller, not from C, so the native
+        program draws exactly what the NumPy VM draws."""
+        r = self.p.num_registers
+        name = '%s_uniforms' % (inst.name or self.p.register_name(inst.outputs[0]))
+        info = ValueInfo(name, r, dtype='float64', shape=tuple(shape))
+        # A copy: the caller's Program keeps its inputs.
+        self.p = replace(self.p, inputs=self.p.inputs + [info], num_registers=r + 1)
+        self.input_of[r] = len(self.p.inputs) - 1
+        self.uniform_inputs.append(tuple(shape))
+        self.shapes[r] = tuple(shape)
+        self.dtypes[r] = 'float64'
+        return r
+
     def has(self, inst: Instruction, k: int) -> bool:
         """Whether ``inst`` has an input ``k``."""
         return k < len(inst.inputs) and inst.inputs[k] != NO_REGISTER
@@ -315,7 +363,8 @@ class _Emitter:
                           [(b.key, self.offsets[b.key], b.nbytes, b.start, b.end)
                            for b in self.buffers],
                           [self.shapes[v.register] for v in self.p.outputs],
-                          [self.dtypes[v.register] for v in self.p.outputs], self.layout, data)
+                          [self.dtypes[v.register] for v in self.p.outputs], self.layout, data,
+                          self.updated_inputs, self.in_place_outputs, self.uniform_inputs)
 
     def _plan(self):
         """Decide where every value lives: caller's input or output buffer,
@@ -347,6 +396,18 @@ class _Emitter:
                     root = self.alias_of.get(r, r)
                     last_use[root] = i
         self._share_in_place(produced, last_use)
+        # Inputs written in place are the caller's own arrays, writable in C.
+        self.updated_inputs = sorted({
+            self.input_of[root] for inst, step in zip(p.instructions, self.steps)
+            if step is not None for root in (self.alias_of.get(r, r) for r in written_inputs(inst))
+            if root in self.input_of})
+        # An output that is an input (a parameter after its update, a value
+        # retained for the backward program) need not be copied.
+        self.in_place_outputs = {
+            k: self.input_of[root] for k, root in
+            ((k, self.alias_of.get(r, r)) for k, r in self.final_copies)
+            if root in self.input_of and self.shapes[root] == self.shapes[p.outputs[k].register]
+            and self.dtypes[root] == self.dtypes[p.outputs[k].register]}
         self.buffers = []
         for r, i in produced.items():
             if r not in self.output_of:
@@ -406,7 +467,8 @@ class _Emitter:
         return C_TYPES[self.dtypes[r]]
 
     def _params(self) -> str:
-        ins = ['const %s *in_%d' % (self._ctype(v.register), k)
+        ins = ['%s%s *in_%d' % ('' if k in self.updated_inputs else 'const ',
+                                self._ctype(v.register), k)
                for k, v in enumerate(self.p.inputs)]
         outs = ['%s *out_%d' % (self._ctype(v.register), k)
                 for k, v in enumerate(self.p.outputs)]
@@ -438,7 +500,7 @@ class _Emitter:
                ' * Inputs and outputs are arrays in C (row-major) order with the dtypes',
                ' * (float32: float, float64: double, int64: int64_t, int32: int32_t,',
                ' * bool: uint8_t) and static shapes below; they must not overlap.',
-               ' *'] + self._api_doc() + [' */']
+               ' *'] + self._in_place_doc() + self._api_doc() + self._label_doc() + [' */']
         lines = doc + ['#ifndef %s_H' % up, '#define %s_H' % up, '',
                        '#include <stddef.h>', '#include <stdint.h>', '',
                        '#ifdef __cplusplus', 'extern "C" {', '#endif', '',
@@ -464,6 +526,30 @@ class _Emitter:
         lines += self._api_declarations()
         lines += ['', '#ifdef __cplusplus', '}', '#endif', '#endif /* %s_H */' % up, '']
         return '\n'.join(lines)
+
+    def _in_place_doc(self) -> list[str]:
+        """What the header says about inputs updated in place and outputs
+        that are inputs, if any."""
+        text = []
+        if self.updated_inputs:
+            text.append('The model updates inputs %s in place (they are not const): pass the '
+                        'arrays to update, e.g. the parameters and optimizer states of a '
+                        'training step.' % ', '.join(str(k) for k in self.updated_inputs))
+        if self.in_place_outputs:
+            text.append("Some outputs are inputs (after their update, for an updated one): "
+                        "passing the input's own pointer for such an output copies nothing "
+                        '(%s).' % ', '.join('out_%d = in_%d' % kv
+                                            for kv in sorted(self.in_place_outputs.items())))
+        lines = [' * ' + line for paragraph in text for line in textwrap.wrap(paragraph, 76)]
+        return lines + [' *'] if lines else []
+
+    def _label_doc(self) -> list[str]:
+        """The run functions' status for a bad class label, when a loss is
+        computed (lowerings/loss.py)."""
+        if 'loss' not in self.families():
+            return []
+        return [' * They return %d when a class label is out of range (the outputs are then'
+                % LABEL_ERROR, ' * unfinished).']
 
     def _api_doc(self) -> list[str]:
         n, up = self.name, self.name.upper()
@@ -539,8 +625,13 @@ class _Emitter:
             scratch = 's%d' % i if step.scratch else 'NULL'
             body += ['    ' + line for line in step.render(self.ref, scratch)]
         for k, r in self.final_copies:
-            body.append('    ccn_copy(%d, %s, out_%d);  /* output %s */' % (
-                self.nbytes(r), self.ref(r), k, comment(p.outputs[k].name)))
+            copy = 'ccn_copy(%d, %s, out_%d);  /* output %s */' % (
+                self.nbytes(r), self.ref(r), k, comment(p.outputs[k].name))
+            if k in self.in_place_outputs:  # the caller may pass the input itself
+                body += ['    if ((const void *)out_%d != (const void *)in_%d)'
+                         % (k, self.in_place_outputs[k]), '        ' + copy]
+            else:
+                body.append('    ' + copy)
         decls = []
         for b in sorted(self.buffers, key=lambda b: self.offsets[b.key]):
             off = self.offsets[b.key]
@@ -607,7 +698,10 @@ class _Emitter:
 
     def _vector_call(self) -> str:
         """The arguments of NAME_run from the arrays of NAME_run_v."""
-        return ', '.join(['(const %s *)inputs[%d]' % (self._ctype(v.register), k)
+        # An input updated in place is the caller's writable array, though
+        # NAME_run_v's vector of inputs is const for the common case.
+        return ', '.join(['(%s%s *)inputs[%d]' % ('' if k in self.updated_inputs else 'const ',
+                                                  self._ctype(v.register), k)
                           for k, v in enumerate(self.p.inputs)]
                          + ['(%s *)outputs[%d]' % (self._ctype(v.register), k)
                             for k, v in enumerate(self.p.outputs)])
@@ -709,7 +803,7 @@ class _Emitter:
             '# `make ARCH=-march=native` uses every vector unit of this machine\'s CPU',
             '# (the programs then run only on CPUs that have them).',
             'CC ?= cc',
-            'CFLAGS ?= -O3 -std=c99 -Wall -Wextra',
+            'CFLAGS ?= -O3 -std=c99 -fno-math-errno -Wall -Wextra',
             'OPENMP ?= 1',
             'ifeq ($(OPENMP),1)',
             "OMPFLAGS := $(shell printf 'int main(void){return 0;}\\n' | "

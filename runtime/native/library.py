@@ -30,14 +30,18 @@ import threading
 import numpy
 
 from ..errors import InputValidationError, NativeBuildError, RuntimeVMError
+from ..profiling import describe_value
 from ..program import Program
 from .emit_c import EmitResult, emit_c
+from .lowerings.loss import LABEL_ERROR
 
 #: The model name inside the library (its symbols are loaded RTLD_LOCAL).
 NAME = 'model'
 #: Flags of the locally cached library only; emitted Makefiles keep theirs.
 #: OPENMP_FLAGS are added when the compiler accepts them (openmp_flags).
-CFLAGS = ('-O3', '-march=native', '-std=c99', '-fPIC', '-shared')
+#: -fno-math-errno lets sqrtf and friends vectorise (no kernel reads errno
+#: after a math function).
+CFLAGS = ('-O3', '-march=native', '-std=c99', '-fno-math-errno', '-fPIC', '-shared')
 OPENMP_FLAGS = ('-fopenmp',)
 LDLIBS = ('-lm',)
 #: Bumped when the way a library is built or called changes.
@@ -199,7 +203,12 @@ class NativeRun:
         self.path, result = build_library(program)
         self._lib = ctypes.CDLL(self.path, mode=ctypes.RTLD_LOCAL)
         self._fn = getattr(self._lib, '%s_run_arena' % NAME)
-        self._fn.argtypes = [ctypes.c_void_p] * (2 + len(program.inputs) + len(program.outputs))
+        #: The shapes of the inputs the emitter added after the Program's
+        #: own, which each call fills with uniform random numbers (the masks
+        #: of training-mode Dropout: lowerings/dropout.py).
+        self._uniform_shapes = result.uniform_inputs
+        self._fn.argtypes = [ctypes.c_void_p] * (2 + len(program.inputs) +
+                                                 len(self._uniform_shapes) + len(program.outputs))
         self._fn.restype = ctypes.c_int
         # numpy's allocations are aligned well beyond the floats C asks for.
         self._arena = numpy.empty(max(1, result.arena_bytes), dtype=numpy.uint8)
@@ -209,31 +218,112 @@ class NativeRun:
         self._in_shapes = [tuple(v.shape or ()) for v in program.inputs]
         self._in_dtypes = [numpy.dtype(v.dtype) for v in program.inputs]
         self._outputs = list(zip(result.output_shapes, result.output_dtypes))
+        self._updated = frozenset(result.updated_inputs)
+        #: Per input, the last array passed there as it is, and its data's
+        #: address.  A training step passes the same parameter and state
+        #: arrays at every call, and ndarray.ctypes costs a microsecond each
+        #: time.  An array's data does not move while it is referenced
+        #: (resize refuses then), and it stays C-contiguous as long as its
+        #: shape is the same.
+        #: Input -> (0-d buffer, its address) for the 0-d inputs read only
+        #: (a training step's hyperparameters, new Python or NumPy scalars at
+        #: every call): the value is stored there instead of converted.
+        self._scalars: dict[int, tuple[numpy.ndarray, int]] = {}
+        for k, (shape, dtype) in enumerate(zip(self._in_shapes, self._in_dtypes)):
+            if shape == () and k not in self._updated:
+                buffer = numpy.zeros((), dtype=dtype)
+                self._scalars[k] = (buffer, buffer.ctypes.data)
+        self._seen: list[tuple[numpy.ndarray, int] | None] = [None] * len(program.inputs)
+        #: Output -> the input whose array it is (not a 0-d one: its buffer
+        #: is reused at every call).
+        self._in_place_outputs = {k: j for k, j in result.in_place_outputs.items()
+                                  if j not in self._scalars}
         self._lock = threading.Lock()
 
     def run(self, values) -> list[numpy.ndarray]:
         """Outputs for input ``values`` (declaration order).  C-contiguous
         arrays of the declared dtype and shape are read in place; anything
         else is converted first, and a wrong shape is refused (whether or
-        not the Executor validates inputs: C would read out of bounds)."""
+        not the Executor validates inputs: C would read out of bounds).
+        Inputs the program updates in place (a training step's parameters
+        and optimizer states) are written where they lie, so they must be
+        writable C-contiguous arrays of the declared dtype.  An output that
+        is an input (after its update, for an updated one) is the input's
+        array, as on the NumPy VM; every other output is a new array."""
         pointers = []
-        keep = []  # converted copies must outlive the call
-        for info, shape, dtype, value in zip(self.program.inputs, self._in_shapes,
-                                             self._in_dtypes, values):
+        # The array given to C for each input (a conversion must outlive the
+        # call); None for a 0-d input stored in its buffer.
+        passed: list[numpy.ndarray | None] = []
+        scalars = []
+        for k, (info, shape, dtype, value) in enumerate(zip(
+                self.program.inputs, self._in_shapes, self._in_dtypes, values)):
+            scalar = self._scalars.get(k)
+            if scalar is not None and getattr(value, 'shape', ()) == ():  # stored below
+                scalars.append((scalar[0], value))
+                pointers.append(scalar[1])
+                passed.append(None)
+                continue
+            seen = self._seen[k]
+            if seen is not None and seen[0] is value and value.shape == shape and \
+                    value.dtype == dtype and (k not in self._updated or value.flags.writeable):
+                pointers.append(seen[1])  # checked when first seen, and C-contiguous since
+                passed.append(value)
+                continue
             a = value
             if type(a) is not numpy.ndarray or a.dtype != dtype or not a.flags.c_contiguous:
-                a = numpy.ascontiguousarray(a, dtype=dtype)
-                keep.append(a)
+                if k in self._updated:
+                    raise InputValidationError(_not_updatable(self.program, info, a))
+                # asarray keeps a 0-d value 0-d (ascontiguousarray does not).
+                a = numpy.asarray(a, dtype=dtype, order='C')
+            elif k in self._updated and not a.flags.writeable:
+                raise InputValidationError(_not_updatable(self.program, info, a))
             if a.shape != shape:
                 raise InputValidationError("program %s: input '%s' has shape %s, the native "
                                            'library was built for %s'
                                            % (self.program.name, info.name, a.shape, shape))
             pointers.append(a.ctypes.data)
-        outputs = [numpy.empty(s, dtype=d) for s, d in self._outputs]
-        pointers += [o.ctypes.data for o in outputs]
+            passed.append(a)
+            if a is value:
+                self._seen[k] = (a, pointers[-1])
+        # Drawn as the NumPy VM's DropoutTraining draws its mask, from the
+        # same global generator and in program order (runtime/ops/noise.py).
+        for shape in self._uniform_shapes:
+            uniforms = numpy.random.rand(*shape)
+            passed.append(uniforms)
+            pointers.append(uniforms.ctypes.data)
+        outputs: list[numpy.ndarray] = []
+        for k, (out_shape, out_dtype) in enumerate(self._outputs):
+            j = self._in_place_outputs.get(k, -1)
+            source = passed[j] if j >= 0 else None
+            if source is not None:
+                outputs.append(source)
+                pointers.append(pointers[j])
+            else:
+                outputs.append(numpy.empty(out_shape, dtype=out_dtype))
+                pointers.append(outputs[-1].ctypes.data)
         with self._lock:
+            for buffer, value in scalars:
+                buffer[()] = value
             status = self._fn(*self._memory, *pointers)
         if status != 0:
-            raise RuntimeVMError('the native library of program %s returned %d (a NULL '
-                                 'pointer)' % (self.program.name, status))
+            raise RuntimeVMError('the native library of program %s returned %d (%s)'
+                                 % (self.program.name, status,
+                                    'a class label out of range' if status == LABEL_ERROR
+                                    else 'a NULL pointer'))
         return outputs
+
+
+def _not_updatable(program: Program, info, value) -> str:
+    """Why ``value`` cannot be input ``info``, which the program updates in
+    place: a converted copy would take the update instead of the caller's
+    array."""
+    if type(value) is not numpy.ndarray:
+        what = '%s %s' % (type(value).__name__, describe_value(value))
+    elif value.dtype != numpy.dtype(info.dtype) or not value.flags.c_contiguous:
+        what = '%s array%s' % (describe_value(value),
+                               '' if value.flags.c_contiguous else ', not C-contiguous')
+    else:
+        what = 'a read-only %s array' % describe_value(value)
+    return ("program %s: input '%s' is updated in place by the native library, so it must be "
+            'a writable C-contiguous numpy.ndarray of dtype %s; got %s'
+            % (program.name, info.name, info.dtype, what))

@@ -13,7 +13,7 @@ from collections import namedtuple
 
 import numpy
 
-from .registry import LATEST, kernel
+from .registry import LATEST, input_times_input, kernel, output_times_input
 
 #: A sliding window over the spatial axes: every field is a tuple with one
 #: entry per spatial axis.  Window position ``o`` and kernel tap ``k`` read
@@ -137,7 +137,7 @@ def _grouped_conv(xp, cols, w, group, out_shape):
     return y.reshape((n_batch, m) + tuple(out_shape))
 
 
-@kernel('Conv', recompute=False)
+@kernel('Conv', cost=output_times_input(1, slice(1, None)))
 def conv(xp, x, w, b=None, *, auto_pad='NOTSET', dilations=None, group=1,
          kernel_shape=None, pads=None, strides=None):
     window = window_geometry(x.shape[2:], w.shape[2:], strides, dilations, pads, auto_pad)
@@ -177,7 +177,7 @@ def conv_transpose_padding(in_shape, kernel_shape, strides, dilations, output_pa
     return begin, end, out
 
 
-@kernel('ConvTranspose', recompute=False)
+@kernel('ConvTranspose', cost=input_times_input(0, 1, slice(1, None)))
 def conv_transpose(xp, x, w, b=None, *, auto_pad='NOTSET', dilations=None, group=1,
                    kernel_shape=None, output_padding=None, output_shape=None, pads=None,
                    strides=None):

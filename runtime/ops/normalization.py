@@ -91,7 +91,10 @@ def _batch_norm_training(xp, x, scale, b, mean, var, epsilon, momentum, axes):
             batch_mean.astype(mean.dtype), batch_var.astype(var.dtype))
 
 
-@kernel('BatchNormalization', versions=(1, 13), recompute=False)  # training updates state
+# Replayable in training too: the kernel is pure (the running averages are
+# outputs), and a replay's recomputed averages are dead in the backward
+# program, so only the forward program's update is stored.
+@kernel('BatchNormalization', versions=(1, 13))
 def batch_normalization_v1(xp, x, scale, b, mean, var, *, epsilon=1e-5, momentum=0.9,
                            is_test=0, spatial=1, consumed_inputs=None, n_outputs=1):
     """Before opset 14 the mode is implied (opset_rules.batch_norm_trains,

@@ -37,7 +37,7 @@ def _reduce_taps(view, window, ufunc):
     return y
 
 
-@kernel('MaxPool', recompute=False)
+@kernel('MaxPool')
 def max_pool(xp, x, *, auto_pad='NOTSET', ceil_mode=0, dilations=None, kernel_shape=None,
              pads=None, storage_order=0, strides=None, n_outputs=1):
     in_shape = x.shape[2:]

@@ -13,8 +13,8 @@ Operators whose meaning changed between opsets register one kernel per range of
 *schema versions* (the ``since_version`` ONNX resolves for the model's opset).
 
 What the other stages need to know about an operator (OpRecord: whether the
-recompute policy may replay it, which inputs its kernel updates in place,
-whether its outputs carry a gradient, and for this project's own operators
+recompute policies may replay it and what a replay costs, which inputs its
+kernel updates in place, whether its outputs carry a gradient, and for this project's own operators
 the names and types of their outputs, from which their ONNX schemas are
 made) is declared here too, by keyword arguments of ``@kernel``, so that no
 stage keeps a private list of operators.
@@ -47,9 +47,14 @@ class OpRecord:
     and the properties say what that implies."""
     op: str
     domain: str
-    #: False: the recompute policy never replays it in the backward program
-    #: but keeps its outputs (costly to redo, random, or running sub-programs).
+    #: False: the recompute policies never replay it in the backward program
+    #: but keep its outputs (random draws, state it changes, sub-programs).
     recompute: bool | None = None
+    #: The work of one run, for costly operators: ``cost(inputs, outputs)``
+    #: of the input and output shapes (tuples of ints, None when unknown)
+    #: gives multiply-adds, or None when the shapes do not tell.  Undeclared:
+    #: one operation per output element (see work()).
+    cost: Callable | None = None
     #: Positions of the inputs whose arrays the kernel overwrites (the
     #: optimizer updates); validate_program refuses a read of them afterwards.
     in_place: tuple[int, ...] | None = None
@@ -66,8 +71,22 @@ class OpRecord:
     attributes: dict[str, str] | None = None
 
     @property
+    def costly(self):
+        """Whether its work grows faster than its output (a declared cost)."""
+        return self.cost is not None
+
+    def work(self, inputs, outputs):
+        """The operations one run takes, from the input and output shapes:
+        the declared cost, else (or when it cannot tell) one per output
+        element; unknown shapes count as nothing."""
+        known = self.cost(inputs, outputs) if self.cost is not None else None
+        if known is not None:
+            return known
+        return sum(_elements(shape) or 0 for shape in outputs)
+
+    @property
     def recomputable(self):
-        """Whether the recompute policy may replay it.  Undeclared: yes in
+        """Whether the recompute policies may replay it.  Undeclared: yes in
         the default domain; no elsewhere (this project's operators are
         gradient, training-mode and update kernels: costly or stateful)."""
         return self.domain == '' if self.recompute is None else self.recompute
@@ -111,8 +130,8 @@ def kernel(op, *, domain='', versions=(1, LATEST), **facts):
     """Decorator registering ``fn`` as the kernel of ``op``.
 
     ``versions`` is an inclusive range of ONNX schema versions.  ``facts``
-    declare the operator's OpRecord fields (``recompute``, ``in_place``,
-    ``gradient``, ``outputs``, ``types``, ``attributes``).
+    declare the operator's OpRecord fields (``recompute``, ``cost``,
+    ``in_place``, ``gradient``, ``outputs``, ``types``, ``attributes``).
     """
     domain = normalize_domain(domain)
     unknown = sorted(set(facts) - set(_FACTS))
@@ -152,7 +171,7 @@ def kernel(op, *, domain='', versions=(1, LATEST), **facts):
 
 
 #: The OpRecord fields @kernel declares.
-_FACTS = ('recompute', 'in_place', 'gradient', 'outputs', 'types', 'attributes')
+_FACTS = ('recompute', 'cost', 'in_place', 'gradient', 'outputs', 'types', 'attributes')
 
 
 #: (type of an attribute's default, the type(s) its values must have).
@@ -192,7 +211,7 @@ def operator_record(op, domain=''):
 
 
 def recomputable(op, domain=''):
-    """Whether the recompute policy may replay ``op`` (OpRecord.recomputable;
+    """Whether the recompute policies may replay ``op`` (OpRecord.recomputable;
     an operator without a kernel counts as undeclared)."""
     return (operator_record(op, domain) or OpRecord(op, normalize_domain(domain))).recomputable
 
@@ -202,6 +221,70 @@ def registered_kernels():
     _load_all_families()
     return sorted((s for specs in _KERNELS.values() for s in specs),
                   key=lambda s: (s.domain, s.op, s.versions))
+
+
+def node_work(op, domain, inputs, outputs):
+    """OpRecord.work of ``op`` (an operator without a kernel counts as
+    undeclared): the operations of one run on these shapes."""
+    record = operator_record(op, domain) or OpRecord(op, normalize_domain(domain))
+    return record.work(inputs, outputs)
+
+
+# -- costs of costly operators -------------------------------------------------
+# A cost rule ``cost(inputs, outputs)`` gets one shape per input and output
+# (a tuple of ints, None when unknown or omitted) and returns multiply-adds.
+
+def _elements(shape):
+    """The element count of ``shape``, or None when it is not known."""
+    if shape is None or any(not isinstance(d, int) for d in shape):
+        return None
+    count = 1
+    for d in shape:
+        count *= d
+    return count
+
+
+def output_times_input(index, axes):
+    """The cost rule "each output element takes as many multiply-adds as
+    input ``index`` has elements along ``axes``" (a slice: a convolution's
+    weights beyond the output channel, a product's reduced axis)."""
+    def cost(inputs, outputs):
+        out = _elements(outputs[0] if outputs else None)
+        source = inputs[index] if index < len(inputs) else None
+        per = _elements(None if source is None else source[axes])
+        return None if out is None or per is None else out * per
+    return cost
+
+
+def input_times_input(data, weights, axes):
+    """The cost rule "each element of input ``data`` meets the elements of
+    input ``weights`` along ``axes``" (a transposed convolution: each input
+    pixel spreads over the output channels and the kernel's taps)."""
+    def cost(inputs, outputs):
+        x = _elements(inputs[data] if data < len(inputs) else None)
+        w = inputs[weights] if weights < len(inputs) else None
+        per = _elements(None if w is None else w[axes])
+        return None if x is None or per is None else x * per
+    return cost
+
+
+def gemm_cost(inputs, outputs):
+    """Gemm: output elements times the reduced length (A's size over the
+    output's rows, whichever way A is transposed)."""
+    out = _elements(outputs[0] if outputs else None)
+    a = _elements(inputs[0] if inputs else None)
+    if out is None or a is None or not outputs[0]:
+        return None
+    return out * (a // max(outputs[0][0], 1))
+
+
+def recurrent_cost(inputs, outputs):
+    """RNN, GRU, LSTM: every step of every sequence (X's first two axes)
+    multiplies by the input weights W and the recurrent weights R."""
+    shapes = list(inputs[:3]) + [None] * (3 - len(inputs[:3]))
+    steps = _elements(None if shapes[0] is None else shapes[0][:2])
+    w, r = _elements(shapes[1]), _elements(shapes[2])
+    return None if None in (steps, w, r) else steps * (w + r)
 
 
 # -- type rules of this project's operators ------------------------------------

@@ -6,7 +6,7 @@ the cell.  Reverse directions and ``sequence_lens`` are handled by gathering
 each sequence reversed within its own length, so every direction runs as a
 forward pass; steps past a sequence's length keep the state and emit zeros.
 """
-from .registry import kernel
+from .registry import kernel, recurrent_cost
 
 # Default alpha and beta of the activations that take them; the values are
 # those of the ONNX operators of the same name.
@@ -127,7 +127,7 @@ def _run(xp, cell, X, W, R, B, sequence_lens, initial_states, *, hidden_size,
     return (Y,) + tuple(finals)
 
 
-@kernel('RNN', recompute=False)
+@kernel('RNN', cost=recurrent_cost)
 def rnn(xp, X, W, R, B=None, sequence_lens=None, initial_h=None, *, hidden_size=None,
         activations=('Tanh',), activation_alpha=None, activation_beta=None, clip=None,
         direction='forward', layout=0, output_sequence=0):
@@ -144,7 +144,7 @@ def rnn(xp, X, W, R, B=None, sequence_lens=None, initial_h=None, *, hidden_size=
                 activations=funcs)
 
 
-@kernel('GRU', recompute=False)
+@kernel('GRU', cost=recurrent_cost)
 def gru(xp, X, W, R, B=None, sequence_lens=None, initial_h=None, *, hidden_size=None,
         activations=('Sigmoid', 'Tanh'), activation_alpha=None, activation_beta=None,
         clip=None, direction='forward', layout=0, linear_before_reset=0, output_sequence=0):
@@ -173,7 +173,7 @@ def gru(xp, X, W, R, B=None, sequence_lens=None, initial_h=None, *, hidden_size=
                 activations=funcs)
 
 
-@kernel('LSTM', recompute=False)
+@kernel('LSTM', cost=recurrent_cost)
 def lstm(xp, X, W, R, B=None, sequence_lens=None, initial_h=None, initial_c=None, P=None, *,
          hidden_size=None, activations=('Sigmoid', 'Tanh', 'Tanh'), activation_alpha=None,
          activation_beta=None, clip=None, direction='forward', layout=0, input_forget=0,

@@ -1,7 +1,8 @@
 """The facts the kernels' records declare for other stages: which operators
-the recompute policy keeps, and which kernels overwrite their inputs (the
-records say what the kernels do, and validate_program refuses a Program that
-reads such a register after the update)."""
+the recompute policies never replay and what replaying the others costs, and
+which kernels overwrite their inputs (the records say what the kernels do,
+and validate_program refuses a Program that reads such a register after the
+update)."""
 import numpy
 import pytest
 
@@ -9,17 +10,21 @@ from chainer_compiler.runtime import Executor, Instruction, Program, ProgramForm
 from chainer_compiler.runtime.ops import CUSTOM_DOMAIN, kernel, lookup, recomputable
 from chainer_compiler.runtime.ops.registry import registered_kernels
 
-#: What the recompute policy keeps in the default domain: costly to redo,
-#: random, or running sub-programs.
-KEPT = {'Conv', 'ConvTranspose', 'MatMul', 'Gemm', 'Einsum', 'LSTM', 'GRU', 'RNN', 'Attention',
-        'MaxPool', 'Dropout', 'RandomNormal', 'RandomUniform', 'RandomNormalLike',
+#: What the recompute policies never replay in the default domain: random
+#: draws, running sub-programs, and products without a cost rule.
+KEPT = {'Einsum', 'Attention', 'Dropout', 'RandomNormal', 'RandomUniform', 'RandomNormalLike',
         'RandomUniformLike', 'Bernoulli', 'Multinomial', 'Loop', 'Scan', 'If', 'SequenceMap'}
+
+#: The operators whose work grows faster than their output: they declare a cost.
+COSTLY = {'Conv', 'ConvTranspose', 'MatMul', 'Gemm', 'LSTM', 'GRU', 'RNN'}
 
 
 def test_the_recompute_policy_keeps_what_the_records_declare():
     kept = {s.op for s in registered_kernels() if s.domain == '' and not recomputable(s.op)}
     assert KEPT <= kept
     assert recomputable('Relu') and recomputable('Add') and recomputable('NoSuchOperator')
+    # Pure, so replayable: BatchNormalization's running averages are outputs.
+    assert recomputable('BatchNormalization') and recomputable('Conv')
     # Outside the default domain everything is kept, with a kernel or not.
     assert not recomputable('ReluGrad', CUSTOM_DOMAIN)
     assert not recomputable('TreeEnsemble', 'ai.onnx.ml')
@@ -28,12 +33,27 @@ def test_the_recompute_policy_keeps_what_the_records_declare():
 
 def test_a_fact_declared_twice_differently_is_an_error():
     # Refused before anything is registered or recorded.
-    with pytest.raises(ValueError, match='kernel Conv: recompute declared twice, as False '
+    with pytest.raises(ValueError, match='kernel Dropout: recompute declared twice, as False '
                                          'and True'):
-        kernel('Conv', versions=(10**7, 10**7), recompute=True)
+        kernel('Dropout', versions=(10**7, 10**7), recompute=True)
     with pytest.raises(TypeError, match="kernel Conv: unknown fact 'costly'"):
         kernel('Conv', versions=(10**7, 10**7), costly=True)
-    assert not recomputable('Conv')
+    assert not recomputable('Dropout')
+
+
+def test_costly_operators_declare_their_work():
+    costly = {s.op for s in registered_kernels() if s.domain == '' and s.record.costly}
+    assert costly == COSTLY
+    record = lookup('Conv').record
+    # N=2, 8 output channels, 5x5 output, each from 3 channels x 3x3 taps.
+    assert record.work([(2, 3, 7, 7), (8, 3, 3, 3)], [(2, 8, 5, 5)]) == 2 * 8 * 25 * 27
+    assert lookup('Gemm').record.work([(4, 6), (6, 5)], [(4, 5)]) == 4 * 5 * 6
+    assert lookup('MatMul').record.work([(2, 4, 6), (6, 5)], [(2, 4, 5)]) == 2 * 4 * 5 * 6
+    lstm = lookup('LSTM').record.work([(7, 2, 3), (1, 16, 3), (1, 16, 4)], [(7, 1, 2, 4)])
+    assert lstm == 7 * 2 * (16 * 3 + 16 * 4)
+    # Elementwise operators: one operation per output element; unknown shapes: none.
+    assert lookup('Relu').record.work([(3, 4)], [(3, 4)]) == 12
+    assert record.work([None, (8, 3, 3, 3)], [None]) == 0
 
 #: The update kernels: the positions of their state inputs besides the parameter.
 UPDATES = {'SGDUpdate': (), 'MomentumSGDUpdate': (2,), 'AdamUpdate': (2, 3)}

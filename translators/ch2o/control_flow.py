@@ -9,15 +9,23 @@ become None), a sequence when lists differ in length, tuples and lists of
 those item by item.  ``flatten`` turns a path's value into the ONNX values
 the spec needs (in that path's graph), ``unflatten`` rebuilds a Value from
 the node's outputs.
+
+None on one path and a tensor on another (``h = None`` before a loop whose
+first iteration sets it) merges to a ``MaybeSpec``: a bool "is set" and a
+tensor of the other path's type, zeros where the value is None (see
+``values.MaybeNone`` for why not ONNX Optional).  The loop's fixpoint
+settles the tensor's type like any other carried value's.
 """
 from dataclasses import dataclass
 
 import numpy
+import onnxruntime
 from onnx import helper
 
 from .operators import cast
 from .values import (
     Const,
+    MaybeNone,
     PyDict,
     PyList,
     PyTuple,
@@ -26,6 +34,7 @@ from .values import (
     TranslationError,
     constant_value,
     is_constant,
+    recorded,
 )
 
 
@@ -59,6 +68,21 @@ class TensorSpec:
 class SequenceSpec:
     dtype: numpy.dtype
     shape: tuple
+
+
+@dataclass(frozen=True)
+class MaybeSpec:
+    """None or a tensor of ``dtype`` and ``shape``: two ONNX values, the
+    0-d bool "is set" and the tensor."""
+    dtype: numpy.dtype
+    shape: tuple
+
+    @property
+    def tensor_spec(self):
+        return TensorSpec(self.dtype, self.shape)
+
+
+_IS_SET = TensorSpec(numpy.dtype(numpy.bool_), ())
 
 
 @dataclass(frozen=True)
@@ -125,6 +149,8 @@ def spec_of(value):
         return TensorSpec(value.dtype, value.shape)
     if isinstance(value, Sequence):
         return SequenceSpec(value.dtype, value.element_shape)
+    if isinstance(value, MaybeNone):
+        return MaybeSpec(value.tensor.dtype, value.tensor.shape)
     if isinstance(value, (PyList, PyTuple)):
         return ItemsSpec(type(value), tuple(range(len(value.items))),
                          tuple(spec_of(v) for v in value.items))
@@ -138,6 +164,8 @@ def merge(a, b, site, name):
     """A Spec covering value ``a`` and value ``b`` of Python name ``name``."""
     if isinstance(a, Const) and isinstance(b, Const) and _same_constant(a.value, b.value):
         return ConstSpec(a.value)
+    if _maybe_none(a, b):
+        return _merge_maybe_none(a, b, site, name)
     if _tensor_like(a) and _tensor_like(b):
         (da, sa), (db, sb) = _tensor_type(a), _tensor_type(b)
         if da != db:
@@ -183,6 +211,48 @@ def merge(a, b, site, name):
                                                           'branches or loop'))
 
 
+def _is_none(value):
+    return isinstance(value, Const) and value.value is None
+
+
+def _maybe_none(a, b):
+    """Whether ``a`` and ``b`` merge to a MaybeSpec: None (or a MaybeNone)
+    on one path, a tensor, a number or a MaybeNone on the other."""
+    def nullable(v):
+        return _is_none(v) or isinstance(v, MaybeNone)
+
+    def fits(v):
+        return nullable(v) or _tensor_like(v)
+    return (nullable(a) or nullable(b)) and fits(a) and fits(b)
+
+
+def _merge_maybe_none(a, b, site, name):
+    """The MaybeSpec of None or a MaybeNone merged with a tensor, number or
+    MaybeNone: the tensor parts' merged type."""
+    parts = [v.tensor if isinstance(v, MaybeNone) else v for v in (a, b) if not _is_none(v)]
+    if len(parts) == 2:
+        spec = merge(parts[0], parts[1], site, name)
+        dtype, shape = (spec.dtype, spec.shape) if isinstance(spec, TensorSpec) else \
+            _tensor_type(parts[0])
+    else:
+        dtype, shape = _tensor_type(parts[0])
+    if shape is None:
+        raise TranslationError(site, "'%s' is None on one path and a tensor whose rank "
+                               "differs between paths on another" % name)
+    return MaybeSpec(numpy.dtype(dtype), shape)
+
+
+def _maybe_parts(value, spec):
+    """(is set, tensor) of ``value`` on one path of a MaybeSpec: zeros of
+    the spec's type where it is None."""
+    if isinstance(value, MaybeNone):
+        return value.is_set, value.tensor
+    if _is_none(value):
+        zeros = numpy.zeros([1 if d is None else d for d in spec.shape], spec.dtype)
+        return Const(False), Const(zeros)
+    return Const(True), value
+
+
 def value_info(name, spec):
     """The ValueInfoProto of a graph input or output of ``spec``."""
     dims = None if spec.shape is None else list(spec.shape)
@@ -197,6 +267,8 @@ def leaves(spec):
     """The tensor and sequence specs in ``spec``, in flattening order."""
     if isinstance(spec, ItemsSpec):
         return [leaf for item in spec.items for leaf in leaves(item)]
+    if isinstance(spec, MaybeSpec):
+        return [_IS_SET, spec.tensor_spec]
     if isinstance(spec, ConstSpec):
         return []
     return [spec]
@@ -212,6 +284,10 @@ def flatten(scope, value, spec, site, own=True):
         items = value.items
         values = [items[k] for k in spec.keys]
         return [n for v, s in zip(values, spec.items) for n in flatten(scope, v, s, site, own)]
+    if isinstance(spec, MaybeSpec):
+        is_set, tensor = _maybe_parts(value, spec)
+        return flatten(scope, is_set, _IS_SET, site, own) + \
+            flatten(scope, tensor, spec.tensor_spec, site, own)
     if isinstance(spec, TensorSpec):
         if isinstance(value, Const):
             t = scope.const_tensor(numpy.asarray(value.value, spec.dtype))
@@ -259,6 +335,12 @@ def unflatten(spec, names, example):
         if spec.container is PyDict:
             return PyDict(dict(zip(spec.keys, items)))
         return spec.container(items if spec.container is PyList else tuple(items))
+    if isinstance(spec, MaybeSpec):
+        if example is not None and not isinstance(example, (MaybeNone, Tensor, Const)):
+            example = None
+        is_set, tensor = _maybe_parts(Const(None) if example is None else example, spec)
+        return MaybeNone(unflatten(_IS_SET, names, is_set),
+                         unflatten(spec.tensor_spec, names, tensor))
     name = next(names)
     if isinstance(spec, TensorSpec):
         ex = _tensor_example(example, spec)
@@ -289,12 +371,97 @@ def _sequence_examples(example, spec):
     return []
 
 
+def leaf_values(value, spec):
+    """The Tensors and Sequences of ``value`` that hold ``spec``'s leaves,
+    in flattening order (``value`` made by ``unflatten``)."""
+    if isinstance(spec, ConstSpec):
+        return []
+    if isinstance(spec, ItemsSpec):
+        items = [value.items[k] for k in spec.keys]
+        return [leaf for v, s in zip(items, spec.items) for leaf in leaf_values(v, s)]
+    if isinstance(spec, MaybeSpec):
+        return [value.is_set, value.tensor]
+    return [value]
+
+
+def run_on_examples(translation, node, specs):
+    """The values of ``node``'s outputs (the leaves of ``specs``, in order)
+    when onnxruntime runs it on the examples of the values it reads; None when
+    it cannot run.
+
+    A Loop body is translated once, on its first iteration's examples, so
+    its outputs' examples would hold one iteration's values (a list
+    comprehension's result its first element only).  Running the node
+    gives the true ones for carried values, scan outputs and sequences
+    alike.  It cannot run when a value it reads has no recorded example,
+    and may fail on a path the export-time run does not take (a branch not
+    taken, whose examples are only of the right type); such examples
+    decide nothing."""
+    produced, read = set(), set()
+    _names_of(node, produced, read)
+    initializers = [t for t in translation.initializers if t.name in read - produced]
+    inputs, feeds = [], {}
+    for name in sorted(read - produced - {t.name for t in initializers} - {''}):
+        value = recorded(name)
+        if isinstance(value, Tensor):
+            inputs.append(helper.make_tensor_value_info(
+                name, helper.np_dtype_to_tensor_dtype(value.dtype), list(value.example.shape)))
+            feeds[name] = value.example
+        elif isinstance(value, Sequence):
+            inputs.append(value_info(name, SequenceSpec(value.dtype, None)))
+            feeds[name] = [numpy.asarray(e, value.dtype) for e in value.examples]
+        else:
+            return None
+    leaf_specs = [leaf for spec in specs for leaf in leaves(spec)]
+    outputs = [value_info(n, s) for n, s in zip(node.output, leaf_specs)]
+    graph = helper.make_graph([node], 'examples', inputs, outputs, initializers)
+    opset = helper.make_opsetid('', translation.opset)
+    model = helper.make_model(graph, opset_imports=[opset])
+    model.ir_version = helper.find_min_ir_version_for([opset])
+    try:
+        # onnxruntime, not our VM: translators stay independent of the
+        # compiler and runtime (tests/test_layering.py); ch2o emits
+        # standard operators only, and onnx's ReferenceEvaluator runs no
+        # iteration of a Loop whose body reads outer-scope sequences.
+        session = onnxruntime.InferenceSession(model.SerializeToString(),
+                                               providers=['CPUExecutionProvider'])
+        return session.run(None, feeds)
+    except Exception:  # noqa: BLE001 (see above: examples off the export-time path)
+        return None
+
+
+def _names_of(node, produced, read):
+    """Add the value names ``node`` (and the graphs in its attributes)
+    makes to ``produced`` and those it reads to ``read``."""
+    read.update(node.input)
+    produced.update(node.output)
+    for attr in node.attribute:
+        graphs = list(attr.graphs) + ([attr.g] if attr.type == attr.GRAPH else [])
+        for graph in graphs:
+            produced.update(i.name for i in graph.input)
+            read.update(o.name for o in graph.output)
+            for inner in graph.node:
+                _names_of(inner, produced, read)
+
+
+def set_examples(leaf_values_, arrays):
+    """Give the Tensors and Sequences ``leaf_values_`` the examples
+    ``arrays`` (one each, in order)."""
+    for leaf, array in zip(leaf_values_, arrays):
+        if isinstance(leaf, Sequence):
+            leaf.examples = [numpy.asarray(a) for a in array]
+        else:
+            leaf.example = numpy.asarray(array, leaf.dtype)
+
+
 def placeholder(scope, spec):
     """A value of ``spec`` for a path where the name is unbound (what a loop
     starts from for a name its body binds first; what a branch that does not
     return gives as the return value)."""
     if isinstance(spec, ConstSpec):
         return Const(spec.value)
+    if isinstance(spec, MaybeSpec):
+        return Const(None)
     if isinstance(spec, ItemsSpec):
         items = [placeholder(scope, s) for s in spec.items]
         if spec.container is PyDict:
@@ -323,6 +490,7 @@ def unchanged(a, b):
         unchanged(x, y) for x, y in zip(a.items, b.items))
 
 
-__all__ = ['ConstSpec', 'ItemsSpec', 'SequenceSpec', 'TensorSpec', 'Undefined', 'constant_value',
-           'flatten', 'is_constant', 'leaves', 'merge', 'placeholder', 'spec_of', 'to_sequence',
+__all__ = ['ConstSpec', 'ItemsSpec', 'MaybeSpec', 'SequenceSpec', 'TensorSpec', 'Undefined',
+           'constant_value', 'flatten', 'is_constant', 'leaf_values', 'leaves', 'merge',
+           'placeholder', 'run_on_examples', 'set_examples', 'spec_of', 'to_sequence',
            'unchanged', 'unflatten', 'value_info']

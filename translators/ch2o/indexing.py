@@ -2,9 +2,11 @@
 Ellipsis), with run-time ints and slice bounds, and one integer index array
 (Gather)."""
 import numpy
+from onnx import TensorProto, helper
 
+from .control_flow import SequenceSpec, value_info
 from .operators import cast
-from .values import Const, PyTuple, Tensor, TranslationError, Value
+from .values import Const, PyTuple, Sequence, Tensor, TranslationError, Value
 
 _INT64_MAX = numpy.iinfo(numpy.int64).max
 _INT64_MIN = numpy.iinfo(numpy.int64).min
@@ -125,3 +127,96 @@ def _slice(scope, value, axis, parts):
     one_d = [scope.unsqueeze(p.name, [0]) for p in (start, stop, step)]
     axes = scope.int64s([axis])
     return scope.emit('Slice', [value.name, one_d[0], one_d[1], axes, one_d[2]], value.example)
+
+
+# -- slicing a sequence -----------------------------------------------------------
+def slice_sequence(scope, seq, key, site):
+    """``seq[start:stop:step]`` of a Sequence (a list whose length only the
+    run knows), ``key`` a constant slice or a SliceValue: the bounds are
+    normalized at run time as Python's ``slice.indices`` does (negative
+    indices count from the end, out-of-range ones clamp), then a Loop
+    copies the kept elements into a new sequence (SequenceAt and
+    SequenceInsert, whose gradients exist, so lists of float tensors train
+    through it)."""
+    parts = [key.value.start, key.value.stop, key.value.step] if isinstance(key, Const) else \
+        [key.lower, key.upper, key.step]
+    parts = [None if p is None or (isinstance(p, Const) and p.value is None) else
+             cast(scope, scope.as_tensor(p if isinstance(p, Value) else Const(p), site,
+                                         'a slice bound'), numpy.int64) for p in parts]
+    start, stop, step = parts
+    if step is None:
+        step = scope.const_tensor(numpy.int64(1))
+    elif not step.example:
+        raise TranslationError(site, 'slice step cannot be zero')
+    n = scope.emit('SequenceLength', [seq.name], numpy.int64(len(seq.examples)))
+    # Python's slice.indices(n): bounds clamp to [0, n] going forward and to
+    # [-1, n - 1] going backward, where the defaults are the two ends.
+    backward = scope.emit('Less', [step, _int64(scope, 0)], step.example < 0)
+    low = _pick(scope, backward, _int64(scope, -1), _int64(scope, 0))
+    high = scope.emit('Add', [n, low], n.example + low.example)
+    first = _pick(scope, backward, high, low) if start is None else \
+        _clamp(scope, start, n, low, high)
+    last = _pick(scope, backward, low, high) if stop is None else \
+        _clamp(scope, stop, n, low, high)
+    sign = _pick(scope, backward, _int64(scope, -1), _int64(scope, 1))
+    count = _span(scope, first, last, step, sign)
+    return _copy_elements(scope, seq, first, step, count, slice(
+        *[None if p is None else int(p.example) for p in (start, stop, parts[2])]))
+
+
+def _int64(scope, value):
+    return scope.const_tensor(numpy.int64(value))
+
+
+def _pick(scope, cond, if_true, if_false):
+    """Where(``cond``, ``if_true``, ``if_false``) of a 0-d bool."""
+    return scope.emit('Where', [cond, if_true, if_false],
+                      if_true.example if cond.example else if_false.example)
+
+
+def _clamp(scope, bound, n, low, high):
+    """A slice bound made non-negative (``bound + n`` when below zero), then
+    clamped to [low, high]."""
+    negative = scope.emit('Less', [bound, _int64(scope, 0)], bound.example < 0)
+    value = _pick(scope, negative, scope.emit('Add', [bound, n], bound.example + n.example),
+                  bound)
+    value = scope.emit('Max', [value, low], numpy.maximum(value.example, low.example))
+    return scope.emit('Min', [value, high], numpy.minimum(value.example, high.example))
+
+
+def _span(scope, first, last, step, sign):
+    """How many of first, first + step, ... lie before ``last``:
+    max(0, ceil((last - first) / step)).  Both multiplied by the step's
+    ``sign`` (1 or -1) are non-negative where the count is positive, so the
+    truncating Div floors there: the count is (distance + stride - 1) //
+    stride."""
+    def emit(op, a, b, example):
+        return scope.emit(op, [a, b], example)
+    distance = emit('Mul', emit('Sub', last, first, last.example - first.example), sign,
+                    (last.example - first.example) * sign.example)
+    stride = emit('Mul', step, sign, step.example * sign.example)
+    top = emit('Add', distance, emit('Sub', stride, _int64(scope, 1), stride.example - 1),
+               distance.example + stride.example - 1)
+    count = emit('Div', top, stride, numpy.int64(int(top.example / stride.example)))
+    return emit('Max', count, _int64(scope, 0), numpy.maximum(count.example, 0))
+
+
+def _copy_elements(scope, seq, first, step, count, example_slice):
+    """A Loop of ``count`` iterations appending ``seq[first + i * step]`` to
+    a sequence that starts empty."""
+    spec = SequenceSpec(seq.dtype, seq.element_shape)
+    body = scope.child()
+    i, cond, acc = body.fresh('i'), body.fresh('cond'), body.fresh('kept')
+    index = body.node('Add', [first.name, body.node('Mul', [i, step.name])])
+    element = body.node('SequenceAt', [seq.name, index])
+    kept = body.node('SequenceInsert', [acc, element])
+    cond_out = body.node('Identity', [cond])
+    scalar = [helper.make_tensor_value_info(name, elem, []) for name, elem in
+              ((i, TensorProto.INT64), (cond, TensorProto.BOOL))]
+    graph = helper.make_graph(
+        body.nodes, scope.fresh('slice_body'), scalar + [value_info(acc, spec)],
+        [helper.make_tensor_value_info(cond_out, TensorProto.BOOL, []), value_info(kept, spec)],
+        value_info=body.value_infos)
+    empty = scope.node('SequenceEmpty', [], dtype=helper.np_dtype_to_tensor_dtype(seq.dtype))
+    name = scope.node('Loop', [count.name, '', empty], body=graph)
+    return Sequence(name, seq.dtype, seq.element_shape, list(seq.examples)[example_slice])

@@ -12,7 +12,7 @@ import numpy
 
 from ...onnx_builder import GraphBuilder
 from ..onnx_chainer.naming import named_arrays
-from .values import Const, Tensor, TranslationError
+from .values import Const, MaybeNone, Tensor, TranslationError
 
 
 class Translation:
@@ -109,10 +109,13 @@ class Scope(GraphBuilder):
         return self.translation.add_state(self.root, name, array)
 
     def as_tensor(self, value, site, what='value'):
-        """``value`` (a Tensor, or a constant number, bool or array) as a
-        Tensor; anything else is a TranslationError naming ``what``."""
+        """``value`` (a Tensor, a MaybeNone's tensor part, or a constant
+        number, bool or array) as a Tensor; anything else is a TranslationError naming ``what``."""
         if isinstance(value, Tensor):
             return value
+        if isinstance(value, MaybeNone):
+            # where it is None, Python would fail on using it as a tensor
+            return value.tensor
         if isinstance(value, Const):
             v = value.value
             if isinstance(v, bool) or isinstance(v, numpy.bool_):

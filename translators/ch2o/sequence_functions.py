@@ -35,6 +35,7 @@ from .values import (
     TranslationError,
     Value,
     constant_value,
+    example_of,
     is_constant,
 )
 
@@ -240,47 +241,106 @@ def n_step_link(scope, link, states, xs, site):
     (zeros).  Returns (hy, [cy,] ys) like the link: ys a Sequence of
     (T_i, D*H)."""
     label = 'L.%s' % type(link).__name__
-    kind = _link_kind(link)
-    op = rnn._KINDS[kind][1]
-    D, n_layers, H = link.direction, link.n_layers, link.out_size
-    padded, sizes, mask = pad(scope, xs, None, 0, site, label)
-    x = scope.node('Transpose', [padded.name], perm=[1, 0, 2])                  # (T, n, I)
-    lens = scope.node('Cast', [sizes.name], to=helper.np_dtype_to_tensor_dtype(
-        numpy.dtype(numpy.int32)))
-    initial = [_per_layer(scope, s, D, n_layers, site, label) for s in states]
-    ws = [[_weight(scope, w) for w in cell] for cell in link.ws]
-    bs = [[_weight(scope, b) for b in cell] for cell in link.bs]
-    w_order, r_order = rnn._W_ORDER[kind]
-    attrs = {'hidden_size': H, 'direction': 'bidirectional' if D == 2 else 'forward'}
-    if kind == 'gru':
-        attrs['linear_before_reset'] = 1
-    elif kind == 'rnn_relu':
-        attrs['activations'] = ['Relu'] * D
-    final: list = [[] for _ in states]
-    y = None
-    for layer in range(n_layers):
-        cells = range(layer * D, (layer + 1) * D)
-        rows = len(w_order) * H
-        width = link.ws[layer * D][0].shape[1]
-        W = rnn._gate_matrix(scope, [ws[c][k] for c in cells for k in w_order], [D, rows, width])
-        R = rnn._gate_matrix(scope, [ws[c][k] for c in cells for k in r_order], [D, rows, H])
-        B = rnn._gate_matrix(scope, [bs[c][k] for c in cells for k in w_order + r_order],
-                             [D, 2 * rows])
-        if layer > 0:
-            x = _time_major(scope, y, D, H)
-        inputs = [x, W, R, B, lens] + [s[layer] for s in initial]
-        while inputs[-1] == '':
-            inputs.pop()
-        y, *state_outs = scope.node(op, inputs, 1 + len(states), **attrs)
-        for i, name in enumerate(state_outs):
-            final[i].append(name)
     outputs = _call_link_on_examples(link, states, xs, site, label)
+    return _stacked_rnn(scope, _link_kind(link), link.direction, link.dropout, states, link.ws,
+                        link.bs, xs, False, outputs, site, label)
+
+
+#: F.n_step_* -> (rnn's kind, without the activation of an RNN; directions)
+N_STEP_FUNCTIONS = {F.n_step_lstm: ('lstm', 1), F.n_step_bilstm: ('lstm', 2),
+                    F.n_step_gru: ('gru', 1), F.n_step_bigru: ('gru', 2),
+                    F.n_step_rnn: ('rnn', 1), F.n_step_birnn: ('rnn', 2)}
+
+
+def n_step_function(scope, fn, label, args, kwargs, arguments, site):
+    """``F.n_step_*(n_layers, dropout_ratio, hx, [cx,] ws, bs, xs)`` on a
+    time-major sequence ``xs``: the links' layers, with the weights and
+    states given."""
+    kind, D = N_STEP_FUNCTIONS[fn]
+    n_layers, dropout_ratio = _static(arguments, ['n_layers', 'dropout_ratio'], site, label)
+    if kind == 'rnn':
+        activation, = _static(arguments, ['activation'], site, label)
+        if activation not in ('tanh', 'relu'):
+            raise TranslationError(site, "%s: activation %r is not 'tanh' or 'relu'"
+                                   % (label, activation))
+        kind = 'rnn_' + activation
+    ws, bs = (_cells(arguments[n], site, label, n) for n in ('ws', 'bs'))
+    if len(ws) != n_layers * D or len(bs) != n_layers * D:
+        raise TranslationError(site, '%s: ws and bs need %d cells each (n_layers * directions)'
+                               % (label, n_layers * D))
+    states = [arguments[n] for n in (['hx', 'cx'] if kind == 'lstm' else ['hx'])]
+    outputs = _call_on_examples(fn, args, kwargs, site, label)
+    return _stacked_rnn(scope, kind, D, dropout_ratio, states, ws, bs,
+                        _sequence_argument(arguments, 'xs', site, label), True, outputs, site,
+                        label)
+
+
+def _cells(value, site, label, name):
+    """Per-cell lists of weights from ``ws``/``bs``: a constant list of lists
+    (a link's ``ws``), or a list of lists written in the source."""
+    if isinstance(value, Const) and isinstance(value.value, (list, tuple)):
+        return [list(cell) for cell in value.value]
+    if isinstance(value, (PyList, PyTuple)):
+        return [list(c.value) if isinstance(c, Const) else list(c.items) for c in value.items]
+    raise TranslationError(site, '%s: argument %r must be a list of lists of weights, not %s'
+                           % (label, name, value.kind))
+
+
+def _call_on_examples(fn, args, kwargs, site, label):
+    """Chainer's own results of an ``n_step_*`` function on the examples:
+    hy, [cy,] and the list ys."""
+    def example(value):
+        return element_examples(value) if isinstance(value, Sequence) else example_of(value)
+    try:
+        with chainer.using_config('train', False), chainer.no_backprop_mode():
+            *hs, ys = fn(*[example(a) for a in args],
+                         **{k: example(v) for k, v in kwargs.items()})
+    except Exception as e:  # noqa: BLE001  (Chainer's own checks: any error)
+        raise TranslationError(site, '%s: %s' % (label, e)) from None
+    return [h.array for h in hs] + [[y.array for y in ys]]
+
+
+def _stacked_rnn(scope, kind, directions, dropout_ratio, states, ws, bs, xs, time_major,
+                 outputs, site, label):
+    """The ONNX layers of an ``n_step_*`` call on the sequence ``xs``:
+    batch-major (the links: xs[i] is sequence i, (T_i, I)) or time-major
+    (the functions: xs[t] is step t of the sequences still running,
+    (B_t, I), B_t non-increasing).  ``ws``/``bs``: per cell, the weights
+    and biases (parameters, arrays or Tensors); ``outputs``: Chainer's own
+    results on the examples, hy, [cy,] ys.  Returns (hy, [cy,] ys), ys a
+    Sequence laid out as xs.
+
+    Chainer drops out the input of every layer but the first in training:
+    that is an inference-mode Dropout here, as ``F.dropout``'s is in a ch2o
+    export, which compile_onnx makes random when it compiles for training."""
+    D, H = directions, outputs[0].shape[2]
+    n_layers = len(ws) // D
+    padded, sizes, mask = pad(scope, xs, None, 0, site, label)
+    int32 = helper.np_dtype_to_tensor_dtype(numpy.dtype(numpy.int32))
+    if time_major:  # padded is (T, B, I); sequence b runs while B_t > b
+        x = padded.name
+        lens = scope.reduce('ReduceSum', scope.node('Cast', [mask.name], to=int32), [0],
+                            keepdims=False)
+    else:  # padded is (n, T, I)
+        x = scope.node('Transpose', [padded.name], perm=[1, 0, 2])
+        lens = scope.node('Cast', [sizes.name], to=int32)
+    initial = [_per_layer(scope, s, D, n_layers, site, label) for s in states]
+    w_names = [[_weight(scope, w) for w in cell] for cell in ws]
+    b_names = [[_weight(scope, b) for b in cell] for cell in bs]
+    in_size = _weight_array(ws[0][0]).shape[1]
+
+    def next_input(y):
+        x = _time_major(scope, y, D, H)
+        return scope.dropout(x, dropout_ratio, training=False) if dropout_ratio else x
+    y, final = rnn.stack_layers(scope, kind, x, w_names, b_names, lens, initial, H, D, in_size,
+                                next_input)
     results = []
-    for names, example in zip(final, outputs[:-1]):
-        name = names[0] if n_layers == 1 else scope.node('Concat', names, axis=0)
+    for name, example in zip(final, outputs[:-1]):
         results.append(Tensor(name, example, (n_layers * D, None, H)))
-    by_batch = scope.node('Transpose', [_time_major(scope, y, D, H)], perm=[1, 0, 2])
-    table = Tensor(by_batch, F.pad_sequence(outputs[-1]).array, (None, None, D * H))
+    table = _time_major(scope, y, D, H)                                         # (T, n, D*H)
+    if not time_major:
+        table = scope.node('Transpose', [table], perm=[1, 0, 2])
+    table = Tensor(table, F.pad_sequence(outputs[-1]).array, (None, None, D * H))
     results.append(_rows_as_sequence(scope, table, mask, sizes, outputs[-1]))
     return PyTuple(tuple(results))
 
@@ -311,11 +371,24 @@ def _time_major(scope, y, directions, hidden):
     return rnn._layer_output(scope, y, [0, 0, directions * hidden], directions)
 
 
-def _weight(scope, parameter):
-    """The name of a link's weight: its initializer, or a constant when the
-    link is not part of the model."""
-    tensor = scope.param(parameter.array)
-    return (tensor or scope.const_tensor(parameter.array)).name
+def _weight_array(weight):
+    """The (example) array of a weight: a Tensor, a Const, a parameter or
+    an array."""
+    if isinstance(weight, Tensor):
+        return weight.example
+    if isinstance(weight, Const):
+        weight = weight.value
+    return weight.array if isinstance(weight, chainer.Variable) else numpy.asarray(weight)
+
+
+def _weight(scope, weight):
+    """The name of a weight: a Tensor's own; a parameter's initializer, or
+    a constant when the parameter (or array) is not part of the model."""
+    if isinstance(weight, Tensor):
+        return weight.name
+    array = _weight_array(weight)
+    tensor = scope.param(array)
+    return (tensor or scope.const_tensor(array)).name
 
 
 def _per_layer(scope, state, directions, n_layers, site, label):
@@ -398,11 +471,13 @@ def call_on_sequence(scope, fn, label, args, kwargs, site):
     if isinstance(fn, N_STEP_LINKS):
         return n_step_link(scope, fn, initial_states(fn, arguments),
                            _sequence_argument(arguments, 'xs', site, label), site)
+    if any(fn is f for f in N_STEP_FUNCTIONS):
+        return n_step_function(scope, fn, label, args, kwargs, arguments, site)
     which = [k for k, v in arguments.items() if isinstance(v, Sequence)]
     raise TranslationError(site, '%s cannot take a sequence (a list whose length is known only '
                            'at run time) as argument %r; supported on sequences: F.stack, '
                            'F.concat, F.vstack, F.hstack, F.split_axis (indices), F.pad_sequence, '
-                           'F.transpose_sequence and the NStep links'
+                           'F.transpose_sequence, the NStep links and F.n_step_*'
                            % (label, which[0] if which else '?'))
 
 

@@ -19,6 +19,7 @@ branches and loops too.
 import ast
 import builtins
 import contextlib
+import inspect
 import types
 
 import chainer
@@ -27,13 +28,14 @@ from onnx import helper
 
 from . import control_flow as cf
 from .functions import call_chainer
-from .indexing import SliceValue, index_tensor
+from .indexing import SliceValue, index_tensor, slice_sequence
 from .numpy_calls import call_numpy, tensor_attribute, tensor_method
 from .operators import binary, cast, compare, truth, unary
 from .scope import Scope, Translation
 from .source import function_ast
 from .values import (
     Const,
+    MaybeNone,
     PyDict,
     PyList,
     PyTuple,
@@ -43,6 +45,7 @@ from .values import (
     Value,
     constant_value,
     is_constant,
+    recording,
 )
 
 RETURNED, RET, BROKE, CONTINUED = '$returned', '$ret', '$broke', '$continued'
@@ -84,6 +87,19 @@ class BoundMethod(Value):
         self.target, self.name, self.target_node = target, name, target_node
 
 
+class PyObject(Value):
+    """An instance of a plain Python class (not a Link) constructed in
+    translated code: its methods are inlined with ``self`` bound to it, and
+    its attributes are Values.  ``scope`` is where it was made: the
+    attributes live on the object, not among the names that If and Loop
+    merge across paths, so setting one from the body of a branch or loop
+    the object was made outside of is refused."""
+    kind = 'an object'
+
+    def __init__(self, cls, scope):
+        self.cls, self.scope, self.attrs = cls, scope, {}
+
+
 class Frame:
     """One activation of a translated function: its bindings, globals and
     source file."""
@@ -123,6 +139,40 @@ class Translator:
     def __init__(self, scope):
         self.scope = scope
         self.comprehensions = 0  # numbers the hidden list of each comprehension
+        #: the env key of an attribute assigned in translated code -> (object, name)
+        self.attributes = {}
+        self.frames = []  # the frames of the inlined calls under way, innermost last
+        #: id of a list held by a PyObject's attribute -> (the list, the PyObject)
+        self.held_lists = {}
+
+    # -- attributes assigned in translated code -------------------------------
+    def attribute_key(self, obj, attr):
+        """The env key binding ``obj.attr`` once translated code assigns it
+        (``self.h = ...``).  Such a binding is a local of the translation:
+        it passes from a call to its caller and on to later calls, and
+        merges across branches and loop iterations like a name."""
+        return 'self.%s (%s at %#x)' % (attr, type(obj).__name__, id(obj))
+
+    def assign_attribute(self, frame, obj, attr, value):
+        """``obj.attr = value`` for an object known at export time."""
+        key = self.attribute_key(obj, attr)
+        self.attributes[key] = (obj, attr)
+        frame.env[key] = value
+
+    def binding(self, env, name):
+        """``env[name]``; for an attribute no path of ``env`` assigned yet,
+        the object's own value (what a loop starts from); else None."""
+        value = env.get(name)
+        if (value is None or isinstance(value, cf.Undefined)) and name in self.attributes:
+            obj, attr = self.attributes[name]
+            if hasattr(obj, attr):
+                return self.wrap(getattr(obj, attr))
+        return value
+
+    def pass_attributes(self, source, target):
+        """Copy the attribute bindings of env ``source`` into env ``target``
+        (into a call, and back to its caller)."""
+        target.update((k, v) for k, v in source.items() if k in self.attributes)
 
     # -- sites and errors ------------------------------------------------------
     @staticmethod
@@ -187,6 +237,22 @@ class Translator:
         if missing:
             raise TranslationError(site, 'missing argument(s) %s' % ', '.join(missing))
         env.update(bound)
+        caller = self.frames[-1] if self.frames else None
+        if caller is not None:
+            self.pass_attributes(caller.env, env)
+        self.frames.append(frame)
+        try:
+            result = self.run_body(frame, node)
+        finally:
+            self.frames.pop()
+        if caller is not None:
+            self.pass_attributes(frame.env, caller.env)
+        return result
+
+    def run_body(self, frame, node):
+        """The result of the function or lambda AST ``node`` run in
+        ``frame`` (its arguments bound)."""
+        env, filename = frame.env, frame.filename
         if isinstance(node, ast.Lambda):
             return self.expr(frame, node.body)
         env[RETURNED] = Const(False)
@@ -265,8 +331,8 @@ class Translator:
         if isinstance(current, PyList) and isinstance(node.op, ast.Add):
             current.items.extend(self.items_of(frame, node, value))  # in place, as Python
             return
-        self.assign(frame, node.target, binary(self.scope, node.op, current, value,
-                                               self.site(frame, node)))
+        self.assign(frame, node.target, binary(self.scope, node.op, _operand(current),
+                                               _operand(value), self.site(frame, node)))
 
     def stmt_Delete(self, frame, node):
         for target in node.targets:
@@ -298,8 +364,35 @@ class Translator:
         if isinstance(cond, Const):
             self.block(frame, node.body if cond.value else node.orelse)
             return
-        self.dynamic_if(frame, cond, lambda: self.block(frame, node.body),
-                        lambda: self.block(frame, node.orelse), self.site(frame, node))
+        then_value, else_value = self.narrowed(frame, node.test)
+
+        def branch(stmts, narrowed):
+            def run():
+                if narrowed is not None:
+                    self.assign(frame, node.test.left, narrowed)
+                self.block(frame, stmts)
+            return run
+        self.dynamic_if(frame, cond, branch(node.body, then_value),
+                        branch(node.orelse, else_value), self.site(frame, node))
+
+    def narrowed(self, frame, test):
+        """For ``if x is None`` / ``if x is not None`` on a MaybeNone ``x``
+        (a name or attribute), what ``x`` is in the then and else branches:
+        None in one, its tensor in the other (so ``F.reshape(x, ...)`` under
+        ``if x is not None`` calls Chainer with the tensor only).  (None,
+        None) for any other test."""
+        if not (isinstance(test, ast.Compare) and len(test.ops) == 1 and
+                isinstance(test.ops[0], (ast.Is, ast.IsNot)) and
+                isinstance(test.comparators[0], ast.Constant) and
+                test.comparators[0].value is None and
+                isinstance(test.left, (ast.Name, ast.Attribute))):
+            return None, None
+        value = self.expr(frame, test.left)
+        if not isinstance(value, MaybeNone):
+            return None, None
+        if isinstance(test.ops[0], ast.Is):
+            return Const(None), value.tensor
+        return value.tensor, Const(None)
 
     def stmt_With(self, frame, node):
         with contextlib.ExitStack() as stack:
@@ -482,7 +575,7 @@ class Translator:
             for name, spec in specs.items():
                 names = [body_scope.fresh('carried') for _ in cf.leaves(spec)]
                 inputs.extend(cf.value_info(n, s) for n, s in zip(names, cf.leaves(spec)))
-                env[name] = cf.unflatten(spec, iter(names), initial.get(name))
+                env[name] = cf.unflatten(spec, iter(names), self.binding(initial, name))
             body_inputs = fork(env)  # a copy: the body may append to its lists
             env[BROKE] = env[CONTINUED] = Const(False)
             frame.env = env
@@ -498,7 +591,7 @@ class Translator:
                     new_specs[name] = cf.merge(before, value, site, name) \
                         if not cf.unchanged(before, value) else specs[name]
                 elif before is None or not cf.unchanged(before, value):
-                    first = initial.get(name)
+                    first = self.binding(initial, name)
                     new_specs[name] = cf.merge(first, value, site, name) \
                         if first is not None and not isinstance(first, cf.Undefined) \
                         else cf.spec_of(value)
@@ -537,7 +630,7 @@ class Translator:
         frame.env = initial
         initial_values = []
         for name, spec in specs.items():
-            value = initial.get(name)
+            value = self.binding(initial, name)
             if value is None or isinstance(value, cf.Undefined):
                 value = cf.placeholder(outer, spec)
             initial_values.extend(cf.flatten(outer, value, spec, site, own=False))
@@ -554,12 +647,17 @@ class Translator:
             trip.example if isinstance(trip, Tensor) else constant_value(trip))) > 0) and (
             initial_cond is None or bool(numpy.asarray(
                 initial_cond.example if isinstance(initial_cond, Tensor) else True)))
+        loop_node = outer.nodes[-1]
         names = iter(results)
         env = dict(initial)
         for name, spec in specs.items():
-            example = out[name] if ran else initial.get(name)
+            example = out[name] if ran else self.binding(initial, name)
             env[name] = cf.unflatten(spec, names, example)
             _declare(outer, env[name])
+        examples = cf.run_on_examples(outer.translation, loop_node, list(specs.values()))
+        if examples is not None:
+            cf.set_examples([leaf for name, spec in specs.items()
+                             for leaf in cf.leaf_values(env[name], spec)], examples)
         env[BROKE] = initial.get(BROKE, Const(False))
         env[CONTINUED] = initial.get(CONTINUED, Const(False))
         frame.env = env
@@ -582,7 +680,7 @@ class Translator:
         then_env, else_env = envs
         result, specs = {}, {}
         for name in list(then_env) + [n for n in else_env if n not in then_env]:
-            a, b = then_env.get(name), else_env.get(name)
+            a, b = self.binding(then_env, name), self.binding(else_env, name)
             if a is None or b is None or isinstance(a, cf.Undefined) or \
                     isinstance(b, cf.Undefined):
                 present = a if a is not None and not isinstance(a, cf.Undefined) else b
@@ -631,9 +729,14 @@ class Translator:
                                  % (len(items), len(target.elts)))
             for t, v in zip(target.elts, items):
                 self.assign(frame, t, v)
-        elif isinstance(target, ast.Attribute) and isinstance(target.value, ast.Name) and \
-                target.value.id == 'self':
-            frame.env['self.' + target.attr] = value  # a local, as the issue asks
+        elif isinstance(target, ast.Attribute) and isinstance(
+                owner := self.expr(frame, target.value), PyObject):
+            self.set_object_attribute(frame, target, owner, value)
+        elif isinstance(target, ast.Attribute) and isinstance(owner, Const):
+            # a local of the translation, as the issue asks: later reads, in
+            # this call and in later calls on the same object, see it; the
+            # model keeps its own value
+            self.assign_attribute(frame, owner.value, target.attr, value)
         elif isinstance(target, ast.Subscript):
             container = self.expr(frame, target.value)
             key = self.expr(frame, target.slice)
@@ -695,12 +798,15 @@ class Translator:
         return Const(obj)
 
     def expr_Attribute(self, frame, node):
-        if isinstance(node.value, ast.Name) and node.value.id == 'self' and \
-                'self.' + node.attr in frame.env:
-            return frame.env['self.' + node.attr]
         value = self.expr(frame, node.value)
         site = self.site(frame, node)
         if isinstance(value, Const):
+            key = self.attribute_key(value.value, node.attr)
+            if key in frame.env:
+                bound = frame.env[key]
+                if isinstance(bound, cf.Undefined):
+                    raise self.error(frame, node, "'%s' is bound on some paths only" % key)
+                return bound
             try:
                 return self.wrap(getattr(value.value, node.attr))
             except AttributeError:
@@ -712,7 +818,26 @@ class Translator:
             return tensor_attribute(self.scope, value, node.attr, site)
         if isinstance(value, (PyList, PyDict, Sequence)):
             return BoundMethod(value, node.attr, node.value)
+        if isinstance(value, PyObject):
+            return self.object_attribute(frame, node, value)
         raise self.error(frame, node, '%s has no attribute %r' % (value.kind, node.attr))
+
+    def object_attribute(self, frame, node, obj):
+        """``obj.attr`` of a PyObject: an attribute it was given, else its
+        class's (a method binds ``obj``)."""
+        if node.attr in obj.attrs:
+            return obj.attrs[node.attr]
+        try:
+            static = inspect.getattr_static(obj.cls, node.attr)
+        except AttributeError:
+            raise self.error(frame, node, '%s object has no attribute %r'
+                             % (obj.cls.__name__, node.attr)) from None
+        if isinstance(static, types.FunctionType):
+            return BoundMethod(obj, node.attr, node.value)
+        if isinstance(static, property):
+            return self.call_function(static.fget, [], {}, self.site(frame, node),
+                                      self_value=obj)
+        return self.wrap(getattr(obj.cls, node.attr))
 
     def expr_Tuple(self, frame, node):
         return PyTuple(tuple(self.starred(frame, node.elts)))
@@ -758,11 +883,11 @@ class Translator:
         return Closure(node, frame)
 
     def expr_BinOp(self, frame, node):
-        return binary(self.scope, node.op, self.expr(frame, node.left),
-                      self.expr(frame, node.right), self.site(frame, node))
+        return binary(self.scope, node.op, _operand(self.expr(frame, node.left)),
+                      _operand(self.expr(frame, node.right)), self.site(frame, node))
 
     def expr_UnaryOp(self, frame, node):
-        return unary(self.scope, node.op, self.expr(frame, node.operand),
+        return unary(self.scope, node.op, _operand(self.expr(frame, node.operand)),
                      self.site(frame, node))
 
     def expr_Compare(self, frame, node):
@@ -771,10 +896,25 @@ class Translator:
         result = None
         for op, right_node in zip(node.ops, node.comparators):
             right = self.expr(frame, right_node)
-            one = compare(self.scope, op, left, right, site)
+            one = self.is_none(op, left, right)
+            if one is None:
+                one = compare(self.scope, op, _operand(left), _operand(right), site)
             result = one if result is None else self.logical('And', result, one, site)
             left = right
         return result
+
+    def is_none(self, op, left, right):
+        """``x is None`` / ``x is not None`` of a MaybeNone ``x``: a run-time
+        bool; None for any other comparison."""
+        if not isinstance(op, (ast.Is, ast.IsNot)):
+            return None
+        maybe, other = (left, right) if isinstance(left, MaybeNone) else (right, left)
+        if not isinstance(maybe, MaybeNone) or not isinstance(other, Const) or \
+                other.value is not None:
+            return None
+        if isinstance(op, ast.IsNot):
+            return maybe.is_set
+        return self.scope.emit('Not', [maybe.is_set], ~maybe.is_set.example)
 
     def expr_BoolOp(self, frame, node):
         """``and``/``or``: Python's short circuit while operands are
@@ -880,9 +1020,9 @@ class Translator:
                                  % (key.value if isinstance(key, Const) else key.kind))
             return container.items[key.value]
         if isinstance(container, Sequence):
-            if isinstance(key, Const) and isinstance(key.value, slice):
-                raise self.error(frame, node, 'slicing a list whose length is only known at '
-                                 'run time is not supported')
+            if isinstance(key, SliceValue) or isinstance(key, Const) and \
+                    isinstance(key.value, slice):
+                return slice_sequence(self.scope, container, key, site)
             return self.sequence_item(container, key, site)
         if isinstance(container, Const):
             if is_constant(key):
@@ -965,6 +1105,8 @@ class Translator:
                     and not isinstance(fn, chainer.links.Classifier):
                 return self.chainer_call(fn, args, kwargs, site)
             return self.call_function(type(fn).forward, args, kwargs, site, self_value=Const(fn))
+        if _is_plain_class(fn):
+            return self.construct(fn, args, kwargs, site)
         if isinstance(fn, type) and issubclass(fn, chainer.FunctionNode) and \
                 all(is_constant(a) for a in list(args) + list(kwargs.values())):
             return Const(fn(*[constant_value(a) for a in args],
@@ -977,6 +1119,12 @@ class Translator:
                     'chainer.'):
                 return self.call_function(fn.__func__, args, kwargs, site,
                                           self_value=Const(owner))
+            if isinstance(owner, chainer.Link) and fn.__name__ in _LINK_ITERATORS and \
+                    all(is_constant(a) for a in list(args) + list(kwargs.values())):
+                # the model's structure is fixed at export time: a list of
+                # links (or parameters) that a for loop unrolls over
+                return Const(list(fn(*[constant_value(a) for a in args],
+                                     **{k: constant_value(v) for k, v in kwargs.items()})))
         module = getattr(fn, '__module__', None) or ''
         if isinstance(fn, numpy.ufunc) or module.split('.')[0] in ('numpy', 'cupy'):
             return call_numpy(self.scope, fn.__name__, args, kwargs, site)
@@ -991,10 +1139,60 @@ class Translator:
                          % getattr(fn, '__qualname__', type(fn).__name__))
 
     def chainer_call(self, fn, args, kwargs, site):
-        return call_chainer(self.scope, fn, args, kwargs, site)
+        """Call Chainer function or link ``fn``.  An argument that may be
+        None at run time makes the call an If on whether it is set: Chainer
+        treats None (an absent LSTM state, say) otherwise than zeros."""
+        maybe = next((v for v in list(args) + list(kwargs.values())
+                      if isinstance(v, MaybeNone)), None)
+        if maybe is None:
+            return call_chainer(self.scope, fn, args, kwargs, site)
+        frame = Frame({}, {}, site)
+
+        def branch(value):
+            def call():
+                def put(v):
+                    return value if v is maybe else v
+                frame.env['$call'] = self.chainer_call(
+                    fn, [put(a) for a in args], {k: put(v) for k, v in kwargs.items()}, site)
+            return call
+        self.dynamic_if(frame, maybe.is_set, branch(maybe.tensor), branch(Const(None)), site)
+        return frame.env['$call']
+
+    def construct(self, cls, args, kwargs, site):
+        """``cls(*args, **kwargs)`` of a plain Python class: a PyObject
+        whose ``__init__`` is inlined."""
+        obj = PyObject(cls, self.scope)
+        if cls.__init__ is not object.__init__:
+            self.call_function(cls.__init__, args, kwargs, site, self_value=obj)
+        elif args or kwargs:
+            raise TranslationError(site, '%s() takes no arguments' % cls.__name__)
+        return obj
+
+    def set_object_attribute(self, frame, target, obj, value):
+        """``obj.attr = value`` on a PyObject."""
+        self.check_object_scope(frame, target, obj, 'setting %s.%s' % (obj.cls.__name__,
+                                                                        target.attr))
+        obj.attrs[target.attr] = value
+        if isinstance(value, PyList):
+            self.held_lists[id(value)] = (value, obj)
+
+    def check_object_scope(self, frame, node, obj, what):
+        """Refuse to change PyObject ``obj`` (``what`` says how) from the body
+        of a branch or loop that it was made outside of."""
+        if self.scope is not obj.scope:
+            raise self.error(frame, node, '%s inside a branch or loop that depends on the '
+                             'inputs is not supported when the %s object was made outside it'
+                             % (what, obj.cls.__name__))
 
     def call_method(self, frame, node, method, args, kwargs, site):
         target, name = method.target, method.name
+        if isinstance(target, PyObject):
+            return self.call_function(getattr(target.cls, name), args, kwargs, site,
+                                      self_value=target)
+        if isinstance(target, PyList) and id(target) in self.held_lists:
+            owner = self.held_lists[id(target)][1]
+            self.check_object_scope(frame, node, owner, 'changing a list attribute of %s'
+                                    % owner.cls.__name__)
         if isinstance(target, PyList):
             if name == 'append' and len(args) == 1:
                 target.items.append(args[0])
@@ -1040,6 +1238,15 @@ _TENSOR_METHODS = ('astype', 'reshape', 'transpose', 'sum', 'mean', 'max', 'min'
                    'argmin', 'squeeze', 'flatten', 'ravel', 'any', 'all', 'copy', 'prod',
                    'cumsum', 'clip', 'dot', 'swapaxes', 'item', 'tolist', 'repeat', 'fill')
 
+#: Link methods that walk the model's structure, known at export time.
+_LINK_ITERATORS = ('children', 'links', 'namedlinks', 'params', 'namedparams')
+
+
+def _operand(value):
+    """``value`` as an operand of an operator: a MaybeNone's tensor (where
+    it is None, Python would fail on the operator)."""
+    return value.tensor if isinstance(value, MaybeNone) else value
+
 
 def _hashable(obj):
     try:
@@ -1047,6 +1254,19 @@ def _hashable(obj):
     except TypeError:
         return False
     return True
+
+
+def _is_plain_class(fn):
+    """Whether ``fn`` is a class written by the user (not Chainer's, NumPy's
+    or a builtin, not a Link or FunctionNode) that ch2o can construct: no
+    metaclass, no ``__new__``, a Python ``__init__`` if any."""
+    if not isinstance(fn, type) or type(fn) is not type or \
+            issubclass(fn, (chainer.Link, chainer.FunctionNode)):
+        return False
+    if fn.__module__.split('.')[0] in ('builtins', 'chainer', 'numpy', 'cupy'):
+        return False
+    return fn.__new__ is object.__new__ and (
+        fn.__init__ is object.__init__ or isinstance(fn.__init__, types.FunctionType))
 
 
 def _is_config_manager(obj):
@@ -1215,6 +1435,8 @@ def _isinstance(tr, frame, node, args, kwargs, site):
              PyDict: (dict,), Sequence: (list,)}
     wanted = constant_value(classes)
     wanted = wanted if isinstance(wanted, tuple) else (wanted,)
+    if isinstance(value, PyObject):
+        return Const(issubclass(value.cls, wanted))
     return Const(any(issubclass(k, wanted) for k in kinds.get(type(value), ())))
 
 
@@ -1297,7 +1519,9 @@ def export_model(model, args, opset_version=None, input_names=None, output_names
         graph_inputs.append(info)
     translator = Translator(root)
     forward = type(model).forward
-    with chainer.using_config('train', False), chainer.using_config('enable_backprop', True):
+    with chainer.using_config('train', False), chainer.using_config('enable_backprop', True), \
+            recording({value.name: value for value in inputs
+                       if isinstance(value, (Tensor, Sequence))}):
         result = translator.call_function(forward, inputs, {}, '<export>',
                                           self_value=Const(model))
     if isinstance(result, RangeValue):

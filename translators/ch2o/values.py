@@ -8,7 +8,9 @@ A name in the translated code is bound to one of these:
 - ``Const``: a Python object known at export time (an int written in the
   source, a link, a function, ``None``, a string, a constant array ...);
 - ``PyList``, ``PyTuple``, ``PyDict``: Python containers of known length
-  whose items are any of these.
+  whose items are any of these;
+- ``MaybeNone``: None on some run-time paths and a tensor on others (a
+  state that is None before a loop and set by its first iteration).
 
 Every Tensor carries an ``example``: the value it takes (or, inside a loop
 or a branch, may take) when ``forward`` runs on the arguments given to
@@ -18,6 +20,8 @@ converters.  They never decide what the graph computes.  ``shape`` is the
 static knowledge: an int per axis whose size is the same on every run,
 None for an axis whose size may vary (a loop-carried value that grows).
 """
+import contextlib
+import contextvars
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -43,6 +47,36 @@ class Value:
     kind = 'a value'
 
 
+#: name -> the Tensor or Sequence of that ONNX name, for every one made while
+#: a translation records them (``recording``): evaluating a Loop node on
+#: the examples needs the examples of the outer values its body reads.
+_RECORDED: contextvars.ContextVar[dict | None] = contextvars.ContextVar('ch2o_values',
+                                                                       default=None)
+
+
+@contextlib.contextmanager
+def recording(values):
+    """Record every Tensor and Sequence made in this block into ``values``
+    (a dict by ONNX name)."""
+    token = _RECORDED.set(values)
+    try:
+        yield values
+    finally:
+        _RECORDED.reset(token)
+
+
+def recorded(name):
+    """The recorded Tensor or Sequence named ``name``, or None."""
+    values = _RECORDED.get()
+    return None if values is None else values.get(name)
+
+
+def _record(value):
+    values = _RECORDED.get()
+    if values is not None:
+        values[value.name] = value
+
+
 @dataclass(eq=False)
 class Tensor(Value):
     """An ONNX tensor named ``name`` in the graph being built."""
@@ -60,6 +94,7 @@ class Tensor(Value):
         if len(self.shape) != self.example.ndim:
             raise ValueError('Tensor %s: shape %s does not match its example of rank %d'
                              % (self.name, self.shape, self.example.ndim))
+        _record(self)
 
     @property
     def dtype(self):
@@ -75,15 +110,19 @@ class Sequence(Value):
     """An ONNX sequence of tensors named ``name``.
 
     ``examples`` are the tensors it holds on the export-time run, as far as
-    they are known (a sequence built in a loop holds the first iteration's
-    element); ``dtype`` and ``element_shape`` (None per axis whose size
-    varies between elements or runs) describe every element."""
+    they are known (inside a loop body, a sequence it builds holds the
+    first iteration's element; after the loop, all of them); ``dtype`` and
+    ``element_shape`` (None per axis whose size varies between elements or
+    runs) describe every element."""
     name: str
     dtype: numpy.dtype
     element_shape: tuple | None
     examples: list = field(default_factory=list)
 
     kind = 'a sequence'
+
+    def __post_init__(self):
+        _record(self)
 
 
 @dataclass(eq=False)
@@ -116,6 +155,29 @@ class PyDict(Value):
     items: dict
 
     kind = 'a dict'
+
+
+@dataclass(eq=False)
+class MaybeNone(Value):
+    """A value that is None on some run-time paths and a tensor on others.
+
+    ``is_set`` is a 0-d bool Tensor (False where the value is None) and
+    ``tensor`` the value where it is set, of the type the other paths give
+    it (zeros where it is None).  ``x is None`` becomes ``Not(is_set)``;
+    arithmetic uses ``tensor`` (Python would fail on None there); a
+    Chainer function called with it runs in an If on ``is_set``, once
+    with the tensor and once with None, since Chainer treats a None
+    argument (an LSTM state, say) differently from zeros.
+
+    Why not ONNX Optional: a pair of plain tensors goes through If and
+    Loop, our VM and our autodiff as they are (gradients flow into
+    ``tensor``; ``is_set`` is a bool and needs none), where Optional,
+    OptionalHasElement and OptionalGetElement would each need a kernel,
+    gradient rules and support in every pass that follows values."""
+    is_set: Tensor
+    tensor: Tensor
+
+    kind = 'a tensor or None'
 
 
 def is_constant(value):
@@ -156,4 +218,6 @@ def example_of(value):
         return items if isinstance(value, PyList) else tuple(items)
     if isinstance(value, PyDict):
         return {k: example_of(v) for k, v in value.items.items()}
+    if isinstance(value, MaybeNone):
+        return value.tensor.example if bool(value.is_set.example) else None
     return value.value

@@ -8,7 +8,7 @@ the top-level ``onnx_chainer`` package Chainer installs.
 import importlib
 
 FAMILY_NAMES = ('activation', 'array', 'connection', 'loss', 'math', 'noise',
-                'normalization', 'pooling', 'rnn')
+                'normalization', 'pooling', 'rnn', 'roi_pooling')
 
 FAMILIES = {name: importlib.import_module('.' + name, __name__) for name in FAMILY_NAMES}
 

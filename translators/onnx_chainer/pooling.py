@@ -1,7 +1,6 @@
 """Converters for chainer.functions.pooling."""
 import numpy
 from chainer.utils import conv
-from onnx import TensorProto as onnx_types
 
 from .registry import converter
 
@@ -108,72 +107,3 @@ def convert_unpooling(ctx, call):
     ctx.node('ConvTranspose', [x_name, ones], call.outputs, kernel_shape=list(ksize),
              strides=list(stride), pads=list(pad) + pads_end, group=channels,
              output_padding=output_padding if any(output_padding) else None)
-
-
-@converter('ROIPooling2D')
-def convert_roi_pooling(ctx, call):
-    """RoI max pooling.  onnxruntime's MaxRoiPool agrees with Chainer (also
-    on negative inputs, and empty bins give 0) except where a scaled RoI
-    corner is a tie: Chainer's NumPy code rounds it half to even (Python's
-    round), MaxRoiPool half away from zero.  So the RoIs are scaled and
-    rounded with ONNX Round (half to even) first and pooled with
-    spatial_scale 1.  MaxRoiPool-22 has no onnxruntime kernel: from opset
-    22 the pooling is composed of masked ReduceMax instead."""
-    func = call.func
-    x, rois = call.inputs
-    dtype = call.input_arrays[1].dtype
-    if ctx.opset >= 22:
-        _compose_roi_max_pooling(ctx, call)
-        return
-    scale = numpy.asarray([1] + [func.spatial_scale] * 4, dtype=dtype)
-    rois = ctx.node('Round', [ctx.node('Mul', [rois, ctx.constant(scale, hint='scale')])])
-    ctx.node('MaxRoiPool', [x, rois], call.outputs, pooled_shape=[func.outh, func.outw],
-             spatial_scale=1.0)
-
-
-def _compose_roi_max_pooling(ctx, call):
-    """Chainer's forward_cpu as array ops: bin bounds in float64 as Python
-    computes them, then a masked max over W, then over H."""
-    func = call.func
-    x, rois = call.inputs
-    x_array = call.input_arrays[0]
-    height, width = x_array.shape[2:]
-    f64 = numpy.float64
-    scale = numpy.asarray([1] + [func.spatial_scale] * 4, dtype=f64)
-    r = ctx.node('Cast', [rois], to=onnx_types.DOUBLE)
-    r = ctx.node('Round', [ctx.node('Mul', [r, ctx.constant(scale, hint='scale')])])
-    index, xmin, ymin, xmax, ymax = [ctx.fresh('roi') for _ in range(5)]
-    ctx.split(r, [1] * 5, 1, [index, xmin, ymin, xmax, ymax])
-    index = ctx.node('Cast', [ctx.squeeze(index, [1])], to=onnx_types.INT64)
-    one = ctx.constant(numpy.asarray(1, dtype=f64), hint='one')
-    zero = ctx.constant(numpy.asarray(0, dtype=f64), hint='zero')
-
-    def bins(lo, hi, n_bins, limit):
-        """(mask (R, n_bins, limit), nonempty (R, n_bins)) along one axis."""
-        size = ctx.node('Max', [ctx.node('Add', [ctx.node('Sub', [hi, lo]), one]), one])
-        step = ctx.node('Div', [size, ctx.constant(numpy.asarray(n_bins, dtype=f64), hint='n')])
-        p = numpy.arange(n_bins, dtype=f64).reshape(1, -1)
-        start = ctx.node('Floor', [ctx.node('Mul', [ctx.constant(p, hint='bin'), step])])
-        end = ctx.node('Ceil', [ctx.node('Mul', [ctx.constant(p + 1, hint='bin'), step])])
-        lim = ctx.constant(numpy.asarray(limit, dtype=f64), hint='limit')
-        start = ctx.node('Min', [ctx.node('Max', [ctx.node('Add', [start, lo]), zero]), lim])
-        end = ctx.node('Min', [ctx.node('Max', [ctx.node('Add', [end, lo]), zero]), lim])
-        grid = ctx.constant(numpy.arange(limit, dtype=f64).reshape(1, 1, -1), hint='grid')
-        inside = ctx.node('And', [
-            ctx.node('GreaterOrEqual', [grid, ctx.unsqueeze(start, [2])]),
-            ctx.node('Less', [grid, ctx.unsqueeze(end, [2])])])
-        return inside, ctx.node('Less', [start, end])
-
-    mask_w, nonempty_w = bins(xmin, xmax, func.outw, width)
-    mask_h, nonempty_h = bins(ymin, ymax, func.outh, height)
-    lowest = ctx.constant(numpy.asarray(-numpy.inf, dtype=x_array.dtype), hint='lowest')
-    planes = ctx.node('Gather', [x, index], axis=0)                      # R C H W
-    y = ctx.node('Where', [ctx.unsqueeze(mask_w, [1, 2]),                # R 1 1 ow W
-                           ctx.unsqueeze(planes, [3]), lowest])          # R C H 1 W
-    y = ctx.reduce('ReduceMax', y, [4], keepdims=False)                  # R C H ow
-    y = ctx.node('Where', [ctx.unsqueeze(mask_h, [1, 4]),                # R 1 oh H 1
-                           ctx.unsqueeze(y, [2]), lowest])               # R C 1 H ow
-    y = ctx.reduce('ReduceMax', y, [3], keepdims=False)                  # R C oh ow
-    nonempty = ctx.node('And', [ctx.unsqueeze(nonempty_h, [2]), ctx.unsqueeze(nonempty_w, [1])])
-    zero_x = ctx.constant(numpy.zeros((), dtype=x_array.dtype), hint='zero')
-    ctx.node('Where', [ctx.unsqueeze(nonempty, [1]), y, zero_x], call.outputs)

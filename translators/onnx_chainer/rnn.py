@@ -307,7 +307,6 @@ def n_step_unrolled():
 def convert_n_step_rnn(ctx, call):
     func = call.func
     kind, D, L = func.kind, func.directions, func.n_layers
-    op = _KINDS[kind][1]
     (states, ws, bs, xs) = func.split_inputs(call.inputs)
     (state_arrays, _, _, x_arrays) = func.split_inputs(call.input_arrays)
     hx_arr = state_arrays[0]
@@ -339,36 +338,13 @@ def convert_n_step_rnn(ctx, call):
         return ctx.split(state, [D] * L, 0, [ctx.fresh(hint) for _ in range(L)])
     init = [per_layer(s, h) for s, h in zip(states, ('initial_h', 'initial_c'))]
 
-    w_order, r_order = _W_ORDER[kind]
-    direction = 'bidirectional' if D == 2 else 'forward'
-    attrs = {'hidden_size': H, 'direction': direction}
-    if kind == 'gru':
-        attrs['linear_before_reset'] = 1
-    elif kind == 'rnn_relu':
-        attrs['activations'] = ['Relu'] * D
-    final = [[] for _ in states]
-    y = None
-    for layer in range(L):
-        cells = range(layer * D, (layer + 1) * D)
-        rows = len(w_order) * H
-        width = in_size if layer == 0 else D * H
-        W = _gate_matrix(ctx, [ws[c][k] for c in cells for k in w_order], [D, rows, width])
-        R = _gate_matrix(ctx, [ws[c][k] for c in cells for k in r_order], [D, rows, H])
-        Bias = _gate_matrix(ctx, [bs[c][k] for c in cells for k in w_order + r_order],
-                            [D, 2 * rows])
-        if layer > 0:
-            x = _layer_output(ctx, y, [T, B, D * H], D)
-            if call.train and func.dropout_ratio > 0:
-                x = ctx.dropout(x, func.dropout_ratio, True)
-        inputs = [x, W, R, Bias, lens] + [s[layer] for s in init]
-        state_outs = list(out_states) if L == 1 else [ctx.fresh(op + '_state')
-                                                      for _ in states]
-        y = ctx.node(op, inputs, [ctx.fresh(op + '_Y')] + state_outs, **attrs)[0]
-        for i, name in enumerate(state_outs):
-            final[i].append(name)
-    if L > 1:
-        for names, out in zip(final, out_states):
-            ctx.node('Concat', names, [out], axis=0)
+    def next_input(y):
+        x = _layer_output(ctx, y, [T, B, D * H], D)
+        if call.train and func.dropout_ratio > 0:
+            x = ctx.dropout(x, func.dropout_ratio, True)
+        return x
+    y, _ = stack_layers(ctx, kind, x, ws, bs, lens, init, H, D, in_size, next_input,
+                        list(out_states))
 
     # ys[t] = the first sizes[t] rows of step t, directions concatenated.
     flat = _layer_output(ctx, y, [T * B, D * H], D)
@@ -381,6 +357,57 @@ def convert_n_step_rnn(ctx, call):
         flat = ctx.node('Gather', [flat, ctx.constant(valid.astype(numpy.int64), hint='valid')],
                         axis=0)
     ctx.split(flat, sizes, 0, out_ys)
+
+
+def stack_layers(ctx, kind, x, ws, bs, lens, initial, hidden, directions, in_size, next_input,
+                 state_outputs=None):
+    """One ONNX LSTM / GRU / RNN node per layer, stacked as Chainer's
+    ``n_step_*`` stacks its layers.
+
+    ``x``: the first layer's padded time-major input (T, B, in_size);
+    ``ws``/``bs``: per cell (layer-major, then direction) the names of
+    Chainer's per-gate weights and biases; ``lens``: sequence_lens ('' if
+    every sequence is T long); ``initial``: per state (h, then c), each
+    layer's initial (D, B, H) state name ('' for zeros); ``next_input(y)``:
+    a layer's input from the Y (T, D, B, H) of the layer below.
+    ``state_outputs``: the names of the final states (L*D, B, H), or None
+    for fresh names.  Returns (the last layer's Y, the final states'
+    names)."""
+    op = _KINDS[kind][1]
+    D, H = directions, hidden
+    n_layers = len(ws) // D
+    w_order, r_order = _W_ORDER[kind]
+    attrs = {'hidden_size': H, 'direction': 'bidirectional' if D == 2 else 'forward'}
+    if kind == 'gru':
+        attrs['linear_before_reset'] = 1
+    elif kind == 'rnn_relu':
+        attrs['activations'] = ['Relu'] * D
+    if state_outputs is None:
+        state_outputs = [ctx.fresh(op + '_state') for _ in initial]
+    final: list = [[] for _ in initial]
+    y = None
+    for layer in range(n_layers):
+        cells = range(layer * D, (layer + 1) * D)
+        rows = len(w_order) * H
+        width = in_size if layer == 0 else D * H
+        W = _gate_matrix(ctx, [ws[c][k] for c in cells for k in w_order], [D, rows, width])
+        R = _gate_matrix(ctx, [ws[c][k] for c in cells for k in r_order], [D, rows, H])
+        Bias = _gate_matrix(ctx, [bs[c][k] for c in cells for k in w_order + r_order],
+                            [D, 2 * rows])
+        if layer > 0:
+            x = next_input(y)
+        inputs = [x, W, R, Bias, lens] + [s[layer] for s in initial]
+        while inputs[-1] == '':  # optional inputs left out at the end
+            inputs.pop()
+        outs = list(state_outputs) if n_layers == 1 else [ctx.fresh(op + '_state')
+                                                          for _ in initial]
+        y = ctx.node(op, inputs, [ctx.fresh(op + '_Y')] + outs, **attrs)[0]
+        for i, name in enumerate(outs):
+            final[i].append(name)
+    if n_layers > 1:
+        for names, out in zip(final, state_outputs):
+            ctx.node('Concat', names, [out], axis=0)
+    return y, list(state_outputs)
 
 
 def _gate_matrix(ctx, pieces, shape):

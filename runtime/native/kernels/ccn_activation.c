@@ -1,5 +1,5 @@
 /* Activation family: the element-wise functions of one float tensor
- * (ccn_unary_*), Softmax and LogSoftmax. */
+ * (ccn_unary_*), Softmax and LogSoftmax, and the gradient of Relu. */
 #include <math.h>
 #include <tgmath.h> /* exp, erf... of a float are expf, erff... */
 
@@ -103,4 +103,11 @@ void ccn_softmax(long outer, long len, long inner, int log_softmax, const float 
                     out[i * inner] = expf(in[i * inner] - top) / sum;
             }
         }
+}
+
+void ccn_relu_grad(long n, const float *y, const float *gy, float *gx)
+{
+    CCN_OMP_FOR_IF(n)
+    for (long i = 0; i < n; i++)
+        gx[i] = y[i] > 0.0f ? gy[i] : 0.0f;
 }

@@ -1,6 +1,7 @@
 /* ccn_activation.h: Activation family: every element-wise function of one
  * float tensor (math functions and activations alike, one table-driven
- * kernel per dtype; x and y may be the same array), Softmax, LogSoftmax. */
+ * kernel per dtype; x and y may be the same array), Softmax, LogSoftmax,
+ * and the gradient of Relu. */
 #ifndef CCN_ACTIVATION_H
 #define CCN_ACTIVATION_H
 
@@ -30,6 +31,10 @@ void ccn_unary_float64(enum ccn_unary_op op, long n, double alpha, double beta,
 /* Softmax (or its log) over axis of length len of an (outer, len, inner)
  * array. */
 void ccn_softmax(long outer, long len, long inner, int log_softmax, const float *x, float *y);
+
+/* Gradient of Relu from its output y: gx[i] = y[i] > 0 ? gy[i] : 0 (gx may
+ * be gy). */
+void ccn_relu_grad(long n, const float *y, const float *gy, float *gx);
 
 CCN_END_DECLS
 #endif /* CCN_ACTIVATION_H */

@@ -481,7 +481,49 @@ static void dot4(long n, const float *restrict a, const float *restrict b0,
     memcpy(out, s, sizeof s);
 }
 
-/* gemm_bt on columns [n0, n1): rows of Bt stream past once per row of A. */
+/* dot4 for two rows a0 and a1 at once (out[0..3] and out[4..7]): each row
+ * of b is loaded once for both, which halves the loads per multiply-add. */
+static void dot2x4(long n, const float *restrict a0, const float *restrict a1,
+                   const float *restrict b0, const float *restrict b1,
+                   const float *restrict b2, const float *restrict b3, float *out)
+{
+    long k = 0;
+    float s[8] = {0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f};
+#if defined(__GNUC__)
+    typedef float vec __attribute__((vector_size(CCN_NR / 2 * sizeof(float))));
+    const long vw = CCN_NR / 2;
+    vec v[8] = {{0}}, va0, va1, vb;
+    for (; k + vw <= n; k += vw) {
+        memcpy(&va0, a0 + k, sizeof va0);
+        memcpy(&va1, a1 + k, sizeof va1);
+        memcpy(&vb, b0 + k, sizeof vb);
+        v[0] += va0 * vb;
+        v[4] += va1 * vb;
+        memcpy(&vb, b1 + k, sizeof vb);
+        v[1] += va0 * vb;
+        v[5] += va1 * vb;
+        memcpy(&vb, b2 + k, sizeof vb);
+        v[2] += va0 * vb;
+        v[6] += va1 * vb;
+        memcpy(&vb, b3 + k, sizeof vb);
+        v[3] += va0 * vb;
+        v[7] += va1 * vb;
+    }
+    for (long i = 0; i < 8; i++)
+        for (long j = 0; j < vw; j++)
+            s[i] += v[i][j];
+#endif
+    const float *b[4] = {b0, b1, b2, b3};
+    for (; k < n; k++)
+        for (long j = 0; j < 4; j++) {
+            s[j] += a0[k] * b[j][k];
+            s[4 + j] += a1[k] * b[j][k];
+        }
+    memcpy(out, s, sizeof s);
+}
+
+/* gemm_bt on columns [n0, n1): rows of Bt stream past once per pair of
+ * rows of A. */
 static void gemm_bt_range(long n0, long n1, long M, long K, const float *A, long a_rs,
                           const float *Bt, float alpha, float *C, long ldc, int act,
                           float act_alpha)
@@ -491,7 +533,16 @@ static void gemm_bt_range(long n0, long n1, long M, long K, const float *A, long
         const float *b[4];
         for (long j = 0; j < 4; j++)
             b[j] = Bt + min_long(n + j, n1 - 1) * K;
-        for (long m = 0; m < M; m++) {
+        long m = 0;
+        for (; m + 2 <= M; m += 2) {
+            float d[8];
+            dot2x4(K, A + m * a_rs, A + (m + 1) * a_rs, b[0], b[1], b[2], b[3], d);
+            for (long j = 0; j < 4 && n + j < n1; j++) {
+                C[m * ldc + n + j] += alpha * d[j];
+                C[(m + 1) * ldc + n + j] += alpha * d[4 + j];
+            }
+        }
+        for (; m < M; m++) {
             float d[4];
             dot4(K, A + m * a_rs, b[0], b[1], b[2], b[3], d);
             for (long j = 0; j < 4 && n + j < n1; j++)
@@ -690,4 +741,24 @@ void ccn_conv2d(long N, long C, long H, long W, long M, long KH, long KW, long O
                 scatter_images(nb, Mg, S, prod, y + (n0 * M + g * Mg) * S, M * S);
         }
     }
+}
+
+void ccn_conv2d_grad_filter(long N, long C, long H, long W, long M, long KH, long KW,
+                            long OH, long OW, long group, long stride_h, long stride_w,
+                            long dil_h, long dil_w, long pad_top, long pad_left,
+                            const float *x, const float *gy, float *gw, float *col)
+{
+    const long Cg = C / group, Mg = M / group, K = Cg * KH * KW, S = OH * OW;
+    /* The product gy_n (Mg x S) times col^T (S x K) accumulates into gw;
+     * ccn_gemm_ex reads its B row-major, hence the transposed columns. */
+    float *cols_t = col + K * S;
+    ccn_gemm_init(M, K, gw, NULL, 0, 0, 0.0f);
+    for (long n = 0; n < N; n++)
+        for (long g = 0; g < group; g++) {
+            im2col_images(1, Cg, H, W, KH, KW, OH, OW, stride_h, stride_w, dil_h, dil_w,
+                          pad_top, pad_left, x + (n * C + g * Cg) * H * W, C * H * W, col, S);
+            ccn_transpose(K, S, col, cols_t);
+            ccn_gemm_ex(Mg, K, S, gy + (n * M + g * Mg) * S, S, 1, cols_t, K, 1.0f,
+                        gw + g * Mg * K, K, CCN_ACT_NONE, 0.0f);
+        }
 }

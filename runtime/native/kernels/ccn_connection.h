@@ -76,6 +76,14 @@ void ccn_conv2d(long N, long C, long H, long W, long M, long KH, long KW, long O
                 long pad_top, long pad_left, long images, const float *x, const float *w,
                 int w_panels, const float *bias, float *y, float *col, int act,
                 float act_alpha);
+/* Gradient of ccn_conv2d's weights (ConvGradFilter): gw (M, C/group, KH,
+ * KW) = the sum over the N images of gy's (M/group) x OH*OW rows times the
+ * im2col columns of x, group by group.  col is scratch of
+ * 2 * (C/group)*KH*KW*OH*OW floats (the columns and their transpose). */
+void ccn_conv2d_grad_filter(long N, long C, long H, long W, long M, long KH, long KW,
+                            long OH, long OW, long group, long stride_h, long stride_w,
+                            long dil_h, long dil_w, long pad_top, long pad_left,
+                            const float *x, const float *gy, float *gw, float *col);
 
 CCN_END_DECLS
 #endif /* CCN_CONNECTION_H */

@@ -1,4 +1,5 @@
-/* Normalization family: BatchNormalization in its inference form,
+/* Normalization family: BatchNormalization (inference, training and its
+ * gradient),
  * LayerNormalization and InstanceNormalization (one row standardization
  * kernel) and LRN. */
 #include <math.h>
@@ -100,5 +101,92 @@ void ccn_lrn(long N, long C, long S, long size, float alpha, float beta, float b
         const float *in = x + nc * S;
         for (long s = 0; s < S; s++)
             out[s] = in[s] / powf(bias + rate * out[s], beta);
+    }
+}
+
+/* The mean and population variance of channel c of an (N, C, S) array,
+ * accumulated in double. */
+static void channel_moments(long N, long C, long S, long c, const float *x, double *mean,
+                            double *var)
+{
+    double sum = 0.0, squares = 0.0;
+    for (long n = 0; n < N; n++)
+        for (long s = 0; s < S; s++)
+            sum += x[(n * C + c) * S + s];
+    const double m = sum / (double)(N * S);
+    for (long n = 0; n < N; n++)
+        for (long s = 0; s < S; s++) {
+            const double d = x[(n * C + c) * S + s] - m;
+            squares += d * d;
+        }
+    *mean = m;
+    *var = squares / (double)(N * S);
+}
+
+void ccn_batchnorm_training(long N, long C, long S, float epsilon, float momentum,
+                            const float *x, const float *scale, const float *bias,
+                            const float *mean, const float *var, float *y, float *running_mean,
+                            float *running_var, float *batch_mean, float *batch_var)
+{
+    CCN_OMP_FOR_IF(N * C * S)
+    for (long c = 0; c < C; c++) {
+        double m, v;
+        channel_moments(N, C, S, c, x, &m, &v);
+        const float bm = (float)m, bv = (float)v;
+        const float k = scale[c] / sqrtf(bv + epsilon);
+        for (long n = 0; n < N; n++) {
+            const float *in = x + (n * C + c) * S;
+            float *out = y + (n * C + c) * S;
+            for (long s = 0; s < S; s++)
+                out[s] = (in[s] - bm) * k + bias[c];
+        }
+        /* As NumPy computes them in float32. */
+        if (running_mean)
+            running_mean[c] = mean[c] * momentum + bm * (1.0f - momentum);
+        if (running_var)
+            running_var[c] = var[c] * momentum + bv * (1.0f - momentum);
+        if (batch_mean)
+            batch_mean[c] = bm;
+        if (batch_var)
+            batch_var[c] = bv;
+    }
+}
+
+void ccn_batchnorm_grad(long N, long C, long S, float epsilon, int training, const float *x,
+                        const float *scale, const float *gy, const float *mean,
+                        const float *var, float *gx, float *gscale, float *gbias, float *gmean,
+                        float *gvar)
+{
+    CCN_OMP_FOR_IF(N * C * S)
+    for (long c = 0; c < C; c++) {
+        double m, v;
+        if (mean) {
+            m = mean[c];
+            v = var[c];
+        } else {
+            channel_moments(N, C, S, c, x, &m, &v);
+        }
+        const float mu = (float)m, inv = 1.0f / sqrtf((float)v + epsilon);
+        double g_b = 0.0, g_scale = 0.0;
+        for (long n = 0; n < N; n++)
+            for (long s = 0; s < S; s++) {
+                const long i = (n * C + c) * S + s;
+                g_b += gy[i];
+                g_scale += (double)gy[i] * ((x[i] - mu) * inv);
+            }
+        const float a = scale[c] * inv, count = (float)(N * S);
+        const float gb = (float)g_b, gs = (float)g_scale;
+        for (long n = 0; n < N; n++)
+            for (long s = 0; s < S; s++) {
+                const long i = (n * C + c) * S + s;
+                const float xhat = (x[i] - mu) * inv;
+                gx[i] = training ? (gy[i] - gb / count - xhat * (gs / count)) * a : gy[i] * a;
+            }
+        gscale[c] = gs;
+        gbias[c] = gb;
+        if (gmean)
+            gmean[c] = -gb * a;
+        if (gvar)
+            gvar[c] = gs * a * inv * -0.5f;
     }
 }

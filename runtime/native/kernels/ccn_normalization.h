@@ -1,4 +1,5 @@
-/* ccn_normalization.h: Normalization family: BatchNormalization (inference),
+/* ccn_normalization.h: Normalization family: BatchNormalization (inference,
+ * training and its gradient),
  * LayerNormalization, InstanceNormalization and LRN. */
 #ifndef CCN_NORMALIZATION_H
 #define CCN_NORMALIZATION_H
@@ -10,6 +11,26 @@ CCN_BEGIN_DECLS
 /* Inference BatchNormalization over axis 1 of an (N, C, S) array. */
 void ccn_batchnorm(long N, long C, long S, float epsilon, const float *x, const float *scale,
                    const float *bias, const float *mean, const float *var, float *y);
+
+/* Training BatchNormalization over axis 1 of an (N, C, S) array: y is x
+ * normalised with the batch's mean and population variance, then scaled
+ * and shifted.  Each of the other outputs may be NULL: running_mean and
+ * running_var = the mean and var inputs * momentum + the batch's * (1 -
+ * momentum); batch_mean and batch_var = the batch's statistics. */
+void ccn_batchnorm_training(long N, long C, long S, float epsilon, float momentum,
+                            const float *x, const float *scale, const float *bias,
+                            const float *mean, const float *var, float *y, float *running_mean,
+                            float *running_var, float *batch_mean, float *batch_var);
+
+/* Gradient of BatchNormalization over axis 1 of (N, C, S) arrays from x and
+ * gy: gx, gscale and gbias.  The statistics are mean and var, or (NULL)
+ * the batch's, recomputed; with training, x's gradient flows through them
+ * too.  gmean and gvar (may be NULL) are the gradients of the inference
+ * form's mean and var inputs. */
+void ccn_batchnorm_grad(long N, long C, long S, float epsilon, int training, const float *x,
+                        const float *scale, const float *gy, const float *mean,
+                        const float *var, float *gx, float *gscale, float *gbias, float *gmean,
+                        float *gvar);
 
 /* Where row r of a standardization reads its scale and bias: element i of
  * the row uses param[(r % period) * row_stride + i * inner_stride].

@@ -1,4 +1,5 @@
-/* Pooling family: MaxPool, AveragePool (2-D) and GlobalAveragePool. */
+/* Pooling family: MaxPool, AveragePool (2-D), GlobalAveragePool, and the
+ * gradients of MaxPool and AveragePool. */
 #include <math.h>
 
 #include "ccn_pooling.h"
@@ -94,5 +95,79 @@ void ccn_global_avgpool(long NC, long S, const float *x, float *y)
         for (long s = 0; s < S; s++)
             sum += x[p * S + s];
         y[p] = sum / (float)S;
+    }
+}
+
+/* The offset in an H x W plane of the first in-bounds tap of the window at
+ * (oh, ow) equal to top, or -1 when none is. */
+static long argmax_tap(const float *in, long H, long W, long oh, long ow, long KH, long KW,
+                       long stride_h, long stride_w, long dil_h, long dil_w, long pad_top,
+                       long pad_left, float top)
+{
+    for (long kh = 0; kh < KH; kh++) {
+        const long ih = oh * stride_h - pad_top + kh * dil_h;
+        if (ih < 0 || ih >= H)
+            continue;
+        for (long kw = 0; kw < KW; kw++) {
+            const long iw = ow * stride_w - pad_left + kw * dil_w;
+            if (iw >= 0 && iw < W && in[ih * W + iw] == top)
+                return ih * W + iw;
+        }
+    }
+    return -1;
+}
+
+void ccn_maxpool2d_grad(long NC, long H, long W, long OH, long OW, long KH, long KW,
+                        long stride_h, long stride_w, long dil_h, long dil_w,
+                        long pad_top, long pad_left, const float *x, const float *y,
+                        const float *gy, float *gx)
+{
+    CCN_OMP_FOR_IF(NC * OH * OW * KH * KW)
+    for (long p = 0; p < NC; p++) {
+        float *g = gx + p * H * W;
+        for (long i = 0; i < H * W; i++)
+            g[i] = 0.0f;
+        for (long oh = 0; oh < OH; oh++)
+            for (long ow = 0; ow < OW; ow++) {
+                const long at = (p * OH + oh) * OW + ow;
+                const long tap = argmax_tap(x + p * H * W, H, W, oh, ow, KH, KW, stride_h,
+                                            stride_w, dil_h, dil_w, pad_top, pad_left, y[at]);
+                if (tap >= 0)
+                    g[tap] += gy[at];
+            }
+    }
+}
+
+void ccn_avgpool2d_grad(long NC, long H, long W, long OH, long OW, long KH, long KW,
+                        long stride_h, long stride_w, long pad_top, long pad_left,
+                        long pad_bottom, long pad_right, int count_include_pad,
+                        const float *gy, float *gx)
+{
+    CCN_OMP_FOR_IF(NC * OH * OW * KH * KW)
+    for (long p = 0; p < NC; p++) {
+        float *g = gx + p * H * W;
+        for (long i = 0; i < H * W; i++)
+            g[i] = 0.0f;
+        for (long oh = 0; oh < OH; oh++)
+            for (long ow = 0; ow < OW; ow++) {
+                long count = 0;
+                for (long kh = 0; kh < KH; kh++)
+                    for (long kw = 0; kw < KW; kw++) {
+                        const long ih = oh * stride_h - pad_top + kh;
+                        const long iw = ow * stride_w - pad_left + kw;
+                        const int inside = ih >= 0 && ih < H && iw >= 0 && iw < W;
+                        const int in_pads = ih >= -pad_top && ih < H + pad_bottom &&
+                                            iw >= -pad_left && iw < W + pad_right;
+                        count += count_include_pad ? in_pads : inside;
+                    }
+                const float share = gy[(p * OH + oh) * OW + ow] / (float)count;
+                for (long kh = 0; kh < KH; kh++)
+                    for (long kw = 0; kw < KW; kw++) {
+                        const long ih = oh * stride_h - pad_top + kh;
+                        const long iw = ow * stride_w - pad_left + kw;
+                        if (ih >= 0 && ih < H && iw >= 0 && iw < W)
+                            g[ih * W + iw] += share;
+                    }
+            }
     }
 }

@@ -1,9 +1,11 @@
 """Element-wise functions of one float tensor (math functions and
 activations alike: one C kernel, ccn_unary_<dtype>, switching on an enum),
-Softmax and LogSoftmax, as calls into ccn_activation.c."""
+Softmax and LogSoftmax, and the gradient of Relu (this project's ReluGrad),
+as calls into ccn_activation.c."""
 import math
 
 from ...ops.opset_rules import softmax_axes
+from ...ops.registry import CUSTOM_DOMAIN
 from ..cformat import cliteral
 from ..lowering import Refuse, Step, lowers
 
@@ -97,3 +99,15 @@ def softmax(em, inst) -> Step:
         return ['ccn_softmax(%d, %d, %d, %d, %s, %s);' % (
             outer, length, inner, log, ref(inst.inputs[0]), ref(inst.outputs[0]))]
     return Step('activation', [sx], render)
+
+
+@lowers(CUSTOM_DOMAIN + '::ReluGrad')
+def relu_grad(em, inst) -> Step:
+    sy, sg = em.shape(inst, 0), em.shape(inst, 1)
+    if sy != sg:
+        raise Refuse('Relu output %s and gradient %s differ in shape' % (list(sy), list(sg)))
+
+    def render(ref, scratch):
+        return ['ccn_relu_grad(%d, %s, %s, %s);' % (math.prod(sy), ref(inst.inputs[0]),
+                                                     ref(inst.inputs[1]), ref(inst.outputs[0]))]
+    return Step('activation', [sy], render, in_place=(0, 1))

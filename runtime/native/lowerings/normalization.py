@@ -1,10 +1,12 @@
-"""Inference BatchNormalization, LayerNormalization, InstanceNormalization
+"""BatchNormalization (inference, training, and its gradient, this
+project's BatchNormalizationGrad), LayerNormalization, InstanceNormalization
 and LRN as calls into ccn_normalization.c."""
 import math
 
 import numpy
 
 from ...ops.opset_rules import batch_norm_trains
+from ...ops.registry import CUSTOM_DOMAIN
 from ...program import NO_REGISTER
 from ..cformat import cfloat, clist
 from ..lowering import Refuse, Step, lowers
@@ -14,11 +16,11 @@ from .math import broadcast_strides
 @lowers('BatchNormalization')
 def batch_norm(em, inst) -> Step:
     a = inst.attrs
-    if batch_norm_trains(inst.version, len(inst.outputs), a.get('training_mode', 0),
-                         a.get('is_test', 0)):
-        raise Refuse('training-mode BatchNormalization is not supported')
     if not a.get('spatial', 1):
         raise Refuse('BatchNormalization with spatial=0 is not supported')
+    if batch_norm_trains(inst.version, len(inst.outputs), a.get('training_mode', 0),
+                         a.get('is_test', 0)):
+        return _batch_norm_training(em, inst)
     em.only_first_output(inst, 'statistics')
     sx = _channels_first(em, inst)
     for k in range(1, 5):
@@ -31,6 +33,57 @@ def batch_norm(em, inst) -> Step:
             *(ref(r) for r in inst.inputs[:5]), ref(inst.outputs[0]))]
     return Step('normalization', [sx] + [None] * (len(inst.outputs) - 1), render,
                 in_place=(0,))
+
+
+def _batch_norm_training(em, inst) -> Step:
+    """BatchNormalization with the batch's statistics: Y, then (each
+    optional) the running mean and variance and, before opset 14, the
+    batch's mean and variance."""
+    sx = _channels_first(em, inst)
+    for k in range(1, 5):
+        _per_channel(em, inst, k, sx[1])
+    eps = float(inst.attrs.get('epsilon', 1e-5))
+    momentum = float(inst.attrs.get('momentum', 0.9))
+    outputs = list(inst.outputs) + [NO_REGISTER] * (5 - len(inst.outputs))
+
+    def render(ref, scratch):
+        stats = ', '.join('NULL' if r == NO_REGISTER else ref(r) for r in outputs[1:])
+        return ['ccn_batchnorm_training(%d, %d, %d, %s, %s, %s, %s, %s, %s, %s, %s, %s);' % (
+            sx[0], sx[1], math.prod(sx[2:]), cfloat(eps), cfloat(momentum),
+            *(ref(r) for r in inst.inputs[:5]), ref(outputs[0]), stats)]
+    shapes = [sx] + [None if r == NO_REGISTER else (sx[1],) for r in inst.outputs[1:]]
+    return Step('normalization', shapes, render)
+
+
+@lowers(CUSTOM_DOMAIN + '::BatchNormalizationGrad')
+def batch_norm_grad(em, inst) -> Step:
+    a = inst.attrs
+    if not a.get('spatial', 1):
+        raise Refuse('BatchNormalizationGrad with spatial=0 is not supported')
+    sx = _channels_first(em, inst)
+    if em.shape(inst, 2) != sx:
+        raise Refuse('gradient of shape %s, not %s' % (list(em.shape(inst, 2)), list(sx)))
+    _per_channel(em, inst, 1, sx[1])
+    given = em.has(inst, 3)
+    if given != em.has(inst, 4):
+        raise Refuse('mean and var must be given together')
+    for k in (3, 4) if given else ():
+        _per_channel(em, inst, k, sx[1])
+    eps = float(a.get('epsilon', 1e-5))
+    training = int(a.get('training', 1))
+    outputs = list(inst.outputs) + [NO_REGISTER] * (5 - len(inst.outputs))
+
+    def render(ref, scratch):
+        args = [ref(r) for r in inst.inputs[:3]] + [
+            ref(inst.inputs[k]) if given else 'NULL' for k in (3, 4)]
+        # The kernel always writes gscale and gbias: scratch takes them when unread.
+        unread = ['NULL', 'NULL', scratch, '%s + %d' % (scratch, sx[1]), 'NULL']
+        outs = [ref(r) if r != NO_REGISTER else unread[k] for k, r in enumerate(outputs)]
+        return ['ccn_batchnorm_grad(%d, %d, %d, %s, %d, %s, %s);' % (
+            sx[0], sx[1], math.prod(sx[2:]), cfloat(eps), training, ', '.join(args),
+            ', '.join(outs))]
+    shapes = [sx] + [None if r == NO_REGISTER else (sx[1],) for r in inst.outputs[1:]]
+    return Step('normalization', shapes, render, scratch=2 * sx[1])
 
 
 @lowers('InstanceNormalization')

@@ -148,26 +148,7 @@ def op_types(graph):
 
 
 # Cases that fail with the translator as it stands: name -> reason.
-_CHILDREN = ("ChainList.children() is not translated: 'cnn.py:119: calling "
-             "ChainList.children is not supported' (iterating `for unit in self` works)")
-_LIST_SLICE = ("slicing a Python list built from a sequence (`lengths[:-1]` of "
-               "`[len(x) for x in xs]`): 'rnn.py:95: slicing a list whose length is only "
-               "known at run time is not supported'")
-_COMPREHENSION_EXAMPLE = (
-    "a list comprehension over a sequence argument (`ys_in = [F.concat([sos, y], axis=0) "
-    "for y in ys]`) gives a sequence whose export-time examples hold its first element "
-    "only, so `F.pad_sequence(ys_in)` has an example of batch 1 and Chainer's check of a "
-    "later call on it fails: 'espnet.py:261: F.hstack: InvalidType: Expect: "
-    "x0.shape[0] == x1.shape[0], Actual: 1 != 3'; past that, the states that are None "
-    "before the time loop and tensors after a step (`c_list = [None]`, `att_w = None`) "
-    "fail: \"'c_list[0]' is a constant on one path and a tensor on another\"")
-FORWARD_XFAIL = {
-    'resnet': _CHILDREN,
-    'seq2seq': _LIST_SLICE,
-    'espnet_decoder_attdot': _COMPREHENSION_EXAMPLE,
-    'espnet_decoder_attloc': _COMPREHENSION_EXAMPLE,
-    'espnet_e2e': _COMPREHENSION_EXAMPLE,
-}
+FORWARD_XFAIL: dict = {}
 
 
 def _params(cases, xfail):
@@ -219,26 +200,16 @@ GRADIENTS = {
 }
 
 
-def _not_static(value):
-    return ("compile_onnx needs static shapes, and this model's run-time lengths give "
-            "none: 'GradientError: the shape of %s is not static ...; compiled training "
-            "needs fixed shapes'" % value)
-
-
 GRADIENT_XFAIL = {
-    'resnet': _CHILDREN,
-    'lstm': _not_static('Add_214 (None)'),
-    'seq2seq': _LIST_SLICE,
-    'espnet_blstm': _not_static("Pad_145 (('unk__26', 7))"),
-    'espnet_vgg2l': _not_static("PadSequence_156 ((3, 'unk__24', 'unk__25'))"),
-    'espnet_attdot': _not_static("Mul_104 (('unk__18', 'unk__19', 3))"),
-    'espnet_decoder_attdot': _COMPREHENSION_EXAMPLE,
-    'espnet_decoder_attloc': _COMPREHENSION_EXAMPLE,
-    'espnet_e2e': _COMPREHENSION_EXAMPLE,
 }
+
+
+#: Chainer's own float32 error on ResNet's '/bn1/gamma' gradient is 3.3e-5
+#: (ours 4.3e-6), both measured against a float64 run: above DEEP's atol.
+GRADIENT_TOLERANCE = {'resnet': dict(rtol=1e-4, atol=1e-4)}
 
 
 @pytest.mark.parametrize('name', _params(GRADIENTS, GRADIENT_XFAIL))
 def test_gradients(name, tmp_path):
     make, args = GRADIENTS[name]
-    check_ch2o_gradients(_seeded(make), args(), tmp_path, **DEEP)
+    check_ch2o_gradients(_seeded(make), args(), tmp_path, **GRADIENT_TOLERANCE.get(name, DEEP))

@@ -11,9 +11,6 @@ import chainer.links as L
 import numpy
 import pytest
 
-from chainer_compiler.autodiff.registry import GradientError
-from chainer_compiler.translators.ch2o import TranslationError
-
 from .helpers import check_ch2o, check_ch2o_gradients
 
 
@@ -274,10 +271,10 @@ def test_embed_id_backprop(tmp_path):
 
 # -- recurrent links over a list of sequences ------------------------------------------
 class NStepLSTM(chainer.Chain):
-    def __init__(self):
+    def __init__(self, dropout=0.1):
         super().__init__()
         with self.init_scope():
-            self.rnn = L.NStepLSTM(2, 4, 3, 0.1)
+            self.rnn = L.NStepLSTM(2, 4, 3, dropout)
 
     def forward(self, xs):
         hy, cy, ys = self.rnn(None, None, xs)
@@ -285,10 +282,10 @@ class NStepLSTM(chainer.Chain):
 
 
 class NStepBiLSTM(chainer.Chain):
-    def __init__(self):
+    def __init__(self, dropout=0.1):
         super().__init__()
         with self.init_scope():
-            self.rnn = L.NStepBiLSTM(2, 4, 3, 0.1)
+            self.rnn = L.NStepBiLSTM(2, 4, 3, dropout)
 
     def forward(self, xs):
         hy, cy, ys = self.rnn(None, None, xs)
@@ -296,10 +293,10 @@ class NStepBiLSTM(chainer.Chain):
 
 
 class NStepGRU(chainer.Chain):
-    def __init__(self):
+    def __init__(self, dropout=0.0):
         super().__init__()
         with self.init_scope():
-            self.rnn = L.NStepGRU(1, 4, 3, 0.0)
+            self.rnn = L.NStepGRU(1, 4, 3, dropout)
 
     def forward(self, xs):
         hy, ys = self.rnn(None, xs)
@@ -313,13 +310,12 @@ def test_n_step_rnn(cls):
                run_args=[(_sequence([4, 1], 4, seed=5),)])
 
 
-@pytest.mark.xfail(strict=True, raises=GradientError,
-                   reason="training an NStep link on a list argument: GradientError 'the shape "
-                          "of Reshape_<n> is not static ((unk, unk)); compiled training needs "
-                          "fixed shapes' (the padded batch built from the sequence)")
 @pytest.mark.parametrize('cls', [NStepLSTM, NStepBiLSTM, NStepGRU], ids=lambda c: c.__name__)
 def test_n_step_rnn_backprop(cls, tmp_path):
-    check_ch2o_gradients(cls(), [_sequence([2, 5, 3], 4)], tmp_path, rtol=1e-4, atol=1e-5)
+    # Without dropout between layers: Chainer and the compiled model draw
+    # their masks independently, so only a deterministic step compares.
+    check_ch2o_gradients(cls(dropout=0.0), [_sequence([2, 5, 3], 4)], tmp_path,
+                         rtol=1e-4, atol=1e-5)
 
 
 class NStepLSTMFunction(chainer.Chain):
@@ -356,14 +352,6 @@ class TransposeSequence(chainer.Chain):
         return list(F.transpose_sequence(xs))
 
 
-N_STEP_ON_SEQUENCE = pytest.mark.xfail(
-    strict=True, raises=TranslationError,
-    reason="F.n_step_* on a list argument (an ONNX sequence): TranslationError 'F.n_step_lstm "
-           "cannot take a sequence (a list whose length is known only at run time) as argument "
-           "xs'; only the NStep links take one")
-
-
-@N_STEP_ON_SEQUENCE
 def test_n_step_lstm_function():
     h, c = _rand(1, 2, 3, seed=1), _rand(1, 2, 3, seed=2)
     # The function takes the batch time-major: one array per time step, of
@@ -380,7 +368,6 @@ def test_n_step_lstm_function_on_steps():
                rtol=1e-4, atol=1e-5)
 
 
-@N_STEP_ON_SEQUENCE
 def test_n_step_bigru_function():
     h = _rand(2, 2, 3, seed=1)
     xs = [_rand(2, 4), _rand(2, 4, seed=1), _rand(1, 4, seed=2)]
@@ -703,22 +690,11 @@ class ROIAverageAlign(chainer.Chain):
         return F.roi_average_align_2d(x, rois, roi_indices, 7, 1.2, 3)
 
 
-def _no_roi_converter(function, node):
-    return pytest.mark.xfail(
-        strict=True, raises=TranslationError,
-        reason="no converter for %s: TranslationError 'F.%s is not supported: no converter "
-               "for the Chainer function %s it calls'" % (node, function, node))
-
-
 @pytest.mark.parametrize('cls', [
-    pytest.param(ROIMaxPooling, id='max_pool',
-                 marks=_no_roi_converter('roi_max_pooling_2d', 'ROIMaxPooling2D')),
-    pytest.param(ROIAveragePooling, id='avg_pool',
-                 marks=_no_roi_converter('roi_average_pooling_2d', 'ROIAveragePooling2D')),
-    pytest.param(ROIMaxAlign, id='max_align',
-                 marks=_no_roi_converter('roi_max_align_2d', 'ROIMaxAlign2D')),
-    pytest.param(ROIAverageAlign, id='avg_align',
-                 marks=_no_roi_converter('roi_average_align_2d', 'ROIAverageAlign2D')),
+    pytest.param(ROIMaxPooling, id='max_pool'),
+    pytest.param(ROIAveragePooling, id='avg_pool'),
+    pytest.param(ROIMaxAlign, id='max_align'),
+    pytest.param(ROIAverageAlign, id='avg_align'),
 ])
 def test_roi(cls):
     check_ch2o(cls(), [ROI_INPUT, ROIS, numpy.array([0, 1], numpy.int32)], rtol=1e-4, atol=1e-4)

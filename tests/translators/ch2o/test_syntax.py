@@ -15,9 +15,6 @@ import chainer.links as L
 import numpy
 import pytest
 
-from chainer_compiler.autodiff.registry import GradientError
-from chainer_compiler.translators.ch2o import TranslationError
-
 from .helpers import check_ch2o, check_ch2o_gradients
 
 
@@ -280,17 +277,8 @@ class LazySelfInitInLoop(chainer.Chain):
 
 
 @pytest.mark.parametrize('cls', [
-    pytest.param(LazyInitInLoop, id='lazy_init', marks=pytest.mark.xfail(
-        strict=True, raises=TranslationError,
-        reason="a variable that is None before a run-time loop and an int inside it: "
-               "TranslationError \"'y' is a constant on one path and a tensor on another; ch2o "
-               "needs one kind of value after the branches or loop\"")),
-    pytest.param(fresh_each_call(LazySelfInitInLoop), id='lazy_self_init',
-                 marks=pytest.mark.xfail(
-                     strict=True, raises=AssertionError,
-                     reason="wrong result, no error: self.y, None before a run-time loop, "
-                            "enters the Loop as int 0, so the file returns 10 for n=5 where "
-                            "Chainer returns 52 (a local variable gets a TranslationError)")),
+    pytest.param(LazyInitInLoop, id='lazy_init'),
+    pytest.param(fresh_each_call(LazySelfInitInLoop), id='lazy_self_init'),
 ])
 def test_for_and_if(cls):
     check_ch2o(cls(), [5], run_args=[(1,), (3,)])
@@ -429,11 +417,7 @@ def test_if_dynamic(cls):
 
 @pytest.mark.parametrize('cls', [
     pytest.param(fresh_each_call(LazyInit), id='lazy_init'),
-    pytest.param(fresh_each_call(LazyInitUsedTwice), id='lazy_init_use', marks=pytest.mark.xfail(
-        strict=True, raises=AssertionError,
-        reason="self.x set by the child's first call is forgotten by its second call "
-               "(ch2o keeps it per call): the file returns 30 for x=10 where Chainer, whose "
-               "second call returns the first call's x, returns 20")),
+    pytest.param(fresh_each_call(LazyInitUsedTwice), id='lazy_init_use'),
 ])
 def test_if_lazy_init(cls):
     check_ch2o(cls(), [10], run_args=[(7,)])
@@ -594,10 +578,6 @@ def test_sequence():
     check_ch2o(SequenceOfSlices(), [xs, 1], run_args=[(xs, 4)])
 
 
-@pytest.mark.xfail(strict=True, raises=GradientError,
-                   reason="training through a loop over a sequence of differently sized "
-                          "tensors: GradientError 'the shape of SequenceAt_<n> is not static "
-                          "(None); compiled training needs fixed shapes'")
 def test_sequence_backprop(tmp_path):
     check_ch2o_gradients(SequenceOfSlices(), [_rand(10), 4], tmp_path, loss=nested_loss)
 
@@ -680,9 +660,6 @@ class UserFunctions(chainer.Chain):
         return add(p, z)
 
 
-@pytest.mark.xfail(strict=True, raises=TranslationError,
-                   reason="constructing a plain Python class inside forward: TranslationError "
-                          "'calling Adder is not supported'")
 def test_user_defined_function():
     check_ch2o(UserFunctions(), [_rand(3, 4), _rand(3, 4, seed=1), _rand(3, 4, seed=2)])
 

@@ -1,0 +1,480 @@
+"""Peak memory against step time for each recompute policy
+(``compile_onnx(..., computation_order=...)``) on ResNet-50, VGG16, a
+100-layer MLP and a deep plain CNN.
+
+    python benchmarks/memory.py [--models KEY ...] [--policies POLICY ...]
+                                [--steps N] [--quick] [--out benchmarks/out/memory.png]
+
+A POLICY is a ``computation_order`` name ('none' for None) with an
+optional memory budget after a colon: a fraction of None's predicted peak
+('gt:0.5'), or 'chen', chen's predicted peak in bytes (so 'gt:chen' is gt
+at chen's budget, the equal-budget comparison; it needs 'chen' earlier in
+the list).  For each model and policy one training step (forward, softmax
+cross entropy, backward, SGD update) runs with the VM tracking memory,
+giving the measured peak (``peak_bytes``) beside the memory model's
+prediction (``predicted_peak_bytes``); then untracked copies of every
+policy are timed, interleaved round by round (timing.py), for the median
+step time.  A per-operator time split of None against gt (the VM's
+Tracer) says where the time goes, and the issue's targets are checked.
+Writes the plot to ``--out`` and the report as .md and .csv beside it.
+"""
+import argparse
+import copy
+import csv
+import os
+import sys
+import tempfile
+from collections.abc import Callable
+from dataclasses import dataclass
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import models  # noqa: E402
+from bench import batch_data, initialized_model  # noqa: E402
+from timing import time_interleaved, timed  # noqa: E402
+from training_candidates import optimizer_update_step  # noqa: E402
+
+import chainer_compiler  # noqa: E402
+from chainer_compiler.runtime import Tracer  # noqa: E402
+
+MiB = 2 ** 20
+DEFAULT_OUT = os.path.join(os.path.dirname(os.path.abspath(__file__)), 'out', 'memory.png')
+DEFAULT_POLICIES = ['none', 'chen', 'gt', 'dummy', 'gt:0.5', 'gt:0.35', 'gt:0.25', 'gt:chen']
+#: The policy whose per-operator time is set beside None's (the first
+#: other policy of the run when it is not in the run).
+PROFILED_POLICY = 'gt'
+#: Models whose per-operator time is split, in order of preference (else
+#: the run's first model).
+PROFILED_MODELS = ('resnet50',)
+#: At most this many traced steps per policy: kernel totals settle sooner
+#: than a median does, and the traced models are the slow ones.
+PROFILE_STEPS = 3
+#: (model keys, limit): gt's measured peak at most this fraction of None's,
+#: gt's step time at most (1 + limit) times None's, chen's peak at most
+#: this fraction of None's.
+GT_PEAK = (('resnet50', 'plaincnn'), 0.50)
+GT_TIME = (('resnet50', 'plaincnn'), 0.30)
+CHEN_PEAK = (('resnet50', 'plaincnn'), 0.60)
+MLP_GT_PEAK = (('mlp100',), 0.25)
+
+
+@dataclass
+class ModelCase:
+    """A benchmarked model: its name, what its full size is, constructor,
+    input shape (no batch) and batch size, and the tiny variant --quick
+    runs instead."""
+    name: str
+    size: str
+    make: Callable
+    shape: tuple
+    batch: int
+    quick_make: Callable
+    quick_shape: tuple
+    quick_batch: int = 2
+
+
+MODELS = {
+    'resnet50': ModelCase('ResNet-50', 'width 64', models.ResNet50, (3, 64, 64), 8,
+                          lambda: models.ResNet50(width=4, blocks=(1, 1, 1, 1)), (3, 32, 32)),
+    'vgg16': ModelCase('VGG16', 'fc 4096', models.VGG16, (3, 64, 64), 8,
+                       lambda: models.VGG16(width=4, fc_width=16, image_size=32), (3, 32, 32)),
+    'mlp100': ModelCase('MLP, 100 layers', 'width 128', models.deep_mlp, (784,), 1024,
+                        lambda: models.deep_mlp(depth=10, n_in=16, width=8), (16,), 4),
+    'plaincnn': ModelCase('plain CNN', '30 conv-BN-ReLU blocks of 32', models.DeepPlainCNN,
+                          (3, 32, 32), 8,
+                          lambda: models.DeepPlainCNN(depth=3, channels=4), (3, 8, 8)),
+}
+
+
+@dataclass(frozen=True)
+class Policy:
+    """A policy as given on the command line: ``order`` (None or a
+    computation_order name) and ``budget`` (None, a fraction, or 'chen')."""
+    name: str
+    order: object
+    budget: object
+
+    @classmethod
+    def parse(cls, text):
+        order, _, budget = text.partition(':')
+        if not budget:
+            return cls(text, None if order == 'none' else order, None)
+        if budget == 'chen':
+            return cls(text, order, budget)
+        try:
+            fraction = float(budget)
+        except ValueError:
+            raise argparse.ArgumentTypeError(
+                "policy %r: the budget after ':' is a fraction or 'chen'" % text) from None
+        return cls(text, order, fraction)
+
+
+@dataclass
+class Row:
+    """One model under one policy; ``error`` says why it has no figures."""
+    model: str
+    label: str
+    policy: Policy
+    budget_bytes: int | None = None
+    predicted: int | None = None
+    measured: int | None = None
+    param_bytes: int = 0
+    ms: float | None = None
+    error: str | None = None
+    none: 'Row | None' = None  # the same model's row without recompute, for the ratios
+
+    def fraction_of_none(self):
+        if self.none is None or self.measured is None or self.none.measured is None:
+            return None
+        return self.measured / self.none.measured
+
+    def fraction_above_parameters(self):
+        """The peak less the parameters, as a fraction of None's: what
+        recomputation can act on."""
+        if self.none is None or self.measured is None or self.none.measured is None:
+            return None
+        return (self.measured - self.param_bytes) / (self.none.measured - self.param_bytes)
+
+    def extra_time(self):
+        if self.none is None or self.ms is None or self.none.ms is None:
+            return None
+        return self.ms / self.none.ms - 1
+
+
+def compiler_kwargs(policy, chen_predicted):
+    """``compile_onnx``'s compiler_kwargs for ``policy``; 'chen' budgets
+    take chen's predicted peak (None: chen was not run, a ValueError)."""
+    if policy.budget is None:
+        return {}
+    if policy.budget == 'chen':
+        if chen_predicted is None:
+            raise ValueError("policy %s: the 'chen' budget needs a successful 'chen' policy "
+                             "earlier in --policies" % policy.name)
+        return {'memory_budget': int(chen_predicted)}
+    return {'memory_budget': policy.budget}
+
+
+def compiled_step(model, onnx_file, policy, kwargs, **runtime_kwargs):
+    """(the compiled copy of ``model``, its SGD training step ``step(x, t)``)."""
+    compiled = chainer_compiler.compile_onnx(
+        copy.deepcopy(model), onnx_file, computation_order=policy.order,
+        compiler_kwargs=kwargs, runtime_kwargs=runtime_kwargs)
+    return compiled, optimizer_update_step(compiled, 'sgd')
+
+
+def measure_memory(row, model, onnx_file, kwargs, x, t):
+    """Fill ``row``'s measured and predicted peak from one tracked step."""
+    compiled, step = compiled_step(model, onnx_file, row.policy, kwargs, track_memory=True)
+    step(x, t)
+    row.measured = compiled.peak_bytes()
+    row.predicted = compiled.predicted_peak_bytes()
+
+
+def bench_model(key, policies, args, work):
+    """The rows of one model: memory per policy, then interleaved timing.
+    Also returns (model, ONNX file, x, t) for profile_ops."""
+    case = MODELS[key]
+    make, shape, batch = ((case.quick_make, case.quick_shape, case.quick_batch) if args.quick
+                          else (case.make, case.shape, case.batch))
+    label = '%s, %s, %s, batch %d' % (case.name, 'tiny' if args.quick else case.size,
+                                      'x'.join(map(str, shape)), batch)
+    x, t = batch_data(shape, batch)
+    model = initialized_model(make, x)
+    onnx_file = os.path.join(work, '%s.onnx' % key)
+    chainer_compiler.export(model, [x], onnx_file)
+    rows = [Row(key, label, policy, param_bytes=sum(p.array.nbytes for p in model.params()))
+            for policy in policies]
+    chen_predicted = measure_rows(rows, model, onnx_file, x, t)
+    steps = {row.policy.name: compiled_step(model, onnx_file, row.policy,
+                                            compiler_kwargs(row.policy, chen_predicted))[1]
+             for row in rows if row.error is None}
+    print('timing: %s, %d policies ...' % (label, len(steps)), file=sys.stderr)
+    times = time_interleaved({name: (lambda step=step: step(x, t)) for name, step in steps.items()},
+                             budget_s=0.0, min_reps=args.steps, max_reps=args.steps,
+                             rounds=min(args.steps, 5))
+    none = next((r for r in rows if r.policy.order is None and r.error is None), None)
+    for row in rows:
+        row.ms, row.none = times.get(row.policy.name), none
+    return rows, (model, onnx_file, x, t)
+
+
+def measure_rows(rows, model, onnx_file, x, t):
+    """Measure each row's peak (measure_memory), in order; a row whose
+    policy cannot compile gets the reason as its ``error``.  Returns chen's
+    predicted peak (None when chen did not run), which 'chen' budgets take."""
+    chen_predicted = None
+    for row in rows:
+        print('memory: %s, %s ...' % (row.label, row.policy.name), file=sys.stderr)
+        try:
+            kwargs = compiler_kwargs(row.policy, chen_predicted)
+            row.budget_bytes = kwargs.get('memory_budget')
+            measure_memory(row, model, onnx_file, kwargs, x, t)
+        except ValueError as e:  # a budget no order reaches, or no chen run to take it from
+            row.error = str(e).splitlines()[0]
+            continue
+        if row.policy.name == 'chen':
+            chen_predicted = row.predicted
+    return chen_predicted
+
+
+def profile_ops(setup, policies, steps=2):
+    """({policy name: {operator: (calls, ms) per step}}, {policy name: mean
+    ms per step}) for None and the profiled policy, from the VM's Tracer
+    over ``steps`` steps of each, interleaved (as timing.py does, so that
+    the machine's load hits both alike), after a first step of each that
+    compiles and warms up.  ``setup``: bench_model's (model, ONNX file, x, t)."""
+    model, onnx_file, x, t = setup
+    chosen = [p for p in policies if p.order is None][:1]
+    others = [p for p in policies if p.order is not None and p.budget is None]
+    chosen += [p for p in others if p.name == PROFILED_POLICY][:1] or others[:1]
+    tracers, steps_of = {}, {}
+    for policy in chosen:
+        tracers[policy.name] = Tracer(keep_events=False)
+        _, steps_of[policy.name] = compiled_step(model, onnx_file, policy, {},
+                                                 tracer=tracers[policy.name])
+        steps_of[policy.name](x, t)
+    # A tracer counts from its creation: subtract the first step.
+    before = {name: {op: (n, ms) for op, n, ms in tracer.summary()}
+              for name, tracer in tracers.items()}
+    seconds = dict.fromkeys(steps_of, 0.0)
+    for _ in range(steps):
+        for name, step in steps_of.items():
+            seconds[name] += timed(lambda step=step: step(x, t))[1]
+    split = {name: {op: ((n - before[name].get(op, (0, 0.0))[0]) / steps,
+                         (ms - before[name].get(op, (0, 0.0))[1]) / steps)
+                    for op, n, ms in tracer.summary()}
+             for name, tracer in tracers.items()}
+    return split, {name: s * 1e3 / steps for name, s in seconds.items()}
+
+
+# -- the report -------------------------------------------------------------------
+
+def _mib(nbytes):
+    if nbytes is None:
+        return 'n/a'
+    return ('%.1f' if nbytes >= MiB else '%.2g') % (nbytes / MiB)  # tiny models: 2 digits
+
+
+def _percent(ratio, signed=False):
+    return 'n/a' if ratio is None else ('%+.0f%%' if signed else '%.0f%%') % (100 * ratio)
+
+
+def _budget(row):
+    if row.policy.budget is None:
+        return '-'
+    if row.policy.budget == 'chen':
+        return "chen's (%s MiB)" % _mib(row.budget_bytes)
+    return '%.2f of None' % row.policy.budget
+
+
+def table(rows):
+    """The markdown table of every row."""
+    lines = ['| model | policy | budget | predicted MiB | measured MiB | parameters MiB | '
+             '% of None | step ms | +% time |', '|---|---|---|---|---|---|---|---|---|']
+    for row in rows:
+        if row.error:
+            cells = ['**not run**: %s' % row.error.replace('|', '/')] + [''] * 5
+        else:
+            cells = [_mib(row.predicted), _mib(row.measured), _mib(row.param_bytes),
+                     _percent(row.fraction_of_none()),
+                     'n/a' if row.ms is None else '%.1f' % row.ms,
+                     _percent(row.extra_time(), signed=True)]
+        lines.append('| %s | %s | %s | %s |' % (row.label, row.policy.name, _budget(row),
+                                                ' | '.join(cells)))
+    return '\n'.join(lines)
+
+
+def _find(rows, model, policy):
+    return next((r for r in rows if r.model == model and r.policy.name == policy
+                 and r.error is None), None)
+
+
+def _ratio_target(rows, target, policy, what):
+    """PASS/MISS lines of ``policy``'s peak or time ratio to None's."""
+    keys, limit = target
+    lines = []
+    for key in keys:
+        row = _find(rows, key, policy)
+        if row is None:
+            continue
+        if what == 'peak':
+            value = row.fraction_of_none()
+            name = '%s peak <= %.0f%% of None\'s' % (policy, 100 * limit)
+            measured = '%s (of the peak less the parameters: %s)' % (
+                _percent(value), _percent(row.fraction_above_parameters()))
+        else:
+            value = row.extra_time()
+            name = '%s step time <= %+.0f%% of None\'s' % (policy, 100 * limit)
+            measured = _percent(value, signed=True)
+        met = value is not None and value <= limit
+        lines.append('%s: %s, %s: %s' % ('PASS' if met else 'MISS', name, MODELS[key].name,
+                                         measured))
+    return lines
+
+
+def targets(rows):
+    """The issue's targets, as PASS/MISS lines computed from ``rows``."""
+    lines = (_ratio_target(rows, GT_PEAK, 'gt', 'peak') + _ratio_target(rows, GT_TIME, 'gt', 'time')
+             + _ratio_target(rows, CHEN_PEAK, 'chen', 'peak')
+             + _ratio_target(rows, MLP_GT_PEAK, 'gt', 'peak'))
+    for key in dict.fromkeys(r.model for r in rows):
+        chen = _find(rows, key, 'chen')
+        gt = next((r for r in rows if r.model == key and r.policy.name == 'gt:chen'), None)
+        if chen is None or chen.ms is None or gt is None:
+            continue
+        name = 'gt no slower than chen at chen\'s budget, %s' % MODELS[key].name
+        if gt.error or gt.ms is None:  # gt cannot even compile under chen's peak
+            lines.append('MISS: %s: gt not run: %s' % (name, gt.error))
+        else:
+            lines.append('%s: %s: %.1f ms against %.1f ms'
+                         % ('PASS' if gt.ms <= chen.ms else 'MISS', name, gt.ms, chen.ms))
+    return lines
+
+
+def profile_table(split, totals, top=8):
+    """Per-operator milliseconds per step of the profiled policies, the
+    operators that take the most time (in either) first; the rest summed;
+    then the time outside the VM's kernels (Chainer's loss and optimizer,
+    the interpreter)."""
+    names = list(split)
+    ops = sorted({op for s in split.values() for op in s},
+                 key=lambda op: -max(s.get(op, (0, 0.0))[1] for s in split.values()))
+    lines = ['| operator | %s |' % ' | '.join('%s: calls, ms per step' % n for n in names),
+             '|---|' + '---|' * len(names)]
+
+    def cells(pick):
+        return ' | '.join(pick(n) for n in names)
+    for op in ops[:top]:
+        lines.append('| %s | %s |' % (op, cells(
+            lambda n, op=op: '%.0f, %.1f' % split[n].get(op, (0, 0.0)))))
+    rest = ops[top:]
+    lines.append('| %d other operators | %s |' % (len(rest), cells(
+        lambda n: '%.1f' % sum(split[n].get(op, (0, 0.0))[1] for op in rest))))
+    lines.append('| outside the VM kernels | %s |' % cells(
+        lambda n: '%.1f' % (totals[n] - sum(ms for _, ms in split[n].values()))))
+    lines.append('| whole step (traced) | %s |' % cells(lambda n: '%.1f' % totals[n]))
+    return '\n'.join(lines)
+
+
+def time_summary(split, totals):
+    """One sentence: how much longer the profiled policy's step is than
+    None's, and which operators the extra time is in."""
+    if len(split) < 2:
+        return ''
+    base, other = list(split)
+    ops = set(split[base]) | set(split[other])
+    delta = {op: split[other].get(op, (0, 0.0))[1] - split[base].get(op, (0, 0.0))[1]
+             for op in ops}
+    grown = sorted((op for op in ops if delta[op] > 0), key=lambda op: -delta[op])[:3]
+    return ('%s takes %+.1f ms per step against %s (traced); the kernels that grew most: %s.'
+            % (other, totals[other] - totals[base], base,
+               ', '.join('%s %+.1f ms' % (op, delta[op]) for op in grown) or 'none'))
+
+
+def write_csv(rows, path):
+    with open(path, 'w', newline='') as f:
+        writer = csv.writer(f)
+        writer.writerow(['model', 'policy', 'budget_bytes', 'predicted_bytes', 'measured_bytes',
+                         'parameter_bytes', 'fraction_of_none', 'step_ms', 'extra_time',
+                         'error'])
+        for r in rows:
+            writer.writerow([r.label, r.policy.name, r.budget_bytes, r.predicted, r.measured,
+                             r.param_bytes, r.fraction_of_none(), r.ms, r.extra_time(),
+                             r.error or ''])
+
+
+def chart(rows, path):
+    """One panel per model: peak MiB against step ms, a colour per policy,
+    filled circles measured, hollow squares predicted."""
+    import matplotlib
+    matplotlib.use('Agg')  # files only: no display here
+    import matplotlib.pyplot as plt
+
+    keys = list(dict.fromkeys(r.model for r in rows))
+    policies = list(dict.fromkeys(r.policy.name for r in rows))
+    palette = plt.get_cmap('tab10')
+    colours = {policy: palette(i % palette.N) for i, policy in enumerate(policies)}
+    columns = min(2, len(keys))
+    rows_of_panels = -(-len(keys) // columns)
+    fig, axes = plt.subplots(rows_of_panels, columns, figsize=(6.5 * columns, 4.5 * rows_of_panels),
+                             squeeze=False)
+    for ax in axes.flat[len(keys):]:
+        ax.set_visible(False)
+    for ax, key in zip(axes.flat, keys):
+        mine = [r for r in rows if r.model == key and r.error is None and r.ms is not None]
+        for r in mine:
+            colour = colours[r.policy.name]
+            ax.plot([r.ms], [r.measured / MiB], 'o', color=colour, label=r.policy.name)
+            # Larger, so that a prediction equal to the measurement rings it.
+            ax.plot([r.ms], [r.predicted / MiB], 's', markersize=11, markerfacecolor='none',
+                    color=colour)
+            ax.plot([r.ms, r.ms], [r.measured / MiB, r.predicted / MiB], ':', color=colour)
+        if mine:
+            ax.axhline(mine[0].param_bytes / MiB, color='grey', linewidth=0.8, linestyle='--',
+                       label='parameters')
+        ax.set_title(mine[0].label if mine else MODELS[key].name, fontsize=9)
+        ax.set_xlabel('median step time (ms)')
+        ax.set_ylabel('peak memory (MiB): ● measured, □ predicted')
+        ax.set_ylim(bottom=0)
+        ax.legend(fontsize=7)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def markdown(rows, profile_label, split, totals):
+    """The whole report: the table, the targets, the time split."""
+    parts = ['## Peak memory and step time per recompute policy', '',
+             'Measured: `peak_bytes()` of one tracked training step (forward, softmax cross '
+             'entropy, backward, SGD update); predicted: `predicted_peak_bytes()`; the '
+             'parameters are part of both. A budget is a fraction of None\'s predicted peak, '
+             'or chen\'s predicted peak. Step time: median over untracked steps, policies '
+             'interleaved.', '', table(rows), '', '## Targets', '']
+    parts += ['- %s' % line for line in targets(rows)] or ['(none of the targeted rows ran)']
+    parts += ['', '## Where the time goes: %s' % profile_label, '',
+              'Kernel time per step from the VM\'s Tracer (tracing slows the step a little).',
+              '', profile_table(split, totals), '', time_summary(split, totals)]
+    return '\n'.join(parts) + '\n'
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__.split('\n\n')[0])
+    parser.add_argument('--models', nargs='+', choices=sorted(MODELS), default=list(MODELS))
+    parser.add_argument('--policies', nargs='+', type=Policy.parse,
+                        default=[Policy.parse(p) for p in DEFAULT_POLICIES],
+                        help="computation_order names, 'none' for None, with an optional "
+                             "':FRACTION' or ':chen' budget (default: %s)"
+                             % ' '.join(DEFAULT_POLICIES))
+    parser.add_argument('--steps', type=int, default=5,
+                        help='timed training steps per policy, after 3 warm-up steps')
+    parser.add_argument('--quick', action='store_true',
+                        help='tiny variants of the models (a smoke run)')
+    parser.add_argument('--out', default=DEFAULT_OUT,
+                        help='the plot (PNG); the .md and .csv reports go beside it')
+    args = parser.parse_args(argv)
+    if args.steps < 2:
+        parser.error('--steps must be at least 2')
+    os.makedirs(os.path.dirname(os.path.abspath(args.out)), exist_ok=True)
+    profiled = next((k for k in PROFILED_MODELS if k in args.models), args.models[0])
+    rows = []
+    with tempfile.TemporaryDirectory() as work:
+        for key in args.models:
+            model_rows, setup = bench_model(key, args.policies, args, work)
+            rows += model_rows
+            if key == profiled:
+                print('profile: %s ...' % MODELS[key].name, file=sys.stderr)
+                profile_label = model_rows[0].label
+                split, totals = profile_ops(setup, args.policies,
+                                            min(args.steps, PROFILE_STEPS))
+    text = markdown(rows, profile_label, split, totals)
+    print(text)
+    base = os.path.splitext(args.out)[0]
+    with open(base + '.md', 'w') as f:
+        f.write(text)
+    write_csv(rows, base + '.csv')
+    chart(rows, args.out)
+    print('wrote %s, %s.md and %s.csv' % (args.out, base, base), file=sys.stderr)
+    return rows
+
+
+if __name__ == '__main__':
+    main()

@@ -1,0 +1,196 @@
+"""The memory model: the peak bytes a training step's programs hold, predicted
+from static shapes, as the VM counts them.
+
+The VM (runtime/executor.py, ``track_memory``) counts the bytes of its live
+registers: the constants and inputs from the start, each instruction's
+outputs once it runs, less what the instruction frees.  Code generation
+(codegen.insert_frees) frees a register after its last read, and a value
+nobody reads right after it is made; constants and program outputs are
+never freed.  ``peak`` replays exactly that rule over value names, with each
+value's size from its static dtype and shape, so a prediction and a
+measurement count the same bytes.  A training step runs two programs: the
+forward one holds the values it retains for backward as outputs until it
+ends, the backward one takes them as inputs and frees each after its last
+read; the step's peak is the larger of the two programs' peaks.
+
+Values whose size the shapes do not tell (sequences, unknown dimensions)
+count as nothing.
+"""
+from dataclasses import dataclass
+
+import numpy
+from onnx import helper
+
+from .autodiff.generate import SequenceType, reads, value_types
+from .shapes import infer_shapes
+
+
+def value_bytes(entry):
+    """The bytes of a value of type ``entry`` (a value_types entry), or None
+    when its dtype or shape is not static (sequences included)."""
+    if entry is None or isinstance(entry, SequenceType) or entry[0] is None or entry[1] is None:
+        return None
+    if any(not isinstance(d, int) for d in entry[1]):
+        return None
+    return int(numpy.prod(entry[1], dtype=numpy.int64)) * numpy.dtype(entry[0]).itemsize
+
+
+def sizes(types):
+    """{name: bytes} of the values in ``types`` whose size is static."""
+    known = {}
+    for name, entry in types.items():
+        size = value_bytes(entry)
+        if size is not None:
+            known[name] = size
+    return known
+
+
+def inferred_sizes(model):
+    """{name: bytes} of every value of ``model`` (a ModelProto) shape
+    inference types statically."""
+    return sizes(value_types(infer_shapes(model, '<memory model>').graph))
+
+
+@dataclass
+class Schedule:
+    """One program as the memory model sees it: the values live when it
+    starts (``inputs``; ``constants`` among them are never freed), its
+    steps in order as (values read, values written), and its ``outputs``
+    (never freed)."""
+    inputs: list
+    constants: set
+    steps: list
+    outputs: set
+
+    def peak(self, size):
+        """The most bytes live at once, ``size(name)`` giving each value's
+        bytes: as the VM counts them under codegen's frees."""
+        return self.live_at_peak(size)[0]
+
+    def live_at_peak(self, size):
+        """(the peak, the names of the values live at its first moment)."""
+        keep = self.constants | self.outputs
+        last = {}
+        for index, (read, written) in enumerate(self.steps):
+            for name in list(read) + list(written):
+                if name:
+                    last[name] = index
+        frees = {}
+        for name, index in last.items():
+            if name not in keep:
+                frees.setdefault(index, set()).add(name)
+        names = set(self.inputs)
+        live = sum(size(name) for name in names)
+        peak, at_peak = live, set(names)
+        for index, (_, written) in enumerate(self.steps):
+            names.update(name for name in written if name)
+            live += sum(size(name) for name in written if name)
+            if live > peak:
+                peak, at_peak = live, set(names)
+            freed = frees.get(index, ())
+            names.difference_update(freed)
+            live -= sum(size(name) for name in freed)
+        return peak, at_peak
+
+
+def graph_schedule(nodes, inputs, constants, outputs):
+    """The Schedule of a program emitted from ``nodes`` (ONNX nodes in order;
+    their sub-graphs' outer reads count as reads), whose ``inputs`` and
+    ``constants`` (names) are live from the start, and whose ``outputs``
+    (names) stay."""
+    return Schedule(list(inputs) + list(constants), set(constants),
+                    [(reads(node), [o for o in node.output if o]) for node in nodes],
+                    set(outputs))
+
+
+def program_schedule(program):
+    """The Schedule of a runtime Program, by its registers' value names."""
+    def name(register):
+        return program.register_names.get(register, '%%%d' % register)
+
+    steps = [([name(r) for r in inst.inputs + inst.captures if r >= 0],
+              [name(r) for r in inst.outputs if r >= 0]) for inst in program.instructions]
+    constants = {name(r) for r in program.constants}
+    return Schedule([v.name for v in program.inputs] + sorted(constants), constants, steps,
+                    {v.name for v in program.outputs})
+
+
+def training_schedules(forward_graph, backward):
+    """(forward, backward) Schedules of the programs a training compilation
+    emits from ``forward_graph`` and the autodiff.BackwardGraph ``backward``
+    (before the VM's rewrites): forward outputs are the graph's outputs and
+    the retained values; backward inputs the output gradients and the
+    retained values."""
+    forward = graph_schedule(
+        forward_graph.node, [v.name for v in forward_graph.input],
+        [t.name for t in forward_graph.initializer],
+        [v.name for v in forward_graph.output] + list(backward.retained))
+    back = graph_schedule(
+        backward.nodes, [g for g, _ in backward.grad_inputs] + list(backward.retained),
+        [t.name for t in backward.initializers],
+        [g for g in backward.grad_outputs.values() if g is not None])
+    return forward, back
+
+
+def joined_schedule(forward_graph, backward):
+    """The Schedule of one program running ``forward_graph`` then the
+    autodiff.BackwardGraph ``backward`` (the training step, before its
+    optimizer updates): forward values die at their last read, in either
+    half; the gradients stay."""
+    return graph_schedule(
+        list(forward_graph.node) + list(backward.nodes), [v.name for v in forward_graph.input],
+        [t.name for t in list(forward_graph.initializer) + list(backward.initializers)],
+        [v.name for v in forward_graph.output]
+        + [g for g in backward.grad_outputs.values() if g is not None])
+
+
+def constant_sizes(tensors):
+    """{name: bytes} of the TensorProtos ``tensors`` (initializers)."""
+    return {t.name: int(numpy.prod(t.dims, dtype=numpy.int64))
+            * helper.tensor_dtype_to_np_dtype(t.data_type).itemsize for t in tensors}
+
+
+def training_peak(schedules, known):
+    """The predicted peak of a training step: the larger of its programs'
+    Schedules' peaks, ``known`` giving values' bytes (others: none)."""
+    return max(s.peak(lambda name: known.get(name, 0)) for s in schedules)
+
+
+def compiled_training_peak(programs):
+    """The predicted peak of compiled training.TrainingPrograms: its
+    forward and backward Programs as emitted, with the sizes of the values
+    of the graphs they were emitted from (the backward graph's typed by
+    shape inference) and of their constants."""
+    return compiled_peak_parts(programs)['total']
+
+
+def compiled_peak_parts(programs):
+    """What the predicted peak of compiled training.TrainingPrograms is
+    made of, in bytes, at its first moment: {'total', 'program' (which one
+    peaks: 'forward' or 'backward'), 'parameters' (the forward program's
+    ``params``: weights and running statistics), 'gradients' (the backward
+    program's outputs), 'retained' (other values forward retains for
+    backward), 'other' (values made and freed inside the program)}."""
+    known = inferred_sizes(programs.forward_onnx)
+    known.update(inferred_sizes(programs.backward_onnx))
+    for program in (programs.forward, programs.backward):
+        for register, value in program.constants.items():
+            known[program.register_names.get(register, '%%%d' % register)] = \
+                getattr(value, 'nbytes', 0)
+
+    def size(name):
+        return known.get(name, 0)
+
+    runs = {name: program_schedule(program).live_at_peak(size)
+            for name, program in (('forward', programs.forward),
+                                  ('backward', programs.backward))}
+    which = max(runs, key=lambda name: runs[name][0])
+    total, live = runs[which]
+    kinds = {'parameters': set(programs.params),
+             'gradients': {v.name for v in programs.backward.outputs},
+             'retained': set(programs.retained) - set(programs.params)}
+    parts = {'total': total, 'program': which}
+    for kind, names in kinds.items():
+        parts[kind] = sum(size(n) for n in live & names)
+    parts['other'] = total - sum(parts[k] for k in kinds)
+    return parts

@@ -1,0 +1,119 @@
+"""The 'gt' policy: Kusumoto et al., "A Graph Theoretic Framework of
+Recomputation Algorithms for Memory-Efficient Backpropagation" (NeurIPS
+2019), over the lower sets that are prefixes of the forward order.
+
+A dynamic program over the cuts finds, for a limit on its segment model's
+memory (segments.Costs), the segmentation of least recomputation work:
+state (cut j, work so far, in buckets) -> least bytes kept so far; a
+segment i..j is allowed when the bytes kept before it plus its working
+bytes, and the bytes kept after it, stay within the limit.  Every value is
+recomputed at most once: at most one extra forward computation.
+
+The segment model is coarse, so the choice is made with the memory model
+proper: the program runs for a sweep of limits, from the least feasible
+up to keeping everything, and each resulting plan's peak is predicted.
+Without ``memory_budget`` the plan of least predicted peak wins (then least
+work); with one, the plan of least work whose predicted peak fits.
+"""
+import numpy
+
+from .segments import keep_for_cuts, segment_costs
+
+#: Buckets of recomputation work in the dynamic program.
+WORK_BUCKETS = 64
+#: Limits tried between the least feasible and keeping everything.
+LIMITS = 12
+
+
+class BudgetError(ValueError):
+    """memory_budget is below the smallest peak the policy finds."""
+
+
+def gt(problem):
+    """Kusumoto et al.'s dynamic program over prefix lower sets: without
+    `memory_budget`, the least peak with at most one extra forward
+    computation; with one, the least recomputation within it.  None
+    (change nothing) when retaining everything backward reads is best."""
+    forward = problem.forward
+    costs = segment_costs(forward, problem.size, problem.node_work)
+    # Retaining what backward reads (no recompute) is a candidate too, so gt
+    # never predicts a higher peak than no policy.
+    candidates = {None: (problem.peak(problem.unchanged), 0)}
+    for limit in _limits(costs):
+        cuts = _cheapest_cuts(costs, limit)
+        if cuts is not None and cuts not in candidates:
+            chosen = problem.plan(keep_for_cuts(forward, list(cuts)))
+            candidates[cuts] = (problem.peak(chosen), problem.work(chosen))
+    budget = problem.budget()
+    smallest = min(peak for peak, _ in candidates.values())
+    if budget is None:
+        best = min(candidates, key=lambda c: candidates[c])
+    else:
+        fitting = [c for c, (peak, _) in candidates.items() if peak <= budget]
+        if not fitting:
+            raise BudgetError(
+                "memory_budget %d bytes is below the smallest peak computation_order 'gt' "
+                'reaches for this model: %d bytes' % (budget, smallest))
+        best = min(fitting, key=lambda c: candidates[c][::-1])
+    return None if best is None else keep_for_cuts(forward, list(best))
+
+
+def _limits(costs):
+    """The limits to try: geometric from the least feasible one to the
+    working bytes of one segment of everything (no recompute)."""
+    high = float(costs.working[0, -1])
+    low, top = 0.0, high
+    for _ in range(24):  # bisect the least feasible limit (to 1e-7 of the highest)
+        middle = (low + top) / 2
+        if _cheapest_cuts(costs, middle, buckets=1) is None:
+            low = middle
+        else:
+            top = middle
+    if top <= 0:
+        return [high]
+    return list(numpy.geomspace(top, max(high, top), LIMITS))
+
+
+def _cheapest_cuts(costs, limit, buckets=WORK_BUCKETS):
+    """The cuts (a tuple of positions) of least recomputation work whose
+    segments fit ``limit``, or None when none fit; ``buckets=1`` ignores
+    work (a feasibility test)."""
+    n = costs.kept.shape[0] - 1
+    total = float(costs.work.max())
+    width = max(total / max(buckets - 1, 1), 1.0)
+    best = numpy.full((n + 1, buckets), numpy.inf)
+    best[0, 0] = 0.0
+    previous = numpy.full((n + 1, buckets), -1, dtype=numpy.int64)
+    columns = numpy.arange(buckets)
+    for j in range(1, n + 1):
+        shift = _shifts(costs, j, n, width, buckets)
+        kept = costs.kept[:j, j] if j < n else numpy.zeros(j)
+        before = best[:j]
+        fits = (before + costs.working[:j, j, None] <= limit) & \
+            (before + kept[:, None] <= limit)
+        after = numpy.where(fits, before + kept[:, None], numpy.inf)
+        source = columns[None, :] - shift[:, None]
+        gathered = numpy.where(source >= 0, after[numpy.arange(j)[:, None],
+                                                  numpy.clip(source, 0, None)], numpy.inf)
+        rows = gathered.argmin(0)
+        best[j] = gathered[rows, columns]
+        previous[j] = rows
+    finite = numpy.flatnonzero(numpy.isfinite(best[n]))
+    if not len(finite):
+        return None
+    cuts, j, bucket = [], n, int(finite[0])
+    while j > 0:
+        i = int(previous[j, bucket])
+        bucket -= int(_shifts(costs, j, n, width, buckets)[i])
+        j = i
+        if j > 0:
+            cuts.append(j)
+    return tuple(reversed(cuts))
+
+
+def _shifts(costs, j, n, width, buckets):
+    """Work buckets each segment i..j adds (the last segment, kept whole,
+    adds none; buckets=1 counts no work)."""
+    if j == n or buckets == 1:
+        return numpy.zeros(j, dtype=numpy.int64)
+    return numpy.ceil(costs.work[:j, j] / width).astype(numpy.int64)

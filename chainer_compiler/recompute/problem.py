@@ -1,0 +1,94 @@
+"""What a recompute policy works on: the forward graph, the backward graph,
+the options, and the memory model's view of both."""
+import dataclasses
+from functools import cached_property
+
+from onnx import helper
+
+from .. import memory_model
+from ..runtime.ops.registry import CUSTOM_DOMAIN, node_work
+from . import replay
+
+
+class Problem:
+    """One training compilation's recompute problem.
+
+    ``plan(keep)`` makes the backward program keeping ``keep``;
+    ``peak(plan)`` is the memory model's peak of the training step running
+    it, ``work(plan)`` the operations its replays add.  ``joined``: forward
+    and backward become one program (the training step).
+    """
+
+    def __init__(self, forward_graph, backward, options, opsets, joined=False):
+        self.graph = forward_graph
+        self.backward = backward
+        self.options = options
+        self.opsets = opsets
+        self.joined = joined
+        self.forward = replay.forward_facts(forward_graph)
+
+    def plan(self, keep):
+        return replay.plan(self.forward, self.backward, keep, self.joined)
+
+    @cached_property
+    def unchanged(self):
+        """The Plan retaining everything backward reads (no recompute)."""
+        b = self.backward
+        return replay.Plan(list(b.nodes), list(b.retained), list(b.initializers), [])
+
+    @cached_property
+    def _sizes(self):
+        """{value: bytes}: forward values and constants from their types,
+        backward values from shape inference of the backward graph."""
+        known = memory_model.sizes(self.backward.value_types)
+        known.update(memory_model.constant_sizes(self.graph.initializer))
+        known.update(memory_model.constant_sizes(self.backward.initializers))
+        imports = [helper.make_opsetid(d, v) for d, v in self.opsets.items()]
+        if CUSTOM_DOMAIN not in self.opsets:
+            imports.append(helper.make_opsetid(CUSTOM_DOMAIN, 1))
+        model = helper.make_model(self.backward.graph(), opset_imports=imports)
+        for name, size in memory_model.inferred_sizes(model).items():
+            known.setdefault(name, size)
+        return known
+
+    def size(self, name):
+        """The bytes of value ``name`` (0 when its size is not static)."""
+        return self._sizes.get(name, 0)
+
+    def peak(self, chosen):
+        """The memory model's peak of the training step running Plan ``chosen``."""
+        backward = dataclasses.replace(self.backward, nodes=chosen.nodes,
+                                       retained=chosen.retained,
+                                       initializers=chosen.initializers)
+        known = dict(self._sizes)
+        known.update(memory_model.constant_sizes(chosen.initializers))
+        known.update((fresh, known.get(name, 0)) for name, fresh in chosen.renamed.items())
+        if self.joined:
+            schedules = [memory_model.joined_schedule(self.graph, backward)]
+        else:
+            schedules = memory_model.training_schedules(self.graph, backward)
+        return memory_model.training_peak(schedules, known)
+
+    def node_work(self, k):
+        """The operations of forward node ``k`` (OpRecord.work)."""
+        node = self.forward.nodes[k]
+        types = self.backward.value_types
+
+        def shape(name):
+            entry = types.get(name)
+            return None if entry is None else entry[1]
+
+        return node_work(node.op_type, node.domain, [shape(i) for i in node.input],
+                         [shape(o) for o in node.output])
+
+    def work(self, chosen):
+        """The operations Plan ``chosen`` replays."""
+        return sum(self.node_work(k) for k in chosen.replayed)
+
+    def budget(self):
+        """``memory_budget`` in bytes (a fraction is of the unchanged peak),
+        or None."""
+        budget = self.options.memory_budget
+        if isinstance(budget, float):
+            return int(budget * self.peak(self.unchanged))
+        return budget

@@ -1,0 +1,93 @@
+"""Segments of the forward order: what chen and gt choose between.
+
+Cutting the forward nodes (in topological order) at positions
+``0 < c1 < ... < cm < n`` makes segments; the lower sets of Kusumoto et al.
+are then the prefixes ``nodes[:c]``.  A segmentation keeps the boundary of
+every cut (the values made before it and read at or after it) and every
+value of the last segment (it is still live when backward starts); the
+other values of a segment are recomputed, once, when backward reaches it.
+
+``Costs`` holds, for every pair of cuts ``i < j``, what the segment
+``nodes[i:j]`` adds: the bytes its boundary keeps (``kept``), the bytes
+live while backward recomputes and differentiates it (``working``: its own
+values plus the gradients of the boundary crossing ``j``), and the work of
+recomputing it (``work``).
+"""
+from dataclasses import dataclass
+
+import numpy
+
+from ..autodiff.generate import reads
+
+
+def last_reads(forward):
+    """{value: index of its last forward reader}, ``len(nodes)`` for
+    values that must stay (pinned ones) or that nothing reads afterwards
+    but that are kept anyway (graph outputs are pinned)."""
+    n = len(forward.nodes)
+    last = {}
+    for k, node in enumerate(forward.nodes):
+        for name in reads(node):
+            last[name] = k
+    for name in forward.pinned:
+        last[name] = n
+    return last
+
+
+def keep_for_cuts(forward, cuts):
+    """The values a segmentation at ``cuts`` (increasing positions in
+    (0, n)) keeps: each cut's boundary and the last segment's values."""
+    last = last_reads(forward)
+    keep = set()
+    for cut in cuts:
+        keep |= {v for v, k in forward.producer.items() if k < cut <= last.get(v, -1)}
+    start = cuts[-1] if cuts else 0
+    keep |= {v for v, k in forward.producer.items() if k >= start}
+    return keep
+
+
+@dataclass
+class Costs:
+    """(n+1) x (n+1) arrays indexed [i, j] for segments nodes[i:j] (see
+    the module docstring)."""
+    kept: numpy.ndarray
+    working: numpy.ndarray
+    work: numpy.ndarray
+
+
+def segment_costs(forward, size, node_work):
+    """The Costs of every segment: ``size(value)`` in bytes,
+    ``node_work(index)`` the work of forward node ``index``."""
+    n = len(forward.nodes)
+    last = last_reads(forward)
+    kept = numpy.zeros((n + 2, n + 2))
+    made = numpy.zeros(n + 1)
+    crossing = numpy.zeros(n + 2)
+    for value, k in forward.producer.items():
+        bytes_, end = size(value), max(last.get(value, k), k)
+        made[k + 1] += bytes_
+        # kept[i, j] += bytes_ for i <= k < j <= end: a rectangle, by corners.
+        _rectangle(kept, 0, k + 1, k + 1, end + 1, bytes_)
+        crossing[k + 1] += bytes_  # crossing cut j for k < j <= end
+        crossing[end + 1] -= bytes_
+    kept = kept.cumsum(0).cumsum(1)[:n + 1, :n + 1]
+    crossing = crossing.cumsum()[:n + 1]
+    made = made.cumsum()
+    working = made[None, :] - made[:, None] + crossing[None, :]
+    work = numpy.zeros((n + 2, n + 2))
+    for k, node in enumerate(forward.nodes):
+        # Recomputed in segment [i, j) when i <= k and some output dies before j.
+        ends = [last.get(o, k) for o in node.output if o]
+        first = max(min(ends, default=k), k) + 1
+        if first <= n:
+            _rectangle(work, 0, k + 1, first, n + 1, node_work(k))
+    work = work.cumsum(0).cumsum(1)[:n + 1, :n + 1]
+    return Costs(kept, working, work)
+
+
+def _rectangle(table, i0, i1, j0, j1, amount):
+    """Add ``amount`` to table[i0:i1, j0:j1] once both cumulative sums run."""
+    table[i0, j0] += amount
+    table[i1, j0] -= amount
+    table[i0, j1] -= amount
+    table[i1, j1] += amount

@@ -1,0 +1,115 @@
+"""The memory benchmark (benchmarks/memory.py) end to end on a tiny model,
+and the models of benchmarks/models.py it and the recompute tests use:
+each exports, and its compiled inference gives Chainer's output."""
+import csv
+import os
+import sys
+
+import chainer
+import numpy
+import pytest
+
+# The benchmark scripts are not a package; put their directory (not tests/,
+# whose chainer_compiler would shadow the real one) on the path.
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), '..', '..', 'benchmarks'))
+import memory  # noqa: E402
+import models  # noqa: E402
+
+import chainer_compiler  # noqa: E402
+
+SMOKE_POLICIES = ['none', 'gt']
+
+
+def test_quick_run_writes_the_table_and_the_plot(tmp_path, capsys):
+    out = tmp_path / 'memory.png'
+    rows = memory.main(['--quick', '--models', 'mlp100', '--policies'] + SMOKE_POLICIES
+                       + ['--steps', '2', '--out', str(out)])
+    assert [r.policy.name for r in rows] == SMOKE_POLICIES
+    none = rows[0]
+    for row in rows:
+        assert row.error is None
+        assert row.measured >= row.param_bytes > 0  # the parameters are held throughout
+        assert row.predicted > 0 and row.ms > 0
+        assert row.none is none
+    assert none.fraction_of_none() == 1.0 and none.extra_time() == 0.0
+    printed = capsys.readouterr().out
+    for policy in SMOKE_POLICIES:
+        assert '| %s | %s | - |' % (none.label, policy) in printed
+    assert (tmp_path / 'memory.md').read_text() in printed
+    assert '## Where the time goes' in printed
+    with open(tmp_path / 'memory.csv') as f:
+        assert [r['policy'] for r in csv.DictReader(f)] == SMOKE_POLICIES
+    assert out.read_bytes().startswith(b'\x89PNG')
+
+
+def test_policies_parse_with_their_budgets():
+    assert memory.Policy.parse('none') == memory.Policy('none', None, None)
+    assert memory.Policy.parse('gt:0.35') == memory.Policy('gt:0.35', 'gt', 0.35)
+    assert memory.compiler_kwargs(memory.Policy.parse('gt:chen'), 1234.5) == {
+        'memory_budget': 1234}
+    with pytest.raises(ValueError, match="needs a successful 'chen'"):
+        memory.compiler_kwargs(memory.Policy.parse('gt:chen'), None)
+
+
+def test_targets_are_pass_or_miss_from_the_rows():
+    policies = [memory.Policy.parse(p) for p in ('none', 'gt', 'chen', 'gt:chen')]
+    rows = [memory.Row('resnet50', 'ResNet-50', p, measured=m, param_bytes=20, ms=ms)
+            for p, m, ms in zip(policies, (100, 40, 70, 55), (10.0, 14.0, 12.0, 11.0))]
+    for row in rows:
+        row.none = rows[0]
+    assert memory.targets(rows) == [
+        "PASS: gt peak <= 50% of None's, ResNet-50: 40% (of the peak less the parameters: "
+        "25%)",
+        "MISS: gt step time <= +30% of None's, ResNet-50: +40%",
+        "MISS: chen peak <= 60% of None's, ResNet-50: 70% (of the peak less the parameters: "
+        "62%)",
+        "PASS: gt no slower than chen at chen's budget, ResNet-50: 11.0 ms against 12.0 ms"]
+    rows[3].error, rows[3].ms = 'memory_budget 70 bytes is below ...', None
+    assert memory.targets(rows)[-1] == ("MISS: gt no slower than chen at chen's budget, "
+                                        "ResNet-50: gt not run: memory_budget 70 bytes is "
+                                        "below ...")
+
+
+def _check_compiled_inference(tmp_path, model, shape, batch=2):
+    """Export ``model`` on a batch of ``shape``; its compiled inference
+    gives Chainer's (batch, 10) output."""
+    x = numpy.random.RandomState(0).uniform(-1, 1, (batch,) + shape).astype(numpy.float32)
+    with chainer.using_config('train', False):
+        expected = model(x).array
+        path = chainer_compiler.export(model, [x], str(tmp_path / 'model.onnx'))
+        actual = chainer_compiler.compile_onnx(model, path).forward(x).array
+    assert expected.shape == actual.shape == (batch, 10)
+    numpy.testing.assert_allclose(actual, expected, rtol=1e-4, atol=1e-5)
+
+
+@pytest.mark.parametrize('make, shape', [
+    (lambda: models.ResNet50(width=4, blocks=(1, 2, 1, 1)), (3, 32, 32)),
+    (lambda: models.VGG16(width=4, fc_width=16, image_size=32), (3, 32, 32)),
+    (lambda: models.deep_mlp(depth=100, n_in=12, width=8), (12,)),
+    (lambda: models.DeepPlainCNN(depth=3, channels=4), (3, 8, 8)),
+    (lambda: models.LSTMClassifier(n_in=3, hidden=5), (4, 3)),
+    (lambda: models.DropoutMLP(n_in=12, hidden=8), (12,)),
+], ids=['resnet50-tiny', 'vgg16-tiny', 'mlp100', 'plaincnn-tiny', 'lstm', 'dropout'])
+def test_small_models_export_and_compile(tmp_path, make, shape):
+    numpy.random.seed(0)
+    _check_compiled_inference(tmp_path, make(), shape)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize('key', sorted(memory.MODELS))
+def test_benchmarked_models_export_and_compile_at_full_size(tmp_path, key):
+    case = memory.MODELS[key]
+    numpy.random.seed(0)
+    _check_compiled_inference(tmp_path, case.make(), case.shape)
+
+
+@pytest.mark.slow  # VGG16's initial weights alone take seconds to draw
+def test_full_sizes_have_the_published_parameter_counts():
+    def count(model):
+        return sum(p.size for p in model.params())
+    # 25,557,032 with ImageNet's 1000 classes; 2048 * 990 + 990 fewer with 10.
+    assert count(models.ResNet50()) == 25_557_032 - 2048 * 990 - 990
+    vgg = models.VGG16()
+    assert count(vgg.convs) == 14_714_688  # VGG16's 13 convolutions, as published
+    assert vgg.fc1.W.shape == (4096, 512 * 2 * 2)
+    assert len(models.deep_mlp()) == 100

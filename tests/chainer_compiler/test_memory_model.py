@@ -1,0 +1,111 @@
+"""The memory model (chainer_compiler/memory_model.py) predicts the peak the VM
+measures: the same values, sizes from static shapes, the same frees."""
+import chainer
+import chainer.functions as F
+import numpy
+import pytest
+from onnx import TensorProto, helper
+
+import chainer_compiler
+from chainer_compiler import memory_model
+from chainer_compiler.autodiff.generate import SequenceType
+from chainer_compiler.frontend import build_program
+from chainer_compiler.runtime import Executor
+from tests.chainer_compiler.test_recompute_policies import _step
+
+#: How far a prediction may be from the measurement, relative.  The model
+#: replays the VM's own accounting, so on models whose shapes are all static
+#: the two agree exactly; the tolerance covers values of unknown size.
+TOLERANCE = 0.01
+
+
+def test_value_bytes_come_from_static_types():
+    assert memory_model.value_bytes((numpy.dtype('float32'), (2, 3))) == 24
+    assert memory_model.value_bytes((numpy.dtype('float64'), ())) == 8
+    assert memory_model.value_bytes((numpy.dtype('float32'), ('N', 3))) is None
+    assert memory_model.value_bytes(SequenceType(numpy.dtype('float32'), (2,))) is None
+    assert memory_model.value_bytes(None) is None
+
+
+def test_a_schedule_frees_after_the_last_read_and_keeps_outputs():
+    size = {'x': 10, 'c': 1, 'a': 100, 'b': 1000, 'dead': 5, 'y': 7}.get
+    schedule = memory_model.Schedule(
+        ['x', 'c'], {'c'},
+        [(['x', 'c'], ['a']),          # 11 + 100 = 111; x freed (last read)
+         (['a'], ['b', 'dead']),       # 101 + 1005 = 1106; a and dead freed
+         (['b'], ['y'])],              # 1001 + 7 = 1008
+        {'y'})
+    assert schedule.peak(size) == 1106
+
+
+def test_the_schedule_of_a_program_matches_the_vm(tmp_path):
+    def info(name, shape):
+        return helper.make_tensor_value_info(name, TensorProto.FLOAT, shape)
+
+    nodes = [helper.make_node('Relu', ['x'], ['a']),
+             helper.make_node('MatMul', ['a', 'x'], ['b']),
+             helper.make_node('Tanh', ['b'], ['c']),
+             helper.make_node('Add', ['c', 'a'], ['y'])]
+    graph = helper.make_graph(nodes, 'g', [info('x', [16, 16])], [info('y', [16, 16])])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid('', 17)])
+    program = build_program(model)
+    executor = Executor(program, backend='numpy', track_memory=True)
+    executor.run({'x': numpy.ones((16, 16), numpy.float32)})
+    known = memory_model.inferred_sizes(model)
+    assert memory_model.program_schedule(program).peak(lambda n: known.get(n, 0)) == \
+        executor.peak_bytes == 3 * 256 * 4  # x, a and b, then a, b and c, then a, c and y
+
+
+@pytest.fixture(scope='module')
+def tmp(tmp_path_factory):
+    return str(tmp_path_factory.mktemp('memory'))
+
+
+@pytest.mark.parametrize('kind', ['mlp', 'cnn', 'dropout'])
+@pytest.mark.parametrize('order,kwargs', [(None, {}), ('chen', {}), ('gt', {}),
+                                          ('dummy', {}), ('gt', {'memory_budget': 0.9})])
+def test_the_prediction_matches_the_measured_peak(tmp, kind, order, kwargs):
+    compiled = _step(kind, tmp, order, **kwargs)[0]
+    measured, predicted = compiled.peak_bytes(), compiled.predicted_peak_bytes()
+    assert measured > 0
+    assert abs(predicted - measured) <= TOLERANCE * measured
+
+
+def test_the_peak_counts_the_values_retained_between_the_programs(tmp):
+    compiled = _step('mlp', tmp)[0]
+    state = next(iter(compiled._training.values()))
+    retained = memory_model.inferred_sizes(state.programs.forward_onnx)
+    held = sum(retained[name] for name in state.programs.retained)
+    # Both programs hold every retained value at once: forward at its end,
+    # backward at its start.
+    assert compiled.peak_bytes() >= held
+    assert state.forward.peak_bytes >= held and state.backward.peak_bytes >= held
+
+
+def test_a_budget_in_bytes_bounds_the_prediction(tmp):
+    unchanged = _step('mlp', tmp)[0].predicted_peak_bytes()
+    budget = int(0.6 * unchanged)
+    compiled = _step('mlp', tmp, 'gt', memory_budget=budget)[0]
+    assert compiled.predicted_peak_bytes() <= budget
+    assert compiled.peak_bytes() <= budget
+
+
+def test_the_parts_of_the_peak_add_up(tmp):
+    none = _step('mlp', tmp)[0].predicted_peak_parts()
+    gt = _step('mlp', tmp, 'gt')[0].predicted_peak_parts()
+    for parts in (none, gt):
+        assert parts['program'] in ('forward', 'backward')
+        assert parts['parameters'] > 0
+        assert sum(parts[k] for k in ('parameters', 'gradients', 'retained', 'other')) == \
+            parts['total']
+    # Recomputation shrinks what is retained.
+    assert gt['retained'] < none['retained'] / 2
+
+
+def test_no_prediction_before_training_programs_exist(tmp):
+    compiled = _step('mlp', tmp)[0]
+    fresh = chainer_compiler.compile_onnx(compiled._model, compiled.onnx_file)
+    assert fresh.predicted_peak_bytes() == 0 and fresh.predicted_peak_parts() is None
+    with chainer.using_config('train', False):
+        F.sum(fresh(numpy.zeros((64, 16), numpy.float32)))
+    assert fresh.predicted_peak_bytes() == 0

@@ -1,0 +1,368 @@
+"""The recompute policies (chainer_compiler/recompute/): every policy trains
+to the same gradients as retaining everything, keeps Dropout's masks and
+updates BatchNormalization's running averages once, and chen and gt lower
+the peak the VM measures."""
+import functools
+import importlib.util
+import os
+
+import chainer
+import chainer.functions as F
+import chainer.links as L
+import numpy
+import pytest
+from onnx import TensorProto, helper
+
+import chainer_compiler
+from chainer_compiler import recompute
+from chainer_compiler.pipeline import CompilerOptions
+from chainer_compiler.training import compile_training
+from tests.chainer_compiler.autodiff import gradcheck
+
+POLICIES = [('chen', {}), ('gt', {}), ('dummy', {}), ('gt', {'memory_budget': 0.9}),
+            ('chen', {'chen_segments': 3})]
+
+
+class DeepMLP(chainer.ChainList):
+    def __init__(self, depth=24, width=16):
+        super().__init__(*[L.Linear(width, width) for _ in range(depth)])
+
+    def forward(self, x):
+        for layer in self:
+            x = F.relu(layer(x))
+        return x
+
+
+class SmallCNN(chainer.Chain):
+    """conv-BN-ReLU blocks at one resolution, then a fully connected layer."""
+
+    def __init__(self, depth=4, channels=4):
+        super().__init__()
+        with self.init_scope():
+            self.convs = chainer.ChainList(*[L.Convolution2D(channels, channels, 3, 1, 1,
+                                                             nobias=True) for _ in range(depth)])
+            self.bns = chainer.ChainList(*[L.BatchNormalization(channels) for _ in range(depth)])
+            self.fc = L.Linear(channels * 36, 5)
+
+    def forward(self, x):
+        for conv, bn in zip(self.convs, self.bns):
+            x = F.relu(bn(conv(x)))
+        return self.fc(x)
+
+
+class DropoutNet(chainer.Chain):
+    def __init__(self):
+        super().__init__()
+        with self.init_scope():
+            self.l1 = L.Linear(12, 16)
+            self.l2 = L.Linear(16, 16)
+            self.l3 = L.Linear(16, 4)
+
+    def forward(self, x):
+        h = F.dropout(F.relu(self.l1(x)), 0.5)
+        h = F.dropout(F.tanh(self.l2(h)), 0.3)
+        return self.l3(h)
+
+
+def _data(model):
+    rng = numpy.random.RandomState(1)
+    if isinstance(model, SmallCNN):
+        return rng.randn(3, 4, 6, 6).astype(numpy.float32), rng.randint(0, 5, 3).astype('i')
+    if isinstance(model, DeepMLP):  # a large batch: activations outweigh the weights
+        width = model[0].W.shape[1]
+        return rng.randn(64, width).astype(numpy.float32), rng.randint(0, width, 64).astype('i')
+    return rng.randn(64, 12).astype(numpy.float32), rng.randint(0, 4, 64).astype('i')
+
+
+@functools.lru_cache(maxsize=None)
+def _exported(kind, tmp):
+    model = {'mlp': DeepMLP, 'cnn': SmallCNN, 'dropout': DropoutNet}[kind]()
+    x, _ = _data(model)
+    with chainer.using_config('train', False):
+        path = chainer_compiler.export(model, [x], '%s/%s.onnx' % (tmp, kind))
+    return model, path
+
+
+def _step(kind, tmp, order=None, **kwargs):
+    """One training step of a fresh copy of the ``kind`` model compiled with
+    ``order``: (compiled model, {param path: grad}, {path: persistent})."""
+    base, path = _exported(kind, tmp)
+    model = type(base)()
+    model.copyparams(base)
+    _copy_persistents(model, base)
+    compiled = chainer_compiler.compile_onnx(model, path, computation_order=order,
+                                             compiler_kwargs=kwargs,
+                                             runtime_kwargs={'track_memory': True})
+    x, t = _data(base)
+    numpy.random.seed(7)  # Dropout draws the same masks in every run
+    model.cleargrads()
+    F.softmax_cross_entropy(compiled(x), t).backward()
+    grads = {name: p.grad.copy() for name, p in model.namedparams()}
+    states = {name: numpy.array(v) for name, v in _persistents(model)}
+    return compiled, grads, states
+
+
+def _persistents(link):
+    for sub in link.links():
+        for name in sub._persistent:
+            value = getattr(sub, name)
+            if isinstance(value, numpy.ndarray):
+                yield '%s/%s' % (id(sub), name), value
+
+
+def _copy_persistents(model, base):
+    for mine, theirs in zip(model.links(), base.links()):
+        for name in mine._persistent:
+            value = getattr(theirs, name)
+            if isinstance(value, numpy.ndarray):
+                getattr(mine, name)[...] = value
+
+
+@pytest.fixture(scope='module')
+def tmp(tmp_path_factory):
+    return str(tmp_path_factory.mktemp('recompute'))
+
+
+@pytest.mark.parametrize('kind', ['mlp', 'cnn', 'dropout'])
+@pytest.mark.parametrize('order,kwargs', POLICIES)
+def test_every_policy_gives_the_gradients_of_retaining_everything(tmp, kind, order, kwargs):
+    _, expected, _ = _step(kind, tmp)
+    _, grads, _ = _step(kind, tmp, order, **kwargs)
+    for name, grad in expected.items():
+        assert numpy.isfinite(grad).all()
+        numpy.testing.assert_allclose(grads[name], grad, rtol=1e-6, atol=1e-7, err_msg=name)
+
+
+@pytest.mark.parametrize('order', ['chen', 'gt', 'dummy'])
+def test_running_averages_are_updated_once(tmp, order):
+    base, _ = _exported('cnn', tmp)
+    chainer_model = SmallCNN()
+    chainer_model.copyparams(base)
+    _copy_persistents(chainer_model, base)
+    x, _ = _data(base)
+    chainer_model(x)  # Chainer's own step updates each average once
+    expected = [numpy.array(v) for _, v in _persistents(chainer_model)]
+    _, _, states = _step('cnn', tmp, order)
+    for got, want in zip(states.values(), expected):
+        numpy.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-7)
+
+
+def test_dropout_masks_are_retained_never_redrawn(tmp):
+    compiled, _, _ = _step('dropout', tmp, 'dummy')
+    programs = next(iter(compiled._training.values())).programs
+    assert any(name.endswith('/mask') for name in programs.retained)
+    assert 'DropoutTraining' not in {i.op for i in programs.backward.instructions}
+
+
+def test_chen_and_gt_lower_the_measured_peak(tmp):
+    peaks = {order: _step('mlp', tmp, order)[0].peak_bytes() for order in (None, 'chen', 'gt')}
+    assert peaks['gt'] < 0.75 * peaks[None]
+    assert peaks['chen'] < 0.75 * peaks[None]
+    cnn = {order: _step('cnn', tmp, order)[0].peak_bytes() for order in (None, 'chen', 'gt')}
+    assert cnn['gt'] < cnn[None] and cnn['chen'] < cnn[None]
+
+
+def test_gt_fits_the_peak_chen_reaches(tmp):
+    chen = _step('mlp', tmp, 'chen')[0]
+    budget = chen.predicted_peak_bytes()
+    gt = _step('mlp', tmp, 'gt', memory_budget=budget)[0]
+    assert gt.predicted_peak_bytes() <= budget
+    assert gt.peak_bytes() <= chen.peak_bytes()
+
+
+def test_a_budget_below_the_smallest_peak_states_it(tmp):
+    with pytest.raises(ValueError, match=r"memory_budget 1000 bytes is below the smallest "
+                                         r"peak computation_order 'gt' reaches .*: \d+ bytes"):
+        _step('mlp', tmp, 'gt', memory_budget=1000)
+
+
+def test_custom_retains_the_named_values(tmp):
+    model, path = _exported('mlp', tmp)
+    none = _step('mlp', tmp)[0]
+    retained = next(iter(none._training.values())).programs.retained
+    activations = [r for r in retained if not r.startswith('/')]
+    keep = activations[::4]
+    compiled, grads, _ = _step('mlp', tmp, 'custom', retain=keep)
+    programs = next(iter(compiled._training.values())).programs
+    # Parameters ('/0/W') are kept whatever the policy; the activations kept are those named.
+    assert {r for r in programs.retained if not r.startswith('/')} <= set(keep)
+    expected = _step('mlp', tmp)[1]
+    for name, grad in expected.items():
+        numpy.testing.assert_allclose(grads[name], grad, rtol=1e-6, atol=1e-7)
+    with pytest.raises(ValueError, match="retain names no forward value: nothing"):
+        _step('mlp', tmp, 'custom', retain=['nothing'])
+
+
+@pytest.mark.parametrize('kwargs,message', [
+    ({'computation_order': 'chen', 'memory_budget': 100},
+     "'memory_budget' applies to computation_order 'gt' only, not to 'chen'"),
+    ({'memory_budget': 0.5}, "'memory_budget' applies to computation_order 'gt' only, "
+                             "not to None"),
+    ({'computation_order': 'gt', 'chen_segments': 3}, "'chen_segments' applies to .*'chen'"),
+    ({'computation_order': 'chen', 'retain': ['a']}, "'retain' applies to .*'custom'"),
+    ({'computation_order': 'custom'}, "'custom' needs compiler option 'retain'"),
+    ({'computation_order': 'gt', 'memory_budget': 1.5}, 'fraction'),
+    ({'computation_order': 'gt', 'memory_budget': -3}, 'positive int'),
+    ({'computation_order': 'chen', 'chen_segments': 0}, 'positive int'),
+    ({'computation_order': 'recompute'}, "unknown computation_order 'recompute'"),
+])
+def test_misapplied_options_are_errors(kwargs, message):
+    with pytest.raises(ValueError, match=message):
+        CompilerOptions.from_kwargs(kwargs)
+
+
+def test_every_policy_is_documented_and_listed():
+    assert set(recompute.POLICIES) == {None, 'chen', 'gt', 'custom', 'dummy'}
+    assert all(fn.__doc__ for fn in recompute.POLICIES.values())
+
+
+# -- central differences through 'dummy' -------------------------------------
+
+def _chain_model(opset):
+    """x -> Tanh -> Mul(w) -> Sigmoid -> Conv(k) -> BatchNormalization
+    (training: its opset-14 form, or five outputs before) -> Relu -> MaxPool
+    -> Softplus -> Mul(x): every value backward reads is recomputed under
+    'dummy'."""
+    def info(name, shape):
+        return helper.make_tensor_value_info(name, TensorProto.DOUBLE, shape)
+
+    nodes = [helper.make_node('Tanh', ['x'], ['a']),
+             helper.make_node('Mul', ['a', 'w'], ['b']),
+             helper.make_node('Sigmoid', ['b'], ['c']),
+             helper.make_node('Conv', ['c', 'k'], ['d'], pads=[1, 1, 1, 1]),
+             helper.make_node('BatchNormalization', ['d', 'scale', 'bias', 'mean', 'var'],
+                              ['e', 'mean_out', 'var_out'], training_mode=1) if opset >= 14 else
+             helper.make_node('BatchNormalization', ['d', 'scale', 'bias', 'mean', 'var'],
+                              ['e', 'mean_out', 'var_out', 'saved_mean', 'saved_var']),
+             helper.make_node('Relu', ['e'], ['f']),
+             helper.make_node('MaxPool', ['f'], ['g'], kernel_shape=[2, 2]),
+             helper.make_node('Softplus', ['g'], ['h']),
+             helper.make_node('Mul', ['h', 'h'], ['y'])]
+    inputs = [info('x', [2, 2, 4, 4]), info('w', [2, 2, 4, 4]), info('k', [2, 2, 3, 3]),
+              info('scale', [2]), info('bias', [2]), info('mean', [2]), info('var', [2])]
+    graph = helper.make_graph(nodes, 'chain', inputs, [info('y', None)])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid('', opset)])
+    model.ir_version = 8
+    return model
+
+
+@pytest.mark.parametrize('opset', [13, 17])
+def test_central_differences_through_dummy(monkeypatch, opset):
+    monkeypatch.setattr(gradcheck, 'compile_training',
+                        functools.partial(compile_training, computation_order='dummy'))
+    rng = numpy.random.RandomState(0)
+    shapes = {'x': (2, 2, 4, 4), 'w': (2, 2, 4, 4), 'k': (2, 2, 3, 3), 'scale': (2,),
+              'bias': (2,), 'mean': (2,), 'var': (2,)}
+    inputs = {n: rng.uniform(0.5, 1.5, s) for n, s in shapes.items()}
+    programs = gradcheck.check_gradients(_chain_model(opset), inputs,
+                                         wrt=['x', 'w', 'k', 'scale', 'bias'])
+    replayed = {i.op for i in programs.backward.instructions}
+    assert {'Tanh', 'Sigmoid', 'Conv', 'BatchNormalization', 'Relu'} <= replayed
+
+
+# -- the one-program training step ------------------------------------------
+
+def _trained_step(order, **kwargs):
+    """Two SGD steps of a deep MLP classifier compiled as one training step
+    program with ``order``: (its parameters by path, the VM's peak)."""
+    numpy.random.seed(0)  # the same initial weights every time
+    base = DeepMLP()
+    x, t = _data(base)
+    model = L.Classifier(DeepMLP())
+    model.predictor.copyparams(base)
+    optimizer = chainer.optimizers.SGD(lr=0.1)
+    optimizer.setup(model)
+    step = chainer_compiler.compile_training_step(
+        model, optimizer, (x, t), runtime_kwargs={'track_memory': True},
+        computation_order=order, compiler_kwargs=kwargs)
+    for _ in range(2):
+        step(x, t)
+    return {name: p.array.copy() for name, p in model.namedparams()}, step.executor.peak_bytes
+
+
+@pytest.mark.parametrize('order,kwargs', POLICIES)
+def test_the_training_step_takes_the_policies(order, kwargs):
+    expected, unchanged = _trained_step(None)
+    params, peak = _trained_step(order, **kwargs)
+    for name, value in expected.items():
+        numpy.testing.assert_allclose(params[name], value, rtol=1e-6, atol=1e-7, err_msg=name)
+    if order in ('gt', 'chen'):
+        assert peak < unchanged
+
+
+# -- the benchmark models (benchmarks/models.py), shrunk -----------------------
+
+def _load_benchmark_models():
+    """benchmarks/models.py, loaded by path: the benchmark scripts are not a
+    package."""
+    path = os.path.join(os.path.dirname(__file__), '..', '..', 'benchmarks', 'models.py')
+    spec = importlib.util.spec_from_file_location('benchmark_models', path)
+    models = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(models)
+    return models
+
+
+def _benchmark_models():
+    """{name: (make the model, an input batch)} of the memory benchmark's
+    models at test sizes."""
+    models = _load_benchmark_models()
+    rng = numpy.random.RandomState(0)
+    images = rng.randn(2, 3, 32, 32).astype(numpy.float32)
+    return {
+        'resnet50': (lambda: models.ResNet50(width=4, blocks=(1, 1, 1, 1)), images),
+        'vgg16': (lambda: models.VGG16(width=4, fc_width=16, image_size=32), images),
+        'lstm': (lambda: models.LSTMClassifier(n_in=3, hidden=5), rng.randn(2, 4, 3)
+                 .astype(numpy.float32)),
+        'mlp100': (lambda: models.deep_mlp(100, n_in=8, width=8), rng.randn(4, 8)
+                   .astype(numpy.float32)),
+        'dropout': (lambda: models.DropoutMLP(n_in=8, hidden=8), rng.randn(4, 8)
+                    .astype(numpy.float32)),
+    }
+
+
+@pytest.mark.parametrize('name', ['resnet50', 'vgg16', 'lstm', 'mlp100', 'dropout'])
+def test_benchmark_models_get_the_same_gradients_under_every_policy(tmp_path, name):
+    make, x = _benchmark_models()[name]
+    t = numpy.arange(len(x), dtype=numpy.int32) % 5
+    numpy.random.seed(0)
+    base = make()
+    with chainer.using_config('train', False):
+        path = chainer_compiler.export(base, [x], str(tmp_path / 'model.onnx'))
+    grads = {}
+    # A budget of the whole peak fits any model; tighter ones not these small ones.
+    for order, kwargs in [(None, {}), ('chen', {}), ('gt', {}), ('dummy', {}),
+                          ('gt', {'memory_budget': 1.0})]:
+        model = make()
+        model.copyparams(base)
+        compiled = chainer_compiler.compile_onnx(model, path, computation_order=order,
+                                                 compiler_kwargs=kwargs)
+        model.cleargrads()
+        numpy.random.seed(7)  # the same Dropout masks
+        F.softmax_cross_entropy(compiled(x), t).backward()
+        grads[order, str(kwargs)] = {n: p.grad.copy() for n, p in model.namedparams()}
+    expected = grads[None, '{}']
+    for key, got in grads.items():
+        for param, grad in expected.items():
+            numpy.testing.assert_allclose(got[param], grad, rtol=1e-6, atol=1e-7,
+                                          err_msg='%s %s' % (key, param))
+
+
+def test_the_deep_plain_cnn_meets_the_peak_targets(tmp_path):
+    """The benchmark's deep plain CNN, shrunk: gt within half of the peak
+    without recompute, chen within 60%, as measured by the VM."""
+    models = _load_benchmark_models()
+    x = numpy.random.RandomState(0).randn(4, 3, 16, 16).astype(numpy.float32)
+    t = numpy.arange(4, dtype=numpy.int32)
+    base = models.DeepPlainCNN(depth=16, channels=8)
+    with chainer.using_config('train', False):
+        path = chainer_compiler.export(base, [x], str(tmp_path / 'cnn.onnx'))
+    peaks = {}
+    for order in (None, 'chen', 'gt'):
+        model = models.DeepPlainCNN(depth=16, channels=8)
+        model.copyparams(base)
+        compiled = chainer_compiler.compile_onnx(model, path, computation_order=order,
+                                                 runtime_kwargs={'track_memory': True})
+        F.softmax_cross_entropy(compiled(x), t).backward()
+        peaks[order] = compiled.peak_bytes()
+    assert peaks['gt'] <= 0.5 * peaks[None]
+    assert peaks['chen'] <= 0.6 * peaks[None]
