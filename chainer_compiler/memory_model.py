@@ -97,10 +97,19 @@ def graph_schedule(nodes, inputs, constants, outputs):
     """The Schedule of a program emitted from ``nodes`` (ONNX nodes in order;
     their sub-graphs' outer reads count as reads), whose ``inputs`` and
     ``constants`` (names) are live from the start, and whose ``outputs``
-    (names) stay."""
-    return Schedule(list(inputs) + list(constants), set(constants),
-                    [(reads(node), [o for o in node.output if o]) for node in nodes],
-                    set(outputs))
+    (names) stay.  An Identity makes no value of its own: the pipeline
+    renames its output to its input before code is emitted, so reads of
+    the output count as reads of the input."""
+    alias = {}
+    steps = []
+    for node in nodes:
+        if node.op_type == 'Identity' and node.domain == '' and node.input[0]:
+            alias[node.output[0]] = alias.get(node.input[0], node.input[0])
+            continue
+        steps.append(([alias.get(name, name) for name in reads(node)],
+                      [o for o in node.output if o]))
+    return Schedule(list(inputs) + list(constants), set(constants), steps,
+                    {alias.get(name, name) for name in outputs})
 
 
 def program_schedule(program):

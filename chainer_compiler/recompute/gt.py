@@ -17,7 +17,7 @@ work); with one, the plan of least work whose predicted peak fits.
 """
 import numpy
 
-from .segments import keep_for_cuts, segment_costs
+from .segments import equal_cuts, keep_for_cuts, segment_costs
 
 #: Buckets of recomputation work in the dynamic program.
 WORK_BUCKETS = 64
@@ -39,8 +39,10 @@ def gt(problem):
     # Retaining what backward reads (no recompute) is a candidate too, so gt
     # never predicts a higher peak than no policy.
     candidates = {None: (problem.peak(problem.unchanged), 0)}
-    for limit in _limits(costs):
-        cuts = _cheapest_cuts(costs, limit)
+    # The √n equal segments (chen's cuts) are prefixes too: the coarse
+    # segment model may miss them, and with them gt never ends above chen.
+    for cuts in [_cheapest_cuts(costs, limit) for limit in _limits(costs)] + \
+            [tuple(equal_cuts(len(forward.nodes)))]:
         if cuts is not None and cuts not in candidates:
             chosen = problem.plan(keep_for_cuts(forward, list(cuts)))
             candidates[cuts] = (problem.peak(chosen), problem.work(chosen))

@@ -1,8 +1,6 @@
 """The recompute policies other than 'gt' (gt.py): each a function of the
 Problem returning the forward values to keep, or None to change nothing."""
-import math
-
-from .segments import keep_for_cuts
+from .segments import equal_cuts, keep_for_cuts
 
 
 def retain_all(problem):
@@ -16,11 +14,8 @@ def chen(problem):
     of equal node counts (default: the square root of the node count), keep
     their boundaries and recompute inside each segment during backward; one
     extra forward computation at most."""
-    n = len(problem.forward.nodes)
-    segments = problem.options.chen_segments or max(1, round(math.sqrt(n)))
-    segments = min(segments, max(n, 1))
-    cuts = sorted({round(n * s / segments) for s in range(1, segments)} - {0, n})
-    return keep_for_cuts(problem.forward, cuts)
+    return keep_for_cuts(problem.forward, equal_cuts(len(problem.forward.nodes),
+                                                     problem.options.chen_segments))
 
 
 def custom(problem):

@@ -13,6 +13,7 @@ live while backward recomputes and differentiates it (``working``: its own
 values plus the gradients of the boundary crossing ``j``), and the work of
 recomputing it (``work``).
 """
+import math
 from dataclasses import dataclass
 
 import numpy
@@ -32,6 +33,13 @@ def last_reads(forward):
     for name in forward.pinned:
         last[name] = n
     return last
+
+
+def equal_cuts(n, segments=None):
+    """The cuts splitting ``n`` forward nodes into ``segments`` runs of
+    equal node counts (default: the square root of ``n``, Chen et al.)."""
+    segments = min(segments or max(1, round(math.sqrt(n))), max(n, 1))
+    return sorted({round(n * s / segments) for s in range(1, segments)} - {0, n})
 
 
 def keep_for_cuts(forward, cuts):
