@@ -13,7 +13,9 @@ The segment model is coarse, so the choice is made with the memory model
 proper: the program runs for a sweep of limits, from the least feasible
 up to keeping everything, and each resulting plan's peak is predicted.
 Without ``memory_budget`` the plan of least predicted peak wins (then least
-work); with one, the plan of least work whose predicted peak fits.
+work); with one, the plan of least work whose predicted peak fits, after
+the limits between the last plan that fits and the first that does not are
+bisected (the sweep's steps are coarse next to a budget).
 """
 import numpy
 
@@ -23,6 +25,8 @@ from .segments import equal_cuts, keep_for_cuts, segment_costs
 WORK_BUCKETS = 64
 #: Limits tried between the least feasible and keeping everything.
 LIMITS = 12
+#: Bisections of the limits around a memory_budget.
+BUDGET_BISECTIONS = 8
 
 
 class BudgetError(ValueError):
@@ -41,12 +45,12 @@ def gt(problem):
     candidates = {None: (problem.peak(problem.unchanged), 0)}
     # The √n equal segments (chen's cuts) are prefixes too: the coarse
     # segment model may miss them, and with them gt never ends above chen.
-    for cuts in [_cheapest_cuts(costs, limit) for limit in _limits(costs)] + \
-            [tuple(equal_cuts(len(forward.nodes)))]:
-        if cuts is not None and cuts not in candidates:
-            chosen = problem.plan(keep_for_cuts(forward, list(cuts)))
-            candidates[cuts] = (problem.peak(chosen), problem.work(chosen))
+    _add(problem, candidates, tuple(equal_cuts(len(forward.nodes))))
+    limits = _limits(costs)
+    peaks = [_add(problem, candidates, _cheapest_cuts(costs, limit)) for limit in limits]
     budget = problem.budget()
+    if budget is not None:
+        _bisect_budget(problem, costs, candidates, budget, list(zip(limits, peaks)))
     smallest = min(peak for peak, _ in candidates.values())
     if budget is None:
         best = min(candidates, key=lambda c: candidates[c])
@@ -58,6 +62,36 @@ def gt(problem):
                 'reaches for this model: %d bytes' % (budget, smallest))
         best = min(fitting, key=lambda c: candidates[c][::-1])
     return None if best is None else keep_for_cuts(forward, list(best))
+
+
+def _add(problem, candidates, cuts):
+    """Add ``cuts`` (None: no segmentation fits) to ``candidates`` as
+    (predicted peak, work); returns that peak (None for None)."""
+    if cuts is None:
+        return None
+    if cuts not in candidates:
+        chosen = problem.plan(keep_for_cuts(problem.forward, list(cuts)))
+        candidates[cuts] = (problem.peak(chosen), problem.work(chosen))
+    return candidates[cuts][0]
+
+
+def _bisect_budget(problem, costs, candidates, budget, swept):
+    """Add the plans of the limits bisected between the highest swept limit
+    whose plan fits ``budget`` and the next one up (``swept``: ascending
+    (limit, predicted peak or None)): a plan that fits with less work
+    lies there when the sweep steps over the budget."""
+    fitting = [limit for limit, peak in swept if peak is not None and peak <= budget]
+    above = [limit for limit, _ in swept if fitting and limit > fitting[-1]]
+    if not above:
+        return
+    low, high = fitting[-1], above[0]
+    for _ in range(BUDGET_BISECTIONS):
+        middle = (low + high) / 2
+        peak = _add(problem, candidates, _cheapest_cuts(costs, middle))
+        if peak is not None and peak <= budget:
+            low = middle
+        else:
+            high = middle
 
 
 def _limits(costs):

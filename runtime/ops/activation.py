@@ -7,7 +7,7 @@ Python floats and 0-d arrays.
 import math
 
 from .opset_rules import softmax_axes
-from .registry import LATEST, kernel
+from .registry import LATEST, kernel, per_element
 
 
 def _const(x, value):
@@ -16,7 +16,7 @@ def _const(x, value):
 
 # -- rectifiers and friends ---------------------------------------------------
 
-@kernel('Relu')
+@kernel('Relu', cost=per_element(12))  # maximum with a scalar: 10 to 15 measured
 def relu(xp, x, *, consumed_inputs=None):
     return xp.maximum(x, _const(x, 0))
 
@@ -83,7 +83,7 @@ def _softplus(xp, x):
     return xp.maximum(x, _const(x, 0)) + xp.log1p(xp.exp(-xp.abs(x)))
 
 
-@kernel('Sigmoid')
+@kernel('Sigmoid', cost=per_element(200))  # 170 to 250 measured
 def sigmoid(xp, x, *, consumed_inputs=None):
     return _sigmoid(xp, x)
 

@@ -9,7 +9,7 @@ import math
 import numpy
 
 from .opset_rules import axes_input_since
-from .registry import LATEST, kernel
+from .registry import LATEST, kernel, per_element
 
 _INT64 = numpy.int64
 
@@ -56,7 +56,14 @@ def _wrap_indices(xp, indices, dim):
 
 
 # -- constants and shapes --------------------------------------------------
-@kernel('Identity')
+
+#: The cost of what the VM does without copying (a view or the array
+#: itself): nothing (Reshape, Flatten: 0.1 to 0.3 units per element measured,
+#: benchmarks/op_costs.py; runtime/ops/registry.py tells the units).
+NO_COPY = per_element(0)
+
+
+@kernel('Identity', cost=NO_COPY)
 def identity(xp, x):
     return x
 
@@ -106,7 +113,7 @@ def _reshape(x, dims, allowzero):
     return x.reshape(dims)
 
 
-@kernel('Reshape', versions=(1, 4))
+@kernel('Reshape', versions=(1, 4), cost=NO_COPY)
 def reshape_v1(xp, data, *, shape=(), consumed_inputs=None):
     return _reshape(data, shape, 0)
 
@@ -116,7 +123,7 @@ def reshape(xp, data, shape, *, allowzero=0):
     return _reshape(data, _ints(shape), allowzero)
 
 
-@kernel('Flatten')
+@kernel('Flatten', cost=NO_COPY)
 def flatten(xp, x, *, axis=1):
     axis = _axis(axis, x.ndim)
     return x.reshape(math.prod(x.shape[:axis]), math.prod(x.shape[axis:]))
@@ -144,7 +151,7 @@ def _unsqueeze(xp, x, axes):
 
 
 # One kernel for the axes attribute, one for the axes input (axes_input_since).
-@kernel('Squeeze', versions=(1, axes_input_since('Squeeze') - 1))
+@kernel('Squeeze', versions=(1, axes_input_since('Squeeze') - 1), cost=NO_COPY)
 def squeeze_v1(xp, data, *, axes=None):
     return _squeeze(xp, data, axes)
 
@@ -154,7 +161,7 @@ def squeeze(xp, data, axes=None):
     return _squeeze(xp, data, _ints(axes))
 
 
-@kernel('Unsqueeze', versions=(1, axes_input_since('Unsqueeze') - 1))
+@kernel('Unsqueeze', versions=(1, axes_input_since('Unsqueeze') - 1), cost=NO_COPY)
 def unsqueeze_v1(xp, data, *, axes):
     return _unsqueeze(xp, data, axes)
 

@@ -12,7 +12,7 @@ import numpy
 from numpy.polynomial import chebyshev
 
 from .opset_rules import axes_input_since
-from .registry import LATEST, gemm_cost, kernel, output_times_input
+from .registry import LATEST, PRODUCT, gemm_cost, kernel, output_times_input, scaled
 
 # -- element-wise unary ----------------------------------------------------
 
@@ -379,12 +379,12 @@ def argmin(xp, data, *, axis=0, keepdims=1, select_last_index=0):
 
 # -- matrix products -------------------------------------------------------
 
-@kernel('MatMul', cost=output_times_input(0, slice(-1, None)))
+@kernel('MatMul', cost=scaled(output_times_input(0, slice(-1, None)), PRODUCT))
 def matmul(xp, a, b):
     return xp.matmul(a, b)
 
 
-@kernel('Gemm', cost=gemm_cost)
+@kernel('Gemm', cost=scaled(gemm_cost, PRODUCT))
 def gemm(xp, a, b, c=None, *, alpha=1.0, beta=1.0, transA=0, transB=0, broadcast=0):
     # ``broadcast`` (opsets < 7) only allowed C to broadcast, which NumPy does anyway.
     y = xp.matmul(a.T if transA else a, b.T if transB else b)

@@ -9,7 +9,7 @@ saved statistics are returned in the stash type itself.
 import numpy
 
 from .opset_rules import batch_norm_trains
-from .registry import LATEST, kernel
+from .registry import LATEST, kernel, per_element
 
 # ONNX TensorProto element types allowed for stash_type.
 _STASH_DTYPES = {1: numpy.dtype(numpy.float32), 10: numpy.dtype(numpy.float16),
@@ -91,10 +91,21 @@ def _batch_norm_training(xp, x, scale, b, mean, var, epsilon, momentum, axes):
             batch_mean.astype(mean.dtype), batch_var.astype(var.dtype))
 
 
+#: Per element of Y, in the units of runtime/ops/registry.py's costs
+#: (benchmarks/op_costs.py measured 45 to 75 training, 13 to 18 inference):
+#: training takes the statistics' passes besides the normalisation's.
+_TRAINING_COST, _INFERENCE_COST = per_element(50), per_element(15)
+
+
+def _batch_norm_cost(inputs, outputs):
+    """Training when the running averages are among the outputs."""
+    return (_TRAINING_COST if len(outputs) > 1 else _INFERENCE_COST)(inputs, outputs)
+
+
 # Replayable in training too: the kernel is pure (the running averages are
 # outputs), and a replay's recomputed averages are dead in the backward
 # program, so only the forward program's update is stored.
-@kernel('BatchNormalization', versions=(1, 13))
+@kernel('BatchNormalization', versions=(1, 13), cost=_batch_norm_cost)
 def batch_normalization_v1(xp, x, scale, b, mean, var, *, epsilon=1e-5, momentum=0.9,
                            is_test=0, spatial=1, consumed_inputs=None, n_outputs=1):
     """Before opset 14 the mode is implied (opset_rules.batch_norm_trains,

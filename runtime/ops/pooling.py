@@ -11,7 +11,7 @@ import math
 import numpy
 
 from .connection import im2col, window_geometry
-from .registry import LATEST, kernel
+from .registry import LATEST, kernel, per_element
 
 
 def _lowest(dtype):
@@ -37,7 +37,11 @@ def _reduce_taps(view, window, ufunc):
     return y
 
 
-@kernel('MaxPool')
+# Pooling costs per input element (benchmarks/op_costs.py, units as in
+# registry.py): the taps, which the time grows with, are attributes a cost
+# rule does not see.  Measured: MaxPool 3x3 stride 2 45 to 80, AveragePool
+# 2x2 stride 2 20 to 30, GlobalAveragePool 5 to 8.
+@kernel('MaxPool', cost=per_element(50, of='inputs'))
 def max_pool(xp, x, *, auto_pad='NOTSET', ceil_mode=0, dilations=None, kernel_shape=None,
              pads=None, storage_order=0, strides=None, n_outputs=1):
     in_shape = x.shape[2:]
@@ -88,7 +92,7 @@ def _window_counts(in_shape, window, count_include_pad):
     return counts
 
 
-@kernel('AveragePool')
+@kernel('AveragePool', cost=per_element(25, of='inputs'))
 def average_pool(xp, x, *, auto_pad='NOTSET', ceil_mode=0, count_include_pad=0,
                  dilations=None, kernel_shape=None, pads=None, strides=None):
     in_shape = x.shape[2:]
@@ -120,7 +124,7 @@ def _spatial_axes(x):
     return tuple(range(2, x.ndim))
 
 
-@kernel('GlobalAveragePool')
+@kernel('GlobalAveragePool', cost=per_element(6, of='inputs'))
 def global_average_pool(xp, x):
     return x.mean(axis=_spatial_axes(x), keepdims=True)
 

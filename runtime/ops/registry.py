@@ -50,10 +50,11 @@ class OpRecord:
     #: False: the recompute policies never replay it in the backward program
     #: but keep its outputs (random draws, state it changes, sub-programs).
     recompute: bool | None = None
-    #: The work of one run, for costly operators: ``cost(inputs, outputs)``
-    #: of the input and output shapes (tuples of ints, None when unknown)
-    #: gives multiply-adds, or None when the shapes do not tell.  Undeclared:
-    #: one operation per output element (see work()).
+    #: The work of one run: ``cost(inputs, outputs)`` of the input and
+    #: output shapes (tuples of ints, None when unknown) gives it in units of
+    #: a convolution's multiply-add (see "costs" below), or None when the
+    #: shapes do not tell.  Undeclared:
+    #: ELEMENTWISE units per output element (see work()).
     cost: Callable | None = None
     #: Positions of the inputs whose arrays the kernel overwrites (the
     #: optimizer updates); validate_program refuses a read of them afterwards.
@@ -72,17 +73,18 @@ class OpRecord:
 
     @property
     def costly(self):
-        """Whether its work grows faster than its output (a declared cost)."""
+        """Whether it declares its own cost (products, and operators whose
+        time per element is not one element-wise pass's)."""
         return self.cost is not None
 
     def work(self, inputs, outputs):
-        """The operations one run takes, from the input and output shapes:
-        the declared cost, else (or when it cannot tell) one per output
-        element; unknown shapes count as nothing."""
+        """The work of one run (in a convolution's multiply-adds) from the
+        input and output shapes: the declared cost, else (or when it cannot
+        tell) ELEMENTWISE per output element; unknown shapes count as nothing."""
         known = self.cost(inputs, outputs) if self.cost is not None else None
         if known is not None:
             return known
-        return sum(_elements(shape) or 0 for shape in outputs)
+        return ELEMENTWISE * sum(_elements(shape) or 0 for shape in outputs)
 
     @property
     def recomputable(self):
@@ -230,9 +232,24 @@ def node_work(op, domain, inputs, outputs):
     return record.work(inputs, outputs)
 
 
-# -- costs of costly operators -------------------------------------------------
+# -- costs ---------------------------------------------------------------------
 # A cost rule ``cost(inputs, outputs)`` gets one shape per input and output
-# (a tuple of ints, None when unknown or omitted) and returns multiply-adds.
+# (a tuple of ints, None when unknown or omitted) and returns the work in
+# units of the time of one multiply-add inside a convolution (im2col and
+# GEMM: 0.02 to 0.06 ns measured).  The recompute policies weigh replays by it, so it must be in
+# proportion to the VM's time: the factors are the NumPy VM's times per
+# element over its time per convolution multiply-add, measured by
+# benchmarks/op_costs.py (2026-11-23, this project's 2-core machine; a
+# convolution's time per multiply-add varied up to 2.5x between runs there
+# with the load on its BLAS threads, the element-wise times much less).
+
+#: The work per output element of one NumPy pass (Add, Mul: 4 to 6 units),
+#: what an operator without a cost rule is taken to do.
+ELEMENTWISE = 5
+
+#: A BLAS product's (Gemm, MatMul) time per multiply-add, in units
+#: (0.3 to 0.5 measured: a convolution also builds its im2col columns).
+PRODUCT = 0.4
 
 def _elements(shape):
     """The element count of ``shape``, or None when it is not known."""
@@ -242,6 +259,26 @@ def _elements(shape):
     for d in shape:
         count *= d
     return count
+
+
+def per_element(factor, index=0, of='outputs'):
+    """The cost rule "``factor`` units per element of output (or, with
+    ``of='inputs'``, input) ``index``": element-wise passes that cost more
+    or less than ELEMENTWISE, and 0 for what the VM does without copying."""
+    def cost(inputs, outputs):
+        shapes = outputs if of == 'outputs' else inputs
+        count = _elements(shapes[index] if index < len(shapes) else None)
+        return None if count is None else factor * count
+    return cost
+
+
+def scaled(rule, factor):
+    """The cost rule ``rule`` times ``factor`` (a product's multiply-adds
+    at PRODUCT units each)."""
+    def cost(inputs, outputs):
+        known = rule(inputs, outputs)
+        return None if known is None else factor * known
+    return cost
 
 
 def output_times_input(index, axes):

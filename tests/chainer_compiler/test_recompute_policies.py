@@ -19,6 +19,9 @@ from chainer_compiler.pipeline import CompilerOptions
 from chainer_compiler.training import compile_training
 from tests.chainer_compiler.autodiff import gradcheck
 
+#: gt.py (the package exports its policy function under the same name).
+GT_MODULE = importlib.import_module('chainer_compiler.recompute.gt')
+
 POLICIES = [('chen', {}), ('gt', {}), ('dummy', {}), ('gt', {'memory_budget': 0.9}),
             ('chen', {'chen_segments': 3})]
 
@@ -168,6 +171,21 @@ def test_gt_fits_the_peak_chen_reaches(tmp):
     gt = _step('mlp', tmp, 'gt', memory_budget=budget)[0]
     assert gt.predicted_peak_bytes() <= budget
     assert gt.peak_bytes() <= chen.peak_bytes()
+
+
+def test_gt_bisects_the_limits_around_a_budget(tmp, monkeypatch):
+    # The sweep's plans step over 80% of the peak; the bisected limits find
+    # one that fits closer to it and so replays less.
+    budget = int(0.8 * _step('mlp', tmp)[0].predicted_peak_bytes())
+    plans = {}
+    for bisections in (0, GT_MODULE.BUDGET_BISECTIONS):
+        monkeypatch.setattr(GT_MODULE, 'BUDGET_BISECTIONS', bisections)
+        compiled = _step('mlp', tmp, 'gt', memory_budget=budget)[0]
+        backward = next(iter(compiled._training.values())).programs.backward
+        plans[bisections] = (compiled.predicted_peak_bytes(), len(backward.instructions))
+    (swept_peak, swept_length), (peak, length) = plans.values()
+    assert swept_peak < peak <= budget
+    assert length < swept_length
 
 
 def test_a_budget_below_the_smallest_peak_states_it(tmp):

@@ -8,15 +8,19 @@ import pytest
 
 from chainer_compiler.runtime import Executor, Instruction, Program, ProgramFormatError, ValueInfo
 from chainer_compiler.runtime.ops import CUSTOM_DOMAIN, kernel, lookup, recomputable
-from chainer_compiler.runtime.ops.registry import registered_kernels
+from chainer_compiler.runtime.ops.registry import ELEMENTWISE, PRODUCT, registered_kernels
 
 #: What the recompute policies never replay in the default domain: random
 #: draws, running sub-programs, and products without a cost rule.
 KEPT = {'Einsum', 'Attention', 'Dropout', 'RandomNormal', 'RandomUniform', 'RandomNormalLike',
         'RandomUniformLike', 'Bernoulli', 'Multinomial', 'Loop', 'Scan', 'If', 'SequenceMap'}
 
-#: The operators whose work grows faster than their output: they declare a cost.
-COSTLY = {'Conv', 'ConvTranspose', 'MatMul', 'Gemm', 'LSTM', 'GRU', 'RNN'}
+#: The operators that declare a cost: those whose work grows faster than their
+#: output, and those whose time per element is not one NumPy pass's
+#: (benchmarks/op_costs.py measured them).
+COSTLY = {'Conv', 'ConvTranspose', 'MatMul', 'Gemm', 'LSTM', 'GRU', 'RNN',
+          'BatchNormalization', 'Relu', 'Sigmoid', 'MaxPool', 'AveragePool',
+          'GlobalAveragePool', 'Identity', 'Reshape', 'Flatten', 'Squeeze', 'Unsqueeze'}
 
 
 def test_the_recompute_policy_keeps_what_the_records_declare():
@@ -47,13 +51,35 @@ def test_costly_operators_declare_their_work():
     record = lookup('Conv').record
     # N=2, 8 output channels, 5x5 output, each from 3 channels x 3x3 taps.
     assert record.work([(2, 3, 7, 7), (8, 3, 3, 3)], [(2, 8, 5, 5)]) == 2 * 8 * 25 * 27
-    assert lookup('Gemm').record.work([(4, 6), (6, 5)], [(4, 5)]) == 4 * 5 * 6
-    assert lookup('MatMul').record.work([(2, 4, 6), (6, 5)], [(2, 4, 5)]) == 2 * 4 * 5 * 6
+    # A BLAS product's multiply-add takes less time than a convolution's.
+    assert lookup('Gemm').record.work([(4, 6), (6, 5)], [(4, 5)]) == 4 * 5 * 6 * PRODUCT
+    assert lookup('MatMul').record.work([(2, 4, 6), (6, 5)], [(2, 4, 5)]) == 2 * 4 * 5 * 6 * PRODUCT
     lstm = lookup('LSTM').record.work([(7, 2, 3), (1, 16, 3), (1, 16, 4)], [(7, 1, 2, 4)])
     assert lstm == 7 * 2 * (16 * 3 + 16 * 4)
-    # Elementwise operators: one operation per output element; unknown shapes: none.
-    assert lookup('Relu').record.work([(3, 4)], [(3, 4)]) == 12
+    # Undeclared: one NumPy pass per output element; unknown shapes: none.
+    assert lookup('Add').record.work([(3, 4), (3, 4)], [(3, 4)]) == ELEMENTWISE * 12
     assert record.work([None, (8, 3, 3, 3)], [None]) == 0
+
+
+def per_element(op, outputs=1):
+    """The work ``op`` declares per element of a (2, 4, 6, 6) input and
+    output (with ``outputs - 1`` more of 4 elements: running averages)."""
+    x = (2, 4, 6, 6)
+    work = lookup(op).record.work([x, (4,), (4,), (4,), (4,)], [x] + [(4,)] * (outputs - 1))
+    return work / (2 * 4 * 6 * 6)
+
+
+def test_declared_costs_rank_the_operators_as_the_vm_times_them():
+    # benchmarks/op_costs.py: per element, a training BatchNormalization
+    # (statistics and normalisation) outlasts an inference one, which
+    # outlasts a Relu, which outlasts an Add; views cost nothing.
+    training, inference = per_element('BatchNormalization', 3), per_element('BatchNormalization')
+    assert training > inference > per_element('Relu') > per_element('Add') > 0
+    assert per_element('BatchNormalization', 5) == training  # opsets before 14
+    assert per_element('Reshape') == per_element('Flatten') == per_element('Identity') == 0
+    # A 3x3 convolution of 32 channels (288 multiply-adds per output
+    # element) still outlasts its BatchNormalization and Relu together.
+    assert training + per_element('Relu') < 288
 
 #: The update kernels: the positions of their state inputs besides the parameter.
 UPDATES = {'SGDUpdate': (), 'MomentumSGDUpdate': (2,), 'AdamUpdate': (2, 3)}

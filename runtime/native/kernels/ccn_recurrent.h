@@ -1,5 +1,6 @@
 /* ccn_recurrent.h: Recurrent family: ONNX RNN, GRU and LSTM (one layer,
- * forward, reverse or bidirectional, default activations). */
+ * forward, reverse or bidirectional, default activations) and their
+ * gradients RNNGrad, GRUGrad and LSTMGrad (custom domain). */
 #ifndef CCN_RECURRENT_H
 #define CCN_RECURRENT_H
 
@@ -41,6 +42,25 @@ typedef struct {
  * write zeros to Y; the reverse direction reverses each sequence within its
  * own length. */
 void ccn_recurrent(const ccn_rnn_call *call, float *scratch);
+
+/* One LSTMGrad, GRUGrad or RNNGrad node: the forward node's call (its
+ * outputs unused) with W and R as given too, the forward's Y and the
+ * gradients of Y, Y_h and Y_c (NULL: zero).  Each result pointer may be
+ * NULL (not wanted); the shapes are those of the forward inputs X, W, R, B,
+ * initial_h, initial_c and P. */
+typedef struct {
+    ccn_rnn_call fwd;
+    const float *w, *r;       /* (D, G*hidden, input) and (D, G*hidden, hidden) */
+    const float *y;           /* the forward's Y */
+    const float *gy, *gyh, *gyc;
+    float *gx, *gw, *gr, *gb, *gh0, *gc0, *gpeep;
+} ccn_rnn_grad_call;
+
+/* Back-propagates through time as the NumPy kernels of runtime/ops/rnn.py
+ * do: steps past a sequence's length pass the state's gradient through and
+ * get none of Y's.  With rows = seq*batch, scratch holds 4*rows*G*hidden +
+ * 4*rows*hidden + batch*G*hidden + 3*batch*hidden floats. */
+void ccn_recurrent_grad(const ccn_rnn_grad_call *call, float *scratch);
 
 CCN_END_DECLS
 #endif /* CCN_RECURRENT_H */

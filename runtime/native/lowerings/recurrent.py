@@ -1,4 +1,5 @@
-"""RNN, GRU and LSTM (ONNX one-layer recurrences) as calls into
+"""RNN, GRU and LSTM (ONNX one-layer recurrences) and their gradients
+LSTMGrad, GRUGrad and RNNGrad (custom domain) as calls into
 ccn_recurrent.c, which multiplies through ccn_connection.c's ccn_gemm.
 
 W and R go to the kernel transposed (so the inner loop of each product is
@@ -8,6 +9,7 @@ not.  Only the default activations are supported.
 """
 import numpy
 
+from ...ops.registry import CUSTOM_DOMAIN
 from ...program import NO_REGISTER
 from ..cformat import Shape, cfloat
 from ..lowering import Refuse, Step, lowers
@@ -17,66 +19,133 @@ _CELLS = {'RNN': ('CCN_CELL_RNN', 1, ('tanh',)),
           'GRU': ('CCN_CELL_GRU', 3, ('sigmoid', 'tanh')),
           'LSTM': ('CCN_CELL_LSTM', 4, ('sigmoid', 'tanh', 'tanh'))}
 _DIRECTIONS = {'forward': 1, 'reverse': 1, 'bidirectional': 2}
+#: op -> its number of inputs (the gradient's inputs continue after them)
+_N_INPUTS = {'RNN': 6, 'GRU': 6, 'LSTM': 8}
 
 
 @lowers(*_CELLS)
 def recurrent(em, inst) -> Step:
-    a = inst.attrs
-    cell, gates, default_acts = _CELLS[inst.op]
-    direction = a.get('direction', 'forward')
-    if direction not in _DIRECTIONS:
-        raise Refuse('unknown direction %r' % direction)
-    D = _DIRECTIONS[direction]
-    layout = int(a.get('layout', 0))
-    if layout not in (0, 1):
-        raise Refuse('layout %d is not 0 or 1' % layout)
-    _check_attributes(a, D, default_acts)
-    T, B, n_in, H = _check_inputs(em, inst, D, gates, layout)
-    GH = gates * H
-    weights = [_weight_layout(em, inst, 1, [(0, GH)], D, 'rnn_wt'),
-               _weight_layout(em, inst, 2, _r_blocks(gates, H), D,
-                              'gru_rt' if inst.op == 'GRU' else 'rnn_rt')]
+    rec = _Recurrence(em, inst, inst.op)
     # The kernel's own scratch (see ccn_recurrent.h), then W^T and R^T when
     # they are transposed at run time.
-    scratch = T * B * GH + B * GH + 3 * B * H
-    runtime_at = {}
-    for k, (name, _) in zip((1, 2), weights):
-        if name is None:
-            runtime_at[k] = scratch
-            scratch += em.nbytes(inst.inputs[k]) // 4
+    scratch = rec.place_weights(rec.T * rec.B * rec.GH + rec.B * rec.GH + 3 * rec.B * rec.H)
     present = [k < len(inst.outputs) and inst.outputs[k] != NO_REGISTER for k in range(3)]
+
+    def render(ref, s):
+        def out(k):
+            return ref(inst.outputs[k]) if present[k] else 'NULL'
+        lines, fields = rec.fields(ref, s)
+        fields += [('y', out(0)), ('yh', out(1)), ('yc', out(2))]
+        return (lines + ['ccn_recurrent(&(const ccn_rnn_call){']
+                + ['    .%s = %s,' % f for f in fields] + ['}, %s);' % s])
+
+    shapes: list[Shape | None] = [shape if present[k] else None
+                                  for k, shape in enumerate([rec.y, rec.states, rec.states])]
+    return Step('recurrent', shapes[:len(inst.outputs)], render, scratch=scratch,
+                also=('connection',))
+
+
+@lowers(*(CUSTOM_DOMAIN + '::%sGrad' % op for op in _CELLS))
+def recurrent_grad(em, inst) -> Step:
+    """LSTMGrad, GRUGrad and RNNGrad (chainer_compiler/autodiff/rnn.py):
+    the forward's inputs, then Y, gY, gY_h (and gY_c); results gX, gW, gR,
+    gB, g_initial_h (and g_initial_c, gP)."""
+    op = inst.op.removesuffix('Grad')
+    rec = _Recurrence(em, inst, op)
+    n_in = _N_INPUTS[op]
+    if not em.has(inst, n_in):
+        raise Refuse('the forward output Y is not given')
+    upstream = [rec.y, rec.y] + [rec.states] * (2 if op == 'LSTM' else 1)
+    for k, shape in enumerate(upstream, n_in):
+        if em.has(inst, k) and em.shape(inst, k) != shape:
+            raise Refuse('input %d has shape %s, expected %s'
+                         % (k, list(em.shape(inst, k)), list(shape)))
+    rows = rec.T * rec.B
+    scratch = rec.place_weights(4 * rows * (rec.GH + rec.H) + rec.B * (rec.GH + 3 * rec.H))
+    results = ['gx', 'gw', 'gr', 'gb', 'gh0'] + (['gc0', 'gpeep'] if op == 'LSTM' else [])
+    sizes = [em.shape(inst, 0), em.shape(inst, 1), em.shape(inst, 2), (rec.D, 2 * rec.GH),
+             rec.states, rec.states, (rec.D, 3 * rec.H)]
+    present = [k < len(inst.outputs) and inst.outputs[k] != NO_REGISTER
+               for k in range(len(results))]
 
     def render(ref, s):
         def ptr(k):
             return ref(inst.inputs[k]) if em.has(inst, k) else 'NULL'
+        lines, fields = rec.fields(ref, s)
+        grad = [('w', ptr(1)), ('r', ptr(2)), ('y', ptr(n_in)), ('gy', ptr(n_in + 1)),
+                ('gyh', ptr(n_in + 2)), ('gyc', ptr(n_in + 3) if op == 'LSTM' else 'NULL')]
+        grad += [(name, ref(inst.outputs[k]) if present[k] else 'NULL')
+                 for k, name in enumerate(results)]
+        return (lines + ['ccn_recurrent_grad(&(const ccn_rnn_grad_call){', '    .fwd = {']
+                + ['        .%s = %s,' % f for f in fields] + ['    },']
+                + ['    .%s = %s,' % f for f in grad] + ['}, %s);' % s])
 
-        def out(k):
-            return ref(inst.outputs[k]) if present[k] else 'NULL'
+    shapes: list[Shape | None] = [sizes[k] if present[k] else None
+                                  for k in range(len(inst.outputs))]
+    return Step('recurrent', shapes, render, scratch=scratch, also=('connection',))
+
+
+class _Recurrence:
+    """What a recurrence and its gradient share: the checked attributes
+    and shapes of forward op ``op``'s inputs (the first inputs of
+    ``inst``), and the layouts of W^T and R^T for the kernel."""
+
+    def __init__(self, em, inst, op):
+        self.em, self.inst, self.op = em, inst, op
+        a = inst.attrs
+        self.cell, gates, default_acts = _CELLS[op]
+        self.direction = a.get('direction', 'forward')
+        if self.direction not in _DIRECTIONS:
+            raise Refuse('unknown direction %r' % self.direction)
+        D = self.D = _DIRECTIONS[self.direction]
+        layout = self.layout = int(a.get('layout', 0))
+        if layout not in (0, 1):
+            raise Refuse('layout %d is not 0 or 1' % layout)
+        _check_attributes(a, D, default_acts)
+        T, B, _, H = self.T, self.B, self.n_in, self.H = _check_inputs(
+            em, inst, D, gates, layout, _N_INPUTS[op])
+        self.GH = gates * H
+        self.states = (B, D, H) if layout else (D, B, H)
+        self.y = (B, T, D, H) if layout else (T, D, B, H)
+        self.weights = [_weight_layout(em, inst, 1, [(0, self.GH)], D, 'rnn_wt'),
+                        _weight_layout(em, inst, 2, _r_blocks(gates, H), D,
+                                       'gru_rt' if op == 'GRU' else 'rnn_rt')]
+        self.runtime_at: dict[int, int] = {}
+
+    def place_weights(self, scratch):
+        """Scratch floats in all: ``scratch`` for the kernel, then W^T and
+        R^T when they are transposed at run time."""
+        for k, (name, _) in zip((1, 2), self.weights):
+            if name is None:
+                self.runtime_at[k] = scratch
+                scratch += self.em.nbytes(self.inst.inputs[k]) // 4
+        return scratch
+
+    def fields(self, ref, s):
+        """(lines transposing W and R at run time, the ccn_rnn_call fields
+        but its outputs)."""
+        em, inst, a = self.em, self.inst, self.inst.attrs
+
+        def ptr(k):
+            return ref(inst.inputs[k]) if em.has(inst, k) else 'NULL'
         lines, names = [], []
-        for k, (name, moves) in zip((1, 2), weights):
+        for k, (name, moves) in zip((1, 2), self.weights):
             if name is None:
                 for src, rows, cols, dst in moves:
                     lines.append('ccn_transpose(%d, %d, %s + %d, %s + %d);' % (
-                        rows, cols, ref(inst.inputs[k]), src, s, runtime_at[k] + dst))
-                name = '%s + %d' % (s, runtime_at[k])
+                        rows, cols, ref(inst.inputs[k]), src, s, self.runtime_at[k] + dst))
+                name = '%s + %d' % (s, self.runtime_at[k])
             names.append(name)
-        fields = [('cell', cell), ('seq', T), ('batch', B), ('input', n_in), ('hidden', H),
-                  ('directions', D), ('reverse', int(direction == 'reverse')),
-                  ('batch_major', layout),
-                  ('linear_before_reset', int(a.get('linear_before_reset', 0))),
-                  ('clip', cfloat(a['clip']) if a.get('clip') is not None else 'INFINITY'),
-                  ('x', ptr(0)), ('wt', names[0]), ('rt', names[1]), ('bias', ptr(3)),
-                  ('lens', ptr(4)), ('h0', ptr(5)), ('c0', ptr(6)), ('peep', ptr(7)),
-                  ('y', out(0)), ('yh', out(1)), ('yc', out(2))]
-        return (lines + ['ccn_recurrent(&(const ccn_rnn_call){']
-                + ['    .%s = %s,' % f for f in fields] + ['}, %s);' % s])
-
-    states = (B, D, H) if layout else (D, B, H)
-    y = (B, T, D, H) if layout else (T, D, B, H)
-    shapes: list[Shape | None] = [shape if present[k] else None
-                                  for k, shape in enumerate([y, states, states])]
-    return Step('recurrent', shapes[:len(inst.outputs)], render, scratch=scratch,
-                also=('connection',))
+        lstm = self.op == 'LSTM'
+        return lines, [
+            ('cell', self.cell), ('seq', self.T), ('batch', self.B), ('input', self.n_in),
+            ('hidden', self.H), ('directions', self.D),
+            ('reverse', int(self.direction == 'reverse')), ('batch_major', self.layout),
+            ('linear_before_reset', int(a.get('linear_before_reset', 0))),
+            ('clip', cfloat(a['clip']) if a.get('clip') is not None else 'INFINITY'),
+            ('x', ptr(0)), ('wt', names[0]), ('rt', names[1]), ('bias', ptr(3)),
+            ('lens', ptr(4)), ('h0', ptr(5)), ('c0', ptr(6) if lstm else 'NULL'),
+            ('peep', ptr(7) if lstm else 'NULL')]
 
 
 def _check_attributes(a, D, default_acts):
@@ -93,8 +162,9 @@ def _check_attributes(a, D, default_acts):
         raise Refuse('clip %s is negative' % a['clip'])
 
 
-def _check_inputs(em, inst, D, gates, layout):
-    """(seq, batch, input size, hidden size), every input's shape checked."""
+def _check_inputs(em, inst, D, gates, layout, n_inputs):
+    """(seq, batch, input size, hidden size), each of the ``n_inputs``
+    inputs' shape checked."""
     sx, sw, sr = em.shape(inst, 0), em.shape(inst, 1), em.shape(inst, 2)
     if len(sx) != 3 or len(sr) != 3:
         raise Refuse('X and R must be 3-D, got %s and %s' % (list(sx), list(sr)))
@@ -111,6 +181,8 @@ def _check_inputs(em, inst, D, gates, layout):
     # B, sequence_lens, initial_h, initial_c, P
     expected = {3: (D, 2 * GH), 4: (B,), 5: states, 6: states, 7: (D, 3 * H)}
     for k, shape in expected.items():
+        if k >= n_inputs:
+            continue
         dtypes = ('int32',) if k == 4 else ('float32',)
         if em.has(inst, k) and em.shape(inst, k, dtypes) != shape:
             raise Refuse('input %d has shape %s, expected %s'

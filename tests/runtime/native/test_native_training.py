@@ -434,3 +434,33 @@ def test_compile_onnx_trains_with_dropout_natively(tmp_path):
         states[backend] = _state(*_compile_onnx_trained(model, batches, backend, tmp_path))
     _assert_same(states['native'], states['numpy'], 'compile_onnx Dropout native vs numpy')
     _assert_same(states['native'], states[None], 'compile_onnx Dropout native vs Chainer')
+
+
+class LSTMClassifier(chainer.Chain):
+    """benchmarks/models.py's NStepLSTM classifier, small: two layers over
+    one sequence per batch row (F.separate: Gather), then a Linear layer on
+    the last layer's final hidden state (hy[-1]: Gather again)."""
+
+    def __init__(self):
+        super().__init__()
+        with self.init_scope():
+            self.lstm = L.NStepLSTM(2, 4, 5, 0.0)
+            self.fc = L.Linear(5, 3)
+
+    def forward(self, x):
+        hy, _, _ = self.lstm(None, None, list(F.separate(x, axis=0)))
+        return self.fc(hy[-1])
+
+
+def test_nstep_lstm_steps_match_numpy_backend_and_chainer():
+    """Three Adam steps: LSTMGrad, SliceGrad and GatherGrad in C."""
+    rng = numpy.random.RandomState(0)
+    numpy.random.seed(0)
+    model = L.Classifier(LSTMClassifier())
+    batches = [(rng.uniform(-1, 1, (3, 4, 4)).astype(numpy.float32),
+                rng.randint(0, 3, 3).astype(numpy.int32)) for _ in range(STEPS)]
+    native = _state(*_trained(model, 'adam', batches, 'native')[:2])
+    _assert_same(native, _state(*_trained(model, 'adam', batches, 'numpy')[:2]),
+                 'NStepLSTM native vs numpy backend')
+    _assert_same(native, _state(*_trained(model, 'adam', batches, 'chainer')[:2]),
+                 'NStepLSTM native vs Chainer')

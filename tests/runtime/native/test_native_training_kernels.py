@@ -5,7 +5,7 @@ optimizer updates (ccn_training.c), and the emitted C API of a program
 that updates its inputs."""
 import numpy
 import pytest
-from onnx import helper
+from onnx import helper, numpy_helper
 
 from chainer_compiler.frontend import build_program
 from chainer_compiler.runtime.errors import RuntimeVMError
@@ -313,3 +313,127 @@ def test_average_pool_grad(shape, attrs):
         [('gy', F32, y_shape)], [('gx', F32, list(shape))])
     gy = numpy.random.RandomState(1).uniform(-1, 1, y_shape).astype(F32)
     check_native(model, [gy], onnxruntime_check=False)
+
+
+#: forward op -> (gates, number of states)
+RECURRENT = {'LSTM': (4, 2), 'GRU': (3, 1), 'RNN': (1, 1)}
+#: (op, seq, batch, input, hidden, attributes, optional inputs given)
+RECURRENT_GRAD_CASES = [
+    ('LSTM', 3, 2, 4, 5, {}, ()),
+    ('LSTM', 4, 3, 2, 3, {'direction': 'bidirectional'}, ('B', 'lens', 'h0', 'c0', 'P')),
+    ('LSTM', 2, 3, 3, 4, {'direction': 'reverse', 'layout': 1, 'clip': 0.5}, ('B', 'lens')),
+    ('GRU', 3, 2, 4, 5, {}, ('B',)),
+    ('GRU', 4, 3, 2, 3, {'direction': 'bidirectional'}, ('B', 'lens', 'h0')),
+    ('GRU', 3, 2, 3, 4, {'linear_before_reset': 1, 'direction': 'reverse', 'layout': 1},
+     ('B', 'lens', 'h0')),
+    ('GRU', 3, 2, 2, 3, {'direction': 'bidirectional', 'layout': 1, 'clip': 0.7},
+     ('lens', 'h0')),
+    ('RNN', 3, 2, 4, 5, {}, ()),
+    ('RNN', 4, 3, 2, 3, {'direction': 'bidirectional', 'clip': 0.8}, ('B', 'lens', 'h0')),
+]
+
+
+def _recurrent_grad_case(op, T, B, n_in, H, attrs, given, upstream):
+    """(model, values) of one ``op``Grad node fed with the forward's Y as
+    the NumPy VM computes it, random upstream gradients (those of 'gY',
+    'gY_h', 'gY_c' named in ``upstream``) and every result asked for."""
+    gates, n_states = RECURRENT[op]
+    D = 2 if attrs.get('direction') == 'bidirectional' else 1
+    rng = numpy.random.RandomState(len(given) + T)
+    x_shape = [B, T, n_in] if attrs.get('layout') else [T, B, n_in]
+    states = [B, D, H] if attrs.get('layout') else [D, B, H]
+    y_shape = [B, T, D, H] if attrs.get('layout') else [T, D, B, H]
+    optional = {'B': (F32, [D, 2 * gates * H]), 'lens': (numpy.int32, [B]),
+                'h0': (F32, states), 'c0': (F32, states), 'P': (F32, [D, 3 * H])}
+    names = ['B', 'lens', 'h0'] + (['c0', 'P'] if op == 'LSTM' else [])
+    inputs = [('X', F32, x_shape), ('W', F32, [D, gates * H, n_in]),
+              ('R', F32, [D, gates * H, H])] + [(n,) + optional[n] for n in names if n in given]
+    values = [rng.randint(0, T + 1, B).astype(numpy.int32) if i[0] == 'lens'
+              else rng.uniform(-1, 1, i[2]).astype(F32) for i in inputs]
+    node_inputs = [n if n in given else '' for n in ['X', 'W', 'R'] + names]
+    node_inputs[:3] = ['X', 'W', 'R']
+    forward = make_model([helper.make_node(op, node_inputs, ['Y'], hidden_size=H, **attrs)],
+                         inputs, [('Y', F32, y_shape)], opset=14)
+    y = Executor(build_program(forward)).run_positional(values)[0]
+    grads = [('gY', y_shape), ('gY_h', states), ('gY_c', states)][:1 + n_states]
+    inputs += [('Y', F32, y_shape)] + [(n, F32, s) for n, s in grads if n in upstream]
+    values += [y] + [rng.uniform(-1, 1, s).astype(F32) for n, s in grads if n in upstream]
+    node_inputs += ['Y'] + [n if n in upstream else '' for n, _ in grads]
+    results = [('gX', x_shape), ('gW', [D, gates * H, n_in]), ('gR', [D, gates * H, H]),
+               ('gB', [D, 2 * gates * H])] + [(n, states) for n in ('gh0', 'gc0')[:n_states]]
+    if op == 'LSTM':
+        results.append(('gP', [D, 3 * H]))
+    model = _custom_model(
+        [helper.make_node(op + 'Grad', node_inputs, [r[0] for r in results], domain=CUSTOM,
+                          hidden_size=H, **attrs)],
+        inputs, [(n, F32, s) for n, s in results])
+    return model, values
+
+
+@pytest.mark.parametrize('op,T,B,n_in,H,attrs,given', RECURRENT_GRAD_CASES)
+@pytest.mark.parametrize('upstream', [('gY', 'gY_h', 'gY_c'), ('gY_h',)])
+def test_recurrent_grad(op, T, B, n_in, H, attrs, given, upstream):
+    model, values = _recurrent_grad_case(op, T, B, n_in, H, attrs, given, upstream)
+    got = check_native(model, values, onnxruntime_check=False)
+    assert any(numpy.abs(g).max() > 0 for g in got[:4])
+
+
+#: (input shape, starts, ends, axes, steps)
+SLICE_GRAD_CASES = [
+    ((4, 6), [1, 0], [3, 6], [0, 1], [1, 2]),
+    ((3, 5, 2), [4], [0], [1], [-2]),
+    ((5, 3), [-2], [100], [0], None),
+    ((3, 4), [2], [2], [1], None),
+]
+
+
+@pytest.mark.parametrize('shape,starts,ends,axes,steps', SLICE_GRAD_CASES)
+def test_slice_grad(shape, starts, ends, axes, steps):
+    sliced = numpy.zeros(shape)[tuple(
+        slice(None) if k not in axes else
+        slice(starts[axes.index(k)], ends[axes.index(k)], (steps or [1] * 4)[axes.index(k)])
+        for k in range(len(shape)))].shape
+    params = {'starts': starts, 'ends': ends, 'axes': axes}
+    if steps is not None:
+        params['steps'] = steps
+    model = _custom_model(
+        [helper.make_node('SliceGrad', ['gy'] + list(params), ['gx'], domain=CUSTOM,
+                          shape=list(shape))],
+        [('gy', F32, list(sliced))], [('gx', F32, list(shape))])
+    model.graph.initializer.extend(helper.make_tensor(n, 7, [len(v)], v)
+                                   for n, v in params.items())
+    gy = numpy.random.RandomState(0).uniform(1, 2, sliced).astype(F32)
+    got = check_native(model, [gy], onnxruntime_check=False)
+    assert (got[0] != 0).sum() == gy.size
+
+
+@pytest.mark.parametrize('shape,axis,indices', [
+    ((5, 3), 0, [[0, 4], [4, -1]]),
+    ((2, 4, 3), 1, [3, 0, 3]),
+    ((3, 2), 1, [1]),
+])
+@pytest.mark.parametrize('index_dtype', [numpy.int32, numpy.int64])
+def test_gather_grad(shape, axis, indices, index_dtype):
+    indices = numpy.array(indices, index_dtype)
+    gy_shape = list(shape[:axis]) + list(indices.shape) + list(shape[axis + 1:])
+    model = _custom_model(
+        [helper.make_node('GatherGrad', ['gy', 'i'], ['gx'], domain=CUSTOM, axis=axis,
+                          shape=list(shape))],
+        [('gy', F32, gy_shape), ('i', index_dtype, list(indices.shape))],
+        [('gx', F32, list(shape))])
+    gy = numpy.random.RandomState(0).uniform(-1, 1, gy_shape).astype(F32)
+    check_native(model, [gy, indices], onnxruntime_check=False)
+
+
+@pytest.mark.parametrize('op', sorted(RECURRENT))
+def test_recurrent_grad_with_constant_weights(op):
+    """W and R as initializers: transposed at emit time, not at run time."""
+    model, values = _recurrent_grad_case(op, 3, 2, 4, 5, {'direction': 'bidirectional'},
+                                         ('B',), ('gY', 'gY_h'))
+    graph = model.graph
+    graph.initializer.extend(numpy_helper.from_array(values[k], name)
+                             for k, name in ((1, 'W'), (2, 'R')))
+    inputs = [i for i in graph.input if i.name not in ('W', 'R')]
+    del graph.input[:]
+    graph.input.extend(inputs)
+    check_native(model, values[:1] + values[3:], onnxruntime_check=False)
