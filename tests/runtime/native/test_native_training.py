@@ -15,6 +15,7 @@ import numpy
 import pytest
 
 import chainer_compiler
+from benchmarks import models as bench_models
 from chainer_compiler import compile_training_step
 from chainer_compiler.runtime.errors import InputValidationError, RuntimeVMError
 from chainer_compiler.runtime.native import UnsupportedNativeOpsError
@@ -464,3 +465,27 @@ def test_nstep_lstm_steps_match_numpy_backend_and_chainer():
                  'NStepLSTM native vs numpy backend')
     _assert_same(native, _state(*_trained(model, 'adam', batches, 'chainer')[:2]),
                  'NStepLSTM native vs Chainer')
+
+
+@pytest.mark.parametrize('make', [
+    # Narrow, one bottleneck block per stage; 64x64 inputs keep the last
+    # stage's BatchNormalization over more than a couple of values (at 32x32
+    # and batch 2 it normalizes 2 values, and the two backends' float32
+    # rounding then differs by 4e-4 after one step; here by 1e-7).
+    lambda: bench_models.ResNet50(width=8, blocks=(1, 1, 1, 1)),
+    lambda: bench_models.VGG16(width=8, fc_width=32, image_size=64),
+], ids=['resnet50', 'vgg16'])
+def test_model_test_networks_match_numpy_backend_and_chainer(make):
+    """The benchmark's ResNet-50 (bottlenecks, strided 1x1 convolutions,
+    max and global average pooling) and VGG16, shrunk: MomentumSGD steps."""
+    rng = numpy.random.RandomState(1)
+    numpy.random.seed(0)
+    model = L.Classifier(make())
+    batches = [(rng.rand(4, 3, 64, 64).astype(numpy.float32),
+                rng.randint(0, 10, 4).astype(numpy.int32)) for _ in range(2)]
+    model(*batches[0])
+    native = _state(*_trained(model, 'momentum', batches, 'native')[:2])
+    _assert_same(native, _state(*_trained(model, 'momentum', batches, 'numpy')[:2]),
+                 'native vs numpy backend')
+    _assert_same(native, _state(*_trained(model, 'momentum', batches, 'chainer')[:2]),
+                 'native vs Chainer')
