@@ -114,6 +114,18 @@ def _assert_same(got, want, what):
                                       err_msg='%s: %s' % (what, name))
 
 
+def _assert_native_matches(model, optimizer, batches, what):
+    """Train copies of ``model`` on ``batches`` natively, on the NumPy
+    backend and in Chainer; assert the three end states agree.  Returns the
+    native state."""
+    native = _state(*_trained(model, optimizer, batches, 'native')[:2])
+    _assert_same(native, _state(*_trained(model, optimizer, batches, 'numpy')[:2]),
+                 '%s native vs numpy backend' % what)
+    _assert_same(native, _state(*_trained(model, optimizer, batches, 'chainer')[:2]),
+                 '%s native vs Chainer' % what)
+    return native
+
+
 @pytest.mark.parametrize('optimizer', sorted(OPTIMIZERS))
 def test_steps_match_numpy_backend_and_chainer(optimizer):
     model, batches = _model_and_batches(ignored=optimizer == 'sgd')
@@ -296,11 +308,7 @@ def test_lenet_steps_match_numpy_backend_and_chainer(optimizer):
     batches = [(rng.uniform(-1, 1, (4, 1, 12, 12)).astype(numpy.float32),
                 rng.randint(0, 5, 4).astype(numpy.int32)) for _ in range(STEPS)]
     model(*batches[0])  # initializes fc
-    native = _state(*_trained(model, optimizer, batches, 'native')[:2])
-    _assert_same(native, _state(*_trained(model, optimizer, batches, 'numpy')[:2]),
-                 'LeNet native vs numpy backend')
-    _assert_same(native, _state(*_trained(model, optimizer, batches, 'chainer')[:2]),
-                 'LeNet native vs Chainer')
+    _assert_native_matches(model, optimizer, batches, 'LeNet')
 
 
 class SmallResNet(chainer.Chain):
@@ -331,12 +339,8 @@ def test_batch_normalization_steps_match_numpy_backend_and_chainer(optimizer):
     batches = [(rng.uniform(-1, 1, (4, 2, 8, 8)).astype(numpy.float32),
                 rng.randint(0, 5, 4).astype(numpy.int32)) for _ in range(STEPS)]
     model(*batches[0])  # initializes fc
-    native = _state(*_trained(model, optimizer, batches, 'native')[:2])
+    native = _assert_native_matches(model, optimizer, batches, 'BatchNormalization')
     assert '/predictor/bn1/avg_mean' in native[0]
-    _assert_same(native, _state(*_trained(model, optimizer, batches, 'numpy')[:2]),
-                 'BatchNormalization native vs numpy backend')
-    _assert_same(native, _state(*_trained(model, optimizer, batches, 'chainer')[:2]),
-                 'BatchNormalization native vs Chainer')
 
 
 def test_a_bad_batch_after_good_ones_is_still_refused():
@@ -460,11 +464,7 @@ def test_nstep_lstm_steps_match_numpy_backend_and_chainer():
     model = L.Classifier(LSTMClassifier())
     batches = [(rng.uniform(-1, 1, (3, 4, 4)).astype(numpy.float32),
                 rng.randint(0, 3, 3).astype(numpy.int32)) for _ in range(STEPS)]
-    native = _state(*_trained(model, 'adam', batches, 'native')[:2])
-    _assert_same(native, _state(*_trained(model, 'adam', batches, 'numpy')[:2]),
-                 'NStepLSTM native vs numpy backend')
-    _assert_same(native, _state(*_trained(model, 'adam', batches, 'chainer')[:2]),
-                 'NStepLSTM native vs Chainer')
+    _assert_native_matches(model, 'adam', batches, 'NStepLSTM')
 
 
 @pytest.mark.parametrize('make', [
@@ -484,8 +484,4 @@ def test_model_test_networks_match_numpy_backend_and_chainer(make):
     batches = [(rng.rand(4, 3, 64, 64).astype(numpy.float32),
                 rng.randint(0, 10, 4).astype(numpy.int32)) for _ in range(2)]
     model(*batches[0])
-    native = _state(*_trained(model, 'momentum', batches, 'native')[:2])
-    _assert_same(native, _state(*_trained(model, 'momentum', batches, 'numpy')[:2]),
-                 'native vs numpy backend')
-    _assert_same(native, _state(*_trained(model, 'momentum', batches, 'chainer')[:2]),
-                 'native vs Chainer')
+    _assert_native_matches(model, 'momentum', batches, type(model.predictor).__name__)
