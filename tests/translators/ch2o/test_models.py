@@ -147,16 +147,7 @@ def op_types(graph):
     return types
 
 
-# Cases that fail with the translator as it stands: name -> reason.
-FORWARD_XFAIL: dict = {}
-
-
-def _params(cases, xfail):
-    return [pytest.param(name, marks=pytest.mark.xfail(strict=True, reason=xfail[name]))
-            if name in xfail else name for name in cases]
-
-
-@pytest.mark.parametrize('name', _params(FORWARD, FORWARD_XFAIL))
+@pytest.mark.parametrize('name', list(FORWARD))
 def test_forward(name):
     make, args, run_args = FORWARD[name]
     model = _seeded(make)
@@ -200,16 +191,12 @@ GRADIENTS = {
 }
 
 
-GRADIENT_XFAIL = {
-}
-
-
 #: Chainer's own float32 error on ResNet's '/bn1/gamma' gradient is 3.3e-5
 #: (ours 4.3e-6), both measured against a float64 run: above DEEP's atol.
 GRADIENT_TOLERANCE = {'resnet': dict(rtol=1e-4, atol=1e-4)}
 
 
-@pytest.mark.parametrize('name', _params(GRADIENTS, GRADIENT_XFAIL))
+@pytest.mark.parametrize('name', list(GRADIENTS))
 def test_gradients(name, tmp_path):
     make, args = GRADIENTS[name]
     check_ch2o_gradients(_seeded(make), args(), tmp_path, **GRADIENT_TOLERANCE.get(name, DEEP))
