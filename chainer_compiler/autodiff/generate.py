@@ -167,8 +167,6 @@ class BackwardBuilder(GraphBuilder):
         shape = self.shape_of(name)
         if isinstance(shape, str):
             return self.node('Reshape', [x, shape])
-        if self.opset < 5:
-            return self.node('Reshape', [x], shape=list(shape))
         return self.reshape(x, list(shape))
 
     def sum_to(self, grad, grad_shape, shape, like=None):

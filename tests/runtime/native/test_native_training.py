@@ -114,6 +114,18 @@ def _assert_same(got, want, what):
                                       err_msg='%s: %s' % (what, name))
 
 
+def _classifier_and_batches(predictor, x_shape, n_class):
+    """L.Classifier(predictor()) built under NumPy seed 0 (its initializers
+    draw from it) and STEPS batches of inputs uniform in [-1, 1) of
+    ``x_shape`` and labels below ``n_class``."""
+    rng = numpy.random.RandomState(0)
+    numpy.random.seed(0)
+    model = L.Classifier(predictor())
+    batches = [(rng.uniform(-1, 1, x_shape).astype(numpy.float32),
+                rng.randint(0, n_class, x_shape[0]).astype(numpy.int32)) for _ in range(STEPS)]
+    return model, batches
+
+
 def _assert_native_matches(model, optimizer, batches, what):
     """Train copies of ``model`` on ``batches`` natively, on the NumPy
     backend and in Chainer; assert the three end states agree.  Returns the
@@ -302,11 +314,7 @@ class LeNet(chainer.Chain):
 
 @pytest.mark.parametrize('optimizer', ['momentum', 'adam'])
 def test_lenet_steps_match_numpy_backend_and_chainer(optimizer):
-    rng = numpy.random.RandomState(0)
-    numpy.random.seed(0)
-    model = L.Classifier(LeNet())
-    batches = [(rng.uniform(-1, 1, (4, 1, 12, 12)).astype(numpy.float32),
-                rng.randint(0, 5, 4).astype(numpy.int32)) for _ in range(STEPS)]
+    model, batches = _classifier_and_batches(LeNet, (4, 1, 12, 12), 5)
     model(*batches[0])  # initializes fc
     _assert_native_matches(model, optimizer, batches, 'LeNet')
 
@@ -333,11 +341,7 @@ class SmallResNet(chainer.Chain):
 
 @pytest.mark.parametrize('optimizer', ['sgd', 'adam'])
 def test_batch_normalization_steps_match_numpy_backend_and_chainer(optimizer):
-    rng = numpy.random.RandomState(0)
-    numpy.random.seed(0)
-    model = L.Classifier(SmallResNet())
-    batches = [(rng.uniform(-1, 1, (4, 2, 8, 8)).astype(numpy.float32),
-                rng.randint(0, 5, 4).astype(numpy.int32)) for _ in range(STEPS)]
+    model, batches = _classifier_and_batches(SmallResNet, (4, 2, 8, 8), 5)
     model(*batches[0])  # initializes fc
     native = _assert_native_matches(model, optimizer, batches, 'BatchNormalization')
     assert '/predictor/bn1/avg_mean' in native[0]
@@ -381,15 +385,6 @@ class DropoutMLP(chainer.Chain):
         return self.l3(h)
 
 
-def _dropout_model_and_batches():
-    rng = numpy.random.RandomState(0)
-    numpy.random.seed(0)
-    model = L.Classifier(DropoutMLP())
-    batches = [(rng.uniform(-1, 1, (8, 20)).astype(numpy.float32),
-                rng.randint(0, 5, 8).astype(numpy.int32)) for _ in range(STEPS)]
-    return model, batches
-
-
 def _dropout_trained(model, batches, backend, seed):
     """(state, losses, the generator's next draw) after training a copy of
     ``model`` with SGD from NumPy seed ``seed``: compiled on ``backend``, or
@@ -417,7 +412,7 @@ def test_dropout_masks_are_the_numpy_vms():
     """The native step takes its Dropout masks' uniform numbers from NumPy's
     global generator, as the VM does: from one seed, the same masks, the
     same training, and the generator left where the VM leaves it."""
-    model, batches = _dropout_model_and_batches()
+    model, batches = _classifier_and_batches(DropoutMLP, (8, 20), 5)
     native, native_losses, native_next = _dropout_trained(model, batches, 'native', 7)
     for other in ('numpy', 'chainer'):
         state, losses, next_draw = _dropout_trained(model, batches, other, 7)
@@ -432,7 +427,7 @@ def test_dropout_masks_are_the_numpy_vms():
 def test_compile_onnx_trains_with_dropout_natively(tmp_path):
     """compile_onnx's forward program draws the masks natively and keeps
     them for its native backward program."""
-    model, batches = _dropout_model_and_batches()
+    model, batches = _classifier_and_batches(DropoutMLP, (8, 20), 5)
     states = {}
     for backend in ('native', 'numpy', None):
         numpy.random.seed(3)
@@ -459,11 +454,7 @@ class LSTMClassifier(chainer.Chain):
 
 def test_nstep_lstm_steps_match_numpy_backend_and_chainer():
     """Three Adam steps: LSTMGrad, SliceGrad and GatherGrad in C."""
-    rng = numpy.random.RandomState(0)
-    numpy.random.seed(0)
-    model = L.Classifier(LSTMClassifier())
-    batches = [(rng.uniform(-1, 1, (3, 4, 4)).astype(numpy.float32),
-                rng.randint(0, 3, 3).astype(numpy.int32)) for _ in range(STEPS)]
+    model, batches = _classifier_and_batches(LSTMClassifier, (3, 4, 4), 3)
     _assert_native_matches(model, 'adam', batches, 'NStepLSTM')
 
 
