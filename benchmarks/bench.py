@@ -85,12 +85,17 @@ def bench_training(name, constructor, spec, shape, batch, args):
         'compiled_step': training.compiled_training_step(model, x, t, args.optimizer),
     }
     notes = {}
-    try:
-        steps['compiled_step_native'] = training.compiled_training_step(
-            model, x, t, args.optimizer, backend='native')
-    except RuntimeVMError as e:  # an op without a C kernel, or no C compiler
-        notes['compiled_step_native'] = '%s: %s' % (type(e).__name__,
-                                                    str(e).splitlines()[0])
+    native = {
+        'compile_onnx_native': lambda: training.compile_onnx_step(
+            model, x, t, args.optimizer, onnx_file, backend='native'),
+        'compiled_step_native': lambda: training.compiled_training_step(
+            model, x, t, args.optimizer, backend='native'),
+    }
+    for impl, build in native.items():
+        try:
+            steps[impl] = build()
+        except RuntimeVMError as e:  # an op without a C kernel, or no C compiler
+            notes[impl] = '%s: %s' % (type(e).__name__, str(e).splitlines()[0])
     losses = {impl: training.first_loss(step) for impl, step in steps.items()}
     times = time_interleaved(steps, budget_s=args.budget)
     row = {'model': name, 'batch': batch, 'ms': times, 'first_loss': losses, 'notes': notes}

@@ -44,9 +44,11 @@ def chainer_step(model, x, t, optimizer):
     return lambda: step(x, t)
 
 
-def compile_onnx_step(model, x, t, optimizer, onnx_file):
-    """The exported model compiled with compile_onnx; loss and optimizer in Chainer."""
-    compiled = chainer_compiler.compile_onnx(copy.deepcopy(model), onnx_file)
+def compile_onnx_step(model, x, t, optimizer, onnx_file, backend='numpy'):
+    """The exported model compiled with compile_onnx, its forward and
+    backward programs run by ``backend``; loss and optimizer in Chainer."""
+    compiled = chainer_compiler.compile_onnx(copy.deepcopy(model), onnx_file,
+                                             runtime_kwargs={'backend': backend})
     step = optimizer_update_step(compiled, optimizer)
     return lambda: step(x, t)
 

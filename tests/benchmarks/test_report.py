@@ -112,6 +112,30 @@ def test_native_speed_targets_follow_the_issue():
          'n/a: UnsupportedNativeOpsError: ...', False)]
 
 
+def test_native_training_targets_follow_the_issue():
+    """The native step against hand-written NumPy (0.5x for the small MLPs,
+    0.8x LeNet-5) or PyTorch (1.0x, the ResNet-18-style CNN), and
+    compile_onnx run natively at least 2x faster than Chainer on the
+    784-100-100-10 MLP; n/a with the reason when a column was not run."""
+    mlp = {'model': 'MLP 784-100-100-10', 'batch': 8, 'notes': {},
+           'ms': {'numpy': 0.2, 'chainer': 1.0, 'compiled_step_native': 0.09,
+                  'compile_onnx_native': 0.6}}
+    lenet = {'model': 'LeNet-5', 'batch': 32, 'ms': {'numpy': 3.0, 'chainer': 9.0},
+             'notes': {'compiled_step_native': 'RuntimeVMError: no C compiler'}}
+    resnet = {'model': 'ResNet-18-style CNN', 'batch': 8, 'notes': {},
+              'ms': {'numpy': 300.0, 'pytorch': 100.0, 'compiled_step_native': 120.0}}
+    found = report.native_step_targets({'training': [mlp, lenet, resnet]})
+    assert found == [
+        ('compiled training step, native ≤ 0.5× hand-written NumPy, MLP 784-100-100-10',
+         '0.45×', True),
+        ('compiled training step, native ≤ 0.8× hand-written NumPy, LeNet-5',
+         'n/a: RuntimeVMError: no C compiler', False),
+        ('compiled training step, native ≤ 1.0× PyTorch eager, ResNet-18-style CNN',
+         '1.20×', False),
+        ('Chainer + compile_onnx, native ≥ 2× faster than Chainer, MLP 784-100-100-10',
+         '1.67× faster', False)]
+
+
 def test_markdown_and_chart_without_training_rows(tmp_path):
     results = _results(_row(), _row(batch=32, ms={'vm': 4.0, 'onnxruntime': 2.0}))
     text = report.markdown(results)

@@ -78,12 +78,19 @@ void ccn_conv2d(long N, long C, long H, long W, long M, long KH, long KW, long O
                 float act_alpha);
 /* Gradient of ccn_conv2d's weights (ConvGradFilter): gw (M, C/group, KH,
  * KW) = the sum over the N images of gy's (M/group) x OH*OW rows times the
- * im2col columns of x, group by group.  col is scratch of
- * 2 * (C/group)*KH*KW*OH*OW floats (the columns and their transpose). */
+ * im2col columns of x, group by group, `images` images per product.  col
+ * is scratch of K*OH*OW*images + OH*OW*images*(M/group + K) + K*(M/group)
+ * floats, K = (C/group)*KH*KW (the columns, then one operand transposed
+ * and one gathered or transposed). */
 void ccn_conv2d_grad_filter(long N, long C, long H, long W, long M, long KH, long KW,
                             long OH, long OW, long group, long stride_h, long stride_w,
-                            long dil_h, long dil_w, long pad_top, long pad_left,
+                            long dil_h, long dil_w, long pad_top, long pad_left, long images,
                             const float *x, const float *gy, float *gw, float *col);
+/* dst[m*dst_row + i*dst_image + s] = src[m*src_row + i*src_image + s] for
+ * rows m < rows, images i < nb and s < S: moves images between NCHW
+ * tensors and products whose columns are several images side by side. */
+void ccn_copy_image_rows(long rows, long nb, long S, const float *src, long src_row,
+                         long src_image, float *dst, long dst_row, long dst_image);
 
 CCN_END_DECLS
 #endif /* CCN_CONNECTION_H */

@@ -104,6 +104,21 @@ static long argmax_tap(const float *in, long H, long W, long oh, long ow, long K
                        long stride_h, long stride_w, long dil_h, long dil_w, long pad_top,
                        long pad_left, float top)
 {
+    const long ih0 = oh * stride_h - pad_top, iw0 = ow * stride_w - pad_left;
+    if (ih0 >= 0 && ih0 + (KH - 1) * dil_h < H && iw0 >= 0 && iw0 + (KW - 1) * dil_w < W) {
+        /* A window inside the plane: every tap compared, last to first,
+         * keeping the earliest match with a select rather than a branch,
+         * whose outcome (where the maximum sits) is random.  No tap exceeds
+         * the maximum, so >= is == here, and unlike == (which must also
+         * test for NaN) a single flag that the select can use. */
+        long tap = -1;
+        for (long kh = KH - 1; kh >= 0; kh--)
+            for (long kw = KW - 1; kw >= 0; kw--) {
+                const long at = (ih0 + kh * dil_h) * W + iw0 + kw * dil_w;
+                tap = in[at] >= top ? at : tap;
+            }
+        return tap;
+    }
     for (long kh = 0; kh < KH; kh++) {
         const long ih = oh * stride_h - pad_top + kh * dil_h;
         if (ih < 0 || ih >= H)

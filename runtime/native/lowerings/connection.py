@@ -28,6 +28,10 @@ BT_MIN_DEPTH = 64
 #: Columns a convolution's product should have at least: below, several
 #: images share one product so the weights are read once for all of them.
 CONV_COLUMNS = 256
+#: The same for the products of a convolution's gradients (ConvGradFilter's
+#: depth, ConvTranspose's columns), whose other operands are not packed at
+#: emit time: each product reads or writes the whole weight gradient.
+GRAD_COLUMNS = 1024
 #: The panel and strip layouts of ccn_connection.h (CCN_PANEL_ROWS,
 #: CCN_STRIP_COLS, CCN_KC): rows of a panel of A, columns of a strip of B
 #: and depth of a slice.
@@ -206,6 +210,12 @@ def _clongs(values) -> str:
     return ', '.join('%d' % v for v in values)
 
 
+def images_per_product(batch, pixels, columns):
+    """How many of ``batch`` images of ``pixels`` output pixels each share
+    one product so that it has about ``columns`` columns."""
+    return max(1, min(batch, -(-columns // max(1, pixels))))
+
+
 @lowers('Conv')
 def conv(em, inst) -> Step:
     a = inst.attrs
@@ -227,7 +237,7 @@ def conv(em, inst) -> Step:
     win = window(a, (H, W), (KH, KW))
     OH, OW = win.out
     S = OH * OW
-    images = max(1, min(N, -(-CONV_COLUMNS // max(1, S))))
+    images = images_per_product(N, S, CONV_COLUMNS)
     direct = images == 1 and (KH, KW, OH, OW) == (1, 1, H, W) and win.strides == (1, 1) \
         and win.pads_begin == (0, 0)
     has_bias = em.has(inst, 2)
@@ -273,11 +283,14 @@ def conv_grad_filter(em, inst) -> Step:
     pads = tuple(a.get('pads') or (0, 0, 0, 0))
     KH, KW = kernel
     Cg = C // group
+    K, S = Cg * KH * KW, OH * OW
+    images = images_per_product(N, S, GRAD_COLUMNS)
 
     def render(ref, scratch):
         return ['ccn_conv2d_grad_filter(%d, %d, %d, %d, %d, %d, %d, %d, %d, %d, %d, %d, %d, %d, '
-                '%d, %d,' % (N, C, H, W, M, KH, KW, OH, OW, group, strides[0], strides[1],
-                             dilations[0], dilations[1], pads[0], pads[1]),
+                '%d, %d, %d,' % (N, C, H, W, M, KH, KW, OH, OW, group, strides[0], strides[1],
+                                 dilations[0], dilations[1], pads[0], pads[1], images),
                 '                       %s, %s, %s, %s);' % (
                     ref(inst.inputs[0]), ref(inst.inputs[1]), ref(inst.outputs[0]), scratch)]
-    return Step('connection', [(M, Cg, KH, KW)], render, scratch=2 * Cg * KH * KW * OH * OW)
+    scratch = K * S * images + S * images * (M // group + K) + K * (M // group)
+    return Step('connection', [(M, Cg, KH, KW)], render, scratch=scratch)

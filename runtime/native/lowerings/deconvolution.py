@@ -2,6 +2,7 @@
 with ccn_connection.c's GEMM."""
 from ...ops.connection import conv_transpose_padding
 from ..lowering import Refuse, Step, lowers
+from .connection import GRAD_COLUMNS, images_per_product
 
 _AUTO_PADS = ('NOTSET', 'SAME_UPPER', 'SAME_LOWER', 'VALID')
 
@@ -26,15 +27,19 @@ def conv_transpose(em, inst) -> Step:
     if has_bias and em.shape(inst, 2) != (M,):
         raise Refuse('bias shape %s is not (%d,)' % (list(em.shape(inst, 2)), M))
     (sh, sw_), (dh, dw), (pt, pl), (OH, OW) = _geometry(a, (H, W), (KH, KW))
+    # As the gradient of a convolution's input, a product per image would
+    # read the whole weight for a few columns (16 in a ResNet's last stage).
+    images = images_per_product(N, H * W, GRAD_COLUMNS)
 
     def render(ref, scratch):
-        return ['ccn_deconv2d(%d, %d, %d, %d, %d, %d, %d, %d, %d, %d, %d, %d, %d, %d, %d, %d,'
-                % (N, C, H, W, M, KH, KW, OH, OW, group, sh, sw_, dh, dw, pt, pl),
+        return ['ccn_deconv2d(%d, %d, %d, %d, %d, %d, %d, %d, %d, %d, %d, %d, %d, %d, %d, %d, %d,'
+                % (N, C, H, W, M, KH, KW, OH, OW, group, sh, sw_, dh, dw, pt, pl, images),
                 '             %s, %s, %s, %s, %s);' % (
                     ref(inst.inputs[0]), ref(inst.inputs[1]),
                     ref(inst.inputs[2]) if has_bias else 'NULL', ref(inst.outputs[0]),
                     scratch)]
-    return Step('deconvolution', [(N, M, OH, OW)], render, scratch=Mg * KH * KW * H * W,
+    scratch = Mg * KH * KW * H * W * images + (C // group * H * W * images if images > 1 else 0)
+    return Step('deconvolution', [(N, M, OH, OW)], render, scratch=scratch,
                 also=('connection',))
 
 

@@ -46,6 +46,14 @@ def test_groups_and_no_bias():
            (1, 6, 3, 4), (6, 3, 3, 3), bias=False)
 
 
+def test_images_share_products_in_batches():
+    # 512 input pixels per image: five images go through the product two by
+    # two (GRAD_COLUMNS), the last one alone, with and without groups.
+    _check([({'pads': [1, 1, 1, 1]}, (5, 2, 16, 32)),
+            ({'group': 2, 'strides': [2, 2]}, (5, 4, 33, 65))],
+           (5, 4, 16, 32), (4, 2, 3, 3), bias=False)
+
+
 def test_output_shape_and_auto_pad():
     # output_shape and SAME_* crop the full result; an odd total puts the
     # extra pixel at the end (SAME_UPPER) or the start (otherwise).

@@ -193,6 +193,12 @@ CONV_CASES = [
     ((2, 3, 7, 6), (3, 3), 4, {}),
     ((2, 4, 9, 8), (3, 2), 6, {'strides': [2, 1], 'pads': [1, 0, 1, 1], 'group': 2}),
     ((1, 2, 9, 9), (3, 3), 3, {'dilations': [2, 2], 'pads': [2, 1, 2, 1]}),
+    # 512 output pixels per image: the five images share products two by
+    # two (GRAD_COLUMNS), the last one alone; few output channels make the
+    # kernel multiply gy by the columns transposed, many (64) the columns
+    # by gy transposed.
+    ((5, 4, 16, 32), (3, 3), 4, {'pads': [1, 1, 1, 1], 'group': 2}),
+    ((5, 2, 16, 32), (3, 3), 64, {'pads': [1, 1, 1, 1]}),
 ]
 
 
