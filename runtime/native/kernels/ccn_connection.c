@@ -192,15 +192,19 @@ static const float *a_block(const a_operand *A, long m, long mr, long k0, long k
            m % CCN_PANEL_ROWS;
 }
 
-/* C[0:mr, 0:nr] += acc (rows NR floats apart), then the activation when
- * last. */
-static void add_tile(const float *acc, float *restrict C, long ldc, long mr, long nr, int last,
-                     int act, float act_alpha)
+/* C[0:mr, 0:nr] += acc (rows NR floats apart), or = acc when first, then
+ * the activation when last. */
+static void add_tile(const float *acc, float *restrict C, long ldc, long mr, long nr, int first,
+                     int last, int act, float act_alpha)
 {
     for (long i = 0; i < mr; i++) {
         float *c = C + i * ldc;
-        for (long j = 0; j < nr; j++)
-            c[j] += acc[i * CCN_NR + j];
+        if (first)
+            for (long j = 0; j < nr; j++)
+                c[j] = acc[i * CCN_NR + j];
+        else
+            for (long j = 0; j < nr; j++)
+                c[j] += acc[i * CCN_NR + j];
         if (last)
             activate_row(nr, c, act, act_alpha);
     }
@@ -213,10 +217,11 @@ typedef float vec __attribute__((vector_size(CCN_NR / 2 * sizeof(float))));
 #endif
 
 /* C[0:mr, 0:nr] += ap * bp over kc (ap's k steps lda apart, bp's ldbp),
- * then the activation when last: an MR x NR tile, 2*MR vector registers. */
+ * or = when first, then the activation when last: an MR x NR tile, 2*MR
+ * vector registers. */
 static void micro_kernel(long kc, const float *restrict ap, long lda, const float *restrict bp,
-                         long ldbp, float *restrict C, long ldc, long mr, long nr, int last,
-                         int act, float act_alpha)
+                         long ldbp, float *restrict C, long ldc, long mr, long nr, int first,
+                         int last, int act, float act_alpha)
 {
     float acc[CCN_MR][CCN_NR];
 #if defined(__GNUC__)
@@ -242,14 +247,14 @@ static void micro_kernel(long kc, const float *restrict ap, long lda, const floa
             for (int j = 0; j < CCN_NR; j++)
                 acc[i][j] += ap[k * lda + i] * bp[k * ldbp + j];
 #endif
-    add_tile(&acc[0][0], C, ldc, mr, nr, last, act, act_alpha);
+    add_tile(&acc[0][0], C, ldc, mr, nr, first, last, act, act_alpha);
 }
 
 /* micro_kernel's tall tile: TALL_MR rows by NR/2 columns (nr <= NR/2),
  * one vector register per row. */
 static void micro_kernel_tall(long kc, const float *restrict ap, long lda,
                               const float *restrict bp, long ldbp, float *restrict C, long ldc,
-                              long mr, long nr, int last, int act, float act_alpha)
+                              long mr, long nr, int first, int last, int act, float act_alpha)
 {
     float acc[CCN_TALL_MR][CCN_NR];
 #if defined(__GNUC__)
@@ -273,17 +278,20 @@ static void micro_kernel_tall(long kc, const float *restrict ap, long lda,
             for (int j = 0; j < CCN_NR / 2; j++)
                 acc[i][j] += ap[k * lda + i] * bp[k * ldbp + j];
 #endif
-    add_tile(&acc[0][0], C, ldc, mr, nr, last, act, act_alpha);
+    add_tile(&acc[0][0], C, ldc, mr, nr, first, last, act, act_alpha);
 }
 
 /* Few rows (a batch-1 layer): every row of A against one pass over each
- * row of B, a 256-column block of C staying in L1.  Memory bound on B. */
+ * row of B, a 256-column block of C staying in L1.  Memory bound on B.
+ * set: C = the product rather than C += it. */
 static void gemm_small_m(long M, long N, long K, const float *A, long a_rs, long a_cs,
-                         const float *B, long ldb, float alpha, float *C, long ldc, int act,
-                         float act_alpha)
+                         const float *B, long ldb, float alpha, float *C, long ldc, int set,
+                         int act, float act_alpha)
 {
     for (long n0 = 0; n0 < N; n0 += 256) {
         const long nb = min_long(256, N - n0);
+        for (long m = 0; set && m < M; m++)
+            memset(C + m * ldc + n0, 0, (size_t)nb * sizeof(float));
         for (long k = 0; k < K; k++) {
             const float *restrict b = B + k * ldb + n0;
             for (long m = 0; m < M; m++) {
@@ -318,14 +326,14 @@ static const float *b_strip(const b_operand *B, long k0, long kc, long n, long n
 }
 
 /* One thread's share: C[M, N] (stride ldc) += A[row0:row0 + M, K] *
- * B[K, col0:col0 + N], packed and blocked. */
+ * B[K, col0:col0 + N] (= when set), packed and blocked. */
 static void gemm_serial(long M, long N, long K, const a_operand *A, long row0,
-                        const b_operand *B, long col0, float *C, long ldc, int act,
+                        const b_operand *B, long col0, float *C, long ldc, int set, int act,
                         float act_alpha)
 {
     if (M < CCN_SMALL_M && A->panels == NULL && B->panels == NULL) {
         gemm_small_m(M, N, K, A->a + row0 * A->rs, A->rs, A->cs, B->b + col0, B->ldb,
-                     A->alpha, C, ldc, act, act_alpha);
+                     A->alpha, C, ldc, set, act, act_alpha);
         return;
     }
     float apack[CCN_MC * CCN_KC];
@@ -335,11 +343,14 @@ static void gemm_serial(long M, long N, long K, const a_operand *A, long row0,
     /* Row blocks of the tile (A's panels start at multiples of it). */
     const int tall = A->panels != NULL && N <= CCN_NR / 2;
     const long mr = tall ? CCN_TALL_MR : CCN_MR;
-    if (K == 0)
+    if (K == 0) {
+        for (long m = 0; set && m < M; m++)
+            memset(C + m * ldc, 0, (size_t)N * sizeof(float));
         activate_block(M, N, C, ldc, act, act_alpha);
+    }
     for (long k0 = 0; k0 < K; k0 += CCN_KC) {
         const long kc = min_long(CCN_KC, K - k0);
-        const int last = k0 + kc == K;
+        const int first = set && k0 == 0, last = k0 + kc == K;
         for (long m0 = 0; m0 < M; m0 += CCN_MC) {
             const long mc = min_long(CCN_MC, M - m0);
             for (long i = 0; i < mc; i += mr)
@@ -356,10 +367,11 @@ static void gemm_serial(long M, long N, long K, const a_operand *A, long row0,
                     float *c = C + (m0 + i) * ldc + n0;
                     if (tall)
                         micro_kernel_tall(kc, ap[i / mr], lda[i / mr], b, ldbp, c, ldc,
-                                          min_long(mr, mc - i), nr, last, act, act_alpha);
+                                          min_long(mr, mc - i), nr, first, last, act,
+                                          act_alpha);
                     else
                         micro_kernel(kc, ap[i / mr], lda[i / mr], b, ldbp, c, ldc,
-                                     min_long(mr, mc - i), nr, last, act, act_alpha);
+                                     min_long(mr, mc - i), nr, first, last, act, act_alpha);
                 }
             }
         }
@@ -367,21 +379,24 @@ static void gemm_serial(long M, long N, long K, const a_operand *A, long row0,
 }
 
 #ifdef CCN_CBLAS
-/* The product through cblas_sgemm (C += alpha A B), then the activation. */
+/* The product through cblas_sgemm (C += alpha A B, = when set), then the
+ * activation. */
 static void gemm_cblas(long M, long N, long K, const float *A, long a_rs, long a_cs,
-                       const float *B, long ldb, float alpha, float *C, long ldc, int act,
-                       float act_alpha)
+                       const float *B, long ldb, float alpha, float *C, long ldc, int set,
+                       int act, float act_alpha)
 {
     const int trans = a_rs == 1 && a_cs != 1;
     cblas_sgemm(CblasRowMajor, trans ? CblasTrans : CblasNoTrans, CblasNoTrans, (int)M, (int)N,
-                (int)K, alpha, A, (int)(trans ? a_cs : a_rs), B, (int)ldb, 1.0f, C, (int)ldc);
+                (int)K, alpha, A, (int)(trans ? a_cs : a_rs), B, (int)ldb, set ? 0.0f : 1.0f,
+                C, (int)ldc);
     activate_block(M, N, C, ldc, act, act_alpha);
 }
 #endif
 
-/* C += A * B then the activation, on all threads for a large product. */
+/* C += A * B (= when set) then the activation, on all threads for a
+ * large product. */
 static void gemm_any(long M, long N, long K, const a_operand *A, const b_operand *B, float *C,
-                     long ldc, int act, float act_alpha)
+                     long ldc, int set, int act, float act_alpha)
 {
 #ifdef _OPENMP
     if (M * N * K >= CCN_PARALLEL_MACS && omp_get_max_threads() > 1) {
@@ -401,30 +416,46 @@ static void gemm_any(long M, long N, long K, const a_operand *A, const b_operand
             const long lo = min_long(len, tiles * p / pieces * unit);
             const long hi = min_long(len, tiles * (p + 1) / pieces * unit);
             if (by_rows)
-                gemm_serial(hi - lo, N, K, A, lo, B, 0, C + lo * ldc, ldc, act, act_alpha);
+                gemm_serial(hi - lo, N, K, A, lo, B, 0, C + lo * ldc, ldc, set, act,
+                            act_alpha);
             else
-                gemm_serial(M, hi - lo, K, A, 0, B, lo, C + lo, ldc, act, act_alpha);
+                gemm_serial(M, hi - lo, K, A, 0, B, lo, C + lo, ldc, set, act, act_alpha);
         }
         return;
     }
 #endif
-    gemm_serial(M, N, K, A, 0, B, 0, C, ldc, act, act_alpha);
+    gemm_serial(M, N, K, A, 0, B, 0, C, ldc, set, act, act_alpha);
+}
+
+/* ccn_gemm_ex (set 0) and ccn_gemm_set (set 1). */
+static void gemm_strided(long M, long N, long K, const float *A, long a_rs, long a_cs,
+                         const float *B, long ldb, float alpha, float *C, long ldc, int set,
+                         int act, float act_alpha)
+{
+#ifdef CCN_CBLAS
+    /* CBLAS needs one unit stride in A. */
+    if (M * N * K >= CCN_CBLAS_MACS && (a_cs == 1 || a_rs == 1)) {
+        gemm_cblas(M, N, K, A, a_rs, a_cs, B, ldb, alpha, C, ldc, set, act, act_alpha);
+        return;
+    }
+#endif
+    const a_operand a = {A, a_rs, a_cs, alpha, NULL, 0};
+    const b_operand b = {B, ldb, NULL, 0};
+    gemm_any(M, N, K, &a, &b, C, ldc, set, act, act_alpha);
 }
 
 void ccn_gemm_ex(long M, long N, long K, const float *A, long a_rs, long a_cs,
                  const float *B, long ldb, float alpha, float *C, long ldc, int act,
                  float act_alpha)
 {
-#ifdef CCN_CBLAS
-    /* CBLAS needs one unit stride in A. */
-    if (M * N * K >= CCN_CBLAS_MACS && (a_cs == 1 || a_rs == 1)) {
-        gemm_cblas(M, N, K, A, a_rs, a_cs, B, ldb, alpha, C, ldc, act, act_alpha);
-        return;
-    }
-#endif
-    const a_operand a = {A, a_rs, a_cs, alpha, NULL, 0};
-    const b_operand b = {B, ldb, NULL, 0};
-    gemm_any(M, N, K, &a, &b, C, ldc, act, act_alpha);
+    gemm_strided(M, N, K, A, a_rs, a_cs, B, ldb, alpha, C, ldc, 0, act, act_alpha);
+}
+
+void ccn_gemm_set(long M, long N, long K, const float *A, long a_rs, long a_cs,
+                  const float *B, long ldb, float alpha, float *C, long ldc, int act,
+                  float act_alpha)
+{
+    gemm_strided(M, N, K, A, a_rs, a_cs, B, ldb, alpha, C, ldc, 1, act, act_alpha);
 }
 
 void ccn_gemm_panels(long M, long N, long K, const float *panels, const float *B, long ldb,
@@ -432,7 +463,7 @@ void ccn_gemm_panels(long M, long N, long K, const float *panels, const float *B
 {
     const a_operand a = {NULL, 0, 0, 1.0f, panels, ccn_panel_rows(M)};
     const b_operand b = {B, ldb, NULL, 0};
-    gemm_any(M, N, K, &a, &b, C, ldc, act, act_alpha);
+    gemm_any(M, N, K, &a, &b, C, ldc, 0, act, act_alpha);
 }
 
 void ccn_gemm_strips(long M, long N, long K, const float *A, long a_rs, long a_cs,
@@ -441,7 +472,7 @@ void ccn_gemm_strips(long M, long N, long K, const float *A, long a_rs, long a_c
 {
     const a_operand a = {A, a_rs, a_cs, alpha, NULL, 0};
     const b_operand b = {NULL, 0, strips, ccn_strip_cols(N)};
-    gemm_any(M, N, K, &a, &b, C, ldc, act, act_alpha);
+    gemm_any(M, N, K, &a, &b, C, ldc, 0, act, act_alpha);
 }
 
 void ccn_gemm(long M, long N, long K, const float *A, long a_rs, long a_cs,
@@ -793,17 +824,21 @@ void ccn_conv2d_grad_filter(long N, long C, long H, long W, long M, long KH, lon
     float *gw_t = gy_t + images * S * (by_columns ? Mg : K);
     for (long g = 0; g < group; g++) {
         float *gw_g = gw + g * Mg * K;
-        memset(by_columns ? gw_t : gw_g, 0, (size_t)(K * Mg) * sizeof(float));
+        if (N == 0)
+            memset(gw_g, 0, (size_t)(K * Mg) * sizeof(float));
         for (long n0 = 0; n0 < N; n0 += images) {
             const long nb = min_long(images, N - n0), ld = nb * S;
             const float *gy_n = gy + (n0 * M + g * Mg) * S;
+            /* The first batch's product sets the result, the others add. */
+            void (*product)(long, long, long, const float *, long, long, const float *, long,
+                            float, float *, long, int, float) =
+                n0 == 0 ? ccn_gemm_set : ccn_gemm_ex;
             im2col_images(nb, Cg, H, W, KH, KW, OH, OW, stride_h, stride_w, dil_h, dil_w,
                           pad_top, pad_left, x + (n0 * C + g * Cg) * H * W, C * H * W, col, ld);
             if (by_columns) {
                 for (long i = 0; i < nb; i++)
                     ccn_transpose(Mg, S, gy_n + i * M * S, gy_t + i * S * Mg);
-                ccn_gemm_ex(K, Mg, ld, col, ld, 1, gy_t, Mg, 1.0f, gw_t, Mg, CCN_ACT_NONE,
-                            0.0f);
+                product(K, Mg, ld, col, ld, 1, gy_t, Mg, 1.0f, gw_t, Mg, CCN_ACT_NONE, 0.0f);
                 continue;
             }
             /* gy_t holds the columns transposed, gw_t the images' gy side
@@ -811,10 +846,10 @@ void ccn_conv2d_grad_filter(long N, long C, long H, long W, long M, long KH, lon
             ccn_transpose(K, ld, col, gy_t);
             if (nb > 1)
                 ccn_copy_image_rows(Mg, nb, S, gy_n, S, M * S, gw_t, ld, S);
-            ccn_gemm_ex(Mg, K, ld, nb > 1 ? gw_t : gy_n, ld, 1, gy_t, K, 1.0f, gw_g, K,
-                        CCN_ACT_NONE, 0.0f);
+            product(Mg, K, ld, nb > 1 ? gw_t : gy_n, ld, 1, gy_t, K, 1.0f, gw_g, K,
+                    CCN_ACT_NONE, 0.0f);
         }
-        if (by_columns)
+        if (by_columns && N > 0)
             ccn_transpose(K, Mg, gw_t, gw_g);
     }
 }

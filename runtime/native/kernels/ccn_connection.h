@@ -22,6 +22,11 @@ void ccn_gemm(long M, long N, long K, const float *A, long a_rs, long a_cs,
 void ccn_gemm_ex(long M, long N, long K, const float *A, long a_rs, long a_cs,
                  const float *B, long ldb, float alpha, float *C, long ldc, int act,
                  float act_alpha);
+/* ccn_gemm_ex with C = the product rather than C += it: C needs no
+ * zeroing first, and is written once rather than read and written. */
+void ccn_gemm_set(long M, long N, long K, const float *A, long a_rs, long a_cs,
+                  const float *B, long ldb, float alpha, float *C, long ldc, int act,
+                  float act_alpha);
 /* The panel layout of a constant M x K matrix A, packed at emit time
  * (lowerings/connection.py, pack_panels): M rounded up to whole panels of
  * CCN_PANEL_ROWS rows; for each depth slice k0 = 0, 256, ... (kc deep, the

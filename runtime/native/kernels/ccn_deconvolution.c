@@ -1,8 +1,6 @@
 /* Deconvolution family: ConvTranspose as the adjoint of im2col + GEMM: one
  * GEMM per batch of images and group into columns, then col2im adds them
  * up image by image. */
-#include <string.h>
-
 #include "ccn_connection.h"
 #include "ccn_deconvolution.h"
 
@@ -61,9 +59,8 @@ void ccn_deconv2d(long N, long C, long H, long W, long M, long KH, long KW, long
             }
             /* col (K x nb*S) = w_g^T x_g: w_g is row-major Cg x K, read
              * transposed through the strides. */
-            memset(col, 0, (size_t)(K * ld) * sizeof(float));
-            ccn_gemm_ex(K, ld, Cg, w + g * Cg * K, 1, K, xg, ld, 1.0f, col, ld, CCN_ACT_NONE,
-                        0.0f);
+            ccn_gemm_set(K, ld, Cg, w + g * Cg * K, 1, K, xg, ld, 1.0f, col, ld, CCN_ACT_NONE,
+                         0.0f);
             for (long i = 0; i < nb; i++) {
                 float *yg = y + ((n0 + i) * M + g * Mg) * OH * OW;
                 for (long m = 0; m < Mg; m++) {

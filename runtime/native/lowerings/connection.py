@@ -102,9 +102,12 @@ def gemm(em, inst) -> Step:
         if trans_b and not b_const and not dots:
             lines.append('ccn_transpose(%d, %d, %s, %s);' % (N, K, ref(b_reg), scratch))
             b = scratch
-        lines.append('ccn_gemm_init(%d, %d, %s, %s, %d, %d, %s);' % (
-            M, N, y, ref(inst.inputs[2]) if has_bias else 'NULL', bias_rs, bias_cs,
-            cfloat(beta)))
+        # Without a bias to start from, the product sets y (no zeroing).
+        set_y = not dots and not strips and (not has_bias or beta == 0.0)
+        if not set_y:
+            lines.append('ccn_gemm_init(%d, %d, %s, %s, %d, %d, %s);' % (
+                M, N, y, ref(inst.inputs[2]) if has_bias else 'NULL', bias_rs, bias_cs,
+                cfloat(beta)))
         if dots:
             lines.append('ccn_gemm_bt(%d, %d, %d, %s, %d, %s, %s, %s, %d, %s);' % (
                 M, N, K, ref(inst.inputs[0]), 1 if trans_a else K, b, cfloat(alpha), y, N,
@@ -114,9 +117,9 @@ def gemm(em, inst) -> Step:
                 M, N, K, ref(inst.inputs[0]), 1 if trans_a else K, M if trans_a else 1, strips,
                 cfloat(alpha), y, N, act))
         else:
-            lines.append('ccn_gemm_ex(%d, %d, %d, %s, %d, %d, %s, %d, %s, %s, %d, %s);' % (
-                M, N, K, ref(inst.inputs[0]), 1 if trans_a else K, M if trans_a else 1, b,
-                N, cfloat(alpha), y, N, act))
+            lines.append('%s(%d, %d, %d, %s, %d, %d, %s, %d, %s, %s, %d, %s);' % (
+                'ccn_gemm_set' if set_y else 'ccn_gemm_ex', M, N, K, ref(inst.inputs[0]),
+                1 if trans_a else K, M if trans_a else 1, b, N, cfloat(alpha), y, N, act))
         return lines
     return Step('connection', [(M, N)], render,
                 scratch=K * N if trans_b and not b_const and not dots else 0)
@@ -168,7 +171,7 @@ def matmul(em, inst) -> Step:
             return [init, 'ccn_gemm_strips(%d, %d, %d, %s, %d, 1, %s, 1.0f, %s, %d, %s);'
                     % (rows, N, K, a, K, strips, y, N, act)]
         if flat:
-            return [init, 'ccn_gemm_ex(%d, %d, %d, %s, %d, 1, %s, %d, 1.0f, %s, %d, %s);'
+            return ['ccn_gemm_set(%d, %d, %d, %s, %d, 1, %s, %d, 1.0f, %s, %d, %s);'
                     % (rows, N, K, a, K, b, N, y, N, act)]
         return ['ccn_matmul_batched(%d, (const long[]){%s}, (const long[]){%s},'
                 % (len(batch), _clongs(batch), _clongs(a_strides)),
