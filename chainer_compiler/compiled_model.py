@@ -9,6 +9,7 @@ import os
 from dataclasses import dataclass
 
 import chainer
+import numpy
 import onnx
 
 from .errors import ModelMismatchError
@@ -117,6 +118,9 @@ class CompiledModel(chainer.Chain):
                         if v.name not in {t.name for t in graph.initializer}]
         self._input_dims = [(v, tuple(d.dim_value for d in v.type.tensor_type.shape.dim))
                             for v in self._inputs]
+        #: id of a program -> the input signature last accepted for it
+        #: (_check_inputs).
+        self._accepted = {}
 
     # -- programs ----------------------------------------------------------------
     def _training_programs(self, inputs_needing_grad):
@@ -228,7 +232,14 @@ class CompiledModel(chainer.Chain):
     def _check_inputs(self, values, program):
         """Refuse inputs ``program`` cannot take before anything runs (and
         changes running averages); a batch size other than the file's gets
-        its own message, since FixedBatchDataset is the remedy."""
+        its own message, since FixedBatchDataset is the remedy.  A training
+        loop feeds the same shapes every step: NumPy arrays of a signature
+        (shapes and dtypes) already accepted for ``program`` are not checked
+        again."""
+        signature = tuple((v.shape, v.dtype) if type(v) is numpy.ndarray else None
+                          for v in values)
+        if self._accepted.get(id(program)) == signature:
+            return
         for x, (info, dims) in zip(values, self._input_dims):
             shape = getattr(x, 'shape', None)
             if shape is not None and len(dims) == len(shape) and dims and dims[0] \
@@ -239,6 +250,8 @@ class CompiledModel(chainer.Chain):
                     "chainer_compiler.FixedBatchDataset(dataset, %d)"
                     % (info.name, shape[0], self.onnx_file, dims[0], dims[0]))
         validate_inputs(program.inputs[:len(values)], values, program.name)
+        if None not in signature:
+            self._accepted[id(program)] = signature
 
     def _state_array(self, name):
         link, attr = self._persistents[name]
@@ -289,6 +302,9 @@ class _TrainingState:
         self.forward = forward
         self.backward = backward
         self.updates = updates
+        #: Names of the forward program's outputs and inputs, in order.
+        self.output_names = [v.name for v in programs.forward.outputs]
+        self.input_names = [v.name for v in programs.forward.inputs]
 
 
 class _CompiledStep(chainer.FunctionNode):
@@ -307,8 +323,7 @@ class _CompiledStep(chainer.FunctionNode):
         programs = self.state.programs
         values = _unflatten(list(inputs), self.layout)
         results = self.state.forward.run_positional(values + list(self.states))
-        names = [v.name for v in programs.forward.outputs]
-        by_name = dict(zip(names, results))
+        by_name = dict(zip(self.state.output_names, results))
         for updated, initializer in self.state.updates:
             self.compiled._store_state(initializer, by_name[updated])
         self.retained = [by_name[r] for r in programs.retained]
@@ -325,7 +340,7 @@ class _CompiledStep(chainer.FunctionNode):
         gys = [grads_by_output[name] for name in programs.grad_of_outputs]
         grads = dict(zip(programs.grads_for,
                          self.state.backward.run_positional(gys + self.retained)))
-        input_names = [v.name for v in programs.forward.inputs]
+        input_names = self.state.input_names
         # Which input (and element of a sequence input) each flat input is.
         positions = [(i, None if length is None else k)
                      for i, length in enumerate(self.layout)

@@ -153,6 +153,20 @@ def test_wrong_batch_size_names_fixed_batch_dataset(tmp_path):
         compiled(X[:3])
 
 
+@pytest.mark.parametrize('train', [True, False])
+def test_inputs_are_checked_again_after_an_accepted_batch(tmp_path, train):
+    # A signature once accepted is not checked again; another one still is.
+    model, path = _exported(tmp_path)
+    compiled = chainer_compiler.compile_onnx(_twin(model, Net()), path, 'onnx_chainer')
+    with chainer.using_config('train', train):
+        compiled(X)
+        compiled(X)
+        with pytest.raises(InputValidationError, match='batch size 3.*FixedBatchDataset'):
+            compiled(X[:3])
+        with pytest.raises(InputValidationError, match='float64'):
+            compiled(X.astype(numpy.float64))
+
+
 def test_wrong_input_count_and_dtype_are_clear_errors(tmp_path):
     model, path = _exported(tmp_path)
     compiled = chainer_compiler.compile_onnx(_twin(model, Net()), path, 'onnx_chainer')
