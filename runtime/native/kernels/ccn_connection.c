@@ -205,7 +205,7 @@ static void add_tile(const float *acc, float *restrict C, long ldc, long mr, lon
         else
             for (long j = 0; j < nr; j++)
                 c[j] += acc[i * CCN_NR + j];
-        if (last)
+        if (last && act != CCN_ACT_NONE)
             activate_row(nr, c, act, act_alpha);
     }
 }
@@ -236,6 +236,25 @@ static void micro_kernel(long kc, const float *restrict ap, long lda, const floa
             v[i][0] += ap[k * lda + i] * b0;
             v[i][1] += ap[k * lda + i] * b1;
         }
+    }
+    if (mr == CCN_MR && nr == CCN_NR) {
+        /* A whole tile goes from the registers to C, not through acc (a
+         * copy the compiler makes a library call). */
+        for (int i = 0; i < CCN_MR; i++) {
+            float *c = C + i * ldc;
+            for (int h = 0; h < 2; h++) {
+                vec sum = v[i][h];
+                if (!first) {
+                    vec old;
+                    memcpy(&old, c + h * (CCN_NR / 2), sizeof old);
+                    sum += old;
+                }
+                memcpy(c + h * (CCN_NR / 2), &sum, sizeof sum);
+            }
+            if (last && act != CCN_ACT_NONE)
+                activate_row(CCN_NR, c, act, act_alpha);
+        }
+        return;
     }
     memcpy(acc, v, sizeof acc);
 #else
