@@ -61,8 +61,12 @@
 #define CCN_PACK_B_ROWS (2 * CCN_MR)
 /* Fewer rows than this: no packing, one pass over B does every row. */
 #define CCN_SMALL_M 4
-/* Multiply-adds below which a product stays on one thread. */
-#define CCN_PARALLEL_MACS (1L << 18)
+/* Multiply-adds below which a product stays on one thread: under about
+ * 40 us of work the second thread gains little, and on a shared machine
+ * it is sometimes descheduled, stalling the region (LeNet-5's training
+ * step took 2.3 ms or 3.7 ms from run to run with 2^18 here, 2.3 ms
+ * steadily with this). */
+#define CCN_PARALLEL_MACS (1L << 22)
 /* Multiply-adds from which a CBLAS build hands the product over. */
 #define CCN_CBLAS_MACS (1L << 16)
 
