@@ -55,6 +55,28 @@ void ccn_maxpool2d(long NC, long H, long W, long OH, long OW, long KH, long KW,
     }
 }
 
+/* How many of the K taps o*stride - pad + k (k < K) fall in [lo, hi). */
+static long taps_within(long o, long stride, long pad, long K, long lo, long hi)
+{
+    const long first = o * stride - pad;
+    const long a = first > lo ? first : lo, b = first + K < hi ? first + K : hi;
+    return b > a ? b - a : 0;
+}
+
+/* AveragePool's divisor for the window at (oh, ow): its taps inside the
+ * input, or with count_include_pad those inside the explicit padding
+ * (ceil_mode's extra windows reach past it: those taps never count). */
+static long avg_divisor(long oh, long ow, long H, long W, long KH, long KW, long stride_h,
+                        long stride_w, long pad_top, long pad_left, long pad_bottom,
+                        long pad_right, int count_include_pad)
+{
+    if (count_include_pad)
+        return taps_within(oh, stride_h, pad_top, KH, -pad_top, H + pad_bottom) *
+               taps_within(ow, stride_w, pad_left, KW, -pad_left, W + pad_right);
+    return taps_within(oh, stride_h, pad_top, KH, 0, H) *
+           taps_within(ow, stride_w, pad_left, KW, 0, W);
+}
+
 void ccn_avgpool2d(long NC, long H, long W, long OH, long OW, long KH, long KW,
                    long stride_h, long stride_w, long pad_top, long pad_left,
                    long pad_bottom, long pad_right, int count_include_pad,
@@ -67,23 +89,17 @@ void ccn_avgpool2d(long NC, long H, long W, long OH, long OW, long KH, long KW,
         for (long oh = 0; oh < OH; oh++)
             for (long ow = 0; ow < OW; ow++) {
                 float sum = 0.0f;
-                long count = 0;
                 for (long kh = 0; kh < KH; kh++) {
                     const long ih = oh * stride_h - pad_top + kh;
                     for (long kw = 0; kw < KW; kw++) {
                         const long iw = ow * stride_w - pad_left + kw;
-                        const int inside = ih >= 0 && ih < H && iw >= 0 && iw < W;
-                        /* ceil_mode's extra windows reach past the explicit
-                         * padding: those taps never count. */
-                        const int in_pads = ih >= -pad_top && ih < H + pad_bottom &&
-                                            iw >= -pad_left && iw < W + pad_right;
-                        if (inside)
+                        if (ih >= 0 && ih < H && iw >= 0 && iw < W)
                             sum += in[ih * W + iw];
-                        if (count_include_pad ? in_pads : inside)
-                            count++;
                     }
                 }
-                out[oh * OW + ow] = sum / (float)count;
+                out[oh * OW + ow] =
+                    sum / (float)avg_divisor(oh, ow, H, W, KH, KW, stride_h, stride_w, pad_top,
+                                             pad_left, pad_bottom, pad_right, count_include_pad);
             }
     }
 }
@@ -165,16 +181,9 @@ void ccn_avgpool2d_grad(long NC, long H, long W, long OH, long OW, long KH, long
             g[i] = 0.0f;
         for (long oh = 0; oh < OH; oh++)
             for (long ow = 0; ow < OW; ow++) {
-                long count = 0;
-                for (long kh = 0; kh < KH; kh++)
-                    for (long kw = 0; kw < KW; kw++) {
-                        const long ih = oh * stride_h - pad_top + kh;
-                        const long iw = ow * stride_w - pad_left + kw;
-                        const int inside = ih >= 0 && ih < H && iw >= 0 && iw < W;
-                        const int in_pads = ih >= -pad_top && ih < H + pad_bottom &&
-                                            iw >= -pad_left && iw < W + pad_right;
-                        count += count_include_pad ? in_pads : inside;
-                    }
+                const long count = avg_divisor(oh, ow, H, W, KH, KW, stride_h, stride_w,
+                                               pad_top, pad_left, pad_bottom, pad_right,
+                                               count_include_pad);
                 const float share = gy[(p * OH + oh) * OW + ow] / (float)count;
                 for (long kh = 0; kh < KH; kh++)
                     for (long kw = 0; kw < KW; kw++) {

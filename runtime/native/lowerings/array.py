@@ -27,14 +27,14 @@ INDEX_DTYPES = ('int32', 'int64')
 
 
 # -- helpers ---------------------------------------------------------------
-def _axis(axis: int, rank: int) -> int:
+def checked_axis(axis: int, rank: int) -> int:
     """``axis`` counted from 0, refused outside [-rank, rank)."""
     if not -rank <= axis < rank:
         raise Refuse('axis %d is out of range for rank %d' % (axis, rank))
     return axis % rank
 
 
-def _const_ints(em, inst, k: int, what: str) -> list[int] | None:
+def const_ints(em, inst, k: int, what: str) -> list[int] | None:
     """Input ``k`` as a list of ints (None when absent), refused unless it
     is a constant."""
     if not em.has(inst, k):
@@ -45,12 +45,12 @@ def _const_ints(em, inst, k: int, what: str) -> list[int] | None:
     return [int(v) for v in value.reshape(-1)]
 
 
-def _itemsize(dtype: str) -> int:
+def dtype_itemsize(dtype: str) -> int:
     """Bytes per element of ``dtype``: all the movement kernels need."""
     return numpy.dtype(dtype).itemsize
 
 
-def _strides(shape) -> list[int]:
+def c_strides(shape) -> list[int]:
     """Element strides of a C-order array of ``shape``."""
     return [math.prod(shape[k + 1:]) for k in range(len(shape))]
 
@@ -60,7 +60,7 @@ def _at(pointer: str, offset: int) -> str:
     return pointer if offset == 0 else '(%s) + %d' % (pointer, offset)
 
 
-def _coalesce(shape, strides: list[list[int]]):
+def coalesce(shape, strides: list[list[int]]):
     """``shape`` and the stride lists with size-1 axes dropped and adjacent
     axes merged wherever every operand steps through them as through one
     axis, so the kernels loop over as few axes as possible (rank >= 1)."""
@@ -82,7 +82,7 @@ def _strided_copy(elem: int, shape, x: str, x_strides, y: str, y_strides) -> lis
     addressed through its own element strides."""
     if math.prod(shape) == 0:
         return ['/* empty: nothing to copy */']
-    dims, (xs, ys) = _coalesce(shape, [list(x_strides), list(y_strides)])
+    dims, (xs, ys) = coalesce(shape, [list(x_strides), list(y_strides)])
     return ['{',
             '    static const long shape[] = %s, xs[] = %s, ys[] = %s;'
             % (clist(dims), clist(xs), clist(ys)),
@@ -93,11 +93,11 @@ def _strided_copy(elem: int, shape, x: str, x_strides, y: str, y_strides) -> lis
 def _copy_step(em, inst, out, x_strides, offset=0) -> Step:
     """Output 0 (shape ``out``, C order) read from input 0 at element
     ``offset`` through ``x_strides``."""
-    elem = _itemsize(em.dtype(inst, 0))
+    elem = dtype_itemsize(em.dtype(inst, 0))
 
     def render(ref, scratch):
         return _strided_copy(elem, out, _at(ref(inst.inputs[0]), offset), x_strides,
-                             ref(inst.outputs[0]), _strides(out))
+                             ref(inst.outputs[0]), c_strides(out))
     return Step('array', [tuple(out)], render)
 
 
@@ -174,7 +174,7 @@ def _axes(em, inst):
     """The ``axes`` of Squeeze or Unsqueeze: an attribute before
     opset_rules.axes_input_since, input 1 from it (None when absent)."""
     if axes_are_input(inst.op, inst.version):
-        return _const_ints(em, inst, 1, 'axes')
+        return const_ints(em, inst, 1, 'axes')
     axes = inst.attrs.get('axes')
     return None if axes is None else [int(a) for a in axes]
 
@@ -186,7 +186,7 @@ def squeeze(em, inst) -> Step:
     if axes is None:
         drop = {k for k, d in enumerate(sx) if d == 1}
     else:
-        drop = {_axis(a, len(sx)) for a in axes}
+        drop = {checked_axis(a, len(sx)) for a in axes}
         if any(sx[k] != 1 for k in drop):
             raise Refuse('axes %s of shape %s are not all of size 1' % (axes, list(sx)))
     return view(em, inst, tuple(d for k, d in enumerate(sx) if k not in drop))
@@ -199,7 +199,7 @@ def unsqueeze(em, inst) -> Step:
     if axes is None:
         raise Refuse('Unsqueeze needs axes')
     rank = len(sx) + len(axes)
-    new = {_axis(a, rank) for a in axes}
+    new = {checked_axis(a, rank) for a in axes}
     if len(new) != len(axes):
         raise Refuse('axes %s repeat an axis' % axes)
     dims = iter(sx)
@@ -213,11 +213,11 @@ def transpose(em, inst) -> Step:
     perm = [int(p) for p in inst.attrs.get('perm') or range(len(sx) - 1, -1, -1)]
     if sorted(perm) != list(range(len(sx))):
         raise Refuse('perm %s is not a permutation of the %d axes' % (perm, len(sx)))
-    xs = _strides(sx)
+    xs = c_strides(sx)
     return _copy_step(em, inst, tuple(sx[p] for p in perm), [xs[p] for p in perm])
 
 
-def _slice_ranges(sx, starts, ends, axes, steps) -> list[range]:
+def slice_ranges(sx, starts, ends, axes, steps) -> list[range]:
     """The index range Slice takes along each axis of ``sx`` (ONNX clamps
     starts and ends exactly as Python's slice.indices does)."""
     axes = list(range(len(starts))) if axes is None else axes
@@ -227,7 +227,7 @@ def _slice_ranges(sx, starts, ends, axes, steps) -> list[range]:
     ranges = [range(d) for d in sx]
     seen = set()
     for start, end, axis, step in zip(starts, ends, axes, steps):
-        axis = _axis(axis, len(sx))
+        axis = checked_axis(axis, len(sx))
         if axis in seen or step == 0:
             raise Refuse('axis %d sliced twice' % axis if axis in seen else 'a step is 0')
         seen.add(axis)
@@ -240,14 +240,14 @@ def slice_(em, inst) -> Step:
     sx = em.shape(inst, 0, ANY_DTYPE)
     if inst.version < 10:
         a = inst.attrs
-        ranges = _slice_ranges(sx, list(a.get('starts', ())), list(a.get('ends', ())),
+        ranges = slice_ranges(sx, list(a.get('starts', ())), list(a.get('ends', ())),
                                a.get('axes'), None)
     else:
-        ranges = _slice_ranges(sx, _const_ints(em, inst, 1, 'starts') or [],
-                               _const_ints(em, inst, 2, 'ends') or [],
-                               _const_ints(em, inst, 3, 'axes'),
-                               _const_ints(em, inst, 4, 'steps'))
-    xs = _strides(sx)
+        ranges = slice_ranges(sx, const_ints(em, inst, 1, 'starts') or [],
+                               const_ints(em, inst, 2, 'ends') or [],
+                               const_ints(em, inst, 3, 'axes'),
+                               const_ints(em, inst, 4, 'steps'))
+    xs = c_strides(sx)
     out = tuple(len(r) for r in ranges)
     offset = sum(r.start * s for r, s in zip(ranges, xs)) if math.prod(out) else 0
     return _copy_step(em, inst, out, [r.step * s for r, s in zip(ranges, xs)], offset)
@@ -260,7 +260,7 @@ def _split_sizes(em, inst, dim: int) -> list[int]:
     one shorter."""
     a = inst.attrs
     if inst.version >= 13 or (inst.version == 1 and em.has(inst, 1)):
-        sizes = _const_ints(em, inst, 1, 'split sizes')
+        sizes = const_ints(em, inst, 1, 'split sizes')
     else:
         sizes = None if a.get('split') is None else [int(s) for s in a['split']]
     n = len(inst.outputs)
@@ -277,9 +277,9 @@ def _split_sizes(em, inst, dim: int) -> list[int]:
 @lowers('Split')
 def split(em, inst) -> Step:
     sx = em.shape(inst, 0, ANY_DTYPE)
-    axis = _axis(int(inst.attrs.get('axis', 0)), len(sx))
+    axis = checked_axis(int(inst.attrs.get('axis', 0)), len(sx))
     sizes = _split_sizes(em, inst, sx[axis])
-    elem, xs = _itemsize(em.dtype(inst, 0)), _strides(sx)
+    elem, xs = dtype_itemsize(em.dtype(inst, 0)), c_strides(sx)
     shapes = [sx[:axis] + (s,) + sx[axis + 1:] for s in sizes]
     begins = [sum(sizes[:k]) for k in range(len(sizes))]
 
@@ -288,7 +288,7 @@ def split(em, inst) -> Step:
         for r, shape, begin in zip(inst.outputs, shapes, begins):
             if r != NO_REGISTER:
                 lines += _strided_copy(elem, shape, _at(ref(inst.inputs[0]), begin * xs[axis]),
-                                       xs, ref(r), _strides(shape))
+                                       xs, ref(r), c_strides(shape))
         return lines
     return Step('array', list(shapes), render)
 
@@ -300,17 +300,17 @@ def concat(em, inst) -> Step:
     if len(dtypes) != 1:
         raise Refuse('its inputs mix dtypes %s' % sorted(dtypes))
     rank = len(shapes[0])
-    axis = _axis(int(inst.attrs.get('axis', 1)), rank)
+    axis = checked_axis(int(inst.attrs.get('axis', 1)), rank)
     if any(len(s) != rank or s[:axis] + s[axis + 1:] != shapes[0][:axis] + shapes[0][axis + 1:]
            for s in shapes):
         raise Refuse('shapes %s differ off axis %d' % ([list(s) for s in shapes], axis))
     out = shapes[0][:axis] + (sum(s[axis] for s in shapes),) + shapes[0][axis + 1:]
-    elem, ys = _itemsize(dtypes.pop()), _strides(out)
+    elem, ys = dtype_itemsize(dtypes.pop()), c_strides(out)
 
     def render(ref, scratch):
         lines, begin = [], 0
         for r, shape in zip(inst.inputs, shapes):
-            lines += _strided_copy(elem, shape, ref(r), _strides(shape),
+            lines += _strided_copy(elem, shape, ref(r), c_strides(shape),
                                    _at(ref(inst.outputs[0]), begin * ys[axis]), ys)
             begin += shape[axis]
         return lines
@@ -320,7 +320,7 @@ def concat(em, inst) -> Step:
 @lowers('Expand')
 def expand(em, inst) -> Step:
     sx = em.shape(inst, 0, ANY_DTYPE)
-    target = _const_ints(em, inst, 1, 'target shape')
+    target = const_ints(em, inst, 1, 'target shape')
     try:
         out = tuple(numpy.broadcast_shapes(sx, tuple(target or ())))
     except ValueError:
@@ -333,7 +333,7 @@ def _table_copy_step(em, inst, out, tables, fill=None) -> Step:
     """Output 0 (``out``) gathered from input 0 through one index table per
     axis (-1: the element ``fill``, a C expression of a pointer to it)."""
     sx = em.shape(inst, 0, ANY_DTYPE)
-    elem = _itemsize(em.dtype(inst, 0))
+    elem = dtype_itemsize(em.dtype(inst, 0))
     if not out:  # a 0-d array: one element on one axis
         out, sx, tables = (1,), (1,), [[0]]
     flat = [int(i) for table in tables for i in table]
@@ -343,7 +343,7 @@ def _table_copy_step(em, inst, out, tables, fill=None) -> Step:
             return ['/* empty: nothing to copy */']
         return ['{',
                 '    static const long shape[] = %s, xs[] = %s;' % (clist(out),
-                                                                    clist(_strides(sx))),
+                                                                    clist(c_strides(sx))),
                 '    static const long tables[] = %s;' % clist(flat),
                 '    ccn_table_copy(%d, %d, shape, tables, %s, xs, %s, %s);'
                 % (elem, len(out), ref(inst.inputs[0]), fill(ref) if fill else 'NULL',
@@ -356,13 +356,13 @@ def _table_copy_step(em, inst, out, tables, fill=None) -> Step:
 def tile(em, inst) -> Step:
     sx = em.shape(inst, 0, ANY_DTYPE)
     if inst.version >= 6:
-        repeats = _const_ints(em, inst, 1, 'repeats') or []
+        repeats = const_ints(em, inst, 1, 'repeats') or []
     else:
-        tiles, axis = _const_ints(em, inst, 1, 'tiles'), _const_ints(em, inst, 2, 'axis')
+        tiles, axis = const_ints(em, inst, 1, 'tiles'), const_ints(em, inst, 2, 'axis')
         if not tiles or not axis:
             raise Refuse('Tile needs tiles and axis')
         repeats = [1] * len(sx)
-        repeats[_axis(axis[0], len(sx))] = tiles[0]
+        repeats[checked_axis(axis[0], len(sx))] = tiles[0]
     if len(repeats) != len(sx) or min(repeats, default=0) < 0:
         raise Refuse('repeats %s do not fit rank %d' % (repeats, len(sx)))
     out = tuple(d * r for d, r in zip(sx, repeats))
@@ -382,15 +382,16 @@ def _pads(em, inst, rank: int) -> list[int]:
     if inst.version < 11:
         pads = [int(p) for p in inst.attrs.get('paddings' if inst.version < 2 else 'pads', ())]
     else:
-        pads = _const_ints(em, inst, 1, 'pads') or []
-    axes = _const_ints(em, inst, 3, 'axes') if inst.version >= 18 else None
+        pads = const_ints(em, inst, 1, 'pads') or []
+    axes = const_ints(em, inst, 3, 'axes') if inst.version >= 18 else None
     if axes is None:
         axes = list(range(rank))
     if len(pads) != 2 * len(axes):
         raise Refuse('%d pads for %d axes' % (len(pads), len(axes)))
     full = [0] * (2 * rank)
     for k, a in enumerate(axes):
-        full[_axis(a, rank)], full[_axis(a, rank) + rank] = pads[k], pads[k + len(axes)]
+        axis = checked_axis(a, rank)
+        full[axis], full[axis + rank] = pads[k], pads[k + len(axes)]
     return full
 
 
@@ -437,15 +438,15 @@ def _pad_value(em, inst, dtype: str):
 def gather(em, inst) -> Step:
     sx = em.shape(inst, 0, ANY_DTYPE)
     si = em.shape(inst, 1, INDEX_DTYPES)
-    axis = _axis(int(inst.attrs.get('axis', 0)), len(sx))
+    axis = checked_axis(int(inst.attrs.get('axis', 0)), len(sx))
     dim, n = sx[axis], math.prod(si)
     indices = em.const(inst.inputs[1])
     if indices is not None and ((indices < -dim) | (indices >= dim)).any():
         raise Refuse('indices out of range for an axis of %d' % dim)
     if dim == 0 and n:
         raise Refuse('it gathers from an empty axis')
-    elem = _itemsize(em.dtype(inst, 0))
-    index_bytes = _itemsize(em.dtype(inst, 1))
+    elem = dtype_itemsize(em.dtype(inst, 0))
+    index_bytes = dtype_itemsize(em.dtype(inst, 1))
     out = sx[:axis] + tuple(si) + sx[axis + 1:]
 
     def render(ref, scratch):
@@ -468,7 +469,7 @@ def where(em, inst) -> Step:
     except ValueError:
         raise Refuse('shapes %s, %s and %s do not broadcast'
                      % (list(sc), list(sx), list(sy))) from None
-    dims, (cs, xs, ys, _) = _coalesce(out, [broadcast_strides(s, out)
+    dims, (cs, xs, ys, _) = coalesce(out, [broadcast_strides(s, out)
                                             for s in (sc, sx, sy, out)])
 
     def render(ref, scratch):
@@ -478,7 +479,7 @@ def where(em, inst) -> Step:
                 '    static const long shape[] = %s, cs[] = %s, xs[] = %s, ys[] = %s;'
                 % (clist(dims), clist(cs), clist(xs), clist(ys)),
                 '    ccn_where(%d, %d, shape, %s, cs, %s, xs, %s, ys, %s);'
-                % (_itemsize(dtype), len(dims), *(ref(r) for r in inst.inputs),
+                % (dtype_itemsize(dtype), len(dims), *(ref(r) for r in inst.inputs),
                    ref(inst.outputs[0])),
                 '}']
     return Step('array', [out], render, dtypes=[dtype])

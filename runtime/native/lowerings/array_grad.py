@@ -8,23 +8,31 @@ import math
 from ...ops.registry import CUSTOM_DOMAIN
 from ..cformat import clist
 from ..lowering import ANY_DTYPE, Refuse, Step, lowers
-from .array import INDEX_DTYPES, _axis, _coalesce, _const_ints, _itemsize, _slice_ranges, _strides
+from .array import (
+    INDEX_DTYPES,
+    c_strides,
+    checked_axis,
+    coalesce,
+    const_ints,
+    dtype_itemsize,
+    slice_ranges,
+)
 
 
 @lowers(CUSTOM_DOMAIN + '::SliceGrad')
 def slice_grad(em, inst) -> Step:
     shape = tuple(int(d) for d in inst.attrs['shape'])
     sg = em.shape(inst, 0, ANY_DTYPE)
-    ranges = _slice_ranges(shape, _const_ints(em, inst, 1, 'starts') or [],
-                           _const_ints(em, inst, 2, 'ends') or [],
-                           _const_ints(em, inst, 3, 'axes'), _const_ints(em, inst, 4, 'steps'))
+    ranges = slice_ranges(shape, const_ints(em, inst, 1, 'starts') or [],
+                           const_ints(em, inst, 2, 'ends') or [],
+                           const_ints(em, inst, 3, 'axes'), const_ints(em, inst, 4, 'steps'))
     if tuple(len(r) for r in ranges) != sg:
         raise Refuse('a gradient of shape %s for a slice of shape %s'
                      % (list(sg), [len(r) for r in ranges]))
-    ys = _strides(shape)
+    ys = c_strides(shape)
     offset = sum(r.start * s for r, s in zip(ranges, ys)) if math.prod(sg) else 0
-    dims, (gs, steps) = _coalesce(sg, [_strides(sg), [r.step * s for r, s in zip(ranges, ys)]])
-    elem = _itemsize(em.dtype(inst, 0))
+    dims, (gs, steps) = coalesce(sg, [c_strides(sg), [r.step * s for r, s in zip(ranges, ys)]])
+    elem = dtype_itemsize(em.dtype(inst, 0))
 
     def render(ref, scratch):
         return ['{', '    static const long shape[] = %s, gs[] = %s, ys[] = %s;'
@@ -38,7 +46,7 @@ def slice_grad(em, inst) -> Step:
 @lowers(CUSTOM_DOMAIN + '::GatherGrad')
 def gather_grad(em, inst) -> Step:
     shape = tuple(int(d) for d in inst.attrs['shape'])
-    axis = _axis(int(inst.attrs['axis']), len(shape))
+    axis = checked_axis(int(inst.attrs['axis']), len(shape))
     si = em.shape(inst, 1, INDEX_DTYPES)
     expected = shape[:axis] + tuple(si) + shape[axis + 1:]
     if em.shape(inst, 0) != expected:
@@ -49,6 +57,6 @@ def gather_grad(em, inst) -> Step:
         return ['ccn_gather_grad(%d, %d, %d, %d, %s, %s, %d, %s);'
                 % (math.prod(shape[:axis]), shape[axis], math.prod(shape[axis + 1:]),
                    math.prod(si), ref(inst.inputs[0]), ref(inst.inputs[1]),
-                   _itemsize(em.dtype(inst, 1)), ref(inst.outputs[0]))]
+                   dtype_itemsize(em.dtype(inst, 1)), ref(inst.outputs[0]))]
     # ccn_array_grad.c calls ccn_array.c's ccn_strided_copy.
     return Step('array_grad', [shape], render, also=('array',))

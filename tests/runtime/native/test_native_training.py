@@ -70,6 +70,16 @@ def _model_and_batches(seed=0, ignored=False):
     return model, batches
 
 
+def _native_step(optimizer='sgd'):
+    """_model_and_batches' model and batches, ``optimizer`` set up on the
+    model, and the model's training step compiled for the native backend."""
+    model, batches = _model_and_batches()
+    opt = OPTIMIZERS[optimizer]()
+    opt.setup(model)
+    step = compile_training_step(model, opt, batches[0], runtime_kwargs={'backend': 'native'})
+    return model, batches, opt, step
+
+
 def _trained(model, optimizer_name, batches, backend):
     """(model, optimizer, step or None) after training a copy of ``model``
     on ``batches`` with ``backend`` ('native', 'numpy', or 'chainer' for
@@ -157,10 +167,7 @@ def test_steps_match_numpy_backend_and_chainer(optimizer):
 
 @pytest.mark.parametrize('optimizer', ['momentum', 'adam'])
 def test_arrays_are_updated_where_they_lie(optimizer):
-    model, batches = _model_and_batches()
-    opt = OPTIMIZERS[optimizer]()
-    opt.setup(model)
-    step = compile_training_step(model, opt, batches[0], runtime_kwargs={'backend': 'native'})
+    model, batches, opt, step = _native_step(optimizer)
     arrays, _ = _state(model, opt)
     before = {name: (id(a), a.ctypes.data, a.copy()) for name, a in arrays.items()}
     loss = step(*batches[0])
@@ -235,11 +242,7 @@ def test_unsupported_op_names_the_op_and_the_backend():
 
 
 def test_a_parameter_that_cannot_be_updated_in_place_is_refused():
-    model, batches = _model_and_batches()
-    optimizer = chainer.optimizers.SGD()
-    optimizer.setup(model)
-    step = compile_training_step(model, optimizer, batches[0],
-                                 runtime_kwargs={'backend': 'native'})
+    model, batches, _, step = _native_step()
     step(*batches[0])
     weight = model.predictor.layers[0].W
     weight.array = numpy.asfortranarray(weight.array)  # same values, another layout
@@ -250,11 +253,7 @@ def test_a_parameter_that_cannot_be_updated_in_place_is_refused():
 
 
 def test_a_label_out_of_range_is_an_error():
-    model, batches = _model_and_batches()
-    optimizer = chainer.optimizers.SGD()
-    optimizer.setup(model)
-    step = compile_training_step(model, optimizer, batches[0],
-                                 runtime_kwargs={'backend': 'native'})
+    model, batches, _, step = _native_step()
     x, t = batches[0]
     t = t.copy()
     t[3] = 5  # five classes: 0..4

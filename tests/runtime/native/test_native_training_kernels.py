@@ -48,12 +48,17 @@ LOSS_CASES = [
 ]
 
 
+def _loss_attrs(reduction, ignore):
+    """The attributes of a SoftmaxCrossEntropyLoss(Grad) node (ignore None: no
+    ignore_index)."""
+    return {'reduction': reduction} if ignore is None else {'reduction': reduction,
+                                                            'ignore_index': ignore}
+
+
 @pytest.mark.parametrize('shape,label_dtype,reduction,ignore,weighted', LOSS_CASES)
 def test_softmax_cross_entropy_loss(shape, label_dtype, reduction, ignore, weighted):
     n, c, rest = shape[0], shape[1], list(shape[2:])
-    attrs = {'reduction': reduction}
-    if ignore is not None:
-        attrs['ignore_index'] = ignore
+    attrs = _loss_attrs(reduction, ignore)
     inputs = [('x', F32, list(shape)), ('t', label_dtype, [n] + rest)]
     names = ['x', 't']
     if weighted:
@@ -73,9 +78,7 @@ def test_softmax_cross_entropy_loss(shape, label_dtype, reduction, ignore, weigh
 @pytest.mark.parametrize('shape,label_dtype,reduction,ignore,weighted', LOSS_CASES)
 def test_softmax_cross_entropy_loss_grad(shape, label_dtype, reduction, ignore, weighted):
     n, c, rest = shape[0], shape[1], list(shape[2:])
-    attrs = {'reduction': reduction}
-    if ignore is not None:
-        attrs['ignore_index'] = ignore
+    attrs = _loss_attrs(reduction, ignore)
     gy_shape = [n] + rest if reduction == 'none' else []
     inputs = [('gy', F32, gy_shape), ('log_prob', F32, list(shape)),
               ('t', label_dtype, [n] + rest)]
