@@ -4,8 +4,8 @@ hand-written NumPy (the floor) and PyTorch eager; and inference on the
 VM, the native backend (in Python, and its emitted C as a program of its
 own) against onnxruntime on the same exported file.
 
-    python benchmarks/bench.py [--optimizer sgd|momentum|adam] [--quick]
-                               [--models NAME ...] [--inference-only]
+    python benchmarks/bench.py [--optimizer sgd|momentum|adam] [--accuracy] [--quick]
+                               [--models NAME ...] [--inference-only | --training-only]
                                [--torch-python .venv-torch/bin/python] [--out result/bench]
 
 Every training figure is also given as a ratio to hand-written NumPy measured
@@ -78,18 +78,19 @@ def bench_training(name, constructor, spec, shape, batch, args):
     model = initialized_model(constructor, x)
     onnx_file = os.path.join(args.work, 'train_%s.onnx' % _slug(name))
     chainer_compiler.export(model, [x], onnx_file)
+    run = dict(optimizer=args.optimizer, accuracy=args.accuracy)
     steps = {
-        'numpy': numpy_step(model, x, t, args.optimizer),
-        'chainer': training.chainer_step(model, x, t, args.optimizer),
-        'compile_onnx': training.compile_onnx_step(model, x, t, args.optimizer, onnx_file),
-        'compiled_step': training.compiled_training_step(model, x, t, args.optimizer),
+        'numpy': numpy_step(model, x, t, **run),
+        'chainer': training.chainer_step(model, x, t, **run),
+        'compile_onnx': training.compile_onnx_step(model, x, t, onnx_file=onnx_file, **run),
+        'compiled_step': training.compiled_training_step(model, x, t, **run),
     }
     notes = {}
     native = {
         'compile_onnx_native': lambda: training.compile_onnx_step(
-            model, x, t, args.optimizer, onnx_file, backend='native'),
+            model, x, t, onnx_file=onnx_file, backend='native', **run),
         'compiled_step_native': lambda: training.compiled_training_step(
-            model, x, t, args.optimizer, backend='native'),
+            model, x, t, backend='native', **run),
     }
     for impl, build in native.items():
         try:
@@ -100,7 +101,7 @@ def bench_training(name, constructor, spec, shape, batch, args):
     times = time_interleaved(steps, budget_s=args.budget)
     row = {'model': name, 'batch': batch, 'ms': times, 'first_loss': losses, 'notes': notes}
     try:
-        torch_spec = dict(spec, optimizer=args.optimizer, warmup=5,
+        torch_spec = dict(spec, warmup=5, **run,
                           repeats=max(5, min(300, int(args.budget * 1e3 / times['numpy']))))
         ms, loss, versions = training.torch_time(args.torch_python, torch_spec, model, x, t)
         row['ms']['pytorch'], row['first_loss']['pytorch'] = ms, loss
@@ -182,12 +183,17 @@ def _select(args):
         inference_models = [m for m in INFERENCE_MODELS if m[0] in names]
     if args.inference_only:
         training_models = []
+    if args.training_only:
+        inference_models = []
     return training_models, inference_models
 
 
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.split('\n\n')[0])
     parser.add_argument('--optimizer', default='sgd', choices=sorted(training.OPTIMIZERS))
+    parser.add_argument('--accuracy', action='store_true',
+                        help='every training candidate computes the batch accuracy too, as '
+                             "L.Classifier does by default (issue 15's Adam targets)")
     parser.add_argument('--torch-python', default='.venv-torch/bin/python',
                         help='python of a virtualenv with torch (optional)')
     parser.add_argument('--out', default='result/bench')
@@ -199,7 +205,9 @@ def main(argv=None):
     parser.add_argument('--models', nargs='+', metavar='NAME',
                         help='only the models whose names contain one of these (any case), '
                              'e.g. --models lenet resnet-50')
-    parser.add_argument('--inference-only', action='store_true', help='skip training')
+    group = parser.add_mutually_exclusive_group()
+    group.add_argument('--inference-only', action='store_true', help='skip training')
+    group.add_argument('--training-only', action='store_true', help='skip inference')
     parser.add_argument('--compile-timeout', type=float, default=600.0,
                         help='seconds after which emitting or compiling the native C is '
                              'stopped and its columns are n/a')
@@ -219,7 +227,8 @@ def main(argv=None):
             for batch in batches:
                 print('inference: %s, batch %d ...' % (name, batch), file=sys.stderr)
                 inference_rows.append(bench_inference(name, constructor, shape, batch, args))
-    results = {'optimizer': args.optimizer, 'training': training_rows,
+    results = {'optimizer': args.optimizer, 'accuracy': args.accuracy,
+               'training': training_rows,
                'inference': inference_rows}
     text = report.markdown(results)
     print(text)

@@ -401,10 +401,12 @@ def _batch_norm_statistics(model):
     return stats
 
 
-def numpy_step(model, x, t, optimizer='sgd'):
+def numpy_step(model, x, t, optimizer='sgd', accuracy=False):
     """A zero-argument callable that runs one training iteration (forward,
     mean softmax cross-entropy, backward, update) of ``model`` on the fixed
     batch ``x`` (float32) / ``t`` (int32) and returns the loss as a float.
+    ``accuracy``: each step also computes the batch's accuracy, as
+    ``L.Classifier`` does by default, and keeps it as ``step.accuracy``.
 
     ``model`` (an ``MLP``, ``LeNet5`` or ``ResNet18Style``) only supplies the
     architecture and the initial values: its parameters and BatchNormalization
@@ -426,10 +428,13 @@ def numpy_step(model, x, t, optimizer='sgd'):
     update = _OPTIMIZERS[optimizer]([(params[path], grads[path]) for path in params])
 
     def step():
-        loss, gy = _softmax_cross_entropy(net.forward(x), t)
+        y = net.forward(x)
+        if accuracy:
+            step.accuracy = float((y.argmax(axis=1) == t).mean())
+        loss, gy = _softmax_cross_entropy(y, t)
         net.backward(gy)
         update()
         return loss
 
-    step.params, step.stats = params, stats
+    step.params, step.stats, step.accuracy = params, stats, None
     return step

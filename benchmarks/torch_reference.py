@@ -6,7 +6,8 @@ eager mode on the CPU, starting from the weights Chainer initialized.
 INPUT.npz holds ``spec``, a JSON string such as
 ``{"model": "MLP", "sizes": [784, 100, 10], "optimizer": "sgd", "warmup": 5,
 "repeats": 100}`` ("LeNet5"; "ResNet18Style" with "width"; optimizers
-"sgd", "momentum", "adam"), the batch ``x`` (float32) and ``t`` (int32), and
+"sgd", "momentum", "adam"; ``"accuracy": true`` to compute the batch
+accuracy too), the batch ``x`` (float32) and ``t`` (int32), and
 every parameter and BatchNormalization running statistic under its Chainer
 path ('/0/W', '/blocks/0/bn1/gamma', '/bn0/avg_mean', ...).  The script
 mirrors benchmarks/models.py layer for layer, loads those arrays, runs
@@ -164,14 +165,18 @@ def _optimizer(name, params):
     raise ValueError('unknown optimizer %r' % name)
 
 
-def time_steps(model, optimizer, x, t, warmup, repeats):
+def time_steps(model, optimizer, x, t, warmup, repeats, accuracy=False):
     """Median milliseconds of the last ``repeats`` of ``warmup + repeats``
-    training iterations, and the loss of the very first one."""
+    training iterations, and the loss of the very first one.  ``accuracy``:
+    each iteration also computes the batch accuracy, as L.Classifier does."""
     times, first_loss = [], None
     for _ in range(warmup + repeats):
         start = time.perf_counter()
         optimizer.zero_grad()
-        loss = F.cross_entropy(model(x), t)
+        y = model(x)
+        if accuracy:
+            (y.detach().argmax(dim=1) == t).float().mean()
+        loss = F.cross_entropy(y, t)
         loss.backward()
         optimizer.step()
         times.append(time.perf_counter() - start)
@@ -195,7 +200,8 @@ def main(argv):
     optimizer = _optimizer(spec['optimizer'], model.parameters())
     x = torch.from_numpy(arrays['x'])
     t = torch.from_numpy(arrays['t']).long()  # cross_entropy wants int64 labels
-    median_ms, first_loss = time_steps(model, optimizer, x, t, spec['warmup'], spec['repeats'])
+    median_ms, first_loss = time_steps(model, optimizer, x, t, spec['warmup'], spec['repeats'],
+                                       spec.get('accuracy', False))
     print(json.dumps({'median_ms': median_ms, 'first_loss': first_loss,
                       'torch': torch.__version__, 'threads': torch.get_num_threads()}))
 

@@ -19,16 +19,18 @@ OPTIMIZERS = {
 }
 
 
-def _classifier(model):
+def _classifier(model, accuracy):
     classifier = L.Classifier(model)
-    # Every implementation computes the same thing: forward, loss, backward, update.
-    classifier.compute_accuracy = False
+    # Every implementation computes the same thing: forward, loss (and
+    # accuracy if asked), backward, update.
+    classifier.compute_accuracy = accuracy
     return classifier
 
 
-def optimizer_update_step(predictor, optimizer):
-    """``optimizer.update(classifier, x, t)``, the loop a Chainer user writes."""
-    classifier = _classifier(predictor)
+def optimizer_update_step(predictor, optimizer, accuracy=False):
+    """``optimizer.update(classifier, x, t)``, the loop a Chainer user writes;
+    ``accuracy``: the classifier computes accuracy too."""
+    classifier = _classifier(predictor, accuracy)
     opt = OPTIMIZERS[optimizer]()
     opt.setup(classifier)
 
@@ -38,25 +40,25 @@ def optimizer_update_step(predictor, optimizer):
     return step
 
 
-def chainer_step(model, x, t, optimizer):
+def chainer_step(model, x, t, optimizer, accuracy=False):
     """Plain Chainer."""
-    step = optimizer_update_step(copy.deepcopy(model), optimizer)
+    step = optimizer_update_step(copy.deepcopy(model), optimizer, accuracy)
     return lambda: step(x, t)
 
 
-def compile_onnx_step(model, x, t, optimizer, onnx_file, backend='numpy'):
+def compile_onnx_step(model, x, t, optimizer, onnx_file, backend='numpy', accuracy=False):
     """The exported model compiled with compile_onnx, its forward and
     backward programs run by ``backend``; loss and optimizer in Chainer."""
     compiled = chainer_compiler.compile_onnx(copy.deepcopy(model), onnx_file,
                                              runtime_kwargs={'backend': backend})
-    step = optimizer_update_step(compiled, optimizer)
+    step = optimizer_update_step(compiled, optimizer, accuracy)
     return lambda: step(x, t)
 
 
-def compiled_training_step(model, x, t, optimizer, backend='numpy'):
+def compiled_training_step(model, x, t, optimizer, backend='numpy', accuracy=False):
     """Forward, loss, backward and update in one VM program, run by
     ``backend`` ('native': one call into the program compiled to C)."""
-    classifier = _classifier(copy.deepcopy(model))
+    classifier = _classifier(copy.deepcopy(model), accuracy)
     opt = OPTIMIZERS[optimizer]()
     opt.setup(classifier)
     compiled = chainer_compiler.compile_training_step(classifier, opt, (x, t),

@@ -92,6 +92,20 @@ def test_two_steps_match_chainer(case, optimizer):
                                       err_msg=path)
 
 
+def test_accuracy_is_the_classifiers():
+    model, x, t = _model_and_batch('mlp')
+    # Half the labels are the model's own predictions: the accuracy is at
+    # least 0.5 and depends on the other half.
+    t[:4] = model(x[:4]).array.argmax(axis=1)
+    step = numpy_step(model, x, t, 'sgd', accuracy=True)
+    assert step.accuracy is None
+    step()
+    classifier = L.Classifier(model)
+    classifier(x, t)
+    assert 0.5 <= float(classifier.accuracy.array) < 1
+    assert step.accuracy == float(classifier.accuracy.array)
+
+
 def test_loss_decreases():
     model, x, t = _model_and_batch('lenet5')
     step = numpy_step(model, x, t, 'sgd')

@@ -116,7 +116,8 @@ def test_native_training_targets_follow_the_issue():
     """The native step against hand-written NumPy (0.5x for the small MLPs,
     0.8x LeNet-5) or PyTorch (1.0x, the ResNet-18-style CNN), and
     compile_onnx run natively at least 2x faster than Chainer on the
-    784-100-100-10 MLP; n/a with the reason when a column was not run."""
+    784-100-100-10 MLP with Adam and accuracy (judged in that configuration
+    only); n/a with the reason when a column was not run."""
     mlp = {'model': 'MLP 784-100-100-10', 'batch': 8, 'notes': {},
            'ms': {'numpy': 0.2, 'chainer': 1.0, 'compiled_step_native': 0.09,
                   'compile_onnx_native': 0.6}}
@@ -124,7 +125,8 @@ def test_native_training_targets_follow_the_issue():
              'notes': {'compiled_step_native': 'RuntimeVMError: no C compiler'}}
     resnet = {'model': 'ResNet-18-style CNN', 'batch': 8, 'notes': {},
               'ms': {'numpy': 300.0, 'pytorch': 100.0, 'compiled_step_native': 120.0}}
-    found = report.native_step_targets({'training': [mlp, lenet, resnet]})
+    adam = {'optimizer': 'adam', 'accuracy': True, 'training': [mlp, lenet, resnet]}
+    found = report.native_step_targets(adam)
     assert found == [
         ('compiled training step, native ≤ 0.5× hand-written NumPy, MLP 784-100-100-10',
          '0.45×', True),
@@ -132,8 +134,27 @@ def test_native_training_targets_follow_the_issue():
          'n/a: RuntimeVMError: no C compiler', False),
         ('compiled training step, native ≤ 1.0× PyTorch eager, ResNet-18-style CNN',
          '1.20×', False),
-        ('Chainer + compile_onnx, native ≥ 2× faster than Chainer, MLP 784-100-100-10',
-         '1.67× faster', False)]
+        ('Chainer + compile_onnx, native ≥ 2× faster than Chainer, MLP 784-100-100-10, Adam, '
+         'accuracy on', '1.67× faster', False)]
+    for optimizer, accuracy in (('sgd', True), ('adam', False)):
+        other = dict(adam, optimizer=optimizer, accuracy=accuracy)
+        assert report.native_step_targets(other) == found[:3]
+
+
+def test_benchmark_issue_targets_are_judged_with_sgd_and_no_accuracy_only():
+    mlp = {'model': 'MLP 784-100-100-10', 'batch': 8, 'notes': {},
+           'ms': {'numpy': 0.2, 'chainer': 1.0, 'compile_onnx': 0.4, 'compiled_step': 0.22},
+           'first_loss': {'numpy': 2.3, 'chainer': 2.3}}
+    sgd = {'optimizer': 'sgd', 'accuracy': False, 'training': [mlp], 'inference': []}
+    assert report.targets(sgd)[:2] == [
+        ('compiled step ≤ 1.2× NumPy, MLP 784-100-100-10', '1.10×', True),
+        ('compile_onnx ≥ 2× faster than Chainer, MLP 784-100-100-10', '2.50× faster', True)]
+    adam = dict(sgd, optimizer='adam', accuracy=True)
+    assert not any(name.startswith(('compiled step ≤', 'compile_onnx ≥'))
+                   for name, _, _ in report.targets(adam))
+    text = report.markdown(adam)
+    assert 'softmax cross entropy, accuracy, backward, adam update' in text
+    assert 'Inference' not in text  # a --training-only run
 
 
 def test_markdown_and_chart_without_training_rows(tmp_path):
