@@ -1,21 +1,30 @@
 /* Deconvolution family: ConvTranspose as the adjoint of im2col + GEMM: one
  * GEMM per batch of images and group into columns, then col2im adds them
- * up image by image. */
+ * up. */
 #include "ccn_connection.h"
 #include "ccn_deconvolution.h"
 
-/* y[m, h*sh - pt + kh*dh, w*sw - pl + kw*dw] += col[(m, kh, kw), (h, w)]
- * for every tap landing inside the OH x OW output; col's rows are ldc
- * floats apart. */
-static void col2im(long M, long H, long W, long KH, long KW, long OH, long OW,
-                   long sh, long sw, long dh, long dw, long pt, long pl,
-                   const float *col, long ldc, float *y)
+/* For each of nb images i and output channel m:
+ * y_i[m, oh, ow] = bias[m] + the sum of col[(m, kh, kw), i*S + (h, w)] over
+ * the taps (h*sh - pt + kh*dh, w*sw - pl + kw*dw) = (oh, ow); col's rows
+ * are ldc floats apart, image i's columns start at i*S (S = H*W), and
+ * image i's M channels start at y + i*y_stride.  One parallel loop over
+ * every (image, channel) pair: late layers have few pixels per image and
+ * would stay on one thread image by image. */
+static void col2im(long nb, long M, long H, long W, long KH, long KW, long OH, long OW,
+                   long sh, long sw, long dh, long dw, long pt, long pl, const float *col,
+                   long ldc, const float *bias, float *y, long y_stride)
 {
-    CCN_OMP_FOR_IF(M * KH * KW * OH * OW)
-    for (long m = 0; m < M; m++)
+    CCN_OMP_FOR_IF(nb * M * KH * KW * OH * OW)
+    for (long im = 0; im < nb * M; im++) {
+        const long i = im / M, m = im % M;
+        float *out = y + i * y_stride + m * OH * OW;
+        const float b = bias ? bias[m] : 0.0f;
+        for (long s = 0; s < OH * OW; s++)
+            out[s] = b;
         for (long kh = 0; kh < KH; kh++)
             for (long kw = 0; kw < KW; kw++) {
-                const float *row = col + ((m * KH + kh) * KW + kw) * ldc;
+                const float *row = col + ((m * KH + kh) * KW + kw) * ldc + i * H * W;
                 /* Input columns [lo, hi) land inside the output, the same
                  * for every row: the inner loop has no test (and, at stride
                  * 1, vectorises). */
@@ -23,7 +32,6 @@ static void col2im(long M, long H, long W, long KH, long KW, long OH, long OW,
                 const long lo = first >= 0 ? 0 : (-first + sw - 1) / sw;
                 long hi = OW - first <= 0 ? 0 : (OW - first + sw - 1) / sw;
                 hi = hi < W ? hi : W;
-                float *out = y + m * OH * OW;
                 for (long h = 0; h < H; h++) {
                     const long oh = h * sh - pt + kh * dh;
                     if (oh < 0 || oh >= OH)
@@ -38,6 +46,7 @@ static void col2im(long M, long H, long W, long KH, long KW, long OH, long OW,
                             o[w * sw + first] += r[w];
                 }
             }
+    }
 }
 
 void ccn_deconv2d(long N, long C, long H, long W, long M, long KH, long KW, long OH, long OW,
@@ -61,16 +70,9 @@ void ccn_deconv2d(long N, long C, long H, long W, long M, long KH, long KW, long
              * transposed through the strides. */
             ccn_gemm_set(K, ld, Cg, w + g * Cg * K, 1, K, xg, ld, 1.0f, col, ld, CCN_ACT_NONE,
                          0.0f);
-            for (long i = 0; i < nb; i++) {
-                float *yg = y + ((n0 + i) * M + g * Mg) * OH * OW;
-                for (long m = 0; m < Mg; m++) {
-                    const float b = bias ? bias[g * Mg + m] : 0.0f;
-                    for (long s = 0; s < OH * OW; s++)
-                        yg[m * OH * OW + s] = b;
-                }
-                col2im(Mg, H, W, KH, KW, OH, OW, stride_h, stride_w, dil_h, dil_w, pad_top,
-                       pad_left, col + i * S, ld, yg);
-            }
+            col2im(nb, Mg, H, W, KH, KW, OH, OW, stride_h, stride_w, dil_h, dil_w, pad_top,
+                   pad_left, col, ld, bias ? bias + g * Mg : NULL,
+                   y + (n0 * M + g * Mg) * OH * OW, M * OH * OW);
         }
     }
 }
