@@ -120,6 +120,14 @@ def test_inputs_of_other_layouts_are_converted_and_wrong_shapes_refused():
                                   rtol=RTOL)
     with pytest.raises(InputValidationError, match=r"input 'x'.*\(3, 8\).*\(3, 7\)"):
         run.run_positional([numpy.zeros((3, 8), numpy.float32)])
+    # A read-only array is read where it lies too (its address is taken
+    # another way than a writable one's), and each new array is read anew.
+    for scale in (1, 2):
+        read_only = x * scale
+        read_only.flags.writeable = False
+        numpy.testing.assert_allclose(run.run_positional([read_only])[0],
+                                      Executor(program).run_positional([x * scale])[0],
+                                      rtol=RTOL)
 
 
 def test_no_compiler_is_a_clear_error(monkeypatch, tmp_path):
