@@ -89,6 +89,8 @@ def bench_training(name, constructor, spec, shape, batch, args):
     native = {
         'compile_onnx_native': lambda: training.compile_onnx_step(
             model, x, t, onnx_file=onnx_file, backend='native', **run),
+        'compile_onnx_native_packed': lambda: training.compile_onnx_step(
+            model, x, t, onnx_file=onnx_file, backend='native', pack_parameters=True, **run),
         'compiled_step_native': lambda: training.compiled_training_step(
             model, x, t, backend='native', **run),
     }

@@ -6,14 +6,15 @@ computing accuracy, with the loss and the optimizer in Chainer.
 
 Times, interleaved in one run:
 - plain Chainer;
-- compile_onnx with the native backend;
+- compile_onnx with the native backend, and with its parameters packed
+  into one (``pack_parameters=True``);
 - the floor: the same Chain, its six Parameters, Classifier and optimizer,
   but a forward FunctionNode that does no work (it returns the logits of
   the first call and zero gradients), so what is left is Chainer's own
   share: the FunctionNode, the loss, the accuracy, backward's bookkeeping
   and the optimizer's update of each Parameter;
-- the same floor with the six Parameters packed into one, which is what
-  the optimizer would see if compile_onnx handed it a single flat array.
+- the same floor with the six Parameters packed into one, as
+  ``pack_parameters=True`` hands them to the optimizer.
 
 Prints each time and its speed-up over plain Chainer: no compiled forward
 and backward, however fast, beats the floor's speed-up.
@@ -87,6 +88,9 @@ def main(argv=None):
             'Chainer': training.chainer_step(model, x, t, **run),
             'compile_onnx, native': training.compile_onnx_step(
                 model, x, t, onnx_file=onnx_file, backend='native', **run),
+            'compile_onnx, native, packed': training.compile_onnx_step(
+                model, x, t, onnx_file=onnx_file, backend='native', pack_parameters=True,
+                **run),
         }
         for name, packed in (('floor: no compiled work', False),
                              ('floor, parameters packed into one', True)):

@@ -46,11 +46,14 @@ def chainer_step(model, x, t, optimizer, accuracy=False):
     return lambda: step(x, t)
 
 
-def compile_onnx_step(model, x, t, optimizer, onnx_file, backend='numpy', accuracy=False):
+def compile_onnx_step(model, x, t, optimizer, onnx_file, backend='numpy', accuracy=False,
+                      pack_parameters=False):
     """The exported model compiled with compile_onnx, its forward and
-    backward programs run by ``backend``; loss and optimizer in Chainer."""
+    backward programs run by ``backend``; loss and optimizer in Chainer
+    (``pack_parameters``: the optimizer updates one flat Parameter)."""
     compiled = chainer_compiler.compile_onnx(copy.deepcopy(model), onnx_file,
-                                             runtime_kwargs={'backend': backend})
+                                             runtime_kwargs={'backend': backend},
+                                             pack_parameters=pack_parameters)
     step = optimizer_update_step(compiled, optimizer, accuracy)
     return lambda: step(x, t)
 

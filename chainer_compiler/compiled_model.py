@@ -17,6 +17,7 @@ from .exporting import TRANSLATORS, export, recorded_translator, write_onnx
 from .frontend import load_onnx
 from .memory_model import compiled_peak_parts, compiled_training_peak
 from .onnx_graph import numpy_dtype
+from .parameter_pack import ParameterPack
 from .passes.training_mode import to_training_mode
 from .pipeline import CompilerOptions
 from .runtime.errors import InputValidationError
@@ -27,7 +28,8 @@ from .translators.onnx_chainer.naming import named_arrays
 
 
 def compile_onnx(model, onnx_file, used_translator='onnx_chainer', dump_onnx=False,
-                 computation_order=None, compiler_kwargs=None, runtime_kwargs=None):
+                 computation_order=None, compiler_kwargs=None, runtime_kwargs=None,
+                 pack_parameters=False):
     """Compile ``onnx_file`` (exported from ``model``) into a chainer.Chain.
 
     The returned Chain runs the compiled forward program, and its backward
@@ -57,6 +59,13 @@ def compile_onnx(model, onnx_file, used_translator='onnx_chainer', dump_onnx=Fal
     ``backend='native'`` runs the programs compiled to C, the forward and
     backward ones too; a program with an operator the C kernels lack is
     refused (UnsupportedNativeOpsError naming it) when it is first built.
+    ``pack_parameters=True`` makes the model's Parameters views into one
+    flat Parameter (``packed_parameters``), the only one the Chain exposes,
+    so that an optimizer updates one array a step instead of one per
+    Parameter (parameter_pack.py; NumPy parameters of one floating dtype).
+    The model's own serializers and snapshots are unchanged; the
+    optimizer's state and hooks are those of the flat Parameter, which
+    also takes the gradients (the model's Parameters' ``grad`` are not set).
     """
     if used_translator not in TRANSLATORS:
         raise ValueError('unknown translator %r: choose one of %s'
@@ -64,7 +73,7 @@ def compile_onnx(model, onnx_file, used_translator='onnx_chainer', dump_onnx=Fal
     return CompiledModel(model, onnx_file, used_translator=used_translator, dump_onnx=dump_onnx,
                          computation_order=computation_order,
                          compiler_kwargs=compiler_kwargs or {},
-                         runtime_kwargs=runtime_kwargs or {})
+                         runtime_kwargs=runtime_kwargs or {}, pack_parameters=pack_parameters)
 
 
 def compile(model, inputs, translator='onnx_chainer', **kwargs):  # noqa: A001 (public API name)
@@ -80,9 +89,12 @@ class CompiledModel(chainer.Chain):
     """A Chain running ``model``'s compiled Programs (see compile_onnx)."""
 
     def __init__(self, model, onnx_file, dump_onnx=False, computation_order=None,
-                 compiler_kwargs=None, runtime_kwargs=None, used_translator=None):
+                 compiler_kwargs=None, runtime_kwargs=None, used_translator=None,
+                 pack_parameters=False):
         super().__init__()
-        self._adopt(model)
+        if not pack_parameters:
+            self._adopt(model)
+        self._model = model
         self.onnx_file = onnx_file
         # Checked now: a misspelt option fails here, not at the first batch.
         self.compiler_options = CompilerOptions.from_kwargs(
@@ -95,6 +107,13 @@ class CompiledModel(chainer.Chain):
             raise ValueError("%s was exported by translator '%s', but compile_onnx was told "
                              "used_translator='%s'" % (onnx_file, recorded, used_translator))
         self._bind_parameters(model)
+        #: The ParameterPack whose flat Parameter stands for the model's
+        #: (pack_parameters), else None.
+        self._pack = None
+        if pack_parameters:
+            self._pack = ParameterPack({n: self._param_of[n] for n in self._param_names})
+            with self.init_scope():
+                self.packed_parameters = self._pack.parameter
         self._training = {}
         self._inference = None
 
@@ -107,7 +126,14 @@ class CompiledModel(chainer.Chain):
                 setattr(self, name, getattr(model, name))
         for name in getattr(model, '_persistent', ()):
             self.add_persistent(name, getattr(model, name))
-        self._model = model
+
+    def serialize(self, serializer):
+        """With packed parameters, the model's own: its Parameters are views
+        into the packed one, so snapshots keep the model's paths."""
+        if self._pack is None:
+            super().serialize(serializer)
+        else:
+            self._model.serialize(serializer)
 
     def _bind_parameters(self, model):
         binding = bind_initializers(self._proto.graph, model, self.onnx_file)
@@ -206,7 +232,6 @@ class CompiledModel(chainer.Chain):
                 type(self._model).__name__, len(self._inputs),
                 ', '.join(v.name for v in self._inputs), len(args)))
         values = [_array_of(x) for x in args]
-        params = [self._param_of[n] for n in self._param_names]
         states = [self._state_array(n) for n in self._state_names]
         if chainer.config.train:
             state = self._training_programs(
@@ -217,13 +242,16 @@ class CompiledModel(chainer.Chain):
             # Arrays go to apply() as they are: Chainer wraps them itself.
             # Sequences (lists) go element by element, so that each element
             # gets its gradient.
+            params = [self._param_of[n] for n in self._param_names] if self._pack is None \
+                else [self._pack.parameter]
             flat, layout = _flatten(list(args) + params)
-            step = _CompiledStep(self, state, states, layout)
+            step = _CompiledStep(self, state, states, layout, self._pack)
             outputs = _unflatten(step.apply(flat), step.output_layout)
         else:
             executor = self._inference_executor()
             self._check_inputs(values, executor.program)
-            results = executor.run_positional(values + [p.array for p in params] + states)
+            params = [self._param_of[n].array for n in self._param_names]
+            results = executor.run_positional(values + params + states)
             outputs = [[chainer.Variable(e, requires_grad=False) for e in r]
                        if isinstance(r, list) else chainer.Variable(r, requires_grad=False)
                        for r in results]
@@ -311,17 +339,21 @@ class _CompiledStep(chainer.FunctionNode):
     """One FunctionNode for the whole compiled forward; its backward runs
     the compiled backward program."""
 
-    def __init__(self, compiled, state, states, layout):
+    def __init__(self, compiled, state, states, layout, pack):
         self.compiled = compiled
         self.state = state
         self.states = states
         #: _flatten's layout of the inputs and, after forward, of the outputs.
         self.layout = layout
         self.output_layout = None
+        #: The ParameterPack whose flat array is the last input, or None.
+        self.pack = pack
 
     def forward(self, inputs):
         programs = self.state.programs
         values = _unflatten(list(inputs), self.layout)
+        if self.pack is not None:  # the program takes the parameters one by one
+            values = values[:-1] + self.pack.views
         results = self.state.forward.run_positional(values + list(self.states))
         by_name = dict(zip(self.state.output_names, results))
         for updated, initializer in self.state.updates:
@@ -347,6 +379,9 @@ class _CompiledStep(chainer.FunctionNode):
                      for k in range(1 if length is None else length)]
         result = []
         for index in indexes:
+            if self.pack is not None and index == len(positions) - 1:
+                result.append(chainer.Variable._init_unchecked(self.pack.gather(grads)))
+                continue
             i, k = positions[index]
             g = grads.get(input_names[i])
             if g is not None and k is not None:

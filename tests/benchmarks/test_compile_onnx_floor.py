@@ -26,10 +26,11 @@ def test_floor_links_keep_the_models_parameters_or_pack_them():
     numpy.testing.assert_array_equal(flat.grad, 0)
 
 
-def test_reports_chainer_compile_onnx_and_both_floors(capsys):
+def test_reports_chainer_compile_onnx_packed_or_not_and_both_floors(capsys):
     compile_onnx_floor.main(['--budget', '0.05'])
     lines = capsys.readouterr().out.splitlines()
     assert lines[0].startswith('MLP 784-100-100-10, batch 8, adam, accuracy on')
     assert [line.split('  ')[1].strip() for line in lines[1:]] == [
-        'Chainer', 'compile_onnx, native', 'floor: no compiled work',
+        'Chainer', 'compile_onnx, native', 'compile_onnx, native, packed',
+        'floor: no compiled work',
         'floor, parameters packed into one']
