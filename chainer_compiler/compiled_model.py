@@ -111,6 +111,9 @@ class CompiledModel(chainer.Chain):
         #: (pack_parameters), else None.
         self._pack = None
         if pack_parameters:
+            if self.runtime_kwargs.get('backend') == 'cupy':
+                raise ValueError('pack_parameters packs NumPy arrays: use the numpy or native '
+                                 'backend, not cupy')
             self._pack = ParameterPack({n: self._param_of[n] for n in self._param_names})
             with self.init_scope():
                 self.packed_parameters = self._pack.parameter

@@ -20,6 +20,8 @@ class ParameterPack:
     arrays of one floating dtype (the native and NumPy backends)."""
 
     def __init__(self, params):
+        if not params:
+            raise ValueError('pack_parameters: the model has no parameters to pack')
         arrays = {name: p.array for name, p in params.items()}
         not_numpy = [name for name, a in arrays.items() if type(a) is not numpy.ndarray]
         if not_numpy:

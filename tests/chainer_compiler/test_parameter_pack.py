@@ -122,6 +122,17 @@ def test_parameters_of_mixed_dtypes_are_refused_naming_them():
     assert params['/a'].array.dtype == numpy.float32  # nothing was changed
 
 
+def test_nothing_to_pack_and_gpu_arrays_are_refused(tmp_path):
+    with pytest.raises(ValueError, match='no parameters to pack'):
+        ParameterPack({})
+    model, path = _model_and_file(tmp_path)
+    with pytest.raises(ValueError, match='numpy or native backend, not cupy'):
+        chainer_compiler.compile_onnx(model, path, runtime_kwargs={'backend': 'cupy'},
+                                      pack_parameters=True)
+    assert not any(numpy.shares_memory(p.array, q.array)
+                   for p in model.params() for q in model.params() if p is not q)
+
+
 def test_a_missing_gradient_packs_as_zeros():
     pack = ParameterPack({'/a': chainer.Parameter(numpy.ones((2, 2), numpy.float32)),
                           '/b': chainer.Parameter(numpy.ones(3, numpy.float32))})
