@@ -107,8 +107,14 @@ CCN_ROW_FN(row_int32, int32_t,
            CCN_ARITH_CASES(uint32_t, CCN_INT_DIV, ipow(u, v), CCN_NEVER) CCN_COMPARE_CASES)
 CCN_ROW_FN(row_bool, uint8_t, CCN_COMPARE_CASES CCN_LOGIC_CASES)
 
+/* Elements of y a thread takes at a time in broadcast. */
+#define BROADCAST_PIECE 16384L
+
 /* Runs row over every row along the last axis of y; size and y_size are
- * the element sizes of the inputs and of y. */
+ * the element sizes of the inputs and of y.  Large outputs are cut into
+ * pieces of whole rows (or of one long row) that the threads share; each
+ * piece finds its first row's offsets by division, then steps the
+ * multi-index over the leading axes like an odometer. */
 static void broadcast(row_fn row, enum ccn_binary_op op, int rank, const long *shape,
                       const char *a, const long *a_strides, const char *b,
                       const long *b_strides, char *y, size_t size, size_t y_size)
@@ -119,20 +125,42 @@ static void broadcast(row_fn row, enum ccn_binary_op op, int rank, const long *s
     long rows = 1;
     for (int d = 0; d < rank - 1; d++)
         rows *= shape[d];
-    long index[CCN_MAX_RANK] = {0};
-    long ao = 0, bo = 0;
-    for (long r = 0; r < rows; r++) {
-        row(op, n, a + ao * size, as, b + bo * size, bs, y + r * n * y_size);
-        /* Step the multi-index over the leading axes like an odometer. */
+    if (n == 0 || rows == 0)
+        return;
+    /* A piece is rows_per_piece whole rows, or cols columns of one row. */
+    const long rows_per_piece = n >= BROADCAST_PIECE ? 1 : BROADCAST_PIECE / n;
+    const long cols = n >= BROADCAST_PIECE ? BROADCAST_PIECE : n;
+    const long pieces_per_row = (n + cols - 1) / cols;
+    const long pieces = rows_per_piece > 1 ? (rows + rows_per_piece - 1) / rows_per_piece
+                                           : rows * pieces_per_row;
+    CCN_OMP_FOR_IF(rows * n)
+    for (long p = 0; p < pieces; p++) {
+        const long r0 = rows_per_piece > 1 ? p * rows_per_piece : p / pieces_per_row;
+        const long r1 = rows_per_piece > 1 ? (r0 + rows_per_piece < rows ? r0 + rows_per_piece
+                                                                        : rows) : r0 + 1;
+        const long c0 = rows_per_piece > 1 ? 0 : p % pieces_per_row * cols;
+        const long len = n - c0 < cols ? n - c0 : cols;
+        long index[CCN_MAX_RANK] = {0};
+        long ao = 0, bo = 0, rest = r0;
         for (int d = rank - 2; d >= 0; d--) {
-            index[d]++;
-            ao += a_strides[d];
-            bo += b_strides[d];
-            if (index[d] < shape[d])
-                break;
-            ao -= index[d] * a_strides[d];
-            bo -= index[d] * b_strides[d];
-            index[d] = 0;
+            index[d] = rest % shape[d];
+            rest /= shape[d];
+            ao += index[d] * a_strides[d];
+            bo += index[d] * b_strides[d];
+        }
+        for (long r = r0; r < r1; r++) {
+            row(op, len, a + (ao + c0 * as) * size, as, b + (bo + c0 * bs) * size, bs,
+                y + (r * n + c0) * y_size);
+            for (int d = rank - 2; d >= 0; d--) {
+                index[d]++;
+                ao += a_strides[d];
+                bo += b_strides[d];
+                if (index[d] < shape[d])
+                    break;
+                ao -= index[d] * a_strides[d];
+                bo -= index[d] * b_strides[d];
+                index[d] = 0;
+            }
         }
     }
 }

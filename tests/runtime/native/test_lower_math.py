@@ -135,6 +135,23 @@ def test_arithmetic_broadcasts_every_dtype():
     numpy.testing.assert_array_equal(int64_div, numpy.trunc(feed[6] / feed[7]))
 
 
+@pytest.mark.parametrize('a_shape, b_shape', [
+    ((600, 7, 64), (7, 1)),  # many short rows: pieces of rows start mid-odometer
+    ((300000,), (300000,)),  # one long row cut into pieces
+    ((3, 100000), (100000,)),  # a few long rows, each cut into pieces
+])
+def test_large_broadcasts_are_shared_between_threads_exactly(a_shape, b_shape):
+    rng = numpy.random.RandomState(2)
+    a = rng.uniform(-1, 1, a_shape).astype(numpy.float32)
+    b = rng.uniform(-1, 1, b_shape).astype(numpy.float32)
+    y_shape = list(numpy.broadcast_shapes(a_shape, b_shape))
+    model = make_model([helper.make_node('Sub', ['a', 'b'], ['y'])],
+                       [('a', 'float32', list(a_shape)), ('b', 'float32', list(b_shape))],
+                       [('y', 'float32', y_shape)])
+    (y,) = check_native(model, [a, b])
+    numpy.testing.assert_array_equal(y, a - b)
+
+
 def test_integer_division_by_zero_gives_zero_and_does_not_trap():
     model = make_model([helper.make_node('Div', ['a', 'b'], ['y'])],
                        [('a', numpy.int64, [4]), ('b', numpy.int64, [4])],
