@@ -144,6 +144,15 @@ static void activate_block(long M, long N, float *C, long ldc, int act, float ac
 static void pack_a(long mr, long kc, const float *A, long a_rs, long a_cs, float alpha,
                    float *restrict ap)
 {
+    if (a_rs == 1 && mr == CCN_MR) {
+        /* A transposed (column-major): each k reads MR neighbours, so the
+         * panel touches each of A's columns (a page apart in a large A)
+         * once rather than once per row. */
+        for (long k = 0; k < kc; k++)
+            for (long i = 0; i < CCN_MR; i++)
+                ap[k * CCN_MR + i] = alpha * A[k * a_cs + i];
+        return;
+    }
     /* Row by row: a row-major A is read in order. */
     for (long i = 0; i < mr; i++) {
         const float *a = A + i * a_rs;

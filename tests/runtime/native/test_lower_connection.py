@@ -32,7 +32,7 @@ def test_gemm_variants():
     node = helper.make_node
     nodes = [
         node('Gemm', ['A', 'W1', 'c1'], ['y1'], alpha=0.5, beta=2.0),          # 37x300 @ 300x45
-        node('Gemm', ['At', 'W1t', 'c2'], ['y2'], transA=1, transB=1),         # bias (37, 1)
+        node('Gemm', ['At', 'W1t', 'c2'], ['y2'], transA=1, transB=1, alpha=0.75),  # bias (37, 1)
         node('Gemm', ['a1', 'W1', 'c3'], ['y3'], alpha=1.5, beta=0.5),         # 1 row: dots
         node('Gemm', ['a3', 'W1t'], ['y4'], transB=1),                         # 3 rows, no bias
         node('Gemm', ['a1t', 'W1', 'c4'], ['y5'], transA=1),                   # (300, 1)^T
