@@ -100,17 +100,21 @@ def bench_training(name, constructor, spec, shape, batch, args):
         except RuntimeVMError as e:  # an op without a C kernel, or no C compiler
             notes[impl] = '%s: %s' % (type(e).__name__, str(e).splitlines()[0])
     losses = {impl: training.first_loss(step) for impl, step in steps.items()}
-    times = time_interleaved(steps, budget_s=args.budget)
-    row = {'model': name, 'batch': batch, 'ms': times, 'first_loss': losses, 'notes': notes}
+    # PyTorch is interleaved with the others too, from its own process: a
+    # burst of load on this shared machine then hits it alike.
+    torch_step = None
     try:
-        torch_spec = dict(spec, warmup=5, **run,
-                          repeats=max(5, min(300, int(args.budget * 1e3 / times['numpy']))))
-        ms, loss, versions = training.torch_time(args.torch_python, torch_spec, model, x, t)
-        row['ms']['pytorch'], row['first_loss']['pytorch'] = ms, loss
-        row['notes']['pytorch'] = versions
+        torch_step = training.TorchStep(args.torch_python, dict(spec, **run), model, x, t)
+        steps['pytorch'], losses['pytorch'] = torch_step, torch_step.first_loss
+        notes['pytorch'] = torch_step.versions
     except (RuntimeError, OSError, ValueError) as e:
-        row['notes']['pytorch'] = str(e)
-    return row
+        notes['pytorch'] = str(e)
+    try:
+        times = time_interleaved(steps, budget_s=args.budget)
+    finally:
+        if torch_step is not None:
+            torch_step.close()
+    return {'model': name, 'batch': batch, 'ms': times, 'first_loss': losses, 'notes': notes}
 
 
 def _native_candidates(program, x, directory, args):

@@ -20,24 +20,31 @@ def timed(fn):
     return result, time.perf_counter() - start
 
 
-def time_interleaved(candidates, budget_s=2.0, min_reps=5, max_reps=300, rounds=5):
-    """``candidates``: {name: zero-argument callable}.  Returns {name: median
-    milliseconds per call}.  Each candidate gets about ``budget_s`` seconds
-    of timed calls (within ``min_reps``..``max_reps``)."""
-    estimate = {}
-    for name, fn in candidates.items():
+def timed_calls(fn, n):
+    """Seconds of each of ``n`` calls of ``fn``; a candidate that times
+    itself elsewhere (in another process) has ``fn.timed_calls(n)``."""
+    if hasattr(fn, 'timed_calls'):
+        return fn.timed_calls(n)
+    seconds = []
+    for _ in range(n):
         start = time.perf_counter()
-        for _ in range(3):  # warm-up: caches, lazy compilation, allocator pools
-            fn()
-        estimate[name] = (time.perf_counter() - start) / 3
+        fn()
+        seconds.append(time.perf_counter() - start)
+    return seconds
+
+
+def time_interleaved(candidates, budget_s=2.0, min_reps=5, max_reps=300, rounds=5):
+    """``candidates``: {name: zero-argument callable, or an object with
+    ``timed_calls(n)``}.  Returns {name: median milliseconds per call}.
+    Each candidate gets about ``budget_s`` seconds of timed calls (within
+    ``min_reps``..``max_reps``)."""
+    # Warm-up: caches, lazy compilation, allocator pools.
+    estimate = {name: statistics.mean(timed_calls(fn, 3)) for name, fn in candidates.items()}
     per_round = {name: max(1, math.ceil(
         repetitions(budget_s, estimate[name], min_reps, max_reps) / rounds))
         for name in candidates}
     samples = {name: [] for name in candidates}
     for _ in range(rounds):
         for name, fn in candidates.items():
-            for _ in range(per_round[name]):
-                start = time.perf_counter()
-                fn()
-                samples[name].append(time.perf_counter() - start)
+            samples[name] += timed_calls(fn, per_round[name])
     return {name: statistics.median(s) * 1e3 for name, s in samples.items()}

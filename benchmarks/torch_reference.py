@@ -1,24 +1,24 @@
-"""Per-iteration time of one training step of a benchmark model in PyTorch
-eager mode on the CPU, starting from the weights Chainer initialized.
+"""One training step of a benchmark model in PyTorch eager mode on the CPU,
+starting from the weights Chainer initialized, timed on request so that the
+benchmark can interleave it with the other candidates.
 
     python torch_reference.py INPUT.npz
 
 INPUT.npz holds ``spec``, a JSON string such as
-``{"model": "MLP", "sizes": [784, 100, 10], "optimizer": "sgd", "warmup": 5,
-"repeats": 100}`` ("LeNet5"; "ResNet18Style" with "width"; optimizers
-"sgd", "momentum", "adam"; ``"accuracy": true`` to compute the batch
-accuracy too), the batch ``x`` (float32) and ``t`` (int32), and
-every parameter and BatchNormalization running statistic under its Chainer
-path ('/0/W', '/blocks/0/bn1/gamma', '/bn0/avg_mean', ...).  The script
-mirrors benchmarks/models.py layer for layer, loads those arrays, runs
-``warmup`` and then ``repeats`` timed iterations and prints one JSON line:
-``{"median_ms", "first_loss", "torch", "threads"}``.
+``{"model": "MLP", "sizes": [784, 100, 10], "optimizer": "sgd"}``
+("LeNet5"; "ResNet18Style" with "width"; optimizers "sgd", "momentum",
+"adam"; ``"accuracy": true`` to compute the batch accuracy too), the batch
+``x`` (float32) and ``t`` (int32), and every parameter and BatchNormalization
+running statistic under its Chainer path ('/0/W', '/blocks/0/bn1/gamma',
+'/bn0/avg_mean', ...).  The script mirrors benchmarks/models.py layer for
+layer and loads those arrays.  It runs the first step and prints one JSON
+line, ``{"first_loss", "torch", "threads"}``; then for each line ``n`` it
+reads from stdin it runs ``n`` steps and prints ``{"seconds": [...]}``.
 
 It runs in a virtualenv of its own with only torch and numpy, so it must
 import nothing from Chainer or this repository.
 """
 import json
-import statistics
 import sys
 import time
 
@@ -165,45 +165,55 @@ def _optimizer(name, params):
     raise ValueError('unknown optimizer %r' % name)
 
 
-def time_steps(model, optimizer, x, t, warmup, repeats, accuracy=False):
-    """Median milliseconds of the last ``repeats`` of ``warmup + repeats``
-    training iterations, and the loss of the very first one.  ``accuracy``:
-    each iteration also computes the batch accuracy, as L.Classifier does."""
-    times, first_loss = [], None
-    for _ in range(warmup + repeats):
-        start = time.perf_counter()
-        optimizer.zero_grad()
-        y = model(x)
-        if accuracy:
-            (y.detach().argmax(dim=1) == t).float().mean()
-        loss = F.cross_entropy(y, t)
-        loss.backward()
-        optimizer.step()
-        times.append(time.perf_counter() - start)
-        if first_loss is None:
-            first_loss = loss.item()
-    return statistics.median(times[warmup:]) * 1e3, first_loss
+def train_step(model, optimizer, x, t, accuracy):
+    """One training iteration; returns the loss.  ``accuracy``: the batch
+    accuracy is computed too, as L.Classifier does."""
+    optimizer.zero_grad()
+    y = model(x)
+    if accuracy:
+        (y.detach().argmax(dim=1) == t).float().mean()
+    loss = F.cross_entropy(y, t)
+    loss.backward()
+    optimizer.step()
+    return loss
+
+
+def serve(step, requests, replies):
+    """Run the first step and reply with its loss and the versions, then
+    for each request line ``n`` run ``n`` steps and reply with their times
+    in seconds.  One JSON line per reply; stops at the end of the requests."""
+    first_loss = step().item()
+    _reply(replies, {'first_loss': first_loss, 'torch': torch.__version__,
+                     'threads': torch.get_num_threads()})
+    for line in requests:
+        seconds = []
+        for _ in range(int(line)):
+            start = time.perf_counter()
+            step()
+            seconds.append(time.perf_counter() - start)
+        _reply(replies, {'seconds': seconds})
+
+
+def _reply(replies, message):
+    replies.write(json.dumps(message) + '\n')
+    replies.flush()
 
 
 def main(argv):
-    """Run the benchmark described by the .npz file named in argv."""
+    """Serve the benchmark described by the .npz file named in argv."""
     if len(argv) != 2:
         sys.exit('usage: %s INPUT.npz' % argv[0])
     with numpy.load(argv[1]) as data:
         arrays = {key: data[key] for key in data.files}
     spec = json.loads(str(arrays['spec']))
-    if spec['repeats'] < 1:
-        raise ValueError('repeats must be at least 1')
     model = _build(spec)
     _load(model, arrays)
     model.train()
     optimizer = _optimizer(spec['optimizer'], model.parameters())
     x = torch.from_numpy(arrays['x'])
     t = torch.from_numpy(arrays['t']).long()  # cross_entropy wants int64 labels
-    median_ms, first_loss = time_steps(model, optimizer, x, t, spec['warmup'], spec['repeats'],
-                                       spec.get('accuracy', False))
-    print(json.dumps({'median_ms': median_ms, 'first_loss': first_loss,
-                      'torch': torch.__version__, 'threads': torch.get_num_threads()}))
+    serve(lambda: train_step(model, optimizer, x, t, spec.get('accuracy', False)),
+          sys.stdin, sys.stdout)
 
 
 if __name__ == '__main__':

@@ -3,6 +3,7 @@ one initialized Chainer model and returning its loss on the first step."""
 import copy
 import json
 import os
+import select
 import subprocess
 import tempfile
 
@@ -74,24 +75,61 @@ def first_loss(step):
     return float(getattr(loss, 'array', loss))
 
 
-def torch_time(torch_python, spec, model, x, t, timeout_s=900):
-    """Run torch_reference.py in PyTorch's own virtualenv.  Returns
-    (median ms, first loss, versions) or raises RuntimeError saying why not."""
-    if not torch_python or not os.path.exists(torch_python):
-        raise RuntimeError('no PyTorch environment (make bench-torch-env creates .venv-torch)')
-    arrays = {name: numpy.asarray(p.array) for name, p in model.namedparams()}
-    for path, link in model.namedlinks():
-        for name in ('avg_mean', 'avg_var'):
-            if hasattr(link, name):
-                arrays['%s/%s' % (path.rstrip('/'), name)] = numpy.asarray(getattr(link, name))
-    with tempfile.TemporaryDirectory() as tmp:
-        path = os.path.join(tmp, 'input.npz')
+class TorchStep:
+    """PyTorch eager in its own virtualenv: torch_reference.py, started on
+    ``model``'s arrays and the batch, serving timed steps.  A candidate that
+    times itself (timing.time_interleaved): ``timed_calls(n)`` runs ``n``
+    steps there and returns their seconds.  ``first_loss`` and ``versions``
+    come from its first step.  RuntimeError says why it cannot run; close()
+    ends the process."""
+
+    def __init__(self, torch_python, spec, model, x, t, timeout_s=900):
+        if not torch_python or not os.path.exists(torch_python):
+            raise RuntimeError('no PyTorch environment (make bench-torch-env creates '
+                               '.venv-torch)')
+        arrays = {name: numpy.asarray(p.array) for name, p in model.namedparams()}
+        for path, link in model.namedlinks():
+            for name in ('avg_mean', 'avg_var'):
+                if hasattr(link, name):
+                    arrays['%s/%s' % (path.rstrip('/'), name)] = numpy.asarray(getattr(link, name))
+        self._timeout_s = timeout_s
+        self._work = tempfile.TemporaryDirectory()
+        path = os.path.join(self._work.name, 'input.npz')
         numpy.savez(path, spec=json.dumps(spec), x=x, t=t, **arrays)
         script = os.path.join(os.path.dirname(__file__), 'torch_reference.py')
-        done = subprocess.run([torch_python, script, path], capture_output=True, text=True,
-                              timeout=timeout_s)
-    if done.returncode != 0:
-        raise RuntimeError('torch_reference.py failed: %s' % done.stderr.strip()[-300:])
-    result = json.loads(done.stdout.strip().splitlines()[-1])
-    return result['median_ms'], result['first_loss'], 'torch %s, %d threads' % (
-        result['torch'], result['threads'])
+        # stderr to a file: a pipe nobody reads could fill and stall the child.
+        self._stderr = open(os.path.join(self._work.name, 'stderr'), 'w+')
+        self._process = subprocess.Popen([torch_python, script, path], stdin=subprocess.PIPE,
+                                         stdout=subprocess.PIPE, stderr=self._stderr, text=True)
+        try:
+            hello = self._reply()
+        except RuntimeError:
+            self.close()
+            raise
+        self.first_loss = hello['first_loss']
+        self.versions = 'torch %s, %d threads' % (hello['torch'], hello['threads'])
+
+    def timed_calls(self, n):
+        self._process.stdin.write('%d\n' % n)
+        self._process.stdin.flush()
+        return self._reply()['seconds']
+
+    def _reply(self):
+        ready, _, _ = select.select([self._process.stdout], [], [], self._timeout_s)
+        line = self._process.stdout.readline() if ready else ''
+        if not line:
+            self._stderr.seek(0)
+            raise RuntimeError('torch_reference.py %s: %s' % (
+                'gave no answer in %d s' % self._timeout_s if not ready else 'failed',
+                self._stderr.read().strip()[-300:]))
+        return json.loads(line)
+
+    def close(self):
+        self._process.stdin.close()
+        try:
+            self._process.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            self._process.kill()
+            self._process.wait()
+        self._stderr.close()
+        self._work.cleanup()

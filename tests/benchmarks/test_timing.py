@@ -1,0 +1,47 @@
+"""The benchmark's timing: candidates that time themselves in another
+process (PyTorch) are interleaved like the others, and a PyTorch process
+that cannot run says why."""
+import os
+import sys
+
+import numpy
+import pytest
+
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), '..', '..', 'benchmarks'))
+import models  # noqa: E402
+import training_candidates as training  # noqa: E402
+from timing import time_interleaved  # noqa: E402
+
+
+class _SelfTimed:
+    """Says each call took 2 ms; records the calls asked of it."""
+
+    def __init__(self):
+        self.requests = []
+
+    def timed_calls(self, n):
+        self.requests.append(n)
+        return [0.002] * n
+
+
+def test_self_timed_candidates_are_asked_round_by_round():
+    self_timed, order = _SelfTimed(), []
+    ms = time_interleaved({'python': lambda: order.append('python'), 'other': self_timed},
+                          budget_s=0.02, rounds=4)
+    assert ms['other'] == pytest.approx(2.0)
+    # Three warm-up calls, then 10 calls (0.02 s of 2 ms) over 4 rounds.
+    assert self_timed.requests == [3, 3, 3, 3, 3]
+    assert len(order) == 3 + 4 * 75  # 300 calls at most, spread over the rounds
+
+
+def test_pytorch_that_cannot_run_says_why(tmp_path):
+    model = models.MLP([4, 3])
+    x = numpy.zeros((2, 4), numpy.float32)
+    t = numpy.zeros(2, numpy.int32)
+    model(x)
+    with pytest.raises(RuntimeError, match='no PyTorch environment'):
+        training.TorchStep(str(tmp_path / 'missing'), {'model': 'MLP'}, model, x, t)
+    # This environment has no torch: the script fails on its import.
+    with pytest.raises(RuntimeError, match="(?s)failed: .*No module named 'torch'"):
+        training.TorchStep(sys.executable, {'model': 'MLP', 'sizes': [4, 3],
+                                            'optimizer': 'sgd'}, model, x, t)
