@@ -22,8 +22,8 @@ PACKAGES = {'chainer_compiler': 'chainer_compiler',
 CHAINER_PACKAGES = {'chainer', 'chainerx', 'chainermn', 'cupy_chainer'}
 #: Modules of chainer_compiler/ that are the bridge to Chainer.
 CHAINER_BRIDGE = {'chainer_compiler.exporting', 'chainer_compiler.compiled_model',
-                  'chainer_compiler.training_step', 'chainer_compiler.datasets',
-                  'chainer_compiler.allocators'}
+                  'chainer_compiler.parameter_pack', 'chainer_compiler.training_step',
+                  'chainer_compiler.datasets', 'chainer_compiler.allocators'}
 #: What translators may import from the rest of the project.
 TRANSLATOR_MAY_IMPORT = {'chainer_compiler.onnx_builder'}
 
