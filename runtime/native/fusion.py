@@ -11,6 +11,10 @@ when C is emitted (emit_c.py calls ``fuse`` first).
   instruction's ``activation`` attribute (``activation_alpha`` for
   LeakyRelu's slope), which the kernels apply as they store the product;
   a Gemm so fused becomes FusedGemm, as in the VM's own fusion.
+* An SGDUpdate of a float32 parameter whose gradient is a Gemm without C
+  (and without transB) that nothing else reads becomes one GemmSGDUpdate
+  in the SGDUpdate's place: the product goes straight into the parameter,
+  ``param -= lr * alpha * op(A) B``, and the gradient is never stored.
 
 The fused instruction takes the place of the producer and writes the
 register the folded instruction wrote, so every later reader is unchanged.
@@ -21,12 +25,14 @@ import dataclasses
 import numpy
 
 from ..ops.opset_rules import batch_norm_trains
-from ..ops.registry import CUSTOM_DOMAIN
+from ..ops.registry import CUSTOM_DOMAIN, operator_record
 from ..program import NO_REGISTER, Instruction, Program
 
 #: Activation ops a product can apply in its epilogue -> default alpha.
 EPILOGUE_ACTIVATIONS = {'Relu': None, 'LeakyRelu': 0.01, 'Sigmoid': None, 'Tanh': None}
 _DEFAULT_DOMAINS = ('', 'ai.onnx')
+#: Ops whose output may be a view of their first input.
+_VIEWS = ('Reshape', 'Flatten', 'Squeeze', 'Unsqueeze', 'Identity', 'Transpose')
 
 
 def fuse(program: Program) -> Program:
@@ -49,9 +55,14 @@ class _Fuser:
         self.outputs = {v.register for v in program.outputs}
         #: register -> indices of the instructions reading it (once per read)
         self.readers: dict[int, list[int]] = {}
+        #: register -> index of the instruction making it
+        self.producer: dict[int, int] = {}
         for i, inst in enumerate(program.instructions):
             for r in inst.inputs + inst.captures:
                 self.readers.setdefault(r, []).append(i)
+            for r in inst.outputs:
+                self.producer[r] = i
+        self.float32_inputs = {v.register for v in program.inputs if v.dtype == 'float32'}
 
     def run(self) -> Program:
         changed = False
@@ -63,6 +74,9 @@ class _Fuser:
                 changed |= self._fold_batch_norm(i)
             if inst.op in ('Conv', 'Gemm', 'MatMul'):
                 changed |= self._fuse_activation(i)
+            fused = self.insts[i]
+            if fused is not None and fused.op == 'Gemm':
+                changed |= self._fuse_sgd_update(i)
         if not changed:
             return self.p
         return dataclasses.replace(
@@ -202,3 +216,64 @@ class _Fuser:
             new = dataclasses.replace(new, op='FusedGemm', domain=CUSTOM_DOMAIN, version=1)
         self._replace(i, new, j)
         return True
+
+    def _fuse_sgd_update(self, i: int) -> bool:
+        """Make the SGDUpdate that alone reads Gemm ``i``'s product (its
+        parameter's gradient) compute that product into the parameter."""
+        gemm = self.insts[i]
+        assert gemm is not None
+        g = gemm.outputs[0]
+        users = self.readers.get(g, [])
+        j = users[0] if len(users) == 1 and g not in self.outputs else None
+        update = None if j is None else self.insts[j]
+        if j is None or update is None or update.qualified_op != CUSTOM_DOMAIN + '::SGDUpdate' \
+                or len(update.inputs) != 3 or update.inputs[1] != g \
+                or update.inputs[0] not in self.float32_inputs \
+                or not self._unread(gemm.inputs[2] if len(gemm.inputs) > 2 else NO_REGISTER) \
+                or gemm.attrs.get('transB', 0) or 'activation' in gemm.attrs:
+            return False
+        # The product now happens at j: its operands must hold the same
+        # values there, so nothing in between may update them in place.
+        operands = {self._root(r) for r in gemm.inputs[:2]}
+        if any(self._root(r) in operands for k in range(i + 1, j)
+               for r in self._written(self.insts[k])):
+            return False
+        # The operands' last reads may have been at or after the Gemm: they
+        # are now freed after the fused instruction.
+        late = set()
+        for k in range(i, j):
+            inst = self.insts[k]
+            if inst is not None and set(inst.frees) & set(gemm.inputs[:2]):
+                late |= set(inst.frees) & set(gemm.inputs[:2])
+                self.insts[k] = dataclasses.replace(
+                    inst, frees=tuple(r for r in inst.frees if r not in gemm.inputs[:2]))
+        attrs = {name: value for name, value in gemm.attrs.items()
+                 if name in ('alpha', 'transA')}
+        name = '+'.join(n for n in (gemm.name, update.name) if n)
+        self.insts[j] = dataclasses.replace(
+            update, op='GemmSGDUpdate', name=name, attrs=attrs,
+            inputs=(update.inputs[0], gemm.inputs[0], gemm.inputs[1], update.inputs[2]),
+            frees=tuple(r for r in update.frees if r != g) + tuple(sorted(late)))
+        self.insts[i] = None
+        for r in gemm.inputs[:2]:  # later rules must see who reads the operands now
+            self.readers[r] = [k if k != i else j for k in self.readers[r]]
+        del self.readers[g]
+        return True
+
+    def _root(self, r: int) -> int:
+        """The register whose array ``r`` may share: through the ops that
+        can be views of their input (the native backend aliases them)."""
+        while r in self.producer:
+            inst = self.insts[self.producer[r]]
+            if inst is None or inst.op not in _VIEWS or not inst.inputs:
+                break
+            r = inst.inputs[0]
+        return r
+
+    @staticmethod
+    def _written(inst: Instruction | None) -> list[int]:
+        """The registers ``inst`` updates in place."""
+        record = None if inst is None else operator_record(inst.op, inst.domain)
+        if inst is None or record is None:
+            return []
+        return [inst.inputs[k] for k in record.updated_inputs if k < len(inst.inputs)]

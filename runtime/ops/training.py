@@ -16,6 +16,7 @@ schedules (ExponentialShift, Adam's bias correction) change them per step.
 """
 import math
 
+from .math import gemm
 from .registry import CUSTOM_DOMAIN, kernel, like
 
 DOMAIN = 'ai.onnx.preview.training'
@@ -88,6 +89,17 @@ def momentum(xp, R, T, *inputs, alpha, beta, mode, norm_coefficient):
 def sgd_update(xp, param, grad, lr):
     """In place: ``param -= lr * grad`` (chainer.optimizers.SGD).  Returns ``param``."""
     param -= float(lr) * grad
+    return param
+
+
+@kernel('GemmSGDUpdate', domain=CUSTOM_DOMAIN, in_place=(0,), gradient=False,
+        outputs=('param_out',), types=like(0))
+def gemm_sgd_update(xp, param, a, b, lr, *, alpha=1.0, transA=0, transB=0):
+    """In place: ``param -= lr * alpha * op(a) @ op(b)``, SGDUpdate of the
+    gradient a Gemm (without C) makes, as one instruction: the native
+    backend's fusion (runtime/native/fusion.py) writes it so that the
+    gradient is never stored.  Returns ``param``."""
+    param -= float(lr) * gemm(xp, a, b, alpha=alpha, transA=transA, transB=transB)
     return param
 
 

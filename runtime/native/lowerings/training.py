@@ -10,6 +10,7 @@ call, because schedules change them between steps."""
 import math
 
 from ...ops.registry import CUSTOM_DOMAIN
+from ..cformat import cfloat
 from ..lowering import Refuse, Step, lowers
 
 FLOATS = ('float32', 'float64')
@@ -43,3 +44,31 @@ def optimizer_update(em, inst) -> Step:
         arrays = [ref(r) for r in inst.inputs[:2 + n_states]]
         return ['%s(%d, %s);' % (function, math.prod(shape), ', '.join(hyper + arrays))]
     return Step('training', [shape], render, alias=True)
+
+
+@lowers(CUSTOM_DOMAIN + '::GemmSGDUpdate')
+def gemm_sgd_update(em, inst) -> Step:
+    """param (M x N) -= lr * alpha * op(A) B, the product added straight into
+    the parameter by ccn_gemm_ex (fusion.py makes the instruction)."""
+    if len(inst.inputs) != 4 or inst.attrs.get('transB', 0):
+        raise Refuse('GemmSGDUpdate takes param, A, B (not transposed) and lr')
+    shape, a, b = (em.shape(inst, k) for k in range(3))
+    trans_a = int(inst.attrs.get('transA', 0))
+    if len(shape) != 2 or len(a) != 2 or len(b) != 2:
+        raise Refuse('GemmSGDUpdate takes matrices')
+    M, N = shape
+    K = a[0] if trans_a else a[1]
+    if (a[1] if trans_a else a[0]) != M or b != (K, N):
+        raise Refuse('op(A) %s times B %s does not make the parameter %s'
+                     % (list(a), list(b), list(shape)))
+    if math.prod(em.shape(inst, 3, dtypes=FLOATS)) != 1:
+        raise Refuse('the learning rate must hold one value')
+    alpha = float(inst.attrs.get('alpha', 1.0))
+
+    def render(ref, scratch):
+        return ['ccn_gemm_ex(%d, %d, %d, %s, %d, %d, %s, %d, -(%s) * (float)%s[0], %s, %d, '
+                'CCN_ACT_NONE, 0.0f);' % (
+                    M, N, K, ref(inst.inputs[1]), 1 if trans_a else K, M if trans_a else 1,
+                    ref(inst.inputs[2]), N, cfloat(alpha), ref(inst.inputs[3]),
+                    ref(inst.inputs[0]), N)]
+    return Step('connection', [shape], render, alias=True)

@@ -15,16 +15,20 @@ from chainer_compiler.runtime.executor import Executor
 RTOL, ATOL = 1e-4, 1e-5
 
 
-def make_model(nodes, inputs, outputs, initializers=(), opset=13):
+def make_model(nodes, inputs, outputs, initializers=(), opset=13, custom=False):
     """A ModelProto: ``inputs``/``outputs`` are (name, numpy dtype, shape);
-    ``initializers`` maps name -> array."""
+    ``initializers`` maps name -> array; ``custom``: this project's domain
+    (org.chainer_compiler) is imported too."""
     def info(name, dtype, shape):
         return helper.make_tensor_value_info(
             name, helper.np_dtype_to_tensor_dtype(numpy.dtype(dtype)), shape)
     graph = helper.make_graph(
         nodes, 'native_check', [info(*i) for i in inputs], [info(*o) for o in outputs],
         [numpy_helper.from_array(numpy.asarray(a), n) for n, a in dict(initializers).items()])
-    return helper.make_model(graph, opset_imports=[helper.make_opsetid('', opset)])
+    opsets = [helper.make_opsetid('', opset)]
+    if custom:
+        opsets.append(helper.make_opsetid('org.chainer_compiler', 1))
+    return helper.make_model(graph, opset_imports=opsets)
 
 
 def check_native(model, inputs, rtol=RTOL, atol=ATOL, onnxruntime_check=True):

@@ -2,9 +2,10 @@
 instructions it rewrites, which it leaves, and that the fused C computes
 what the unfused Program does."""
 import numpy
-from onnx import helper
+from onnx import helper, numpy_helper
 
 from chainer_compiler.frontend import build_program
+from chainer_compiler.runtime.executor import Executor
 from chainer_compiler.runtime.native.fusion import fuse
 
 from .helpers import check_native, make_model
@@ -98,3 +99,96 @@ def test_left_alone():
     feeds = [_rand(rng, *s) for _, _, s in inputs]
     feeds[2] = feeds[2] + 2.0
     check_native(model, feeds)
+
+
+CUSTOM = 'org.chainer_compiler'
+
+
+def _sgd_step_model(nodes, params, operands):
+    """A training step's tail: ``params`` (name -> shape) updated in place
+    by SGDUpdate with learning rate 'lr'; ``operands`` (name -> shape)
+    are the other inputs.  Outputs: the updated parameters."""
+    inputs = [(n, F32, list(s)) for n, s in {**params, **operands}.items()]
+    outputs = [('new_' + n, F32, list(s)) for n, s in params.items()]
+    return make_model(nodes, inputs + [('lr', F32, [])], outputs, custom=True)
+
+
+def _sgd(param, grad):
+    return helper.make_node('SGDUpdate', [param, grad, 'lr'], ['new_' + param], domain=CUSTOM)
+
+
+def _run_both(model, feed):
+    """The native run and the NumPy VM's on copies of ``feed``: (native
+    inputs after the run, VM inputs after the run)."""
+    program = build_program(model)
+    native = [a.copy() for a in feed]
+    vm = [a.copy() for a in feed]
+    Executor(program, backend='native').run_positional(native)
+    Executor(program, backend='numpy').run_positional(vm)
+    return native, vm
+
+
+def test_sgd_update_of_a_gemm_gradient_computes_it_into_the_parameter():
+    """W -= lr * gy^T x with no gradient array, in the SGDUpdate's place;
+    the bias's update (a ReduceSum gradient) is left alone."""
+    rng = numpy.random.RandomState(3)
+    node = helper.make_node
+    nodes = [node('Gemm', ['gy', 'x'], ['gW'], transA=1, alpha=0.5),
+             node('ReduceSum', ['gy', 'axes'], ['gb'], keepdims=0),
+             _sgd('b', 'gb'), _sgd('W', 'gW')]
+    model = _sgd_step_model(nodes, {'W': (5, 7), 'b': (5,)}, {'gy': (8, 5), 'x': (8, 7)})
+    model.graph.initializer.append(numpy_helper.from_array(numpy.array([0], numpy.int64),
+                                                           'axes'))
+    fused = fuse(build_program(model))
+    assert [i.op for i in fused.instructions] == ['ReduceSum', 'SGDUpdate', 'GemmSGDUpdate']
+    assert fused.instructions[2].attrs == {'alpha': 0.5, 'transA': 1}
+    feed = [_rand(rng, 5, 7), _rand(rng, 5), _rand(rng, 8, 5), _rand(rng, 8, 7),
+            numpy.array(0.1, F32)]
+    native, vm = _run_both(model, feed)
+    numpy.testing.assert_allclose(native[0], vm[0], rtol=1e-5, atol=1e-6)
+    numpy.testing.assert_allclose(native[0], feed[0] - 0.05 * feed[2].T @ feed[3],
+                                  rtol=1e-5, atol=1e-6)
+    # The instruction on its own: the VM's kernel and the C agree.
+    alone = _sgd_step_model([helper.make_node('GemmSGDUpdate', ['W', 'gy', 'x', 'lr'],
+                                              ['new_W'], domain=CUSTOM, transA=1, alpha=0.5)],
+                            {'W': (5, 7)}, {'gy': (8, 5), 'x': (8, 7)})
+    native, vm = _run_both(alone, [feed[0], feed[2], feed[3], feed[4]])
+    numpy.testing.assert_allclose(vm[0], native[0], rtol=1e-5, atol=1e-6)
+    for k, original in ((1, feed[2]), (2, feed[3])):  # the operands are only read
+        numpy.testing.assert_array_equal(vm[k], original)
+        numpy.testing.assert_array_equal(native[k], original)
+    numpy.testing.assert_allclose(vm[0], feed[0] - 0.05 * feed[2].T @ feed[3],
+                                  rtol=1e-5, atol=1e-6)
+
+
+def test_sgd_update_is_not_fused_when_it_would_change_what_is_computed():
+    """The gradient read twice, B transposed, or an operand (here P through
+    a Reshape view) updated in place between the product and the update;
+    the last still computes W1's gradient from P before its update."""
+    node = helper.make_node
+    operands = {'gy': (8, 5), 'x': (8, 7)}
+    read_twice = _sgd_step_model([node('Gemm', ['gy', 'x'], ['gW'], transA=1),
+                                  _sgd('W', 'gW'), node('Neg', ['gW'], ['neg'])],
+                                 {'W': (5, 7)}, operands)
+    read_twice.graph.output.append(helper.make_tensor_value_info('neg', 1, [5, 7]))
+    transposed = _sgd_step_model([node('Gemm', ['gy', 'xt'], ['gW'], transA=1, transB=1),
+                                  _sgd('W', 'gW')], {'W': (5, 7)}, {'gy': (8, 5), 'xt': (7, 8)})
+    overwritten = _sgd_step_model([node('Reshape', ['P', 'shape'], ['Pv']),
+                                   node('Gemm', ['gy', 'Pv'], ['gW1'], transA=1),
+                                   node('Gemm', ['a', 'b'], ['gP']),
+                                   _sgd('P', 'gP'), _sgd('W1', 'gW1')],
+                                  {'W1': (5, 7), 'P': (7, 8)},
+                                  {'gy': (8, 5), 'a': (7, 3), 'b': (3, 8)})
+    overwritten.graph.initializer.append(
+        numpy_helper.from_array(numpy.array([8, 7], numpy.int64), 'shape'))
+    for model in (read_twice, transposed, overwritten):
+        ops = [i.op for i in fuse(build_program(model)).instructions]
+        assert ops.count('GemmSGDUpdate') == (1 if model is overwritten else 0), ops
+    rng = numpy.random.RandomState(4)
+    feed = [_rand(rng, 5, 7), _rand(rng, 7, 8), _rand(rng, 8, 5), _rand(rng, 7, 3),
+            _rand(rng, 3, 8), numpy.array(0.1, F32)]
+    native, vm = _run_both(overwritten, feed)
+    for k in (0, 1):
+        numpy.testing.assert_allclose(native[k], vm[k], rtol=1e-5, atol=1e-6)
+    numpy.testing.assert_allclose(native[0], feed[0] - 0.1 * feed[2].T @ feed[1].reshape(8, 7),
+                                  rtol=1e-5, atol=1e-6)

@@ -3,6 +3,8 @@ VM (and onnxruntime for the standard op): SoftmaxCrossEntropyLoss and
 its gradient (ccn_loss.c), ReluGrad (ccn_activation.c) and the in-place
 optimizer updates (ccn_training.c), and the emitted C API of a program
 that updates its inputs."""
+import functools
+
 import numpy
 import pytest
 from onnx import helper, numpy_helper
@@ -23,11 +25,8 @@ def cache(tmp_path, monkeypatch):
     monkeypatch.setenv('CHAINER_COMPILER_CACHE', str(tmp_path / 'cache'))
 
 
-def _custom_model(nodes, inputs, outputs):
-    """make_model with this project's domain imported too."""
-    model = make_model(nodes, inputs, outputs)
-    model.opset_import.append(helper.make_opsetid(CUSTOM, 1))
-    return model
+#: make_model with this project's domain imported too.
+_custom_model = functools.partial(make_model, custom=True)
 
 
 def _labels(shape, classes, dtype, ignored=None, seed=0):
