@@ -37,8 +37,9 @@ _VIEWS = ('Reshape', 'Flatten', 'Squeeze', 'Unsqueeze', 'Identity', 'Transpose')
 
 def fuse(program: Program) -> Program:
     """``program`` with BatchNormalizations folded into the Conv or Gemm
-    before them and activations fused into the products before them; the
-    same object when nothing fuses."""
+    before them, activations fused into the products before them and SGD
+    updates computing their Gemm gradients; the same object when nothing
+    fuses."""
     return _Fuser(program).run()
 
 
