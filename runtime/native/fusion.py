@@ -234,10 +234,12 @@ class _Fuser:
                 or gemm.attrs.get('transB', 0) or 'activation' in gemm.attrs:
             return False
         # The product now happens at j: its operands must hold the same
-        # values there, so nothing in between may update them in place.
+        # values there, so nothing in between may update them in place,
+        # and the parameter it is added into must not be one of them.
         operands = {self._root(r) for r in gemm.inputs[:2]}
-        if any(self._root(r) in operands for k in range(i + 1, j)
-               for r in self._written(self.insts[k])):
+        if self._root(update.inputs[0]) in operands or any(
+                self._root(r) in operands for k in range(i + 1, j)
+                for r in self._written(self.insts[k])):
             return False
         # The operands' last reads may have been at or after the Gemm: they
         # are now freed after the fused instruction.

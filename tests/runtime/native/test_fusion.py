@@ -162,9 +162,10 @@ def test_sgd_update_of_a_gemm_gradient_computes_it_into_the_parameter():
 
 
 def test_sgd_update_is_not_fused_when_it_would_change_what_is_computed():
-    """The gradient read twice, B transposed, or an operand (here P through
-    a Reshape view) updated in place between the product and the update;
-    the last still computes W1's gradient from P before its update."""
+    """The gradient read twice, B transposed, the parameter an operand of
+    its own gradient's product, or an operand (here P through a Reshape
+    view) updated in place between the product and the update; the last
+    still computes W1's gradient from P before its update."""
     node = helper.make_node
     operands = {'gy': (8, 5), 'x': (8, 7)}
     read_twice = _sgd_step_model([node('Gemm', ['gy', 'x'], ['gW'], transA=1),
@@ -181,7 +182,9 @@ def test_sgd_update_is_not_fused_when_it_would_change_what_is_computed():
                                   {'gy': (8, 5), 'a': (7, 3), 'b': (3, 8)})
     overwritten.graph.initializer.append(
         numpy_helper.from_array(numpy.array([8, 7], numpy.int64), 'shape'))
-    for model in (read_twice, transposed, overwritten):
+    own_operand = _sgd_step_model([node('Gemm', ['W', 'y'], ['gW']), _sgd('W', 'gW')],
+                                  {'W': (5, 7)}, {'y': (7, 7)})
+    for model in (read_twice, transposed, own_operand, overwritten):
         ops = [i.op for i in fuse(build_program(model)).instructions]
         assert ops.count('GemmSGDUpdate') == (1 if model is overwritten else 0), ops
     rng = numpy.random.RandomState(4)
