@@ -27,13 +27,12 @@ from typing import Any
 import numpy
 
 from ..errors import RuntimeVMError
-from ..ops.registry import operator_record
 from ..program import NO_REGISTER, Instruction, Program, ValueInfo
 from . import lowerings  # noqa: F401  (registers every lowering)
 from .arena import Buffer, aligned, plan_arena
 from .cformat import C_TYPES, NPY_DESCR, Shape, clist, cliteral, comment, cstring, shape_text
 from .folding import fold
-from .fusion import fuse
+from .fusion import fuse, written_inputs
 from .lowering import FLOAT32, LOWERINGS, Refuse, Step, Unknown
 from .lowerings.loss import LABEL_ERROR
 from .weights import WeightsLayout, layout
@@ -112,15 +111,6 @@ def emit_c(program: Program, directory: str | os.PathLike, name: str = 'model',
         raise NativeEmitError("model name %r must be a C identifier other than 'main' "
                               "not starting with 'ccn_'" % name)
     return _Emitter(program, name, weights).write(os.fspath(directory))
-
-
-def written_inputs(inst: Instruction) -> list[int]:
-    """The registers ``inst`` updates in place (its operator's record says
-    which inputs: the optimizer updates)."""
-    record = operator_record(inst.op, inst.domain)
-    positions = record.updated_inputs if record is not None else ()
-    return [inst.inputs[k] for k in positions
-            if k < len(inst.inputs) and inst.inputs[k] != NO_REGISTER]
 
 
 def lowering_key(inst: Instruction) -> str:

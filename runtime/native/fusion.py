@@ -35,6 +35,15 @@ _DEFAULT_DOMAINS = ('', 'ai.onnx')
 _VIEWS = ('Reshape', 'Flatten', 'Squeeze', 'Unsqueeze', 'Identity', 'Transpose')
 
 
+def written_inputs(inst: Instruction) -> list[int]:
+    """The registers ``inst`` updates in place (its operator's record says
+    which inputs: the optimizer updates)."""
+    record = operator_record(inst.op, inst.domain)
+    positions = record.updated_inputs if record is not None else ()
+    return [inst.inputs[k] for k in positions
+            if k < len(inst.inputs) and inst.inputs[k] != NO_REGISTER]
+
+
 def fuse(program: Program) -> Program:
     """``program`` with BatchNormalizations folded into the Conv or Gemm
     before them, activations fused into the products before them and SGD
@@ -231,25 +240,26 @@ class _Fuser:
                 or len(update.inputs) != 3 or update.inputs[1] != g \
                 or update.inputs[0] not in self.float32_inputs \
                 or not self._unread(gemm.inputs[2] if len(gemm.inputs) > 2 else NO_REGISTER) \
-                or gemm.attrs.get('transB', 0) or 'activation' in gemm.attrs:
+                or gemm.attrs.get('transB', 0):
             return False
         # The product now happens at j: its operands must hold the same
         # values there, so nothing in between may update them in place,
         # and the parameter it is added into must not be one of them.
+        between = [inst for inst in self.insts[i + 1:j] if inst is not None]
         operands = {self._root(r) for r in gemm.inputs[:2]}
         if self._root(update.inputs[0]) in operands or any(
-                self._root(r) in operands for k in range(i + 1, j)
-                for r in self._written(self.insts[k])):
+                self._root(r) in operands for inst in between for r in written_inputs(inst)):
             return False
         # The operands' last reads may have been at or after the Gemm: they
         # are now freed after the fused instruction.
-        late = set()
+        operand_registers, late = set(gemm.inputs[:2]), set()
         for k in range(i, j):
             inst = self.insts[k]
-            if inst is not None and set(inst.frees) & set(gemm.inputs[:2]):
-                late |= set(inst.frees) & set(gemm.inputs[:2])
+            freed = operand_registers.intersection(inst.frees) if inst is not None else set()
+            if inst is not None and freed:
+                late |= freed
                 self.insts[k] = dataclasses.replace(
-                    inst, frees=tuple(r for r in inst.frees if r not in gemm.inputs[:2]))
+                    inst, frees=tuple(r for r in inst.frees if r not in freed))
         attrs = {name: value for name, value in gemm.attrs.items()
                  if name in ('alpha', 'transA')}
         name = '+'.join(n for n in (gemm.name, update.name) if n)
@@ -272,11 +282,3 @@ class _Fuser:
                 break
             r = inst.inputs[0]
         return r
-
-    @staticmethod
-    def _written(inst: Instruction | None) -> list[int]:
-        """The registers ``inst`` updates in place."""
-        record = None if inst is None else operator_record(inst.op, inst.domain)
-        if inst is None or record is None:
-            return []
-        return [inst.inputs[k] for k in record.updated_inputs if k < len(inst.inputs)]
