@@ -15,6 +15,10 @@ when C is emitted (emit_c.py calls ``fuse`` first).
   (and without transB) that nothing else reads becomes one GemmSGDUpdate
   in the SGDUpdate's place: the product goes straight into the parameter,
   ``param -= lr * alpha * op(A) B``, and the gradient is never stored.
+* A training BatchNormalizationGrad that would recompute X's batch mean
+  and variance reads them from the training BatchNormalization of the
+  same X instead, which outputs them as the pre-opset-14 form does (two
+  new registers, freed after the gradient).
 
 The fused instruction takes the place of the producer and writes the
 register the folded instruction wrote, so every later reader is unchanged.
@@ -31,6 +35,7 @@ from ..program import NO_REGISTER, Instruction, Program
 #: Activation ops a product can apply in its epilogue -> default alpha.
 EPILOGUE_ACTIVATIONS = {'Relu': None, 'LeakyRelu': 0.01, 'Sigmoid': None, 'Tanh': None}
 _DEFAULT_DOMAINS = ('', 'ai.onnx')
+_BATCH_NORM_GRAD = CUSTOM_DOMAIN + '::BatchNormalizationGrad'
 #: Ops whose output may be a view of their first input.
 _VIEWS = ('Reshape', 'Flatten', 'Squeeze', 'Unsqueeze', 'Identity', 'Transpose')
 
@@ -46,8 +51,9 @@ def written_inputs(inst: Instruction) -> list[int]:
 
 def fuse(program: Program) -> Program:
     """``program`` with BatchNormalizations folded into the Conv or Gemm
-    before them, activations fused into the products before them and SGD
-    updates computing their Gemm gradients; the same object when nothing
+    before them, activations fused into the products before them, SGD
+    updates computing their Gemm gradients and BatchNormalization gradients
+    reading the forward's batch statistics; the same object when nothing
     fuses."""
     return _Fuser(program).run()
 
@@ -78,6 +84,8 @@ class _Fuser:
         changed = False
         for i in range(len(self.insts)):
             inst = self.insts[i]
+            if inst is not None and inst.qualified_op == _BATCH_NORM_GRAD:
+                changed |= self._share_batch_statistics(i)
             if inst is None or inst.domain not in _DEFAULT_DOMAINS:
                 continue
             if inst.op in ('Conv', 'Gemm'):
@@ -272,6 +280,46 @@ class _Fuser:
             self.readers[r] = [k if k != i else j for k in self.readers[r]]
         del self.readers[g]
         return True
+
+    def _share_batch_statistics(self, j: int) -> bool:
+        """Make training BatchNormalizationGrad ``j``, which has no mean and
+        variance inputs, read them from the latest training
+        BatchNormalization of its X before it (the same register, so the
+        same values)."""
+        grad = self.insts[j]
+        assert grad is not None
+        if len(grad.inputs) != 3 or not grad.attrs.get('training', 1):
+            return False
+        x = grad.inputs[0]
+        forward = [k for k in self.readers.get(x, []) if k < j and self._batch_trains(k, x)]
+        if not forward:
+            return False
+        i = forward[-1]
+        bn = self.insts[i]
+        assert bn is not None
+        statistics = []
+        for what in ('batch_mean', 'batch_var'):
+            r = self.next_register
+            self.next_register += 1
+            self.names[r] = '%s_%s' % (self.p.register_name(x), what)
+            self.producer[r] = i
+            self.readers[r] = [j]
+            statistics.append(r)
+        self.insts[i] = dataclasses.replace(
+            bn, outputs=bn.outputs + (NO_REGISTER,) * (3 - len(bn.outputs)) + tuple(statistics))
+        self.insts[j] = dataclasses.replace(grad, inputs=grad.inputs + tuple(statistics),
+                                            frees=grad.frees + tuple(statistics))
+        return True
+
+    def _batch_trains(self, k: int, x: int) -> bool:
+        """Whether instruction ``k`` is a BatchNormalization of input ``x``
+        with the batch's statistics and without the outputs for them."""
+        bn = self.insts[k]
+        return bn is not None and bn.op == 'BatchNormalization' \
+            and bn.domain in _DEFAULT_DOMAINS and bn.inputs[:1] == (x,) \
+            and len(bn.outputs) <= 3 and batch_norm_trains(
+                bn.version, len(bn.outputs), bn.attrs.get('training_mode', 0),
+                bn.attrs.get('is_test', 0))
 
     def _root(self, r: int) -> int:
         """The register whose array ``r`` may share: through the ops that

@@ -195,3 +195,32 @@ def test_sgd_update_is_not_fused_when_it_would_change_what_is_computed():
         numpy.testing.assert_allclose(native[k], vm[k], rtol=1e-5, atol=1e-6)
     numpy.testing.assert_allclose(native[0], feed[0] - 0.1 * feed[2].T @ feed[1].reshape(8, 7),
                                   rtol=1e-5, atol=1e-6)
+
+
+def test_batch_norm_gradient_reads_the_forward_statistics():
+    """A training BatchNormalization's X and the gradient of it: the forward
+    outputs the batch mean and variance and the gradient reads them (the C
+    no longer recomputes them); a gradient of another X is left alone.
+    Values unchanged."""
+    node = helper.make_node
+    shape, c = [4, 3, 5, 2], 3
+    nodes = [node('BatchNormalization', ['x', 's', 'b', 'm', 'v'], ['y', 'rm', 'rv'],
+                  training_mode=1, epsilon=1e-3),
+             node('BatchNormalizationGrad', ['x', 's', 'gy'], ['gx', 'gs', 'gb'],
+                  domain=CUSTOM, epsilon=1e-3),
+             node('BatchNormalizationGrad', ['z', 's', 'gy'], ['gz', 'gsz', 'gbz'],
+                  domain=CUSTOM, epsilon=1e-3)]
+    model = make_model(
+        nodes, [('x', F32, shape), ('z', F32, shape), ('gy', F32, shape)]
+        + [(n, F32, [c]) for n in 'sbmv'],
+        [('y', F32, shape), ('rm', F32, [c]), ('rv', F32, [c]), ('gx', F32, shape),
+         ('gs', F32, [c]), ('gb', F32, [c]), ('gz', F32, shape)], custom=True, opset=15)
+    fused = fuse(build_program(model))
+    bn, grad, other = fused.instructions
+    assert len(bn.outputs) == 5 and grad.inputs[3:] == bn.outputs[3:]
+    assert set(bn.outputs[3:]) <= set(grad.frees)
+    assert len(other.inputs) == 3
+    rng = numpy.random.RandomState(5)
+    feed = [_rand(rng, *shape) * 2 + 1, _rand(rng, *shape), _rand(rng, *shape),
+            _rand(rng, c) + 1.5, _rand(rng, c), _rand(rng, c), _rand(rng, c) + 1.5]
+    check_native(model, feed, onnxruntime_check=False)

@@ -283,6 +283,25 @@ def test_batch_normalization_training(opset, shape):
     check_native(model, _bn_inputs(shape), onnxruntime_check=False)
 
 
+def test_batch_statistics_of_a_channel_far_from_zero():
+    """Integers in 1e7 +- 4 (exact in float32): the variance is 1e-13 of the
+    squared mean, beyond even a double sum of squares, and the native
+    kernel's one-pass moments still give it to float32's precision.  Y is
+    not compared: at that mean, float32's x - mean keeps no digits."""
+    shape = (4, 3, 5, 2)
+    inputs = _bn_inputs(shape)
+    inputs[0] = (1e7 + numpy.random.RandomState(7).randint(-4, 5, shape)).astype(F32)
+    names = ('y', 'running_mean', 'running_var', 'batch_mean', 'batch_var')
+    model = make_model(
+        [helper.make_node('BatchNormalization', ['x', 's', 'b', 'm', 'v'], list(names))],
+        [('x', F32, list(shape))] + [(n, F32, [3]) for n in 'sbmv'],
+        [('y', F32, list(shape))] + [(n, F32, [3]) for n in names[1:]], opset=9)
+    got = Executor(build_program(model), backend='native').run_positional(inputs)
+    exact = inputs[0].astype(F64)
+    numpy.testing.assert_allclose(got[3], exact.mean(axis=(0, 2, 3)), rtol=1e-7)
+    numpy.testing.assert_allclose(got[4], exact.var(axis=(0, 2, 3)), rtol=1e-5)
+
+
 @pytest.mark.parametrize('training,given,n_outputs', [(1, False, 3), (0, True, 5), (1, True, 3)])
 def test_batch_normalization_grad(training, given, n_outputs):
     shape = (3, 4, 2, 3)
