@@ -494,14 +494,6 @@ void ccn_gemm_set(long M, long N, long K, const float *A, long a_rs, long a_cs,
     gemm_strided(M, N, K, A, a_rs, a_cs, B, ldb, alpha, C, ldc, 1, act, act_alpha);
 }
 
-void ccn_gemm_panels(long M, long N, long K, const float *panels, const float *B, long ldb,
-                     float *C, long ldc, int act, float act_alpha)
-{
-    const a_operand a = {NULL, 0, 0, 1.0f, panels, ccn_panel_rows(M)};
-    const b_operand b = {B, ldb, NULL, 0};
-    gemm_any(M, N, K, &a, &b, C, ldc, 0, act, act_alpha);
-}
-
 void ccn_gemm_strips(long M, long N, long K, const float *A, long a_rs, long a_cs,
                      const float *strips, float alpha, float *C, long ldc, int act,
                      float act_alpha)
@@ -789,12 +781,12 @@ static void im2col_images(long nb, long C, long H, long W, long KH, long KW, lon
                    col + c * KH * KW * ld + i * OH * OW, ld);
 }
 
-/* y[m, s] = bias[m] (or 0) for an M x S block with rows ldy apart. */
+/* y[m, s] = bias[m] for an M x S block with rows ldy apart. */
 static void fill_bias(long M, long S, const float *bias, float *y, long ldy)
 {
     CCN_OMP_FOR_IF(M * S)
     for (long m = 0; m < M; m++) {
-        const float b = bias ? bias[m] : 0.0f;
+        const float b = bias[m];
         for (long s = 0; s < S; s++)
             y[m * ldy + s] = b;
     }
@@ -834,13 +826,18 @@ void ccn_conv2d(long N, long C, long H, long W, long M, long KH, long KW, long O
                               pad_top, pad_left, x + (n0 * C + g * Cg) * H * W, C * H * W,
                               col, ld);
             float *out = nb == 1 ? y + (n0 * M + g * Mg) * S : prod;
-            fill_bias(Mg, ld, bg, out, ld);
-            if (w_panels)
-                ccn_gemm_panels(Mg, ld, K, w + g * ccn_panel_rows(Mg) * K, cols, ld, out, ld,
-                                act, act_alpha);
-            else
-                ccn_gemm_ex(Mg, ld, K, w + g * Mg * K, K, 1, cols, ld, 1.0f, out, ld, act,
-                            act_alpha);
+            /* The product adds to the bias, or without one sets the output. */
+            if (bg)
+                fill_bias(Mg, ld, bg, out, ld);
+            if (w_panels) {
+                const a_operand a = {NULL, 0, 0, 1.0f, w + g * ccn_panel_rows(Mg) * K,
+                                     ccn_panel_rows(Mg)};
+                const b_operand b = {cols, ld, NULL, 0};
+                gemm_any(Mg, ld, K, &a, &b, out, ld, bg == NULL, act, act_alpha);
+            } else {
+                gemm_strided(Mg, ld, K, w + g * Mg * K, K, 1, cols, ld, 1.0f, out, ld,
+                             bg == NULL, act, act_alpha);
+            }
             if (nb > 1)
                 ccn_copy_image_rows(Mg, nb, S, prod, ld, S, y + (n0 * M + g * Mg) * S, S,
                                     M * S);

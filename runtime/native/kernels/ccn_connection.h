@@ -38,9 +38,6 @@ static inline long ccn_panel_rows(long M)
 {
     return (M + CCN_PANEL_ROWS - 1) / CCN_PANEL_ROWS * CCN_PANEL_ROWS;
 }
-/* ccn_gemm_ex for A (alpha 1) given in the panel layout. */
-void ccn_gemm_panels(long M, long N, long K, const float *panels, const float *B, long ldb,
-                     float *C, long ldc, int act, float act_alpha);
 /* The strip layout of a constant K x N matrix B, packed at emit time
  * (pack_strips): N rounded up to whole strips of CCN_STRIP_COLS columns;
  * for each depth slice k0 = 0, 256, ... (kc deep) and each strip n0 = 0,
