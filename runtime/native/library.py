@@ -233,7 +233,8 @@ class NativeRun:
             if shape == () and k not in self._updated:
                 buffer = numpy.zeros((), dtype=dtype)
                 self._scalars[k] = (buffer, buffer.ctypes.data)
-        self._seen: list[tuple[numpy.ndarray, int] | None] = [None] * len(program.inputs)
+        self._seen: list[tuple[numpy.ndarray, int, tuple, numpy.dtype, bool] | None] = \
+            [None] * len(program.inputs)
         #: Output -> the input whose array it is (not a 0-d one: its buffer
         #: is reused at every call).
         self._in_place_outputs = {k: j for k, j in result.in_place_outputs.items()
@@ -255,19 +256,23 @@ class NativeRun:
         # call); None for a 0-d input stored in its buffer.
         passed: list[numpy.ndarray | None] = []
         scalars = []
-        for k, (info, shape, dtype, value) in enumerate(zip(
-                self.program.inputs, self._in_shapes, self._in_dtypes, values)):
+        seen_arrays = self._seen
+        for k, value in enumerate(values):
+            # The same array as last time, as it was then (its shape and
+            # dtype can be reassigned in place): checked when first seen,
+            # and C-contiguous since.
+            seen = seen_arrays[k]
+            if seen is not None and seen[0] is value and value.shape == seen[2] and \
+                    value.dtype is seen[3] and not (seen[4] and not value.flags.writeable):
+                pointers.append(seen[1])
+                passed.append(value)
+                continue
+            info, shape, dtype = self.program.inputs[k], self._in_shapes[k], self._in_dtypes[k]
             scalar = self._scalars.get(k)
             if scalar is not None and getattr(value, 'shape', ()) == ():  # stored below
                 scalars.append((scalar[0], value))
                 pointers.append(scalar[1])
                 passed.append(None)
-                continue
-            seen = self._seen[k]
-            if seen is not None and seen[0] is value and value.shape == shape and \
-                    value.dtype == dtype and (k not in self._updated or value.flags.writeable):
-                pointers.append(seen[1])  # checked when first seen, and C-contiguous since
-                passed.append(value)
                 continue
             a = value
             if type(a) is not numpy.ndarray or a.dtype != dtype or not a.flags.c_contiguous:
@@ -284,7 +289,7 @@ class NativeRun:
             pointers.append(_address(a))
             passed.append(a)
             if a is value:
-                self._seen[k] = (a, pointers[-1])
+                seen_arrays[k] = (a, pointers[-1], shape, a.dtype, k in self._updated)
         # Drawn as the NumPy VM's DropoutTraining draws its mask, from the
         # same global generator and in program order (runtime/ops/noise.py).
         for shape in self._uniform_shapes:

@@ -34,15 +34,21 @@
 #define CCN_MR 8
 #define CCN_NR 32
 #define CCN_TALL_MR 24
+#define CCN_DOT_ROWS 4
 #elif defined(__AVX__)
 #define CCN_MR 6
 #define CCN_NR 16
 #define CCN_TALL_MR 12
+#define CCN_DOT_ROWS 2
 #else
 #define CCN_MR 6
 #define CCN_NR 8
 #define CCN_TALL_MR 12
+#define CCN_DOT_ROWS 2
 #endif
+/* ccn_gemm_bt's dot products take CCN_DOT_ROWS rows of A by four of Bt at
+ * once: 4 * CCN_DOT_ROWS accumulators and CCN_DOT_ROWS + 1 operands in
+ * vector registers. */
 /* The tall tile, CCN_TALL_MR rows by one vector (NR/2 columns), serves
  * narrow products (a late convolution layer of one image, 4x4 outputs)
  * that would leave half of the wide tile's columns empty; it reads A from
@@ -509,88 +515,56 @@ void ccn_gemm(long M, long N, long K, const float *A, long a_rs, long a_cs,
     ccn_gemm_ex(M, N, K, A, a_rs, a_cs, B, N, alpha, C, N, CCN_ACT_NONE, 0.0f);
 }
 
-/* Four dot products of a (n floats) with the rows b0..b3, into out[0..3].
- * Vector partial sums (their order differs from a serial sum). */
-static void dot4(long n, const float *restrict a, const float *restrict b0,
-                 const float *restrict b1, const float *restrict b2,
-                 const float *restrict b3, float *out)
-{
-    long k = 0;
-    float s[4] = {0.0f, 0.0f, 0.0f, 0.0f};
-#if defined(__GNUC__)
-    typedef float vec __attribute__((vector_size(CCN_NR / 2 * sizeof(float))));
-    const long vw = CCN_NR / 2;
-    vec v0 = {0}, v1 = {0}, v2 = {0}, v3 = {0}, va, vb;
-    for (; k + vw <= n; k += vw) {
-        memcpy(&va, a + k, sizeof va);
-        memcpy(&vb, b0 + k, sizeof vb);
-        v0 += va * vb;
-        memcpy(&vb, b1 + k, sizeof vb);
-        v1 += va * vb;
-        memcpy(&vb, b2 + k, sizeof vb);
-        v2 += va * vb;
-        memcpy(&vb, b3 + k, sizeof vb);
-        v3 += va * vb;
-    }
-    for (long j = 0; j < vw; j++) {
-        s[0] += v0[j];
-        s[1] += v1[j];
-        s[2] += v2[j];
-        s[3] += v3[j];
-    }
+/* Keeps a loaded vector in a register: gcc otherwise folds each use of it
+ * into a multiply-add as a memory operand, one load per multiply-add, and
+ * the dot products below become bound by loads (1.9x slower measured). */
+#if defined(__GNUC__) && (defined(__x86_64__) || defined(__i386__))
+#define CCN_IN_REGISTER(x) __asm__("" : "+v"(x))
+#elif defined(__GNUC__) && defined(__aarch64__)
+#define CCN_IN_REGISTER(x) __asm__("" : "+w"(x))
+#else
+#define CCN_IN_REGISTER(x) ((void)0)
 #endif
-    for (; k < n; k++) {
-        s[0] += a[k] * b0[k];
-        s[1] += a[k] * b1[k];
-        s[2] += a[k] * b2[k];
-        s[3] += a[k] * b3[k];
-    }
-    memcpy(out, s, sizeof s);
-}
 
-/* dot4 for two rows a0 and a1 at once (out[0..3] and out[4..7]): each row
- * of b is loaded once for both, which halves the loads per multiply-add. */
-static void dot2x4(long n, const float *restrict a0, const float *restrict a1,
-                   const float *restrict b0, const float *restrict b1,
-                   const float *restrict b2, const float *restrict b3, float *out)
+/* out[4r + j] = the dot product of rows a[r] and b[j] (n floats each), for
+ * r < rows (at most CCN_DOT_ROWS) and j < 4; vector partial sums, whose
+ * order differs from a serial sum.  Each vector of b is loaded once for all
+ * the rows.
+ * Always inlined, so that a constant rows unrolls into registers. */
+static inline __attribute__((always_inline)) void dot_rows_by_4(
+    int rows, long n, const float *const *a, const float *const *b, float *out)
 {
     long k = 0;
-    float s[8] = {0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f};
+    float s[4 * CCN_DOT_ROWS] = {0.0f};
 #if defined(__GNUC__)
     typedef float vec __attribute__((vector_size(CCN_NR / 2 * sizeof(float))));
     const long vw = CCN_NR / 2;
-    vec v[8] = {{0}}, va0, va1, vb;
+    vec v[4 * CCN_DOT_ROWS] = {{0}}, va[CCN_DOT_ROWS], vb;
     for (; k + vw <= n; k += vw) {
-        memcpy(&va0, a0 + k, sizeof va0);
-        memcpy(&va1, a1 + k, sizeof va1);
-        memcpy(&vb, b0 + k, sizeof vb);
-        v[0] += va0 * vb;
-        v[4] += va1 * vb;
-        memcpy(&vb, b1 + k, sizeof vb);
-        v[1] += va0 * vb;
-        v[5] += va1 * vb;
-        memcpy(&vb, b2 + k, sizeof vb);
-        v[2] += va0 * vb;
-        v[6] += va1 * vb;
-        memcpy(&vb, b3 + k, sizeof vb);
-        v[3] += va0 * vb;
-        v[7] += va1 * vb;
-    }
-    for (long i = 0; i < 8; i++)
-        for (long j = 0; j < vw; j++)
-            s[i] += v[i][j];
-#endif
-    const float *b[4] = {b0, b1, b2, b3};
-    for (; k < n; k++)
-        for (long j = 0; j < 4; j++) {
-            s[j] += a0[k] * b[j][k];
-            s[4 + j] += a1[k] * b[j][k];
+        for (int r = 0; r < rows; r++) {
+            memcpy(&va[r], a[r] + k, sizeof vb);
+            CCN_IN_REGISTER(va[r]);
         }
-    memcpy(out, s, sizeof s);
+        for (int j = 0; j < 4; j++) {
+            memcpy(&vb, b[j] + k, sizeof vb);
+            CCN_IN_REGISTER(vb);
+            for (int r = 0; r < rows; r++)
+                v[4 * r + j] += va[r] * vb;
+        }
+    }
+    for (int i = 0; i < 4 * rows; i++)
+        for (long l = 0; l < vw; l++)
+            s[i] += v[i][l];
+#endif
+    for (; k < n; k++)
+        for (int r = 0; r < rows; r++)
+            for (int j = 0; j < 4; j++)
+                s[4 * r + j] += a[r][k] * b[j][k];
+    memcpy(out, s, (size_t)(4 * rows) * sizeof(float));
 }
 
-/* gemm_bt on columns [n0, n1): rows of Bt stream past once per pair of
- * rows of A. */
+/* gemm_bt on columns [n0, n1): rows of Bt stream past once per
+ * CCN_DOT_ROWS rows of A. */
 static void gemm_bt_range(long n0, long n1, long M, long K, const float *A, long a_rs,
                           const float *Bt, float alpha, float *C, long ldc, int act,
                           float act_alpha)
@@ -600,20 +574,23 @@ static void gemm_bt_range(long n0, long n1, long M, long K, const float *A, long
         const float *b[4];
         for (long j = 0; j < 4; j++)
             b[j] = Bt + min_long(n + j, n1 - 1) * K;
-        long m = 0;
-        for (; m + 2 <= M; m += 2) {
-            float d[8];
-            dot2x4(K, A + m * a_rs, A + (m + 1) * a_rs, b[0], b[1], b[2], b[3], d);
-            for (long j = 0; j < 4 && n + j < n1; j++) {
-                C[m * ldc + n + j] += alpha * d[j];
-                C[(m + 1) * ldc + n + j] += alpha * d[4 + j];
+        for (long m = 0; m < M; m += CCN_DOT_ROWS) {
+            const float *a[CCN_DOT_ROWS];
+            for (long r = 0; r < CCN_DOT_ROWS; r++)
+                a[r] = A + min_long(m + r, M - 1) * a_rs;
+            float d[4 * CCN_DOT_ROWS] = {0.0f};
+            /* A constant row count per call, for the registers. */
+            switch (min_long(M - m, CCN_DOT_ROWS)) {
+#if CCN_DOT_ROWS == 4
+            case 4: dot_rows_by_4(4, K, a, b, d); break;
+            case 3: dot_rows_by_4(3, K, a, b, d); break;
+#endif
+            case 2: dot_rows_by_4(2, K, a, b, d); break;
+            default: dot_rows_by_4(1, K, a, b, d); break;
             }
-        }
-        for (; m < M; m++) {
-            float d[4];
-            dot4(K, A + m * a_rs, b[0], b[1], b[2], b[3], d);
-            for (long j = 0; j < 4 && n + j < n1; j++)
-                C[m * ldc + n + j] += alpha * d[j];
+            for (long r = 0; r < CCN_DOT_ROWS && m + r < M; r++)
+                for (long j = 0; j < 4 && n + j < n1; j++)
+                    C[(m + r) * ldc + n + j] += alpha * d[4 * r + j];
         }
     }
     activate_block(M, n1 - n0, C + n0, ldc, act, act_alpha);

@@ -20,11 +20,15 @@ ACTIVATIONS = {'Relu': ('CCN_ACT_RELU', 0.0), 'LeakyRelu': ('CCN_ACT_LEAKY_RELU'
 #: (N x K) by dot products (ccn_gemm_bt): a batch-1 layer is bound by
 #: reading B, which this reads once, in order.
 FEW_ROWS = 4
-#: A run-time transposed B goes to ccn_gemm_bt up to this many rows of A,
-#: from this depth (measured: 2x faster at 8 x 784 by 100, 1.3x at 16
-#: rows, even at 32, slower at a depth of 32).
+#: A run-time transposed B goes to ccn_gemm_bt up to BT_MAX_ROWS rows of A
+#: from a depth of BT_MIN_DEPTH, and up to BT_DEEP_MAX_ROWS rows from
+#: BT_DEEP_DEPTH, instead of being transposed for ccn_gemm_ex (measured
+#: against that: 3x faster at 8 x 784 by 100, 1.3x at 16 x 100 by 100;
+#: 1.2x at 64 x 400 by 120 and 64 x 784 by 100, but 0.7x at 64 x 100 by 100).
 BT_MAX_ROWS = 16
 BT_MIN_DEPTH = 64
+BT_DEEP_MAX_ROWS = 64
+BT_DEEP_DEPTH = 256
 #: Columns a convolution's product should have at least: below, several
 #: images share one product so the weights are read once for all of them.
 CONV_COLUMNS = 256
@@ -82,7 +86,8 @@ def gemm(em, inst) -> Step:
     b_const = em.const(b_reg) is not None
     # A run-time N x K B (a training step's weights) times a few rows: dot
     # products on B as it lies beat transposing it first.
-    run_time_bt = not b_const and trans_b and M <= BT_MAX_ROWS and K >= BT_MIN_DEPTH
+    run_time_bt = not b_const and trans_b and (
+        (M <= BT_MAX_ROWS and K >= BT_MIN_DEPTH) or (M <= BT_DEEP_MAX_ROWS and K >= BT_DEEP_DEPTH))
     # A constant B goes to ccn_gemm_strips in strips packed here once (for
     # several rows) or to ccn_gemm_bt as N x K (few rows); a run-time B to
     # ccn_gemm_ex as row-major K x N, transposed into scratch if need be.
