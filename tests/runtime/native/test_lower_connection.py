@@ -53,6 +53,21 @@ def test_gemm_variants():
     check_native(model, [_rand(rng, *s) for _, _, s in inputs], rtol=1e-4, atol=1e-4)
 
 
+def test_gemm_shallow_products():
+    """Products of depth 16 or less over 128 columns or more (a weight
+    gradient over a small batch) stream C once: rows in groups of four and
+    the rest, columns in blocks of four vectors, single vectors and the last
+    few, adding to a bias or setting C, A transposed as in a gradient."""
+    rng = numpy.random.RandomState(2)
+    node = helper.make_node
+    nodes = [node('Gemm', ['gT', 'x8', 'c'], ['y1'], transA=1, alpha=-0.5),  # 37 rows, depth 8
+             node('MatMul', ['a6', 'x16'], ['y2'])]                         # 6 rows, depth 16
+    inputs = [('gT', F32, [8, 37]), ('x8', F32, [8, 300]), ('c', F32, [300]),
+              ('a6', F32, [6, 16]), ('x16', F32, [16, 140])]
+    model = make_model(nodes, inputs, [('y1', F32, [37, 300]), ('y2', F32, [6, 140])], {})
+    check_native(model, [_rand(rng, *s) for _, _, s in inputs], rtol=1e-5, atol=1e-5)
+
+
 def test_gemm_large_product():
     """Products big enough for the OpenMP split, of the rows (and several MC
     blocks) or of the columns (few rows, B's strips from an offset); B
@@ -60,10 +75,12 @@ def test_gemm_large_product():
     rng = numpy.random.RandomState(1)
     node = helper.make_node
     nodes = [node('Gemm', ['A', 'W', 'c'], ['y']), node('Gemm', ['a8', 'V'], ['z'], transB=1),
-             node('MatMul', ['a8', 'B'], ['u'])]
-    inputs = [('A', F32, [200, 130]), ('a8', F32, [8, 300]), ('B', F32, [300, 1000])]
+             node('MatMul', ['a8', 'B'], ['u']), node('MatMul', ['s', 'S'], ['v'])]
+    inputs = [('A', F32, [200, 130]), ('a8', F32, [8, 300]), ('B', F32, [300, 1000]),
+              ('s', F32, [600, 8]), ('S', F32, [8, 1000])]                  # shallow
     model = make_model(nodes, inputs,
-                       [('y', F32, [200, 150]), ('z', F32, [8, 1000]), ('u', F32, [8, 1000])],
+                       [('y', F32, [200, 150]), ('z', F32, [8, 1000]), ('u', F32, [8, 1000]),
+                        ('v', F32, [600, 1000])],
                        {'W': _rand(rng, 130, 150), 'c': _rand(rng, 150),
                         'V': _rand(rng, 1000, 300)})
     check_native(model, [_rand(rng, *s) for _, _, s in inputs], atol=1e-4)
