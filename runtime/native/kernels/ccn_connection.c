@@ -84,6 +84,13 @@
 #else
 #define CCN_IN_REGISTER(x) ((void)0)
 #endif
+/* Inlined at every call, so that a constant argument (a count of rows or
+ * vectors) unrolls the loops it bounds and their sums live in registers. */
+#if defined(__GNUC__)
+#define CCN_ALWAYS_INLINE static inline __attribute__((always_inline))
+#else
+#define CCN_ALWAYS_INLINE static inline
+#endif
 
 /* Multiply-adds below which a product stays on one thread: under about
  * 40 us of work the second thread gains little, and on a shared machine
@@ -368,9 +375,8 @@ static void gemm_small_m(long M, long N, long K, const float *A, long a_rs, long
 #if defined(__GNUC__)
 /* gemm_shallow's block: c[r] += the K products of a[r] by B, for the
  * CCN_DOT_ROWS rows c[r] of C over nv vectors of columns.  The products are
- * summed from zero and then added to C, as in the blocked path.  Always
- * inlined, so that a constant nv unrolls into registers. */
-static inline __attribute__((always_inline)) void shallow_block(
+ * summed from zero and then added to C, as in the blocked path. */
+CCN_ALWAYS_INLINE void shallow_block(
     int nv, long K, float (*a)[CCN_SHALLOW_K], const float *B, long ldb, float **c, int set)
 {
     vec acc[CCN_DOT_ROWS][4], b;
@@ -627,9 +633,8 @@ void ccn_gemm(long M, long N, long K, const float *A, long a_rs, long a_cs,
 /* out[4r + j] = the dot product of rows a[r] and b[j] (n floats each), for
  * r < rows (at most CCN_DOT_ROWS) and j < 4; vector partial sums, whose
  * order differs from a serial sum.  Each vector of b is loaded once for all
- * the rows.
- * Always inlined, so that a constant rows unrolls into registers. */
-static inline __attribute__((always_inline)) void dot_rows_by_4(
+ * the rows. */
+CCN_ALWAYS_INLINE void dot_rows_by_4(
     int rows, long n, const float *const *a, const float *const *b, float *out)
 {
     long k = 0;
