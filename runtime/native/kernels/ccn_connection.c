@@ -184,6 +184,24 @@ static void pack_a(long mr, long kc, const float *A, long a_rs, long a_cs, float
                 ap[k * CCN_MR + i] = alpha * A[k * a_cs + i];
         return;
     }
+    if (a_cs == 1 && mr == CCN_MR) {
+        /* Row-major A by MR x 8 tiles through a local array, which gcc
+         * turns into vector shuffles: stored element by element, the panel
+         * of a deep, narrow product (a weight gradient's im2col columns
+         * times 64 channels) took a third of its time. */
+        long k = 0;
+        for (; k + 8 <= kc; k += 8) {
+            float tile[8][CCN_MR];
+            for (long i = 0; i < CCN_MR; i++)
+                for (long j = 0; j < 8; j++)
+                    tile[j][i] = alpha * A[i * a_rs + k + j];
+            memcpy(ap + k * CCN_MR, tile, sizeof tile);
+        }
+        for (; k < kc; k++)
+            for (long i = 0; i < CCN_MR; i++)
+                ap[k * CCN_MR + i] = alpha * A[i * a_rs + k];
+        return;
+    }
     /* Row by row: a row-major A is read in order. */
     for (long i = 0; i < mr; i++) {
         const float *a = A + i * a_rs;
