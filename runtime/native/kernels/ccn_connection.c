@@ -46,9 +46,10 @@
 #define CCN_TALL_MR 12
 #define CCN_DOT_ROWS 2
 #endif
-/* ccn_gemm_bt's dot products take CCN_DOT_ROWS rows of A by four of Bt at
- * once: 4 * CCN_DOT_ROWS accumulators and CCN_DOT_ROWS + 1 operands in
- * vector registers. */
+/* ccn_gemm_bt's dot products (CCN_DOT_ROWS rows of A by four of Bt) and
+ * gemm_shallow's updates (CCN_DOT_ROWS rows of C by four vectors) keep
+ * 4 * CCN_DOT_ROWS sums and up to CCN_DOT_ROWS + 1 operands in vector
+ * registers. */
 /* The tall tile, CCN_TALL_MR rows by one vector (NR/2 columns), serves
  * narrow products (a late convolution layer of one image, 4x4 outputs)
  * that would leave half of the wide tile's columns empty; it reads A from
@@ -185,10 +186,10 @@ static void pack_a(long mr, long kc, const float *A, long a_rs, long a_cs, float
         return;
     }
     if (a_cs == 1 && mr == CCN_MR) {
-        /* Row-major A by MR x 8 tiles through a local array, which gcc
-         * turns into vector shuffles: stored element by element, the panel
-         * of a deep, narrow product (a weight gradient's im2col columns
-         * times 64 channels) took a third of its time. */
+        /* Row-major A by MR x 8 tiles through a local array, whose rows
+         * are stored as whole vectors: stored element by element, the
+         * panel of a deep, narrow product (a weight gradient's im2col
+         * columns times 64 channels) took a third of its time. */
         long k = 0;
         for (; k + 8 <= kc; k += 8) {
             float tile[8][CCN_MR];

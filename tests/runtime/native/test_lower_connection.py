@@ -29,7 +29,7 @@ def test_gemm_variants():
     tile), few rows through dot products, transA/transB, alpha/beta and
     every bias broadcast, a run-time transposed B (dot products of four, and
     of the 1, 2 or 3 rows left, by four rows of B, over a depth with a
-    partial vector)."""
+    partial vector; for many rows, B transposed into scratch)."""
     rng = numpy.random.RandomState(0)
     node = helper.make_node
     nodes = [
@@ -40,15 +40,16 @@ def test_gemm_variants():
         node('Gemm', ['a1t', 'W1', 'c4'], ['y5'], transA=1),                   # (300, 1)^T
         node('Gemm', ['A', 'B'], ['y6'], transB=1),                            # B at run time
         node('Gemm', ['a6', 'B'], ['y7'], transB=1),                           # 4 + 2 rows
+        node('Gemm', ['a80', 'B'], ['y8'], transB=1),                          # B transposed
     ]
     inits = {'W1': _rand(rng, 300, 45), 'W1t': _rand(rng, 45, 300), 'c1': _rand(rng, 45),
              'c2': _rand(rng, 37, 1), 'c3': _rand(rng, 1), 'c4': _rand(rng, 1, 45)}
     inputs = [('A', F32, [37, 300]), ('At', F32, [300, 37]), ('a1', F32, [1, 300]),
               ('a3', F32, [3, 300]), ('a1t', F32, [300, 1]), ('B', F32, [45, 300]),
-              ('a6', F32, [6, 300])]
+              ('a6', F32, [6, 300]), ('a80', F32, [80, 300])]
     outputs = [('y1', F32, [37, 45]), ('y2', F32, [37, 45]), ('y3', F32, [1, 45]),
                ('y4', F32, [3, 45]), ('y5', F32, [1, 45]), ('y6', F32, [37, 45]),
-               ('y7', F32, [6, 45])]
+               ('y7', F32, [6, 45]), ('y8', F32, [80, 45])]
     model = make_model(nodes, inputs, outputs, inits)
     check_native(model, [_rand(rng, *s) for _, _, s in inputs], rtol=1e-4, atol=1e-4)
 
