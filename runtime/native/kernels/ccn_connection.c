@@ -446,17 +446,17 @@ static void gemm_shallow(long M, long N, long K, const float *A, long a_rs, long
             }
             long n = n0;
 #if defined(__GNUC__)
-            for (; n + 2 * CCN_NR <= n1; n += 2 * CCN_NR) {
+            /* Blocks of four vectors, then single vectors. */
+            while (n + CCN_NR / 2 <= n1) {
                 float *cn[CCN_DOT_ROWS];
                 for (long r = 0; r < CCN_DOT_ROWS; r++)
                     cn[r] = r < rows ? c[r] + n : spare + (n - n0);
-                shallow_block(4, K, a, B + n, ldb, cn, set);
-            }
-            for (; n + CCN_NR / 2 <= n1; n += CCN_NR / 2) {
-                float *cn[CCN_DOT_ROWS];
-                for (long r = 0; r < CCN_DOT_ROWS; r++)
-                    cn[r] = r < rows ? c[r] + n : spare + (n - n0);
-                shallow_block(1, K, a, B + n, ldb, cn, set);
+                const int wide = n + 2 * CCN_NR <= n1;
+                if (wide)
+                    shallow_block(4, K, a, B + n, ldb, cn, set);
+                else
+                    shallow_block(1, K, a, B + n, ldb, cn, set);
+                n += wide ? 2 * CCN_NR : CCN_NR / 2;
             }
 #endif
             /* The last columns, fewer than a vector: depth outermost, so
