@@ -29,12 +29,12 @@
  * instead of triggering -Wunknown-pragmas. */
 #define CCN_PARALLEL_WORK (1L << 18)
 #ifdef _OPENMP
-#define CCN_PRAGMA(text) _Pragma(#text)
-#define CCN_OMP_FOR_IF(work) \
-    CCN_PRAGMA(omp parallel for schedule(static) if ((work) >= CCN_PARALLEL_WORK))
+#define CCN_OMP(text) _Pragma(#text)
 #else
-#define CCN_OMP_FOR_IF(work)
+#define CCN_OMP(text)
 #endif
+#define CCN_OMP_FOR_IF(work) \
+    CCN_OMP(omp parallel for schedule(static) if ((work) >= CCN_PARALLEL_WORK))
 
 /* Largest rank the broadcasting and strided kernels handle. */
 #define CCN_MAX_RANK 8

@@ -643,6 +643,20 @@ void ccn_gemm_strips(long M, long N, long K, const float *A, long a_rs, long a_c
     gemm_any(M, N, K, &a, &b, C, ldc, 0, act, act_alpha);
 }
 
+void ccn_gemm_one_thread(long M, long N, long K, const float *A, long lda, const float *B,
+                         long ldb, float *C, long ldc, int set)
+{
+    const a_operand a = {A, lda, 1, 1.0f, NULL, 0};
+    const b_operand b = {B, ldb, NULL, 0};
+    gemm_serial(M, N, K, &a, 0, &b, 0, C, ldc, set, CCN_ACT_NONE, 0.0f);
+}
+
+void ccn_activate(long n, float *x, int act, float act_alpha)
+{
+    if (act != CCN_ACT_NONE)
+        activate_row(n, x, act, act_alpha);
+}
+
 void ccn_gemm(long M, long N, long K, const float *A, long a_rs, long a_cs,
               const float *B, float alpha, float *C)
 {

@@ -27,6 +27,13 @@ void ccn_gemm_ex(long M, long N, long K, const float *A, long a_rs, long a_cs,
 void ccn_gemm_set(long M, long N, long K, const float *A, long a_rs, long a_cs,
                   const float *B, long ldb, float alpha, float *C, long ldc, int act,
                   float act_alpha);
+/* C = A B (set) or C += A B for row-major A (rows lda apart), B (ldb)
+ * and C (ldc), on the calling thread only: for kernels that split their
+ * work between threads themselves. */
+void ccn_gemm_one_thread(long M, long N, long K, const float *A, long lda, const float *B,
+                         long ldb, float *C, long ldc, int set);
+/* x[0:n] = activation act (CCN_ACT_*) of x, in place. */
+void ccn_activate(long n, float *x, int act, float act_alpha);
 /* The panel layout of a constant M x K matrix A, packed at emit time
  * (lowerings/connection.py, pack_panels): M rounded up to whole panels of
  * CCN_PANEL_ROWS rows; for each depth slice k0 = 0, 256, ... (kc deep, the

@@ -12,6 +12,7 @@ import numpy
 from ...ops.registry import CUSTOM_DOMAIN
 from ..cformat import cfloat
 from ..lowering import Refuse, Step, lowers, window
+from .winograd import winograd_grad_filter_step, winograd_step, winograd_tiles
 
 #: activation attribute -> (C enum of ccn_connection.h, default alpha).
 ACTIVATIONS = {'Relu': ('CCN_ACT_RELU', 0.0), 'LeakyRelu': ('CCN_ACT_LEAKY_RELU', 0.01),
@@ -244,6 +245,9 @@ def conv(em, inst) -> Step:
         raise Refuse('bias shape %s is not (%d,)' % (list(em.shape(inst, 2)), M))
     win = window(a, (H, W), (KH, KW))
     OH, OW = win.out
+    tiles = winograd_tiles(N, C, M, (OH, OW), (KH, KW), win.strides, win.dilations, group)
+    if tiles is not None:
+        return winograd_step(em, inst, sx, M, (OH, OW), win.pads_begin, tiles, False, act)
     S = OH * OW
     images = images_per_product(N, S, CONV_COLUMNS)
     direct = images == 1 and (KH, KW, OH, OW) == (1, 1, H, W) and win.strides == (1, 1) \
@@ -290,6 +294,9 @@ def conv_grad_filter(em, inst) -> Step:
     dilations = tuple(a.get('dilations') or (1, 1))
     pads = tuple(a.get('pads') or (0, 0, 0, 0))
     KH, KW = kernel
+    tiles = winograd_tiles(N, C, M, (OH, OW), kernel, strides, dilations, group)
+    if tiles is not None:
+        return winograd_grad_filter_step(em, inst, sx, M, (OH, OW), pads[:2], tiles)
     Cg = C // group
     K, S = Cg * KH * KW, OH * OW
     images = images_per_product(N, S, GRAD_COLUMNS)

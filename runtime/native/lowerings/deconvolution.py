@@ -3,6 +3,7 @@ with ccn_connection.c's GEMM."""
 from ...ops.connection import conv_transpose_padding
 from ..lowering import Refuse, Step, lowers
 from .connection import GRAD_COLUMNS, images_per_product
+from .winograd import winograd_step, winograd_tiles
 
 _AUTO_PADS = ('NOTSET', 'SAME_UPPER', 'SAME_LOWER', 'VALID')
 
@@ -27,6 +28,13 @@ def conv_transpose(em, inst) -> Step:
     if has_bias and em.shape(inst, 2) != (M,):
         raise Refuse('bias shape %s is not (%d,)' % (list(em.shape(inst, 2)), M))
     (sh, sw_), (dh, dw), (pt, pl), (OH, OW) = _geometry(a, (H, W), (KH, KW))
+    # At stride 1 this is the convolution of x with the weights rotated
+    # half a turn, padded by the rest of the kernel (the gradient of a
+    # convolution's input).
+    tiles = winograd_tiles(N, C, M, (OH, OW), (KH, KW), (sh, sw_), (dh, dw), group)
+    if tiles is not None:
+        return winograd_step(em, inst, sx, M, (OH, OW), (KH - 1 - pt, KW - 1 - pl), tiles,
+                             True, 'CCN_ACT_NONE, 0.0f')
     # As the gradient of a convolution's input, a product per image would
     # read the whole weight for a few columns (16 in a ResNet's last stage).
     images = images_per_product(N, H * W, GRAD_COLUMNS)

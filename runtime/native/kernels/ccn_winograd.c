@@ -1,0 +1,261 @@
+/* Winograd family: 3x3 stride-1 convolutions by minimal filtering F(2x2,
+ * 3x3) (Lavin and Gray, "Fast Algorithms for Convolutional Neural
+ * Networks", 2016).  Each 2x2 block (tile) of outputs comes from the 4x4
+ * input patch around it: with the patch transformed, V = B^T d B, and each
+ * filter transformed, U = G g G^T, the outputs are A^T (sum over input
+ * channels of U . V) A.  The sum is 16 matrix products, one per element of
+ * the 4x4 transforms, over the channels: 16 multiply-adds per tile and
+ * channel pair where im2col's product takes 36.
+ *
+ * The transforms run along whole rows of tiles, so that their loops are
+ * vector operations on contiguous rows: a tile row's patches are four
+ * input rows, and tile j's columns are the input's columns 2j .. 2j + 3. */
+#include <string.h>
+
+#include "ccn_connection.h"
+#include "ccn_winograd.h"
+
+/* U[xi][o][i] (16 x O x I) = element xi of G g G^T for the filter g of
+ * output o and input i. */
+static void transform_filters(long O, long I, const float *w, int transposed, float *U)
+{
+    CCN_OMP(omp for schedule(static))
+    for (long o = 0; o < O; o++)
+        for (long i = 0; i < I; i++) {
+            float g[3][3], t[4][3];
+            for (int r = 0; r < 3; r++)
+                for (int s = 0; s < 3; s++)
+                    g[r][s] = transposed ? w[(i * O + o) * 9 + (2 - r) * 3 + (2 - s)]
+                                         : w[(o * I + i) * 9 + r * 3 + s];
+            for (int s = 0; s < 3; s++) {  /* G g */
+                t[0][s] = g[0][s];
+                t[1][s] = 0.5f * (g[0][s] + g[1][s] + g[2][s]);
+                t[2][s] = 0.5f * (g[0][s] - g[1][s] + g[2][s]);
+                t[3][s] = g[2][s];
+            }
+            for (int r = 0; r < 4; r++) {  /* (G g) G^T */
+                float *u = U + (4 * r * O + o) * I + i;
+                u[0] = t[r][0];
+                u[O * I] = 0.5f * (t[r][0] + t[r][1] + t[r][2]);
+                u[2 * O * I] = 0.5f * (t[r][0] - t[r][1] + t[r][2]);
+                u[3 * O * I] = t[r][2];
+            }
+        }
+}
+
+/* V[xi][j] = element xi of B^T d B for the patch d of tile j of the row of
+ * TW tiles whose patches start at input row y0 of one channel's image x (H
+ * x W, padded by pl on the left); xi's rows of V are rows_apart apart. */
+static void transform_patch_row(long H, long W, long TW, long y0, long pl, const float *x,
+                                float *V, long rows_apart)
+{
+    const long PW = 2 * TW + 2;
+    float t[4][PW];  /* B^T d for the whole row of patches */
+    {
+        /* The patches' input rows, zero outside the image. */
+        float d[4][PW];
+        const long s0 = pl > 0 ? (pl < PW ? pl : PW) : 0;      /* first column in the image */
+        const long s1 = W + pl < PW ? (W + pl > s0 ? W + pl : s0) : PW;  /* past the last */
+        for (long r = 0; r < 4; r++) {
+            const long iy = y0 + r;
+            if (iy < 0 || iy >= H) {
+                memset(d[r], 0, sizeof d[r]);
+                continue;
+            }
+            memset(d[r], 0, (size_t)s0 * sizeof(float));
+            memcpy(d[r] + s0, x + iy * W + s0 - pl, (size_t)(s1 - s0) * sizeof(float));
+            memset(d[r] + s1, 0, (size_t)(PW - s1) * sizeof(float));
+        }
+        for (long s = 0; s < PW; s++) {
+            t[0][s] = d[0][s] - d[2][s];
+            t[1][s] = d[1][s] + d[2][s];
+            t[2][s] = d[2][s] - d[1][s];
+            t[3][s] = d[1][s] - d[3][s];
+        }
+    }
+    for (long r = 0; r < 4; r++) {
+        /* Tile j's columns are e[j], o[j], e[j + 1], o[j + 1]. */
+        float e[TW + 1], o[TW + 1];
+        for (long j = 0; j <= TW; j++) {
+            e[j] = t[r][2 * j];
+            o[j] = t[r][2 * j + 1];
+        }
+        float *v0 = V + 4 * r * rows_apart, *v1 = v0 + rows_apart, *v2 = v1 + rows_apart,
+              *v3 = v2 + rows_apart;
+        for (long j = 0; j < TW; j++) {
+            v0[j] = e[j] - e[j + 1];
+            v1[j] = o[j] + e[j + 1];
+            v2[j] = e[j + 1] - o[j];
+            v3[j] = o[j] - o[j + 1];
+        }
+    }
+}
+
+/* V[xi][i][t] (rows ld apart) for the tiles of tile rows [row0, row0 +
+ * rows) of the N x TH rows of TW tiles over images x (N x I x H x W, padded
+ * by pt and pl): each thread takes some (tile row, channel) pairs. */
+static void transform_patches(long I, long H, long W, long TH, long TW, long pt, long pl,
+                              const float *x, long row0, long rows, float *V, long ld)
+{
+    CCN_OMP(omp for schedule(static))
+    for (long p = 0; p < rows * I; p++) {
+        const long row = row0 + p / I, i = p % I, n = row / TH, ty = row % TH;
+        transform_patch_row(H, W, TW, 2 * ty - pt, pl, x + (n * I + i) * H * W,
+                            V + i * ld + (p / I) * TW, I * ld);
+    }
+}
+
+/* Output rows y0 and y0 + 1 (those below OH) of one channel (OW wide, rows
+ * OW apart in y) from the products m[xi][j] (rows rows_apart apart) of a
+ * row of TW tiles: A^T m A, plus bias, then the activation. */
+static void transform_output_row(long OH, long OW, long TW, long y0, const float *m,
+                                 long rows_apart, float bias, float *y, int act,
+                                 float act_alpha)
+{
+    for (long a = 0; a < 2 && y0 + a < OH; a++) {
+        /* Row a of A^T m: element c of tile j in r[c][j]. */
+        float r[4][TW];
+        for (long c = 0; c < 4; c++) {
+            const float *m0 = m + c * rows_apart, *m1 = m0 + 4 * rows_apart,
+                        *m2 = m1 + 4 * rows_apart, *m3 = m2 + 4 * rows_apart;
+            if (a == 0)
+                for (long j = 0; j < TW; j++)
+                    r[c][j] = m0[j] + m1[j] + m2[j];
+            else
+                for (long j = 0; j < TW; j++)
+                    r[c][j] = m1[j] - m2[j] - m3[j];
+        }
+        float *out = y + (y0 + a) * OW;
+        for (long j = 0; j < OW / 2; j++) {
+            out[2 * j] = bias + r[0][j] + r[1][j] + r[2][j];
+            out[2 * j + 1] = bias + r[1][j] - r[2][j] - r[3][j];
+        }
+        if (OW % 2)  /* the last tile's left column only */
+            out[OW - 1] = bias + r[0][TW - 1] + r[1][TW - 1] + r[2][TW - 1];
+        ccn_activate(OW, out, act, act_alpha);
+    }
+}
+
+void ccn_conv2d_winograd(long N, long I, long H, long W, long O, long OH, long OW,
+                         long pad_top, long pad_left, long tiles, const float *x,
+                         const float *w, int transposed, const float *bias, float *y,
+                         float *scratch, int act, float act_alpha)
+{
+    const long TH = (OH + 1) / 2, TW = (OW + 1) / 2;
+    const long tile_rows = N * TH, block_rows = tiles / TW, ld = tiles;
+    float *U = scratch, *V = U + 16 * O * I, *M = V + 16 * I * ld;
+    /* One team for the whole convolution; each stage splits its loop
+     * between the threads and waits for the others at its end. */
+    CCN_OMP(omp parallel if (N * I * O * OH * OW >= CCN_PARALLEL_WORK))
+    {
+        transform_filters(O, I, w, transposed, U);
+        for (long row0 = 0; row0 < tile_rows; row0 += block_rows) {
+            const long rows = block_rows < tile_rows - row0 ? block_rows : tile_rows - row0;
+            transform_patches(I, H, W, TH, TW, pad_top, pad_left, x, row0, rows, V, ld);
+            CCN_OMP(omp for schedule(dynamic, 1))
+            for (long xi = 0; xi < 16; xi++)
+                ccn_gemm_one_thread(O, rows * TW, I, U + xi * O * I, I, V + xi * I * ld, ld,
+                                    M + xi * O * ld, ld, 1);
+            CCN_OMP(omp for schedule(static))
+            for (long p = 0; p < rows * O; p++) {
+                const long row = row0 + p / O, o = p % O, n = row / TH, ty = row % TH;
+                transform_output_row(OH, OW, TW, 2 * ty, M + o * ld + (p / O) * TW, O * ld,
+                                     bias ? bias[o] : 0.0f, y + (n * O + o) * OH * OW, act,
+                                     act_alpha);
+            }
+        }
+    }
+}
+
+/* GY[xi][o][j] (xi's planes plane_apart apart) = element xi of A g A^T
+ * for the 2x2 gradient g of tile j of a row of TW tiles whose outputs start
+ * at row y0 of one output channel's gradient gy (OH x OW; outputs past its
+ * edges have none). */
+static void transform_gradient_row(long OH, long OW, long TW, long y0, const float *gy,
+                                   float *GY, long plane_apart)
+{
+    float g[2][2][TW]; /* g[row][column of the tile][j] */
+    for (long r = 0; r < 2; r++) {
+        const float *row = gy + (y0 + r) * OW;
+        const int inside = y0 + r < OH;
+        for (long j = 0; j < TW; j++) {
+            g[r][0][j] = inside ? row[2 * j] : 0.0f;
+            g[r][1][j] = inside && 2 * j + 1 < OW ? row[2 * j + 1] : 0.0f;
+        }
+    }
+    for (long r = 0; r < 4; r++) {
+        /* Row r of A g, one column pair per tile, then times A^T. */
+        float q[2][TW];
+        for (long c = 0; c < 2; c++)
+            for (long j = 0; j < TW; j++)
+                q[c][j] = r == 0 ? g[0][c][j]
+                        : r == 1 ? g[0][c][j] + g[1][c][j]
+                        : r == 2 ? g[0][c][j] - g[1][c][j]
+                                 : -g[1][c][j];
+        float *g0 = GY + 4 * r * plane_apart, *g1 = g0 + plane_apart, *g2 = g1 + plane_apart,
+              *g3 = g2 + plane_apart;
+        for (long j = 0; j < TW; j++) {
+            g0[j] = q[0][j];
+            g1[j] = q[0][j] + q[1][j];
+            g2[j] = q[0][j] - q[1][j];
+            g3[j] = -q[1][j];
+        }
+    }
+}
+
+/* gw[o][i] (3x3) = G^T dU G for dU[xi] at dUt[xi][i][o]. */
+static void transform_filter_gradients(long O, long I, const float *dUt, float *gw)
+{
+    CCN_OMP(omp for schedule(static))
+    for (long o = 0; o < O; o++)
+        for (long i = 0; i < I; i++) {
+            float u[4][4], t[3][4];
+            for (int xi = 0; xi < 16; xi++)
+                u[xi / 4][xi % 4] = dUt[(xi * I + i) * O + o];
+            for (int c = 0; c < 4; c++) {  /* G^T dU */
+                t[0][c] = u[0][c] + 0.5f * (u[1][c] + u[2][c]);
+                t[1][c] = 0.5f * (u[1][c] - u[2][c]);
+                t[2][c] = 0.5f * (u[1][c] + u[2][c]) + u[3][c];
+            }
+            float *g = gw + (o * I + i) * 9;
+            for (int r = 0; r < 3; r++) {  /* (G^T dU) G */
+                g[r * 3] = t[r][0] + 0.5f * (t[r][1] + t[r][2]);
+                g[r * 3 + 1] = 0.5f * (t[r][1] - t[r][2]);
+                g[r * 3 + 2] = 0.5f * (t[r][1] + t[r][2]) + t[r][3];
+            }
+        }
+}
+
+void ccn_conv2d_grad_filter_winograd(long N, long I, long H, long W, long O, long OH, long OW,
+                                     long pad_top, long pad_left, long tiles, const float *x,
+                                     const float *gy, float *gw, float *scratch)
+{
+    const long TH = (OH + 1) / 2, TW = (OW + 1) / 2;
+    const long tile_rows = N * TH, block_rows = tiles / TW, ld = tiles;
+    float *dUt = scratch, *V = dUt + 16 * O * I, *GY = V + 16 * I * ld, *GYt = GY + 16 * O * ld;
+    if (tile_rows == 0)
+        memset(dUt, 0, (size_t)(16 * O * I) * sizeof(float));
+    CCN_OMP(omp parallel if (N * I * O * OH * OW >= CCN_PARALLEL_WORK))
+    {
+        for (long row0 = 0; row0 < tile_rows; row0 += block_rows) {
+            const long rows = block_rows < tile_rows - row0 ? block_rows : tile_rows - row0;
+            const long count = rows * TW;
+                    transform_patches(I, H, W, TH, TW, pad_top, pad_left, x, row0, rows, V, ld);
+            /* GY[xi] is O x count here, transposed below for the product. */
+            CCN_OMP(omp for schedule(static))
+            for (long p = 0; p < rows * O; p++) {
+                const long row = row0 + p / O, o = p % O, n = row / TH, ty = row % TH;
+                transform_gradient_row(OH, OW, TW, 2 * ty, gy + (n * O + o) * OH * OW,
+                                       GY + o * count + (p / O) * TW, O * count);
+            }
+            /* dU^T[xi] (I x O) = the sum over tiles of V[xi] GY[xi]^T. */
+            CCN_OMP(omp for schedule(dynamic, 1))
+            for (long xi = 0; xi < 16; xi++) {
+                ccn_transpose(O, count, GY + xi * O * count, GYt + xi * count * O);
+                ccn_gemm_one_thread(I, O, count, V + xi * I * ld, ld, GYt + xi * count * O, O,
+                                    dUt + xi * I * O, O, row0 == 0);
+            }
+        }
+        transform_filter_gradients(O, I, dUt, gw);
+    }
+}

@@ -1,0 +1,107 @@
+"""3x3 stride-1 convolutions through Winograd's F(2x2, 3x3) on the native
+backend (ccn_winograd.c), against the NumPy VM and onnxruntime: odd output
+sizes (a last tile half outside), padding on any side, several blocks of
+tiles across images, bias and a fused activation; ConvTranspose at stride 1
+(the gradient of a convolution's input) through the rotated weights;
+ConvGradFilter, whose products sum over blocks of tiles; and which
+convolutions the lowering sends there."""
+import numpy
+from onnx import helper
+
+from chainer_compiler.frontend import build_program
+from chainer_compiler.runtime.native.emit_c import emit_c
+from chainer_compiler.runtime.native.lowerings.winograd import (
+    BLOCK_FLOATS,
+    MIN_CHANNELS,
+    MIN_WIDTH,
+    winograd_tiles,
+)
+
+from .helpers import check_native, make_model
+
+F32 = numpy.float32
+C = MIN_CHANNELS
+
+
+def _rand(rng, *shape):
+    return rng.uniform(-1, 1, shape).astype(F32)
+
+
+def _emitted_calls(model, tmp_path, kernel):
+    """How many calls of C function ``kernel`` the model's code makes."""
+    result = emit_c(build_program(model), tmp_path, 'model')
+    source = next(p for p in result.files if p.endswith('/model.c'))
+    with open(source) as f:
+        return f.read().count(kernel + '(')
+
+
+def test_conv_through_winograd(tmp_path):
+    # y1: 17 x 19 outputs, so the last row and column of tiles are half
+    # outside; 3 images of 9 tile rows are more than one block, and a block
+    # ends inside an image.  y2: padding only at the bottom and right, then
+    # a fused ReLU.  y3: no padding, no bias.
+    rng = numpy.random.RandomState(0)
+    node = helper.make_node
+    nodes = [node('Conv', ['x', 'w1', 'b1'], ['y1'], pads=[1, 1, 1, 1]),
+             node('Conv', ['x', 'w2', 'b2'], ['c2'], pads=[0, 0, 2, 2]),
+             node('Relu', ['c2'], ['y2']),
+             node('Conv', ['x', 'w1'], ['y3'])]
+    inits = {'w1': _rand(rng, C, C, 3, 3), 'b1': _rand(rng, C),
+             'w2': _rand(rng, C + 8, C, 3, 3), 'b2': _rand(rng, C + 8)}
+    x_shape = [3, C, 17, 19]
+    model = make_model(nodes, [('x', F32, x_shape)],
+                       [('y1', F32, [3, C, 17, 19]), ('y2', F32, [3, C + 8, 17, 19]),
+                        ('y3', F32, [3, C, 15, 17])], inits)
+    tiles = winograd_tiles(3, C, C, (17, 19), (3, 3), (1, 1), (1, 1), 1)
+    assert tiles is not None and tiles < 3 * 9 * 10 and (3 * 9 * 10) % tiles
+    assert _emitted_calls(model, tmp_path, 'ccn_conv2d_winograd') == 3
+    check_native(model, [_rand(rng, *x_shape)], atol=1e-4)
+
+
+def test_conv_transpose_at_stride_one_through_winograd(tmp_path):
+    # ConvTranspose pads p crop the full result: the convolution of the
+    # input with the rotated weights padded by 2 - p (0 to 2), any side.
+    rng = numpy.random.RandomState(1)
+    node = helper.make_node
+    nodes = [node('ConvTranspose', ['x', 'w', 'b'], ['y1'], pads=[1, 1, 1, 1]),
+             node('ConvTranspose', ['x', 'w'], ['y2']),
+             node('ConvTranspose', ['x', 'w'], ['y3'], pads=[2, 0, 0, 2])]
+    inits = {'w': _rand(rng, C, C + 8, 3, 3), 'b': _rand(rng, C + 8)}
+    x_shape = [2, C, 16, 17]
+    model = make_model(nodes, [('x', F32, x_shape)],
+                       [('y1', F32, [2, C + 8, 16, 17]), ('y2', F32, [2, C + 8, 18, 19]),
+                        ('y3', F32, [2, C + 8, 16, 17])], inits)
+    assert _emitted_calls(model, tmp_path, 'ccn_conv2d_winograd') == 3
+    check_native(model, [_rand(rng, *x_shape)], atol=1e-4)
+
+
+def test_conv_grad_filter_through_winograd(tmp_path):
+    # 3 images of 9 x 10 tiles, more than one block (the products add up
+    # across blocks); odd output sizes; padding on two sides only.
+    rng = numpy.random.RandomState(2)
+    node = helper.make_node
+    nodes = [node('ConvGradFilter', ['x', 'gy1'], ['gw1'], domain='org.chainer_compiler',
+                  kernel_shape=[3, 3], pads=[1, 1, 1, 1]),
+             node('ConvGradFilter', ['x', 'gy2'], ['gw2'], domain='org.chainer_compiler',
+                  kernel_shape=[3, 3], pads=[0, 2, 2, 0])]
+    x_shape, gy_shape = [3, C, 17, 19], [3, C + 8, 17, 19]
+    model = make_model(nodes, [('x', F32, x_shape), ('gy1', F32, gy_shape),
+                               ('gy2', F32, gy_shape)],
+                       [('gw1', F32, [C + 8, C, 3, 3]), ('gw2', F32, [C + 8, C, 3, 3])],
+                       custom=True)
+    assert _emitted_calls(model, tmp_path, 'ccn_conv2d_grad_filter_winograd') == 2
+    check_native(model, [_rand(rng, *x_shape), _rand(rng, *gy_shape), _rand(rng, *gy_shape)],
+                 atol=1e-4, onnxruntime_check=False)
+
+
+def test_which_convolutions_go_to_winograd():
+    args = dict(kernel=(3, 3), strides=(1, 1), dilations=(1, 1), group=1)
+    assert winograd_tiles(8, C, C, (32, 32), **args) == BLOCK_FLOATS // (16 * 2 * C * 16) * 16
+    # Whole rows of tiles, at most all of them.
+    assert winograd_tiles(1, C, C, (2, MIN_WIDTH), **args) == MIN_WIDTH // 2
+    for changed in [dict(kernel=(5, 5)), dict(strides=(2, 2)), dict(dilations=(2, 2)),
+                    dict(group=2)]:
+        assert winograd_tiles(8, C, C, (32, 32), **{**args, **changed}) is None
+    assert winograd_tiles(8, C - 1, C, (32, 32), **args) is None
+    assert winograd_tiles(8, C, C - 1, (32, 32), **args) is None
+    assert winograd_tiles(8, C, C, (32, MIN_WIDTH - 1), **args) is None
