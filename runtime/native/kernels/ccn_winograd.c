@@ -15,8 +15,18 @@
 #include "ccn_connection.h"
 #include "ccn_winograd.h"
 
-/* U[xi][o][i] (16 x O x I) = element xi of G g G^T for the filter g of
- * output o and input i. */
+/* Floats from one of the 16 planes of a transform (U, V, the products) to
+ * the next: its size plus CCN_WINOGRAD_SKEW.  Planes a multiple of 4 KiB
+ * apart (256 x 256 filters, 64 channels by 256 tiles) put the 16 streams
+ * of a transform's loads or stores in the same L1 sets; the filter
+ * transform of 256 channels took half of its convolution. */
+static long plane(long floats)
+{
+    return floats + CCN_WINOGRAD_SKEW;
+}
+
+/* U[xi][o][i] (16 planes of O x I, plane(O * I) apart) = element xi of
+ * G g G^T for the filter g of output o and input i. */
 static void transform_filters(long O, long I, const float *w, int transposed, float *U)
 {
     CCN_OMP(omp for schedule(static))
@@ -33,12 +43,13 @@ static void transform_filters(long O, long I, const float *w, int transposed, fl
                 t[2][s] = 0.5f * (g[0][s] - g[1][s] + g[2][s]);
                 t[3][s] = g[2][s];
             }
+            const long up = plane(O * I);
             for (int r = 0; r < 4; r++) {  /* (G g) G^T */
-                float *u = U + (4 * r * O + o) * I + i;
+                float *u = U + 4 * r * up + o * I + i;
                 u[0] = t[r][0];
-                u[O * I] = 0.5f * (t[r][0] + t[r][1] + t[r][2]);
-                u[2 * O * I] = 0.5f * (t[r][0] - t[r][1] + t[r][2]);
-                u[3 * O * I] = t[r][2];
+                u[up] = 0.5f * (t[r][0] + t[r][1] + t[r][2]);
+                u[2 * up] = 0.5f * (t[r][0] - t[r][1] + t[r][2]);
+                u[3 * up] = t[r][2];
             }
         }
 }
@@ -91,9 +102,10 @@ static void transform_patch_row(long H, long W, long TW, long y0, long pl, const
     }
 }
 
-/* V[xi][i][t] (rows ld apart) for the tiles of tile rows [row0, row0 +
- * rows) of the N x TH rows of TW tiles over images x (N x I x H x W, padded
- * by pt and pl): each thread takes some (tile row, channel) pairs. */
+/* V[xi][i][t] (rows ld apart, planes plane(I * ld) apart) for the tiles of
+ * tile rows [row0, row0 + rows) of the N x TH rows of TW tiles over images
+ * x (N x I x H x W, padded by pt and pl): each thread takes some (tile row,
+ * channel) pairs. */
 static void transform_patches(long I, long H, long W, long TH, long TW, long pt, long pl,
                               const float *x, long row0, long rows, float *V, long ld)
 {
@@ -101,7 +113,7 @@ static void transform_patches(long I, long H, long W, long TH, long TW, long pt,
     for (long p = 0; p < rows * I; p++) {
         const long row = row0 + p / I, i = p % I, n = row / TH, ty = row % TH;
         transform_patch_row(H, W, TW, 2 * ty - pt, pl, x + (n * I + i) * H * W,
-                            V + i * ld + (p / I) * TW, I * ld);
+                            V + i * ld + (p / I) * TW, plane(I * ld));
     }
 }
 
@@ -143,7 +155,8 @@ void ccn_conv2d_winograd(long N, long I, long H, long W, long O, long OH, long O
 {
     const long TH = (OH + 1) / 2, TW = (OW + 1) / 2;
     const long tile_rows = N * TH, block_rows = tiles / TW, ld = tiles;
-    float *U = scratch, *V = U + 16 * O * I, *M = V + 16 * I * ld;
+    const long up = plane(O * I), vp = plane(I * ld), mp = plane(O * ld);
+    float *U = scratch, *V = U + 16 * up, *M = V + 16 * vp;
     /* One team for the whole convolution; each stage splits its loop
      * between the threads and waits for the others at its end. */
     CCN_OMP(omp parallel if (N * I * O * OH * OW >= CCN_PARALLEL_WORK))
@@ -154,12 +167,12 @@ void ccn_conv2d_winograd(long N, long I, long H, long W, long O, long OH, long O
             transform_patches(I, H, W, TH, TW, pad_top, pad_left, x, row0, rows, V, ld);
             CCN_OMP(omp for schedule(dynamic, 1))
             for (long xi = 0; xi < 16; xi++)
-                ccn_gemm_one_thread(O, rows * TW, I, U + xi * O * I, I, V + xi * I * ld, ld,
-                                    M + xi * O * ld, ld, 1);
+                ccn_gemm_one_thread(O, rows * TW, I, U + xi * up, I, V + xi * vp, ld,
+                                    M + xi * mp, ld, 1);
             CCN_OMP(omp for schedule(static))
             for (long p = 0; p < rows * O; p++) {
                 const long row = row0 + p / O, o = p % O, n = row / TH, ty = row % TH;
-                transform_output_row(OH, OW, TW, 2 * ty, M + o * ld + (p / O) * TW, O * ld,
+                transform_output_row(OH, OW, TW, 2 * ty, M + o * ld + (p / O) * TW, mp,
                                      bias ? bias[o] : 0.0f, y + (n * O + o) * OH * OW, act,
                                      act_alpha);
             }
@@ -203,7 +216,8 @@ static void transform_gradient_row(long OH, long OW, long TW, long y0, const flo
     }
 }
 
-/* gw[o][i] (3x3) = G^T dU G for dU[xi] at dUt[xi][i][o]. */
+/* gw[o][i] (3x3) = G^T dU G for dU[xi] at dUt[xi][i][o] (planes
+ * plane(I * O) apart). */
 static void transform_filter_gradients(long O, long I, const float *dUt, float *gw)
 {
     CCN_OMP(omp for schedule(static))
@@ -211,7 +225,7 @@ static void transform_filter_gradients(long O, long I, const float *dUt, float *
         for (long i = 0; i < I; i++) {
             float u[4][4], t[3][4];
             for (int xi = 0; xi < 16; xi++)
-                u[xi / 4][xi % 4] = dUt[(xi * I + i) * O + o];
+                u[xi / 4][xi % 4] = dUt[xi * plane(I * O) + i * O + o];
             for (int c = 0; c < 4; c++) {  /* G^T dU */
                 t[0][c] = u[0][c] + 0.5f * (u[1][c] + u[2][c]);
                 t[1][c] = 0.5f * (u[1][c] - u[2][c]);
@@ -232,9 +246,10 @@ void ccn_conv2d_grad_filter_winograd(long N, long I, long H, long W, long O, lon
 {
     const long TH = (OH + 1) / 2, TW = (OW + 1) / 2;
     const long tile_rows = N * TH, block_rows = tiles / TW, ld = tiles;
-    float *dUt = scratch, *V = dUt + 16 * O * I, *GY = V + 16 * I * ld, *GYt = GY + 16 * O * ld;
+    const long up = plane(I * O), vp = plane(I * ld), gp = plane(O * ld);
+    float *dUt = scratch, *V = dUt + 16 * up, *GY = V + 16 * vp, *GYt = GY + 16 * gp;
     if (tile_rows == 0)
-        memset(dUt, 0, (size_t)(16 * O * I) * sizeof(float));
+        memset(dUt, 0, (size_t)(16 * up) * sizeof(float));
     CCN_OMP(omp parallel if (N * I * O * OH * OW >= CCN_PARALLEL_WORK))
     {
         for (long row0 = 0; row0 < tile_rows; row0 += block_rows) {
@@ -246,14 +261,14 @@ void ccn_conv2d_grad_filter_winograd(long N, long I, long H, long W, long O, lon
             for (long p = 0; p < rows * O; p++) {
                 const long row = row0 + p / O, o = p % O, n = row / TH, ty = row % TH;
                 transform_gradient_row(OH, OW, TW, 2 * ty, gy + (n * O + o) * OH * OW,
-                                       GY + o * count + (p / O) * TW, O * count);
+                                       GY + o * count + (p / O) * TW, gp);
             }
             /* dU^T[xi] (I x O) = the sum over tiles of V[xi] GY[xi]^T. */
             CCN_OMP(omp for schedule(dynamic, 1))
             for (long xi = 0; xi < 16; xi++) {
-                ccn_transpose(O, count, GY + xi * O * count, GYt + xi * count * O);
-                ccn_gemm_one_thread(I, O, count, V + xi * I * ld, ld, GYt + xi * count * O, O,
-                                    dUt + xi * I * O, O, row0 == 0);
+                ccn_transpose(O, count, GY + xi * gp, GYt + xi * gp);
+                ccn_gemm_one_thread(I, O, count, V + xi * vp, ld, GYt + xi * gp, O,
+                                    dUt + xi * up, O, row0 == 0);
             }
         }
         transform_filter_gradients(O, I, dUt, gw);

@@ -7,11 +7,15 @@
 
 CCN_BEGIN_DECLS
 
+/* Floats between consecutive planes of a transform beyond its size. */
+#define CCN_WINOGRAD_SKEW 16
 /* Floats of scratch ccn_conv2d_winograd needs for I input and O output
  * channels and blocks of `tiles` 2x2 output tiles. */
-#define CCN_WINOGRAD_SCRATCH(I, O, tiles) (16 * ((O) * (I) + ((I) + (O)) * (tiles)))
+#define CCN_WINOGRAD_SCRATCH(I, O, tiles) \
+    (16 * ((O) * (I) + ((I) + (O)) * (tiles) + 3 * CCN_WINOGRAD_SKEW))
 /* The same for ccn_conv2d_grad_filter_winograd. */
-#define CCN_WINOGRAD_GRAD_SCRATCH(I, O, tiles) (16 * ((O) * (I) + ((I) + 2 * (O)) * (tiles)))
+#define CCN_WINOGRAD_GRAD_SCRATCH(I, O, tiles) \
+    (16 * ((O) * (I) + ((I) + 2 * (O)) * (tiles) + 4 * CCN_WINOGRAD_SKEW))
 
 /* y (N, O, OH, OW) = the 3x3 convolution, stride 1, of x (N, I, H, W)
  * padded by pad_top and pad_left (and zeros past the bottom and right

@@ -12,7 +12,12 @@ import numpy
 from ...ops.registry import CUSTOM_DOMAIN
 from ..cformat import cfloat
 from ..lowering import Refuse, Step, lowers, window
-from .winograd import winograd_grad_filter_step, winograd_step, winograd_tiles
+from .winograd import (
+    MIN_FILTER_GRADIENT_WIDTH,
+    winograd_grad_filter_step,
+    winograd_step,
+    winograd_tiles,
+)
 
 #: activation attribute -> (C enum of ccn_connection.h, default alpha).
 ACTIVATIONS = {'Relu': ('CCN_ACT_RELU', 0.0), 'LeakyRelu': ('CCN_ACT_LEAKY_RELU', 0.01),
@@ -294,7 +299,8 @@ def conv_grad_filter(em, inst) -> Step:
     dilations = tuple(a.get('dilations') or (1, 1))
     pads = tuple(a.get('pads') or (0, 0, 0, 0))
     KH, KW = kernel
-    tiles = winograd_tiles(N, C, M, (OH, OW), kernel, strides, dilations, group)
+    tiles = winograd_tiles(N, C, M, (OH, OW), kernel, strides, dilations, group,
+                           MIN_FILTER_GRADIENT_WIDTH)
     if tiles is not None:
         return winograd_grad_filter_step(em, inst, sx, M, (OH, OW), pads[:2], tiles)
     Cg = C // group

@@ -2,36 +2,45 @@
 input) and ConvGradFilter by Winograd's minimal filtering F(2x2, 3x3), as
 calls into ccn_winograd.c: 16 multiply-adds per 2x2 outputs and channel
 pair where im2col's product takes 36, for transforms of the input and
-output that cost memory traffic.  It pays on wide images with many
-channels, and only there.  Measured against im2col and GEMM on 2 cores,
-ResNet-18's layers at batch 8 (forward, input gradient, filter gradient):
-64 channels at 32x32 -31%, -22%, -12%; 128 at 16x16 -25%, -26%, -17%; but
-256 at 8x8 +16%, +30%, +50% and 512 at 4x4 3x (rows of 4 and 2 tiles leave
-the transforms no vectors); 16 and 32 channels at 32x32 1.3-2x slower in
-the forward (products too shallow to pay for the transforms).  The whole
-ResNet-18 training step: 8% faster."""
+output that cost memory traffic.
+
+Measured against im2col and GEMM on 2 cores at batch 8 (forward, filter
+gradient; the input gradient as the forward): 64 channels at 32x32 -52%,
+-23%; 128 at 16x16 -45%, -30%; 256 at 8x8 -31%, -20%; 16 at 32x32 -44%,
+-34%; 8 at 32x32 -24%, -20%.  It loses where rows of tiles are short or
+the products shallow: 512 channels at 4x4 +31% (forward), 16 at 8x8 +46%,
++61%, 64 at 8x8 +14% (filter gradient), 3 channels at 64x64 +58% (filter
+gradient).  The ResNet-18 training step: 97.5 to 80 ms."""
 from ..lowering import Step
 
-#: Fewest input and output channels, and narrowest output, that go to
-#: ccn_conv2d_winograd.
-MIN_CHANNELS = 64
-MIN_WIDTH = 16
+#: Fewest channels (input and output), narrowest output, and least product
+#: of the two, with which a convolution goes to ccn_conv2d_winograd (and
+#: its input gradient to the same); the filter gradient needs outputs
+#: MIN_FILTER_GRADIENT_WIDTH wide.
+MIN_CHANNELS = 8
+MIN_WIDTH = 8
+MIN_WIDTH_CHANNELS = 256
+MIN_FILTER_GRADIENT_WIDTH = 16
 #: Floats of transformed inputs and products per block of tiles, the
-#: scratch that goes round the 16 products (2 MB on 2 cores measured best
-#: between 1 and 4 MB: larger blocks miss in L2, smaller ones make the
-#: products narrow).
-BLOCK_FLOATS = 16 * 32768
+#: scratch that goes round the 16 products (measured best against half and
+#: twice this).
+BLOCK_FLOATS = 16 * 65536
+#: CCN_WINOGRAD_SKEW of ccn_winograd.h: floats between the planes of a
+#: transform beyond their size.
+SKEW = 16
 
 
 def winograd_tiles(batch, channels_in, channels_out, out_size, kernel, strides, dilations,
-                   group) -> int | None:
+                   group, min_width=MIN_WIDTH) -> int | None:
     """The 2x2 output tiles per block (whole rows of them) with which
-    ccn_conv2d_winograd computes this convolution, or None when it should
-    not: not 3x3 with stride and dilation 1 in one group, or too few
-    channels or too narrow an output for it to pay."""
+    ccn_winograd.c computes this convolution or one of its gradients, or
+    None when it should not: not 3x3 with stride and dilation 1 in one
+    group, or too few channels or too narrow an output (below
+    ``min_width``) for it to pay."""
+    channels = min(channels_in, channels_out)
     if tuple(kernel) != (3, 3) or tuple(strides) != (1, 1) or tuple(dilations) != (1, 1) \
-            or group != 1 or min(channels_in, channels_out) < MIN_CHANNELS \
-            or out_size[1] < MIN_WIDTH:
+            or group != 1 or channels < MIN_CHANNELS or out_size[1] < min_width \
+            or channels * out_size[1] < MIN_WIDTH_CHANNELS:
         return None
     tile_cols = (out_size[1] + 1) // 2
     tile_rows = batch * ((out_size[0] + 1) // 2)
@@ -59,7 +68,7 @@ def winograd_step(em, inst, x_shape, channels_out, out_size, pads_begin, tiles, 
                     ref(inst.inputs[2]) if has_bias else 'NULL', ref(inst.outputs[0]),
                     scratch, act)]
     # CCN_WINOGRAD_SCRATCH of ccn_winograd.h.
-    scratch = 16 * (channels_out * channels_in + (channels_in + channels_out) * tiles)
+    scratch = 16 * (channels_out * channels_in + (channels_in + channels_out) * tiles + 3 * SKEW)
     return Step('winograd', [(N, channels_out, OH, OW)], render, scratch=scratch,
                 also=('connection',))
 
@@ -79,6 +88,7 @@ def winograd_grad_filter_step(em, inst, x_shape, channels_out, out_size, pads_be
                 '                                %s, %s, %s, %s);' % (
                     ref(inst.inputs[0]), ref(inst.inputs[1]), ref(inst.outputs[0]), scratch)]
     # CCN_WINOGRAD_GRAD_SCRATCH of ccn_winograd.h.
-    scratch = 16 * (channels_out * channels_in + (channels_in + 2 * channels_out) * tiles)
+    scratch = 16 * (channels_out * channels_in + (channels_in + 2 * channels_out) * tiles
+                    + 4 * SKEW)
     return Step('winograd', [(channels_out, channels_in, 3, 3)], render, scratch=scratch,
                 also=('connection',))

@@ -13,14 +13,19 @@ from chainer_compiler.runtime.native.emit_c import emit_c
 from chainer_compiler.runtime.native.lowerings.winograd import (
     BLOCK_FLOATS,
     MIN_CHANNELS,
+    MIN_FILTER_GRADIENT_WIDTH,
     MIN_WIDTH,
+    MIN_WIDTH_CHANNELS,
     winograd_tiles,
 )
 
 from .helpers import check_native, make_model
 
 F32 = numpy.float32
-C = MIN_CHANNELS
+#: Channels of the tested convolutions (and C + 8): with 6 images of 9 rows
+#: of 10 tiles, more tiles than one block.
+C = 64
+BATCH = 6
 
 
 def _rand(rng, *shape):
@@ -37,7 +42,7 @@ def _emitted_calls(model, tmp_path, kernel):
 
 def test_conv_through_winograd(tmp_path):
     # y1: 17 x 19 outputs, so the last row and column of tiles are half
-    # outside; 3 images of 9 tile rows are more than one block, and a block
+    # outside; 6 images of 9 tile rows are more than one block, and a block
     # ends inside an image.  y2: padding only at the bottom and right, then
     # a fused ReLU.  y3: no padding, no bias.
     rng = numpy.random.RandomState(0)
@@ -48,12 +53,12 @@ def test_conv_through_winograd(tmp_path):
              node('Conv', ['x', 'w1'], ['y3'])]
     inits = {'w1': _rand(rng, C, C, 3, 3), 'b1': _rand(rng, C),
              'w2': _rand(rng, C + 8, C, 3, 3), 'b2': _rand(rng, C + 8)}
-    x_shape = [3, C, 17, 19]
+    x_shape = [BATCH, C, 17, 19]
     model = make_model(nodes, [('x', F32, x_shape)],
-                       [('y1', F32, [3, C, 17, 19]), ('y2', F32, [3, C + 8, 17, 19]),
-                        ('y3', F32, [3, C, 15, 17])], inits)
-    tiles = winograd_tiles(3, C, C, (17, 19), (3, 3), (1, 1), (1, 1), 1)
-    assert tiles is not None and tiles < 3 * 9 * 10 and (3 * 9 * 10) % tiles
+                       [('y1', F32, [BATCH, C, 17, 19]), ('y2', F32, [BATCH, C + 8, 17, 19]),
+                        ('y3', F32, [BATCH, C, 15, 17])], inits)
+    tiles = winograd_tiles(BATCH, C, C + 8, (17, 19), (3, 3), (1, 1), (1, 1), 1)
+    assert tiles is not None and tiles < BATCH * 9 * 10 and (BATCH * 9 * 10) % tiles
     assert _emitted_calls(model, tmp_path, 'ccn_conv2d_winograd') == 3
     check_native(model, [_rand(rng, *x_shape)], atol=1e-4)
 
@@ -76,7 +81,7 @@ def test_conv_transpose_at_stride_one_through_winograd(tmp_path):
 
 
 def test_conv_grad_filter_through_winograd(tmp_path):
-    # 3 images of 9 x 10 tiles, more than one block (the products add up
+    # 6 images of 9 x 10 tiles, more than one block (the products add up
     # across blocks); odd output sizes; padding on two sides only.
     rng = numpy.random.RandomState(2)
     node = helper.make_node
@@ -84,7 +89,7 @@ def test_conv_grad_filter_through_winograd(tmp_path):
                   kernel_shape=[3, 3], pads=[1, 1, 1, 1]),
              node('ConvGradFilter', ['x', 'gy2'], ['gw2'], domain='org.chainer_compiler',
                   kernel_shape=[3, 3], pads=[0, 2, 2, 0])]
-    x_shape, gy_shape = [3, C, 17, 19], [3, C + 8, 17, 19]
+    x_shape, gy_shape = [BATCH, C, 17, 19], [BATCH, C + 8, 17, 19]
     model = make_model(nodes, [('x', F32, x_shape), ('gy1', F32, gy_shape),
                                ('gy2', F32, gy_shape)],
                        [('gw1', F32, [C + 8, C, 3, 3]), ('gw2', F32, [C + 8, C, 3, 3])],
@@ -102,6 +107,14 @@ def test_which_convolutions_go_to_winograd():
     for changed in [dict(kernel=(5, 5)), dict(strides=(2, 2)), dict(dilations=(2, 2)),
                     dict(group=2)]:
         assert winograd_tiles(8, C, C, (32, 32), **{**args, **changed}) is None
-    assert winograd_tiles(8, C - 1, C, (32, 32), **args) is None
-    assert winograd_tiles(8, C, C - 1, (32, 32), **args) is None
+    assert winograd_tiles(8, MIN_CHANNELS - 1, C, (64, 64), **args) is None
+    assert winograd_tiles(8, C, MIN_CHANNELS - 1, (64, 64), **args) is None
     assert winograd_tiles(8, C, C, (32, MIN_WIDTH - 1), **args) is None
+    # Few channels need a wide output, and the other way round.
+    narrow = MIN_WIDTH_CHANNELS // MIN_WIDTH
+    assert winograd_tiles(8, narrow, narrow, (8, MIN_WIDTH), **args) is not None
+    assert winograd_tiles(8, narrow - 1, narrow, (8, MIN_WIDTH), **args) is None
+    # The filter gradient asks for wider outputs.
+    width = MIN_FILTER_GRADIENT_WIDTH
+    assert winograd_tiles(8, C, C, (8, width - 1), **args, min_width=width) is None
+    assert winograd_tiles(8, C, C, (8, width), **args, min_width=width) is not None
