@@ -107,7 +107,8 @@ void ccn_softmax(long outer, long len, long inner, int log_softmax, const float 
 
 void ccn_relu_grad(long n, const float *y, const float *gy, float *gx)
 {
-    CCN_OMP_FOR_IF(n)
-    for (long i = 0; i < n; i++)
-        gx[i] = y[i] > 0.0f ? gy[i] : 0.0f;
+    CCN_PARALLEL_FOR(n,
+        for (long i = 0; i < n; i++)
+            gx[i] = y[i] > 0.0f ? gy[i] : 0.0f;
+    );
 }

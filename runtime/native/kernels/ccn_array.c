@@ -61,13 +61,14 @@ void ccn_strided_copy(size_t elem, int rank, const long *shape,
     const long e = (long)elem;
     if (n == 0)
         return;
-    CCN_OMP_FOR_IF(rows * n)
-    for (long r = 0; r < rows; ++r) {
-        const unsigned char *xr =
-            (const unsigned char *)x + row_offset(r, rank, shape, x_strides) * e;
-        unsigned char *yr = (unsigned char *)y + row_offset(r, rank, shape, y_strides) * e;
-        copy_run(elem, n, xr, x_strides[rank - 1], yr, y_strides[rank - 1]);
-    }
+    CCN_PARALLEL_FOR(rows * n,
+        for (long r = 0; r < rows; ++r) {
+            const unsigned char *xr =
+                (const unsigned char *)x + row_offset(r, rank, shape, x_strides) * e;
+            unsigned char *yr = (unsigned char *)y + row_offset(r, rank, shape, y_strides) * e;
+            copy_run(elem, n, xr, x_strides[rank - 1], yr, y_strides[rank - 1]);
+        }
+    );
 }
 
 void ccn_table_copy(size_t elem, int rank, const long *shape, const long *tables,
@@ -79,24 +80,25 @@ void ccn_table_copy(size_t elem, int rank, const long *shape, const long *tables
     long last = 0;
     for (int k = 0; k < rank - 1; ++k)
         last += shape[k];
-    CCN_OMP_FOR_IF(rows * n)
-    for (long r = 0; r < rows; ++r) {
-        unsigned char *yr = (unsigned char *)y + r * n * e;
-        /* Source offset of the row, or -1 when an outer axis is padding. */
-        long offset = 0, rest = r, table = last;
-        for (int k = rank - 2; k >= 0 && offset >= 0; --k) {
-            table -= shape[k];
-            const long source = tables[table + rest % shape[k]];
-            offset = source < 0 ? -1 : offset + source * x_strides[k];
-            rest /= shape[k];
+    CCN_PARALLEL_FOR(rows * n,
+        for (long r = 0; r < rows; ++r) {
+            unsigned char *yr = (unsigned char *)y + r * n * e;
+            /* Source offset of the row, or -1 when an outer axis is padding. */
+            long offset = 0, rest = r, table = last;
+            for (int k = rank - 2; k >= 0 && offset >= 0; --k) {
+                table -= shape[k];
+                const long source = tables[table + rest % shape[k]];
+                offset = source < 0 ? -1 : offset + source * x_strides[k];
+                rest /= shape[k];
+            }
+            for (long i = 0; i < n; ++i) {
+                const long source = tables[last + i];
+                const void *from = offset < 0 || source < 0 ? fill
+                    : (const unsigned char *)x + (offset + source * x_strides[rank - 1]) * e;
+                memcpy(yr + i * e, from, elem);
+            }
         }
-        for (long i = 0; i < n; ++i) {
-            const long source = tables[last + i];
-            const void *from = offset < 0 || source < 0 ? fill
-                : (const unsigned char *)x + (offset + source * x_strides[rank - 1]) * e;
-            memcpy(yr + i * e, from, elem);
-        }
-    }
+    );
 }
 
 /* The index entry i, read as int32 or int64. */
@@ -111,18 +113,19 @@ void ccn_gather(size_t elem, long outer, long dim, long inner, const void *x,
                 long n, const void *indices, int index_bytes, void *y)
 {
     const size_t run = (size_t)inner * elem;
-    CCN_OMP_FOR_IF(outer * n * inner)
-    for (long o = 0; o < outer; ++o) {
-        for (long j = 0; j < n; ++j) {
-            long i = index_at(indices, index_bytes, j);
-            unsigned char *to = (unsigned char *)y + (size_t)(o * n + j) * run;
-            i = i < 0 ? i + dim : i;
-            if (i < 0 || i >= dim)
-                memset(to, 0, run);
-            else
-                memcpy(to, (const unsigned char *)x + (size_t)(o * dim + i) * run, run);
+    CCN_PARALLEL_FOR(outer * n * inner,
+        for (long o = 0; o < outer; ++o) {
+            for (long j = 0; j < n; ++j) {
+                long i = index_at(indices, index_bytes, j);
+                unsigned char *to = (unsigned char *)y + (size_t)(o * n + j) * run;
+                i = i < 0 ? i + dim : i;
+                if (i < 0 || i >= dim)
+                    memset(to, 0, run);
+                else
+                    memcpy(to, (const unsigned char *)x + (size_t)(o * dim + i) * run, run);
+            }
         }
-    }
+    );
 }
 
 void ccn_where(size_t elem, int rank, const long *shape,
@@ -133,26 +136,28 @@ void ccn_where(size_t elem, int rank, const long *shape,
     const long rows = row_count(rank, shape), n = shape[rank - 1];
     const long e = (long)elem;
     const long cs = cond_strides[rank - 1], xs = x_strides[rank - 1], ys = y_strides[rank - 1];
-    CCN_OMP_FOR_IF(rows * n)
-    for (long r = 0; r < rows; ++r) {
-        const uint8_t *cr = cond + row_offset(r, rank, shape, cond_strides);
-        const unsigned char *xr =
-            (const unsigned char *)x + row_offset(r, rank, shape, x_strides) * e;
-        const unsigned char *yr =
-            (const unsigned char *)y + row_offset(r, rank, shape, y_strides) * e;
-        unsigned char *outr = (unsigned char *)out + r * n * e;
-        for (long i = 0; i < n; ++i)
-            memcpy(outr + i * e, cr[i * cs] ? xr + i * xs * e : yr + i * ys * e, elem);
-    }
+    CCN_PARALLEL_FOR(rows * n,
+        for (long r = 0; r < rows; ++r) {
+            const uint8_t *cr = cond + row_offset(r, rank, shape, cond_strides);
+            const unsigned char *xr =
+                (const unsigned char *)x + row_offset(r, rank, shape, x_strides) * e;
+            const unsigned char *yr =
+                (const unsigned char *)y + row_offset(r, rank, shape, y_strides) * e;
+            unsigned char *outr = (unsigned char *)out + r * n * e;
+            for (long i = 0; i < n; ++i)
+                memcpy(outr + i * e, cr[i * cs] ? xr + i * xs * e : yr + i * ys * e, elem);
+        }
+    );
 }
 
 /* Numbers convert as C converts them, except that bool is x != 0. */
 #define CCN_CAST_DEFINE(FROM, FROM_T, TO, TO_T)                     \
     void ccn_cast_##FROM##_##TO(long n, const FROM_T *x, TO_T *y)   \
     {                                                               \
-        CCN_OMP_FOR_IF(n)                                           \
-        for (long i = 0; i < n; ++i)                                \
-            y[i] = CCN_CAST_##TO(TO_T, x[i]);                       \
+        CCN_PARALLEL_FOR(n,                                         \
+            for (long i = 0; i < n; ++i)                            \
+                y[i] = CCN_CAST_##TO(TO_T, x[i]);                   \
+        );                                                          \
     }
 #define CCN_CAST_float32(TO_T, v) (TO_T)(v)
 #define CCN_CAST_float64(TO_T, v) (TO_T)(v)

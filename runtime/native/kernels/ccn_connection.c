@@ -787,27 +787,28 @@ static void transpose_batch(long nb, long R, long C, const float *src, long src_
      * through dst by R floats and, with R a power of two, thrashes the
      * cache (8x slower measured at 4608 x 512). */
     const long block_rows = (R + 7) / 8;
-    CCN_OMP_FOR_IF(nb * R * C)
-    for (long ib = 0; ib < nb * block_rows; ib++) {
-        const long r0 = ib % block_rows * 8;
-        const float *s = src + ib / block_rows * src_stride;
-        float *d = dst + ib / block_rows * dst_stride;
-        for (long c0 = 0; c0 < C; c0 += 8) {
-            if (r0 + 8 <= R && c0 + 8 <= C) {
-                float tile[8][8];
-                for (int i = 0; i < 8; i++)
-                    for (int j = 0; j < 8; j++)
-                        tile[j][i] = s[(r0 + i) * C + c0 + j];
-                for (int j = 0; j < 8; j++)
+    CCN_PARALLEL_FOR(nb * R * C,
+        for (long ib = 0; ib < nb * block_rows; ib++) {
+            const long r0 = ib % block_rows * 8;
+            const float *s = src + ib / block_rows * src_stride;
+            float *d = dst + ib / block_rows * dst_stride;
+            for (long c0 = 0; c0 < C; c0 += 8) {
+                if (r0 + 8 <= R && c0 + 8 <= C) {
+                    float tile[8][8];
                     for (int i = 0; i < 8; i++)
-                        d[(c0 + j) * R + r0 + i] = tile[j][i];
-                continue;
+                        for (int j = 0; j < 8; j++)
+                            tile[j][i] = s[(r0 + i) * C + c0 + j];
+                    for (int j = 0; j < 8; j++)
+                        for (int i = 0; i < 8; i++)
+                            d[(c0 + j) * R + r0 + i] = tile[j][i];
+                    continue;
+                }
+                for (long r = r0; r < R && r < r0 + 8; r++)
+                    for (long c = c0; c < C && c < c0 + 8; c++)
+                        d[c * R + r] = s[r * C + c];
             }
-            for (long r = r0; r < R && r < r0 + 8; r++)
-                for (long c = c0; c < C && c < c0 + 8; c++)
-                    d[c * R + r] = s[r * C + c];
         }
-    }
+    );
 }
 
 void ccn_transpose(long R, long C, const float *src, float *dst)
@@ -887,32 +888,35 @@ static void im2col_images(long nb, long C, long H, long W, long KH, long KW, lon
                           long sh, long sw, long dh, long dw, long pt, long pl,
                           const float *x, long x_image, float *col, long ld)
 {
-    CCN_OMP_FOR_IF(nb * C * KH * KW * OH * OW)
-    for (long c = 0; c < C; c++)
-        for (long i = 0; i < nb; i++)
-            im2col(1, H, W, KH, KW, OH, OW, sh, sw, dh, dw, pt, pl, x + i * x_image + c * H * W,
-                   col + c * KH * KW * ld + i * OH * OW, ld);
+    CCN_PARALLEL_FOR(nb * C * KH * KW * OH * OW,
+        for (long c = 0; c < C; c++)
+            for (long i = 0; i < nb; i++)
+                im2col(1, H, W, KH, KW, OH, OW, sh, sw, dh, dw, pt, pl, x + i * x_image + c * H * W,
+                       col + c * KH * KW * ld + i * OH * OW, ld);
+    );
 }
 
 /* y[m, s] = bias[m] for an M x S block with rows ldy apart. */
 static void fill_bias(long M, long S, const float *bias, float *y, long ldy)
 {
-    CCN_OMP_FOR_IF(M * S)
-    for (long m = 0; m < M; m++) {
-        const float b = bias[m];
-        for (long s = 0; s < S; s++)
-            y[m * ldy + s] = b;
-    }
+    CCN_PARALLEL_FOR(M * S,
+        for (long m = 0; m < M; m++) {
+            const float b = bias[m];
+            for (long s = 0; s < S; s++)
+                y[m * ldy + s] = b;
+        }
+    );
 }
 
 void ccn_copy_image_rows(long rows, long nb, long S, const float *src, long src_row,
                          long src_image, float *dst, long dst_row, long dst_image)
 {
-    CCN_OMP_FOR_IF(rows * nb * S)
-    for (long m = 0; m < rows; m++)
-        for (long i = 0; i < nb; i++)
-            memcpy(dst + m * dst_row + i * dst_image, src + m * src_row + i * src_image,
-                   (size_t)S * sizeof(float));
+    CCN_PARALLEL_FOR(rows * nb * S,
+        for (long m = 0; m < rows; m++)
+            for (long i = 0; i < nb; i++)
+                memcpy(dst + m * dst_row + i * dst_image, src + m * src_row + i * src_image,
+                       (size_t)S * sizeof(float));
+    );
 }
 
 void ccn_conv2d(long N, long C, long H, long W, long M, long KH, long KW, long OH, long OW,

@@ -76,10 +76,11 @@ void ccn_matmul_batched(long rank, const long *dims, const long *a_strides,
 void ccn_transpose(long R, long C, const float *src, float *dst);
 /* 2-D convolution, NCHW input, (M, C/group, KH, KW) weights (w_panels:
  * each group's M/group x C/group*KH*KW matrix in the panel layout, one
- * after the other), bias may be NULL, then activation act.  Up to `images` images share one product;
- * col is scratch of (C/group)*KH*KW*OH*OW*images floats, plus
- * (M/group)*OH*OW*images when images > 1 (NULL for a 1x1 convolution
- * without stride or padding and images == 1). */
+ * after the other), bias may be NULL, then activation act.  Up to
+ * `images` images share one product; col is scratch of
+ * (C/group)*KH*KW*OH*OW*images floats, plus (M/group)*OH*OW*images when
+ * images > 1 (NULL for a 1x1 convolution without stride or padding and
+ * images == 1). */
 void ccn_conv2d(long N, long C, long H, long W, long M, long KH, long KW, long OH, long OW,
                 long group, long stride_h, long stride_w, long dil_h, long dil_w,
                 long pad_top, long pad_left, long images, const float *x, const float *w,

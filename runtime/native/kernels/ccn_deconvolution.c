@@ -15,38 +15,39 @@ static void col2im(long nb, long M, long H, long W, long KH, long KW, long OH, l
                    long sh, long sw, long dh, long dw, long pt, long pl, const float *col,
                    long ldc, const float *bias, float *y, long y_stride)
 {
-    CCN_OMP_FOR_IF(nb * M * KH * KW * OH * OW)
-    for (long im = 0; im < nb * M; im++) {
-        const long i = im / M, m = im % M;
-        float *out = y + i * y_stride + m * OH * OW;
-        const float b = bias ? bias[m] : 0.0f;
-        for (long s = 0; s < OH * OW; s++)
-            out[s] = b;
-        for (long kh = 0; kh < KH; kh++)
-            for (long kw = 0; kw < KW; kw++) {
-                const float *row = col + ((m * KH + kh) * KW + kw) * ldc + i * H * W;
-                /* Input columns [lo, hi) land inside the output, the same
-                 * for every row: the inner loop has no test (and, at stride
-                 * 1, vectorises). */
-                const long first = kw * dw - pl;  /* ow of w = 0 */
-                const long lo = first >= 0 ? 0 : (-first + sw - 1) / sw;
-                long hi = OW - first <= 0 ? 0 : (OW - first + sw - 1) / sw;
-                hi = hi < W ? hi : W;
-                for (long h = 0; h < H; h++) {
-                    const long oh = h * sh - pt + kh * dh;
-                    if (oh < 0 || oh >= OH)
-                        continue;
-                    float *restrict o = out + oh * OW;
-                    const float *restrict r = row + h * W;
-                    if (sw == 1)
-                        for (long w = lo; w < hi; w++)
-                            o[w + first] += r[w];
-                    else
-                        for (long w = lo; w < hi; w++)
-                            o[w * sw + first] += r[w];
+    CCN_PARALLEL_FOR(nb * M * KH * KW * OH * OW,
+        for (long im = 0; im < nb * M; im++) {
+            const long i = im / M, m = im % M;
+            float *out = y + i * y_stride + m * OH * OW;
+            const float b = bias ? bias[m] : 0.0f;
+            for (long s = 0; s < OH * OW; s++)
+                out[s] = b;
+            for (long kh = 0; kh < KH; kh++)
+                for (long kw = 0; kw < KW; kw++) {
+                    const float *row = col + ((m * KH + kh) * KW + kw) * ldc + i * H * W;
+                    /* Input columns [lo, hi) land inside the output, the same
+                     * for every row: the inner loop has no test (and, at stride
+                     * 1, vectorises). */
+                    const long first = kw * dw - pl;  /* ow of w = 0 */
+                    const long lo = first >= 0 ? 0 : (-first + sw - 1) / sw;
+                    long hi = OW - first <= 0 ? 0 : (OW - first + sw - 1) / sw;
+                    hi = hi < W ? hi : W;
+                    for (long h = 0; h < H; h++) {
+                        const long oh = h * sh - pt + kh * dh;
+                        if (oh < 0 || oh >= OH)
+                            continue;
+                        float *restrict o = out + oh * OW;
+                        const float *restrict r = row + h * W;
+                        if (sw == 1)
+                            for (long w = lo; w < hi; w++)
+                                o[w + first] += r[w];
+                        else
+                            for (long w = lo; w < hi; w++)
+                                o[w * sw + first] += r[w];
+                    }
                 }
-            }
-    }
+        }
+    );
 }
 
 void ccn_deconv2d(long N, long C, long H, long W, long M, long KH, long KW, long OH, long OW,

@@ -6,18 +6,20 @@
 void ccn_dropout_training(long n, double ratio, float scale, const float *x, const double *u,
                           float *y, uint8_t *mask)
 {
-    CCN_OMP_FOR_IF(n)
-    for (long i = 0; i < n; i++) {
-        const uint8_t keep = u[i] >= ratio;
-        mask[i] = keep;
-        /* NumPy computes x * mask * scale: the mask as 1.0f or 0.0f first. */
-        y[i] = x[i] * (float)keep * scale;
-    }
+    CCN_PARALLEL_FOR(n,
+        for (long i = 0; i < n; i++) {
+            const uint8_t keep = u[i] >= ratio;
+            mask[i] = keep;
+            /* NumPy computes x * mask * scale: the mask as 1.0f or 0.0f first. */
+            y[i] = x[i] * (float)keep * scale;
+        }
+    );
 }
 
 void ccn_dropout_grad(long n, float scale, const float *gy, const uint8_t *mask, float *gx)
 {
-    CCN_OMP_FOR_IF(n)
-    for (long i = 0; i < n; i++)
-        gx[i] = mask[i] ? gy[i] * scale : 0.0f;
+    CCN_PARALLEL_FOR(n,
+        for (long i = 0; i < n; i++)
+            gx[i] = mask[i] ? gy[i] * scale : 0.0f;
+    );
 }

@@ -133,36 +133,37 @@ static void broadcast(row_fn row, enum ccn_binary_op op, int rank, const long *s
     const long pieces_per_row = (n + cols - 1) / cols;
     const long pieces = rows_per_piece > 1 ? (rows + rows_per_piece - 1) / rows_per_piece
                                            : rows * pieces_per_row;
-    CCN_OMP_FOR_IF(rows * n)
-    for (long p = 0; p < pieces; p++) {
-        const long r0 = rows_per_piece > 1 ? p * rows_per_piece : p / pieces_per_row;
-        const long r1 = rows_per_piece > 1 ? (r0 + rows_per_piece < rows ? r0 + rows_per_piece
-                                                                        : rows) : r0 + 1;
-        const long c0 = rows_per_piece > 1 ? 0 : p % pieces_per_row * cols;
-        const long len = n - c0 < cols ? n - c0 : cols;
-        long index[CCN_MAX_RANK] = {0};
-        long ao = 0, bo = 0, rest = r0;
-        for (int d = rank - 2; d >= 0; d--) {
-            index[d] = rest % shape[d];
-            rest /= shape[d];
-            ao += index[d] * a_strides[d];
-            bo += index[d] * b_strides[d];
-        }
-        for (long r = r0; r < r1; r++) {
-            row(op, len, a + (ao + c0 * as) * size, as, b + (bo + c0 * bs) * size, bs,
-                y + (r * n + c0) * y_size);
+    CCN_PARALLEL_FOR(rows * n,
+        for (long p = 0; p < pieces; p++) {
+            const long r0 = rows_per_piece > 1 ? p * rows_per_piece : p / pieces_per_row;
+            const long r1 = rows_per_piece > 1 ? (r0 + rows_per_piece < rows ? r0 + rows_per_piece
+                                                                            : rows) : r0 + 1;
+            const long c0 = rows_per_piece > 1 ? 0 : p % pieces_per_row * cols;
+            const long len = n - c0 < cols ? n - c0 : cols;
+            long index[CCN_MAX_RANK] = {0};
+            long ao = 0, bo = 0, rest = r0;
             for (int d = rank - 2; d >= 0; d--) {
-                index[d]++;
-                ao += a_strides[d];
-                bo += b_strides[d];
-                if (index[d] < shape[d])
-                    break;
-                ao -= index[d] * a_strides[d];
-                bo -= index[d] * b_strides[d];
-                index[d] = 0;
+                index[d] = rest % shape[d];
+                rest /= shape[d];
+                ao += index[d] * a_strides[d];
+                bo += index[d] * b_strides[d];
+            }
+            for (long r = r0; r < r1; r++) {
+                row(op, len, a + (ao + c0 * as) * size, as, b + (bo + c0 * bs) * size, bs,
+                    y + (r * n + c0) * y_size);
+                for (int d = rank - 2; d >= 0; d--) {
+                    index[d]++;
+                    ao += a_strides[d];
+                    bo += b_strides[d];
+                    if (index[d] < shape[d])
+                        break;
+                    ao -= index[d] * a_strides[d];
+                    bo -= index[d] * b_strides[d];
+                    index[d] = 0;
+                }
             }
         }
-    }
+    );
 }
 
 #define CCN_BINARY(NAME, ROW, T)                                              \

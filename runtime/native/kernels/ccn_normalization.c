@@ -26,37 +26,38 @@ void ccn_standardize(long R, long S, float epsilon, const float *x, const float 
                      const float *bias, ccn_param_layout layout, float *y, float *mean,
                      float *inv_std)
 {
-    CCN_OMP_FOR_IF(R * S)
-    for (long r = 0; r < R; r++) {
-        const float *in = x + r * S;
-        float *out = y + r * S;
-        /* Two passes with double sums: the centred variance does not lose
-         * digits to cancellation when the mean is large. */
-        double sum = 0.0;
-        for (long i = 0; i < S; i++)
-            sum += in[i];
-        const float m = S ? (float)(sum / (double)S) : 0.0f;
-        double squares = 0.0;
-        for (long i = 0; i < S; i++) {
-            const double d = (double)(in[i] - m);
-            squares += d * d;
-        }
-        const float inv = 1.0f / sqrtf((S ? (float)(squares / (double)S) : 0.0f) + epsilon);
-        if (mean)
-            mean[r] = m;
-        if (inv_std)
-            inv_std[r] = inv;
-        const long p = (r % layout.period) * layout.row_stride, is = layout.inner_stride;
-        const float *sc = scale + p;
-        if (bias) {
-            const float *b = bias + p;
+    CCN_PARALLEL_FOR(R * S,
+        for (long r = 0; r < R; r++) {
+            const float *in = x + r * S;
+            float *out = y + r * S;
+            /* Two passes with double sums: the centred variance does not lose
+             * digits to cancellation when the mean is large. */
+            double sum = 0.0;
             for (long i = 0; i < S; i++)
-                out[i] = (in[i] - m) * inv * sc[i * is] + b[i * is];
-        } else {
-            for (long i = 0; i < S; i++)
-                out[i] = (in[i] - m) * inv * sc[i * is];
+                sum += in[i];
+            const float m = S ? (float)(sum / (double)S) : 0.0f;
+            double squares = 0.0;
+            for (long i = 0; i < S; i++) {
+                const double d = (double)(in[i] - m);
+                squares += d * d;
+            }
+            const float inv = 1.0f / sqrtf((S ? (float)(squares / (double)S) : 0.0f) + epsilon);
+            if (mean)
+                mean[r] = m;
+            if (inv_std)
+                inv_std[r] = inv;
+            const long p = (r % layout.period) * layout.row_stride, is = layout.inner_stride;
+            const float *sc = scale + p;
+            if (bias) {
+                const float *b = bias + p;
+                for (long i = 0; i < S; i++)
+                    out[i] = (in[i] - m) * inv * sc[i * is] + b[i * is];
+            } else {
+                for (long i = 0; i < S; i++)
+                    out[i] = (in[i] - m) * inv * sc[i * is];
+            }
         }
-    }
+    );
 }
 
 void ccn_broadcast_copy(int rank, const long *shape, const float *src,
@@ -84,24 +85,25 @@ void ccn_lrn(long N, long C, long S, long size, float alpha, float beta, float b
 {
     const long below = (size - 1) / 2, above = size - 1 - below;
     const float rate = alpha / (float)size;
-    CCN_OMP_FOR_IF(N * C * S * size)
-    for (long nc = 0; nc < N * C; nc++) {
-        const long n = nc / C, c = nc % C;
-        const long lo = c - below < 0 ? 0 : c - below;
-        const long hi = c + above >= C ? C - 1 : c + above;
-        float *out = y + nc * S;
-        /* out holds the window's sum of squares until the last loop. */
-        for (long s = 0; s < S; s++)
-            out[s] = 0.0f;
-        for (long k = lo; k <= hi; k++) {
-            const float *in = x + (n * C + k) * S;
+    CCN_PARALLEL_FOR(N * C * S * size,
+        for (long nc = 0; nc < N * C; nc++) {
+            const long n = nc / C, c = nc % C;
+            const long lo = c - below < 0 ? 0 : c - below;
+            const long hi = c + above >= C ? C - 1 : c + above;
+            float *out = y + nc * S;
+            /* out holds the window's sum of squares until the last loop. */
             for (long s = 0; s < S; s++)
-                out[s] += in[s] * in[s];
+                out[s] = 0.0f;
+            for (long k = lo; k <= hi; k++) {
+                const float *in = x + (n * C + k) * S;
+                for (long s = 0; s < S; s++)
+                    out[s] += in[s] * in[s];
+            }
+            const float *in = x + nc * S;
+            for (long s = 0; s < S; s++)
+                out[s] = in[s] / powf(bias + rate * out[s], beta);
         }
-        const float *in = x + nc * S;
-        for (long s = 0; s < S; s++)
-            out[s] = in[s] / powf(bias + rate * out[s], beta);
-    }
+    );
 }
 
 /* Partial sums kept side by side in the double sums below: a single running
@@ -165,28 +167,29 @@ void ccn_batchnorm_training(long N, long C, long S, float epsilon, float momentu
                             const float *mean, const float *var, float *y, float *running_mean,
                             float *running_var, float *batch_mean, float *batch_var)
 {
-    CCN_OMP_FOR_IF(BN_PASSES * N * C * S)
-    for (long c = 0; c < C; c++) {
-        double m, v;
-        channel_moments(N, C, S, c, x, &m, &v);
-        const float bm = (float)m, bv = (float)v;
-        const float k = scale[c] / sqrtf(bv + epsilon);
-        for (long n = 0; n < N; n++) {
-            const float *in = x + (n * C + c) * S;
-            float *out = y + (n * C + c) * S;
-            for (long s = 0; s < S; s++)
-                out[s] = (in[s] - bm) * k + bias[c];
+    CCN_PARALLEL_FOR(BN_PASSES * N * C * S,
+        for (long c = 0; c < C; c++) {
+            double m, v;
+            channel_moments(N, C, S, c, x, &m, &v);
+            const float bm = (float)m, bv = (float)v;
+            const float k = scale[c] / sqrtf(bv + epsilon);
+            for (long n = 0; n < N; n++) {
+                const float *in = x + (n * C + c) * S;
+                float *out = y + (n * C + c) * S;
+                for (long s = 0; s < S; s++)
+                    out[s] = (in[s] - bm) * k + bias[c];
+            }
+            /* As NumPy computes them in float32. */
+            if (running_mean)
+                running_mean[c] = mean[c] * momentum + bm * (1.0f - momentum);
+            if (running_var)
+                running_var[c] = var[c] * momentum + bv * (1.0f - momentum);
+            if (batch_mean)
+                batch_mean[c] = bm;
+            if (batch_var)
+                batch_var[c] = bv;
         }
-        /* As NumPy computes them in float32. */
-        if (running_mean)
-            running_mean[c] = mean[c] * momentum + bm * (1.0f - momentum);
-        if (running_var)
-            running_var[c] = var[c] * momentum + bv * (1.0f - momentum);
-        if (batch_mean)
-            batch_mean[c] = bm;
-        if (batch_var)
-            batch_var[c] = bv;
-    }
+    );
 }
 
 void ccn_batchnorm_grad(long N, long C, long S, float epsilon, int training, const float *x,
@@ -194,48 +197,49 @@ void ccn_batchnorm_grad(long N, long C, long S, float epsilon, int training, con
                         const float *var, float *gx, float *gscale, float *gbias, float *gmean,
                         float *gvar)
 {
-    CCN_OMP_FOR_IF(BN_PASSES * N * C * S)
-    for (long c = 0; c < C; c++) {
-        double m, v;
-        if (mean) {
-            m = mean[c];
-            v = var[c];
-        } else {
-            channel_moments(N, C, S, c, x, &m, &v);
-        }
-        const float mu = (float)m, inv = 1.0f / sqrtf((float)v + epsilon);
-        double g_b = 0.0, g_scale = 0.0;
-        for (long n = 0; n < N; n++) {
-            const float *restrict g = gy + (n * C + c) * S, *restrict in = x + (n * C + c) * S;
-            double lane_b[SUM_LANES] = {0}, lane_scale[SUM_LANES] = {0};
-            long s = 0;
-            for (; s + SUM_LANES <= S; s += SUM_LANES)
-                for (int j = 0; j < SUM_LANES; j++) {
-                    lane_b[j] += g[s + j];
-                    lane_scale[j] += (double)g[s + j] * ((in[s + j] - mu) * inv);
+    CCN_PARALLEL_FOR(BN_PASSES * N * C * S,
+        for (long c = 0; c < C; c++) {
+            double m, v;
+            if (mean) {
+                m = mean[c];
+                v = var[c];
+            } else {
+                channel_moments(N, C, S, c, x, &m, &v);
+            }
+            const float mu = (float)m, inv = 1.0f / sqrtf((float)v + epsilon);
+            double g_b = 0.0, g_scale = 0.0;
+            for (long n = 0; n < N; n++) {
+                const float *restrict g = gy + (n * C + c) * S, *restrict in = x + (n * C + c) * S;
+                double lane_b[SUM_LANES] = {0}, lane_scale[SUM_LANES] = {0};
+                long s = 0;
+                for (; s + SUM_LANES <= S; s += SUM_LANES)
+                    for (int j = 0; j < SUM_LANES; j++) {
+                        lane_b[j] += g[s + j];
+                        lane_scale[j] += (double)g[s + j] * ((in[s + j] - mu) * inv);
+                    }
+                for (; s < S; s++) {
+                    lane_b[0] += g[s];
+                    lane_scale[0] += (double)g[s] * ((in[s] - mu) * inv);
                 }
-            for (; s < S; s++) {
-                lane_b[0] += g[s];
-                lane_scale[0] += (double)g[s] * ((in[s] - mu) * inv);
+                for (int j = 0; j < SUM_LANES; j++) {
+                    g_b += lane_b[j];
+                    g_scale += lane_scale[j];
+                }
             }
-            for (int j = 0; j < SUM_LANES; j++) {
-                g_b += lane_b[j];
-                g_scale += lane_scale[j];
-            }
+            const float a = scale[c] * inv, count = (float)(N * S);
+            const float gb = (float)g_b, gs = (float)g_scale;
+            for (long n = 0; n < N; n++)
+                for (long s = 0; s < S; s++) {
+                    const long i = (n * C + c) * S + s;
+                    const float xhat = (x[i] - mu) * inv;
+                    gx[i] = training ? (gy[i] - gb / count - xhat * (gs / count)) * a : gy[i] * a;
+                }
+            gscale[c] = gs;
+            gbias[c] = gb;
+            if (gmean)
+                gmean[c] = -gb * a;
+            if (gvar)
+                gvar[c] = gs * a * inv * -0.5f;
         }
-        const float a = scale[c] * inv, count = (float)(N * S);
-        const float gb = (float)g_b, gs = (float)g_scale;
-        for (long n = 0; n < N; n++)
-            for (long s = 0; s < S; s++) {
-                const long i = (n * C + c) * S + s;
-                const float xhat = (x[i] - mu) * inv;
-                gx[i] = training ? (gy[i] - gb / count - xhat * (gs / count)) * a : gy[i] * a;
-            }
-        gscale[c] = gs;
-        gbias[c] = gb;
-        if (gmean)
-            gmean[c] = -gb * a;
-        if (gvar)
-            gvar[c] = gs * a * inv * -0.5f;
-    }
+    );
 }

@@ -25,34 +25,35 @@ void ccn_maxpool2d(long NC, long H, long W, long OH, long OW, long KH, long KW,
     const long reach = W + pad_left - (KW - 1) * dil_w;  /* ow * stride_w < reach */
     const long hi = reach <= 0 ? lo : (reach + stride_w - 1) / stride_w;
     const long in_lo = lo < OW ? lo : OW, in_hi = hi < in_lo ? in_lo : hi < OW ? hi : OW;
-    CCN_OMP_FOR_IF(NC * OH * OW * KH * KW)
-    for (long p = 0; p < NC; p++) {
-        const float *in = x + p * H * W;
-        float *out = y + p * OH * OW;
-        for (long oh = 0; oh < OH; oh++) {
-            float *restrict o = out + oh * OW;
-            /* Padding is -inf: it never wins, as in the NumPy kernel.  Row
-             * by row of the window, the inner loop over output columns
-             * (which vectorises). */
-            for (long ow = 0; ow < OW; ow++)
-                o[ow] = -INFINITY;
-            for (long kh = 0; kh < KH; kh++) {
-                const long ih = oh * stride_h - pad_top + kh * dil_h;
-                if (ih < 0 || ih >= H)
-                    continue;
-                const float *row = in + ih * W;
-                for (long ow = 0; ow < in_lo; ow++)
-                    max_taps(o + ow, row, W, ow * stride_w - pad_left, KW, dil_w);
-                for (long kw = 0; kw < KW; kw++) {
-                    const float *restrict r = row + kw * dil_w - pad_left;
-                    for (long ow = in_lo; ow < in_hi; ow++)
-                        o[ow] = r[ow * stride_w] > o[ow] ? r[ow * stride_w] : o[ow];
+    CCN_PARALLEL_FOR(NC * OH * OW * KH * KW,
+        for (long p = 0; p < NC; p++) {
+            const float *in = x + p * H * W;
+            float *out = y + p * OH * OW;
+            for (long oh = 0; oh < OH; oh++) {
+                float *restrict o = out + oh * OW;
+                /* Padding is -inf: it never wins, as in the NumPy kernel.  Row
+                 * by row of the window, the inner loop over output columns
+                 * (which vectorises). */
+                for (long ow = 0; ow < OW; ow++)
+                    o[ow] = -INFINITY;
+                for (long kh = 0; kh < KH; kh++) {
+                    const long ih = oh * stride_h - pad_top + kh * dil_h;
+                    if (ih < 0 || ih >= H)
+                        continue;
+                    const float *row = in + ih * W;
+                    for (long ow = 0; ow < in_lo; ow++)
+                        max_taps(o + ow, row, W, ow * stride_w - pad_left, KW, dil_w);
+                    for (long kw = 0; kw < KW; kw++) {
+                        const float *restrict r = row + kw * dil_w - pad_left;
+                        for (long ow = in_lo; ow < in_hi; ow++)
+                            o[ow] = r[ow * stride_w] > o[ow] ? r[ow * stride_w] : o[ow];
+                    }
+                    for (long ow = in_hi; ow < OW; ow++)
+                        max_taps(o + ow, row, W, ow * stride_w - pad_left, KW, dil_w);
                 }
-                for (long ow = in_hi; ow < OW; ow++)
-                    max_taps(o + ow, row, W, ow * stride_w - pad_left, KW, dil_w);
             }
         }
-    }
+    );
 }
 
 /* How many of the K taps o*stride - pad + k (k < K) fall in [lo, hi). */
@@ -82,26 +83,28 @@ void ccn_avgpool2d(long NC, long H, long W, long OH, long OW, long KH, long KW,
                    long pad_bottom, long pad_right, int count_include_pad,
                    const float *x, float *y)
 {
-    CCN_OMP_FOR_IF(NC * OH * OW * KH * KW)
-    for (long p = 0; p < NC; p++) {
-        const float *in = x + p * H * W;
-        float *out = y + p * OH * OW;
-        for (long oh = 0; oh < OH; oh++)
-            for (long ow = 0; ow < OW; ow++) {
-                float sum = 0.0f;
-                for (long kh = 0; kh < KH; kh++) {
-                    const long ih = oh * stride_h - pad_top + kh;
-                    for (long kw = 0; kw < KW; kw++) {
-                        const long iw = ow * stride_w - pad_left + kw;
-                        if (ih >= 0 && ih < H && iw >= 0 && iw < W)
-                            sum += in[ih * W + iw];
+    CCN_PARALLEL_FOR(NC * OH * OW * KH * KW,
+        for (long p = 0; p < NC; p++) {
+            const float *in = x + p * H * W;
+            float *out = y + p * OH * OW;
+            for (long oh = 0; oh < OH; oh++)
+                for (long ow = 0; ow < OW; ow++) {
+                    float sum = 0.0f;
+                    for (long kh = 0; kh < KH; kh++) {
+                        const long ih = oh * stride_h - pad_top + kh;
+                        for (long kw = 0; kw < KW; kw++) {
+                            const long iw = ow * stride_w - pad_left + kw;
+                            if (ih >= 0 && ih < H && iw >= 0 && iw < W)
+                                sum += in[ih * W + iw];
+                        }
                     }
+                    out[oh * OW + ow] =
+                        sum / (float)avg_divisor(oh, ow, H, W, KH, KW, stride_h, stride_w,
+                                                 pad_top, pad_left, pad_bottom, pad_right,
+                                                 count_include_pad);
                 }
-                out[oh * OW + ow] =
-                    sum / (float)avg_divisor(oh, ow, H, W, KH, KW, stride_h, stride_w, pad_top,
-                                             pad_left, pad_bottom, pad_right, count_include_pad);
-            }
-    }
+        }
+    );
 }
 
 void ccn_global_avgpool(long NC, long S, const float *x, float *y)
@@ -153,20 +156,21 @@ void ccn_maxpool2d_grad(long NC, long H, long W, long OH, long OW, long KH, long
                         long pad_top, long pad_left, const float *x, const float *y,
                         const float *gy, float *gx)
 {
-    CCN_OMP_FOR_IF(NC * OH * OW * KH * KW)
-    for (long p = 0; p < NC; p++) {
-        float *g = gx + p * H * W;
-        for (long i = 0; i < H * W; i++)
-            g[i] = 0.0f;
-        for (long oh = 0; oh < OH; oh++)
-            for (long ow = 0; ow < OW; ow++) {
-                const long at = (p * OH + oh) * OW + ow;
-                const long tap = argmax_tap(x + p * H * W, H, W, oh, ow, KH, KW, stride_h,
-                                            stride_w, dil_h, dil_w, pad_top, pad_left, y[at]);
-                if (tap >= 0)
-                    g[tap] += gy[at];
-            }
-    }
+    CCN_PARALLEL_FOR(NC * OH * OW * KH * KW,
+        for (long p = 0; p < NC; p++) {
+            float *g = gx + p * H * W;
+            for (long i = 0; i < H * W; i++)
+                g[i] = 0.0f;
+            for (long oh = 0; oh < OH; oh++)
+                for (long ow = 0; ow < OW; ow++) {
+                    const long at = (p * OH + oh) * OW + ow;
+                    const long tap = argmax_tap(x + p * H * W, H, W, oh, ow, KH, KW, stride_h,
+                                                stride_w, dil_h, dil_w, pad_top, pad_left, y[at]);
+                    if (tap >= 0)
+                        g[tap] += gy[at];
+                }
+        }
+    );
 }
 
 void ccn_avgpool2d_grad(long NC, long H, long W, long OH, long OW, long KH, long KW,
@@ -174,24 +178,25 @@ void ccn_avgpool2d_grad(long NC, long H, long W, long OH, long OW, long KH, long
                         long pad_bottom, long pad_right, int count_include_pad,
                         const float *gy, float *gx)
 {
-    CCN_OMP_FOR_IF(NC * OH * OW * KH * KW)
-    for (long p = 0; p < NC; p++) {
-        float *g = gx + p * H * W;
-        for (long i = 0; i < H * W; i++)
-            g[i] = 0.0f;
-        for (long oh = 0; oh < OH; oh++)
-            for (long ow = 0; ow < OW; ow++) {
-                const long count = avg_divisor(oh, ow, H, W, KH, KW, stride_h, stride_w,
-                                               pad_top, pad_left, pad_bottom, pad_right,
-                                               count_include_pad);
-                const float share = gy[(p * OH + oh) * OW + ow] / (float)count;
-                for (long kh = 0; kh < KH; kh++)
-                    for (long kw = 0; kw < KW; kw++) {
-                        const long ih = oh * stride_h - pad_top + kh;
-                        const long iw = ow * stride_w - pad_left + kw;
-                        if (ih >= 0 && ih < H && iw >= 0 && iw < W)
-                            g[ih * W + iw] += share;
-                    }
-            }
-    }
+    CCN_PARALLEL_FOR(NC * OH * OW * KH * KW,
+        for (long p = 0; p < NC; p++) {
+            float *g = gx + p * H * W;
+            for (long i = 0; i < H * W; i++)
+                g[i] = 0.0f;
+            for (long oh = 0; oh < OH; oh++)
+                for (long ow = 0; ow < OW; ow++) {
+                    const long count = avg_divisor(oh, ow, H, W, KH, KW, stride_h, stride_w,
+                                                   pad_top, pad_left, pad_bottom, pad_right,
+                                                   count_include_pad);
+                    const float share = gy[(p * OH + oh) * OW + ow] / (float)count;
+                    for (long kh = 0; kh < KH; kh++)
+                        for (long kw = 0; kw < KW; kw++) {
+                            const long ih = oh * stride_h - pad_top + kh;
+                            const long iw = ow * stride_w - pad_left + kw;
+                            if (ih >= 0 && ih < H && iw >= 0 && iw < W)
+                                g[ih * W + iw] += share;
+                        }
+                }
+        }
+    );
 }

@@ -9,21 +9,23 @@
 void ccn_sgd_update(long n, double lr, float *param, const float *grad)
 {
     const float rate = (float)lr;
-    CCN_OMP_FOR_IF(n)
-    for (long i = 0; i < n; i++)
-        param[i] -= rate * grad[i];
+    CCN_PARALLEL_FOR(n,
+        for (long i = 0; i < n; i++)
+            param[i] -= rate * grad[i];
+    );
 }
 
 void ccn_momentum_sgd_update(long n, double lr, double momentum, float *param,
                              const float *grad, float *v)
 {
     const float rate = (float)lr, mu = (float)momentum;
-    CCN_OMP_FOR_IF(n)
-    for (long i = 0; i < n; i++) {
-        v[i] *= mu;
-        v[i] -= rate * grad[i];
-        param[i] += v[i];
-    }
+    CCN_PARALLEL_FOR(n,
+        for (long i = 0; i < n; i++) {
+            v[i] *= mu;
+            v[i] -= rate * grad[i];
+            param[i] += v[i];
+        }
+    );
 }
 
 void ccn_adam_update(long n, double alpha_t, double beta1, double beta2, double eps,
@@ -37,13 +39,14 @@ void ccn_adam_update(long n, double alpha_t, double beta1, double beta2, double 
     const double keep = 1.0 - eta * weight_decay_rate;
     const float decay = (float)keep;
     const int decays = keep != 1.0; /* Chainer skips the product when it is 1 */
-    CCN_OMP_FOR_IF(n)
-    for (long i = 0; i < n; i++) {
-        const float g = grad[i];
-        m[i] += b1 * (g - m[i]);
-        v[i] += b2 * (g * g - v[i]);
-        const float step = alpha / (sqrtf(v[i]) + epsilon);
-        const float delta = minus_eta * (step * m[i]);
-        param[i] = decays ? decay * param[i] + delta : param[i] + delta;
-    }
+    CCN_PARALLEL_FOR(n,
+        for (long i = 0; i < n; i++) {
+            const float g = grad[i];
+            m[i] += b1 * (g - m[i]);
+            v[i] += b2 * (g * g - v[i]);
+            const float step = alpha / (sqrtf(v[i]) + epsilon);
+            const float delta = minus_eta * (step * m[i]);
+            param[i] = decays ? decay * param[i] + delta : param[i] + delta;
+        }
+    );
 }
