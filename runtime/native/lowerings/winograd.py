@@ -7,11 +7,12 @@ output that cost memory traffic.
 Measured against im2col and GEMM on 2 cores at batch 8 (forward, filter
 gradient; the input gradient about as the forward): 64 channels at 32x32
 -44% to -52%, -23% to -31%; 128 at 16x16 -37% to -45%, -30%; 256 at 8x8
--19% to -31%, -3% to -20%; 16 at 32x32 -44%, -34%; 8 at 32x32 -24%, -20%.  It loses where rows of tiles are short or
-the products shallow: 512 channels at 4x4 +31% (forward), 16 at 8x8 +46%,
-+61%, 64 at 8x8 +14% (filter gradient), 3 channels at 64x64 +58% (filter
-gradient).  The ResNet-18-style training step at batch 8, the two lowerings
-alternating in one process: 105 to 88 ms (-15%)."""
+-19% to -31%, -3% to -20%; 16 at 32x32 -44%, -34%; 8 at 32x32 -24%, -20%.
+It loses where rows of tiles are short or the products shallow: 512
+channels at 4x4 +31% (forward), 16 at 8x8 +46%, +61%, 64 at 8x8 +14%
+(filter gradient), 3 channels at 64x64 +58% (filter gradient).  The
+ResNet-18-style training step at batch 8, the two lowerings alternating in
+one process: 105 to 88 ms (-15%)."""
 from ..lowering import Step
 
 #: Fewest channels (input and output), narrowest output, and least product
