@@ -26,8 +26,9 @@ static long plane(long floats)
 }
 
 /* U[xi][o][i] (16 planes of O x I, plane(O * I) apart) = element xi of
- * G g G^T for the filter g of output o and input i. */
-static void transform_filters(long O, long I, const float *w, int transposed, float *U)
+ * G g G^T for the filter g of output o and input i, from w as `weights`
+ * (CCN_WINOGRAD_FILTERS or _ROTATED) says. */
+static void transform_filters(long O, long I, const float *w, int weights, float *U)
 {
     CCN_OMP(omp for schedule(static))
     for (long o = 0; o < O; o++)
@@ -35,8 +36,9 @@ static void transform_filters(long O, long I, const float *w, int transposed, fl
             float g[3][3], t[4][3];
             for (int r = 0; r < 3; r++)
                 for (int s = 0; s < 3; s++)
-                    g[r][s] = transposed ? w[(i * O + o) * 9 + (2 - r) * 3 + (2 - s)]
-                                         : w[(o * I + i) * 9 + r * 3 + s];
+                    g[r][s] = weights == CCN_WINOGRAD_ROTATED
+                                  ? w[(i * O + o) * 9 + (2 - r) * 3 + (2 - s)]
+                                  : w[(o * I + i) * 9 + r * 3 + s];
             for (int s = 0; s < 3; s++) {  /* G g */
                 t[0][s] = g[0][s];
                 t[1][s] = 0.5f * (g[0][s] + g[1][s] + g[2][s]);
@@ -150,24 +152,28 @@ static void transform_output_row(long OH, long OW, long TW, long y0, const float
 
 void ccn_conv2d_winograd(long N, long I, long H, long W, long O, long OH, long OW,
                          long pad_top, long pad_left, long tiles, const float *x,
-                         const float *w, int transposed, const float *bias, float *y,
+                         const float *w, int weights, const float *bias, float *y,
                          float *scratch, int act, float act_alpha)
 {
     const long TH = (OH + 1) / 2, TW = (OW + 1) / 2;
     const long tile_rows = N * TH, block_rows = tiles / TW, ld = tiles;
     const long up = plane(O * I), vp = plane(I * ld), mp = plane(O * ld);
-    float *U = scratch, *V = U + 16 * up, *M = V + 16 * vp;
+    const int transformed = weights == CCN_WINOGRAD_TRANSFORMED;
+    float *U = transformed ? NULL : scratch, *V = transformed ? scratch : U + 16 * up,
+          *M = V + 16 * vp;
+    const float *Uw = transformed ? w : U;
     /* One team for the whole convolution; each stage splits its loop
      * between the threads and waits for the others at its end. */
     CCN_OMP(omp parallel if (N * I * O * OH * OW >= CCN_PARALLEL_WORK))
     {
-        transform_filters(O, I, w, transposed, U);
+        if (!transformed)
+            transform_filters(O, I, w, weights, U);
         for (long row0 = 0; row0 < tile_rows; row0 += block_rows) {
             const long rows = block_rows < tile_rows - row0 ? block_rows : tile_rows - row0;
             transform_patches(I, H, W, TH, TW, pad_top, pad_left, x, row0, rows, V, ld);
             CCN_OMP(omp for schedule(dynamic, 1))
             for (long xi = 0; xi < 16; xi++)
-                ccn_gemm_one_thread(O, rows * TW, I, U + xi * up, I, V + xi * vp, ld,
+                ccn_gemm_one_thread(O, rows * TW, I, Uw + xi * up, I, V + xi * vp, ld,
                                     M + xi * mp, ld, 1);
             CCN_OMP(omp for schedule(static))
             for (long p = 0; p < rows * O; p++) {

@@ -9,10 +9,19 @@ CCN_BEGIN_DECLS
 
 /* Floats between consecutive planes of a transform beyond its size. */
 #define CCN_WINOGRAD_SKEW 16
+/* How ccn_conv2d_winograd's weights come: (O, I, 3, 3) filters; a
+ * ConvTranspose's (I, O, 3, 3), read rotated half a turn (so that the
+ * gradient of a convolution's input is this convolution of the output's
+ * gradient); or transformed already (constant weights, at emit time): 16
+ * planes of O x I, each G g G^T's element, CCN_WINOGRAD_SKEW floats
+ * after one another. */
+enum { CCN_WINOGRAD_FILTERS, CCN_WINOGRAD_ROTATED, CCN_WINOGRAD_TRANSFORMED };
 /* Floats of scratch ccn_conv2d_winograd needs for I input and O output
- * channels and blocks of `tiles` 2x2 output tiles. */
-#define CCN_WINOGRAD_SCRATCH(I, O, tiles) \
-    (16 * ((O) * (I) + ((I) + (O)) * (tiles) + 3 * CCN_WINOGRAD_SKEW))
+ * channels and blocks of `tiles` 2x2 output tiles (the weights'
+ * transforms too unless they come transformed). */
+#define CCN_WINOGRAD_SCRATCH(I, O, tiles, weights)                               \
+    (16 * (((weights) == CCN_WINOGRAD_TRANSFORMED ? 0 : (O) * (I) + CCN_WINOGRAD_SKEW) + \
+           ((I) + (O)) * (tiles) + 2 * CCN_WINOGRAD_SKEW))
 /* The same for ccn_conv2d_grad_filter_winograd. */
 #define CCN_WINOGRAD_GRAD_SCRATCH(I, O, tiles) \
     (16 * ((O) * (I) + ((I) + 2 * (O)) * (tiles) + 4 * CCN_WINOGRAD_SKEW))
@@ -20,15 +29,13 @@ CCN_BEGIN_DECLS
 /* y (N, O, OH, OW) = the 3x3 convolution, stride 1, of x (N, I, H, W)
  * padded by pad_top and pad_left (and zeros past the bottom and right
  * edges as far as OH and OW reach), plus bias (may be NULL), then
- * activation act (CCN_ACT_*).  Weights w are (O, I, 3, 3), or, when
- * transposed, (I, O, 3, 3) read rotated half a turn: a ConvTranspose's
- * weights, so that the gradient of a convolution's input is this
- * convolution of the output's gradient.  The 2x2 output tiles are taken
- * `tiles` at a time (whole rows of tiles: a multiple of (OW + 1) / 2);
- * scratch holds CCN_WINOGRAD_SCRATCH(I, O, tiles) floats. */
+ * activation act (CCN_ACT_*), with weights w as `weights` says
+ * (CCN_WINOGRAD_*).  The 2x2 output tiles are taken `tiles` at a time
+ * (whole rows of tiles: a multiple of (OW + 1) / 2); scratch holds
+ * CCN_WINOGRAD_SCRATCH(I, O, tiles, weights) floats. */
 void ccn_conv2d_winograd(long N, long I, long H, long W, long O, long OH, long OW,
                          long pad_top, long pad_left, long tiles, const float *x,
-                         const float *w, int transposed, const float *bias, float *y,
+                         const float *w, int weights, const float *bias, float *y,
                          float *scratch, int act, float act_alpha);
 
 /* The gradient gw (O, I, 3, 3) of ccn_conv2d_winograd's weights (not

@@ -252,7 +252,8 @@ def conv(em, inst) -> Step:
     OH, OW = win.out
     tiles = winograd_tiles(N, C, M, (OH, OW), (KH, KW), win.strides, win.dilations, group)
     if tiles is not None:
-        return winograd_step(em, inst, sx, M, (OH, OW), win.pads_begin, tiles, False, act)
+        return winograd_step(em, inst, sx, M, (OH, OW), win.pads_begin, tiles, 'filters',
+                             act)
     S = OH * OW
     images = images_per_product(N, S, CONV_COLUMNS)
     direct = images == 1 and (KH, KW, OH, OW) == (1, 1, H, W) and win.strides == (1, 1) \

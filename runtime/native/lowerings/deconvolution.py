@@ -34,7 +34,7 @@ def conv_transpose(em, inst) -> Step:
     tiles = winograd_tiles(N, C, M, (OH, OW), (KH, KW), (sh, sw_), (dh, dw), group)
     if tiles is not None:
         return winograd_step(em, inst, sx, M, (OH, OW), (KH - 1 - pt, KW - 1 - pl), tiles,
-                             True, 'CCN_ACT_NONE, 0.0f')
+                             'rotated', 'CCN_ACT_NONE, 0.0f')
     # As the gradient of a convolution's input, a product per image would
     # read the whole weight for a few columns (16 in a ResNet's last stage).
     images = images_per_product(N, H * W, GRAD_COLUMNS)

@@ -13,6 +13,8 @@ channels at 4x4 +31% (forward), 16 at 8x8 +46%, +61%, 64 at 8x8 +14%
 (filter gradient), 3 channels at 64x64 +58% (filter gradient).  The
 ResNet-18-style training step at batch 8, the two lowerings alternating in
 one process: 105 to 88 ms (-15%)."""
+import numpy
+
 from ..lowering import Step
 
 #: Fewest channels (input and output), narrowest output, and least product
@@ -50,27 +52,50 @@ def winograd_tiles(batch, channels_in, channels_out, out_size, kernel, strides, 
     return min(rows, tile_rows) * tile_cols
 
 
-def winograd_step(em, inst, x_shape, channels_out, out_size, pads_begin, tiles, transposed,
+#: G of F(2x2, 3x3): a filter g becomes G g G^T (ccn_winograd.c's
+#: transform_filters does the same at run time).
+_G = numpy.array([[1, 0, 0], [0.5, 0.5, 0.5], [0.5, -0.5, 0.5], [0, 0, 1]], numpy.float32)
+
+
+def transformed_filters(w) -> numpy.ndarray:
+    """Constant (O, I, 3, 3) weights in the layout
+    CCN_WINOGRAD_TRANSFORMED of ccn_winograd.h: 16 planes of O x I, each
+    an element of G g G^T, SKEW floats after one another."""
+    w = numpy.asarray(w, numpy.float32)
+    out_channels, in_channels = w.shape[:2]
+    u = numpy.einsum('ar,oirs,bs->aboi', _G, w, _G).reshape(16, out_channels * in_channels)
+    return numpy.pad(u, ((0, 0), (0, SKEW))).reshape(-1)
+
+
+def winograd_step(em, inst, x_shape, channels_out, out_size, pads_begin, tiles, weights,
                   act) -> Step:
     """The Step of ``inst`` as ccn_conv2d_winograd: a convolution of input
     0 (``x_shape``, NCHW) into ``channels_out`` channels of ``out_size``,
     the input padded by ``pads_begin`` (top, left), with input 1 the
-    weights ((O, I, 3, 3), or a ConvTranspose's (I, O, 3, 3) when
-    ``transposed``), input 2 an optional bias; ``act`` the activation's C
-    arguments."""
+    weights, 'filters' (O, I, 3, 3) or a ConvTranspose's (I, O, 3, 3),
+    'rotated'; constant filters are transformed here, once.  Input 2 is an
+    optional bias; ``act`` the activation's C arguments."""
     N, channels_in, H, W = x_shape
     OH, OW = out_size
     has_bias = em.has(inst, 2)
+    constant = em.const(inst.inputs[1]) if weights == 'filters' else None
+    transformed = None
+    if constant is not None:
+        weights = 'transformed'
+        transformed = em.constant_array('winograd%d' % inst.outputs[0],
+                                        transformed_filters(constant))
+    mode = 'CCN_WINOGRAD_' + weights.upper()
 
     def render(ref, scratch):
         return ['ccn_conv2d_winograd(%d, %d, %d, %d, %d, %d, %d, %d, %d, %d,'
                 % (N, channels_in, H, W, channels_out, OH, OW, pads_begin[0], pads_begin[1], tiles),
-                '                    %s, %s, %d, %s, %s, %s, %s);' % (
-                    ref(inst.inputs[0]), ref(inst.inputs[1]), transposed,
+                '                    %s, %s, %s, %s, %s, %s, %s);' % (
+                    ref(inst.inputs[0]), transformed or ref(inst.inputs[1]), mode,
                     ref(inst.inputs[2]) if has_bias else 'NULL', ref(inst.outputs[0]),
                     scratch, act)]
     # CCN_WINOGRAD_SCRATCH of ccn_winograd.h.
-    scratch = 16 * (channels_out * channels_in + (channels_in + channels_out) * tiles + 3 * SKEW)
+    filters = 0 if transformed else channels_out * channels_in + SKEW
+    scratch = 16 * (filters + (channels_in + channels_out) * tiles + 2 * SKEW)
     return Step('winograd', [(N, channels_out, OH, OW)], render, scratch=scratch,
                 also=('connection',))
 

@@ -32,35 +32,39 @@ def _rand(rng, *shape):
     return rng.uniform(-1, 1, shape).astype(F32)
 
 
-def _emitted_calls(model, tmp_path, kernel):
-    """How many calls of C function ``kernel`` the model's code makes."""
+def _count_in_code(model, tmp_path, text):
+    """How many times ``text`` occurs in the model's emitted code."""
     result = emit_c(build_program(model), tmp_path, 'model')
     source = next(p for p in result.files if p.endswith('/model.c'))
     with open(source) as f:
-        return f.read().count(kernel + '(')
+        return f.read().count(text)
 
 
 def test_conv_through_winograd(tmp_path):
     # y1: 17 x 19 outputs, so the last row and column of tiles are half
     # outside; 6 images of 9 tile rows are more than one block, and a block
     # ends inside an image.  y2: padding only at the bottom and right, then
-    # a fused ReLU.  y3: no padding, no bias.
+    # a fused ReLU.  y3: no padding, no bias.  Their constant weights are
+    # transformed at emit time; y4's, given at run time, by the kernel.
     rng = numpy.random.RandomState(0)
     node = helper.make_node
     nodes = [node('Conv', ['x', 'w1', 'b1'], ['y1'], pads=[1, 1, 1, 1]),
              node('Conv', ['x', 'w2', 'b2'], ['c2'], pads=[0, 0, 2, 2]),
              node('Relu', ['c2'], ['y2']),
-             node('Conv', ['x', 'w1'], ['y3'])]
+             node('Conv', ['x', 'w1'], ['y3']),
+             node('Conv', ['x', 'wr'], ['y4'], pads=[1, 1, 1, 1])]
     inits = {'w1': _rand(rng, C, C, 3, 3), 'b1': _rand(rng, C),
              'w2': _rand(rng, C + 8, C, 3, 3), 'b2': _rand(rng, C + 8)}
     x_shape = [BATCH, C, 17, 19]
-    model = make_model(nodes, [('x', F32, x_shape)],
+    model = make_model(nodes, [('x', F32, x_shape), ('wr', F32, [C, C, 3, 3])],
                        [('y1', F32, [BATCH, C, 17, 19]), ('y2', F32, [BATCH, C + 8, 17, 19]),
-                        ('y3', F32, [BATCH, C, 15, 17])], inits)
+                        ('y3', F32, [BATCH, C, 15, 17]), ('y4', F32, [BATCH, C, 17, 19])],
+                       inits)
     tiles = winograd_tiles(BATCH, C, C + 8, (17, 19), (3, 3), (1, 1), (1, 1), 1)
     assert tiles is not None and tiles < BATCH * 9 * 10 and (BATCH * 9 * 10) % tiles
-    assert _emitted_calls(model, tmp_path, 'ccn_conv2d_winograd') == 3
-    check_native(model, [_rand(rng, *x_shape)], atol=1e-4)
+    assert _count_in_code(model, tmp_path, 'ccn_conv2d_winograd(') == 4
+    assert _count_in_code(model, tmp_path, 'CCN_WINOGRAD_TRANSFORMED,') == 3
+    check_native(model, [_rand(rng, *x_shape), _rand(rng, C, C, 3, 3)], atol=1e-4)
 
 
 def test_conv_transpose_at_stride_one_through_winograd(tmp_path):
@@ -76,7 +80,7 @@ def test_conv_transpose_at_stride_one_through_winograd(tmp_path):
     model = make_model(nodes, [('x', F32, x_shape)],
                        [('y1', F32, [2, C + 8, 16, 17]), ('y2', F32, [2, C + 8, 18, 19]),
                         ('y3', F32, [2, C + 8, 16, 17])], inits)
-    assert _emitted_calls(model, tmp_path, 'ccn_conv2d_winograd') == 3
+    assert _count_in_code(model, tmp_path, 'ccn_conv2d_winograd(') == 3
     check_native(model, [_rand(rng, *x_shape)], atol=1e-4)
 
 
@@ -94,7 +98,7 @@ def test_conv_grad_filter_through_winograd(tmp_path):
                                ('gy2', F32, gy_shape)],
                        [('gw1', F32, [C + 8, C, 3, 3]), ('gw2', F32, [C + 8, C, 3, 3])],
                        custom=True)
-    assert _emitted_calls(model, tmp_path, 'ccn_conv2d_grad_filter_winograd') == 2
+    assert _count_in_code(model, tmp_path, 'ccn_conv2d_grad_filter_winograd(') == 2
     check_native(model, [_rand(rng, *x_shape), _rand(rng, *gy_shape), _rand(rng, *gy_shape)],
                  atol=1e-4, onnxruntime_check=False)
 
