@@ -25,6 +25,10 @@ MIN_CHANNELS = 8
 MIN_WIDTH = 8
 MIN_WIDTH_CHANNELS = 256
 MIN_FILTER_GRADIENT_WIDTH = 16
+#: Widest output sent there: the transforms keep a few rows of the image
+#: on the stack (about 36 bytes per output column), which a worker
+#: thread's stack holds up to this width with room to spare.
+MAX_WIDTH = 1024
 #: Floats of transformed inputs and products per block of tiles, the
 #: scratch that goes round the 16 products (measured best against half and
 #: twice this).
@@ -40,11 +44,11 @@ def winograd_tiles(batch, channels_in, channels_out, out_size, kernel, strides, 
     ccn_winograd.c computes this convolution or one of its gradients, or
     None when it should not: not 3x3 with stride and dilation 1 in one
     group, or too few channels or too narrow an output (below
-    ``min_width``) for it to pay."""
+    ``min_width``) for it to pay, or an output wider than MAX_WIDTH."""
     channels = min(channels_in, channels_out)
     if tuple(kernel) != (3, 3) or tuple(strides) != (1, 1) or tuple(dilations) != (1, 1) \
             or group != 1 or channels < MIN_CHANNELS or out_size[1] < min_width \
-            or channels * out_size[1] < MIN_WIDTH_CHANNELS:
+            or out_size[1] > MAX_WIDTH or channels * out_size[1] < MIN_WIDTH_CHANNELS:
         return None
     tile_cols = (out_size[1] + 1) // 2
     tile_rows = batch * ((out_size[0] + 1) // 2)

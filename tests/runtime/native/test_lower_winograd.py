@@ -12,6 +12,7 @@ from chainer_compiler.frontend import build_program
 from chainer_compiler.runtime.native.emit_c import emit_c
 from chainer_compiler.runtime.native.lowerings.winograd import (
     BLOCK_FLOATS,
+    MAX_WIDTH,
     MIN_CHANNELS,
     MIN_FILTER_GRADIENT_WIDTH,
     MIN_WIDTH,
@@ -114,6 +115,8 @@ def test_which_convolutions_go_to_winograd():
     assert winograd_tiles(8, MIN_CHANNELS - 1, C, (64, 64), **args) is None
     assert winograd_tiles(8, C, MIN_CHANNELS - 1, (64, 64), **args) is None
     assert winograd_tiles(8, C, C, (32, MIN_WIDTH - 1), **args) is None
+    assert winograd_tiles(1, C, C, (2, MAX_WIDTH), **args) is not None
+    assert winograd_tiles(1, C, C, (2, MAX_WIDTH + 1), **args) is None
     # Few channels need a wide output, and the other way round.
     narrow = MIN_WIDTH_CHANNELS // MIN_WIDTH
     assert winograd_tiles(8, narrow, narrow, (8, MIN_WIDTH), **args) is not None
