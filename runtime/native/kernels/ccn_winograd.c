@@ -261,7 +261,7 @@ void ccn_conv2d_grad_filter_winograd(long N, long I, long H, long W, long O, lon
         for (long row0 = 0; row0 < tile_rows; row0 += block_rows) {
             const long rows = block_rows < tile_rows - row0 ? block_rows : tile_rows - row0;
             const long count = rows * TW;
-                    transform_patches(I, H, W, TH, TW, pad_top, pad_left, x, row0, rows, V, ld);
+            transform_patches(I, H, W, TH, TW, pad_top, pad_left, x, row0, rows, V, ld);
             /* GY[xi] is O x count here, transposed below for the product. */
             CCN_OMP(omp for schedule(static))
             for (long p = 0; p < rows * O; p++) {
