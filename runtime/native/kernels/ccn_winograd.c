@@ -158,22 +158,22 @@ void ccn_conv2d_winograd(long N, long I, long H, long W, long O, long OH, long O
     const long TH = (OH + 1) / 2, TW = (OW + 1) / 2;
     const long tile_rows = N * TH, block_rows = tiles / TW, ld = tiles;
     const long up = plane(O * I), vp = plane(I * ld), mp = plane(O * ld);
+    /* The filters' transforms, unless they come transformed, then V and M. */
     const int transformed = weights == CCN_WINOGRAD_TRANSFORMED;
-    float *U = transformed ? NULL : scratch, *V = transformed ? scratch : U + 16 * up,
-          *M = V + 16 * vp;
-    const float *Uw = transformed ? w : U;
+    float *V = transformed ? scratch : scratch + 16 * up, *M = V + 16 * vp;
+    const float *U = transformed ? w : scratch;
     /* One team for the whole convolution; each stage splits its loop
      * between the threads and waits for the others at its end. */
     CCN_OMP(omp parallel if (N * I * O * OH * OW >= CCN_PARALLEL_WORK))
     {
         if (!transformed)
-            transform_filters(O, I, w, weights, U);
+            transform_filters(O, I, w, weights, scratch);
         for (long row0 = 0; row0 < tile_rows; row0 += block_rows) {
             const long rows = block_rows < tile_rows - row0 ? block_rows : tile_rows - row0;
             transform_patches(I, H, W, TH, TW, pad_top, pad_left, x, row0, rows, V, ld);
             CCN_OMP(omp for schedule(dynamic, 1))
             for (long xi = 0; xi < 16; xi++)
-                ccn_gemm_one_thread(O, rows * TW, I, Uw + xi * up, I, V + xi * vp, ld,
+                ccn_gemm_one_thread(O, rows * TW, I, U + xi * up, I, V + xi * vp, ld,
                                     M + xi * mp, ld, 1);
             CCN_OMP(omp for schedule(static))
             for (long p = 0; p < rows * O; p++) {
