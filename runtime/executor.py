@@ -24,6 +24,7 @@ from .backend import (
     to_backend,
 )
 from .errors import InputValidationError, KernelError, NonFiniteError, RuntimeVMError
+from .host_memory import keep_freed_memory
 from .native.library import NativeRun
 from .profiling import Tracer, describe_value
 from .program import NO_REGISTER, Program
@@ -69,6 +70,9 @@ class Executor:
 
     ``program`` is validated whole first (validate_program): a malformed
     one raises ProgramFormatError before any code is generated from it.
+    The first NumPy Executor of a process makes glibc's malloc keep freed
+    memory for the next arrays (host_memory.py; opt out with
+    ``CHAINER_COMPILER_KEEP_FREED_MEMORY=0``).
     """
 
     def __init__(self, program: Program, backend: str | None = None, trace: bool = False,
@@ -78,6 +82,8 @@ class Executor:
         self.program = program
         self.backend = backend or default_backend()
         self.xp = get_array_module(self.backend)
+        if self.backend == 'numpy':
+            keep_freed_memory()
         instrumented = [k for k, on in (('trace', trace or tracer is not None),
                                         ('check_nans', check_nans),
                                         ('track_memory', track_memory)) if on]

@@ -22,7 +22,7 @@ import numpy
 from .segments import equal_cuts, keep_for_cuts, segment_costs
 
 #: Buckets of recomputation work in the dynamic program.
-WORK_BUCKETS = 64
+WORK_BUCKETS = 128
 #: Limits tried between the least feasible and keeping everything.
 LIMITS = 12
 #: Bisections of the limits around a memory_budget.
@@ -113,13 +113,17 @@ def _limits(costs):
 def _cheapest_cuts(costs, limit, buckets=WORK_BUCKETS):
     """The cuts (a tuple of positions) of least recomputation work whose
     segments fit ``limit``, or None when none fit; ``buckets=1`` ignores
-    work (a feasibility test)."""
+    work (a feasibility test).  Work counts in steps of the most any
+    segmentation replays over ``buckets - 1``, each segment's rounded up;
+    the last bucket takes every larger total, so that many cheap segments
+    (the least peaks need them) never overflow the count and go unfound."""
     n = costs.kept.shape[0] - 1
-    total = float(costs.work.max())
-    width = max(total / max(buckets - 1, 1), 1.0)
-    best = numpy.full((n + 1, buckets), numpy.inf)
+    last = buckets - 1
+    width = max(float(costs.work.max()) / max(last, 1), 1.0)
+    best = numpy.full((n + 1, buckets), numpy.inf)  # least bytes kept, by cut and work
     best[0, 0] = 0.0
-    previous = numpy.full((n + 1, buckets), -1, dtype=numpy.int64)
+    from_cut = numpy.full((n + 1, buckets), -1, dtype=numpy.int64)
+    from_bucket = numpy.zeros((n + 1, buckets), dtype=numpy.int64)
     columns = numpy.arange(buckets)
     for j in range(1, n + 1):
         shift = _shifts(costs, j, n, width, buckets)
@@ -128,20 +132,23 @@ def _cheapest_cuts(costs, limit, buckets=WORK_BUCKETS):
         fits = (before + costs.working[:j, j, None] <= limit) & \
             (before + kept[:, None] <= limit)
         after = numpy.where(fits, before + kept[:, None], numpy.inf)
-        source = columns[None, :] - shift[:, None]
-        gathered = numpy.where(source >= 0, after[numpy.arange(j)[:, None],
-                                                  numpy.clip(source, 0, None)], numpy.inf)
+        # Segment i..j moves bucket b to b + shift[i], or to the last bucket.
+        source = numpy.clip(columns[None, :] - shift[:, None], 0, None)
+        gathered = numpy.where(columns[None, :] >= shift[:, None],
+                               numpy.take_along_axis(after, source, 1), numpy.inf)
+        overflow = numpy.where(columns[None, :] >= last - shift[:, None], after, numpy.inf)
+        source[:, last] = overflow.argmin(1)
+        gathered[:, last] = overflow.min(1)
         rows = gathered.argmin(0)
         best[j] = gathered[rows, columns]
-        previous[j] = rows
+        from_cut[j] = rows
+        from_bucket[j] = source[rows, columns]
     finite = numpy.flatnonzero(numpy.isfinite(best[n]))
     if not len(finite):
         return None
     cuts, j, bucket = [], n, int(finite[0])
     while j > 0:
-        i = int(previous[j, bucket])
-        bucket -= int(_shifts(costs, j, n, width, buckets)[i])
-        j = i
+        j, bucket = int(from_cut[j, bucket]), int(from_bucket[j, bucket])
         if j > 0:
             cuts.append(j)
     return tuple(reversed(cuts))

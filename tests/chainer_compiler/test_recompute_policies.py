@@ -21,6 +21,7 @@ from tests.chainer_compiler.autodiff import gradcheck
 
 #: gt.py (the package exports its policy function under the same name).
 GT_MODULE = importlib.import_module('chainer_compiler.recompute.gt')
+SEGMENTS_MODULE = importlib.import_module('chainer_compiler.recompute.segments')
 
 POLICIES = [('chen', {}), ('gt', {}), ('dummy', {}), ('gt', {'memory_budget': 0.9}),
             ('chen', {'chen_segments': 3})]
@@ -186,6 +187,22 @@ def test_gt_bisects_the_limits_around_a_budget(tmp, monkeypatch):
     (swept_peak, swept_length), (peak, length) = plans.values()
     assert swept_peak < peak <= budget
     assert length < swept_length
+
+
+def test_gt_finds_segmentations_of_more_segments_than_work_buckets():
+    # A chain of nearly free boundaries whose segments need as many working
+    # bytes as they have nodes: under a limit of 1.5 only one-node segments
+    # fit, three times as many as the dynamic program counts work in.  Each
+    # costs at least one bucket, so the count must saturate, not overflow.
+    n = 3 * GT_MODULE.WORK_BUCKETS
+    i, j = numpy.meshgrid(numpy.arange(n + 1), numpy.arange(n + 1), indexing='ij')
+    length = numpy.maximum(j - i, 0).astype(float)
+    costs = SEGMENTS_MODULE.Costs(kept=numpy.where(j > i, 1e-3, 0.0), working=length,
+                                  work=length)
+    every_node = tuple(range(1, n))
+    assert GT_MODULE._cheapest_cuts(costs, 1.5, buckets=1) == every_node
+    assert GT_MODULE._cheapest_cuts(costs, 1.5) == every_node
+    assert GT_MODULE._cheapest_cuts(costs, 0.5) is None
 
 
 def test_a_budget_below_the_smallest_peak_states_it(tmp):
