@@ -3,7 +3,8 @@
 100-layer MLP and a deep plain CNN.
 
     python benchmarks/memory.py [--models KEY ...] [--policies POLICY ...]
-                                [--steps N] [--quick] [--out benchmarks/out/memory.png]
+                                [--steps N] [--seconds S] [--batch N] [--quick]
+                                [--out benchmarks/out/memory.png]
 
 A POLICY is a ``computation_order`` name ('none' for None) with an
 optional memory budget after a colon: a fraction of None's predicted peak
@@ -13,15 +14,19 @@ the list).  For each model and policy one training step (forward, softmax
 cross entropy, backward, SGD update) runs with the VM tracking memory,
 giving the measured peak (``peak_bytes``) beside the memory model's
 prediction (``predicted_peak_bytes``); then untracked copies of every
-policy are timed, interleaved round by round (timing.py), for the median
-step time.  A per-operator time split of None against gt (the VM's
-Tracer) says where the time goes, and the issue's targets are checked.
+policy are timed, one step of each per round (timing.py), for as many
+rounds as fill ``--seconds``, for the median step time; gt against chen
+at chen's budget is judged round by round, on the median difference.  A
+per-operator time split of None against gt (the VM's Tracer) says where
+the time goes, and the issue's targets are checked.
 Writes the plot to ``--out`` and the report as .md and .csv beside it.
 """
 import argparse
 import copy
 import csv
+import math
 import os
+import statistics
 import sys
 import tempfile
 from collections.abc import Callable
@@ -30,7 +35,7 @@ from dataclasses import dataclass
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import models  # noqa: E402
 from bench import batch_data, initialized_model  # noqa: E402
-from timing import time_interleaved, timed  # noqa: E402
+from timing import interleaved_samples, timed  # noqa: E402
 from training_candidates import optimizer_update_step  # noqa: E402
 
 import chainer_compiler  # noqa: E402
@@ -45,6 +50,8 @@ PROFILED_POLICY = 'gt'
 #: Models whose per-operator time is split, in order of preference (else
 #: the run's first model).
 PROFILED_MODELS = ('resnet50',)
+#: At most this many timing rounds (one step of every policy each) per model.
+MAX_ROUNDS = 200
 #: At most this many traced steps per policy: kernel totals settle sooner
 #: than a median does, and the traced models are the slow ones.
 PROFILE_STEPS = 3
@@ -118,9 +125,14 @@ class Row:
     predicted: int | None = None
     measured: int | None = None
     param_bytes: int = 0
-    ms: float | None = None
+    samples: list | None = None  # seconds of each timed step, one per round
     error: str | None = None
     none: 'Row | None' = None  # the same model's row without recompute, for the ratios
+
+    @property
+    def ms(self):
+        """The median step time in milliseconds (None: not timed)."""
+        return None if not self.samples else statistics.median(self.samples) * 1e3
 
     def fraction_of_none(self):
         if self.none is None or self.measured is None or self.none.measured is None:
@@ -175,6 +187,7 @@ def bench_model(key, policies, args, work):
     case = MODELS[key]
     make, shape, batch = ((case.quick_make, case.quick_shape, case.quick_batch) if args.quick
                           else (case.make, case.shape, case.batch))
+    batch = args.batch or batch
     label = '%s, %s, %s, batch %d' % (case.name, 'tiny' if args.quick else case.size,
                                       'x'.join(map(str, shape)), batch)
     x, t = batch_data(shape, batch)
@@ -187,14 +200,25 @@ def bench_model(key, policies, args, work):
     steps = {row.policy.name: compiled_step(model, onnx_file, row.policy,
                                             compiler_kwargs(row.policy, chen_predicted))[1]
              for row in rows if row.error is None}
-    print('timing: %s, %d policies ...' % (label, len(steps)), file=sys.stderr)
-    times = time_interleaved({name: (lambda step=step: step(x, t)) for name, step in steps.items()},
-                             budget_s=0.0, min_reps=args.steps, max_reps=args.steps,
-                             rounds=args.steps)
+    calls = {name: (lambda step=step: step(x, t)) for name, step in steps.items()}
+    rounds = timing_rounds(calls, args)
+    print('timing: %s, %d policies, %d rounds ...' % (label, len(steps), rounds), file=sys.stderr)
+    samples = interleaved_samples(calls, budget_s=0.0, min_reps=rounds, max_reps=rounds,
+                                  rounds=rounds)
     none = next((r for r in rows if r.policy.order is None and r.error is None), None)
     for row in rows:
-        row.ms, row.none = times.get(row.policy.name), none
+        row.samples, row.none = samples.get(row.policy.name), none
     return rows, (model, onnx_file, x, t)
+
+
+def timing_rounds(calls, args):
+    """How many rounds of one step per policy fill ``--seconds``, at least
+    ``--steps`` and at most MAX_ROUNDS, from one step of each (the first
+    call compiles, so it is not the one timed)."""
+    for call in calls.values():
+        call()
+    round_s = sum(timed(call)[1] for call in calls.values())
+    return max(args.steps, min(MAX_ROUNDS, math.ceil(args.seconds / max(round_s, 1e-6))))
 
 
 def measure_rows(rows, model, onnx_file, x, t):
@@ -332,9 +356,14 @@ def targets(rows):
         name = 'gt no slower than chen at chen\'s budget, %s' % MODELS[key].name
         if gt.error or gt.ms is None:  # gt cannot even compile under chen's peak
             lines.append('MISS: %s: gt not run: %s' % (name, gt.error))
-        else:
-            lines.append('%s: %s: %.1f ms against %.1f ms'
-                         % ('PASS' if gt.ms <= chen.ms else 'MISS', name, gt.ms, chen.ms))
+            continue
+        # Side by side in each round: the load of the moment hits both alike.
+        differences = [g - c for g, c in zip(gt.samples, chen.samples)]
+        median = statistics.median(differences) * 1e3
+        lines.append('%s: %s: %.1f ms against %.1f ms; per round, gt minus chen: median %+.1f ms '
+                     'over %d rounds, gt faster in %d'
+                     % ('PASS' if median <= 0 else 'MISS', name, gt.ms, chen.ms, median,
+                        len(differences), sum(d < 0 for d in differences)))
     return lines
 
 
@@ -453,8 +482,13 @@ def main(argv=None):
                              "':FRACTION' or ':chen' budget (default: %s)"
                              % ' '.join(DEFAULT_POLICIES))
     parser.add_argument('--steps', type=int, default=11,
-                        help='timed training steps per policy, after 3 warm-up steps, one '
-                             'per policy in each round')
+                        help='the fewest timing rounds per model (one step of every policy '
+                             'each, after 3 warm-up steps)')
+    parser.add_argument('--seconds', type=float, default=30.0,
+                        help='timing per model: rounds are added until they fill this '
+                             '(at most %d)' % MAX_ROUNDS)
+    parser.add_argument('--batch', type=int,
+                        help='the batch size of every model (default: each model\'s own)')
     parser.add_argument('--quick', action='store_true',
                         help='tiny variants of the models (a smoke run)')
     parser.add_argument('--out', default=DEFAULT_OUT,
@@ -462,6 +496,8 @@ def main(argv=None):
     args = parser.parse_args(argv)
     if args.steps < 2:
         parser.error('--steps must be at least 2')
+    if args.batch is not None and args.batch < 1:
+        parser.error('--batch must be at least 1')
     os.makedirs(os.path.dirname(os.path.abspath(args.out)), exist_ok=True)
     profiled = next((k for k in PROFILED_MODELS if k in args.models), args.models[0])
     rows = []

@@ -33,18 +33,29 @@ def timed_calls(fn, n):
     return seconds
 
 
-def time_interleaved(candidates, budget_s=2.0, min_reps=5, max_reps=300, rounds=5):
+def interleaved_samples(candidates, budget_s=2.0, min_reps=5, max_reps=300, rounds=5):
     """``candidates``: {name: zero-argument callable, or an object with
-    ``timed_calls(n)``}.  Returns {name: median milliseconds per call}.
-    Each candidate gets about ``budget_s`` seconds of timed calls (within
-    ``min_reps``..``max_reps``)."""
+    ``timed_calls(n)``}.  Returns {name: seconds of each timed call}, round
+    by round: with one call per round (``per_round``), the i-th samples of
+    all candidates were taken side by side.  Each candidate gets about
+    ``budget_s`` seconds of timed calls (within ``min_reps``..``max_reps``);
+    the candidates take turns in their order, and in the reverse order on
+    every other round, so that none always follows the same other."""
     # Warm-up: caches, lazy compilation, allocator pools.
     estimate = {name: statistics.mean(timed_calls(fn, 3)) for name, fn in candidates.items()}
     per_round = {name: max(1, math.ceil(
         repetitions(budget_s, estimate[name], min_reps, max_reps) / rounds))
         for name in candidates}
     samples = {name: [] for name in candidates}
-    for _ in range(rounds):
-        for name, fn in candidates.items():
-            samples[name] += timed_calls(fn, per_round[name])
+    order = list(candidates)
+    for round_ in range(rounds):
+        for name in (order if round_ % 2 == 0 else order[::-1]):
+            samples[name] += timed_calls(candidates[name], per_round[name])
+    return samples
+
+
+def time_interleaved(candidates, budget_s=2.0, min_reps=5, max_reps=300, rounds=5):
+    """{name: median milliseconds per call} of interleaved_samples (the
+    same arguments)."""
+    samples = interleaved_samples(candidates, budget_s, min_reps, max_reps, rounds)
     return {name: statistics.median(s) * 1e3 for name, s in samples.items()}

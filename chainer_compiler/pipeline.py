@@ -58,8 +58,16 @@ class CompilerOptions:
         "`'chen'` only: the number of segments (an int; default the square root of the "
         'forward node count, rounded)')})
     retain: object = field(default=None, metadata={'doc': (
-        "`'custom'` only (and required there): the forward values to retain, a list of "
-        'names; backward recomputes every other value it reads')})
+        "`'custom'` only (it takes this or `order`): the forward values to retain, a list "
+        'of names; backward recomputes every other value it reads')})
+    order: object = field(default=None, metadata={'doc': (
+        "`'custom'` only (it takes this or `retain`): an explicit computation order, a "
+        "list of steps `('forget', value)`, `('forward', node)` and `('backward', node)` "
+        '(a node by its index in the forward graph or its name): the values the leading '
+        "forgets name are not retained; after them, 'forward' replays a node and 'forget' "
+        "drops a value, which may be recomputed again later; the 'backward' steps run "
+        "each node's gradient, in the backward graph's order. A step that cannot run is a "
+        'ValueError naming it')})
     fold_constants: bool = field(default=True, metadata={'doc': (
         'evaluate nodes whose inputs are all constants at compile time (every `fold` '
         'pass); False keeps them as instructions')})
@@ -67,8 +75,10 @@ class CompilerOptions:
     def __post_init__(self):
         # Checked on construction: a misapplied option fails before compiling.
         recompute.check_options(self)
-        if self.retain is not None:  # a tuple: the options stay hashable
+        if self.retain is not None:  # tuples: the options stay hashable
             object.__setattr__(self, 'retain', tuple(self.retain))
+        if self.order is not None:
+            object.__setattr__(self, 'order', tuple(tuple(step) for step in self.order))
 
     @classmethod
     def from_kwargs(cls, kwargs, **given):

@@ -277,6 +277,10 @@ class BackwardGraph:
     retained: list
     grad_outputs: dict
     value_types: dict = field(default_factory=dict)
+    #: Beside ``nodes``: the index of the forward node whose gradient rule
+    #: made each (None: the renaming of the gradients at the end).  What an
+    #: explicit computation order's 'backward' steps name.
+    origins: list = field(default_factory=list)
 
     def graph(self, name='backward'):
         """The backward graph as a GraphProto (for dumps and code emission)."""
@@ -361,7 +365,9 @@ def differentiate(graph, opset, wrt, outputs=None, outer=None):
             grads[out] = _grad_name(b, out, outer)
             grad_inputs.append((grads[out], out))
 
-    for node in reversed(graph.node):
+    origins = []
+    for index in reversed(range(len(graph.node))):
+        node = graph.node[index]
         gys = [grads.get(o) if o else None for o in node.output]
         inputs = list(node.input) + implicit_inputs(node)
         if all(g is None for g in gys) or not any(i in requires for i in inputs):
@@ -378,6 +384,7 @@ def differentiate(graph, opset, wrt, outputs=None, outer=None):
             if gx is None or name not in requires:
                 continue
             grads[name] = b.add_gradients(name, grads[name], gx) if name in grads else gx
+        origins += [index] * (len(b.nodes) - len(origins))
 
     grad_outputs = {}
     for name in wrt:
@@ -385,10 +392,12 @@ def differentiate(graph, opset, wrt, outputs=None, outer=None):
         if g is not None and (outer is not None or g != GRAD_PREFIX + name):
             g = b.node('Identity', [g], [_grad_name(b, name, outer)])
         grad_outputs[name] = g
-    _prune(b, [g for g in grad_outputs.values() if g is not None])
+    origins += [None] * (len(b.nodes) - len(origins))
+    origins = _prune(b, [g for g in grad_outputs.values() if g is not None], origins)
     constants = {t.name: t for t in graph.initializer}
     retained = outside_reads(b.nodes, b.initializers, [g for g, _ in grad_inputs], constants)
-    return BackwardGraph(b.nodes, b.initializers, grad_inputs, retained, grad_outputs, types)
+    return BackwardGraph(b.nodes, b.initializers, grad_inputs, retained, grad_outputs, types,
+                         origins)
 
 
 def _grad_name(b, name, outer):
@@ -430,17 +439,19 @@ def outside_reads(nodes, initializers, grad_inputs, constants):
     return retained
 
 
-def _prune(b, needed):
+def _prune(b, needed, origins):
     """Drop backward nodes no gradient output depends on (a rule may build
-    gradients for inputs that turn out not to need one)."""
+    gradients for inputs that turn out not to need one); returns the
+    ``origins`` (one per node) of the nodes kept."""
     needed, kept = set(needed), []
-    for node in reversed(b.nodes):
+    for node, origin in zip(reversed(b.nodes), reversed(origins)):
         if any(o in needed for o in node.output):
-            kept.append(node)
+            kept.append((node, origin))
             needed.update(reads(node))
     kept.reverse()
-    b.nodes[:] = kept
+    b.nodes[:] = [node for node, _ in kept]
     b.initializers[:] = [t for t in b.initializers if t.name in needed]
+    return [origin for _, origin in kept]
 
 
 def _is_static(shape):

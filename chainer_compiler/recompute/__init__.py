@@ -8,11 +8,15 @@ memory model (memory_model.py) predicts the peak of the result.
 * ``problem.py``: what a policy works on (graphs, options, sizes, costs);
 * ``replay.py``: the replay machinery every policy shares;
 * ``segments.py``: segmentations of the forward order (chen, gt);
+* ``ordered.py``: explicit orders ('custom' with ``order``), which may
+  recompute a value more than once;
 * ``policies.py`` and ``gt.py``: the policies.
 """
 from .gt import BudgetError, gt
+from .ordered import check_order
 from .policies import chen, custom, dummy, retain_all
 from .problem import Problem
+from .replay import Plan
 from .replay import apply as apply_plan
 
 #: Recompute policies by ``computation_order`` name (CompilerOptions); the
@@ -20,13 +24,14 @@ from .replay import apply as apply_plan
 POLICIES = {None: retain_all, 'chen': chen, 'gt': gt, 'custom': custom, 'dummy': dummy}
 
 #: Options that apply to one policy only: option -> policy.
-POLICY_OPTIONS = {'memory_budget': 'gt', 'chen_segments': 'chen', 'retain': 'custom'}
+POLICY_OPTIONS = {'memory_budget': 'gt', 'chen_segments': 'chen', 'retain': 'custom',
+                  'order': 'custom'}
 
 
 def policy(name):
     """The policy registered in POLICIES as ``name``: a function of the
-    Problem returning the values to keep (None: change nothing).  An
-    unknown name is a ValueError listing the choices."""
+    Problem returning the values to keep (None: change nothing), or a
+    replay.Plan.  An unknown name is a ValueError listing the choices."""
     if name not in POLICIES:
         raise ValueError('unknown computation_order %r: choose one of %s'
                          % (name, ', '.join(repr(p) for p in POLICIES)))
@@ -36,7 +41,7 @@ def policy(name):
 def check_options(options):
     """Refuse CompilerOptions whose policy options do not fit: an unknown
     policy, an option of another policy, a value of the wrong kind, or
-    'custom' without `retain` (ValueError naming them)."""
+    'custom' without one of `retain` and `order` (ValueError naming them)."""
     name = options.computation_order
     policy(name)
     for option, owner in POLICY_OPTIONS.items():
@@ -53,11 +58,18 @@ def check_options(options):
     if segments is not None and (isinstance(segments, bool) or not isinstance(segments, int)
                                  or segments < 1):
         raise ValueError('chen_segments must be a positive int, not %r' % (segments,))
-    retain = options.retain
-    if name == 'custom' and (retain is None or isinstance(retain, str)
-                             or not all(isinstance(r, str) for r in retain)):
-        raise ValueError("computation_order 'custom' needs compiler option 'retain': a list of "
-                         'forward value names, not %r' % (retain,))
+    retain, order = options.retain, options.order
+    if name != 'custom':
+        return
+    if (retain is None) == (order is None):
+        raise ValueError("computation_order 'custom' needs one of the compiler options 'retain' "
+                         "(a list of forward value names) and 'order' (a list of steps)%s"
+                         % (', not both' if retain is not None else ''))
+    if order is not None:
+        check_order(order)
+    elif isinstance(retain, str) or not all(isinstance(r, str) for r in retain):
+        raise ValueError("compiler option 'retain' is a list of forward value names, not %r"
+                         % (retain,))
 
 
 def apply(forward_graph, backward, options, opsets, joined=False):
@@ -68,9 +80,9 @@ def apply(forward_graph, backward, options, opsets, joined=False):
     if options.computation_order is None:
         return
     problem = Problem(forward_graph, backward, options, opsets, joined)
-    keep = policy(options.computation_order)(problem)
-    if keep is not None:
-        apply_plan(backward, problem.plan(keep))
+    chosen = policy(options.computation_order)(problem)
+    if chosen is not None:
+        apply_plan(backward, chosen if isinstance(chosen, Plan) else problem.plan(chosen))
 
 
 __all__ = ['BudgetError', 'POLICIES', 'POLICY_OPTIONS', 'Problem', 'apply', 'check_options',

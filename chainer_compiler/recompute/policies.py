@@ -1,5 +1,7 @@
 """The recompute policies other than 'gt' (gt.py): each a function of the
-Problem returning the forward values to keep, or None to change nothing."""
+Problem returning the forward values to keep, None to change nothing, or
+(an explicit order) the replay.Plan itself."""
+from .ordered import ordered_plan
 from .segments import equal_cuts, keep_for_cuts
 
 
@@ -20,7 +22,11 @@ def chen(problem):
 
 def custom(problem):
     """Keep the forward values named by `retain` and recompute every other
-    value backward reads."""
+    value backward reads; or, with `order`, run that explicit order (a
+    replay.Plan; ordered.py)."""
+    if problem.options.order is not None:
+        return ordered_plan(problem.forward, problem.backward, problem.options.order,
+                            problem.joined)
     names = list(problem.options.retain)
     unknown = [n for n in names if n not in problem.forward.producer
                and n not in problem.forward.pinned]

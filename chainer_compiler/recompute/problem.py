@@ -62,7 +62,7 @@ class Problem:
                                        initializers=chosen.initializers)
         known = dict(self._sizes)
         known.update(memory_model.constant_sizes(chosen.initializers))
-        known.update((fresh, known.get(name, 0)) for name, fresh in chosen.renamed.items())
+        known.update((fresh, known.get(name, 0)) for fresh, name in chosen.copies.items())
         if self.joined:
             schedules = [memory_model.joined_schedule(self.graph, backward)]
         else:

@@ -46,13 +46,14 @@ class Plan:
     """The backward program a policy makes: its ``nodes`` (replays
     included), the forward values it ``retained`` and its
     ``initializers``; ``replayed`` lists the indices of the forward nodes
-    replayed, in order; ``renamed`` maps each forward value a replay
-    recomputes to the fresh name it writes (joined plans only)."""
+    replayed, in order (twice where a value is recomputed twice);
+    ``copies`` maps each fresh name a replay writes to the forward value
+    it recomputes."""
     nodes: list
     retained: list
     initializers: list
     replayed: list
-    renamed: dict = field(default_factory=dict)
+    copies: dict = field(default_factory=dict)
 
 
 def plan(forward, backward, keep, joined=False):
@@ -83,18 +84,26 @@ def plan(forward, backward, keep, joined=False):
                     nodes.append(_replay(original, keep, renamed, taken))
                     replayed.append(k)
         nodes.append(_renaming_reads(node, renamed))
+    return finished_plan(forward, backward, nodes, replayed,
+                     {fresh: name for name, fresh in renamed.items()})
+
+
+def finished_plan(forward, backward, nodes, replayed, copies):
+    """The Plan of backward ``nodes``: what they read of forward is
+    retained, except forward constants, which are copied in."""
     initializers = list(backward.initializers)
-    # Replayed nodes may read forward constants: copied in, not retained.
     kept = outside_reads(nodes, initializers, [g for g, _ in backward.grad_inputs],
                          forward.constants)
-    return Plan(nodes, kept, initializers, replayed, renamed)
+    return Plan(nodes, kept, initializers, replayed, copies)
 
 
 def apply(backward, chosen):
-    """Make the autodiff.BackwardGraph ``backward`` run Plan ``chosen``."""
+    """Make the autodiff.BackwardGraph ``backward`` run Plan ``chosen``
+    (its nodes no longer have gradient rules as origins)."""
     backward.nodes[:] = chosen.nodes
     backward.initializers[:] = chosen.initializers
     backward.retained[:] = chosen.retained
+    backward.origins[:] = [None] * len(chosen.nodes)
 
 
 def _producers(name, forward, keep, made):

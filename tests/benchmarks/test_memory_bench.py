@@ -23,7 +23,7 @@ SMOKE_POLICIES = ['none', 'gt']
 def test_quick_run_writes_the_table_and_the_plot(tmp_path, capsys):
     out = tmp_path / 'memory.png'
     rows = memory.main(['--quick', '--models', 'mlp100', '--policies'] + SMOKE_POLICIES
-                       + ['--steps', '2', '--out', str(out)])
+                       + ['--steps', '2', '--seconds', '0', '--out', str(out)])
     assert [r.policy.name for r in rows] == SMOKE_POLICIES
     none = rows[0]
     for row in rows:
@@ -53,8 +53,11 @@ def test_policies_parse_with_their_budgets():
 
 def test_targets_are_pass_or_miss_from_the_rows():
     policies = [memory.Policy.parse(p) for p in ('none', 'gt', 'chen', 'gt:chen')]
-    rows = [memory.Row('resnet50', 'ResNet-50', p, measured=m, param_bytes=20, ms=ms)
-            for p, m, ms in zip(policies, (100, 40, 70, 55), (10.0, 14.0, 12.0, 11.0))]
+    # Step seconds over three rounds: gt at chen's budget has the higher
+    # median (12 against 11.5 ms) but is faster in two of the three rounds.
+    samples = ([0.010] * 3, [0.014] * 3, [0.011, 0.013, 0.0115], [0.0105, 0.012, 0.012])
+    rows = [memory.Row('resnet50', 'ResNet-50', p, measured=m, param_bytes=20, samples=s)
+            for p, m, s in zip(policies, (100, 40, 70, 55), samples)]
     for row in rows:
         row.none = rows[0]
     assert memory.targets(rows) == [
@@ -63,8 +66,13 @@ def test_targets_are_pass_or_miss_from_the_rows():
         "MISS: gt step time <= +30% of None's, ResNet-50: +40%",
         "MISS: chen peak <= 60% of None's, ResNet-50: 70% (of the peak less the parameters: "
         "62%)",
-        "PASS: gt no slower than chen at chen's budget, ResNet-50: 11.0 ms against 12.0 ms"]
-    rows[3].error, rows[3].ms = 'memory_budget 70 bytes is below ...', None
+        "PASS: gt no slower than chen at chen's budget, ResNet-50: 12.0 ms against 11.5 ms; "
+        "per round, gt minus chen: median -0.5 ms over 3 rounds, gt faster in 2"]
+    rows[3].samples = [0.0115, 0.0135, 0.012]
+    assert memory.targets(rows)[-1].startswith(
+        "MISS: gt no slower than chen at chen's budget, ResNet-50: 12.0 ms against 11.5 ms; "
+        "per round, gt minus chen: median +0.5 ms over 3 rounds, gt faster in 0")
+    rows[3].error, rows[3].samples = 'memory_budget 70 bytes is below ...', None
     assert memory.targets(rows)[-1] == ("MISS: gt no slower than chen at chen's budget, "
                                         "ResNet-50: gt not run: memory_budget 70 bytes is "
                                         "below ...")

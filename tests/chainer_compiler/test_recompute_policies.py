@@ -2,6 +2,7 @@
 to the same gradients as retaining everything, keeps Dropout's masks and
 updates BatchNormalization's running averages once, and chen and gt lower
 the peak the VM measures."""
+import collections
 import functools
 import importlib.util
 import os
@@ -10,6 +11,7 @@ import chainer
 import chainer.functions as F
 import chainer.links as L
 import numpy
+import onnx
 import pytest
 from onnx import TensorProto, helper
 
@@ -87,14 +89,15 @@ def _exported(kind, tmp):
     return model, path
 
 
-def _step(kind, tmp, order=None, **kwargs):
+def _step(kind, tmp, policy=None, **kwargs):
     """One training step of a fresh copy of the ``kind`` model compiled with
-    ``order``: (compiled model, {param path: grad}, {path: persistent})."""
+    computation_order ``policy``: (compiled model, {param path: grad},
+    {path: persistent})."""
     base, path = _exported(kind, tmp)
     model = type(base)()
     model.copyparams(base)
     _copy_persistents(model, base)
-    compiled = chainer_compiler.compile_onnx(model, path, computation_order=order,
+    compiled = chainer_compiler.compile_onnx(model, path, computation_order=policy,
                                              compiler_kwargs=kwargs,
                                              runtime_kwargs={'track_memory': True})
     x, t = _data(base)
@@ -228,6 +231,85 @@ def test_custom_retains_the_named_values(tmp):
         _step('mlp', tmp, 'custom', retain=['nothing'])
 
 
+def _chain(tmp):
+    """The forward node names of the 'mlp' model (a chain of Gemm and Relu,
+    48 nodes), their outputs and the graph's input."""
+    graph = onnx.load(_exported('mlp', tmp)[1]).graph
+    return [n.name for n in graph.node], [n.output[0] for n in graph.node], graph.input[0].name
+
+
+def _two_level_order(names, outputs, segment=16, half=8):
+    """An order keeping the output of every ``segment``-th node; backward
+    replays each segment's first ``half`` nodes, keeps only the last of
+    their outputs, replays the rest and runs their gradients, then replays
+    the first half again for theirs: those nodes run three times.  With
+    ``half=0`` each segment is replayed once, whole."""
+    n = len(names)
+    checkpoints = set(range(segment - 1, n, segment))
+    order = [('forget', outputs[k]) for k in range(n) if k not in checkpoints]
+    for start in reversed(range(0, n, segment)):
+        middle, end = start + half, min(start + segment, n)
+        order += [('forward', names[k]) for k in range(start, middle)]
+        order += [('forget', outputs[k]) for k in range(start, middle - 1)]
+        order += [('forward', names[k]) for k in range(middle, end - 1)]
+        order += [('backward', names[k]) for k in reversed(range(middle, end))]
+        order += [('forward', names[k]) for k in range(start, middle - 1)]
+        order += [('backward', names[k]) for k in reversed(range(start, middle))]
+    return order
+
+
+def test_an_explicit_order_recomputes_values_twice(tmp):
+    names, outputs, x = _chain(tmp)
+    order = _two_level_order(names, outputs)
+    compiled, grads, _ = _step('mlp', tmp, 'custom', order=order)
+    expected_peak = _step('mlp', tmp)[0].peak_bytes()
+    for name, grad in _step('mlp', tmp)[1].items():
+        numpy.testing.assert_array_equal(grads[name], grad)  # the same operations
+    programs = next(iter(compiled._training.values())).programs
+    replays = collections.Counter(i.name.split('/')[0] for i in programs.backward.instructions
+                                  if i.name.endswith('/recomputed'))
+    # Per segment of 16 nodes (8 Gemm-Relu pairs, each replay one fused
+    # instruction): the first half's 4 pairs, the second half's 4 for its
+    # gradients (its Relu is the checkpoint), then the first half's 4 again.
+    assert sum(replays.values()) == 3 * (4 + 4 + 4)
+    assert replays[names[0]] == 2 and replays[names[8]] == 1 and names[15] not in replays
+    one_level = _step('mlp', tmp, 'custom', order=_two_level_order(names, outputs, half=0))[0]
+    assert (compiled.peak_bytes() == compiled.predicted_peak_bytes()
+            < one_level.peak_bytes() < expected_peak)
+    # Nothing retained but the checkpoints, the parameters and the input.
+    assert {r for r in programs.retained if not r.startswith('/')} <= {
+        outputs[15], outputs[31], outputs[47], x}
+
+
+@pytest.mark.parametrize('steps,message', [
+    (lambda names, outputs: [('forget', outputs[0]), ('forward', names[1])],
+     r"step 1 \('forward', '.*'\): node 1 \(Relu.*\) reads '.*', which is not held here: "
+     r"recompute it first, with \('forward', 0\)"),
+    (lambda names, outputs: [('backward', names[46])],
+     r"step 0 .*: the backward graph runs the gradient of node 47 \(Gemm|Relu.*\): "
+     r"\('backward', 47\) next"),
+    # Node 41 is a Relu: node 42's gradient (a Gemm's) reads its output.
+    (lambda names, outputs: [('forget', outputs[41])] + [('backward', k)
+                                                         for k in range(47, -1, -1)],
+     r"step 6 \('backward', 42\): the gradient of node 42 \(Gemm.*\) reads '.*', which is "
+     r"not held here: recompute it first, with \('forward', 41\)"),
+    (lambda names, outputs: [('backward', 47), ('forget', outputs[41]), ('forget', outputs[41])],
+     r"step 2 .*: '.*' is not held here"),
+    (lambda names, outputs: [('backward', 'nothing')],
+     "step 0 .*: no forward node is named 'nothing'"),
+    (lambda names, outputs: [('backward', 48)], 'step 0 .*: the forward graph has nodes 0 to 47'),
+    (lambda names, outputs: [('forget', 'input_0')], "step 0 .*: 'input_0' is always kept"),
+    (lambda names, outputs: [('forget', outputs[47])], 'step 0 .*: .* is always kept'),
+    (lambda names, outputs: [('backward', 47)], r"step 1: the order ends before "
+                                                 r"\('backward', 46\)"),
+], ids=['replay-reads-forgotten', 'backward-out-of-order', 'read-forgotten', 'forget-twice',
+        'unknown-node', 'node-index-range', 'forget-input', 'forget-output', 'ends-early'])
+def test_an_explicit_order_that_cannot_run_names_the_step(tmp, steps, message):
+    order = steps(*_chain(tmp)[:2])
+    with pytest.raises(ValueError, match="computation_order 'custom', order " + message):
+        _step('mlp', tmp, 'custom', order=order)
+
+
 @pytest.mark.parametrize('kwargs,message', [
     ({'computation_order': 'chen', 'memory_budget': 100},
      "'memory_budget' applies to computation_order 'gt' only, not to 'chen'"),
@@ -235,7 +317,13 @@ def test_custom_retains_the_named_values(tmp):
                              "not to None"),
     ({'computation_order': 'gt', 'chen_segments': 3}, "'chen_segments' applies to .*'chen'"),
     ({'computation_order': 'chen', 'retain': ['a']}, "'retain' applies to .*'custom'"),
-    ({'computation_order': 'custom'}, "'custom' needs compiler option 'retain'"),
+    ({'computation_order': 'custom'}, "'custom' needs one of the compiler options 'retain' "
+                                      "\\(.*\\) and 'order'"),
+    ({'computation_order': 'custom', 'retain': ['a'], 'order': []}, 'not both'),
+    ({'computation_order': 'custom', 'order': [('recompute', 'a')]},
+     r"step 0 is \('recompute', 'a'\), not a \(kind, target\) pair"),
+    ({'computation_order': 'custom', 'order': [('forget', 3)]}, 'names 3: a value name'),
+    ({'computation_order': 'custom', 'order': 'forget x'}, 'list of .* steps'),
     ({'computation_order': 'gt', 'memory_budget': 1.5}, 'fraction'),
     ({'computation_order': 'gt', 'memory_budget': -3}, 'positive int'),
     ({'computation_order': 'chen', 'chen_segments': 0}, 'positive int'),
@@ -323,6 +411,27 @@ def test_the_training_step_takes_the_policies(order, kwargs):
         numpy.testing.assert_allclose(params[name], value, rtol=1e-6, atol=1e-7, err_msg=name)
     if order in ('gt', 'chen'):
         assert peak < unchanged
+
+
+def test_the_training_step_runs_an_explicit_order(monkeypatch):
+    # The classifier's forward graph is the MLP's 48 nodes, then the loss's;
+    # its backward runs the loss's gradients first.  The order, made from
+    # the graph at compile time, is the two-level one of the MLP part.
+    def two_level(problem):
+        mlp = range(48)
+        order = _two_level_order(list(mlp), [problem.forward.nodes[k].output[0] for k in mlp])
+        loss = [k for k in dict.fromkeys(problem.backward.origins) if k is not None and k >= 48]
+        forgets = next(i for i, (kind, _) in enumerate(order) if kind != 'forget')
+        order[forgets:forgets] = [('backward', k) for k in loss]
+        assert problem.joined
+        return recompute.ordered.ordered_plan(problem.forward, problem.backward, order,
+                                              problem.joined)
+    expected, unchanged = _trained_step(None)
+    monkeypatch.setitem(recompute.POLICIES, 'custom', two_level)
+    params, peak = _trained_step('custom', retain=[])
+    for name, value in expected.items():
+        numpy.testing.assert_allclose(params[name], value, rtol=1e-6, atol=1e-7, err_msg=name)
+    assert peak < unchanged
 
 
 # -- the benchmark models (benchmarks/models.py), shrunk -----------------------
