@@ -26,6 +26,8 @@ from ..autodiff.generate import implicit_inputs
 from .replay import finished_plan
 
 KINDS = ('forget', 'forward', 'backward')
+#: At most this many of the missing 'backward' steps are listed in the error.
+MISSING_LISTED = 20
 
 
 def check_order(order):
@@ -99,9 +101,13 @@ class _Schedule:
                 self.nodes += [self._reading_held(i, step, node) for node in run[1]]
                 run = next(runs, None)
         if run is not None:
+            missing = [run[0]] + [later for later, _ in runs]
+            listed = ', '.join(map(str, missing[:MISSING_LISTED]))
             raise self._error(len(order), None, "the order ends before ('backward', %d), the "
-                                                'gradient of %s' % (run[0],
-                                                                     self._describe(run[0])))
+                                                'gradient of %s; the backward steps missing '
+                                                'are those of nodes %s%s'
+                              % (run[0], self._describe(run[0]), listed,
+                                 ', ...' if len(missing) > MISSING_LISTED else ''))
         self.nodes += [self._reading_held(len(order), None, node) for node in self.renaming]
         return finished_plan(self.forward, self.backward, self.nodes, self.replayed, self.copies)
 
