@@ -76,7 +76,9 @@ class _Schedule:
         first_backward = next((i for i, (kind, _) in enumerate(order) if kind != 'forget'),
                               len(order))
         forgotten = {self._value(i, order[i]) for i in range(first_backward)}
-        self.held = {name: name for name in self.backward.retained if name not in forgotten}
+        # What backward reads of them (replays included) is what the forward
+        # program will retain.
+        self.held = {name: name for name in self.forward.producer if name not in forgotten}
         # Where nothing of forward is an input yet, a replay may write the forward name.
         self.defined = set(self.taken) if self.joined else set(self.held)
         runs = iter(self.runs)
