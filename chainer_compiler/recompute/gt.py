@@ -15,10 +15,13 @@ up to keeping everything, and each resulting plan's peak is predicted.
 Without ``memory_budget`` the plan of least predicted peak wins (then least
 work); with one, the plan of least work whose predicted peak fits, after
 the limits between the last plan that fits and the first that does not are
-bisected (the sweep's steps are coarse next to a budget).
+bisected (the sweep's steps are coarse next to a budget).  When none of
+those fits the budget, gt recomputes more than once: the nested orders of
+nested.py (2 to 4 levels of cuts), the one of least work that fits.
 """
 import numpy
 
+from .nested import nested_plans
 from .segments import equal_cuts, keep_for_cuts, segment_costs
 
 #: Buckets of recomputation work in the dynamic program.
@@ -36,8 +39,9 @@ class BudgetError(ValueError):
 def gt(problem):
     """Kusumoto et al.'s dynamic program over prefix lower sets: without
     `memory_budget`, the least peak with at most one extra forward
-    computation; with one, the least recomputation within it.  None
-    (change nothing) when retaining everything backward reads is best."""
+    computation; with one, the least recomputation within it, recomputing
+    values more than once (nested.py) where one extra forward does not fit.
+    None (change nothing) when retaining everything backward reads is best."""
     forward = problem.forward
     costs = segment_costs(forward, problem.size, problem.node_work)
     # Retaining what backward reads (no recompute) is a candidate too, so gt
@@ -51,17 +55,23 @@ def gt(problem):
     budget = problem.budget()
     if budget is not None:
         _bisect_budget(problem, costs, candidates, budget, list(zip(limits, peaks)))
-    smallest = min(peak for peak, _ in candidates.values())
     if budget is None:
         best = min(candidates, key=lambda c: candidates[c])
-    else:
-        fitting = [c for c, (peak, _) in candidates.items() if peak <= budget]
-        if not fitting:
-            raise BudgetError(
-                "memory_budget %d bytes is below the smallest peak computation_order 'gt' "
-                'reaches for this model: %d bytes' % (budget, smallest))
+        return None if best is None else keep_for_cuts(forward, list(best))
+    fitting = [c for c, (peak, _) in candidates.items() if peak <= budget]
+    if fitting:
         best = min(fitting, key=lambda c: candidates[c][::-1])
-    return None if best is None else keep_for_cuts(forward, list(best))
+        return None if best is None else keep_for_cuts(forward, list(best))
+    # Nothing with one extra forward fits: recompute more, level by level.
+    nested = [(problem.peak(plan), problem.work(plan), plan) for plan in nested_plans(problem)]
+    fitting = [(work, plan) for peak, work, plan in nested if peak <= budget]
+    if not fitting:
+        smallest = min([peak for peak, _ in candidates.values()]
+                       + [peak for peak, _, _ in nested])
+        raise BudgetError(
+            "memory_budget %d bytes is below the smallest peak computation_order 'gt' "
+            'reaches for this model: %d bytes' % (budget, smallest))
+    return min(fitting, key=lambda f: f[0])[1]
 
 
 def _add(problem, candidates, cuts):

@@ -6,6 +6,7 @@ import collections
 import functools
 import importlib.util
 import os
+import re
 
 import chainer
 import chainer.functions as F
@@ -18,6 +19,8 @@ from onnx import TensorProto, helper
 import chainer_compiler
 from chainer_compiler import recompute
 from chainer_compiler.pipeline import CompilerOptions
+from chainer_compiler.recompute.nested import nested_order
+from chainer_compiler.recompute.ordered import ordered_plan
 from chainer_compiler.training import compile_training
 from tests.chainer_compiler.autodiff import gradcheck
 
@@ -206,6 +209,23 @@ def test_gt_finds_segmentations_of_more_segments_than_work_buckets():
     assert GT_MODULE._cheapest_cuts(costs, 1.5, buckets=1) == every_node
     assert GT_MODULE._cheapest_cuts(costs, 1.5) == every_node
     assert GT_MODULE._cheapest_cuts(costs, 0.5) is None
+
+
+def test_gt_recomputes_more_than_once_where_one_extra_forward_does_not_fit(tmp):
+    one_level = _step('mlp', tmp, 'gt')[0].predicted_peak_bytes()  # gt's least such peak
+    with pytest.raises(ValueError, match=r'reaches for this model: (\d+) bytes') as error:
+        _step('mlp', tmp, 'gt', memory_budget=1000)
+    smallest = int(re.search(r'(\d+) bytes$', str(error.value)).group(1))
+    assert smallest < one_level
+    budget = (smallest + one_level) // 2
+    compiled, grads, _ = _step('mlp', tmp, 'gt', memory_budget=budget)
+    assert compiled.peak_bytes() == compiled.predicted_peak_bytes() <= budget
+    for name, grad in _step('mlp', tmp)[1].items():
+        numpy.testing.assert_array_equal(grads[name], grad)
+    backward = next(iter(compiled._training.values())).programs.backward
+    replays = collections.Counter(i.name for i in backward.instructions
+                                  if i.name.endswith('/recomputed'))
+    assert max(replays.values()) >= 2
 
 
 def test_a_budget_below_the_smallest_peak_states_it(tmp):
@@ -467,7 +487,12 @@ def _benchmark_models():
 
 
 @pytest.mark.parametrize('name', ['resnet50', 'vgg16', 'lstm', 'mlp100', 'dropout'])
-def test_benchmark_models_get_the_same_gradients_under_every_policy(tmp_path, name):
+def test_benchmark_models_get_the_same_gradients_under_every_policy(tmp_path, monkeypatch, name):
+    # 'custom' runs the nested order of three levels of three (what gt
+    # falls back on under a tight budget), made from the graph.
+    monkeypatch.setitem(recompute.POLICIES, 'custom', lambda problem: ordered_plan(
+        problem.forward, problem.backward,
+        nested_order(problem.forward, problem.backward, (3, 3, 3)), problem.joined))
     make, x = _benchmark_models()[name]
     t = numpy.arange(len(x), dtype=numpy.int32) % 5
     numpy.random.seed(0)
@@ -477,7 +502,7 @@ def test_benchmark_models_get_the_same_gradients_under_every_policy(tmp_path, na
     grads = {}
     # A budget of the whole peak fits any model; tighter ones not these small ones.
     for order, kwargs in [(None, {}), ('chen', {}), ('gt', {}), ('dummy', {}),
-                          ('gt', {'memory_budget': 1.0})]:
+                          ('gt', {'memory_budget': 1.0}), ('custom', {'retain': []})]:
         model = make()
         model.copyparams(base)
         compiled = chainer_compiler.compile_onnx(model, path, computation_order=order,
