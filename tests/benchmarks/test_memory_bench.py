@@ -78,6 +78,17 @@ def test_targets_are_pass_or_miss_from_the_rows():
                                         "below ...")
 
 
+def test_a_budgeted_gt_row_meets_a_peak_target_for_gt():
+    policies = [memory.Policy.parse(p) for p in ('none', 'gt', 'gt:0.25')]
+    rows = [memory.Row('mlp100', 'MLP', p, measured=m, param_bytes=10, samples=[s])
+            for p, m, s in zip(policies, (100, 33, 24), (0.010, 0.013, 0.020))]
+    for row in rows:
+        row.none = rows[0]
+    assert memory.targets(rows) == [
+        "PASS: gt peak <= 25% of None's, MLP, 100 layers: 24% with memory_budget 0.25 (+100% "
+        "time); 33% (of the peak less the parameters: 26%) without a budget"]
+
+
 def _check_compiled_inference(tmp_path, model, shape, batch=2):
     """Export ``model`` on a batch of ``shape``; its compiled inference
     gives Chainer's (batch, 10) output."""
