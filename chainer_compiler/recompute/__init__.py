@@ -10,6 +10,7 @@ memory model (memory_model.py) predicts the peak of the result.
 * ``segments.py``: segmentations of the forward order (chen, gt);
 * ``ordered.py``: explicit orders ('custom' with ``order``), which may
   recompute a value more than once;
+* ``nested.py``: nested checkpointing orders (gt under a tight budget);
 * ``policies.py`` and ``gt.py``: the policies.
 """
 from .gt import BudgetError, gt

@@ -23,7 +23,7 @@ multi-level schedules that one pass of replays (replay.plan) cannot.
 from onnx import NodeProto
 
 from ..autodiff.generate import implicit_inputs
-from .replay import finished_plan
+from .replay import finished_plan, fresh_name
 
 KINDS = ('forget', 'forward', 'backward')
 #: At most this many of the missing 'backward' steps are listed in the error.
@@ -69,6 +69,7 @@ class _Schedule:
         self.taken = {o for n in forward.nodes + list(backward.nodes)
                       for o in list(n.output) + list(n.input)}
         self.held = {}  # forward value -> the backward name holding it now
+        self.defined = set()  # the names a replay may not write again
         self.nodes, self.replayed, self.copies = [], [], {}
 
     def run(self, order):
@@ -125,7 +126,7 @@ class _Schedule:
             if not name or name in self.forward.pinned:
                 copy.output[j] = ''  # kept by the forward program; never made twice
                 continue
-            fresh = name if name not in self.defined else self._fresh(name)
+            fresh = name if name not in self.defined else fresh_name(name, self.taken)
             self.defined.add(fresh)
             copy.output[j] = self.held[name] = fresh
             if fresh != name:
@@ -165,14 +166,6 @@ class _Schedule:
         if not name or name not in self.forward.producer or name in self.forward.pinned:
             return name
         return self.held.get(name)
-
-    def _fresh(self, name):
-        fresh, n = name + '/recomputed', 1
-        while fresh in self.taken:
-            n += 1
-            fresh = '%s/recomputed_%d' % (name, n)
-        self.taken.add(fresh)
-        return fresh
 
     def _value(self, i, step):
         name = step[1]

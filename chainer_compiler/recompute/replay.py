@@ -84,8 +84,8 @@ def plan(forward, backward, keep, joined=False):
                     nodes.append(_replay(original, keep, renamed, taken))
                     replayed.append(k)
         nodes.append(_renaming_reads(node, renamed))
-    return finished_plan(forward, backward, nodes, replayed,
-                     {fresh: name for name, fresh in renamed.items()})
+    copies = {fresh: name for name, fresh in renamed.items()}
+    return finished_plan(forward, backward, nodes, replayed, copies)
 
 
 def finished_plan(forward, backward, nodes, replayed, copies):
@@ -130,15 +130,21 @@ def _replay(node, keep, renamed, taken):
         if name in keep:
             copy.output[i] = ''
         elif name and taken is not None:
-            fresh, k = name + '/recomputed', 1
-            while fresh in taken:
-                k += 1
-                fresh = '%s/recomputed_%d' % (name, k)
-            taken.add(fresh)
-            renamed[name] = copy.output[i] = fresh
+            renamed[name] = copy.output[i] = fresh_name(name, taken)
     if copy.name:
         copy.name += '/recomputed'
     return copy
+
+
+def fresh_name(name, taken):
+    """NAME/recomputed, numbered where ``taken`` (the names in use, which
+    it joins) has it already: the name of a recomputed copy."""
+    fresh, k = name + '/recomputed', 1
+    while fresh in taken:
+        k += 1
+        fresh = '%s/recomputed_%d' % (name, k)
+    taken.add(fresh)
+    return fresh
 
 
 def _renaming_reads(node, renamed, always=False):
