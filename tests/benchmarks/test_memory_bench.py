@@ -51,15 +51,21 @@ def test_policies_parse_with_their_budgets():
         memory.compiler_kwargs(memory.Policy.parse('gt:chen'), None)
 
 
+def _rows(key, policies, measured, samples, param_bytes):
+    """Rows of model ``key`` with the given measured peaks and step
+    seconds, the first policy's row being None's."""
+    rows = [memory.Row(key, key, memory.Policy.parse(p), measured=m, param_bytes=param_bytes,
+                       samples=s) for p, m, s in zip(policies, measured, samples)]
+    for row in rows:
+        row.none = rows[0]
+    return rows
+
+
 def test_targets_are_pass_or_miss_from_the_rows():
-    policies = [memory.Policy.parse(p) for p in ('none', 'gt', 'chen', 'gt:chen')]
     # Step seconds over three rounds: gt at chen's budget has the higher
     # median (12 against 11.5 ms) but is faster in two of the three rounds.
     samples = ([0.010] * 3, [0.014] * 3, [0.011, 0.013, 0.0115], [0.0105, 0.012, 0.012])
-    rows = [memory.Row('resnet50', 'ResNet-50', p, measured=m, param_bytes=20, samples=s)
-            for p, m, s in zip(policies, (100, 40, 70, 55), samples)]
-    for row in rows:
-        row.none = rows[0]
+    rows = _rows('resnet50', ('none', 'gt', 'chen', 'gt:chen'), (100, 40, 70, 55), samples, 20)
     assert memory.targets(rows) == [
         "PASS: gt peak <= 50% of None's, ResNet-50: 40% (of the peak less the parameters: "
         "25%)",
@@ -79,11 +85,8 @@ def test_targets_are_pass_or_miss_from_the_rows():
 
 
 def test_gt_at_the_peak_targets_budget_meets_the_time_target():
-    policies = [memory.Policy.parse(p) for p in ('none', 'gt', 'gt:0.5')]
-    rows = [memory.Row('plaincnn', 'CNN', p, measured=m, param_bytes=1, samples=[s])
-            for p, m, s in zip(policies, (100, 24, 49), (0.010, 0.0131, 0.0110))]
-    for row in rows:
-        row.none = rows[0]
+    rows = _rows('plaincnn', ('none', 'gt', 'gt:0.5'), (100, 24, 49),
+                 ([0.010], [0.0131], [0.0110]), 1)
     assert memory.targets(rows)[1] == (
         "PASS: gt step time <= +30% of None's, plain CNN: +10% with memory_budget 0.5 (49% of "
         "the peak); +31% at its least peak (24%) without a budget")
@@ -92,11 +95,8 @@ def test_gt_at_the_peak_targets_budget_meets_the_time_target():
 
 
 def test_a_budgeted_gt_row_meets_a_peak_target_for_gt():
-    policies = [memory.Policy.parse(p) for p in ('none', 'gt', 'gt:0.25')]
-    rows = [memory.Row('mlp100', 'MLP', p, measured=m, param_bytes=10, samples=[s])
-            for p, m, s in zip(policies, (100, 33, 24), (0.010, 0.013, 0.020))]
-    for row in rows:
-        row.none = rows[0]
+    rows = _rows('mlp100', ('none', 'gt', 'gt:0.25'), (100, 33, 24),
+                 ([0.010], [0.013], [0.020]), 10)
     assert memory.targets(rows) == [
         "PASS: gt peak <= 25% of None's, MLP, 100 layers: 24% with memory_budget 0.25 (+100% "
         "time); 33% (of the peak less the parameters: 26%) without a budget"]
