@@ -9,9 +9,9 @@ faults the same pages in again.  Its thresholds adapt to the largest block
 freed so far, which a steady training loop would reach, but the recompute
 policies make the live bytes rise and fall within a step (and the memory
 benchmark interleaves several programs), and there the faults stay: the
-plain CNN's ConvTranspose ran 8-13% slower under gt's order than under
+plain CNN's ConvTranspose ran 11-19% slower under gt's order than under
 chen's, with the same calls, until these thresholds were raised
-(benchmarks/NOTES.md, "Recompute and the allocator").
+(benchmarks/NOTES.md, "The allocator, not the order").
 
 Set ``CHAINER_COMPILER_KEEP_FREED_MEMORY=0`` to leave malloc as it is (the
 thresholds are the whole process's, Chainer's arrays included).
