@@ -48,7 +48,7 @@ def compile_onnx(model, onnx_file, used_translator='onnx_chainer', dump_onnx=Fal
     'gt', 'custom', 'dummy'; README, "Recompute policies").
     ``compiler_kwargs`` are compiler options (pipeline.CompilerOptions:
     ``computation_order``, ``memory_budget``, ``chen_segments``,
-    ``retain``, ``fold_constants``; docs/pipeline.md); an unknown one is a
+    ``retain``, ``order``, ``fold_constants``; docs/pipeline.md); an unknown one is a
     TypeError naming it, one that does not fit the policy a ValueError.
     ``runtime_kwargs`` go to the VM's Executor (trace, check_nans, backend).
     An input the file declares as a sequence (a list argument exported by

@@ -43,7 +43,7 @@ def add_workflow_arguments(parser):
 def command_line_policies():
     """Names of the recompute policies (recompute.POLICIES) that a name
     alone selects; those that need further compiler options (such as
-    'custom', which needs ``retain``) are left out."""
+    'custom', which needs ``retain`` or ``order``) are left out."""
     names = []
     for name in POLICIES:
         try:
