@@ -1,13 +1,16 @@
 """The 'gt' policy: Kusumoto et al., "A Graph Theoretic Framework of
 Recomputation Algorithms for Memory-Efficient Backpropagation" (NeurIPS
-2019), over the lower sets that are prefixes of the forward order.
+2019), over the lower sets that are prefixes of a topological order: the
+forward's own, and those putting each node as early or as late as it can
+go (segments.topological_orders), which differ where the graph branches.
 
-A dynamic program over the cuts finds, for a limit on its segment model's
-memory (segments.Costs), the segmentation of least recomputation work:
-state (cut j, work so far, in buckets) -> least bytes kept so far; a
-segment i..j is allowed when the bytes kept before it plus its working
-bytes, and the bytes kept after it, stay within the limit.  Every value is
-recomputed at most once: at most one extra forward computation.
+For each order, a dynamic program over the cuts finds, for a limit on its
+segment model's memory (segments.Costs), the segmentation of least
+recomputation work: state (cut j, work so far, in buckets) -> least bytes
+kept so far; a segment i..j is allowed when the bytes kept before it plus
+its working bytes, and the bytes kept after it, stay within the limit.
+Every value is recomputed at most once: at most one extra forward
+computation.
 
 The segment model is coarse, so the choice is made with the memory model
 proper: the program runs for a sweep of limits, from the least feasible
@@ -22,7 +25,7 @@ nested.py (2 to 4 levels of cuts), the one of least work that fits.
 import numpy
 
 from .nested import nested_plans
-from .segments import equal_cuts, keep_for_cuts, segment_costs
+from .segments import equal_cuts, keep_for_cuts, reordered, segment_costs, topological_orders
 
 #: Buckets of recomputation work in the dynamic program.
 WORK_BUCKETS = 128
@@ -37,31 +40,38 @@ class BudgetError(ValueError):
 
 
 def gt(problem):
-    """Kusumoto et al.'s dynamic program over prefix lower sets: without
+    """Kusumoto et al.'s dynamic program over the prefix lower sets of up to
+    three topological orders (the forward's, and each node as early or as
+    late as it can go): without
     `memory_budget`, the least peak with at most one extra forward
     computation; with one, the least recomputation within it, recomputing
     values more than once (nested.py) where one extra forward does not fit.
     None (change nothing) when retaining everything backward reads is best."""
     forward = problem.forward
-    costs = segment_costs(forward, problem.size, problem.node_work)
-    # Retaining what backward reads (no recompute) is a candidate too, so gt
-    # never predicts a higher peak than no policy.
+    # {frozenset of values kept, or None: no recompute: (predicted peak, work)}.
+    # Retaining what backward reads is a candidate too, so gt never predicts
+    # a higher peak than no policy.
     candidates = {None: (problem.peak(problem.unchanged), 0)}
     # The √n equal segments (chen's cuts) are prefixes too: the coarse
     # segment model may miss them, and with them gt never ends above chen.
-    _add(problem, candidates, tuple(equal_cuts(len(forward.nodes))))
-    limits = _limits(costs)
-    peaks = [_add(problem, candidates, _cheapest_cuts(costs, limit)) for limit in limits]
+    _add(problem, candidates, forward, tuple(equal_cuts(len(forward.nodes))))
     budget = problem.budget()
-    if budget is not None:
-        _bisect_budget(problem, costs, candidates, budget, list(zip(limits, peaks)))
+    for order in topological_orders(forward):
+        view = reordered(forward, order)
+        costs = segment_costs(view, problem.size,
+                              lambda k, order=order: problem.node_work(order[k]))
+        limits = _limits(costs)
+        peaks = [_add(problem, candidates, view, _cheapest_cuts(costs, limit))
+                 for limit in limits]
+        if budget is not None:
+            _bisect_budget(problem, view, costs, candidates, budget, list(zip(limits, peaks)))
     if budget is None:
         best = min(candidates, key=lambda c: candidates[c])
-        return None if best is None else keep_for_cuts(forward, list(best))
+        return None if best is None else set(best)
     fitting = [c for c, (peak, _) in candidates.items() if peak <= budget]
     if fitting:
         best = min(fitting, key=lambda c: candidates[c][::-1])
-        return None if best is None else keep_for_cuts(forward, list(best))
+        return None if best is None else set(best)
     # Nothing with one extra forward fits: recompute more, level by level.
     nested = [(problem.peak(plan), problem.work(plan), plan) for plan in nested_plans(problem)]
     fitting = [(work, plan) for peak, work, plan in nested if peak <= budget]
@@ -74,22 +84,25 @@ def gt(problem):
     return min(fitting, key=lambda f: f[0])[1]
 
 
-def _add(problem, candidates, cuts):
-    """Add ``cuts`` (None: no segmentation fits) to ``candidates`` as
-    (predicted peak, work); returns that peak (None for None)."""
+def _add(problem, candidates, view, cuts):
+    """Add the plan cutting ``view`` (a replay.Forward in some topological
+    order) at ``cuts`` (None: no segmentation fits) to ``candidates``;
+    returns its predicted peak (None for None)."""
     if cuts is None:
         return None
-    if cuts not in candidates:
-        chosen = problem.plan(keep_for_cuts(problem.forward, list(cuts)))
-        candidates[cuts] = (problem.peak(chosen), problem.work(chosen))
-    return candidates[cuts][0]
+    keep = frozenset(keep_for_cuts(view, list(cuts)))
+    if keep not in candidates:
+        chosen = problem.plan(keep)
+        candidates[keep] = (problem.peak(chosen), problem.work(chosen))
+    return candidates[keep][0]
 
 
-def _bisect_budget(problem, costs, candidates, budget, swept):
+def _bisect_budget(problem, view, costs, candidates, budget, swept):
     """Add the plans of the limits bisected between the highest swept limit
     whose plan fits ``budget`` and the next one up (``swept``: ascending
-    (limit, predicted peak or None)): a plan that fits with less work
-    lies there when the sweep steps over the budget."""
+    (limit, predicted peak or None); ``view`` and ``costs``: the order
+    swept): a plan that fits with less work lies there when the sweep steps
+    over the budget."""
     fitting = [limit for limit, peak in swept if peak is not None and peak <= budget]
     above = [limit for limit, _ in swept if fitting and limit > fitting[-1]]
     if not above:
@@ -97,7 +110,7 @@ def _bisect_budget(problem, costs, candidates, budget, swept):
     low, high = fitting[-1], above[0]
     for _ in range(BUDGET_BISECTIONS):
         middle = (low + high) / 2
-        peak = _add(problem, candidates, _cheapest_cuts(costs, middle))
+        peak = _add(problem, candidates, view, _cheapest_cuts(costs, middle))
         if peak is not None and peak <= budget:
             low = middle
         else:

@@ -2,10 +2,12 @@
 
 Cutting the forward nodes (in topological order) at positions
 ``0 < c1 < ... < cm < n`` makes segments; the lower sets of Kusumoto et al.
-are then the prefixes ``nodes[:c]``.  A segmentation keeps the boundary of
-every cut (the values made before it and read at or after it) and every
-value of the last segment (it is still live when backward starts); the
-other values of a segment are recomputed, once, when backward reaches it.
+are then the prefixes ``nodes[:c]``.  On a branching graph the prefixes of
+other topological orders (``topological_orders``) are other lower sets.
+A segmentation keeps the boundary of every cut (the values made before it
+and read at or after it) and every value of the last segment (it is still
+live when backward starts); the other values of a segment are recomputed,
+once, when backward reaches it.
 
 ``Costs`` holds, for every pair of cuts ``i < j``, what the segment
 ``nodes[i:j]`` adds: the bytes its boundary keeps (``kept``), the bytes
@@ -14,7 +16,7 @@ values plus the gradients of the boundary crossing ``j``), and the work of
 recomputing it (``work``).
 """
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy
 
@@ -33,6 +35,36 @@ def last_reads(forward):
     for name in forward.pinned:
         last[name] = n
     return last
+
+
+def topological_orders(forward):
+    """Distinct topological orders of ``forward``'s nodes, as lists of node
+    indices: its own; each node as early as its inputs allow (by its depth,
+    the longest path from a graph input); as late as its readers allow (by
+    its height, the longest path to a graph output).  Ties keep the
+    forward's order.  Where a side branch (a residual projection) sits
+    decides which prefixes leave it out, so each order offers other cuts."""
+    n = len(forward.nodes)
+    inputs = [{forward.producer[name] for name in reads(node) if name in forward.producer}
+              for node in forward.nodes]
+    depth, height = [0] * n, [0] * n
+    for k in range(n):
+        depth[k] = max((depth[i] + 1 for i in inputs[k]), default=0)
+    for k in reversed(range(n)):
+        for i in inputs[k]:
+            height[i] = max(height[i], height[k] + 1)
+    orders = [list(range(n)),
+              sorted(range(n), key=lambda k: (depth[k], k)),
+              sorted(range(n), key=lambda k: (-height[k], k))]
+    return [order for i, order in enumerate(orders) if order not in orders[:i]]
+
+
+def reordered(forward, order):
+    """The replay.Forward ``forward`` with its nodes in ``order`` (node
+    indices, a topological order)."""
+    nodes = [forward.nodes[k] for k in order]
+    producer = {name: k for k, node in enumerate(nodes) for name in node.output if name}
+    return replace(forward, nodes=nodes, producer=producer)
 
 
 def equal_cuts(n, segments=None):

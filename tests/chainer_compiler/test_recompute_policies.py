@@ -21,6 +21,7 @@ from chainer_compiler import recompute
 from chainer_compiler.pipeline import CompilerOptions
 from chainer_compiler.recompute.nested import nested_order
 from chainer_compiler.recompute.ordered import ordered_plan
+from chainer_compiler.recompute.replay import forward_facts
 from chainer_compiler.training import compile_training
 from tests.chainer_compiler.autodiff import gradcheck
 
@@ -193,6 +194,60 @@ def test_gt_bisects_the_limits_around_a_budget(tmp, monkeypatch):
     (swept_peak, swept_length), (peak, length) = plans.values()
     assert swept_peak < peak <= budget
     assert length < swept_length
+
+
+def _side_branch(first):
+    """x -> Relu -> Relu -> Add, with a Neg of x as the Add's other input:
+    the first node (``first``) or the third."""
+    main = [helper.make_node('Relu', ['x'], ['a']), helper.make_node('Relu', ['a'], ['b'])]
+    side = [helper.make_node('Neg', ['x'], ['s'])]
+    nodes = (side + main if first else main + side) + [helper.make_node('Add', ['b', 's'], ['y'])]
+    value = helper.make_tensor_value_info
+    return forward_facts(helper.make_graph(nodes, 'g', [value('x', TensorProto.FLOAT, [2])],
+                                           [value('y', TensorProto.FLOAT, [2])]))
+
+
+@pytest.mark.parametrize('first, other', [(False, [0, 2, 1, 3]), (True, [1, 0, 2, 3])])
+def test_gt_takes_the_prefixes_of_other_topological_orders(first, other):
+    # A side branch last goes as early as its input allows; one first, as
+    # late as its reader allows (level with the second Relu).
+    forward = _side_branch(first)
+    assert SEGMENTS_MODULE.topological_orders(forward) == [[0, 1, 2, 3], other]
+    view = SEGMENTS_MODULE.reordered(forward, other)
+    assert [n.op_type for n in view.nodes] == [forward.nodes[k].op_type for k in other]
+    assert all(view.nodes[view.producer[name]].output[0] == name for name in view.producer)
+
+
+def test_gt_replays_less_at_chen_budget_with_the_other_orders(tmp_path, monkeypatch):
+    # ResNet's projection blocks put the shortcut last in the forward order;
+    # the cuts of the order that puts it first replay less within chen's peak.
+    models = _load_benchmark_models()
+    x = numpy.random.RandomState(0).randn(4, 3, 32, 32).astype(numpy.float32)
+    t = numpy.arange(4, dtype=numpy.int32)
+    base = models.ResNet50(width=16, blocks=(1, 1, 1, 1))
+    with chainer.using_config('train', False):
+        path = chainer_compiler.export(base, [x], str(tmp_path / 'resnet.onnx'))
+    chosen = {}
+
+    def recorded(problem):
+        keep = GT_MODULE.gt(problem)
+        chosen[len(chosen)] = problem.work(problem.plan(keep))
+        return keep
+    monkeypatch.setitem(recompute.POLICIES, 'gt', recorded)
+
+    def step(order, **kwargs):
+        model = models.ResNet50(width=16, blocks=(1, 1, 1, 1))
+        model.copyparams(base)
+        compiled = chainer_compiler.compile_onnx(model, path, computation_order=order,
+                                                 compiler_kwargs=kwargs)
+        F.softmax_cross_entropy(compiled(x), t).backward()
+        return compiled.predicted_peak_bytes()
+    budget = step('chen')
+    assert step('gt', memory_budget=budget) <= budget
+    own_order = GT_MODULE.topological_orders
+    monkeypatch.setattr(GT_MODULE, 'topological_orders', lambda forward: own_order(forward)[:1])
+    assert step('gt', memory_budget=budget) <= budget
+    assert chosen[0] < 0.9 * chosen[1]
 
 
 def test_gt_finds_segmentations_of_more_segments_than_work_buckets():
