@@ -220,6 +220,16 @@ class CompiledModel(chainer.Chain):
         parts = [compiled_peak_parts(state.programs) for state in self._training.values()]
         return max(parts, key=lambda p: p['total'], default=None)
 
+    def computation_order_steps(self):
+        """The recompute order the training programs compiled so far run
+        (the first, where inputs needing gradients made several), as the
+        list of steps that compiler option 'order' takes with
+        computation_order 'custom': a policy's order to read, edit and pass
+        back.  Forward nodes are named by their index in the compiled
+        forward graph.  None before the first training step compiles them."""
+        state = next(iter(self._training.values()), None)
+        return None if state is None else list(state.programs.order)
+
     def _dump(self, programs):
         base = os.path.splitext(self.onnx_file)[0]
         for suffix, model in (('forward', programs.forward_onnx),

@@ -118,9 +118,10 @@ class Compilation:
     step's OptimizerUpdate).
 
     Made: ``source`` (how messages name the model), ``opsets``,
-    ``backward`` (the autodiff.BackwardGraph), ``graphs`` (program name ->
-    the GraphProto it is emitted from, in order) and ``programs`` (program
-    name -> Program).
+    ``backward`` (the autodiff.BackwardGraph), ``order`` (the recompute
+    order training runs, as the steps of compiler option `order`),
+    ``graphs`` (program name -> the GraphProto it is emitted from, in
+    order) and ``programs`` (program name -> Program).
     """
     model: object
     options: CompilerOptions = CompilerOptions()
@@ -134,6 +135,7 @@ class Compilation:
     source: str = '<model>'
     opsets: dict = field(default_factory=dict)
     backward: object = None
+    order: object = None
     graphs: dict = field(default_factory=dict)
     programs: dict = field(default_factory=dict)
 
@@ -256,8 +258,8 @@ def apply_recompute(c):
     nodes of the others in backward (recompute/)."""
     # A training step (the kind with an optimizer `update`) joins forward and
     # backward in one graph, where replays must write fresh names.
-    recompute.apply(c.model.graph, c.backward, c.options, c.opsets,
-                    joined=c.update is not None)
+    c.order = recompute.apply(c.model.graph, c.backward, c.options, c.opsets,
+                              joined=c.update is not None)
 
 
 def split_forward_backward(c):

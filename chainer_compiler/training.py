@@ -29,6 +29,8 @@ class TrainingPrograms:
     the differentiated model ``outputs``, updated state, then ``retained``.
     ``backward`` inputs: one gradient per name in ``grad_of_outputs``, then
     ``retained``; outputs: the gradients of ``grads_for`` in order.
+    ``order``: the recompute order they run, as the steps of compiler
+    option `order` (recompute/ordered.py).
     """
     forward: object
     backward: object
@@ -39,6 +41,7 @@ class TrainingPrograms:
     grads_for: list
     forward_onnx: object
     backward_onnx: object
+    order: list
 
 
 def compile_training(model, params=(), wrt=None, state_outputs=(), computation_order=None,
@@ -64,7 +67,8 @@ def compile_training(model, params=(), wrt=None, state_outputs=(), computation_o
         forward=c.programs['forward'], backward=c.programs['backward'],
         params=list(params), outputs=c.differentiated, retained=list(c.backward.retained),
         grad_of_outputs=[f for _, f in c.backward.grad_inputs], grads_for=c.reached,
-        forward_onnx=_like(c.model, forward), backward_onnx=_like(c.model, backward))
+        forward_onnx=_like(c.model, forward), backward_onnx=_like(c.model, backward),
+        order=c.order)
 
 
 @dataclass
@@ -85,11 +89,12 @@ class TrainingStepProgram:
     then for each parameter in ``updated`` its ``slots`` (named
     ``<param>/<slot>``), then the hyperparameters (``optimizer/<name>``).
     Its outputs: the graph outputs (loss first), then one alias of each
-    updated parameter."""
+    updated parameter.  ``order``: as TrainingPrograms'."""
     program: object
     params: list
     updated: list
     onnx: object
+    order: list
 
 
 def compile_step_program(model, loss, params, wrt, update, check=True, options=None):
@@ -108,7 +113,7 @@ def compile_step_program(model, loss, params, wrt, update, check=True, options=N
             params=tuple(params), wrt=list(wrt), differentiated=[loss], update=update)
     return TrainingStepProgram(
         program=c.programs['training_step'], params=list(params), updated=c.reached,
-        onnx=_like(c.model, c.graphs['training_step']))
+        onnx=_like(c.model, c.graphs['training_step']), order=c.order)
 
 
 def compile_inference(model, params=(), check=True, options=None):

@@ -106,6 +106,7 @@ class TrainingStep:
         if dump_onnx:
             write_onnx(compiled.onnx, dump_onnx)
         self.program = compiled.program
+        self._order = compiled.order
         self._rules = [binding.param_of[n].update_rule for n in compiled.updated]
         for name, rule in zip(compiled.updated, self._rules):
             rule._init_states(binding.param_of[name])  # Chainer's own lazy initialization
@@ -119,6 +120,11 @@ class TrainingStep:
         self.executor = Executor(self.program, **options)
         self._array_type = model.xp.ndarray
         self._batch_signature = None  # the batch signature last validated
+
+    def computation_order_steps(self):
+        """The recompute order the step runs, as the list of steps that
+        compiler option 'order' takes (CompiledModel.computation_order_steps)."""
+        return list(self._order)
 
     def __call__(self, *inputs):
         if len(inputs) != self._n_inputs:

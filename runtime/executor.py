@@ -235,8 +235,9 @@ class Executor:
                               start, time.perf_counter())
             if self.check_nans:
                 self._check_finite(step, step.outputs, regs)
-            if self.track_memory:
-                live_bytes += sum(_nbytes(v) for v in produced)
+            if self.track_memory:  # an output no register takes is dropped at once
+                live_bytes += sum(_nbytes(v) for r, v in zip(step.outputs, produced)
+                                  if r != NO_REGISTER)
                 self.peak_bytes = max(self.peak_bytes, live_bytes)
                 live_bytes -= sum(_nbytes(regs[r]) for r in step.frees)
             for r in step.frees:

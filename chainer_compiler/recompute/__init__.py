@@ -14,10 +14,10 @@ memory model (memory_model.py) predicts the peak of the result.
 * ``policies.py`` and ``gt.py``: the policies.
 """
 from .gt import BudgetError, gt
-from .ordered import check_order
+from .ordered import check_order, order_of
 from .policies import chen, custom, dummy, retain_all
 from .problem import Problem
-from .replay import Plan
+from .replay import Plan, forward_facts
 from .replay import apply as apply_plan
 
 #: Recompute policies by ``computation_order`` name (CompilerOptions); the
@@ -77,14 +77,20 @@ def apply(forward_graph, backward, options, opsets, joined=False):
     """Run ``options.computation_order`` on the autodiff.BackwardGraph
     ``backward`` of ``forward_graph`` (``opsets``: the model's), rewriting
     it in place.  ``joined``: backward is to follow forward in one graph
-    (the training step; replays then write fresh names)."""
+    (the training step; replays then write fresh names).  Returns the order
+    run, as the steps compiler option 'order' takes (ordered.order_of)."""
     if options.computation_order is None:
-        return
+        return order_of(forward_facts(forward_graph), backward)
     problem = Problem(forward_graph, backward, options, opsets, joined)
     chosen = policy(options.computation_order)(problem)
-    if chosen is not None:
-        apply_plan(backward, chosen if isinstance(chosen, Plan) else problem.plan(chosen))
+    if chosen is None:
+        return order_of(problem.forward, backward)
+    if not isinstance(chosen, Plan):
+        chosen = problem.plan(chosen)
+    steps = order_of(problem.forward, backward, chosen)
+    apply_plan(backward, chosen)
+    return steps
 
 
 __all__ = ['BudgetError', 'POLICIES', 'POLICY_OPTIONS', 'Problem', 'apply', 'check_options',
-           'policy']
+           'order_of', 'policy']

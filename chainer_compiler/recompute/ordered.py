@@ -57,6 +57,47 @@ def ordered_plan(forward, backward, order, joined=False):
     return _Schedule(forward, backward, joined).run(list(order))
 
 
+def order_of(forward, backward, chosen=None):
+    """The explicit order (see the module docstring) that runs Plan
+    ``chosen`` (None: retain everything) of the autodiff.BackwardGraph
+    ``backward`` it was made for, before replay.apply changes it: forget
+    every value it recomputes, then its replays and gradients in its order.
+    A policy's plan replays right before a value's first read, which may
+    fall between two nodes of one gradient; here that replay comes before
+    the gradient.  No later 'forget' is needed: the VM frees a copy after
+    its last read either way.  This is how a user sees a policy's order, to
+    edit it and pass it back as compiler option 'order'."""
+    runs, _ = _gradient_runs(backward)
+    if chosen is None:
+        return [('backward', k) for k, _ in runs]
+    retained = set(chosen.retained)
+    recomputed = {name for k in chosen.replayed for name in forward.nodes[k].output
+                  if name and name not in forward.pinned and name not in retained}
+    steps = [('forget', name) for node in forward.nodes for name in node.output
+             if name in recomputed]
+    replays = iter(chosen.replayed)
+    origin_of = {tuple(node.output): origin for node, origin in zip(backward.nodes,
+                                                                     backward.origins)}
+    pending, current, run_step = [], None, 0  # run_step: where the running gradient's step is
+    for node in chosen.nodes:
+        key = tuple(node.output)
+        if key not in origin_of:  # a replay
+            pending.append(('forward', next(replays)))
+            continue
+        origin = origin_of[key]
+        if origin is None:  # the final renaming runs after every step
+            continue
+        if origin == current:  # replays inside a gradient go before it
+            steps[run_step:run_step] = pending
+            run_step += len(pending)
+        else:
+            steps += pending
+            run_step, current = len(steps), origin
+            steps.append(('backward', origin))
+        pending = []
+    return steps + pending
+
+
 class _Schedule:
     """Builds the backward nodes of an order, step by step."""
 

@@ -333,6 +333,34 @@ def _two_level_order(names, outputs, segment=16, half=8):
     return order
 
 
+def _replays(compiled):
+    """{instruction name: count} of the replays in the backward program."""
+    backward = next(iter(compiled._training.values())).programs.backward
+    return collections.Counter(i.name for i in backward.instructions
+                               if i.name.endswith('/recomputed'))
+
+
+@pytest.mark.parametrize('kind, policy, kwargs', [
+    ('cnn', None, {}), ('cnn', 'gt', {}), ('cnn', 'chen', {}), ('cnn', 'dummy', {}),
+    ('mlp', 'gt', {'memory_budget': 0.5})])  # nested: values recomputed twice
+def test_a_policys_order_runs_again_as_an_explicit_order(tmp, kind, policy, kwargs):
+    # computation_order_steps() is what a user edits and passes back: as it
+    # is, it runs the same replays and gets the same gradients.
+    compiled, grads, _ = _step(kind, tmp, policy, **kwargs)
+    steps = compiled.computation_order_steps()
+    again, again_grads, _ = _step(kind, tmp, 'custom', order=steps)
+    for name, grad in grads.items():
+        numpy.testing.assert_array_equal(again_grads[name], grad, err_msg=name)
+    assert _replays(again) == _replays(compiled)
+    assert again.peak_bytes() == again.predicted_peak_bytes()
+    assert again.computation_order_steps() == steps
+    if policy is None:
+        assert {kind for kind, _ in steps} == {'backward'}
+        assert again.peak_bytes() == compiled.peak_bytes()
+    if kwargs:
+        assert max(_replays(again).values()) >= 2
+
+
 def test_an_explicit_order_recomputes_values_twice(tmp):
     names, outputs, x = _chain(tmp)
     order = _two_level_order(names, outputs)
@@ -462,9 +490,11 @@ def test_central_differences_through_dummy(monkeypatch, opset):
 
 # -- the one-program training step ------------------------------------------
 
-def _trained_step(order, **kwargs):
+def _trained_step(policy, **kwargs):
     """Two SGD steps of a deep MLP classifier compiled as one training step
-    program with ``order``: (its parameters by path, the VM's peak)."""
+    program with computation_order ``policy`` and compiler options
+    ``kwargs``: (its parameters by path, the VM's peak, the step's
+    computation_order_steps())."""
     numpy.random.seed(0)  # the same initial weights every time
     base = DeepMLP()
     x, t = _data(base)
@@ -474,16 +504,17 @@ def _trained_step(order, **kwargs):
     optimizer.setup(model)
     step = chainer_compiler.compile_training_step(
         model, optimizer, (x, t), runtime_kwargs={'track_memory': True},
-        computation_order=order, compiler_kwargs=kwargs)
+        computation_order=policy, compiler_kwargs=kwargs)
     for _ in range(2):
         step(x, t)
-    return {name: p.array.copy() for name, p in model.namedparams()}, step.executor.peak_bytes
+    return ({name: p.array.copy() for name, p in model.namedparams()}, step.executor.peak_bytes,
+            step.computation_order_steps())
 
 
 @pytest.mark.parametrize('order,kwargs', POLICIES)
 def test_the_training_step_takes_the_policies(order, kwargs):
-    expected, unchanged = _trained_step(None)
-    params, peak = _trained_step(order, **kwargs)
+    expected, unchanged, _ = _trained_step(None)
+    params, peak, _ = _trained_step(order, **kwargs)
     for name, value in expected.items():
         numpy.testing.assert_allclose(params[name], value, rtol=1e-6, atol=1e-7, err_msg=name)
     if order in ('gt', 'chen'):
@@ -503,12 +534,21 @@ def test_the_training_step_runs_an_explicit_order(monkeypatch):
         assert problem.joined
         return recompute.ordered.ordered_plan(problem.forward, problem.backward, order,
                                               problem.joined)
-    expected, unchanged = _trained_step(None)
+    expected, unchanged, _ = _trained_step(None)
     monkeypatch.setitem(recompute.POLICIES, 'custom', two_level)
-    params, peak = _trained_step('custom', retain=[])
+    params, peak, _ = _trained_step('custom', retain=[])
     for name, value in expected.items():
         numpy.testing.assert_allclose(params[name], value, rtol=1e-6, atol=1e-7, err_msg=name)
     assert peak < unchanged
+
+
+def test_the_training_steps_order_runs_again_as_an_explicit_order():
+    expected, peak, steps = _trained_step('gt')
+    params, again, again_steps = _trained_step('custom', order=steps)
+    for name, value in expected.items():
+        numpy.testing.assert_array_equal(params[name], value, err_msg=name)
+    assert again_steps == steps
+    assert any(kind == 'forward' for kind, _ in steps)
 
 
 # -- the benchmark models (benchmarks/models.py), shrunk -----------------------
