@@ -17,7 +17,7 @@ from .gt import BudgetError, gt
 from .ordered import check_order, order_of
 from .policies import chen, custom, dummy, retain_all
 from .problem import Problem
-from .replay import Plan, forward_facts
+from .replay import Plan
 from .replay import apply as apply_plan
 
 #: Recompute policies by ``computation_order`` name (CompilerOptions); the
@@ -80,14 +80,14 @@ def apply(forward_graph, backward, options, opsets, joined=False):
     (the training step; replays then write fresh names).  Returns the order
     run, as the steps compiler option 'order' takes (ordered.order_of)."""
     if options.computation_order is None:
-        return order_of(forward_facts(forward_graph), backward)
+        return order_of(backward)
     problem = Problem(forward_graph, backward, options, opsets, joined)
     chosen = policy(options.computation_order)(problem)
     if chosen is None:
-        return order_of(problem.forward, backward)
+        return order_of(backward)
     if not isinstance(chosen, Plan):
         chosen = problem.plan(chosen)
-    steps = order_of(problem.forward, backward, chosen)
+    steps = order_of(backward, problem.forward, chosen)
     apply_plan(backward, chosen)
     return steps
 

@@ -20,10 +20,9 @@ forward node that has a gradient, in the order the backward graph runs them
 A value may be recomputed again after it is forgotten, which expresses the
 multi-level schedules that one pass of replays (replay.plan) cannot.
 """
-from onnx import NodeProto
 
 from ..autodiff.generate import implicit_inputs
-from .replay import finished_plan, fresh_name
+from .replay import finished_plan, fresh_name, renaming_reads
 
 KINDS = ('forget', 'forward', 'backward')
 #: At most this many of the missing 'backward' steps are listed in the error.
@@ -57,19 +56,19 @@ def ordered_plan(forward, backward, order, joined=False):
     return _Schedule(forward, backward, joined).run(list(order))
 
 
-def order_of(forward, backward, chosen=None):
+def order_of(backward, forward=None, chosen=None):
     """The explicit order (see the module docstring) that runs Plan
-    ``chosen`` (None: retain everything) of the autodiff.BackwardGraph
-    ``backward`` it was made for, before replay.apply changes it: forget
-    every value it recomputes, then its replays and gradients in its order.
+    ``chosen``, made for the autodiff.BackwardGraph ``backward`` of the
+    replay.Forward ``forward``, before replay.apply changes it (without
+    them: retaining everything): forget every value it recomputes, then its
+    replays and gradients in its order.
     A policy's plan replays right before a value's first read, which may
     fall between two nodes of one gradient; here that replay comes before
     the gradient.  No later 'forget' is needed: the VM frees a copy after
     its last read either way.  This is how a user sees a policy's order, to
     edit it and pass it back as compiler option 'order'."""
-    runs, _ = _gradient_runs(backward)
     if chosen is None:
-        return [('backward', k) for k, _ in runs]
+        return [('backward', k) for k, _ in _gradient_runs(backward)[0]]
     retained = set(chosen.retained)
     recomputed = {name for k in chosen.replayed for name in forward.nodes[k].output
                   if name and name not in forward.pinned and name not in retained}
@@ -185,7 +184,7 @@ class _Schedule:
                 raise self._error(i, step, '%s reads %r inside a sub-graph, where it cannot be '
                                            'renamed: do not forget it' % (self._reader(step),
                                                                            name))
-        names = []
+        renamed = {}
         for name in node.input:
             held = self._holding(name)
             if held is None:
@@ -193,13 +192,9 @@ class _Schedule:
                                            "first, with ('forward', %d)"
                                   % (self._reader(step), name,
                                      self.forward.producer[name]))
-            names.append(held)
-        if not always and names == list(node.input):
-            return node
-        copy = NodeProto()
-        copy.CopyFrom(node)
-        copy.input[:] = names
-        return copy
+            if held != name:
+                renamed[name] = held
+        return renaming_reads(node, renamed, always)
 
     def _holding(self, name):
         """The name holding forward value ``name`` now (names of backward

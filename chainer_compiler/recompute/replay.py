@@ -83,7 +83,7 @@ def plan(forward, backward, keep, joined=False):
                     made.update(o for o in original.output if o and o not in keep)
                     nodes.append(_replay(original, keep, renamed, taken))
                     replayed.append(k)
-        nodes.append(_renaming_reads(node, renamed))
+        nodes.append(renaming_reads(node, renamed))
     copies = {fresh: name for name, fresh in renamed.items()}
     return finished_plan(forward, backward, nodes, replayed, copies)
 
@@ -125,7 +125,7 @@ def _replay(node, keep, renamed, taken):
     """A copy of forward ``node`` to replay: its kept outputs omitted ('');
     with ``taken`` (the names in use, joined plans), its other outputs
     renamed NAME/recomputed, made unique, and recorded in ``renamed``."""
-    copy = _renaming_reads(node, renamed, always=True)
+    copy = renaming_reads(node, renamed, always=True)
     for i, name in enumerate(copy.output):
         if name in keep:
             copy.output[i] = ''
@@ -147,7 +147,7 @@ def fresh_name(name, taken):
     return fresh
 
 
-def _renaming_reads(node, renamed, always=False):
+def renaming_reads(node, renamed, always=False):
     """``node`` reading the fresh names of ``renamed`` values: a copy when
     it reads one (or ``always``), else the node itself."""
     if not always and not any(i in renamed for i in node.input):
