@@ -2,26 +2,23 @@
 
 Folding runs the VM's own NumPy kernels, so a folded value is exactly what
 the program would have computed.  A node is folded only when ONNX's shape
-inference, given the known input values, sizes every output below a limit:
-a few bytes of ConstantOfShape, Expand or Range can ask for gigabytes, and
-compile time must stay bounded by the size of the file.
+inference, given the known input values, sizes every output within the size
+rule the native emitter applies too (runtime/limits.py): a few bytes of
+ConstantOfShape, Expand or Range can ask for gigabytes, and compile time
+must stay bounded by the size of the file.
 """
-import math
-
 import numpy
 import onnx
 from onnx import numpy_helper, shape_inference
 
 from ..onnx_graph import kernel_attributes, schema_version, subgraphs, tensor_signature
+from ..runtime.limits import may_fold
 from ..runtime.ops.registry import has_kernel, lookup, normalize_domain
 
 #: Operators whose result differs from run to run.
 _NONDETERMINISTIC = frozenset([
     'RandomNormal', 'RandomUniform', 'RandomNormalLike', 'RandomUniformLike',
     'Bernoulli', 'Multinomial', 'Dropout', 'DropoutTraining'])
-
-#: Larger results stay as instructions, so Program files stay small.
-MAX_FOLDED_ELEMENTS = 1 << 20
 
 
 def fold_constants(graph, opsets):
@@ -100,7 +97,7 @@ def _try_fold(node, opsets, known):
         return None
     arrays = []
     for r in results:
-        if not isinstance(r, (numpy.ndarray, numpy.generic)) or r.size > MAX_FOLDED_ELEMENTS:
+        if not isinstance(r, (numpy.ndarray, numpy.generic)):
             return None
         arrays.append(numpy.asarray(r))
     return arrays
@@ -108,7 +105,7 @@ def _try_fold(node, opsets, known):
 
 def _outputs_are_small(node, opsets, known):
     """True when shape inference, given the node's constant inputs, proves
-    every output has at most MAX_FOLDED_ELEMENTS elements."""
+    every output small enough to fold (runtime.limits.may_fold)."""
     try:
         schema = onnx.defs.get_schema(node.op_type, opsets.get(normalize_domain(node.domain), 1),
                                       node.domain or '')
@@ -123,9 +120,5 @@ def _outputs_are_small(node, opsets, known):
             opset_imports=[onnx.helper.make_opsetid(d, v) for d, v in opsets.items()])
     except Exception:  # inference refuses the node: left to run time
         return False
-    for name in filter(None, node.output):
-        _, shape = tensor_signature(inferred[name]) if name in inferred else (None, None)
-        if shape is None or not all(isinstance(d, int) for d in shape) \
-                or math.prod(shape) > MAX_FOLDED_ELEMENTS:
-            return False
-    return True
+    return may_fold(tensor_signature(inferred[name])[1] if name in inferred else None
+                    for name in filter(None, node.output))

@@ -7,19 +7,34 @@ arithmetic of a Reshape or Expand target, ConstantOfShape, Range) has only
 constant inputs.  Such an instruction runs once here, through the NumPy VM's
 own kernel, and its outputs join the Program's constants; the lowerings
 downstream then see constant targets, axes and indices.
+
+Only the operators of shape arithmetic are evaluated, and only when their
+results, sized here from the inputs before anything runs, pass the size
+rule the compiler's constant folding applies too (runtime/limits.py).
 """
 import math
+from typing import Any
 
 import numpy
 
 from .. import ops
+from ..limits import may_fold
 from ..program import NO_REGISTER, Instruction, Program
 
 #: Ops whose result depends only on their input's shape and dtype.
 SHAPE_ONLY = frozenset({'Shape', 'Size'})
-#: Constant inputs and results larger than this are left to the C code:
-#: folding is for shape arithmetic, not for computing on weights.
+#: Constant inputs larger than this are left to the C code: folding is for
+#: shape arithmetic, not for computing on weights.
 MAX_ELEMENTS = 1 << 16
+#: Ops none of whose results is larger than their first input.
+_NO_LARGER = frozenset({
+    'Identity', 'Cast', 'CastLike', 'Neg', 'Abs', 'Not', 'Sign', 'Ceil', 'Floor', 'Round',
+    'Reciprocal', 'Sqrt', 'Reshape', 'Flatten', 'Squeeze', 'Unsqueeze', 'Transpose', 'Slice',
+    'ReduceSum', 'ReduceProd', 'ReduceMax', 'ReduceMin', 'ReduceMean', 'ArgMax', 'ArgMin'})
+#: Ops whose result has the broadcast shape of their inputs.
+_BROADCAST = frozenset({
+    'Add', 'Sub', 'Mul', 'Div', 'Mod', 'Pow', 'Max', 'Min', 'Sum', 'Mean', 'Equal', 'Less',
+    'LessOrEqual', 'Greater', 'GreaterOrEqual', 'And', 'Or', 'Xor', 'Where'})
 
 
 def fold(inst: Instruction, consts: dict, shapes: dict, dtypes: dict) -> list | None:
@@ -33,13 +48,15 @@ def fold(inst: Instruction, consts: dict, shapes: dict, dtypes: dict) -> list | 
         if r == NO_REGISTER:
             args.append(None)
         elif inst.op in SHAPE_ONLY and r in shapes:
-            # The kernel reads only the shape: an unwritten array has it.
-            args.append(numpy.empty(shapes[r], dtype=dtypes[r]))
+            # The kernel reads only the shape: a broadcast scalar has it,
+            # however large, without memory.
+            args.append(numpy.broadcast_to(numpy.empty((), dtype=dtypes[r]), shapes[r]))
         elif r in consts and consts[r].size <= MAX_ELEMENTS:
             args.append(consts[r])
         else:
             return None
-    if not ops.has_kernel(inst.op, inst.domain, inst.version):
+    if not ops.has_kernel(inst.op, inst.domain, inst.version) or \
+            not may_fold(_result_bounds(inst.op, args, inst.attrs)):
         return None
     spec = ops.lookup(inst.op, inst.domain, inst.version, inst.name)
     static = dict(inst.attrs)
@@ -51,10 +68,38 @@ def fold(inst: Instruction, consts: dict, shapes: dict, dtypes: dict) -> list | 
         return None
     results = list(results) if isinstance(results, (tuple, list)) else [results]
     arrays = [None if r is None else numpy.asarray(r) for r in results]
-    if len(arrays) != len(inst.outputs) or any(
-            a is not None and math.prod(a.shape) > MAX_ELEMENTS for a in arrays):
-        return None
-    return arrays
+    return arrays if len(arrays) == len(inst.outputs) else None
+
+
+def _result_bounds(op: str, args: list, attrs: dict) -> list:
+    """For each result of ``op`` on ``args``, worked out without running
+    it, a shape with at least as many elements; [None] (not foldable) for
+    the ops this module does not size and for inputs their kernel refuses."""
+    shapes: list[Any] = [None if a is None else tuple(a.shape) for a in args]
+    try:
+        if op == 'Shape':
+            return [(len(shapes[0]),)]
+        if op == 'Size':
+            return [()]
+        if op in _NO_LARGER:
+            return [shapes[0]]
+        if op in _BROADCAST:
+            return [numpy.broadcast_shapes(*(s for s in shapes if s is not None))]
+        if op == 'Concat':
+            return [(sum(math.prod(s) for s in shapes),)]
+        if op == 'Gather':
+            axis = attrs.get('axis', 0) % len(shapes[0])
+            return [shapes[0][:axis] + shapes[1] + shapes[0][axis + 1:]]
+        if op == 'ConstantOfShape':
+            return [tuple(int(d) for d in args[0].reshape(-1))]
+        if op == 'Expand':
+            return [numpy.broadcast_shapes(shapes[0], tuple(int(d) for d in args[1].reshape(-1)))]
+        if op == 'Range':
+            start, limit, delta = (a.item() for a in args)
+            return [(max(math.ceil((limit - start) / delta), 0),)]
+    except (ValueError, TypeError, OverflowError, ZeroDivisionError, IndexError, AttributeError):
+        pass
+    return [None]
 
 
 def _random(op: str) -> bool:
