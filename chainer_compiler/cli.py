@@ -9,13 +9,14 @@
 
 Exit status: 0 success, 1 mismatching outputs (--test), 2 any error, which
 is reported as one line on stderr; ``chainer-compiler --debug ...`` shows
-its traceback as well.
+its traceback before that line.
 """
 import argparse
 import json
 import math
 import os
 import sys
+import traceback
 
 from .errors import InvalidModelError, InvalidTestDataError, UnsupportedOperatorsError
 from .runtime.errors import RuntimeVMError
@@ -43,7 +44,8 @@ def main(argv=None):
         return args.handler(args)
     except Exception as e:
         if args.debug:
-            raise
+            # The traceback, then the usual line: still an error, status 2.
+            traceback.print_exc()
         return _report_error(_describe(e, args))
 
 
@@ -175,7 +177,7 @@ def _emit_c(args):
     else:
         from .frontend import build_program
         program = build_program(args.model)
-    result = emit_c(program, args.output, args.name, weights=args.weights)
+    result = emit_c(program, args.output, args.name, weights=args.weights, keep=[args.model])
     weights = '' if result.weights is None else '; weights %d bytes in %s_weights.bin' % (
         result.weights.nbytes, args.name)
     print('wrote %d files to %s; arena %d bytes (intermediates without reuse: %d bytes)%s; '

@@ -11,6 +11,7 @@ import base64
 import json
 import math
 import os
+import zipfile
 
 import numpy
 
@@ -37,8 +38,12 @@ def save_program(program: Program, path: str | os.PathLike) -> None:
     arrays[_HEADER_KEY] = numpy.frombuffer(
         json.dumps(header).encode('utf-8'), dtype=numpy.uint8)
     try:
-        with atomic_write(path) as f:
-            numpy.savez(f, **arrays)
+        # numpy.savez's format, with the archive closed on an error too:
+        # savez leaves it open, and its __del__ then fails on the closed file.
+        with atomic_write(path) as f, zipfile.ZipFile(f, 'w') as archive:
+            for name, value in arrays.items():
+                with archive.open(name + '.npy', 'w', force_zip64=True) as member:
+                    numpy.lib.format.write_array(member, value, allow_pickle=False)
     except OSError as e:
         raise ProgramFormatError('cannot write Program file %s: %s'
                                  % (path, e.strerror or e)) from e

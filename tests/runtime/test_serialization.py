@@ -127,10 +127,10 @@ def test_a_failed_save_leaves_the_old_file_and_no_temporary_file(tmp_path, mlp_m
     path = tmp_path / 'p.npz'
     path.write_bytes(b'the old file')
 
-    def fail_halfway(f, **arrays):
-        f.write(b'half a file')
+    def fail_halfway(member, array, **kwargs):
+        member.write(b'half an array')
         raise OSError(28, 'No space left on device')
-    monkeypatch.setattr(numpy, 'savez', fail_halfway)
+    monkeypatch.setattr(numpy.lib.format, 'write_array', fail_halfway)
     with pytest.raises(ProgramFormatError, match='No space left on device'):
         save_program(build_program(mlp_model), str(path))
     assert path.read_bytes() == b'the old file'
