@@ -5,6 +5,7 @@ The compiled Chain adopts the model's own links and Parameters, so
 optimizers, hooks, serializers and Trainer snapshots see the same
 parameters under the same paths as the plain model.
 """
+import inspect
 import os
 from dataclasses import dataclass
 
@@ -20,6 +21,7 @@ from .onnx_graph import numpy_dtype
 from .parameter_pack import ParameterPack
 from .passes.training_mode import to_training_mode
 from .pipeline import CompilerOptions
+from .runtime.backend import get_array_module
 from .runtime.errors import InputValidationError
 from .runtime.executor import Executor
 from .runtime.signatures import validate_inputs
@@ -50,7 +52,9 @@ def compile_onnx(model, onnx_file, used_translator='onnx_chainer', dump_onnx=Fal
     ``computation_order``, ``memory_budget``, ``chen_segments``,
     ``retain``, ``order``, ``fold_constants``; docs/pipeline.md); an unknown one is a
     TypeError naming it, one that does not fit the policy a ValueError.
-    ``runtime_kwargs`` go to the VM's Executor (trace, check_nans, backend).
+    ``runtime_kwargs`` go to the VM's Executor (trace, check_nans, backend):
+    an unknown name is a TypeError naming it, an unknown or unavailable
+    backend a BackendUnavailableError, both raised by this call.
     An input the file declares as a sequence (a list argument exported by
     the ch2o translator) is a list or tuple of arrays or Variables, and a
     sequence output comes back as a list of Variables; under
@@ -92,6 +96,8 @@ class CompiledModel(chainer.Chain):
                  compiler_kwargs=None, runtime_kwargs=None, used_translator=None,
                  pack_parameters=False):
         super().__init__()
+        # Before anything changes: a bad option fails here, not at the first batch.
+        _check_runtime_kwargs(runtime_kwargs or {})
         if not pack_parameters:
             self._adopt(model)
         self._model = model
@@ -302,6 +308,18 @@ class CompiledModel(chainer.Chain):
         link, attr = self._persistents[name]
         target = getattr(link, attr)
         target[...] = value
+
+
+def _check_runtime_kwargs(kwargs):
+    """Refuse now what the Executor would refuse when the first program is
+    built: a name it does not take, a backend that is unknown or missing."""
+    accepted = set(inspect.signature(Executor).parameters) - {'program'}
+    unknown = sorted(set(kwargs) - accepted)
+    if unknown:
+        raise TypeError('unknown runtime_kwargs %s: the VM takes %s'
+                        % (', '.join(unknown), ', '.join(sorted(accepted))))
+    if kwargs.get('backend') is not None:
+        get_array_module(kwargs['backend'])
 
 
 def _elements(value):

@@ -11,6 +11,7 @@ import pytest
 
 import chainer_compiler
 from chainer_compiler.runtime import InputValidationError, NonFiniteError
+from chainer_compiler.runtime.backend import BackendUnavailableError
 
 X = numpy.random.RandomState(0).uniform(-1, 1, (4, 6)).astype(numpy.float32)
 T = numpy.array([0, 1, 2, 1], numpy.int32)
@@ -341,6 +342,17 @@ def test_runtime_kwargs_reach_the_vm(tmp_path):
                                              runtime_kwargs={'check_nans': True})
     with numpy.errstate(invalid='ignore'), pytest.raises(NonFiniteError, match='Log'):
         compiled(X)
+
+
+@pytest.mark.parametrize('runtime_kwargs, error, message', [
+    ({'backend': 'bogus'}, BackendUnavailableError, "unknown backend 'bogus'"),
+    ({'check_nan': True}, TypeError, 'unknown runtime_kwargs check_nan'),
+])
+def test_bad_runtime_kwargs_are_refused_by_the_call(tmp_path, runtime_kwargs, error, message):
+    model, path = _exported(tmp_path)
+    with pytest.raises(error, match=message):
+        chainer_compiler.compile_onnx(_twin(model, Net()), path, 'onnx_chainer',
+                                      runtime_kwargs=runtime_kwargs)
 
 
 def test_compile_exports_and_compiles_in_one_call():
