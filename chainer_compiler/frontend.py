@@ -1,7 +1,8 @@
 """The compiler front: loading and checking an ONNX model.
 
-``load_onnx``: read -> onnx.checker -> inline local functions -> shape
-inference, refusing a broken file with InvalidModelError.
+``load_onnx``: read -> onnx.checker -> inline local functions (their
+expanded size bounded first) -> shape inference, refusing a broken file
+with InvalidModelError.
 ``build_program`` compiles an inference Program through the pipeline
 (pipeline.py), which runs ``load_onnx`` first.
 """
@@ -12,11 +13,18 @@ import onnx.inliner
 from onnx import numpy_helper
 
 from .errors import InvalidModelError
-from .onnx_graph import opset_versions, subgraphs
+from .onnx_graph import all_nodes, opset_versions, subgraphs
 from .shapes import infer_shapes
 
 #: The newest ai.onnx opset onnx 1.22 defines.
 MAX_OPSET = onnx.defs.onnx_opset_version()
+#: Inlining local functions may make at most this many nodes per node of
+#: the file (graphs and function bodies), or MIN_INLINED_NODES if more: a
+#: layer written once as a function and called at up to a hundred places
+#: inlines, while functions that each call the one before twice double the
+#: graph per level, 2^18 nodes from a 1.5 KB file.
+INLINING_GROWTH = 100
+MIN_INLINED_NODES = 10_000
 
 
 def load_onnx(model, check=True):
@@ -38,6 +46,7 @@ def load_onnx(model, check=True):
     _check_tensor_data(model.graph, source)
     _check_declared_dims(model.graph, source)
     if model.functions:
+        _check_inlined_size(model, source)
         try:
             model = onnx.inliner.inline_local_functions(model)
         except Exception as e:  # the inliner raises plain RuntimeErrors
@@ -88,6 +97,67 @@ def _check_text(message, source):
                 if isinstance(item, bytes):
                     raise InvalidModelError('%s: %s %r is not UTF-8 text'
                                             % (source, field.full_name, item))
+
+
+def _check_inlined_size(model, source):
+    """Refuse ``model`` when inlining its local functions would make more
+    than INLINING_GROWTH nodes per node of the file (at least
+    MIN_INLINED_NODES), or would never end (a function calling itself),
+    before anything is inlined."""
+    functions = {(f.domain, f.name, f.overload): f for f in model.functions}
+
+    def callees(graph):
+        """(nodes of a graph or function that are not calls, the keys of the
+        functions called)."""
+        own, calls = 0, []
+        for node in all_nodes(graph):  # a FunctionProto has .node too
+            key = (node.domain, node.op_type, node.overload)
+            if key in functions:
+                calls.append(key)
+            else:
+                own += 1
+        return own, calls
+
+    bodies = {key: callees(f) for key, f in functions.items()}
+    graph_own, graph_calls = callees(model.graph)
+    in_file = sum(own + len(calls) for own, calls in [(graph_own, graph_calls), *bodies.values()])
+    limit = max(INLINING_GROWTH * in_file, MIN_INLINED_NODES)
+    # Each function's node count once inlined, counted only up to limit + 1
+    # (exact counts of a nest of calls have thousands of digits).
+    sizes: dict = {}
+    opened, culprit = set(), None
+    for root in dict.fromkeys(graph_calls):  # what the inliner reaches
+        stack = [root]
+        while stack:  # depth first, without Python's recursion limit
+            key = stack[-1]
+            own, calls = bodies[key]
+            if key in sizes:
+                stack.pop()
+            elif key in opened:
+                size = own + sum(sizes[c] for c in calls)
+                if size > limit and culprit is None and all(sizes[c] <= limit for c in calls):
+                    culprit = key, size  # the smallest function that is too large
+                sizes[key] = min(size, limit + 1)
+                stack.pop()
+            else:
+                opened.add(key)
+                for c in calls:
+                    if c in opened and c not in sizes:
+                        raise InvalidModelError(
+                            '%s: local function %s calls %s, which is calling it: inlining '
+                            'would never end' % (source, _function_name(key), _function_name(c)))
+                    stack.append(c)
+    if graph_own + sum(sizes[c] for c in graph_calls) > limit:
+        key, size = culprit or max(((k, sizes[k]) for k in set(graph_calls)), key=lambda c: c[1])
+        raise InvalidModelError(
+            '%s: inlining its local functions would make more than %d nodes (%d per node of '
+            'the file, which has %d); function %s alone expands to %d'
+            % (source, limit, INLINING_GROWTH, in_file, _function_name(key), size))
+
+
+def _function_name(key):
+    domain, name, overload = key
+    return "'%s%s%s'" % (domain + '::' if domain else '', name, ':' + overload if overload else '')
 
 
 def _check_declared_dims(graph, source):

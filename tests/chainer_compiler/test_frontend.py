@@ -251,3 +251,56 @@ def test_declared_outputs_may_be_less_specific_than_the_graph():
                        [('y', TensorProto.FLOAT, ['N', None])])
     program = build_program(model)
     assert program.outputs[0].shape == ('N', 64)  # inference fills in what is left open
+
+
+def _nested_functions(levels, calls=2):
+    """A model whose local function f<k> calls f<k-1> ``calls`` times (f0
+    is one Relu): inlined, it has calls^(levels-1) nodes."""
+    opsets = [helper.make_opsetid('', 17), helper.make_opsetid('local', 1)]
+    functions = [helper.make_function('local', 'f0', ['x'], ['y'],
+                                      [helper.make_node('Relu', ['x'], ['y'])], opsets)]
+    for k in range(1, levels):
+        names = ['x'] + ['t%d' % i for i in range(calls - 1)] + ['y']
+        functions.append(helper.make_function('local', 'f%d' % k, ['x'], ['y'], [
+            helper.make_node('f%d' % (k - 1), [a], [b], domain='local')
+            for a, b in zip(names, names[1:])], opsets))
+    graph = helper.make_graph(
+        [helper.make_node('f%d' % (levels - 1), ['x'], ['y'], domain='local')], 'g',
+        [helper.make_tensor_value_info('x', TensorProto.FLOAT, [2])],
+        [helper.make_tensor_value_info('y', TensorProto.FLOAT, [2])])
+    return helper.make_model(graph, functions=functions, opset_imports=opsets)
+
+
+def test_inlining_is_bounded_by_the_file_before_it_starts():
+    # 1.5 KB; inlined it was 262,144 nodes (15 s, 600 MB), one level more 104 s.
+    model = _nested_functions(19)
+    assert model.ByteSize() < 1600
+    with pytest.raises(InvalidModelError, match=(
+            r"more than 10000 nodes \(100 per node of the file, which has 38\); "
+            r"function 'local::f14' alone expands to 16384")):
+        load_onnx(model)
+    # check=False skips onnx.checker, not this bound; 400 nodes allow 40,000.
+    with pytest.raises(InvalidModelError, match="'local::f16' alone expands to 65536"):
+        load_onnx(_nested_functions(200), check=False)
+
+
+def test_functions_called_many_times_still_inline():
+    # A function of 100 nodes called at 100 places: 10,000 nodes from 200.
+    model = _nested_functions(3, calls=100)
+    assert len(load_onnx(model).graph.node) == 10_000
+    numpy.testing.assert_array_equal(
+        Executor(build_program(model)).run({'x': numpy.array([-1, 2], numpy.float32)})['y'],
+        [0, 2])
+
+
+def test_a_function_calling_itself_is_refused_before_inlining():
+    opsets = [helper.make_opsetid('', 17), helper.make_opsetid('local', 1)]
+    f = helper.make_function('local', 'f', ['x'], ['y'],
+                             [helper.make_node('f', ['x'], ['y'], domain='local')], opsets)
+    graph = helper.make_graph(
+        [helper.make_node('f', ['x'], ['y'], domain='local')], 'g',
+        [helper.make_tensor_value_info('x', TensorProto.FLOAT, [2])],
+        [helper.make_tensor_value_info('y', TensorProto.FLOAT, [2])])
+    model = helper.make_model(graph, functions=[f], opset_imports=opsets)
+    with pytest.raises(InvalidModelError, match="'local::f' calls 'local::f'"):
+        load_onnx(model, check=False)
