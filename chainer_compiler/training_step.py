@@ -78,7 +78,9 @@ class TrainingStep:
     to the active ``chainer.Reporter``, and returns the loss as a 0-d array.
     Parameter gradients (``param.grad``) are not stored: they live only
     inside the program.  A batch of the wrong count, type, dtype or shape
-    is refused (TypeError, InputValidationError) before anything changes.
+    is refused (TypeError, InputValidationError) before anything changes;
+    one the program refuses (a class label out of range: KernelError, or
+    RuntimeVMError from the native backend) leaves every state as it was.
     """
 
     def __init__(self, model, optimizer, inputs, runtime_kwargs, dump_onnx=None, options=None):
@@ -133,15 +135,25 @@ class TrainingStep:
         values = [x.array if isinstance(x, chainer.Variable) else x for x in inputs]
         self._validate_batch(values)
         optimizer = self.optimizer
-        optimizer.t += 1
-        for rule in self._rules:
-            rule.t += 1
         values += [p.array for p in self._params]
         values += [getattr(link, attr) for link, attr in self._persistent_slots]
         values += [rule.state[slot] for rule in self._rules for slot in self._update.slots]
-        values += [numpy.float64(_hyperparameter(optimizer, name))
-                   for name in self._update.hyperparams]
-        results = self.executor.run_positional(values)
+        counters = [optimizer, *self._rules]
+        counts = [c.t for c in counters]
+        for c in counters:
+            c.t += 1  # Adam's alpha_t is that of the new t
+        try:
+            values += [numpy.float64(_hyperparameter(optimizer, name))
+                       for name in self._update.hyperparams]
+            results = self.executor.run_positional(values)
+        except BaseException:
+            # What the batch makes fail (a label out of range ...) fails in
+            # the forward half, before the first in-place update
+            # (test_a_batch_the_program_refuses_changes_no_state): the step
+            # counts are then all that changed.
+            for c, t in zip(counters, counts):
+                c.t = t
+            raise
         for position, (link, attr) in self._state_positions:
             getattr(link, attr)[...] = results[position]
         for position, observer, key in self._reports:

@@ -16,7 +16,8 @@ from chainer.training import extensions
 
 import chainer_compiler
 from chainer_compiler.runtime import Instruction, ProgramFormatError
-from chainer_compiler.runtime.errors import InputValidationError
+from chainer_compiler.runtime.errors import InputValidationError, RuntimeVMError
+from chainer_compiler.runtime.ops.registry import lookup
 from chainer_compiler.runtime.validation import validate_program
 from tests.models import MLP, LeNet5
 
@@ -172,6 +173,32 @@ def test_refused_calls_change_no_state():
     clean_step(x, t)
     _assert_identical(refused, refused_opt, clean, clean_opt)  # bit for bit
     assert refused_opt.t == 1
+
+
+@pytest.mark.parametrize('backend', ['numpy', pytest.param('native', marks=pytest.mark.slow)])
+def test_a_batch_the_program_refuses_changes_no_state(backend):
+    x, t = _batch((784,))
+    refused, refused_opt, clean, clean_opt = _twins(MLP(16, 10), x, chainer.optimizers.Adam)
+    steps = [chainer_compiler.compile_training_step(
+        model, opt, (x, t), runtime_kwargs={'backend': backend})
+        for model, opt in ((refused, refused_opt), (clean, clean_opt))]
+    for step in steps:
+        step(x, t)
+    bad = t.copy()
+    bad[3] = 10  # of 10 classes
+    with pytest.raises(RuntimeVMError, match='out of'):
+        steps[0](x, bad)
+    _assert_identical(refused, refused_opt, clean, clean_opt)
+    assert refused_opt.t == 1
+    for step in steps:
+        step(x, t)
+    _assert_identical(refused, refused_opt, clean, clean_opt)  # Adam's alpha_t included
+    # The arrays are untouched because the loss, which checks the labels,
+    # runs before the first in-place update.
+    instructions = steps[0].program.instructions
+    updates = [i for i, inst in enumerate(instructions)
+               if lookup(inst.op, inst.domain, inst.version).record.updated_inputs]
+    assert [inst.op for inst in instructions].index('SoftmaxCrossEntropyLoss') < min(updates)
 
 
 def _assert_identical(model, optimizer, other, other_optimizer):
