@@ -172,6 +172,8 @@ def _parser():
 def _emit_c(args):
     """``chainer-compiler emit-c``: write the C sources; 0 on success."""
     from .runtime.native import emit_c
+    from .runtime.native.emit_c import check_model_name
+    check_model_name(args.name)  # before the work of loading the model
     if args.model.endswith('.npz'):
         program = load_program(args.model)
     else:

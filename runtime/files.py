@@ -6,10 +6,11 @@ import secrets
 
 
 @contextlib.contextmanager
-def atomic_write(path, mode='wb'):
+def atomic_write(path, mode='wb', sync=True):
     """Open a file object for writing ``path`` (``mode`` 'wb' or 'w', the
     latter UTF-8 text); the file appears at ``path`` only when the block ends
-    without an error.
+    without an error.  ``sync=False`` skips the fsync, for files that are
+    cheap to write again (emitted sources).
 
     The data goes to a new temporary file in the same directory, which then
     replaces ``path`` in one step (os.replace), so readers see the old file
@@ -30,7 +31,8 @@ def atomic_write(path, mode='wb'):
         with open(fd, mode, encoding=None if 'b' in mode else 'utf-8') as f:
             yield f
             f.flush()
-            os.fsync(f.fileno())
+            if sync:
+                os.fsync(f.fileno())
         os.replace(temporary, path)
     except BaseException:
         os.unlink(temporary)

@@ -1,7 +1,11 @@
 """C literals and types for the emitted code: one place that decides how a
-value, a string, a shape or a dtype is written in C."""
+value, a string, a shape or a dtype is written in C.
+
+Text from a model or Program file (names, string attributes) reaches the
+emitted C only through ``cstring``, as an escaped string literal; comments
+and identifiers are built from numbers and the emitter's own words.
+"""
 import math
-import re
 
 import numpy
 
@@ -47,9 +51,13 @@ def cliteral(value, dtype: str) -> str:
 
 
 def cstring(text: str) -> str:
-    """``text`` as a C string literal (UTF-8, anything unusual escaped)."""
+    """``text`` as a C string literal: printable ASCII as itself except
+    ``"``, ``\\`` and ``?`` (no trigraph can form), every other byte of its
+    UTF-8 as a three-digit octal escape (no newline, no line splice).  The
+    one way text from a model enters the emitted C."""
     out = []
-    for byte in text.encode('utf-8'):
+    # surrogatepass: a Program file's JSON may hold lone surrogates.
+    for byte in text.encode('utf-8', 'surrogatepass'):
         ch = chr(byte)
         if ch in '"\\?':  # '?' avoids trigraphs
             out.append('\\' + ch)
@@ -58,11 +66,6 @@ def cstring(text: str) -> str:
         else:
             out.append('\\%03o' % byte)
     return '"%s"' % ''.join(out)
-
-
-def comment(text: str) -> str:
-    """``text`` made safe inside a C block comment on one line."""
-    return re.sub(r'[^\x20-\x7e]', '?', text).replace('*/', '* /').replace('/*', '/ *')
 
 
 def shape_text(dtype: str, shape: Shape) -> str:

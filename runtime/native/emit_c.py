@@ -19,7 +19,6 @@ import glob
 import math
 import os
 import re
-import shutil
 import textwrap
 from dataclasses import dataclass, field, replace
 from typing import Any
@@ -27,10 +26,11 @@ from typing import Any
 import numpy
 
 from ..errors import RuntimeVMError
+from ..files import atomic_write
 from ..program import NO_REGISTER, Instruction, Program, ValueInfo
 from . import lowerings  # noqa: F401  (registers every lowering)
 from .arena import Buffer, aligned, plan_arena
-from .cformat import C_TYPES, NPY_DESCR, Shape, clist, cliteral, comment, cstring, shape_text
+from .cformat import C_TYPES, NPY_DESCR, Shape, clist, cliteral, cstring, shape_text
 from .folding import fold
 from .fusion import fuse, written_inputs
 from .lowering import FLOAT32, LOWERINGS, Refuse, Step, Unknown
@@ -94,28 +94,99 @@ WEIGHTS_MODES = ('embed', 'file')
 
 
 def emit_c(program: Program, directory: str | os.PathLike, name: str = 'model',
-           weights: str = 'embed') -> EmitResult:
+           weights: str = 'embed', keep=()) -> EmitResult:
     """Write the C sources, kernels and Makefile of ``program`` into
-    ``directory`` (created if missing) under the model name ``name`` (a C
-    identifier), with the constants embedded as C literals
+    ``directory`` (created if missing) under the model name ``name`` (see
+    check_model_name), with the constants embedded as C literals
     (``weights='embed'``: one stateless ``NAME_run``) or in
     ``NAME_weights.bin`` (``'file'``: ``NAME_create``, ``NAME_run``,
     ``NAME_destroy``; much faster to compile for large models).  Raises
     NativeEmitError before writing anything when the Program cannot be
-    compiled to C."""
+    compiled to C, when a file to write is a symbolic link or a folder, or
+    when it is one of the paths ``keep`` (e.g. the model file read).  Each
+    file is written whole under a temporary name and renamed into place."""
     if weights not in WEIGHTS_MODES:
         raise NativeEmitError('weights=%r: expected one of %s'
                               % (weights, ', '.join(WEIGHTS_MODES)))
-    if not re.fullmatch(r'[A-Za-z_][A-Za-z0-9_]*', name) or name == 'main' \
-            or name.startswith('ccn_'):
-        raise NativeEmitError("model name %r must be a C identifier other than 'main' "
-                              "not starting with 'ccn_'" % name)
-    return _Emitter(program, name, weights).write(os.fspath(directory))
+    check_model_name(name)
+    return _Emitter(program, name, weights).write(os.fspath(directory), keep)
+
+
+#: Longest model name: it is a prefix of file names and C identifiers.
+MAX_NAME_LENGTH = 64
+#: Names (any case) that are already files or make targets of the folder:
+#: main.c, GNU make's makefile names, the Makefile's own targets.
+_FOLDER_NAMES = ('main', 'makefile', 'gnumakefile', 'all', 'clean')
+#: Names (any case) that, alone or followed by '_', would make NAME.c,
+#: NAME_weights.c, NAME_create, NAME_H, ... one of the kernels' files,
+#: functions or macros (ccn_*) or a system library's function
+#: (pthread_create, timer_create, sem_destroy, thrd_create, omp_*, cblas_*).
+_RESERVED_PREFIXES = ('ccn', 'pthread', 'posix', 'timer', 'sem', 'thrd', 'tss', 'cnd', 'mtx',
+                      'omp', 'cblas')
+
+
+def check_model_name(name: str) -> None:
+    """Raise NativeEmitError unless ``name`` can name an emitted model: a C
+    identifier of at most MAX_NAME_LENGTH characters, not starting with an
+    underscore (reserved to C), that collides with none of the folder's own
+    files, targets and symbols (_FOLDER_NAMES, _RESERVED_PREFIXES)."""
+    if not isinstance(name, str) or not re.fullmatch(r'[A-Za-z][A-Za-z0-9_]{0,%d}'
+                                                     % (MAX_NAME_LENGTH - 1), name):
+        raise NativeEmitError('model name %r must be a C identifier of at most %d characters '
+                              'starting with a letter' % (name, MAX_NAME_LENGTH))
+    lower = name.lower()
+    if lower in _FOLDER_NAMES + _RESERVED_PREFIXES or \
+            lower.startswith(tuple(p + '_' for p in _RESERVED_PREFIXES)):
+        raise NativeEmitError('model name %r would collide with the files or symbols of the '
+                              'emitted folder or of the system libraries: in any case, it may '
+                              'not be %s, nor be or start with %s followed by _'
+                              % (name, ', '.join(_FOLDER_NAMES), ', '.join(_RESERVED_PREFIXES)))
+
+
+#: Longest file name the executable writes for an output (most file systems
+#: allow 255 bytes), its suffix included.
+MAX_OUTPUT_FILE = 200
+
+
+def output_file_names(names: list[str]) -> list[str]:
+    """The file the executable writes each output to, for the output names
+    ``names`` in order: the name with every character outside
+    [A-Za-z0-9_.-] replaced by '_', cut to leave room for a suffix within
+    MAX_OUTPUT_FILE characters, and '.npy'; a file name an earlier output
+    took, ignoring case (as some file systems do), gets the first free
+    suffix -1, -2... before '.npy'."""
+    taken: set[str] = set()
+    files = []
+    for name in names:
+        stem = re.sub(r'[^A-Za-z0-9_.-]', '_', name)[:MAX_OUTPUT_FILE - 16]
+        file, k = stem + '.npy', 0
+        while file.lower() in taken:
+            k += 1
+            file = '%s-%d.npy' % (stem, k)
+        taken.add(file.lower())
+        files.append(file)
+    return files
 
 
 def lowering_key(inst: Instruction) -> str:
     """The key of ``inst``'s lowering in LOWERINGS."""
     return inst.op if inst.domain in ('', 'ai.onnx') else inst.qualified_op
+
+
+def _check_targets(paths: list[str], keep) -> None:
+    """Refuse, before anything is written, a file to write that is a
+    symbolic link or a folder (the user's, not ours to replace) or one of
+    the paths ``keep`` (the model being emitted), also through links."""
+    for path in paths:
+        if os.path.islink(path) or os.path.isdir(path):
+            raise NativeEmitError('%s is a %s; emit-c writes only regular files and '
+                                  'refuses to replace it' % (
+                                      path, 'symbolic link' if os.path.islink(path)
+                                      else 'folder'))
+        for kept in keep:
+            if os.path.exists(path) and os.path.exists(kept) and os.path.samefile(path, kept):
+                raise NativeEmitError('%s would overwrite %s, the model being emitted; '
+                                      'choose another output folder or name' % (path, kept))
 
 
 class _Emitter:
@@ -317,9 +388,8 @@ class _Emitter:
                       | ({'array'} if self.final_copies else set())
                       | ({'weights'} if self.weights_mode == 'file' else set()))
 
-    def write(self, directory: str) -> EmitResult:
+    def write(self, directory: str, keep=()) -> EmitResult:
         self._plan()
-        os.makedirs(directory, exist_ok=True)
         families = self.families()
         headers = sorted(os.path.basename(h)
                          for h in glob.glob(os.path.join(KERNEL_DIR, 'ccn_*.h')))
@@ -327,27 +397,31 @@ class _Emitter:
         # weights='file', lays out their block).
         self.layout: WeightsLayout | None = None
         model_c = self._model_c()
-        sources = {
+        texts = {
             '%s.h' % self.name: self._header(),
             '%s.c' % self.name: model_c,
             '%s_weights.c' % self.name: self._weights_c(),
             'main.c': self._main_c(),
             'Makefile': self._makefile(families, headers),
         }
-        files = []
-        for filename, text in sources.items():
-            path = os.path.join(directory, filename)
-            with open(path, 'w') as f:
-                f.write(text)
-            files.append(path)
         for filename in headers + ['ccn_%s.c' % f for f in families]:
-            files.append(shutil.copyfile(os.path.join(KERNEL_DIR, filename),
-                                         os.path.join(directory, filename)))
+            with open(os.path.join(KERNEL_DIR, filename), encoding='utf-8') as f:
+                texts[filename] = f.read()
+        files = [os.path.join(directory, filename) for filename in texts]
+        if self.layout is not None:
+            files.append(os.path.join(directory, self._weights_file()))
+        _check_targets(files, keep)
+        os.makedirs(directory, exist_ok=True)
+        # Each file is new and renamed into place: never written through a
+        # link, and a file left by an earlier run is replaced whole.
+        for path, text in zip(files, texts.values()):
+            with atomic_write(path, 'w', sync=False) as f:
+                f.write(text)
         data = None
         if self.layout is not None:
             data = weights_block(self.layout)
-            files.append(os.path.join(directory, '%s_weights.bin' % self.name))
-            write_weights_file(files[-1], self.layout, data)
+            with atomic_write(files[-1], 'wb', sync=False) as f:
+                write_weights_file(f, self.layout, data)
         return EmitResult(directory, files, self.arena_bytes,
                           sum(aligned(b.nbytes) for b in self.buffers),
                           [(b.key, self.offsets[b.key], b.nbytes, b.start, b.end)
@@ -475,7 +549,7 @@ class _Emitter:
             shape = self.shapes[v.register]
             prefix = '%s_%s_%d' % (up, kind, k)
             lines += ['#define %s_NAME %s' % (prefix, cstring(v.name)),
-                      '#define %s_DTYPE "%s"' % (prefix, self.dtypes[v.register]),
+                      '#define %s_DTYPE %s' % (prefix, cstring(self.dtypes[v.register])),
                       '#define %s_RANK %d' % (prefix, len(shape)),
                       '#define %s_SHAPE %s' % (prefix, clist(shape)),
                       '#define %s_SIZE %d' % (prefix, math.prod(shape)),
@@ -589,8 +663,9 @@ class _Emitter:
         return max([1] + [len(self.shapes[v.register]) for v in self.p.inputs + self.p.outputs])
 
     def _info_table(self, values) -> list[str]:
-        rows = ['    {%s, "%s", "%s", %d, %d, %s, %d},' % (
-            cstring(v.name), self.dtypes[v.register], NPY_DESCR[self.dtypes[v.register]],
+        rows = ['    {%s, %s, %s, %d, %d, %s, %d},' % (
+            cstring(v.name), cstring(self.dtypes[v.register]),
+            cstring(NPY_DESCR[self.dtypes[v.register]]),
             numpy.dtype(self.dtypes[v.register]).itemsize, len(self.shapes[v.register]),
             clist(self.shapes[v.register]), math.prod(self.shapes[v.register]))
             for v in values]
@@ -601,22 +676,13 @@ class _Emitter:
         body: list[str] = []
         # Rendering requests weights (and transposed weights) by name.
         for i, (inst, step) in enumerate(zip(p.instructions, self.steps)):
-            ins = ', '.join('_' if r == NO_REGISTER else self._describe(r) for r in inst.inputs)
-            outs = ', '.join('_' if r == NO_REGISTER else self._describe(r)
-                             for r in inst.outputs)
-            attrs = ', '.join('%s=%s' % (k, v) for k, v in sorted(inst.attrs.items()))
-            body.append('')
-            body.append('    /* %d: %s%s: %s = %s(%s)%s */' % (
-                i, inst.qualified_op, " '%s'" % inst.name if inst.name else '', outs,
-                inst.op, ins, ' {%s}' % attrs if attrs else ''))
-            if step is None:
-                body.append('    /* evaluated at emit time: a constant */')
-                continue
-            scratch = 's%d' % i if step.scratch else 'NULL'
-            body += ['    ' + line for line in step.render(self.ref, scratch)]
+            body += ['', '    ' + self._instruction_comment(i, inst, step)]
+            if step is not None:
+                scratch = 's%d' % i if step.scratch else 'NULL'
+                body += ['    ' + line for line in step.render(self.ref, scratch)]
         for k, r in self.final_copies:
-            copy = 'ccn_copy(%d, %s, out_%d);  /* output %s */' % (
-                self.nbytes(r), self.ref(r), k, comment(p.outputs[k].name))
+            copy = 'ccn_copy(%d, %s, out_%d);  /* output %d */' % (
+                self.nbytes(r), self.ref(r), k, k)
             if k in self.in_place_outputs:  # the caller may pass the input itself
                 body += ['    if ((const void *)out_%d != (const void *)in_%d)'
                          % (k, self.in_place_outputs[k]), '        ' + copy]
@@ -633,9 +699,8 @@ class _Emitter:
                 reg = b.key
                 assert isinstance(reg, int)
                 ctype = self._ctype(reg)
-                decls.append('    %s *const t%d = (%s *)(arena + %d);  /* %s %s, bytes [%d, %d), '
-                             'live %d..%d */' % (ctype, reg, ctype, off,
-                                                 comment(self._describe(reg)),
+                decls.append('    %s *const t%d = (%s *)(arena + %d);  /* %%%d %s, bytes [%d, %d), '
+                             'live %d..%d */' % (ctype, reg, ctype, off, reg,
                                                  shape_text(self.dtypes[reg], self.shapes[reg]),
                                                  off, off + b.nbytes, b.start, b.end))
         null_checks = ['!%s' % a for a in self._args().split(', ') if a]
@@ -685,6 +750,18 @@ class _Emitter:
                       '    (void)inputs;', '    (void)outputs;',
                       '    return %s_run(%s);' % (n, self._vector_call()), '}', '']
         return '\n'.join(lines)
+
+    def _instruction_comment(self, i: int, inst: Instruction, step: Step | None) -> str:
+        """The comment above instruction ``i``'s C: its index, operator and
+        registers by number.  No name or attribute of the Program: a name can
+        end a comment (the names are in the tables NAME_inputs and
+        NAME_outputs, as string literals).  The operator is a key of
+        LOWERINGS, the project's own text, since its lowering ran."""
+        if step is None:
+            return '/* %d: evaluated at emit time: a constant */' % i
+        registers = [', '.join('_' if r == NO_REGISTER else '%%%d' % r for r in regs)
+                     for regs in (inst.outputs, inst.inputs)]
+        return '/* %d: %s = %s(%s) */' % (i, registers[0], lowering_key(inst), registers[1])
 
     def _vector_call(self) -> str:
         """The arguments of NAME_run from the arrays of NAME_run_v."""

@@ -18,6 +18,7 @@ file of new values for the same model (e.g. after more training) loads.
 """
 import struct
 from dataclasses import dataclass
+from typing import BinaryIO
 
 import numpy
 
@@ -65,8 +66,8 @@ def block(weights: WeightsLayout) -> numpy.ndarray:
     return out
 
 
-def write_file(path: str, weights: WeightsLayout, data: numpy.ndarray) -> None:
-    """Write ``NAME_weights.bin``: the header, then ``data`` (block(weights))."""
-    with open(path, 'wb') as f:
-        f.write(MAGIC + struct.pack('<QQQ', weights.fingerprint, weights.nbytes, 0))
-        f.write(data[:weights.nbytes].data)
+def write_file(f: BinaryIO, weights: WeightsLayout, data: numpy.ndarray) -> None:
+    """Write ``NAME_weights.bin`` to the binary file object ``f``: the
+    header, then ``data`` (block(weights))."""
+    f.write(MAGIC + struct.pack('<QQQ', weights.fingerprint, weights.nbytes, 0))
+    f.write(data[:weights.nbytes].data)
