@@ -4,8 +4,9 @@ By default the runtime draws CuPy memory from a pool of its own, so its use
 can be reported apart from Chainer's.  ``use_chainerx_shared_allocator``
 makes it share the pool Chainer uses (the name is the original
 chainer-compiler's; our VM plays ChainerX's role), and
-``use_unified_memory_allocator`` switches CuPy to managed (unified) memory,
-useful to export or run models larger than the GPU's memory.
+``use_unified_memory_allocator`` switches CuPy to managed (unified) memory;
+each new chunk it asks for must fit in the memory the card has free at that
+moment (asking for more managed memory than is free can stall the GPU).
 """
 import warnings
 
@@ -26,12 +27,25 @@ def _cupy_or_say_why(function_name):
     return None
 
 
+def managed_malloc_within_free_memory(cupy):
+    """An allocator for a cupy MemoryPool: managed memory, refused with
+    cupy's OutOfMemoryError (the pool then frees its cached blocks and
+    retries once) when the request is above the device's free memory."""
+    def malloc(size):
+        free, total = cupy.cuda.runtime.memGetInfo()
+        if size > free:
+            raise cupy.cuda.memory.OutOfMemoryError(size, free)
+        return cupy.cuda.memory.malloc_managed(size)
+    return malloc
+
+
 def use_unified_memory_allocator():
-    """Allocate CuPy memory (Chainer's and the VM's) as managed memory."""
+    """Allocate CuPy memory (Chainer's and the VM's) as managed memory,
+    never asking for more than the device has free."""
     cupy = _cupy_or_say_why('use_unified_memory_allocator')
     if cupy is None:
         return False
-    pool = cupy.cuda.MemoryPool(cupy.cuda.memory.malloc_managed)
+    pool = cupy.cuda.MemoryPool(managed_malloc_within_free_memory(cupy))
     cupy.cuda.set_allocator(pool.malloc)
     backend.set_cupy_pool(pool)
     return True

@@ -7,6 +7,7 @@ function call; tracing, NaN checks and memory tracking run a step-by-step
 loop over the prepared steps instead.  Backend 'native' runs none of
 that: it calls the Program compiled to C (native/library.py).
 """
+import contextlib
 import functools
 import sys
 import time
@@ -103,8 +104,9 @@ class Executor:
         self._steps = [self._bind(i, inst) for i, inst in enumerate(program.instructions)
                        if kernels]
         self._template = [None] * (program.num_registers + 1)  # + the spare, see _Step
-        for reg, value in (program.constants if kernels else {}).items():
-            self._template[reg] = to_backend(self.xp, value)
+        with self._allocating():  # constants count in the VM's pool too
+            for reg, value in (program.constants if kernels else {}).items():
+                self._template[reg] = to_backend(self.xp, value)
         self._array_type = self.xp.ndarray
         self._validated: list | None = None  # the input signature last validated
         self._straight_line: StraightLineRun | None = None  # generated on the first plain run
@@ -153,11 +155,15 @@ class Executor:
     def _run_on_backend(self, values):
         if self._native is not None:
             return self._native.run(values)
-        if self.backend == 'cupy':
-            import cupy
-            with cupy.cuda.using_allocator(cupy_pool().malloc):
-                return self._run(values)
-        return self._run(values)
+        with self._allocating():
+            return self._run(values)
+
+    def _allocating(self):
+        """On CuPy, allocate from the VM's pool (backend.cupy_pool)."""
+        if self.backend != 'cupy':
+            return contextlib.nullcontext()
+        import cupy
+        return cupy.cuda.using_allocator(cupy_pool().malloc)
 
     def _run(self, values):
         if self.xp is not numpy:

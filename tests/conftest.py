@@ -2,6 +2,7 @@
 limit for tests that feed the compiler hostile input."""
 import contextlib
 import datetime
+import os
 import resource
 
 import numpy
@@ -63,3 +64,23 @@ settings.register_profile('default', max_examples=100, derandomize=True, databas
 settings.register_profile('thorough', max_examples=2000, deadline=datetime.timedelta(seconds=20),
                           suppress_health_check=[HealthCheck.too_slow])
 settings.load_profile('default')
+
+
+# CHAINER_COMPILER_TEST_BACKEND=cupy runs the kernels the tests call on CuPy
+# (tests/cupy_backend.py): the GPU check of issue 35 (benchmarks/gpu/).
+TEST_BACKEND = os.environ.get('CHAINER_COMPILER_TEST_BACKEND', 'numpy')
+
+
+def pytest_configure(config):
+    if TEST_BACKEND == 'numpy':
+        return
+    if TEST_BACKEND != 'cupy':
+        raise pytest.UsageError("CHAINER_COMPILER_TEST_BACKEND must be 'numpy' or 'cupy', got %r"
+                                % TEST_BACKEND)
+    from chainer_compiler.runtime import cupy_unavailable_reason
+    reason = cupy_unavailable_reason()
+    if reason:
+        raise pytest.UsageError('CHAINER_COMPILER_TEST_BACKEND=cupy: ' + reason)
+    from tests import cupy_backend
+    cupy_backend.run_kernels_on_cupy()
+    cupy_backend.return_host_arrays_from_cupy_executors()

@@ -113,7 +113,8 @@ def affine_grid(xp, theta, size, *, align_corners=0):
             axes.append((2.0 * xp.arange(s) + 1) / s - 1)
     mesh = xp.meshgrid(*axes, indexing='ij')
     # Homogeneous base coordinates, innermost axis first: (x, y, [z,] 1).
-    base = xp.stack(mesh[::-1] + [xp.ones_like(mesh[0])], axis=-1).astype(theta.dtype)
+    # NumPy 2's meshgrid returns a tuple, older ones (and CuPy) a list.
+    base = xp.stack(list(mesh[::-1]) + [xp.ones_like(mesh[0])], axis=-1).astype(theta.dtype)
     flat = base.reshape(-1, len(spatial) + 1)
     grid = xp.matmul(flat[None], xp.swapaxes(theta, 1, 2))
     return grid.reshape([theta.shape[0]] + spatial + [len(spatial)])
