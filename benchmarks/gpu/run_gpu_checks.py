@@ -533,9 +533,12 @@ def export_resnet(model, batch, path, preserve=False):
         kwargs.update(training=torch.onnx.TrainingMode.PRESERVE, do_constant_folding=False)
     try:
         torch.onnx.export(model, (x,), path, dynamo=False, **kwargs)
-    except TypeError:  # a torch without the dynamo argument
-        torch.onnx.export(model, (x,), path, **kwargs)
-    return path
+        return 'torchscript'
+    except Exception:  # a torch without the TorchScript exporter: the dynamo one
+        kwargs.pop('training', None)
+        kwargs.pop('do_constant_folding', None)
+        torch.onnx.export(model, (x,), path, dynamo=True, external_data=False, **kwargs)
+        return 'dynamo'
 
 
 def tiny_resnet(batch, path):
@@ -643,7 +646,7 @@ def stage_speed(entry, device, report, dry_run):
         path = os.path.join(work, 'resnet_b%d%s.onnx' % (batch, '_train' if preserve else ''))
         start = time.time()
         if has_torch:
-            export_resnet(model, batch, path, preserve)
+            entry['exporter'] = export_resnet(model, batch, path, preserve)
         else:
             tiny_resnet(batch, path)
         return path, round(time.time() - start, 1)
