@@ -14,6 +14,15 @@ The kernel files (ccn_<family>.c), the same for every model, are compiled
 once into ``objects/`` there and linked into each model's library.  Every
 file is built in a temporary folder inside the cache and renamed into
 place, so a concurrent process sees either none or a whole one.
+
+The cache is untrusted (docs/security.md): the folder (created with mode
+0700), ``objects/`` and every file must be this user's and writable by
+nobody else, and the folder above must not let others rename it, or
+NativeBuildError refuses it before anything is read.  Every file carries
+a seal (its length and SHA-256); one read once and found whole is copied
+into a private build folder and loaded from there, so what runs is what
+was checked.  A damaged entry is rebuilt; a cache that cannot be written
+is only read (NativeCacheWarning when something must be built).
 """
 import contextlib
 import ctypes
@@ -21,11 +30,16 @@ import functools
 import hashlib
 import os
 import platform
+import re
 import shlex
 import shutil
+import socket
+import stat
 import subprocess
 import tempfile
 import threading
+import time
+import warnings
 
 import numpy
 
@@ -48,6 +62,19 @@ LDLIBS = ('-lm',)
 CACHE_FORMAT = '3'
 #: How many lines of a failed compile's output an error quotes.
 ERROR_LINES = 10
+#: Every cached file ends with a seal: this magic, the length of the content
+#: before it and the content's SHA-256.  Content and seal are one file,
+#: renamed into place whole, so they disagree only when the file is damaged.
+SEAL_MAGIC = b'CCNSEAL1'
+SEAL_BYTES = len(SEAL_MAGIC) + 8 + 32
+#: A build folder older than this is removed, even one whose process may
+#: still run (on another machine sharing the cache, or a reused pid).
+STALE_BUILD_S = 24 * 3600
+
+
+class NativeCacheWarning(UserWarning):
+    """The native library cache cannot be written (read-only, full): a
+    library it lacks is built in a private temporary folder, not cached."""
 
 
 def find_compiler() -> list[str]:
@@ -143,51 +170,285 @@ def _digest(parts) -> str:
     return digest.hexdigest()
 
 
-def _kernel_object(setup: list[str], key: list[str], name: str, files: dict[str, bytes],
-                   root: str, work: str) -> str:
-    """The cached object file of kernel source ``name`` (ccn_<family>.c):
-    kernels are the same for every model, so each is compiled once per
-    compiler, flags and CPU: ``setup`` is the compiler command and flags,
-    ``key`` what else the object depends on."""
+def _seal(data: bytes) -> bytes:
+    """``data`` followed by its seal (SEAL_MAGIC, its length, its SHA-256)."""
+    return data + SEAL_MAGIC + len(data).to_bytes(8, 'little') + hashlib.sha256(data).digest()
+
+
+def _unseal(sealed: bytes) -> bytes | None:
+    """The content of a sealed cache file; None when it is damaged (empty,
+    truncated, altered) or was never sealed."""
+    body, seal = sealed[:-SEAL_BYTES], sealed[-SEAL_BYTES:]
+    if (len(sealed) < SEAL_BYTES or seal[:8] != SEAL_MAGIC
+            or int.from_bytes(seal[8:16], 'little') != len(body)
+            or hashlib.sha256(body).digest() != seal[16:]):
+        return None
+    return body
+
+
+def _read(path: str) -> bytes:
+    with open(path, 'rb') as f:
+        return f.read()
+
+
+def _write_new(path: str, data: bytes) -> None:
+    """Write ``data`` to the new file ``path``, readable by this user only."""
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC,
+                 0o600)
+    with os.fdopen(fd, 'wb') as f:
+        f.write(data)
+
+
+def _refuse_foreign(path: str, st: os.stat_result, what: str) -> None:
+    """Raise NativeBuildError unless ``path`` (``st`` is its stat) is this
+    user's and nobody else may write it: whoever can write the cache
+    chooses code that this process runs."""
+    if st.st_uid != os.geteuid():
+        problem = 'is owned by uid %d, not by this user (uid %d)' % (st.st_uid, os.geteuid())
+    elif st.st_mode & 0o022:
+        problem = 'is writable by group or others (mode %03o)' % stat.S_IMODE(st.st_mode)
+    else:
+        return
+    raise NativeBuildError('native library cache: the %s %s %s, so a library there could be '
+                           "another user's code; use a folder of your own (set "
+                           'CHAINER_COMPILER_CACHE)' % (what, path, problem))
+
+
+def _make_private_folders(path: str) -> None:
+    """os.makedirs(path), every folder it creates with mode 0700 (makedirs
+    gives the folders above ``path`` the umask's mode)."""
+    parent = os.path.dirname(path)
+    if parent != path and not os.path.isdir(parent):
+        _make_private_folders(parent)
+    try:
+        os.mkdir(path, 0o700)
+    except FileExistsError:
+        if not os.path.isdir(path):
+            raise
+
+
+def _alive(pid: int) -> bool:
+    """Whether process ``pid`` of this machine exists."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except OSError:  # another user's process
+        pass
+    return True
+
+
+#: This machine, in the names of build folders: a pid is only checked on
+#: the machine that wrote it (a cache may be shared over NFS).
+_HOST = hashlib.sha256(socket.gethostname().encode()).hexdigest()[:8]
+_BUILD_FOLDER = re.compile(r'\.build-([0-9a-f]{8})-(\d+)-')
+
+
+class _Cache:
+    """The cache folder, checked, and a private folder to build in: inside
+    the cache (so that results are renamed into place) when it can be
+    written, else a temporary folder elsewhere, and nothing is cached
+    (``why_not`` says why)."""
+
+    def __init__(self, root: str):
+        self.root = os.path.abspath(root)
+        self.why_not = self._check_root()
+        self.work = ''
+        if self.why_not is None:
+            self._remove_stale_builds()
+            try:
+                self.work = tempfile.mkdtemp(prefix='.build-%s-%d-' % (_HOST, os.getpid()),
+                                             dir=self.root)
+            except OSError as e:  # read-only, full
+                self.why_not = 'cannot be written (%s)' % e.strerror
+        if not self.work:
+            try:
+                self.work = tempfile.mkdtemp(prefix='chainer-compiler-build-')
+            except OSError as e:
+                raise NativeBuildError('native library cache %s %s, and no temporary folder '
+                                       'can be made (%s)' % (self.root, self.why_not, e)) from e
+
+    def _check_root(self) -> str | None:
+        """Create the cache folder (mode 0700) when missing and check it:
+        this user's, written by nobody else, in a folder from which nobody
+        else can rename it (theirs to write only with the sticky bit, as
+        /tmp).  None when it can be used, else why not."""
+        root = self.root
+        try:
+            _make_private_folders(root)
+        except (FileExistsError, NotADirectoryError):
+            raise NativeBuildError('native library cache %s %s' % (
+                root, 'is not a folder' if os.path.lexists(root) else
+                'cannot be: a folder on its path is a file')) from None
+        except OSError as e:
+            if not os.path.isdir(root):
+                return 'cannot be created (%s)' % e.strerror
+        try:
+            st = os.stat(root)
+            _refuse_foreign(root, st, 'folder')
+            parent = os.path.dirname(os.path.realpath(root))
+            st = os.stat(parent)
+        except OSError as e:
+            raise NativeBuildError('native library cache %s: %s' % (root, e.strerror)) from e
+        if st.st_uid not in (0, os.geteuid()) or (st.st_mode & 0o022 and
+                                                  not st.st_mode & stat.S_ISVTX):
+            raise NativeBuildError(
+                'native library cache %s: its parent folder %s (uid %d, mode %03o) lets '
+                'another user replace the cache; use a folder of your own (set '
+                'CHAINER_COMPILER_CACHE)' % (root, parent, st.st_uid, stat.S_IMODE(st.st_mode)))
+        return None
+
+    def _remove_stale_builds(self) -> None:
+        """Remove the build folders of builds killed before they finished:
+        those of processes of this machine that are gone, and any older than
+        STALE_BUILD_S."""
+        now = time.time()
+        try:
+            names = os.listdir(self.root)
+        except OSError:  # unreadable: nothing to clean, and read() will say more
+            return
+        for name in names:
+            if not name.startswith('.build-'):
+                continue
+            path = os.path.join(self.root, name)
+            match = _BUILD_FOLDER.match(name)
+            with contextlib.suppress(OSError):
+                if (match and match.group(1) == _HOST and not _alive(int(match.group(2)))
+                        or now - os.lstat(path).st_mtime > STALE_BUILD_S):
+                    shutil.rmtree(path)
+
+    def read(self, name: str) -> bytes | None:
+        """The content of entry ``name`` (a path under the cache folder)
+        when it is whole; None when it is missing, unreadable or damaged
+        (empty, truncated, altered).  Raises NativeBuildError when the entry
+        or a folder on its way belongs to another user or others may write
+        it."""
+        if self.why_not is not None and not os.path.isdir(self.root):
+            return None
+        path = self.root
+        for part in name.split('/')[:-1]:
+            path = os.path.join(path, part)
+            try:
+                st = os.lstat(path)
+            except FileNotFoundError:
+                return None
+            if not stat.S_ISDIR(st.st_mode):
+                return None
+            _refuse_foreign(path, st, 'folder')
+        path = os.path.join(self.root, name)
+        try:
+            fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+        except OSError:  # missing, a symbolic link, unreadable: built anew
+            return None
+        with os.fdopen(fd, 'rb') as f:
+            st = os.fstat(f.fileno())
+            if not stat.S_ISREG(st.st_mode):
+                return None
+            _refuse_foreign(path, st, 'file')
+            return _unseal(f.read())
+
+    def store(self, name: str, data: bytes) -> None:
+        """Make ``data``, sealed, entry ``name``: written whole in the work
+        folder and renamed into place, so others see no entry or a whole
+        one.  Nothing when the cache cannot be written; a warning when
+        writing fails (a full disk): the library is built again next time."""
+        if self.why_not is not None:
+            return
+        path = os.path.join(self.root, name)
+        try:
+            os.makedirs(os.path.dirname(path), mode=0o700, exist_ok=True)
+            temporary = os.path.join(self.work, 'sealed-' + os.path.basename(name))
+            _write_new(temporary, _seal(data))
+            os.replace(temporary, path)
+        except OSError as e:
+            warnings.warn(NativeCacheWarning('native library cache %s: cannot store %s (%s)'
+                                             % (self.root, name, e.strerror or e)),
+                          stacklevel=2)
+
+
+def _kernel_object(cache: _Cache, setup: list[str], key: list[str], name: str,
+                   files: dict[str, bytes]) -> str:
+    """The object file of kernel source ``name`` (ccn_<family>.c), in the
+    work folder: kernels are the same for every model, so each is compiled
+    once per compiler, flags and CPU into the cache's ``objects/``.
+    ``setup`` is the compiler command and flags, ``key`` what else the
+    object depends on."""
     headers = sorted(n for n in files if n.startswith('ccn_') and n.endswith('.h'))
     digest = _digest(key + [name, files[name]] + [p for h in headers for p in (h, files[h])])
-    target = os.path.join(root, 'objects', '%s-%s.o' % (name[:-2], digest))
-    if not os.path.exists(target):
-        os.makedirs(os.path.dirname(target), exist_ok=True)
-        built = os.path.join(work, name[:-2] + '.o')
-        run_compiler(setup + ['-c', '-o', built, name], work, 'the kernels %s' % name)
-        os.replace(built, target)  # atomic, as for the library
-    return target
+    entry = 'objects/%s-%s.o' % (name[:-2], digest)
+    path = os.path.join(cache.work, name[:-2] + '.o')
+    data = cache.read(entry)
+    if data is None:
+        run_compiler(setup + ['-c', '-o', path, name], cache.work, 'the kernels %s' % name)
+        cache.store(entry, _read(path))
+    else:
+        _write_new(path, data)
+    return path
 
 
-def build_library(program: Program) -> tuple[str, EmitResult]:
-    """(path of the shared library of ``program``, what emit_c wrote for
-    it): emitted, hashed, and compiled unless the cache already has it."""
+#: The libraries this process loaded, by the SHA-256 of their content.
+_LOADED: dict[str, ctypes.CDLL] = {}
+
+
+def _load(data: bytes, folder: str) -> ctypes.CDLL:
+    """The library whose content is ``data`` (verified), loaded from a new
+    file in the private ``folder``: what runs is what was checked, whatever
+    happens in the cache meanwhile.  Each content is loaded once per
+    process (the file's name holds its hash, because the dynamic loader
+    returns an already loaded library of the same name)."""
+    digest = hashlib.sha256(data).hexdigest()
+    library = _LOADED.get(digest)
+    if library is None:
+        path = os.path.join(folder, 'load-%s.so' % digest)
+        _write_new(path, data)
+        try:
+            library = ctypes.CDLL(path, mode=ctypes.RTLD_LOCAL)
+        except OSError as e:  # e.g. a temporary folder on a noexec mount
+            raise NativeBuildError('cannot load the native library: %s' % e) from e
+        _LOADED[digest] = library
+    return library
+
+
+def load_library(program: Program) -> tuple[ctypes.CDLL, str, EmitResult]:
+    """(the shared library of ``program``, loaded; its cache entry; what
+    emit_c wrote for it): emitted, hashed, and compiled unless the cache
+    holds it whole.  Raises NativeBuildError when the cache belongs to
+    someone else or lies where it cannot be (see _Cache), or the build
+    fails; a cache that cannot be written (read-only, full) is read, and
+    what it lacks is built privately with a NativeCacheWarning."""
     command = find_compiler()
     setup = command + compile_flags(command)
-    root = cache_dir()
-    os.makedirs(root, exist_ok=True)
-    work = tempfile.mkdtemp(prefix='.build-', dir=root)
+    cache = _Cache(cache_dir())
+    work = cache.work
     try:
         result = emit_c(program, work, NAME, weights='file')
         files = {}
         for path in result.files:
             if not path.endswith('.bin'):  # the weights come at run time
-                with open(path, 'rb') as f:
-                    files[os.path.basename(path)] = f.read()
+                files[os.path.basename(path)] = _read(path)
         key = [CACHE_FORMAT, _machine()] + setup + list(LDLIBS)
-        target = os.path.join(root, 'lib%s-%s.so' % (NAME, _digest(
-            key + [p for n in sorted(files) for p in (n, files[n])])))
-        if not os.path.exists(target):
-            objects = [_kernel_object(setup, key, n, files, root, work)
+        name = 'lib%s-%s.so' % (NAME, _digest(
+            key + [p for n in sorted(files) for p in (n, files[n])]))
+        library = cache.read(name)
+        if library is None:
+            if cache.why_not is not None:
+                warnings.warn(NativeCacheWarning(
+                    'native library cache %s %s: the library of program %s is built in a '
+                    'temporary folder and not cached' % (cache.root, cache.why_not,
+                                                          program.name)), stacklevel=2)
+            objects = [_kernel_object(cache, setup, key, n, files)
                        for n in sorted(files) if n.startswith('ccn_') and n.endswith('.c')]
             model = sorted(n for n in files if n.endswith('.c') and n != 'main.c'
                            and not n.startswith('ccn_'))
             built = os.path.join(work, 'lib%s.so' % NAME)
             run_compiler(setup + ['-o', built] + model + objects + list(LDLIBS), work,
                          'the native library')
-            os.replace(built, target)  # atomic: others see no library or a whole one
-        return target, result
+            library = _read(built)
+            cache.store(name, library)
+        return _load(library, work), os.path.join(cache.root, name), result
+    except OSError as e:
+        raise NativeBuildError('cannot build the native library of program %s in %s: %s'
+                               % (program.name, work, e)) from e
     finally:
         shutil.rmtree(work, ignore_errors=True)
 
@@ -200,9 +461,10 @@ class NativeRun:
 
     def __init__(self, program: Program):
         self.program = program
-        self.path, result = build_library(program)
-        self._lib = ctypes.CDLL(self.path, mode=ctypes.RTLD_LOCAL)
-        self._fn = getattr(self._lib, '%s_run_arena' % NAME)
+        #: The library's cache entry (where it is cached, or would be).
+        self._lib, self.path, result = load_library(program)
+        # A function object of its own: another NativeRun may share _lib.
+        self._fn = self._lib['%s_run_arena' % NAME]
         #: The shapes of the inputs the emitter added after the Program's
         #: own, which each call fills with uniform random numbers (the masks
         #: of training-mode Dropout: lowerings/dropout.py).
