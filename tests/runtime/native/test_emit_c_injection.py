@@ -2,8 +2,9 @@
 string literals: names of nodes, inputs, outputs, intermediates and
 constants, and string attributes, whatever their bytes, change nothing in
 the C outside its string literals (tests/runtime/native/c_text.py reads C as
-the compiler does).  Also: which model names emit-c accepts, and the files
-it refuses to replace."""
+the compiler does), and hypothesis fuzzes both that and the compiled
+results.  Also: which model names emit-c accepts, and the files it refuses
+to replace."""
 import itertools
 import os
 import re
@@ -14,10 +15,14 @@ from dataclasses import replace
 import numpy
 import onnx
 import pytest
+from hypothesis import event, given, settings
+from hypothesis import strategies as st
 from onnx import TensorProto, helper, numpy_helper
 
 from chainer_compiler.cli import main as cli_main
+from chainer_compiler.errors import InvalidModelError, UnsupportedOperatorsError
 from chainer_compiler.frontend import build_program
+from chainer_compiler.runtime.errors import RuntimeVMError
 from chainer_compiler.runtime.executor import Executor
 from chainer_compiler.runtime.native import NativeEmitError, emit_c
 from chainer_compiler.runtime.native.emit_c import check_model_name
@@ -112,6 +117,18 @@ def test_every_byte_and_sequence_in_every_name_stays_in_string_literals(tmp_path
         assert_names_only_in_literals(hostile, reference, tmp_path / weights, weights=weights)
 
 
+@needs_cc
+@pytest.mark.slow  # 266 outputs, and the kernels if no other test built them
+def test_every_byte_and_sequence_in_every_name_compiles_to_the_vms_result(monkeypatch,
+                                                                         native_cache):
+    monkeypatch.setenv('CHAINER_COMPILER_CACHE', str(native_cache))
+    program = renamed(build_program(_conv_chain(len(HOSTILE))), HOSTILE)
+    x = numpy.linspace(-1, 1, 9, dtype=numpy.float32).reshape(1, 1, 3, 3)
+    got = Executor(program, backend='native').run_positional([x])
+    for g, w in zip(got, Executor(program).run_positional([x])):
+        numpy.testing.assert_array_equal(g, w)
+
+
 def test_a_program_file_keeps_names_that_json_allows_and_utf8_does_not(tmp_path):
     """Lone surrogates load from a Program file's JSON; C gets their bytes."""
     program = build_program(_conv_chain(2))
@@ -150,11 +167,19 @@ def _payload_model(marker):
     return model
 
 
+@pytest.fixture(scope='module')
+def native_cache(tmp_path_factory):
+    """One build cache for the module's native runs: each kernel compiles
+    once."""
+    return tmp_path_factory.mktemp('cache')
+
+
 @needs_cc
-def test_payloads_in_names_run_nothing_anywhere(tmp_path, monkeypatch):
+@pytest.mark.slow  # make builds every kernel at -O3 (about 10 s)
+def test_payloads_in_names_run_nothing_anywhere(tmp_path, monkeypatch, native_cache):
     """emit-c and make, run --onnx/--program --backend native, and the
     Executor: the results are the VM's and the payload never runs."""
-    monkeypatch.setenv('CHAINER_COMPILER_CACHE', str(tmp_path / 'cache'))
+    monkeypatch.setenv('CHAINER_COMPILER_CACHE', str(native_cache))
     marker = tmp_path / 'ran'
     model = _payload_model(marker)
     onnx.save(model, tmp_path / 'm.onnx')
@@ -174,6 +199,61 @@ def test_payloads_in_names_run_nothing_anywhere(tmp_path, monkeypatch):
     assert done.returncode == 0, done.stdout + done.stderr
     assert 'warning' not in done.stderr
     assert not marker.exists()
+
+
+# -- fuzzing ---------------------------------------------------------------------------
+
+#: Text biased to what breaks C: the sequences above, and any character.
+_TEXT = st.lists(st.sampled_from([s for s in SEQUENCES if len(s) < 10]) | st.characters(),
+                 max_size=6).map(''.join)
+#: Compiled examples are slow (gcc): a few in the default profile, more in
+#: the thorough one (tests/conftest.py).
+_COMPILED = settings(max_examples=max(8, settings.default.max_examples // 25))
+
+
+@settings(max_examples=settings.default.max_examples // 2)
+@given(names=st.lists(_TEXT, min_size=1, max_size=12), weights=st.sampled_from(['embed', 'file']))
+def test_fuzzed_names_and_string_attributes_stay_in_literals(names, weights, tmp_path_factory):
+    """Every name and string attribute from ``names`` changes the C only in
+    its string literals (the Program path: any str, as a Program file's JSON
+    holds)."""
+    base = build_program(_conv_chain(2))
+    assert_names_only_in_literals(renamed(base, names), renamed(base, ['n']),
+                                  tmp_path_factory.mktemp('fuzz'), weights=weights)
+
+
+@needs_cc
+@_COMPILED
+@given(values=st.tuples(_TEXT, _TEXT, _TEXT).map(  # distinct, none empty, none 'w'
+    lambda names: ['%d%s' % (k, name) for k, name in enumerate(names)]),
+       nodes=st.lists(_TEXT, min_size=2, max_size=2),
+       auto_pad=st.sampled_from(['NOTSET', 'VALID', 'SAME_UPPER', 'SAME_LOWER']) | _TEXT)
+def test_fuzzed_names_compile_to_the_vms_result_or_a_clean_refusal(values, nodes, auto_pad,
+                                                                  native_cache):
+    """An ONNX model with these value names, node names and Conv auto_pad
+    runs natively with the NumPy VM's result, or is refused with a project
+    error."""
+    x, h, y = values
+    f32 = TensorProto.FLOAT
+    graph = helper.make_graph(
+        [helper.make_node('Conv', [x, 'w'], [h], name=nodes[0], auto_pad=auto_pad),
+         helper.make_node('Relu', [h], [y], name=nodes[1])], 'fuzz',
+        [helper.make_tensor_value_info(x, f32, [1, 1, 4, 4])],
+        [helper.make_tensor_value_info(y, f32, ['n', 'c', 'h', 'w'])],
+        [numpy_helper.from_array(numpy.linspace(-1, 1, 9, dtype=numpy.float32)
+                                 .reshape(1, 1, 3, 3), 'w')])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid('', 13)])
+    x_value = numpy.linspace(-2, 2, 16, dtype=numpy.float32).reshape(1, 1, 4, 4)
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv('CHAINER_COMPILER_CACHE', str(native_cache))
+        try:
+            program = build_program(model)
+            got = Executor(program, backend='native').run_positional([x_value])
+        except (InvalidModelError, UnsupportedOperatorsError, RuntimeVMError) as e:
+            event('refused: %s' % type(e).__name__)
+            return
+    want = Executor(program).run_positional([x_value])
+    numpy.testing.assert_allclose(got[0], want[0], rtol=1e-5, atol=1e-6)
 
 
 # -- model names ----------------------------------------------------------------------
