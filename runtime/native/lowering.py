@@ -7,6 +7,13 @@ dtypes and constants through the emitter (``em.shape``, ``em.dtype``,
 ``em.const``), raises Refuse with a reason when the kernels cannot run the
 instruction, and returns a Step whose ``render`` writes the C lines once
 the arena is planned.
+
+A rendering writes C from numbers (through cformat), its own words and
+``ref``, never from text of the Program: a string attribute is looked up in
+the lowering's own table and the table's entry is written; names stay out
+(emit_c.py puts the input and output names in tables, as cformat.cstring
+literals).  tests/runtime/native/test_emit_c_injection.py checks that names
+and string attributes change nothing in the C outside string literals.
 """
 from collections.abc import Callable
 from dataclasses import dataclass
