@@ -21,3 +21,10 @@ def may_fold(shapes) -> bool:
                 or math.prod(shape) > MAX_FOLDED_ELEMENTS:
             return False
     return True
+
+#: A Program file may hold at most this many times its own size once
+#: decompressed (the sizes its zip directory declares, checked before any
+#: member is read; zipfile never reads a member past its declared size).
+#: save_program stores members as they are, about once the file's size;
+#: deflate could make a gigabyte of a megabyte.
+MAX_PROGRAM_INFLATION = 16

@@ -4,8 +4,10 @@ A Program file is a NumPy ``.npz`` archive: one entry holds the program as
 JSON (instructions, attributes, names, a format version), the others hold the
 constant and tensor-attribute arrays, whose dtype and shape the JSON records
 too.  Loading uses ``allow_pickle=False`` and plain JSON, so reading a file
-never executes code from it; it checks each array against the JSON before
-reading its data, and the whole Program (validation.py) before returning it.
+never executes code from it; it checks the archive's decompressed size
+against the file's (limits.MAX_PROGRAM_INFLATION) and each array against the
+JSON before reading its data, and the whole Program (validation.py) before
+returning it.
 """
 import base64
 import json
@@ -17,6 +19,7 @@ import numpy
 
 from .errors import ProgramFormatError
 from .files import atomic_write
+from .limits import MAX_PROGRAM_INFLATION
 from .program import Instruction, Program, ValueInfo
 from .validation import validate_program
 
@@ -55,6 +58,7 @@ def load_program(path: str | os.PathLike) -> Program:
     incompatible version, is damaged, or holds a malformed Program."""
     try:
         with numpy.load(path, allow_pickle=False) as archive:
+            _check_inflation(archive, path)
             header = _read_header(archive, path)
             program = _Decoder(archive, path).program(header['program'])
     except ProgramFormatError:
@@ -72,12 +76,24 @@ def load_program(path: str | os.PathLike) -> Program:
     return program
 
 
+def _check_inflation(archive, path):
+    """Refuse an archive whose members, decompressed, would be more than
+    MAX_PROGRAM_INFLATION times the file's size."""
+    size = os.path.getsize(path)
+    inflated = sum(info.file_size for info in archive.zip.infolist())
+    if inflated > MAX_PROGRAM_INFLATION * size:
+        raise ProgramFormatError(
+            '%s holds %d bytes once decompressed, more than %d times its size of %d bytes'
+            % (path, inflated, MAX_PROGRAM_INFLATION, size))
+
+
 def _read_header(archive, path):
     """The JSON header of ``archive``, refused unless it is that of a Program
     file of this format version."""
     if _HEADER_KEY not in archive.files:
         raise ProgramFormatError('%s is not a chainer-compiler Program file '
                                  '(no %s entry)' % (path, _HEADER_KEY))
+    _npy_header(archive, path, _HEADER_KEY, 'the header')
     header = json.loads(bytes(archive[_HEADER_KEY]).decode('utf-8'))
     if not isinstance(header, dict) or header.get('format') != FORMAT_NAME:
         raise ProgramFormatError('%s is not a chainer-compiler Program file' % path)
@@ -221,15 +237,29 @@ class _Decoder:
         ``dtype`` and ``shape``; checked before any of its data is read."""
         if key not in self.archive.files:
             raise ProgramFormatError('%s: %s is missing (no %s entry)' % (self.path, what, key))
-        with self.archive.zip.open(key + '.npy') as f:
-            version = numpy.lib.format.read_magic(f)
-            if version not in _NPY_HEADER_READERS:
-                raise ProgramFormatError('%s: %s has .npy format version %d.%d'
-                                         % (self.path, what, *version))
-            stored_shape, _, stored_dtype = _NPY_HEADER_READERS[version](f)
+        stored_shape, stored_dtype = _npy_header(self.archive, self.path, key, what)
         if stored_dtype.name != dtype.name or stored_shape != shape:
             raise ProgramFormatError('%s: %s is stored as %s%s, but the header declares %s%s' % (
                 self.path, what, stored_dtype.name, list(stored_shape), dtype.name,
                 list(shape)))
         return self.archive[key]
 
+
+
+def _npy_header(archive, path, key, what):
+    """(shape, dtype) of archive entry ``key`` from its .npy header, refused
+    unless its data fits in the entry's declared size: numpy allocates the
+    whole array before it reads any of it."""
+    info = archive.zip.getinfo(key + '.npy')
+    with archive.zip.open(info) as f:
+        version = numpy.lib.format.read_magic(f)
+        if version not in _NPY_HEADER_READERS:
+            raise ProgramFormatError('%s: %s has .npy format version %d.%d'
+                                     % (path, what, *version))
+        shape, _, dtype = _NPY_HEADER_READERS[version](f)
+        nbytes = math.prod(shape) * dtype.itemsize
+        if f.tell() + nbytes > info.file_size:
+            raise ProgramFormatError('%s: %s is stored as %s%s, %d bytes, in an entry of %d'
+                                     % (path, what, dtype.name, list(shape), nbytes,
+                                        info.file_size))
+    return shape, dtype

@@ -143,3 +143,64 @@ def test_pickled_payload_is_refused(tmp_path):
     with pytest.raises(ProgramFormatError):
         load_program(path)
     assert zipfile.is_zipfile(path) and os.path.getsize(path) > 0
+
+
+def _inflating_program(tmp_path, n):
+    """A Program file whose constant of ``n`` zeros is deflated, as
+    numpy.savez_compressed writes it (save_program never does)."""
+    program = Program(instructions=[Instruction('Identity', (0,), (1,), version=16)],
+                      inputs=[], outputs=[ValueInfo('y', 1)],
+                      constants={0: numpy.zeros(n, numpy.float32)}, num_registers=2)
+    save_program(program, tmp_path / 'plain.npz')
+    with numpy.load(tmp_path / 'plain.npz') as archive:
+        members = {key: archive[key] for key in archive.files}
+    path = tmp_path / 'deflated.npz'
+    numpy.savez_compressed(path, **members)
+    return path
+
+
+def test_decompressed_size_is_bounded_before_inflating(tmp_path):
+    import tracemalloc
+    # 64 MiB of zeros in a 65 KB file (the issue's: 1 GB from 1 MB).
+    path = _inflating_program(tmp_path, 1 << 24)
+    assert os.path.getsize(path) < 70_000
+    tracemalloc.start()
+    try:
+        with pytest.raises(ProgramFormatError, match=r'deflated.npz holds 671\d+ bytes once '
+                           r'decompressed, more than 16 times its size of \d+ bytes'):
+            load_program(path)
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert peak < 4 << 20
+    assert load_program(_inflating_program(tmp_path, 1000)).constants[0].shape == (1000,)
+
+
+def test_an_array_must_fit_in_its_member_before_it_is_read(tmp_path):
+    # numpy allocates the array its .npy header declares before reading:
+    # a header-only member may not declare 1 GiB.
+    import io
+    _inflating_program(tmp_path, 1000)
+    with numpy.load(tmp_path / 'plain.npz') as archive:
+        header = bytes(archive['program.json'])
+    npy = io.BytesIO()
+    numpy.lib.format.write_array_header_1_0(
+        npy, {'descr': '<f4', 'fortran_order': False, 'shape': (1 << 28,)})
+    path = tmp_path / 'short.npz'
+    with zipfile.ZipFile(path, 'w') as z:
+        with z.open('program.json.npy', 'w') as f:
+            numpy.lib.format.write_array(f, numpy.frombuffer(header, numpy.uint8))
+        z.writestr('a0.npy', npy.getvalue())
+    with pytest.raises(ProgramFormatError, match=r'the constant in register 0 is stored as '
+                       r'float32\[268435456\], 1073741824 bytes, in an entry of 128'):
+        load_program(path)
+    # A zip directory that understates a member's size: zipfile reads no
+    # further than it says (and then finds the CRC wrong).
+    path = _inflating_program(tmp_path, 1 << 22)
+    data = path.read_bytes()
+    with zipfile.ZipFile(path) as z:
+        declared = z.getinfo('a0.npy').file_size.to_bytes(4, 'little')
+    assert data.count(declared) == 2  # the local and the central header
+    path.write_bytes(data.replace(declared, (1 << 10).to_bytes(4, 'little')))
+    with pytest.raises(ProgramFormatError, match="Bad CRC-32 for file 'a0.npy'"):
+        load_program(path)
