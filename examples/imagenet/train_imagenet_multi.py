@@ -23,6 +23,7 @@ import json
 import multiprocessing
 import os
 import sys
+import traceback
 
 import chainer
 import chainer.functions as F
@@ -32,12 +33,20 @@ import numpy
 import onnx
 from chainer import training
 from chainer.training import extensions
-from chainermn import global_except_hook
-from dataset import IMAGENET_MEAN, DatasetError, PreprocessedDataset, compute_mean, read_pairs
+from dataset import (
+    DatasetError,
+    PreprocessedDataset,
+    compute_mean,
+    load_mean,
+    open_regular,
+    read_pairs,
+)
 from models import MODELS
+from snapshots import SnapshotError, load_snapshot
 
 import chainer_compiler
 from chainer_compiler.examples_support import add_workflow_arguments, compile_model, export_model
+from chainer_compiler.runtime import RuntimeVMError
 
 
 class ExportMismatchError(ValueError):
@@ -46,8 +55,10 @@ class ExportMismatchError(ValueError):
 
 #: Failures that are the user's to fix (a path, a file, a flag): every rank
 #: reports them in one line and exits with status 2.  Anything else is a
-#: bug; ChainerMN's exception hook then aborts every rank.
-USER_ERRORS = (DatasetError, ExportMismatchError, OSError, chainer_compiler.InvalidModelError)
+#: bug: the rank that meets it prints its traceback and the error line and
+#: aborts every rank (MPI_Abort, status 2).
+USER_ERRORS = (DatasetError, ExportMismatchError, SnapshotError, OSError,
+               chainer_compiler.InvalidModelError, RuntimeVMError)
 
 
 class UsageError(Exception):
@@ -140,13 +151,18 @@ def main(argv=None):
         process.start()
         process.join()
     comm = chainermn.create_communicator(args.communicator)
-    # An unexpected exception on one rank must not leave the others waiting
-    # in a collective call forever: MPI_Abort stops them all.
-    global_except_hook.add_hook()
     try:
         train(comm, args)
     except UsageError as e:
         return _fail(e)
+    except Exception as e:
+        # Not at a point where ranks agree (``agree``): the others may be
+        # waiting in a collective call, so MPI_Abort stops them all.
+        if not isinstance(e, USER_ERRORS):
+            traceback.print_exc()
+        _fail('%s (on rank %d)' % (e if isinstance(e, USER_ERRORS) else
+                                   '%s: %s' % (type(e).__name__, e), comm.rank))
+        comm.mpi_comm.Abort(2)
     return 0
 
 
@@ -226,10 +242,17 @@ class AgreeingIterator(chainer.dataset.Iterator):
 
 def exported_batch_shape(path):
     """The shape of the first data input of the ONNX file ``path``."""
-    graph = onnx.load(path).graph
+    with open_regular(path) as f:
+        try:
+            graph = onnx.load_model_from_string(f.read()).graph
+        except Exception as e:  # protobuf's DecodeError, ...
+            raise chainer_compiler.InvalidModelError('%s is not an ONNX file: %s'
+                                                     % (path, e)) from e
     initializers = {t.name for t in graph.initializer}
-    data = [v for v in graph.input if v.name not in initializers][0]
-    return tuple(d.dim_value for d in data.type.tensor_type.shape.dim)
+    data = [v for v in graph.input if v.name not in initializers]
+    if not data:
+        raise ExportMismatchError('%s has no data input' % path)
+    return tuple(d.dim_value for d in data[0].type.tensor_type.shape.dim)
 
 
 def check_export_shape(path, args):
@@ -265,16 +288,6 @@ def read_datasets(comm, args):
             raise DatasetError('%s has label %d, but the model has --classes %d'
                                % (source, top, args.classes))
     return pairs
-
-
-def load_mean(path):
-    if path is None:
-        return IMAGENET_MEAN
-    mean = numpy.load(path)
-    if mean.shape != (3,):
-        raise DatasetError('%s: expected a per-channel mean of shape (3,), got %s'
-                           % (path, mean.shape))
-    return mean
 
 
 def add_weight_decay(model, rate):
@@ -333,6 +346,9 @@ def train(comm, args):
     # The data first: a wrong path fails before anything is compiled.
     pairs = agree(comm, read_datasets, comm, args)
     mean = agree(comm, load_mean, args.mean)
+    # Rank 0 writes the log and snapshots there mid-training, when the
+    # others would be left waiting: a file in the way fails here instead.
+    agree(comm, functools.partial(os.makedirs, exist_ok=True), args.out)
     # Same seed everywhere: same initial parameters (ChainerMN broadcasts
     # rank 0's at the first update anyway).
     numpy.random.seed(args.seed)
@@ -370,7 +386,7 @@ def train(comm, args):
     _extend(trainer, comm, classifier, make_iterator(comm, val_data, args, train=False),
             device, args)
     if args.resume is not None:
-        agree(comm, chainer.serializers.load_npz, args.resume, trainer)
+        agree(comm, load_snapshot, args.resume, trainer)
     trainer.run(show_loop_exception_msg=False)
     accuracy = trainer.observation.get('validation/main/accuracy')
     if comm.rank == 0 and accuracy is not None:
@@ -393,7 +409,6 @@ def _extend(trainer, comm, classifier, val_iter, device, args):
     evaluator = extensions.Evaluator(val_iter, classifier, device=device)
     trainer.extend(chainermn.create_multi_node_evaluator(evaluator, comm), trigger=val_trigger)
     if args.param_digests:
-        os.makedirs(args.out, exist_ok=True)
         trainer.extend(ParameterDigests(
             classifier, os.path.join(args.out, 'digests-rank%d.jsonl' % comm.rank)))
     if comm.rank != 0:

