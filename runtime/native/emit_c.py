@@ -34,7 +34,6 @@ from .cformat import C_TYPES, NPY_DESCR, Shape, clist, cliteral, cstring, shape_
 from .folding import fold
 from .fusion import fuse, written_inputs
 from .lowering import FLOAT32, LOWERINGS, Refuse, Step, Unknown
-from .lowerings.loss import LABEL_ERROR
 from .weights import WeightsLayout, layout
 from .weights import block as weights_block
 from .weights import write_file as write_weights_file
@@ -42,6 +41,9 @@ from .weights import write_file as write_weights_file
 KERNEL_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), 'kernels')
 #: Highest rank of a value (CCN_MAX_RANK in C).
 MAX_RANK = 8
+#: The run functions' status when the first instruction that can refuse its
+#: inputs at run time (Step.error) does; 0 is success, 1 a NULL pointer.
+FIRST_FAILURE = 2
 
 
 class NativeEmitError(RuntimeVMError):
@@ -564,7 +566,7 @@ class _Emitter:
                ' * Inputs and outputs are arrays in C (row-major) order with the dtypes',
                ' * (float32: float, float64: double, int64: int64_t, int32: int32_t,',
                ' * bool: uint8_t) and static shapes below; they must not overlap.',
-               ' *'] + self._in_place_doc() + self._api_doc() + self._label_doc() + [' */']
+               ' *'] + self._in_place_doc() + self._api_doc() + self._status_doc() + [' */']
         lines = doc + ['#ifndef %s_H' % up, '#define %s_H' % up, '',
                        '#include <stddef.h>', '#include <stdint.h>', '',
                        '#ifdef __cplusplus', 'extern "C" {', '#endif', '',
@@ -588,6 +590,7 @@ class _Emitter:
                   'extern const %s_tensor_info %s_inputs[];' % (n, n),
                   'extern const %s_tensor_info %s_outputs[];' % (n, n), '']
         lines += self._api_declarations()
+        lines += ['const char *%s_status_message(int status);' % n]
         lines += ['', '#ifdef __cplusplus', '}', '#endif', '#endif /* %s_H */' % up, '']
         return '\n'.join(lines)
 
@@ -607,13 +610,14 @@ class _Emitter:
         lines = [' * ' + line for paragraph in text for line in textwrap.wrap(paragraph, 76)]
         return lines + [' *'] if lines else []
 
-    def _label_doc(self) -> list[str]:
-        """The run functions' status for a bad class label, when a loss is
-        computed (lowerings/loss.py)."""
-        if 'loss' not in self.families():
-            return []
-        return [' * They return %d when a class label is out of range (the outputs are then'
-                % LABEL_ERROR, ' * unfinished).']
+    def _status_doc(self) -> list[str]:
+        """What the header says about the run functions' other statuses."""
+        lines = [' * %s_status_message(status) describes a status in one line.' % self.name]
+        if self._failures():
+            lines += [' * A status of %d or more: an instruction refused its inputs (an index'
+                      % FIRST_FAILURE,
+                      ' * out of range...); the outputs are then unfinished.']
+        return lines
 
     def _api_doc(self) -> list[str]:
         n, up = self.name, self.name.upper()
@@ -674,12 +678,16 @@ class _Emitter:
     def _model_c(self) -> str:
         n, up, p = self.name, self.name.upper(), self.p
         body: list[str] = []
+        failures = {i: status for status, (i, _) in enumerate(self._failures(), FIRST_FAILURE)}
         # Rendering requests weights (and transposed weights) by name.
         for i, (inst, step) in enumerate(zip(p.instructions, self.steps)):
             body += ['', '    ' + self._instruction_comment(i, inst, step)]
             if step is not None:
                 scratch = 's%d' % i if step.scratch else 'NULL'
-                body += ['    ' + line for line in step.render(self.ref, scratch)]
+                lines = ['    ' + line for line in step.render(self.ref, scratch)]
+                if step.error:  # the status its failure returns (NAME_status_message)
+                    lines = ['#define CCN_FAILED %d' % failures[i], *lines, '#undef CCN_FAILED']
+                body += lines
         for k, r in self.final_copies:
             copy = 'ccn_copy(%d, %s, out_%d);  /* output %d */' % (
                 self.nbytes(r), self.ref(r), k, k)
@@ -749,7 +757,33 @@ class _Emitter:
             lines += ['int %s_run_v(const void *const *inputs, void *const *outputs)' % n, '{',
                       '    (void)inputs;', '    (void)outputs;',
                       '    return %s_run(%s);' % (n, self._vector_call()), '}', '']
-        return '\n'.join(lines)
+        return '\n'.join(lines + self._status_message_c())
+
+    def _failures(self) -> list[tuple[int, str]]:
+        """(index, message) of each instruction whose kernel may refuse its
+        inputs at run time, in order: the k-th fails with status
+        FIRST_FAILURE + k.  The message is the NumPy VM's KernelError text
+        (the input values' shapes are static), less what only the run knows."""
+        failures = []
+        for i, (inst, step) in enumerate(zip(self.p.instructions, self.steps)):
+            if step is not None and step.error:
+                values = ', '.join('none' if r == NO_REGISTER
+                                   else shape_text(self.dtypes[r], self.shapes[r])
+                                   for r in inst.inputs)
+                failures.append((i, '%s failed on inputs (%s): %s' % (
+                    self.p.describe_instruction(i), values, step.error)))
+        return failures
+
+    def _status_message_c(self) -> list[str]:
+        """NAME_status_message: the text of each status the run functions
+        return, names from the Program only as string literals."""
+        cases = [line for status, (_, message) in enumerate(self._failures(), FIRST_FAILURE)
+                 for line in ('    case %d:' % status, '        return %s;' % cstring(message))]
+        return ['const char *%s_status_message(int status)' % self.name, '{',
+                '    switch (status) {', '    case 0:', '        return "success";',
+                '    case 1:', '        return "a NULL pointer for an input, an output, the '
+                'arena or the weights";'] + cases + [
+                '    default:', '        return "not a status of this model";', '    }', '}', '']
 
     def _instruction_comment(self, i: int, inst: Instruction, step: Step | None) -> str:
         """The comment above instruction ``i``'s C: its index, operator and
@@ -855,7 +889,10 @@ class _Emitter:
     def _main_c(self) -> str:
         with open(os.path.join(KERNEL_DIR, 'main.c.in')) as f:
             text = f.read()
-        return text.replace('@UNAME@', self.name.upper()).replace('@NAME@', self.name)
+        files = ''.join('    %s,\n' % cstring(f)
+                        for f in output_file_names([v.name for v in self.p.outputs]))
+        return text.replace('@UNAME@', self.name.upper()).replace('@NAME@', self.name) \
+            .replace('@OUTPUT_FILES@\n', files + '    NULL\n')
 
     def _makefile(self, families: list[str], headers: list[str]) -> str:
         n = self.name

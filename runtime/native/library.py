@@ -43,11 +43,10 @@ import warnings
 
 import numpy
 
-from ..errors import InputValidationError, NativeBuildError, RuntimeVMError
+from ..errors import InputValidationError, KernelError, NativeBuildError
 from ..profiling import describe_value
 from ..program import Program
 from .emit_c import EmitResult, emit_c
-from .lowerings.loss import LABEL_ERROR
 
 #: The model name inside the library (its symbols are loaded RTLD_LOCAL).
 NAME = 'model'
@@ -472,8 +471,11 @@ class NativeRun:
         self._fn.argtypes = [ctypes.c_void_p] * (2 + len(program.inputs) +
                                                  len(self._uniform_shapes) + len(program.outputs))
         self._fn.restype = ctypes.c_int
+        self._status_message = getattr(self._lib, '%s_status_message' % NAME)
+        self._status_message.argtypes = [ctypes.c_int]
+        self._status_message.restype = ctypes.c_char_p
         # numpy's allocations are aligned well beyond the floats C asks for.
-        self._arena = numpy.empty(max(1, result.arena_bytes), dtype=numpy.uint8)
+        self._arena = _arena(program, result)
         assert result.weights_block is not None  # emitted with weights='file'
         self._weights = result.weights_block  # the same bytes as model_weights.bin
         self._memory = (self._arena.ctypes.data, self._weights.ctypes.data)
@@ -572,12 +574,30 @@ class NativeRun:
             for buffer, value in scalars:
                 buffer[()] = value
             status = self._fn(*self._memory, *pointers)
-        if status != 0:
-            raise RuntimeVMError('the native library of program %s returned %d (%s)'
-                                 % (self.program.name, status,
-                                    'a class label out of range' if status == LABEL_ERROR
-                                    else 'a NULL pointer'))
+        if status != 0:  # the message names the instruction, as the VM's would
+            raise KernelError(self._status_message(status).decode('utf-8', 'replace'))
         return outputs
+
+
+def _arena(program: Program, result: EmitResult) -> numpy.ndarray:
+    """The arena of ``program``'s library.  Raises KernelError naming its
+    size, before allocating, when it is larger than this machine's memory
+    (a Program's shapes can ask for any size), or when it cannot be
+    allocated."""
+    nbytes = max(1, result.arena_bytes)
+    memory = None
+    with contextlib.suppress(ValueError, OSError, AttributeError):  # not POSIX
+        memory = os.sysconf('SC_PAGE_SIZE') * os.sysconf('SC_PHYS_PAGES')
+    error = KernelError('program %s: the native arena of %d bytes (%.3g GiB) cannot be '
+                        'allocated%s' % (program.name, nbytes, nbytes / 2**30,
+                                         '' if memory is None else ' (this machine has '
+                                         '%.3g GiB of memory)' % (memory / 2**30)))
+    if memory is not None and nbytes > memory:
+        raise error
+    try:
+        return numpy.empty(nbytes, dtype=numpy.uint8)
+    except MemoryError:
+        raise error from None
 
 
 def _address(a: numpy.ndarray) -> int:

@@ -48,7 +48,10 @@ class Step:
     when they are read for the last time here (the kernel reads each element
     before it writes the same one); ``scratch`` is in floats; ``family``
     names the kernel file (ccn_<family>.c) and ``also`` any other family the
-    rendering calls."""
+    rendering calls.  A kernel that can refuse its inputs at run time
+    returns nonzero then: its lines ``return CCN_FAILED;`` (the run's status
+    for this instruction, which the emitter defines), and ``error`` says
+    what went wrong, as the NumPy VM's exception would ("IndexError: ...")."""
     family: str
     shapes: list[Shape | None]
     render: Render
@@ -57,6 +60,7 @@ class Step:
     also: tuple[str, ...] = ()
     dtypes: list[str | None] | None = None
     in_place: tuple[int, ...] = ()
+    error: str = ''
 
 
 #: ONNX operator (default domain) or 'domain::op' -> its lowering.

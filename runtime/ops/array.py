@@ -51,8 +51,10 @@ def _shape_tensor(xp, dims):
 
 
 def _wrap_indices(xp, indices, dim):
-    """ONNX indices may be negative (counted from the end)."""
-    return xp.where(indices < 0, indices + dim, indices)
+    """ONNX indices may be negative (counted from the end); one below -dim
+    stays as it is, out of range, for the indexing to refuse (wrapped, -dim-1
+    would read the last element)."""
+    return xp.where((indices < 0) & (indices >= -dim), indices + dim, indices)
 
 
 # -- constants and shapes --------------------------------------------------

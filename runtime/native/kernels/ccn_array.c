@@ -109,23 +109,27 @@ static long index_at(const void *indices, int index_bytes, long i)
     return (long)((const int64_t *)indices)[i];
 }
 
-void ccn_gather(size_t elem, long outer, long dim, long inner, const void *x,
-                long n, const void *indices, int index_bytes, void *y)
+int ccn_gather(size_t elem, long outer, long dim, long inner, const void *x,
+               long n, const void *indices, int index_bytes, void *y)
 {
+    /* Every index is checked before anything is written. */
+    for (long j = 0; j < n; ++j) {
+        const long i = index_at(indices, index_bytes, j);
+        if (i < -dim || i >= dim)
+            return 1;
+    }
     const size_t run = (size_t)inner * elem;
     CCN_PARALLEL_FOR(outer * n * inner,
         for (long o = 0; o < outer; ++o) {
             for (long j = 0; j < n; ++j) {
                 long i = index_at(indices, index_bytes, j);
-                unsigned char *to = (unsigned char *)y + (size_t)(o * n + j) * run;
                 i = i < 0 ? i + dim : i;
-                if (i < 0 || i >= dim)
-                    memset(to, 0, run);
-                else
-                    memcpy(to, (const unsigned char *)x + (size_t)(o * dim + i) * run, run);
+                memcpy((unsigned char *)y + (size_t)(o * n + j) * run,
+                       (const unsigned char *)x + (size_t)(o * dim + i) * run, run);
             }
         }
     );
+    return 0;
 }
 
 void ccn_where(size_t elem, int rank, const long *shape,
@@ -150,18 +154,31 @@ void ccn_where(size_t elem, int rank, const long *shape,
     );
 }
 
-/* Numbers convert as C converts them, except that bool is x != 0. */
+/* Numbers convert as C converts them, except that bool is x != 0 and that
+ * a float whose truncation an integer type cannot hold (NaN, infinities,
+ * out of range) becomes that type's minimum, as NumPy's casts give on x86:
+ * C leaves that conversion undefined. */
 #define CCN_CAST_DEFINE(FROM, FROM_T, TO, TO_T)                     \
     void ccn_cast_##FROM##_##TO(long n, const FROM_T *x, TO_T *y)   \
     {                                                               \
         CCN_PARALLEL_FOR(n,                                         \
             for (long i = 0; i < n; ++i)                            \
-                y[i] = CCN_CAST_##TO(TO_T, x[i]);                   \
+                y[i] = CCN_CAST_##TO(TO_T, x[i], CCN_FLOAT_##FROM); \
         );                                                          \
     }
-#define CCN_CAST_float32(TO_T, v) (TO_T)(v)
-#define CCN_CAST_float64(TO_T, v) (TO_T)(v)
-#define CCN_CAST_int64(TO_T, v) (TO_T)(v)
-#define CCN_CAST_int32(TO_T, v) (TO_T)(v)
-#define CCN_CAST_bool(TO_T, v) (TO_T)((v) != 0)
+#define CCN_FLOAT_float32 1
+#define CCN_FLOAT_float64 1
+#define CCN_FLOAT_int64 0
+#define CCN_FLOAT_int32 0
+#define CCN_FLOAT_bool 0
+#define CCN_CAST_float32(TO_T, v, from_float) (TO_T)(v)
+#define CCN_CAST_float64(TO_T, v, from_float) (TO_T)(v)
+/* The bounds are exact doubles; NaN fails every comparison. */
+#define CCN_CAST_int64(TO_T, v, from_float)                                               \
+    (from_float && !((v) >= -9223372036854775808.0 && (v) < 9223372036854775808.0)       \
+         ? INT64_MIN : (TO_T)(v))
+#define CCN_CAST_int32(TO_T, v, from_float)                                 \
+    (from_float && !((v) > -2147483649.0 && (v) < 2147483648.0) ? INT32_MIN \
+                                                                 : (TO_T)(v))
+#define CCN_CAST_bool(TO_T, v, from_float) (TO_T)((v) != 0)
 CCN_CAST_ALL(CCN_CAST_DEFINE)

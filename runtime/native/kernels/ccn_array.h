@@ -30,9 +30,10 @@ void ccn_table_copy(size_t elem, int rank, const long *shape, const long *tables
 
 /* Gather: x is [outer, dim, inner], y is [outer, n, inner]; ``indices``
  * holds n int32 (index_bytes 4) or int64 (8) entries, negative ones counted
- * from the end.  An index outside [-dim, dim) gives zero bytes. */
-void ccn_gather(size_t elem, long outer, long dim, long inner, const void *x,
-                long n, const void *indices, int index_bytes, void *y);
+ * from the end.  Returns 0, or 1 without writing y when an index is outside
+ * [-dim, dim) (the NumPy VM raises an IndexError there). */
+int ccn_gather(size_t elem, long outer, long dim, long inner, const void *x,
+               long n, const void *indices, int index_bytes, void *y);
 
 /* Where: out[i] = cond[i] ? x[i] : y[i] over ``shape`` (C order), the
  * inputs read through broadcast strides. */
@@ -42,9 +43,11 @@ void ccn_where(size_t elem, int rank, const long *shape,
                const void *y, const long *y_strides, void *out);
 
 /* Cast: ccn_cast_FROM_TO(n, x, y) for every pair of float32, float64,
- * int64, int32 and bool.  Floats become integers truncated toward zero (C's
- * conversion; NaN and out-of-range values are undefined, as in ONNX);
- * anything becomes bool as x != 0. */
+ * int64, int32 and bool.  Floats become integers truncated toward zero;
+ * NaN, infinities and values out of the integer type's range become its
+ * minimum (INT32_MIN, INT64_MIN), which is what NumPy gives on x86, where
+ * ONNX leaves it undefined and C makes it undefined behaviour; anything
+ * becomes bool as x != 0 (NaN: 1). */
 #define CCN_CAST_DTYPES(X, FROM, FROM_T) \
     X(FROM, FROM_T, float32, float)      \
     X(FROM, FROM_T, float64, double)     \

@@ -16,7 +16,7 @@ void ccn_slice_grad(size_t elem, long total, int rank, const long *shape, const 
 
 /* GatherGrad of float32: y is [outer, dim, inner], gy [outer, n, inner];
  * y[o, indices[j], :] += gy[o, j, :] from zeros, negative indices counted
- * from the end, out-of-range ones (where Gather reads zeros) skipped.
+ * from the end, out-of-range ones (which Gather refuses) skipped.
  * index_bytes is 4 (int32) or 8 (int64). */
 void ccn_gather_grad(long outer, long dim, long inner, long n, const float *gy,
                      const void *indices, int index_bytes, float *y);

@@ -450,11 +450,14 @@ def gather(em, inst) -> Step:
     out = sx[:axis] + tuple(si) + sx[axis + 1:]
 
     def render(ref, scratch):
-        return ['ccn_gather(%d, %d, %d, %d, %s, %d, %s, %d, %s);'
+        return ['if (ccn_gather(%d, %d, %d, %d, %s, %d, %s, %d, %s))'
                 % (elem, math.prod(sx[:axis]), dim, math.prod(sx[axis + 1:]),
                    ref(inst.inputs[0]), n, ref(inst.inputs[1]), index_bytes,
-                   ref(inst.outputs[0]))]
-    return Step('array', [out], render)
+                   ref(inst.outputs[0])),
+                '    return CCN_FAILED;']
+    # numpy.take's IndexError, less the index (the message is static).
+    return Step('array', [out], render, error='IndexError: an index is out of bounds for '
+                'axis %d with size %d' % (axis, dim))
 
 
 @lowers('Where')

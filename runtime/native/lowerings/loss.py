@@ -1,7 +1,8 @@
 """SoftmaxCrossEntropyLoss and its gradient (this project's
 SoftmaxCrossEntropyLossGrad) as calls into ccn_loss.c.  A label that is
-neither a class nor ``ignore_index`` makes the generated code return
-LABEL_ERROR, where the NumPy kernel raises an IndexError."""
+neither a class nor ``ignore_index`` makes the generated code fail (the
+run's status names the instruction), where the NumPy kernel raises an
+IndexError."""
 import math
 
 from ...ops.registry import CUSTOM_DOMAIN
@@ -11,8 +12,8 @@ from ..lowering import Refuse, Step, lowers
 LABELS = ('int32', 'int64')
 #: ONNX's reduction attribute -> the C enum.
 _REDUCTIONS = {'none': 'CCN_LOSS_NONE', 'sum': 'CCN_LOSS_SUM', 'mean': 'CCN_LOSS_MEAN'}
-#: What the generated code returns when a label is out of range.
-LABEL_ERROR = 2
+#: What a failed loss kernel reports (Step.error).
+LABEL_ERROR = 'IndexError: a class label out of range'
 
 
 def _geometry(em, inst, scores: int, labels: int):
@@ -44,7 +45,7 @@ _ALSO = ('activation',)
 
 
 def _checked(call: str) -> list[str]:
-    return ['if (%s)' % call, '    return %d;  /* a label out of range */' % LABEL_ERROR]
+    return ['if (%s)' % call, '    return CCN_FAILED;  /* a label out of range */']
 
 
 @lowers('SoftmaxCrossEntropyLoss')
@@ -63,7 +64,7 @@ def softmax_cross_entropy(em, inst) -> Step:
             reduction, ref(inst.outputs[0]), log_prob))
     shapes = [loss] + ([sx] if keeps_log_prob else [None] * (len(inst.outputs) - 1))
     return Step('loss', shapes, render, dtypes=['float32'] * len(shapes),
-                scratch=0 if keeps_log_prob else N * C * D, also=_ALSO)
+                scratch=0 if keeps_log_prob else N * C * D, also=_ALSO, error=LABEL_ERROR)
 
 
 @lowers(CUSTOM_DOMAIN + '::SoftmaxCrossEntropyLossGrad')
@@ -81,4 +82,5 @@ def softmax_cross_entropy_grad(em, inst) -> Step:
                         '%s)' % (label_dtype, N, C, D, ref(inst.inputs[0]), ref(inst.inputs[1]),
                                  ref(inst.inputs[2]), weights, ignore, reduction,
                                  ref(inst.outputs[0])))
-    return Step('loss', [em.shape(inst, 1)], render, in_place=(1,), also=_ALSO)
+    return Step('loss', [em.shape(inst, 1)], render, in_place=(1,), also=_ALSO,
+                error=LABEL_ERROR)
