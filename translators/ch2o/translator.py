@@ -20,6 +20,7 @@ import ast
 import builtins
 import contextlib
 import inspect
+import itertools
 import types
 
 import chainer
@@ -51,8 +52,29 @@ from .values import (
 RETURNED, RET, BROKE, CONTINUED = '$returned', '$ret', '$broke', '$continued'
 FLAGS = (RETURNED, BROKE, CONTINUED)
 
-#: Unrolling a ``while`` whose condition is known at export time stops here.
+#: Loops whose trip count is known at export time (``for`` over a list, a
+#: constant ``range``, a ``while`` on a constant condition) are unrolled: one
+#: copy of the body per iteration.  Past this many iterations in all, in one
+#: export, translation stops (a million-step constant loop would otherwise
+#: write a million copies); a single iterable known at export time may not
+#: have more items either.
 MAX_UNROLLED_ITERATIONS = 100000
+
+#: Inlined calls (methods, functions, lambdas) nest at most this deep: a
+#: recursion that the export-time constants do not end stops here, well
+#: before Python's own recursion limit.
+MAX_CALL_DEPTH = 64
+
+#: ONNX If and Loop bodies nest at most this deep.  Each level nests three
+#: protobuf messages (node, attribute, graph), and protobuf readers refuse
+#: files nested more than 100 messages deep (at about 31 levels a file
+#: cannot be loaded); the margin leaves room for the helper Loops that list
+#: slicing and sequence functions add inside a body.
+MAX_SUBGRAPH_DEPTH = 24
+
+#: What hitting Python's recursion limit inside translation is reported as.
+_TOO_DEEP = ('nested too deeply to translate within Python\'s recursion limit (an expression '
+             'of too many operators, or statements, calls and branches nested too deep)')
 
 
 class RangeValue(Value):
@@ -144,6 +166,7 @@ class Translator:
         self.frames = []  # the frames of the inlined calls under way, innermost last
         #: id of a list held by a PyObject's attribute -> (the list, the PyObject)
         self.held_lists = {}
+        self.unrolled = 0  # loop iterations unrolled so far (MAX_UNROLLED_ITERATIONS)
 
     # -- attributes assigned in translated code -------------------------------
     def attribute_key(self, obj, attr):
@@ -182,14 +205,44 @@ class Translator:
     def error(self, frame, node, message):
         return TranslationError(self.site(frame, node), message)
 
+    # -- limits ----------------------------------------------------------------
+    def count_unrolled(self, frame, node, iterations):
+        """Count ``iterations`` more loop iterations unrolled at export time,
+        before translating them; refuse past MAX_UNROLLED_ITERATIONS."""
+        self.unrolled += iterations
+        if self.unrolled > MAX_UNROLLED_ITERATIONS:
+            raise self.error(frame, node, 'loops whose trip count is known at export time '
+                             'unroll to more than %d iterations in all (one copy of the body '
+                             'each); make the trip count an argument of forward to get an ONNX '
+                             'Loop' % MAX_UNROLLED_ITERATIONS)
+
+    def check_subgraph_depth(self, site):
+        """Refuse an If or Loop whose body would nest deeper than
+        MAX_SUBGRAPH_DEPTH, before translating it."""
+        depth, scope = 1, self.scope
+        while scope.parent is not None:
+            depth, scope = depth + 1, scope.parent
+        if depth > MAX_SUBGRAPH_DEPTH:
+            raise TranslationError(site, 'branches and loops that depend on the inputs (each an '
+                                   'ONNX If or Loop; an exit under one adds one more per '
+                                   'statement after it) nest more than %d deep'
+                                   % MAX_SUBGRAPH_DEPTH)
+
     # -- functions ----------------------------------------------------------
     def call_function(self, fn, args, kwargs, site, self_value=None):
         """Inline Python function ``fn`` (a function, or a Closure) called
         with Values ``args``/``kwargs``; return its result."""
+        if len(self.frames) >= MAX_CALL_DEPTH:
+            raise TranslationError(site, 'calls nest more than %d deep (a recursion that the '
+                                   'constants known at export time do not end?)'
+                                   % MAX_CALL_DEPTH)
         if isinstance(fn, Closure):
             node, frame0 = fn.node, fn.frame
             globals_, filename = frame0.globals, frame0.filename
             env = dict(frame0.env)
+        elif not isinstance(fn, types.FunctionType):
+            raise TranslationError(site, '%s is a %s, not a Python function: ch2o translates '
+                                   'Python source' % (_name_of(fn), type(fn).__name__))
         else:
             node, filename = function_ast(fn)
             globals_ = dict(fn.__globals__)
@@ -303,7 +356,10 @@ class Translator:
         if method is None:
             raise self.error(frame, node, '%s statements are not supported'
                              % _construct(node))
-        method(frame, node)
+        try:
+            method(frame, node)
+        except RecursionError:
+            raise self.error(frame, node, _TOO_DEEP) from None
 
     def stmt_Expr(self, frame, node):
         if isinstance(node.value, ast.Constant):
@@ -417,6 +473,7 @@ class Translator:
             self.assign(frame, node.target, item)
 
         if static is not None:
+            self.count_unrolled(frame, node, len(static))
             self.unrolled_loop(frame, [lambda item=item: bind(item) for item in static],
                                node.body, site)
         else:
@@ -430,7 +487,7 @@ class Translator:
         site = self.site(frame, node)
         outer = frame.env.get(BROKE, Const(False)), frame.env.get(CONTINUED, Const(False))
         frame.env[BROKE] = Const(False)
-        for _ in range(MAX_UNROLLED_ITERATIONS):
+        while True:
             stop = self.exited(frame, (RETURNED, BROKE))
             if isinstance(stop, Const) and stop.value:
                 break
@@ -441,6 +498,7 @@ class Translator:
             if isinstance(cond, Const):
                 if not cond.value:
                     break
+                self.count_unrolled(frame, node, 1)
                 frame.env[CONTINUED] = Const(False)
                 self.block(frame, node.body)
                 continue
@@ -448,9 +506,6 @@ class Translator:
             self.dynamic_loop(frame, None, lambda: self.expr(frame, node.test),
                               lambda i: None, node.body, site, initial_cond=cond)
             break
-        else:
-            raise self.error(frame, node, 'while loop still running after %d iterations at '
-                             'export time' % MAX_UNROLLED_ITERATIONS)
         frame.env[BROKE], frame.env[CONTINUED] = outer
         self.loop_else(frame, node)
 
@@ -492,15 +547,18 @@ class Translator:
             return [Const(k) for k in iterable.items]
         if isinstance(iterable, Const):
             try:
-                return [self.wrap(v) for v in iterable.value]
+                values = list(itertools.islice(iterable.value, MAX_UNROLLED_ITERATIONS + 1))
             except TypeError:
                 raise self.error(frame, node, '%s is not iterable'
                                  % type(iterable.value).__name__) from None
+            self.check_static_length(frame, node, len(values))
+            return [self.wrap(v) for v in values]
         if isinstance(iterable, Tensor):
             if not iterable.ndim:
                 raise self.error(frame, node, 'iteration over a 0-d tensor')
             if iterable.shape[0] is None:
                 return None
+            self.check_static_length(frame, node, iterable.shape[0])
             return [self.tensor_item(iterable, Const(k)) for k in range(iterable.shape[0])]
         if isinstance(iterable, ZipValue):
             columns = [self.static_items(frame, node, it) for it in iterable.iterables]
@@ -508,6 +566,14 @@ class Translator:
                 return None
             return [PyTuple(tuple(row)) for row in zip(*columns)]
         return None
+
+    def check_static_length(self, frame, node, length):
+        """Refuse an iterable known at export time of more items than
+        MAX_UNROLLED_ITERATIONS, before making a value of each."""
+        if length > MAX_UNROLLED_ITERATIONS:
+            raise self.error(frame, node, 'more than %d items known at export time (ch2o makes '
+                             'a value of each, and unrolls a loop over them); make the length an '
+                             'argument of forward to get an ONNX Loop' % MAX_UNROLLED_ITERATIONS)
 
     def dynamic_iteration(self, frame, node, iterable):
         """(trip count Tensor, ``getter(iteration Tensor) -> item``) of an
@@ -562,6 +628,7 @@ class Translator:
         ``cond_fn()`` is false), binding the loop variables with
         ``bind(iteration Tensor)``.  Names the body rebinds are carried; the
         body is translated again until their specs stop changing."""
+        self.check_subgraph_depth(site)
         outer = self.scope
         initial = frame.env
         specs = {}
@@ -667,6 +734,7 @@ class Translator:
         """An ONNX If on bool Tensor ``cond``: each branch function
         translates into its own body; names they bind differently are the
         If's outputs."""
+        self.check_subgraph_depth(site)
         outer = self.scope
         base = frame.env
         envs, scopes = [], []
@@ -767,7 +835,10 @@ class Translator:
         method = getattr(self, 'expr_' + type(node).__name__, None)
         if method is None:
             raise self.error(frame, node, '%s is not supported' % _construct(node))
-        return method(frame, node)
+        try:
+            return method(frame, node)
+        except RecursionError:
+            raise self.error(frame, node, _TOO_DEEP) from None
 
     def expr_Constant(self, frame, node):
         return Const(node.value)
@@ -1104,7 +1175,8 @@ class Translator:
                                                     for link in fn.links(skipself=True)) \
                     and not isinstance(fn, chainer.links.Classifier):
                 return self.chainer_call(fn, args, kwargs, site)
-            return self.call_function(type(fn).forward, args, kwargs, site, self_value=Const(fn))
+            forward, self_value = _forward_of(fn, site)
+            return self.call_function(forward, args, kwargs, site, self_value=self_value)
         if _is_plain_class(fn):
             return self.construct(fn, args, kwargs, site)
         if isinstance(fn, type) and issubclass(fn, chainer.FunctionNode) and \
@@ -1269,6 +1341,31 @@ def _is_plain_class(fn):
         fn.__init__ is object.__init__ or isinstance(fn.__init__, types.FunctionType))
 
 
+def _forward_of(link, site):
+    """(the function ``link(...)`` runs, the Value its ``self`` is bound to
+    or None): what ``Link.__call__`` calls, looked up as it looks it up, so
+    an instance attribute, ``__getattribute__`` or ``__getattr__`` that
+    makes ``link.forward`` another function is what gets translated."""
+    mixin = getattr(super(chainer.Link, link), '__call__', None)  # noqa: B004 (as Link does)
+    if mixin is not None:  # Link.__call__ prefers a __call__ after Link in the bases
+        raise TranslationError(site, '%s(...) runs %s, not forward: ch2o translates forward'
+                               % (type(link).__name__, _name_of(mixin)))
+    try:
+        forward = link.forward
+    except AttributeError:
+        raise TranslationError(site, '%s has no forward method' % type(link).__name__) from None
+    if isinstance(forward, types.MethodType):
+        return forward.__func__, Const(forward.__self__)
+    return forward, None
+
+
+def _name_of(fn):
+    """How messages name callable ``fn``."""
+    name = getattr(fn, '__qualname__', None) or getattr(fn, '__name__', None) or repr(fn)
+    module = getattr(fn, '__module__', None)
+    return '%s.%s' % (module, name) if module else name
+
+
 def _is_config_manager(obj):
     return hasattr(obj, '__enter__') and type(obj).__module__.startswith('chainer')
 
@@ -1308,7 +1405,13 @@ def _range(tr, frame, node, args, kwargs, site):
     if kwargs or not 1 <= len(args) <= 3:
         raise tr.error(frame, node, 'range() takes 1 to 3 positional arguments')
     if all(isinstance(a, Const) for a in args):
-        return PyList([Const(i) for i in range(*[a.value for a in args])])
+        try:
+            values = range(*[a.value for a in args])
+        except (TypeError, ValueError) as e:
+            raise tr.error(frame, node, 'range(): %s' % e) from None
+        # the length of a slice: a huge range's own len() overflows
+        tr.check_static_length(frame, node, len(values[:MAX_UNROLLED_ITERATIONS + 1]))
+        return PyList([Const(i) for i in values])
     start, stop, step = ([Const(0)] + args + [Const(1)])[:3] if len(args) == 1 else (
         args + [Const(1)])[:3]
     return RangeValue(start, stop, step)
@@ -1518,12 +1621,12 @@ def export_model(model, args, opset_version=None, input_names=None, output_names
         inputs.append(value)
         graph_inputs.append(info)
     translator = Translator(root)
-    forward = type(model).forward
+    site = '%s.%s.forward' % (type(model).__module__, type(model).__qualname__)
+    forward, self_value = _forward_of(model, site)
     with chainer.using_config('train', False), chainer.using_config('enable_backprop', True), \
             recording({value.name: value for value in inputs
                        if isinstance(value, (Tensor, Sequence))}):
-        result = translator.call_function(forward, inputs, {}, '<export>',
-                                          self_value=Const(model))
+        result = translator.call_function(forward, inputs, {}, site, self_value=self_value)
     if isinstance(result, RangeValue):
         result = _range_sequence(translator, result, '<export>')
     items = list(result.items) if isinstance(result, PyTuple) else (
