@@ -641,6 +641,7 @@ def stage_speed(entry, device, report, dry_run):
         entry['model'] = 'tiny ResNet-shaped ONNX model (dry run / no torch CUDA)'
     repeat = 3 if dry_run else 20
     rng = numpy.random.default_rng(0)
+    profiles = []  # the lines of profile.txt
 
     def export(batch, preserve=False):
         path = os.path.join(work, 'resnet_b%d%s.onnx' % (batch, '_train' if preserve else ''))
@@ -687,7 +688,11 @@ def stage_speed(entry, device, report, dry_run):
             model.cpu()
             result['onnxruntime'] = _onnxruntime(path, x, repeat)
         report.save()
-        return executor, xd
+        if batch == 32:
+            lines, entry['profile_inference_b32'] = _profile(
+                device, program, [xd], 'ResNet-50 inference, batch 32')
+            profiles.extend(lines + [''])
+            report.write('profile.txt', '\n'.join(profiles))
 
     def training(batch):
         result = entry.setdefault('training_b%d' % batch, {})
@@ -732,12 +737,14 @@ def stage_speed(entry, device, report, dry_run):
                 result['vm']['median_ms'] / result['torch_eager']['median_ms'], 2)
             model.cpu().eval()
         report.save()
+        lines, entry['profile_training_b%d' % batch] = _profile(
+            device, program, values, 'ResNet-50 training step (SGD), batch %d' % batch)
+        profiles.extend(lines + [''])
+        report.write('profile.txt', '\n'.join(profiles))
 
     for label, fn in (('inference_b32', lambda: inference(batches[0])),
                       ('training_b32', lambda: training(32 if has_torch else 8)),
-                      ('inference_b1', lambda: inference(batches[1])),
-                      ('profile_b32', lambda: _profile(entry, device, report, work, export,
-                                                       has_torch))):
+                      ('inference_b1', lambda: inference(batches[1]))):
         left = report.remaining() - RESERVE_S
         if left < 15:
             entry[label] = {'status': 'skipped: no time left'}
@@ -768,10 +775,10 @@ def _onnxruntime(path, x, repeat):
                  time.time() + 20) | {'note': 'host arrays in and out'}
 
 
-def _profile(entry, device, report, work, export, has_torch):
-    """Per-operator device time of one inference run at batch 32, each
-    instruction synchronized, next to the host time to issue it."""
-    from chainer_compiler.frontend import build_program
+def _profile(device, program, values, title):
+    """Per-operator device time of one run of ``program`` on ``values``, each
+    instruction synchronized, next to the host time to issue it: the lines
+    of a table, and its top rows."""
     from chainer_compiler.runtime.executor import Executor
     from chainer_compiler.runtime.profiling import Tracer
 
@@ -786,24 +793,17 @@ def _profile(entry, device, report, work, export, has_torch):
             self.launch[op] = self.launch.get(op, 0.0) + (end - start)
             super().record(program_name, index, inst, inputs, outputs, start,
                            time.perf_counter())
-    path = os.path.join(work, 'resnet_b32.onnx')
-    if not os.path.exists(path):
-        path, _ = export(32)
-    program = build_program(path)
-    shape = (32, 3, 224, 224) if has_torch else (32, 3, 32, 32)
-    x = device.put(numpy.random.default_rng(1).standard_normal(shape).astype(numpy.float32))
-    tracer = SyncTracer()
-    executor = Executor(program, backend=device.backend, tracer=tracer)
-    executor.run_positional([x])  # warm-up: kernels compiled, pool filled
+    Executor(program, backend=device.backend, tracer=SyncTracer()).run_positional(
+        values)  # warm-up: kernels compiled, pool filled
     tracer = SyncTracer()
     executor = Executor(program, backend=device.backend, tracer=tracer)
     start = time.perf_counter()
-    executor.run_positional([x])
+    executor.run_positional(values)
     device.sync()
     total = (time.perf_counter() - start) * 1e3
     rows = tracer.summary()
-    lines = ['# per-operator time, ResNet-50 batch 32 inference on %s, every instruction '
-             'synchronized (total %.2f ms)' % (device.backend, total),
+    lines = ['# per-operator time, %s on %s, every instruction synchronized (total %.2f ms)'
+             % (title, device.backend, total),
              '%-32s %6s %10s %12s' % ('op', 'count', 'total ms', 'issue ms')]
     for op, count, ms in rows:
         lines.append('%-32s %6d %10.3f %12.3f' % (op, count, ms, tracer.launch[op] * 1e3))
@@ -811,9 +811,8 @@ def _profile(entry, device, report, work, export, has_torch):
         from chainer_compiler.runtime.backend import cupy_pool
         lines.append('vm pool: total %d bytes, used %d bytes, free blocks %d' % (
             cupy_pool().total_bytes(), cupy_pool().used_bytes(), cupy_pool().n_free_blocks()))
-    report.write('profile.txt', '\n'.join(lines) + '\n')
-    entry['profile_b32'] = {'synchronized_total_ms': round(total, 2),
-                            'top': [(op, n, round(ms, 2)) for op, n, ms in rows[:8]]}
+    return lines, {'synchronized_total_ms': round(total, 2),
+                   'top': [(op, n, round(ms, 2)) for op, n, ms in rows[:10]]}
 
 
 # -- main ---------------------------------------------------------------------
