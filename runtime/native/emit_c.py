@@ -855,7 +855,8 @@ class _Emitter:
             '    %s_model *model = calloc(1, sizeof *model);' % n,
             '    if (!model || !(model->arena = malloc(%s_ARENA_BYTES ? %s_ARENA_BYTES : 1))) {'
             % (up, up),
-            '        snprintf(error, error_size, "out of memory");',
+            '        snprintf(error, error_size, "out of memory: model %s needs an arena of %%lu '
+            'bytes", (unsigned long)%s_ARENA_BYTES);' % (n, up),
             '        free(model);',
             '        return NULL;',
             '    }',

@@ -8,6 +8,7 @@ header it cannot parse key by key, and a number of iterations out of range.
 One library and one executable are built for the whole module."""
 import os
 import platform
+import resource
 import shutil
 import subprocess
 
@@ -180,17 +181,34 @@ def test_float_to_integer_casts_have_no_undefined_behaviour(tmp_path):
 
 # -- the arena ----------------------------------------------------------------------
 
-def test_an_arena_larger_than_memory_is_a_kernel_error_naming_its_size(native):
-    """Before: numpy.empty's bare MemoryError (or, with overcommit, a
-    process the kernel kills later).  A 4 TiB intermediate value."""
-    program = build_program(make_model(
+def _huge_program():
+    """A 4 TiB intermediate value."""
+    return build_program(make_model(
         [helper.make_node('Expand', ['x', 'shape'], ['big']),
          helper.make_node('ReduceSum', ['big'], ['y'], keepdims=0)],
         [('x', numpy.float32, [1, 1])], [('y', numpy.float32, [])],
         {'shape': numpy.array([2**20, 2**20], dtype=numpy.int64)}))
+
+
+def test_an_arena_larger_than_memory_is_a_kernel_error_naming_its_size(native):
+    """Before: numpy.empty's bare MemoryError.  (``native``: the module's
+    cache of kernel objects.)"""
     with pytest.raises(KernelError, match=r'program main: the native arena of %d bytes '
                        r'\(4\.1e\+03 GiB\) cannot be allocated' % 2**42):
-        NativeRun(program)
+        NativeRun(_huge_program())
+
+
+def test_an_arena_the_executable_cannot_allocate_is_named(tmp_path):
+    """Before: 'out of memory' (weights in a file: the arena is malloc'ed)."""
+    emit_c(_huge_program(), tmp_path / 'c', 'huge', weights='file')
+    make_folder(tmp_path / 'c')
+    numpy.save(tmp_path / 'x.npy', numpy.ones((1, 1), numpy.float32))
+    # 4 GiB of address space: malloc fails even where memory is overcommitted.
+    done = subprocess.run([str(tmp_path / 'c' / 'huge'), str(tmp_path / 'x.npy')],
+                          env=CLEAN_ENV, cwd=tmp_path, capture_output=True, text=True, timeout=60,
+                          preexec_fn=lambda: resource.setrlimit(resource.RLIMIT_AS,
+                                                                (2**32, 2**32)))
+    _assert_refused(done, 'out of memory: model huge needs an arena of %d bytes' % 2**42)
 
 
 # -- output files -------------------------------------------------------------------
