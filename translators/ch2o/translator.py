@@ -73,8 +73,9 @@ MAX_CALL_DEPTH = 64
 MAX_SUBGRAPH_DEPTH = 24
 
 #: What hitting Python's recursion limit inside translation is reported as.
-_TOO_DEEP = ('nested too deeply to translate within Python\'s recursion limit (an expression '
-             'of too many operators, or statements, calls and branches nested too deep)')
+_TOO_DEEP = ('nested too deeply to translate within Python\'s recursion limit (too many '
+             'operators in an expression, or statements, calls, branches or lists nested too '
+             'deep)')
 
 
 class RangeValue(Value):
@@ -1598,8 +1599,12 @@ def export_model(model, args, opset_version=None, input_names=None, output_names
     per element of a returned tuple, a list or nested tuple as a sequence.
     Parameters and persistent arrays are initializers named by link path,
     as the tracing translator names them; all of them are in the file.
-    Raises TranslationError naming the file, line and construct for
-    anything outside the supported subset."""
+    What is translated is what ``model(*args)`` runs: ``model.forward`` as
+    ``Link.__call__`` looks it up, decorators' wrappers included, from
+    source that still compiles to the code that runs.  Raises
+    TranslationError naming the file, line and construct for anything
+    outside the supported subset, for source edited since import, and past
+    MAX_UNROLLED_ITERATIONS, MAX_CALL_DEPTH and MAX_SUBGRAPH_DEPTH."""
     from ..onnx_chainer.naming import named_arrays
     from ..onnx_chainer.tracing import DEFAULT_OPSET, MAX_OPSET, MIN_OPSET, _names
     opset = DEFAULT_OPSET if opset_version is None else int(opset_version)
