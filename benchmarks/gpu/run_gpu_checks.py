@@ -742,9 +742,16 @@ def stage_speed(entry, device, report, dry_run):
         profiles.extend(lines + [''])
         report.write('profile.txt', '\n'.join(profiles))
 
+    def conv_variants(batch):
+        import conv_variants
+        entry['conv_variants'] = {'batch': batch, 'rows': conv_variants.measure(
+            device, timed, batch, repeat=10 if has_torch else 2,
+            torch=torch if has_torch else None)}
+
     for label, fn in (('inference_b32', lambda: inference(batches[0])),
                       ('training_b32', lambda: training(32 if has_torch else 8)),
-                      ('inference_b1', lambda: inference(batches[1]))):
+                      ('inference_b1', lambda: inference(batches[1])),
+                      ('conv_variants', lambda: conv_variants(32 if has_torch else 2))):
         left = report.remaining() - RESERVE_S
         if left < 15:
             entry[label] = {'status': 'skipped: no time left'}
