@@ -47,23 +47,43 @@ def default_backend():
 
 
 def to_numpy(value):
-    """Host copy of an array of either backend; other values pass through."""
-    get = getattr(value, 'get', None)
-    if get is not None and not isinstance(value, numpy.ndarray) and callable(get) \
-            and type(value).__module__.startswith('cupy'):
-        return get()
+    """Host copy of an array of either backend; sequences are copied
+    element-wise; other values pass through."""
+    if isinstance(value, list):
+        return [to_numpy(v) for v in value]
+    if type(value).__module__.startswith('cupy') and callable(getattr(value, 'get', None)):
+        return value.get()  # a CuPy array (or a test's stand-in for one)
     return value
 
 
+def device_dtype(dtype):
+    """Whether CuPy can hold arrays of ``dtype``: NumPy's own booleans,
+    integers, floats and complex numbers, not strings, objects or ml_dtypes'
+    types (float8, int4, bfloat16...), which stay on the host."""
+    try:
+        dtype = numpy.dtype(dtype)
+    except TypeError:  # a name NumPy does not know (ml_dtypes' without ml_dtypes)
+        return False
+    return dtype.kind in 'biufc' and dtype.itemsize <= (16 if dtype.kind == 'c' else 8)
+
+
 def to_backend(xp, value):
-    """Move a host array to backend ``xp``; sequences are moved element-wise."""
+    """Move a host array to backend ``xp``; sequences are moved element-wise;
+    an array of a dtype CuPy cannot hold stays on the host."""
     if xp is numpy or value is None:
         return value
     if isinstance(value, list):
         return [to_backend(xp, v) for v in value]
-    if isinstance(value, numpy.ndarray) and value.dtype != object:
+    if isinstance(value, numpy.ndarray) and device_dtype(value.dtype):
         return xp.asarray(value)
     return value
+
+
+def on_host(value):
+    """Whether a register value of a CuPy run is (or holds) a host array."""
+    if type(value) is list:
+        return any(type(v) is numpy.ndarray for v in value)
+    return type(value) is numpy.ndarray
 
 
 _cupy_pool = None

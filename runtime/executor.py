@@ -6,6 +6,13 @@ built.  A plain run calls a Python function generated from the Program
 function call; tracing, NaN checks and memory tracking run a step-by-step
 loop over the prepared steps instead.  Backend 'native' runs none of
 that: it calls the Program compiled to C (native/library.py).
+
+On CuPy, values of dtypes CuPy cannot hold (strings, ml_dtypes' float8,
+int4...) stay on the host, and a node runs there, with NumPy, when its
+record says so (host_only: Cast to float8...) or when an input is on the
+host; its outputs of device dtypes go back to the device (as onnxruntime's
+CUDA provider hands such nodes to the CPU one).  Only steps that may meet
+host values check their inputs, so a Program without any pays nothing.
 """
 import contextlib
 import functools
@@ -21,8 +28,11 @@ from .backend import (
     BackendUnavailableError,
     cupy_pool,
     default_backend,
+    device_dtype,
     get_array_module,
+    on_host,
     to_backend,
+    to_numpy,
 )
 from .errors import InputValidationError, KernelError, NonFiniteError, RuntimeVMError
 from .host_memory import keep_freed_memory
@@ -36,9 +46,9 @@ from .validation import validate_program
 
 class _Step:
     __slots__ = ('index', 'inst', 'fn', 'kernel', 'static', 'inputs', 'outputs', 'frees',
-                 'subprograms', 'captures', 'simple')
+                 'subprograms', 'captures', 'simple', 'host', 'host_fn', 'updated')
 
-    def __init__(self, index, inst, kernel, xp, static, subprograms):
+    def __init__(self, index, inst, kernel, xp, static, subprograms, host=None, updated=()):
         self.index = index
         self.inst = inst
         self.kernel = kernel  # the kernel function and its static attributes...
@@ -50,8 +60,14 @@ class _Step:
         self.frees = tuple(inst.frees)
         self.subprograms = subprograms  # attribute name -> child Executor
         self.captures = tuple(inst.captures)
-        # One output, no bodies: a direct kernel call in the straight-line run.
-        self.simple = (not subprograms and len(self.outputs) == 1
+        # None: on the backend; True: on the host; False: on the host when
+        # an input is (see Executor._place).
+        self.host = host
+        self.host_fn = None if host is None else functools.partial(kernel, numpy, **static)
+        self.updated = updated
+        # One output, no bodies, on the backend: a direct kernel call in the
+        # straight-line run.
+        self.simple = (host is None and not subprograms and len(self.outputs) == 1
                        and self.outputs[0] != NO_REGISTER)
 
 
@@ -101,13 +117,20 @@ class Executor:
         self.track_memory = track_memory
         self.peak_bytes = 0
         kernels = self._native is None
-        self._steps = [self._bind(i, inst) for i, inst in enumerate(program.instructions)
-                       if kernels]
         self._template = [None] * (program.num_registers + 1)  # + the spare, see _Step
         with self._allocating():  # constants count in the VM's pool too
             for reg, value in (program.constants if kernels else {}).items():
                 self._template[reg] = to_backend(self.xp, value)
-        self._array_type = self.xp.ndarray
+        # Registers that may hold host values on CuPy: inputs not declared
+        # as tensors of a device dtype, constants left on the host, and the
+        # outputs of steps that may run on the host.
+        self._maybe_host = {v.register for v in program.inputs
+                            if v.kind != 'tensor' or v.dtype is None
+                            or not device_dtype(v.dtype)}
+        self._maybe_host.update(r for r in program.constants if on_host(self._template[r]))
+        self._steps = [self._bind(i, inst) for i, inst in enumerate(program.instructions)
+                       if kernels]
+        self._array_types = (self.xp.ndarray, numpy.ndarray)
         self._validated: list | None = None  # the input signature last validated
         self._straight_line: StraightLineRun | None = None  # generated on the first plain run
 
@@ -120,7 +143,20 @@ class Executor:
                        for k, v in inst.attrs.items() if isinstance(v, Program)}
         if spec.accepts_n_outputs:
             static['n_outputs'] = len(inst.outputs)
-        return _Step(index, inst, spec.fn, self.xp, static, subprograms)
+        host = self._place(spec.record, static, inst.inputs, subprograms)
+        if host is not None:
+            self._maybe_host.update(inst.outputs)
+        return _Step(index, inst, spec.fn, self.xp, static, subprograms, host,
+                     spec.record.updated_inputs)
+
+    def _place(self, record, static, inputs, subprograms):
+        """Where a step runs on CuPy (see _Step.host); sub-program steps
+        stay on the backend, their bodies placing their own steps."""
+        if self.xp is numpy or subprograms:
+            return None
+        if record.on_host(static):
+            return True
+        return False if self._maybe_host.intersection(inputs) else None
 
     # -- running ---------------------------------------------------------
     def run(self, inputs: Mapping[str, Any] | Sequence[Any]) -> dict[str, Any]:
@@ -140,8 +176,9 @@ class Executor:
                     ', '.join(v.name for v in self.program.inputs), len(values)))
             # Training loops feed the same shapes every step: check each
             # new signature, and the outputs it gives, once.
-            array_type = self._array_type
-            signature = [(v.shape, v.dtype) if type(v) is array_type else type(v)
+            # Host arrays too: a CuPy run takes NumPy inputs.
+            array_types = self._array_types
+            signature = [(v.shape, v.dtype) if type(v) in array_types else type(v)
                          for v in values]
             if signature != self._validated:
                 program = self.program
@@ -195,9 +232,12 @@ class Executor:
             raise self._kernel_error(step, args, e) from e
 
     def _call_general(self, step, args, captured):
-        """Run a step with several outputs or sub-programs; returns one
-        value per output."""
-        result = self._invoke(step, args, captured)
+        """Run a step with several outputs, sub-programs or a place on the
+        host; returns one value per output."""
+        if step.host or (step.host is False and any(on_host(a) for a in args)):
+            result = self._run_on_host(step, args)
+        else:
+            result = self._invoke(step, args, captured)
         outs = step.outputs
         if len(outs) == 1:
             return (_single_output(result),)
@@ -215,6 +255,18 @@ class Executor:
             return step.fn(*args, **{k: _Body(child, captured)
                                      for k, child in step.subprograms.items()})
         return step.fn(*args)
+
+    def _run_on_host(self, step, args):
+        """Run ``step`` with NumPy on host copies of ``args``; results of
+        device dtypes, and the inputs it updates, go back to the device."""
+        host_args = [to_numpy(a) for a in args]
+        result = step.host_fn(*host_args)
+        for i in step.updated:
+            if i < len(args) and args[i] is not host_args[i]:
+                args[i][...] = to_backend(self.xp, host_args[i])
+        if isinstance(result, tuple):
+            return tuple(_to_device(self.xp, r) for r in result)
+        return _to_device(self.xp, result)
 
     def _kernel_error(self, step, args, error):
         return KernelError('%s failed on inputs (%s): %s: %s' % (
@@ -294,6 +346,13 @@ def _single_output(result):
     if isinstance(result, numpy.generic):
         result = numpy.asarray(result)
     return result
+
+
+def _to_device(xp, value):
+    """A host kernel's result as a CuPy register value (see to_backend)."""
+    if isinstance(value, numpy.generic):
+        value = numpy.asarray(value)
+    return to_backend(xp, value)
 
 
 def _nbytes(value):

@@ -9,7 +9,7 @@ import math
 import numpy
 
 from .opset_rules import axes_input_since
-from .registry import LATEST, kernel, per_element
+from .registry import LATEST, host_dtype, kernel, per_element
 
 _INT64 = numpy.int64
 
@@ -70,7 +70,8 @@ def identity(xp, x):
     return x
 
 
-@kernel('Constant', gradient=False)
+@kernel('Constant', gradient=False, host_only=lambda a: host_dtype('value')(a) or any(
+    name in a for name in ('value_string', 'value_strings')))
 def constant(xp, *, value=None, value_float=None, value_floats=None, value_int=None,
              value_ints=None, value_string=None, value_strings=None):
     if value is not None:
@@ -90,7 +91,7 @@ def constant(xp, *, value=None, value_float=None, value_floats=None, value_int=N
     raise ValueError('Constant needs one of the value attributes')
 
 
-@kernel('ConstantOfShape', versions=(9, LATEST), gradient=False)
+@kernel('ConstantOfShape', versions=(9, LATEST), gradient=False, host_only=host_dtype('value'))
 def constant_of_shape(xp, shape, *, value=None):
     if value is None:
         value = numpy.zeros((), dtype=numpy.float32)
@@ -285,6 +286,12 @@ def gather_nd(xp, data, indices, *, batch_dims=0):
 
 _REDUCTIONS = {'add': 'add', 'mul': 'multiply', 'max': 'maximum', 'min': 'minimum'}
 
+def _multiplying(attributes):
+    # CuPy has no multiply.at (a product over duplicate targets): such nodes
+    # run on the host, a rare operator on small data.
+    return attributes.get('reduction') == 'mul'
+
+
 
 def _scatter(xp, data, index, updates, reduction):
     """Copy of ``data`` with ``updates`` written (or reduced) at ``index``."""
@@ -296,7 +303,7 @@ def _scatter(xp, data, index, updates, reduction):
     return out
 
 
-@kernel('ScatterElements', versions=(11, LATEST))
+@kernel('ScatterElements', versions=(11, LATEST), host_only=_multiplying)
 def scatter_elements(xp, data, indices, updates, *, axis=0, reduction='none'):
     axis = _axis(axis, data.ndim)
     indices = _wrap_indices(xp, indices, data.shape[axis])
@@ -312,7 +319,7 @@ def scatter(xp, data, indices, updates, *, axis=0):
     return scatter_elements(xp, data, indices, updates, axis=axis)
 
 
-@kernel('ScatterND', versions=(11, LATEST))
+@kernel('ScatterND', versions=(11, LATEST), host_only=_multiplying)
 def scatter_nd(xp, data, indices, updates, *, reduction='none'):
     depth = indices.shape[-1]
     dims = xp.asarray(numpy.asarray(data.shape[:depth], dtype=_INT64))
@@ -478,7 +485,7 @@ def cast_v1(xp, input, *, to):
     return _cast(xp, input, _CAST_V1_TYPES[to])
 
 
-@kernel('Cast', versions=(6, LATEST))
+@kernel('Cast', versions=(6, LATEST), host_only=host_dtype('to'))
 def cast(xp, input, *, to, saturate=1, round_mode='up'):
     return _cast(xp, input, to, saturate, round_mode)
 
@@ -488,7 +495,7 @@ def cast_like(xp, input, target_type, *, saturate=1, round_mode='up'):
     return _cast(xp, input, target_type.dtype, saturate, round_mode)
 
 
-@kernel('BitCast', versions=(26, LATEST), gradient=False)
+@kernel('BitCast', versions=(26, LATEST), gradient=False, host_only=host_dtype('to'))
 def bit_cast(xp, input, *, to):
     return input.view(to)
 
@@ -508,7 +515,7 @@ def range_(xp, start, limit, delta, *, stash_type=1):
     return steps.astype(dtype)
 
 
-@kernel('EyeLike', versions=(9, LATEST), gradient=False)
+@kernel('EyeLike', versions=(9, LATEST), gradient=False, host_only=host_dtype('dtype'))
 def eye_like(xp, input, *, dtype=None, k=0):
     rows, cols = input.shape
     return xp.eye(rows, cols, k, dtype=input.dtype if dtype is None else dtype)

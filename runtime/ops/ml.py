@@ -4,7 +4,7 @@ import math
 
 import numpy
 
-from .registry import LATEST, kernel
+from .registry import LATEST, always, kernel
 
 ML = 'ai.onnx.ml'
 
@@ -40,7 +40,7 @@ def _strings(values):
     return out
 
 
-@kernel('LabelEncoder', domain=ML, versions=(1, 1))
+@kernel('LabelEncoder', domain=ML, versions=(1, 1), host_only=always)
 def label_encoder_1(xp, X, *, classes_strings=(), default_int64=-1, default_string='_Unused'):
     # Strings map to their position in classes_strings, integers back to strings.
     classes = _strings(list(classes_strings))

@@ -4,7 +4,9 @@ Random numbers come from ``xp.random``.  A ``seed`` attribute makes a node
 draw the same numbers on every run (a fresh ``RandomState(seed)`` per call;
 with NumPy the streams match onnx's reference, e.g. Dropout masks); without
 one the module's global generator is used, so every run differs.  Values are
-drawn in float64 and cast, since NumPy's generators take no dtype.
+drawn in float64 and cast, since NumPy's generators take no dtype.  A seeded
+Dropout draws its mask with NumPy on every backend, so that a seed gives the
+same mask on CuPy too (reproducible training runs rely on it).
 """
 import numpy
 
@@ -33,7 +35,10 @@ def _dropout(xp, data, ratio, training, seed, n_outputs, mask_dtype):
         if n_outputs < 2:
             return data
         return data, xp.ones(data.shape, dtype=mask_dtype)
-    keep = _generator(xp, seed).uniform(0.0, 1.0, data.shape) >= ratio
+    if seed is None:
+        keep = xp.random.uniform(0.0, 1.0, data.shape) >= ratio
+    else:
+        keep = xp.asarray(_generator(numpy, seed).uniform(0.0, 1.0, data.shape) >= ratio)
     scale = data.dtype.type(1 / (1 - ratio) if ratio < 1 else 0)
     output = xp.where(keep, data * scale, data.dtype.type(0))
     if n_outputs < 2:

@@ -13,7 +13,7 @@ import re
 import numpy
 
 from .connection import conv
-from .registry import LATEST, kernel
+from .registry import LATEST, host_dtype, kernel
 
 # Largest finite value of the float8/float4 types (saturation bound).
 _FLOAT_MAX = {
@@ -95,7 +95,7 @@ def _quantize(xp, x, scale, zero_point, dtype, *, axis=1, block_size=0, saturate
     return _saturate_cast(xp, y, dtype, saturate)
 
 
-@kernel('QuantizeLinear', versions=(10, LATEST))
+@kernel('QuantizeLinear', versions=(10, LATEST), host_only=host_dtype('output_dtype'))
 def quantize_linear(xp, x, y_scale, y_zero_point=None, *, axis=1, block_size=0,
                     output_dtype=None, saturate=1, precision=0):
     if output_dtype is not None:

@@ -14,9 +14,9 @@ Operators whose meaning changed between opsets register one kernel per range of
 
 What the other stages need to know about an operator (OpRecord: whether the
 recompute policies may replay it and what a replay costs, which inputs its
-kernel updates in place, whether its outputs carry a gradient, and for this project's own operators
-the names and types of their outputs, from which their ONNX schemas are
-made) is declared here too, by keyword arguments of ``@kernel``, so that no
+kernel updates in place, whether its outputs carry a gradient, which nodes
+must run on the host under CuPy, and for this project's own operators the
+names and types of their outputs, from which their ONNX schemas are made) is declared here too, by keyword arguments of ``@kernel``, so that no
 stage keeps a private list of operators.
 """
 import inspect
@@ -24,6 +24,9 @@ import numbers
 from dataclasses import dataclass, field
 from typing import Callable
 
+import numpy
+
+from ..backend import device_dtype
 from ..errors import UnsupportedOperatorError
 
 #: Schema versions are small integers; this bound means "every later version".
@@ -62,6 +65,11 @@ class OpRecord:
     #: False: its outputs carry no gradient (comparisons, shapes, random
     #: draws, optimizer updates); the autodiff treats them as constants.
     gradient: bool | None = None
+    #: ``host_only(attributes)`` of a node's attributes: True when the CuPy
+    #: executor must run the node on the host, with NumPy (an output of a
+    #: dtype CuPy cannot hold, e.g. Cast to float8; an operation CuPy lacks).
+    #: Undeclared: never (nodes with host inputs run there anyway).
+    host_only: Callable | None = None
     #: This project's operators: the names of the outputs, for the schema.
     outputs: tuple[str, ...] | None = None
     #: This project's operators: the type rule of the outputs (see like()).
@@ -99,6 +107,11 @@ class OpRecord:
         autodiff then needs a rule for it and names it when there is none)."""
         return self.gradient is not False
 
+    def on_host(self, attributes):
+        """Whether the CuPy executor runs a node with ``attributes`` on the
+        host (see host_only)."""
+        return self.host_only is not None and bool(self.host_only(attributes))
+
     @property
     def updated_inputs(self):
         """The positions of the inputs the kernel updates in place."""
@@ -133,7 +146,8 @@ def kernel(op, *, domain='', versions=(1, LATEST), **facts):
 
     ``versions`` is an inclusive range of ONNX schema versions.  ``facts``
     declare the operator's OpRecord fields (``recompute``, ``cost``,
-    ``in_place``, ``gradient``, ``outputs``, ``types``, ``attributes``).
+    ``in_place``, ``gradient``, ``host_only``, ``outputs``, ``types``,
+    ``attributes``).
     """
     domain = normalize_domain(domain)
     unknown = sorted(set(facts) - set(_FACTS))
@@ -173,7 +187,8 @@ def kernel(op, *, domain='', versions=(1, LATEST), **facts):
 
 
 #: The OpRecord fields @kernel declares.
-_FACTS = ('recompute', 'cost', 'in_place', 'gradient', 'outputs', 'types', 'attributes')
+_FACTS = ('recompute', 'cost', 'in_place', 'gradient', 'host_only', 'outputs', 'types',
+          'attributes')
 
 
 #: (type of an attribute's default, the type(s) its values must have).
@@ -230,6 +245,22 @@ def node_work(op, domain, inputs, outputs):
     undeclared): the operations of one run on these shapes."""
     record = operator_record(op, domain) or OpRecord(op, normalize_domain(domain))
     return record.work(inputs, outputs)
+
+
+# -- host-only nodes ----------------------------------------------------------
+
+def host_dtype(*names):
+    """The host_only rule "attribute ``names`` (a NumPy dtype, or an array
+    whose dtype counts) give an output a dtype CuPy cannot hold"."""
+    def host_only(attributes):
+        dtypes = (getattr(attributes.get(name), 'dtype', attributes.get(name)) for name in names)
+        return any(isinstance(d, numpy.dtype) and not device_dtype(d) for d in dtypes)
+    return host_only
+
+
+def always(attributes):
+    """The host_only rule of kernels written for the host (dictionaries of strings)."""
+    return True
 
 
 # -- costs ---------------------------------------------------------------------

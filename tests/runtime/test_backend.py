@@ -3,7 +3,7 @@ import pytest
 
 from chainer_compiler import build_program
 from chainer_compiler.runtime import Executor, cupy_unavailable_reason, get_array_module
-from chainer_compiler.runtime.backend import BackendUnavailableError
+from chainer_compiler.runtime.backend import BackendUnavailableError, to_numpy
 
 CUPY_REASON = cupy_unavailable_reason()
 
@@ -30,4 +30,4 @@ def test_cupy_backend_matches_numpy(mlp_model):
     x = numpy.random.RandomState(0).standard_normal((2, 3)).astype(numpy.float32)
     expected = Executor(program, backend='numpy').run({'x': x})['y']
     actual = Executor(program, backend='cupy').run({'x': x})['y']
-    numpy.testing.assert_allclose(actual.get(), expected, rtol=1e-5, atol=1e-6)
+    numpy.testing.assert_allclose(to_numpy(actual), expected, rtol=1e-5, atol=1e-6)

@@ -107,7 +107,9 @@ def test_softmax_family_both_axis_forms_match_reference(op, axis, opset):
     got = lookup(op, version=opset).fn(np, x, axis=axis)
     assert got.dtype == np.float32
     expected = _reference(op, [x], opset, runtime='onnxruntime', axis=axis)
-    np.testing.assert_allclose(got, expected, rtol=1e-5, atol=1e-7)
+    # LogSoftmax near 0 is x - max - log(sum): one float32 ulp (1.2e-7) of
+    # the log term, where CuPy's exp and log may round unlike NumPy's.
+    np.testing.assert_allclose(got, expected, rtol=1e-5, atol=2.5e-7)
 
 
 def test_softmax_defaults_differ_between_forms():

@@ -18,6 +18,8 @@ NODE_DATA = os.path.join(os.path.dirname(onnx.__file__), 'backend', 'test', 'dat
 
 def _load(test, kind, i):
     path = os.path.join(NODE_DATA, test, 'test_data_set_0', '%s_%d.pb' % (kind, i))
+    if not os.path.exists(path):
+        pytest.skip("this onnx installation has no node test data")
     return numpy_helper.to_array(onnx.load_tensor(path))
 
 

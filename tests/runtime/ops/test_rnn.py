@@ -26,6 +26,7 @@ def _onnxruntime(op, inputs, attrs):
          for n in names if n],
         [helper.make_tensor_value_info(n, TensorProto.FLOAT, None) for n in outputs])
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid('', 22)])
+    model.ir_version = 10  # opset 22's; a newer onnx writes one older onnxruntimes refuse
     session = onnxruntime.InferenceSession(model.SerializeToString(),
                                            providers=['CPUExecutionProvider'])
     return session.run(None, {n: inputs[n] for n in names if n})
@@ -91,9 +92,11 @@ def test_layout_1_is_batch_major(op):
     if op == 'LSTM':
         time_major['initial_c'] = inputs['initial_c'].transpose(1, 0, 2)
     reference = KERNELS[op](np, *time_major.values(), hidden_size=5, direction='bidirectional')
-    np.testing.assert_array_equal(batch_major[0], reference[0].transpose(2, 0, 1, 3))
+    # Equal up to rounding: cuBLAS may pick other kernels for the two layouts.
+    np.testing.assert_allclose(batch_major[0], reference[0].transpose(2, 0, 1, 3),
+                               rtol=1e-5, atol=1e-6)
     for got, ref in zip(batch_major[1:], reference[1:]):
-        np.testing.assert_array_equal(got, ref.transpose(1, 0, 2))
+        np.testing.assert_allclose(got, ref.transpose(1, 0, 2), rtol=1e-5, atol=1e-6)
 
 
 def test_lstm_activations_with_alpha_beta_and_clip():
@@ -149,6 +152,8 @@ def test_conformance_peephole_case():
     """The ONNX test_lstm_with_peepholes data, run directly."""
     base = os.path.join(os.path.dirname(onnx.__file__), 'backend', 'test', 'data', 'node',
                         'test_lstm_with_peepholes', 'test_data_set_0')
+    if not os.path.exists(os.path.join(base, 'input_0.pb')):
+        pytest.skip("this onnx installation has no node test data")
     load = [numpy_helper.to_array(onnx.load_tensor(os.path.join(base, 'input_%d.pb' % i)))
             for i in range(8)]
     expected = numpy_helper.to_array(onnx.load_tensor(os.path.join(base, 'output_0.pb')))
