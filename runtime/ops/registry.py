@@ -16,8 +16,9 @@ What the other stages need to know about an operator (OpRecord: whether the
 recompute policies may replay it and what a replay costs, which inputs its
 kernel updates in place, whether its outputs carry a gradient, which nodes
 must run on the host under CuPy, and for this project's own operators the
-names and types of their outputs, from which their ONNX schemas are made) is declared here too, by keyword arguments of ``@kernel``, so that no
-stage keeps a private list of operators.
+names and types of their outputs, from which their ONNX schemas are made)
+is declared here too, by keyword arguments of ``@kernel``, so that no stage
+keeps a private list of operators.
 """
 import inspect
 import numbers
