@@ -33,7 +33,7 @@ from numpy_reference import numpy_step  # noqa: E402
 from timing import time_interleaved  # noqa: E402
 
 import chainer_compiler  # noqa: E402
-from chainer_compiler.frontend import build_program  # noqa: E402
+from chainer_compiler.pipeline import build_program  # noqa: E402
 from chainer_compiler.runtime.errors import RuntimeVMError  # noqa: E402
 
 #: (name, constructor, spec for torch_reference.py, input shape, batch size)

@@ -22,7 +22,7 @@ _PUBLIC = {
     'get_mnist': 'chainer_compiler.datasets',
     'use_unified_memory_allocator': 'chainer_compiler.allocators',
     'use_chainerx_shared_allocator': 'chainer_compiler.allocators',
-    'build_program': 'chainer_compiler.frontend',
+    'build_program': 'chainer_compiler.pipeline',
     'load_onnx': 'chainer_compiler.frontend',
     'UnsupportedOperatorsError': 'chainer_compiler.errors',
     'InvalidModelError': 'chainer_compiler.errors',

@@ -177,7 +177,7 @@ def _emit_c(args):
     if args.model.endswith('.npz'):
         program = load_program(args.model)
     else:
-        from .frontend import build_program
+        from .pipeline import build_program
         program = build_program(args.model)
     result = emit_c(program, args.output, args.name, weights=args.weights, keep=[args.model])
     weights = '' if result.weights is None else '; weights %d bytes in %s_weights.bin' % (
@@ -240,7 +240,7 @@ def _run(args):
         if args.program:
             program = load_program(args.program)
         else:
-            from .frontend import build_program
+            from .pipeline import build_program
             program = build_program(args.onnx)
         _report_program(program, args)
         executor = Executor(program, **options)
@@ -257,8 +257,8 @@ def _run_test(args, options):
     (the first mismatch on stderr) when one does not, EXIT_ERROR when the
     VM has no kernel for some operator."""
     from .conformance import run_test_dir
-    from .frontend import build_program
     from .onnx_test_data import DEFAULT_ATOL, DEFAULT_RTOL
+    from .pipeline import build_program
     if args.dump or args.save:
         _report_program(build_program(os.path.join(args.test, 'model.onnx')), args)
     result = run_test_dir(args.test,

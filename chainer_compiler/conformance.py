@@ -11,9 +11,9 @@ from dataclasses import dataclass
 import onnx
 
 from .errors import UnsupportedOperatorsError
-from .frontend import build_program
 from .onnx_graph import all_nodes, opset_versions, schema_version
 from .onnx_test_data import DEFAULT_ATOL, DEFAULT_RTOL, load_test_cases, mismatch
+from .pipeline import build_program
 from .runtime.executor import Executor
 from .runtime.native.emit_c import NativeEmitError
 from .runtime.ops.registry import has_kernel, lookup

@@ -2,9 +2,9 @@
 
 ``load_onnx``: read -> onnx.checker -> inline local functions (their
 expanded size bounded first) -> shape inference, refusing a broken file
-with InvalidModelError.
-``build_program`` compiles an inference Program through the pipeline
-(pipeline.py), which runs ``load_onnx`` first.
+with InvalidModelError.  The pipeline (pipeline.py, whose
+``build_program`` compiles an inference Program) runs it first; this
+module imports nothing from the pipeline.
 """
 import os
 
@@ -199,15 +199,3 @@ def _check_tensor_data(graph, source):
                                     "its type and dims: %s"
                                     % (source, what, tensor.name, list(tensor.dims), e)) from e
 
-
-def build_program(model, check=True, fold=True):
-    """Compile an ONNX model (path, bytes or ModelProto) into a Program.
-
-    Runs the pipeline's 'inference' passes (docs/pipeline.md); ``fold``
-    is CompilerOptions.fold_constants.  Raises InvalidModelError for a
-    broken model and UnsupportedOperatorsError listing every node whose
-    operator has no kernel.
-    """
-    from .pipeline import CompilerOptions, run  # the pipeline imports this module
-    return run('inference', model, CompilerOptions(fold_constants=fold),
-               check=check).programs['main']

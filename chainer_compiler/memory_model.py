@@ -21,7 +21,7 @@ from dataclasses import dataclass
 import numpy
 from onnx import helper
 
-from .autodiff.generate import SequenceType, reads, value_types
+from .onnx_graph import SequenceType, reads, value_types
 from .shapes import infer_shapes
 
 

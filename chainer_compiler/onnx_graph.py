@@ -1,4 +1,8 @@
-"""Small helpers over ONNX protos shared by the compiler passes."""
+"""Small helpers over ONNX protos shared by the compiler passes, autodiff,
+recompute and code generation: attributes, value types, and the one walk
+over a graph with sub-graphs (``walk_graphs``)."""
+from typing import NamedTuple
+
 import numpy
 import onnx
 from onnx import numpy_helper
@@ -71,6 +75,12 @@ def kernel_attributes(node, compile_graph=None):
             if a.type not in (onnx.AttributeProto.TYPE_PROTO, onnx.AttributeProto.TYPE_PROTOS)}
 
 
+def optional_input(node, i):
+    """The name of input ``i`` of ``node``, '' when omitted (left empty, or
+    past the inputs written)."""
+    return node.input[i] if len(node.input) > i else ''
+
+
 def subgraphs(node):
     """Graphs held by a node's attributes (Loop body, If branches ...)."""
     for a in node.attribute:
@@ -80,12 +90,27 @@ def subgraphs(node):
             yield from a.graphs
 
 
-def all_nodes(graph):
-    """Every node of ``graph`` and of its nested sub-graphs, depth first."""
+def walk_graphs(graph, enclosing=()):
+    """The one walk over a graph with sub-graphs: ``(g, enclosing)`` for
+    ``graph`` and every graph nested in its nodes (Loop and Scan bodies, If
+    branches, at any depth), each before the graphs nested in it;
+    ``enclosing`` is the tuple of graphs ``g`` lies in, outermost first.
+
+    A pass may rewrite ``g``'s nodes when it receives it: the walk reads
+    them afterwards, so it goes on into the sub-graphs of the new nodes.
+    """
+    yield graph, enclosing
+    inner = enclosing + (graph,)
     for node in graph.node:
-        yield node
         for g in subgraphs(node):
-            yield from all_nodes(g)
+            yield from walk_graphs(g, inner)
+
+
+def all_nodes(graph):
+    """Every node of ``graph`` and of its nested sub-graphs (walk_graphs's
+    order).  ``graph`` may be a FunctionProto: it has nodes too."""
+    for g, _ in walk_graphs(graph):
+        yield from g.node
 
 
 def free_names(graph):
@@ -110,6 +135,62 @@ def free_names(graph):
     for v in graph.output:
         use(v.name)
     return order
+
+
+def implicit_inputs(node):
+    """The outer-scope values ``node``'s sub-graphs read, in first-use order."""
+    names = []
+    for g in subgraphs(node):
+        names.extend(n for n in free_names(g) if n not in names)
+    return names
+
+
+def reads(node):
+    """Every value ``node`` reads: its inputs, then its implicit inputs."""
+    return [i for i in node.input if i] + implicit_inputs(node)
+
+
+class SequenceType(NamedTuple):
+    """The type of a sequence value: its elements' dtype and shape (None
+    when unknown), unpacking as a tensor's ``(dtype, shape)`` does."""
+    dtype: object
+    shape: object
+
+
+def value_types(graph):
+    """{name: (numpy dtype, shape tuple or None), or a SequenceType} for
+    typed values of ``graph``."""
+    types = {}
+    for v in list(graph.input) + list(graph.value_info) + list(graph.output):
+        kind = v.type.WhichOneof('value')
+        if kind == 'tensor_type':
+            types[v.name] = _tensor_entry(v.type.tensor_type)
+        elif kind == 'sequence_type' and \
+                v.type.sequence_type.elem_type.WhichOneof('value') == 'tensor_type':
+            types[v.name] = SequenceType(*_tensor_entry(v.type.sequence_type.elem_type.tensor_type))
+    for init in graph.initializer:
+        types[init.name] = (numpy_dtype(init.data_type), tuple(init.dims))
+    return types
+
+
+def _tensor_entry(t):
+    shape = None
+    if t.HasField('shape'):
+        shape = tuple(d.dim_value if d.HasField('dim_value') else (d.dim_param or None)
+                      for d in t.shape.dim)
+    return numpy_dtype(t.elem_type), shape
+
+
+def value_info(name, entry):
+    """A ValueInfoProto for ``name`` of type ``entry`` (a value_types entry:
+    ``(dtype, shape)`` or a SequenceType; None when nothing is known)."""
+    if entry is None or entry[0] is None:
+        return onnx.helper.make_empty_tensor_value_info(name)
+    elem = onnx.helper.np_dtype_to_tensor_dtype(numpy.dtype(entry[0]))
+    shape = None if entry[1] is None else list(entry[1])
+    if isinstance(entry, SequenceType):
+        return onnx.helper.make_tensor_sequence_value_info(name, elem, shape)
+    return onnx.helper.make_tensor_value_info(name, elem, shape)
 
 
 def value_kind(type_proto):

@@ -1,7 +1,7 @@
 """The compiler pipeline: one ordered list of passes per kind of program.
 
 Every way of compiling an ONNX model goes through ``run(kind, model, ...)``:
-``frontend.build_program`` and ``training.compile_inference`` (kind
+``build_program`` and ``training.compile_inference`` (kind
 ``'inference'``), ``training.compile_training`` (``'training'``: a forward
 and a backward program) and ``training.compile_step_program``
 (``'training_step'``: forward, backward and the optimizer update in one).
@@ -31,15 +31,15 @@ import onnx
 from onnx import helper, numpy_helper
 
 from . import autodiff, custom_schemas, recompute
-from .autodiff.control_flow import infer_with_outer_constants, pin_loop_types
 from .codegen import emit_program
 from .errors import UnsupportedOperatorsError
 from .frontend import load_onnx, source_name
-from .onnx_graph import all_nodes, opset_versions, schema_version
+from .onnx_graph import all_nodes, opset_versions, schema_version, value_info
 from .passes import constant_folding, dead_code, expand_functions, vm_fusion
+from .passes.type_inference import infer_with_outer_constants, pin_loop_types
 from .runtime.ops.registry import CUSTOM_DOMAIN, has_kernel
 from .runtime.validation import validate_program
-from .shapes import infer_shapes
+from .shapes import infer_graph_types, infer_shapes
 
 
 @dataclass(frozen=True)
@@ -163,6 +163,18 @@ def run(kind, model, options=None, **asked):
     return compilation
 
 
+def build_program(model, check=True, fold=True):
+    """Compile an ONNX model (path, bytes or ModelProto) into a Program.
+
+    Runs the pipeline's 'inference' passes (docs/pipeline.md); ``fold``
+    is CompilerOptions.fold_constants.  Raises InvalidModelError for a
+    broken model and UnsupportedOperatorsError listing every node whose
+    operator has no kernel.
+    """
+    return run('inference', model, CompilerOptions(fold_constants=fold),
+               check=check).programs['main']
+
+
 # -- passes (each a function of the Compilation; the first paragraph of its
 # -- docstring describes it in docs/pipeline.md) --------------------------------
 
@@ -223,7 +235,7 @@ def infer_types(c):
     A Loop's final values whose initial value and body output share one
     static type get it (ONNX leaves them unknown), and inference runs again
     from there.  Sub-graphs are inferred knowing the outer constants they
-    read (autodiff.control_flow.infer_with_outer_constants)."""
+    read (passes/type_inference.py)."""
     def infer(model):
         return infer_with_outer_constants(model, lambda m: infer_shapes(m, c.source))
 
@@ -270,7 +282,7 @@ def split_forward_backward(c):
     known = {v.name for v in forward.output}
     for name in c.backward.retained:
         if name not in known:
-            forward.output.append(autodiff.value_info(name, c.backward.value_types.get(name)))
+            forward.output.append(value_info(name, c.backward.value_types.get(name)))
             known.add(name)
     c.graphs = {'forward': forward, 'backward': c.backward.graph()}
 
@@ -318,6 +330,17 @@ def fuse(c):
         vm_fusion.fuse_for_vm(graph)
 
 
+def type_registers(c):
+    """Infer the type of every value of each graph once more, as it is now
+    (shapes.infer_graph_types); code generation gives each register its
+    value's type, which the memory model and the native emitter read."""
+    def infer(model, source):
+        return infer_with_outer_constants(model, lambda m: infer_shapes(m, source))
+
+    for graph in c.graphs.values():
+        infer_graph_types(graph, c.opsets, c.source, infer)
+
+
 def emit(c):
     """Emit one Program per graph, with liveness-based frees (codegen.py;
     the graphs are left as they are)."""
@@ -337,7 +360,7 @@ def validate(c):
 SIMPLIFY = ('simplify', (load, params_to_inputs, expand, fold, remove_dead_code, check_kernels))
 
 #: The VM's backend: the stages that turn optimized graphs into Programs.
-VM_BACKEND = (('lower', (fuse,)), ('emit', (emit, validate)))
+VM_BACKEND = (('lower', (fuse,)), ('emit', (type_registers, emit, validate)))
 
 #: Kind of program -> its stages, in order: (stage name, passes in order).
 PIPELINES = {

@@ -34,8 +34,8 @@ from chainer_compiler.errors import (
     InvalidTestDataError,
     UnsupportedOperatorsError,
 )
-from chainer_compiler.frontend import build_program
 from chainer_compiler.onnx_test_data import load_test_cases
+from chainer_compiler.pipeline import build_program
 from chainer_compiler.runtime.errors import RuntimeVMError
 from chainer_compiler.runtime.executor import Executor
 from chainer_compiler.runtime.random_inputs import random_inputs

@@ -138,3 +138,69 @@ def test_the_checks_see_relative_imports(tmp_path):
         'chainer_compiler.runtime.errors', 'chainer_compiler.runtime.errors.E',
         'chainer_compiler.errors', 'chainer_compiler.errors.X',
         'chainer_compiler.runtime', 'chainer_compiler.runtime.ops', 'json'}
+
+
+#: Import cycles allowed for now, each a package whose modules import one
+#: another lazily: ch2o's values, operators and calls (issue 30 restructures
+#: ch2o; drop the entry when its cycle is gone).
+CYCLES_ALLOWED_WITHIN = ('chainer_compiler.translators.ch2o.',)
+
+
+def import_cycles(modules):
+    """The import cycles among ``modules`` ({name: path}): each a sorted
+    list of modules that import one another, directly or not.  Imports in
+    function bodies count (they close the cycle when the function runs); a
+    module importing the package it lies in does not (its ``__init__`` has
+    run first)."""
+    edges = {m: sorted(n for n in imports_of(m, path)
+                       if n in modules and n != m and not m.startswith(n + '.'))
+             for m, path in modules.items()}
+    # Tarjan's strongly connected components, iterative.
+    index, low, stack, on_stack, cycles = {}, {}, [], set(), []
+    for root in edges:
+        if root in index:
+            continue
+        work = [(root, iter(edges[root]))]
+        index[root] = low[root] = len(index)
+        stack.append(root)
+        on_stack.add(root)
+        while work:
+            module, pending = work[-1]
+            for n in pending:
+                if n not in index:
+                    index[n] = low[n] = len(index)
+                    stack.append(n)
+                    on_stack.add(n)
+                    work.append((n, iter(edges[n])))
+                    break
+                if n in on_stack:
+                    low[module] = min(low[module], index[n])
+            else:
+                work.pop()
+                if work:
+                    low[work[-1][0]] = min(low[work[-1][0]], low[module])
+                if low[module] == index[module]:
+                    component = []
+                    while True:
+                        n = stack.pop()
+                        on_stack.discard(n)
+                        component.append(n)
+                        if n == module:
+                            break
+                    if len(component) > 1:
+                        cycles.append(sorted(component))
+    return cycles
+
+
+def test_modules_import_one_another_without_cycles():
+    cycles = [c for c in import_cycles(dict(MODULES))
+              if not all(m.startswith(CYCLES_ALLOWED_WITHIN) for m in c)]
+    assert cycles == [], 'import cycles: %s' % '; '.join(' <-> '.join(c) for c in cycles)
+
+
+def test_the_cycle_check_sees_imports_in_function_bodies(tmp_path):
+    (tmp_path / 'front.py').write_text('def build():\n    from .pipe import run\n')
+    (tmp_path / 'pipe.py').write_text('from .front import build\n')
+    (tmp_path / 'leaf.py').write_text('from . import front\n')
+    modules = {'p.' + name: tmp_path / (name + '.py') for name in ('front', 'pipe', 'leaf')}
+    assert import_cycles(modules) == [['p.front', 'p.pipe']]

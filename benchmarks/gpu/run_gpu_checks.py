@@ -620,7 +620,7 @@ def training_step_program(path, lr_name='optimizer/lr'):
 
 def stage_speed(entry, device, report, dry_run):
     """Fills ``entry`` as it goes (a timeout keeps what was measured)."""
-    from chainer_compiler.frontend import build_program
+    from chainer_compiler.pipeline import build_program
     from chainer_compiler.runtime.executor import Executor
     try:
         import torch

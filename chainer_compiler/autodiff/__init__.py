@@ -10,8 +10,8 @@ FAMILY_NAMES = ('activation', 'array', 'connection', 'control_flow', 'loss', 'ma
 
 FAMILIES = {name: importlib.import_module('.' + name, __name__) for name in FAMILY_NAMES}
 
-from .generate import BackwardGraph, differentiate, value_info  # noqa: E402
+from .generate import BackwardGraph, differentiate  # noqa: E402
 from .registry import GradientError, differentiable_ops, gradient  # noqa: E402
 
 __all__ = ['BackwardGraph', 'FAMILY_NAMES', 'GradientError', 'differentiable_ops',
-           'differentiate', 'gradient', 'value_info']
+           'differentiate', 'gradient']

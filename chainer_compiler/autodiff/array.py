@@ -11,6 +11,7 @@ the adjoints of pure data movements scatter-add by ``_moved_back``.
 import numpy
 from onnx import helper, numpy_helper
 
+from ..onnx_graph import optional_input
 from ..runtime.ops.registry import CUSTOM_DOMAIN
 from .registry import GradientError, gradient
 
@@ -18,10 +19,6 @@ from .registry import GradientError, gradient
 def _axis(axis, ndim):
     return axis + ndim if axis < 0 else axis
 
-
-def _input(node, i):
-    """Name of optional input ``i`` of ``node`` ('' when omitted)."""
-    return node.input[i] if len(node.input) > i else ''
 
 
 def _custom(b, op, inputs, **attrs):
@@ -119,7 +116,7 @@ def slice_grad(b, node, gys):
         axes = b.attr(node, 'axes') or list(range(len(starts)))
         inputs = [gy, b.int64s(starts), b.int64s(ends), b.int64s(axes)]
         return [_custom(b, 'SliceGrad', inputs, shape=shape)]
-    inputs = [gy] + [_input(node, i) for i in range(1, 5)]
+    inputs = [gy] + [optional_input(node, i) for i in range(1, 5)]
     return [_custom(b, 'SliceGrad', inputs, shape=shape)] + [None] * (len(node.input) - 1)
 
 
@@ -243,7 +240,7 @@ def pad_grad(b, node, gys):
             return [b.node('Pad', [gy], 1, **attrs)] + rest
         return [_custom(b, 'PadGrad', [gy, b.int64s(pads)], mode=mode,
                         shape=list(b.shape(x)))] + rest
-    pads, axes = node.input[1], _input(node, 3)
+    pads, axes = node.input[1], optional_input(node, 3)
     if mode == 'constant':
         inputs = [gy, b.node('Neg', [pads])] + (['', axes] if axes else [])
         return [b.node('Pad', inputs, 1, mode='constant')] + rest
@@ -348,7 +345,7 @@ def resize_grad(b, node, gys):
     rest = [None] * (len(node.input) - 1)
     if node.op_type == 'Resize' and b.version(node) >= 11:
         attrs = {name: b.attr(node, name) for name in _RESIZE_ATTRS}
-        inputs = [gy] + [_input(node, i) for i in range(1, 4)]
+        inputs = [gy] + [optional_input(node, i) for i in range(1, 4)]
         return [_custom(b, 'ResizeGrad', inputs, shape=shape, **attrs)] + rest
     mode = b.attr(node, 'mode', 'nearest')
     if len(node.input) > 1:

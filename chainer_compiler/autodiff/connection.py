@@ -9,6 +9,7 @@ gradient ConvGradFilter with gy as the image.  Padding is resolved at
 compile time where shapes are static, auto_pad included; where x's size is
 known only at run time, Conv's input gradient is padded to it instead.
 """
+from ..onnx_graph import optional_input
 from ..runtime.ops.connection import conv_transpose_padding, window_geometry
 from ..runtime.ops.registry import CUSTOM_DOMAIN
 from .registry import GradientError, gradient
@@ -43,7 +44,7 @@ def conv_grad(b, node, gys):
     gw = b.node('ConvGradFilter', [x, gy], 1, domain=CUSTOM_DOMAIN, kernel_shape=list(kernel),
                 strides=strides, dilations=dilations, pads=pads, group=group)
     grads = [gx, gw]
-    if len(node.input) > 2 and node.input[2]:
+    if optional_input(node, 2):
         grads.append(_bias_grad(b, gy, len(x_shape)))
     return grads + [None] * (len(node.input) - len(grads))
 
@@ -127,6 +128,6 @@ def conv_transpose_grad(b, node, gys):
     gw = b.node('ConvGradFilter', [gy, x], 1, domain=CUSTOM_DOMAIN, kernel_shape=kernel,
                 strides=strides, dilations=dilations, pads=pads, group=group)
     grads = [gx, gw]
-    if len(node.input) > 2 and node.input[2]:
+    if optional_input(node, 2):
         grads.append(_bias_grad(b, gys[0], len(x_shape)))
     return grads + [None] * (len(node.input) - len(grads))

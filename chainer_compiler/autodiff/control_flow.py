@@ -3,7 +3,7 @@
 Both differentiate their sub-graphs with ``differentiate`` itself, and
 both give gradients to the outer-scope values their sub-graphs read (a
 recurrent cell's weights, read by a Loop body), after those of their
-listed inputs (generate.implicit_inputs).
+listed inputs (onnx_graph.implicit_inputs).
 
 Loop
 ----
@@ -48,17 +48,9 @@ import numpy
 import onnx
 from onnx import helper, numpy_helper
 
-from ..onnx_graph import all_nodes, free_names, subgraphs
-from ..runtime.ops.registry import registered_kernels
-from .generate import (
-    SequenceType,
-    differentiate,
-    implicit_inputs,
-    make_graph,
-    reads,
-    value_info,
-    value_types,
-)
+from ..onnx_graph import SequenceType, all_nodes, implicit_inputs, reads, subgraphs, value_info
+from ..runtime.ops.registry import draws_random
+from .generate import differentiate, make_graph
 from .registry import GradientError, forward_rewrite, gradient
 
 _INT64 = numpy.dtype(numpy.int64)
@@ -97,15 +89,9 @@ def _copy(graph):
     return result
 
 
-def _random_ops():
-    """(domain, op) of the operators that draw random numbers (the noise family)."""
-    return {(s.domain, s.op) for s in registered_kernels() if s.family == 'noise'}
-
-
 def _refuse_random(owner, nodes):
     """GradientError when ``nodes`` (to be recomputed in backward) draw random numbers."""
-    random = _random_ops()
-    drawn = sorted({n.op_type for n in nodes if (n.domain, n.op_type) in random})
+    drawn = sorted({n.op_type for n in nodes if draws_random(n.op_type, n.domain)})
     if drawn:
         raise GradientError(
             'cannot differentiate %s node %s: its backward recomputes the sub-graph, which '
@@ -165,115 +151,6 @@ def save_loop_states(graph, node, types):
     for empty in reversed(empties):
         graph.node.insert(index, empty)
     return note
-
-
-def infer_with_outer_constants(model, infer):
-    """``infer(model)`` (a shape inference) run with every sub-graph
-    holding copies of the outer-scope integer initializers it reads (the
-    axes, shapes, pads ... inference reads the contents of; not weights).
-
-    ONNX's inference of a sub-graph knows the types of outer-scope values
-    but not their contents, so a Loop body's Unsqueeze, Reshape or Expand
-    whose axes or shape is an outer constant gets no rank, and the values
-    after it none either.  The copies are removed from the inferred model
-    (a sub-graph may not shadow its owner's names)."""
-    probe = onnx.ModelProto()
-    probe.CopyFrom(model)
-    _lend_constants(probe.graph, {})
-    inferred = infer(probe)
-    _return_constants(inferred.graph, set())
-    return inferred
-
-
-def _lend_constants(graph, outer):
-    """Copy into each sub-graph of ``graph`` the integer initializers of
-    ``outer`` ({name: TensorProto}, with ``graph``'s own) it reads."""
-    visible = dict(outer)
-    visible.update((t.name, t) for t in graph.initializer
-                   if t.data_type in (onnx.TensorProto.INT64, onnx.TensorProto.INT32))
-    for node in graph.node:
-        for g in subgraphs(node):
-            g.initializer.extend(visible[n] for n in free_names(g) if n in visible)
-            _lend_constants(g, visible)
-
-
-def _return_constants(graph, outer):
-    """Drop the initializers of ``graph``'s sub-graphs that shadow a name
-    of ``outer`` or of ``graph``'s own: those _lend_constants copied."""
-    visible = outer | {t.name for t in graph.initializer}
-    for node in graph.node:
-        for g in subgraphs(node):
-            kept = [t for t in g.initializer if t.name not in visible]
-            del g.initializer[:]
-            g.initializer.extend(kept)
-            _return_constants(g, visible)
-
-
-def pin_loop_types(graph):
-    """Declare the type of each Loop's final value (in ``graph`` and its
-    sub-graphs) that its body keeps, as input and as output, and that its
-    initial value agrees with: the final value has it too.  ONNX's
-    inference leaves carried values' shapes unknown (they may change from
-    one iteration to the next), sequences' element shapes included, and
-    gradient rules need ranks, static shapes where they can have them.  A
-    dimension the body does not keep static is declared unknown, so that
-    the rank still gets through.  Returns whether anything was declared."""
-    types = value_types(graph)
-    declared = False
-    for node in graph.node:
-        for g in subgraphs(node):
-            declared |= pin_loop_types(g)
-        if node.op_type != 'Loop':
-            continue
-        body = _graph_attribute(node, 'body')
-        body_types = value_types(body)
-        for k, final in enumerate(node.output[:len(node.input) - 2]):
-            kept = _kept_type(body_types.get(body.input[2 + k].name),
-                              body_types.get(body.output[1 + k].name))
-            if final and kept is not None and _agrees(types.get(node.input[2 + k]), kept) \
-                    and _knows_more(kept, types.get(final)):
-                graph.value_info.append(value_info(final, kept))
-                declared = True
-    return declared
-
-
-def _kept_type(given, made):
-    """The type a carried value keeps across a body that takes it of type
-    ``given`` and hands it on of type ``made``: their kind, dtype and rank
-    when they agree on them (else None), with the static dimensions they
-    agree on and unknown ones elsewhere."""
-    if given is None or made is None or isinstance(given, SequenceType) != \
-            isinstance(made, SequenceType) or given[0] != made[0] or given[1] is None \
-            or made[1] is None or len(given[1]) != len(made[1]):
-        return None
-    dims = tuple(a if isinstance(a, int) and a == b else None
-                 for a, b in zip(given[1], made[1]))
-    return SequenceType(made[0], dims) if isinstance(made, SequenceType) else (made[0], dims)
-
-
-def _knows_more(kept, entry):
-    """Whether type ``kept`` says more than ``entry`` (None when unknown):
-    a rank it lacks, or a static shape where it has none."""
-    if entry is None or entry[1] is None:
-        return True
-    return _is_static(kept) and not _is_static(entry)
-
-
-def _is_static(entry):
-    """Whether ``entry`` is a tensor type, or a sequence type, of static shape."""
-    return entry is not None and entry[1] is not None and \
-        all(isinstance(d, int) for d in entry[1])
-
-
-def _agrees(entry, kept):
-    """Whether a value of type ``entry`` may have the type ``kept``: the
-    same kind and dtype, and an unknown shape or one of ``kept``'s rank
-    equal to it in each of its static dimensions."""
-    if entry is None or isinstance(entry, SequenceType) != isinstance(kept, SequenceType) \
-            or entry[0] != kept[0]:
-        return False
-    return entry[1] is None or len(entry[1]) == len(kept[1]) and all(
-        k is None or e == k for e, k in zip(entry[1], kept[1]))
 
 
 def _is_float(entry):

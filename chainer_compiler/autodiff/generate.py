@@ -8,48 +8,22 @@ are their *implicit inputs*, and their rules return gradients for them too,
 after those of the listed inputs.
 """
 from dataclasses import dataclass, field
-from typing import NamedTuple
 
 import numpy
 from onnx import helper, numpy_helper
 
 from ..onnx_builder import GraphBuilder
-from ..onnx_graph import free_names, numpy_dtype, schema_version, subgraphs
+from ..onnx_graph import (
+    SequenceType,
+    implicit_inputs,
+    reads,
+    schema_version,
+    value_info,
+    value_types,
+)
 from .registry import GradientError, forward_rewrite_for, rule_for
 
 GRAD_PREFIX = 'grad/'
-
-
-class SequenceType(NamedTuple):
-    """The type of a sequence value: its elements' dtype and shape (None
-    when unknown), unpacking as a tensor's ``(dtype, shape)`` does."""
-    dtype: object
-    shape: object
-
-
-def implicit_inputs(node):
-    """The outer-scope values ``node``'s sub-graphs read, in first-use order."""
-    names = []
-    for g in subgraphs(node):
-        names.extend(n for n in free_names(g) if n not in names)
-    return names
-
-
-def reads(node):
-    """Every value ``node`` reads: its inputs, then its implicit inputs."""
-    return [i for i in node.input if i] + implicit_inputs(node)
-
-
-def value_info(name, entry):
-    """A ValueInfoProto for ``name`` of type ``entry`` (a value_types entry:
-    ``(dtype, shape)`` or a SequenceType; None when nothing is known)."""
-    if entry is None or entry[0] is None:
-        return helper.make_empty_tensor_value_info(name)
-    elem = helper.np_dtype_to_tensor_dtype(numpy.dtype(entry[0]))
-    shape = None if entry[1] is None else list(entry[1])
-    if isinstance(entry, SequenceType):
-        return helper.make_tensor_sequence_value_info(name, elem, shape)
-    return helper.make_tensor_value_info(name, elem, shape)
 
 
 class BackwardBuilder(GraphBuilder):
@@ -311,30 +285,6 @@ def make_graph(b, name, inputs, outputs):
                              [value_info(n, t) for n, t in outputs], b.initializers)
 
 
-def value_types(graph):
-    """{name: (numpy dtype, shape tuple or None), or a SequenceType} for
-    typed values of ``graph``."""
-    types = {}
-    for v in list(graph.input) + list(graph.value_info) + list(graph.output):
-        kind = v.type.WhichOneof('value')
-        if kind == 'tensor_type':
-            types[v.name] = _tensor_type(v.type.tensor_type)
-        elif kind == 'sequence_type' and \
-                v.type.sequence_type.elem_type.WhichOneof('value') == 'tensor_type':
-            types[v.name] = SequenceType(*_tensor_type(v.type.sequence_type.elem_type.tensor_type))
-    for init in graph.initializer:
-        types[init.name] = (numpy_dtype(init.data_type), tuple(init.dims))
-    return types
-
-
-def _tensor_type(t):
-    shape = None
-    if t.HasField('shape'):
-        shape = tuple(d.dim_value if d.HasField('dim_value') else (d.dim_param or None)
-                      for d in t.shape.dim)
-    return numpy_dtype(t.elem_type), shape
-
-
 def differentiate(graph, opset, wrt, outputs=None, outer=None):
     """Backward graph of ``graph`` (shape-inferred) for the values ``wrt``
     (inputs or parameters), from gradients of ``outputs`` (default: all
@@ -472,6 +422,5 @@ def _propagates(node):
         return True  # reported when the backward pass reaches it
 
 
-__all__ = ['BackwardBuilder', 'BackwardGraph', 'GRAD_PREFIX', 'SequenceType', 'differentiate',
-           'implicit_inputs', 'make_graph', 'outside_reads', 'reads', 'value_info',
-           'value_types']
+__all__ = ['BackwardBuilder', 'BackwardGraph', 'GRAD_PREFIX', 'differentiate', 'make_graph',
+           'outside_reads']

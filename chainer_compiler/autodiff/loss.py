@@ -16,12 +16,9 @@ Labels and class weights get no gradient.
 import numpy
 
 from ..onnx_builder import GraphBuilder
+from ..onnx_graph import optional_input
 from ..runtime.ops.registry import CUSTOM_DOMAIN
 from .registry import gradient
-
-
-def _input(node, i):
-    return node.input[i] if len(node.input) > i else ''
 
 
 def forward_output(b, node, index, dtype, shape, hint):
@@ -46,7 +43,7 @@ def _loss_attrs(b, node):
 @gradient('SoftmaxCrossEntropyLoss')
 def softmax_cross_entropy_loss_grad(b, node, gys):
     scores, labels = node.input[:2]
-    weights = _input(node, 2)
+    weights = optional_input(node, 2)
     g_loss = gys[0]
     g_log_prob = gys[1] if len(gys) > 1 else None
     log_prob = forward_output(b, node, 1, b.dtype(scores), b.dims(scores), 'log_prob')
@@ -66,7 +63,7 @@ def softmax_cross_entropy_loss_grad(b, node, gys):
 @gradient('NegativeLogLikelihoodLoss')
 def negative_log_likelihood_loss_grad(b, node, gys):
     x, target = node.input[:2]
-    weight = _input(node, 2)
+    weight = optional_input(node, 2)
     inputs = [gys[0], target] + ([weight] if weight else [])
     gx = b.node('NegativeLogLikelihoodLossGrad', inputs, 1, domain=CUSTOM_DOMAIN,
                 shape=list(b.shape(x)), **_loss_attrs(b, node))

@@ -20,6 +20,7 @@ import math
 import numpy
 from onnx import helper
 
+from ..onnx_graph import optional_input
 from ..runtime.ops.registry import CUSTOM_DOMAIN
 from .registry import GradientError, gradient
 
@@ -36,9 +37,6 @@ def _scalar(b, value, like):
     """A 0-d constant of ``value`` in the dtype of forward value ``like``."""
     return b.constant(numpy.asarray(value, dtype=b.dtype(like)), hint='c')
 
-
-def _input(node, i):
-    return node.input[i] if len(node.input) > i else ''
 
 
 def _ge(b, x, y):
@@ -362,7 +360,7 @@ def clip_grad(b, node, gys):
         low = None if low is None else _scalar(b, low, x)
         high = None if high is None else _scalar(b, high, x)
     else:
-        low, high = _input(node, 1) or None, _input(node, 2) or None
+        low, high = optional_input(node, 1) or None, optional_input(node, 2) or None
     conditions = []
     if low is not None:
         conditions.append(_ge(b, x, low))
@@ -399,7 +397,7 @@ def _kept_shape(b, node):
     if axes is not None:
         axes = {a % rank for a in axes}
         return tuple(1 if i in axes else d for i, d in enumerate(x_shape))
-    if not _input(node, 1) or not y_shape:
+    if not optional_input(node, 1) or not y_shape:
         return (1,) * rank
     if None in x_shape or None in y_shape:  # unnamed run-time dimensions match nothing
         return None
@@ -419,7 +417,7 @@ def _keep(b, node, name, kept):
     if kept is not None and all(isinstance(d, int) for d in kept):
         return b.reshape(name, kept)
     axes = b.attr(node, 'axes')
-    if axes is None and not _input(node, 1):
+    if axes is None and not optional_input(node, 1):
         axes = range(rank)
     if axes is None:
         return b.node('Unsqueeze', [name, node.input[1]])
@@ -591,7 +589,7 @@ def gemm_grad(b, node, gys):
     """Y = alpha A' B' + beta C (A' = A or A^T, B' likewise)."""
     gy, = gys
     a, w = node.input[:2]
-    c = _input(node, 2)
+    c = optional_input(node, 2)
     alpha = b.attr(node, 'alpha', 1.0)
     beta = b.attr(node, 'beta', 1.0)
     trans_a = b.attr(node, 'transA', 0)

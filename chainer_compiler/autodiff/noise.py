@@ -12,13 +12,10 @@ Random generators carry no gradient (their kernels declare ``gradient=False``).
 """
 import numpy
 
+from ..onnx_graph import optional_input
 from ..runtime.ops.registry import CUSTOM_DOMAIN
 from .loss import forward_output
 from .registry import gradient
-
-
-def _input(node, i):
-    return node.input[i] if len(node.input) > i else ''
 
 
 @gradient('Dropout')
@@ -28,10 +25,10 @@ def dropout_grad(b, node, gys):
     others = [None] * (len(node.input) - 1)
     version = b.version(node)
     if version >= 12:
-        if not _input(node, 2):  # no training_mode: inference, the identity
+        if not optional_input(node, 2):  # no training_mode: inference, the identity
             return [gy] + others
         mask = forward_output(b, node, 1, numpy.bool_, b.dims(x), 'mask')
-        inputs = [gy, mask, _input(node, 1), node.input[2]]
+        inputs = [gy, mask, optional_input(node, 1), node.input[2]]
     elif version >= 7 or b.attr(node, 'is_test', 0):  # no training mode: identity
         return [gy] + others
     else:  # opsets 1-6 train unless is_test; the mask has the data's type

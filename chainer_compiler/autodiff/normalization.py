@@ -9,6 +9,7 @@ LpNormalization a handful of standard nodes.
 """
 import numpy
 
+from ..onnx_graph import optional_input
 from ..runtime.ops.opset_rules import batch_norm_trains
 from ..runtime.ops.registry import CUSTOM_DOMAIN
 from .registry import GradientError, gradient
@@ -61,7 +62,7 @@ def layer_normalization_grad(b, node, gys):
                          axis=b.attr(node, 'axis', -1),
                          epsilon=float(b.attr(node, 'epsilon', 1e-5)))
     grads = [gx, g_scale]
-    if len(node.input) > 2 and node.input[2]:
+    if optional_input(node, 2):
         bias = node.input[2]
         grads.append(b.sum_to(gy, b.dims(node.output[0]), b.dims(bias), like=bias))
     return grads + [None] * (len(node.input) - len(grads))

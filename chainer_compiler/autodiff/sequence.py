@@ -9,12 +9,8 @@ without gradient in its kernel's record.
 """
 import numpy
 
+from ..onnx_graph import optional_input
 from .registry import gradient
-
-
-def _input(node, i):
-    """Name of optional input ``i`` of ``node`` ('' when omitted)."""
-    return node.input[i] if len(node.input) > i else ''
 
 
 def _from_front(b, position, length):
@@ -45,7 +41,7 @@ def sequence_insert_grad(b, node, gys):
     # The inserted tensor's gradient is the output gradient's element at its
     # position; the rest is the input sequence's.
     gy, = gys
-    position = _input(node, 2)
+    position = optional_input(node, 2)
     if not position:  # appended: the last element
         return [b.node('SequenceErase', [gy]),
                 b.node('SequenceAt', [gy, b.constant(numpy.asarray(-1, numpy.int64), hint='i')])]
@@ -68,7 +64,7 @@ def sequence_at_grad(b, node, gys):
 def sequence_erase_grad(b, node, gys):
     # The erased element gets zeros: put them back where it was.
     gy, = gys
-    seq, position = node.input[0], _input(node, 1)
+    seq, position = node.input[0], optional_input(node, 1)
     element = tuple(b.value_types[seq])
     if not position:
         last = b.constant(numpy.asarray(-1, numpy.int64), hint='i')
@@ -99,6 +95,6 @@ def split_to_sequence_grad(b, node, gys):
     gy, = gys
     axis = b.attr(node, 'axis', 0)
     # Parts lost their axis only when split into ones with keepdims=0.
-    squeezed = not _input(node, 1) and not b.attr(node, 'keepdims', 1)
+    squeezed = not optional_input(node, 1) and not b.attr(node, 'keepdims', 1)
     grads = [b.node('ConcatFromSequence', [gy], axis=axis, new_axis=int(squeezed))]
     return grads + [None] * (len(node.input) - 1)

@@ -15,7 +15,7 @@ orders when no plan with at most one extra forward fits a memory_budget.
 """
 import math
 
-from ..autodiff.generate import implicit_inputs, reads
+from ..onnx_graph import implicit_inputs, reads
 from .ordered import ordered_plan
 from .segments import equal_cuts, last_reads
 

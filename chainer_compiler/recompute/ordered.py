@@ -21,7 +21,7 @@ A value may be recomputed again after it is forgotten, which expresses the
 multi-level schedules that one pass of replays (replay.plan) cannot.
 """
 
-from ..autodiff.generate import implicit_inputs
+from ..onnx_graph import implicit_inputs
 from .replay import finished_plan, fresh_name, renaming_reads
 
 KINDS = ('forget', 'forward', 'backward')

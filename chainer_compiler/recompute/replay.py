@@ -14,7 +14,8 @@ from dataclasses import dataclass, field
 
 from onnx import NodeProto
 
-from ..autodiff.generate import implicit_inputs, outside_reads, reads
+from ..autodiff.generate import outside_reads
+from ..onnx_graph import implicit_inputs, reads
 from ..runtime.ops.registry import recomputable
 
 

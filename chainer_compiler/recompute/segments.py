@@ -20,7 +20,7 @@ from dataclasses import dataclass, replace
 
 import numpy
 
-from ..autodiff.generate import reads
+from ..onnx_graph import reads
 
 
 def last_reads(forward):

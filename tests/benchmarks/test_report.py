@@ -16,7 +16,7 @@ import inference_candidates as inference  # noqa: E402
 import report  # noqa: E402
 from timing import repetitions  # noqa: E402
 
-from chainer_compiler.frontend import build_program  # noqa: E402
+from chainer_compiler.pipeline import build_program  # noqa: E402
 
 MiB = 2 ** 20
 

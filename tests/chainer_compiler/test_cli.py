@@ -12,7 +12,7 @@ import onnx
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 
-from chainer_compiler import frontend
+from chainer_compiler import pipeline
 from chainer_compiler.cli import main
 from chainer_compiler.conformance import node_tests_dir
 from chainer_compiler.runtime import files, load_program, save_program
@@ -142,7 +142,7 @@ def workdir(tmp_path, monkeypatch):
     shutil.copy(os.path.join('t', 'model.onnx'), 'm.onnx')
     os.symlink('m.onnx', 'link.onnx')
     os.link('m.onnx', 'hard.onnx')
-    save_program(frontend.build_program('m.onnx'), 'p.npz')
+    save_program(pipeline.build_program('m.onnx'), 'p.npz')
     os.mkdir('d')
     return tmp_path
 
@@ -256,7 +256,7 @@ def failing_compiler(monkeypatch):
     def build_program(*args, **kwargs):
         raise MemoryError('std::bad_alloc')
 
-    monkeypatch.setattr(frontend, 'build_program', build_program)
+    monkeypatch.setattr(pipeline, 'build_program', build_program)
 
 
 def test_an_unexpected_error_is_one_line_naming_its_type_and_input(failing_compiler, capsys):

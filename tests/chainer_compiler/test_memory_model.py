@@ -8,8 +8,8 @@ from onnx import TensorProto, helper
 
 import chainer_compiler
 from chainer_compiler import memory_model
-from chainer_compiler.autodiff.generate import SequenceType
-from chainer_compiler.frontend import build_program
+from chainer_compiler.onnx_graph import SequenceType
+from chainer_compiler.pipeline import build_program
 from chainer_compiler.runtime import Executor
 from tests.chainer_compiler.test_recompute_policies import _step
 

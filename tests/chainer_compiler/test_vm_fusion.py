@@ -2,8 +2,8 @@
 import numpy
 from onnx import TensorProto, helper, numpy_helper
 
-from chainer_compiler.frontend import build_program
 from chainer_compiler.passes.vm_fusion import fuse_for_vm
+from chainer_compiler.pipeline import build_program
 from chainer_compiler.runtime.executor import Executor
 
 

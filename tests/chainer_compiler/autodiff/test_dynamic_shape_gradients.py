@@ -11,9 +11,9 @@ import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 from chainer_compiler.autodiff import GradientError
-from chainer_compiler.autodiff.control_flow import infer_with_outer_constants
-from chainer_compiler.autodiff.generate import value_types
+from chainer_compiler.onnx_graph import value_types
 from chainer_compiler.passes.training_mode import to_training_mode
+from chainer_compiler.passes.type_inference import infer_with_outer_constants
 from chainer_compiler.runtime import Executor
 from chainer_compiler.shapes import infer_shapes
 from chainer_compiler.training import compile_inference

@@ -9,7 +9,7 @@ import numpy
 import onnxruntime
 from onnx import helper, numpy_helper
 
-from chainer_compiler.frontend import build_program
+from chainer_compiler.pipeline import build_program
 from chainer_compiler.runtime.executor import Executor
 
 RTOL, ATOL = 1e-4, 1e-5

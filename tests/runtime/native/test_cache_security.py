@@ -16,7 +16,7 @@ import numpy
 import pytest
 from onnx import helper
 
-from chainer_compiler.frontend import build_program
+from chainer_compiler.pipeline import build_program
 from chainer_compiler.runtime.errors import NativeBuildError
 from chainer_compiler.runtime.executor import Executor
 from chainer_compiler.runtime.native import library

@@ -12,7 +12,7 @@ import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 from chainer_compiler.cli import main as cli_main
-from chainer_compiler.frontend import build_program
+from chainer_compiler.pipeline import build_program
 from chainer_compiler.runtime.executor import Executor
 from chainer_compiler.runtime.native import NativeEmitError, UnsupportedNativeOpsError, emit_c
 from chainer_compiler.runtime.native.lowering import LOWERINGS

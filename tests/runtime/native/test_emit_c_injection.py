@@ -21,7 +21,7 @@ from onnx import TensorProto, helper, numpy_helper
 
 from chainer_compiler.cli import main as cli_main
 from chainer_compiler.errors import InvalidModelError, UnsupportedOperatorsError
-from chainer_compiler.frontend import build_program
+from chainer_compiler.pipeline import build_program
 from chainer_compiler.runtime.errors import RuntimeVMError
 from chainer_compiler.runtime.executor import Executor
 from chainer_compiler.runtime.native import NativeEmitError, emit_c

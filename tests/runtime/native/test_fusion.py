@@ -4,7 +4,7 @@ what the unfused Program does."""
 import numpy
 from onnx import helper, numpy_helper
 
-from chainer_compiler.frontend import build_program
+from chainer_compiler.pipeline import build_program
 from chainer_compiler.runtime.executor import Executor
 from chainer_compiler.runtime.native.fusion import fuse
 

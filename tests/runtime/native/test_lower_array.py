@@ -5,7 +5,7 @@ import numpy
 import pytest
 from onnx import helper
 
-from chainer_compiler.frontend import build_program
+from chainer_compiler.pipeline import build_program
 from chainer_compiler.runtime.native import UnsupportedNativeOpsError, emit_c
 
 from .helpers import check_native, make_model

@@ -5,7 +5,7 @@ import numpy
 import pytest
 from onnx import helper
 
-from chainer_compiler.frontend import build_program
+from chainer_compiler.pipeline import build_program
 from chainer_compiler.runtime.native import UnsupportedNativeOpsError
 from chainer_compiler.runtime.native.emit_c import emit_c
 

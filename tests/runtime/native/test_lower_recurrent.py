@@ -6,7 +6,7 @@ import numpy
 import pytest
 from onnx import helper
 
-from chainer_compiler.frontend import build_program
+from chainer_compiler.pipeline import build_program
 from chainer_compiler.runtime.native.emit_c import UnsupportedNativeOpsError, emit_c
 from chainer_compiler.translators.onnx_chainer import export_model, rnn
 from tests.runtime.native.helpers import check_native, make_model

@@ -8,7 +8,7 @@ convolutions the lowering sends there."""
 import numpy
 from onnx import helper
 
-from chainer_compiler.frontend import build_program
+from chainer_compiler.pipeline import build_program
 from chainer_compiler.runtime.native.emit_c import emit_c
 from chainer_compiler.runtime.native.lowerings.winograd import (
     BLOCK_FLOATS,

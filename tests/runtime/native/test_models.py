@@ -21,7 +21,7 @@ import onnxruntime
 import pytest
 
 from benchmarks import models as bench_models
-from chainer_compiler.frontend import build_program
+from chainer_compiler.pipeline import build_program
 from chainer_compiler.runtime.executor import Executor
 from chainer_compiler.runtime.native import emit_c
 from chainer_compiler.translators.onnx_chainer import rnn

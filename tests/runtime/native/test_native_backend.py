@@ -11,7 +11,7 @@ from onnx import TensorProto, helper
 
 from chainer_compiler import compile_onnx
 from chainer_compiler.cli import main as cli_main
-from chainer_compiler.frontend import build_program
+from chainer_compiler.pipeline import build_program
 from chainer_compiler.runtime.backend import BackendUnavailableError
 from chainer_compiler.runtime.errors import InputValidationError, NativeBuildError
 from chainer_compiler.runtime.executor import Executor

@@ -9,7 +9,7 @@ import numpy
 import pytest
 from onnx import helper, numpy_helper
 
-from chainer_compiler.frontend import build_program
+from chainer_compiler.pipeline import build_program
 from chainer_compiler.runtime.errors import RuntimeVMError
 from chainer_compiler.runtime.executor import Executor
 from chainer_compiler.runtime.native.emit_c import emit_c

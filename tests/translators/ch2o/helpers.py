@@ -7,7 +7,7 @@ import onnx
 import onnxruntime
 
 from chainer_compiler import compile_onnx, export
-from chainer_compiler.frontend import build_program
+from chainer_compiler.pipeline import build_program
 from chainer_compiler.runtime import Executor
 from chainer_compiler.translators.ch2o import export_model
 from chainer_compiler.translators.onnx_chainer.tracing import DEFAULT_OPSET, MAX_OPSET

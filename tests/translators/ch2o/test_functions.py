@@ -10,7 +10,7 @@ import onnxruntime
 import pytest
 from onnx import helper
 
-from chainer_compiler.frontend import build_program
+from chainer_compiler.pipeline import build_program
 from chainer_compiler.runtime import Executor
 from chainer_compiler.translators.ch2o.functions import call_chainer
 from chainer_compiler.translators.ch2o.scope import Scope, Translation

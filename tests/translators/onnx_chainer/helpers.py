@@ -5,7 +5,7 @@ import numpy
 import onnx
 import onnxruntime
 
-from chainer_compiler.frontend import build_program
+from chainer_compiler.pipeline import build_program
 from chainer_compiler.runtime import Executor
 from chainer_compiler.translators.onnx_chainer import export_model
 from chainer_compiler.translators.onnx_chainer.tracing import DEFAULT_OPSET, MAX_OPSET, MIN_OPSET

@@ -6,7 +6,7 @@ import numpy
 import onnxruntime
 import pytest
 
-from chainer_compiler.frontend import build_program
+from chainer_compiler.pipeline import build_program
 from chainer_compiler.runtime import Executor
 from chainer_compiler.translators.onnx_chainer import export_model, supported_functions
 

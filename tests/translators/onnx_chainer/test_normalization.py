@@ -8,7 +8,7 @@ import onnxruntime
 import pytest
 from onnx import numpy_helper
 
-from chainer_compiler.frontend import build_program
+from chainer_compiler.pipeline import build_program
 from chainer_compiler.runtime import Executor
 from chainer_compiler.translators.onnx_chainer import export_model
 
