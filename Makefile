@@ -8,8 +8,8 @@ STAMP := $(VENV)/.installed
 
 TORCH_VENV := .venv-torch
 
-.PHONY: demo vm-demo imagenet-demo lint test test-fast conformance bench bench-memory \
-	bench-imagenet bench-torch-env clean
+.PHONY: demo vm-demo imagenet-demo lint test test-fast test-sanitize conformance bench \
+	bench-memory bench-imagenet bench-torch-env clean
 
 # Chainer 7.8.1 is an sdist that only builds and imports with setuptools<74
 # and numpy<2, so those go in first and the rest installs without build
@@ -60,9 +60,15 @@ lint: $(STAMP)
 test: lint
 	$(PY) -m pytest -q
 
-# Everything but the tests marked slow (whole-model training and export).
+# Everything but the tests marked slow (whole-model training and export)
+# and the sanitizer tier (C built with -fsanitize=address,undefined).
 test-fast: $(STAMP)
-	$(PY) -m pytest -q -m 'not slow'
+	$(PY) -m pytest -q -m 'not slow and not sanitize'
+
+# The sanitizer tier alone (`make test` runs it too): emitted models on
+# hostile .npy and weights files, and native kernel tests, under ASan+UBSan.
+test-sanitize: $(STAMP)
+	$(PY) -m pytest -q -m sanitize
 
 conformance: $(STAMP)
 	$(VENV)/bin/chainer-compiler conformance
