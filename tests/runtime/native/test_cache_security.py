@@ -6,6 +6,7 @@ left alone; killed builds leave nothing behind for long.
 Every load from a prepared cache runs in a child process
 (``python -c RUN``): a damaged library loaded anyway would kill pytest with
 SIGBUS, and a planted one would run its constructor in it."""
+import errno
 import os
 import shutil
 import subprocess
@@ -254,6 +255,22 @@ def test_a_read_only_cache_is_read_and_left_unchanged(case):
     assert 'NativeCacheWarning: native library cache %s cannot be written' % case.root \
         in done.stderr and 'not cached' in done.stderr, done.stderr
     assert snapshot() == before
+
+
+def test_a_full_cache_warns_and_runs_uncached(case, monkeypatch):
+    case.library.unlink()
+    write = library._write_new
+
+    def full(path, data):  # a disk full when the entry is stored
+        if os.path.basename(path).startswith('sealed-'):
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), path)
+        write(path, data)
+    monkeypatch.setattr(library, '_write_new', full)
+    with pytest.warns(library.NativeCacheWarning, match='cannot store .*No space left'):
+        run = library.NativeRun(build_program(_mlp()))
+    x = numpy.load(case.source / 'x.npy')
+    numpy.testing.assert_allclose(run.run([x])[0], case.want, rtol=1e-5, atol=1e-6)
+    assert not case.library.exists()
 
 
 def test_build_folders_of_killed_builds_are_removed(case):
