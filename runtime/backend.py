@@ -56,15 +56,22 @@ def to_numpy(value):
     return value
 
 
+#: The dtypes CuPy holds: NumPy's own booleans, integers, floats and complex
+#: numbers, in native byte order.  Named one by one because ml_dtypes' types
+#: can share their kinds (float8_e5m2's kind is 'f').
+_DEVICE_DTYPES = frozenset(numpy.dtype(t) for t in (
+    numpy.bool_, numpy.int8, numpy.int16, numpy.int32, numpy.int64, numpy.uint8,
+    numpy.uint16, numpy.uint32, numpy.uint64, numpy.float16, numpy.float32, numpy.float64,
+    numpy.complex64, numpy.complex128))
+
+
 def device_dtype(dtype):
-    """Whether CuPy can hold arrays of ``dtype``: NumPy's own booleans,
-    integers, floats and complex numbers, not strings, objects or ml_dtypes'
-    types (float8, int4, bfloat16...), which stay on the host."""
+    """Whether CuPy can hold arrays of ``dtype``: not strings, objects or
+    ml_dtypes' types (float8, int4, bfloat16...), which stay on the host."""
     try:
-        dtype = numpy.dtype(dtype)
+        return numpy.dtype(dtype) in _DEVICE_DTYPES
     except TypeError:  # a name NumPy does not know (ml_dtypes' without ml_dtypes)
         return False
-    return dtype.kind in 'biufc' and dtype.itemsize <= (16 if dtype.kind == 'c' else 8)
 
 
 def to_backend(xp, value):
