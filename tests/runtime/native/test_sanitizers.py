@@ -20,7 +20,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from onnx import helper
 
-from chainer_compiler.frontend import build_program
+from chainer_compiler.pipeline import build_program
 from chainer_compiler.runtime.executor import Executor
 from chainer_compiler.runtime.native import emit_c
 from tests.runtime.native.helpers import ATOL, RTOL, make_model, sanitize
