@@ -75,19 +75,69 @@ def _batch_norm_inference(xp, x, scale, b, mean, var, epsilon):
     return y.astype(x.dtype, copy=False)
 
 
+# -- CuPy: BatchNormalization in three passes over X ---------------------------
+# Written against xp, a training BatchNormalization makes about ten passes
+# over X on a GPU (each operation one kernel), its gradient about twelve;
+# these kernels make three each: X seen as (N, C, S), per-channel values as
+# (1, C, 1).  float32 only; anything else takes the xp code.
+
+_BN_KERNELS = {}
+
+
+def _bn_kernels(xp):
+    """The fused kernels, compiled by CuPy on first use."""
+    if not _BN_KERNELS:
+        _BN_KERNELS['centred_squares'] = xp.ReductionKernel(
+            'T x, T mean', 'T out', '(x - mean) * (x - mean)', 'a + b', 'out = a', '0',
+            'ccn_bn_centred_squares')
+        _BN_KERNELS['scaled_dot'] = xp.ReductionKernel(
+            'T gy, T x, T mean, T inv', 'T out', 'gy * (x - mean) * inv', 'a + b', 'out = a',
+            '0', 'ccn_bn_scaled_dot')
+        _BN_KERNELS['normalize'] = xp.ElementwiseKernel(
+            'T x, T mean, T a, T b', 'T y', 'y = (x - mean) * a + b', 'ccn_bn_normalize')
+        _BN_KERNELS['grad_x'] = xp.ElementwiseKernel(
+            'T gy, T x, T mean, T inv, T a, T gb, T gs', 'T gx',
+            'gx = (gy - gb - (x - mean) * inv * gs) * a', 'ccn_bn_grad_x')
+    return _BN_KERNELS
+
+
+def _fused_bn(xp, x, *params, spatial=1):
+    """X as (N, C, S) and the per-channel parameters as (1, C, 1) when the
+    CuPy kernels apply, else None."""
+    if xp is numpy or spatial != 1 or x.ndim < 2 or x.dtype != numpy.float32 or any(
+            p is not None and (p.dtype != numpy.float32 or p.ndim != 1) for p in params):
+        return None
+    return xp.ascontiguousarray(x).reshape(x.shape[0], x.shape[1], -1)
+
+
+def _fused_moments(xp, x3):
+    """Per-channel mean and population variance of X (N, C, S), (1, C, 1) each."""
+    m = x3.shape[0] * x3.shape[2]
+    mean = x3.sum(axis=(0, 2), keepdims=True) / numpy.float32(m)
+    var = _bn_kernels(xp)['centred_squares'](x3, mean, axis=(0, 2), keepdims=True)
+    return mean, var / numpy.float32(m)
+
+
 def _batch_norm_training(xp, x, scale, b, mean, var, epsilon, momentum, axes):
     """Normalise with the batch statistics; return Y, the updated running
     mean and variance, and the batch mean and (population) variance."""
     dtype = _compute_dtype(x)
-    centred, batch_mean, batch_var = _moments(x, axes, dtype)
-    y = centred / xp.sqrt(batch_var + dtype.type(epsilon)) \
-        * _per_channel(scale.astype(dtype), x.ndim) + _per_channel(b.astype(dtype), x.ndim)
+    x3 = _fused_bn(xp, x, scale, b, mean, var, spatial=len(axes) > 1)
+    if x3 is not None:
+        batch_mean, batch_var = _fused_moments(xp, x3)
+        a = _per_channel(scale, 3) / xp.sqrt(batch_var + dtype.type(epsilon))
+        y = _bn_kernels(xp)['normalize'](x3, batch_mean, a, _per_channel(b, 3)).reshape(x.shape)
+    else:
+        centred, batch_mean, batch_var = _moments(x, axes, dtype)
+        y = centred / xp.sqrt(batch_var + dtype.type(epsilon)) \
+            * _per_channel(scale.astype(dtype), x.ndim) + _per_channel(b.astype(dtype), x.ndim)
     batch_mean = batch_mean.reshape(mean.shape)
     batch_var = batch_var.reshape(var.shape)
     m = dtype.type(momentum)
     running_mean = mean.astype(dtype) * m + batch_mean * (1 - m)
     running_var = var.astype(dtype) * m + batch_var * (1 - m)
-    return (y.astype(x.dtype), running_mean.astype(mean.dtype), running_var.astype(var.dtype),
+    return (y.astype(x.dtype, copy=False), running_mean.astype(mean.dtype),
+            running_var.astype(var.dtype),
             batch_mean.astype(mean.dtype), batch_var.astype(var.dtype))
 
 
@@ -243,6 +293,9 @@ def batch_normalization_grad(xp, x, scale, gy, mean=None, var=None, *, epsilon=1
     too."""
     dtype = _compute_dtype(x)
     axes = _channel_axes(x, spatial)
+    x3 = _fused_bn(xp, x, scale, mean, var, spatial=spatial) if n_outputs <= 3 else None
+    if x3 is not None and gy.dtype == numpy.float32:
+        return _fused_batch_norm_grad(xp, x3, scale, gy, mean, var, epsilon, training)
     if mean is None:
         centred, batch_mean, batch_var = _moments(x, axes, dtype)
         inv = 1 / xp.sqrt(batch_var + dtype.type(epsilon))
@@ -267,6 +320,25 @@ def batch_normalization_grad(xp, x, scale, gy, mean=None, var=None, *, epsilon=1
         outs += [g_mean.reshape(scale.shape).astype(scale.dtype),
                  g_var.reshape(scale.shape).astype(scale.dtype)]
     return tuple(outs[:max(n_outputs, 1)])
+
+
+def _fused_batch_norm_grad(xp, x3, scale, gy, mean, var, epsilon, training):
+    """batch_normalization_grad's three outputs with the CuPy kernels."""
+    if mean is None:
+        mean, var = _fused_moments(xp, x3)
+    else:
+        mean, var = _per_channel(mean, 3), _per_channel(var, 3)
+    gy3 = xp.ascontiguousarray(gy).reshape(x3.shape)
+    inv = 1 / xp.sqrt(var + numpy.float32(epsilon))
+    g_b = gy3.sum(axis=(0, 2), keepdims=True)
+    g_scale = _bn_kernels(xp)['scaled_dot'](gy3, x3, mean, inv, axis=(0, 2), keepdims=True)
+    a = _per_channel(scale, 3) * inv
+    if training:
+        m = numpy.float32(x3.shape[0] * x3.shape[2])
+        gx = _bn_kernels(xp)['grad_x'](gy3, x3, mean, inv, a, g_b / m, g_scale / m)
+    else:
+        gx = gy3 * a
+    return gx.reshape(gy.shape), g_scale.reshape(scale.shape), g_b.reshape(scale.shape)
 
 
 def _normalized_grad(xp, g, xhat, inv_std, axes):
