@@ -7,11 +7,12 @@ outputs once it runs, less what the instruction frees.  Code generation
 (codegen.insert_frees) frees a register after its last read, and a value
 nobody reads right after it is made; constants and program outputs are
 never freed.  ``peak`` replays exactly that rule over value names, with each
-value's size from its static dtype and shape, so a prediction and a
-measurement count the same bytes.  A training step runs two programs: the
-forward one holds the values it retains for backward as outputs until it
-ends, the backward one takes them as inputs and frees each after its last
-read; the step's peak is the larger of the two programs' peaks.
+value's size from its static dtype and shape (for compiled Programs, the
+types the compiler gave their registers: program_sizes), so a prediction
+and a measurement count the same bytes.  A training step runs two programs:
+the forward one holds the values it retains for backward as outputs until
+it ends, the backward one takes them as inputs and frees each after its
+last read; the step's peak is the larger of the two programs' peaks.
 
 Values whose size the shapes do not tell (sequences, unknown dimensions)
 count as nothing.
@@ -165,11 +166,25 @@ def training_peak(schedules, known):
     return max(s.peak(lambda name: known.get(name, 0)) for s in schedules)
 
 
+def program_sizes(program):
+    """{value name: bytes} of the registers of ``program`` (a runtime
+    Program) whose size is static: constants by their arrays, other values
+    by the type the compiler gave their register (Program.types)."""
+    known = {}
+    for register, t in program.types.items():
+        if t.kind == 'tensor' and t.dtype is not None:
+            size = value_bytes((numpy.dtype(t.dtype), t.shape))
+            if size is not None:
+                known[program.register_name(register)] = size
+    for register, value in program.constants.items():
+        known[program.register_name(register)] = getattr(value, 'nbytes', 0)
+    return known
+
+
 def compiled_training_peak(programs):
     """The predicted peak of compiled training.TrainingPrograms: its
-    forward and backward Programs as emitted, with the sizes of the values
-    of the graphs they were emitted from (the backward graph's typed by
-    shape inference) and of their constants."""
+    forward and backward Programs as emitted, with the sizes their
+    registers' types give (program_sizes)."""
     return compiled_peak_parts(programs)['total']
 
 
@@ -180,12 +195,9 @@ def compiled_peak_parts(programs):
     ``params``: weights and running statistics), 'gradients' (the backward
     program's outputs), 'retained' (other values forward retains for
     backward), 'other' (values made and freed inside the program)}."""
-    known = inferred_sizes(programs.forward_onnx)
-    known.update(inferred_sizes(programs.backward_onnx))
-    for program in (programs.forward, programs.backward):
-        for register, value in program.constants.items():
-            known[program.register_names.get(register, '%%%d' % register)] = \
-                getattr(value, 'nbytes', 0)
+    # The retained values are in both programs, under the same names.
+    known = program_sizes(programs.forward)
+    known.update(program_sizes(programs.backward))
 
     def size(name):
         return known.get(name, 0)

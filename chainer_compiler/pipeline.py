@@ -330,20 +330,15 @@ def fuse(c):
         vm_fusion.fuse_for_vm(graph)
 
 
-def type_registers(c):
-    """Infer the type of every value of each graph once more, as it is now
-    (shapes.infer_graph_types); code generation gives each register its
-    value's type, which the memory model and the native emitter read."""
+def emit(c):
+    """Emit one Program per graph, with liveness-based frees and each
+    register typed (codegen.py; the graphs gain only the types of their
+    values, from one more shape inference: shapes.infer_graph_types)."""
     def infer(model, source):
         return infer_with_outer_constants(model, lambda m: infer_shapes(m, source))
 
     for graph in c.graphs.values():
         infer_graph_types(graph, c.opsets, c.source, infer)
-
-
-def emit(c):
-    """Emit one Program per graph, with liveness-based frees (codegen.py;
-    the graphs are left as they are)."""
     c.programs = {name: emit_program(graph, c.opsets, name=name)
                   for name, graph in c.graphs.items()}
 
@@ -360,7 +355,7 @@ def validate(c):
 SIMPLIFY = ('simplify', (load, params_to_inputs, expand, fold, remove_dead_code, check_kernels))
 
 #: The VM's backend: the stages that turn optimized graphs into Programs.
-VM_BACKEND = (('lower', (fuse,)), ('emit', (type_registers, emit, validate)))
+VM_BACKEND = (('lower', (fuse,)), ('emit', (emit, validate)))
 
 #: Kind of program -> its stages, in order: (stage name, passes in order).
 PIPELINES = {

@@ -7,16 +7,27 @@ compute, and a 150-byte file can ask for a ConstantOfShape, Expand or Range
 of 10^8 elements: propagating that takes gigabytes.  So inference first runs
 without propagation, and propagation runs only when every 1-D tensor of the
 graph is known to be small.
+
+``infer_graph_types`` types every value of a finished graph, for code
+generation to give each register its type.
 """
+import math
+
 import onnx
-from onnx import shape_inference
+from onnx import helper, shape_inference
 
 from .errors import InvalidModelError
 from .onnx_graph import subgraphs, tensor_signature, value_kind
+from .runtime.ops.registry import CUSTOM_DOMAIN
 
 #: Largest 1-D tensor data propagation may materialise.  Real shape values
 #: have a handful of elements.
 MAX_PROPAGATED_ELEMENTS = 1 << 16
+#: Initializers with more elements than this are typed by their dims alone
+#: when inferring a graph's types: inference reads only shape-like contents
+#: (a handful of elements), and passing weights through ONNX's inference
+#: costs about a second per 50 MB.
+MAX_READ_INITIALIZER = 1024
 
 
 def infer_shapes(model, source='<model>'):
@@ -50,6 +61,37 @@ def infer_shapes(model, source='<model>'):
         raise InvalidModelError('%s declares outputs that contradict what its graph computes: %s'
                                 % (source, '; '.join(problems)))
     return inferred
+
+
+def infer_graph_types(graph, opsets, source='<model>', infer=infer_shapes):
+    """Give every value of ``graph`` (a GraphProto; sub-graphs included) the
+    type shape inference finds for it, in place: ``value_info`` and the
+    outputs' types.  ``opsets`` maps domains to versions; ``infer(model,
+    source)`` is the inference (default infer_shapes, whose errors it
+    raises)."""
+    light = _without_large_initializers(graph)
+    imports = [helper.make_opsetid(d, v) for d, v in opsets.items()]
+    if CUSTOM_DOMAIN not in opsets:
+        imports.append(helper.make_opsetid(CUSTOM_DOMAIN, 1))
+    inferred = infer(helper.make_model(light, opset_imports=imports), source).graph
+    # Only types change: nodes come back with their sub-graphs typed.
+    for name in ('node', 'value_info', 'output'):
+        del getattr(graph, name)[:]
+        getattr(graph, name).extend(getattr(inferred, name))
+
+
+def _without_large_initializers(graph):
+    """A copy of ``graph`` whose initializers above MAX_READ_INITIALIZER
+    elements are typed inputs instead."""
+    large = [t for t in graph.initializer if math.prod(t.dims) > MAX_READ_INITIALIZER]
+    declared = {v.name for v in graph.input}
+    return helper.make_graph(
+        graph.node, graph.name,
+        list(graph.input) + [helper.make_tensor_value_info(t.name, t.data_type, t.dims)
+                             for t in large if t.name not in declared],
+        graph.output,
+        [t for t in graph.initializer if math.prod(t.dims) <= MAX_READ_INITIALIZER],
+        value_info=graph.value_info, sparse_initializer=graph.sparse_initializer)
 
 
 def _infer(model, source, data_prop):

@@ -3,7 +3,9 @@
 An ordered list of instructions over numbered registers.  Each instruction
 names an operator, reads input registers, writes output registers, carries
 its static attributes, and lists the registers whose last use it is, so the
-executor can drop them as soon as they are dead.
+executor can drop them as soon as they are dead.  ``types`` gives each
+register the type the compiler inferred for it, once, for the stages after
+it (memory model, native emitter) to read rather than re-derive.
 """
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -55,6 +57,21 @@ class ValueInfo:
     shape: tuple[int | str | None, ...] | None = None
 
 
+@dataclass(frozen=True)
+class RegisterType:
+    """The type of the values a register holds, as the compiler inferred it.
+
+    ``kind`` is one of ValueInfo's kinds.  ``dtype`` (a NumPy dtype name)
+    and ``shape`` describe the tensor, or for a sequence or an optional the
+    tensors it holds; either is None where inference could not tell.  Shape
+    entries are as in ValueInfo: ints, symbols (strings: the same symbol is
+    the same size wherever it appears in the program) or None.
+    """
+    kind: str = 'tensor'
+    dtype: str | None = None
+    shape: tuple[int | str | None, ...] | None = None
+
+
 @dataclass
 class Program:
     """Instructions over ``num_registers`` registers; ``constants`` fill
@@ -67,6 +84,7 @@ class Program:
     num_registers: int = 0
     register_names: dict[int, str] = field(default_factory=dict)  # register -> ONNX value name
     name: str = 'main'
+    types: dict[int, RegisterType] = field(default_factory=dict)  # absent: unknown
 
     def register_name(self, reg: int) -> str:
         """The ONNX value name of register ``reg``, or ``%reg``."""

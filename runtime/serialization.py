@@ -1,7 +1,9 @@
 """Saving and loading Programs.
 
 A Program file is a NumPy ``.npz`` archive: one entry holds the program as
-JSON (instructions, attributes, names, a format version), the others hold the
+JSON (instructions, attributes, names, register types, a format version;
+files written before register types were stored still load, with every
+register's type unknown, as readers ignore what they do not know), the others hold the
 constant and tensor-attribute arrays, whose dtype and shape the JSON records
 too.  Loading uses ``allow_pickle=False`` and plain JSON, so reading a file
 never executes code from it; it checks the archive's decompressed size
@@ -20,7 +22,7 @@ import numpy
 from .errors import ProgramFormatError
 from .files import atomic_write
 from .limits import MAX_PROGRAM_INFLATION
-from .program import Instruction, Program, ValueInfo
+from .program import Instruction, Program, RegisterType, ValueInfo
 from .validation import validate_program
 
 FORMAT_NAME = 'chainer-compiler-program'
@@ -149,6 +151,9 @@ def _encode_program(program, arrays):
         'inputs': [_encode_info(v) for v in program.inputs],
         'outputs': [_encode_info(v) for v in program.outputs],
         'constants': {str(r): _store_array(v, arrays) for r, v in program.constants.items()},
+        'types': {str(r): {'kind': t.kind, 'dtype': t.dtype,
+                           'shape': None if t.shape is None else list(t.shape)}
+                  for r, t in program.types.items()},
         'instructions': [{
             'op': i.op, 'domain': i.domain, 'version': i.version, 'name': i.name,
             'inputs': list(i.inputs), 'outputs': list(i.outputs), 'frees': list(i.frees),
@@ -187,7 +192,10 @@ class _Decoder:
             constants={int(r): self.array(v, 'the constant in register %s' % r)
                        for r, v in d['constants'].items()},
             instructions=[self.instruction(index, i)
-                          for index, i in enumerate(d['instructions'])])
+                          for index, i in enumerate(d['instructions'])],
+            # Files written before register types were stored have none: unknown.
+            types={int(r): RegisterType(kind=t['kind'], dtype=t['dtype'], shape=_tuple(t['shape']))
+                   for r, t in d.get('types', {}).items()})
 
     def instruction(self, index, i):
         return Instruction(

@@ -7,16 +7,36 @@ sub-programs included, so that a bad Program is refused with one error naming
 its source and the first problem, instead of failing somewhere later.
 """
 import numbers
+import re
 import reprlib
 
 import numpy
 
 from . import ops
 from .errors import KernelBindError, ProgramFormatError, UnsupportedOperatorError
-from .program import NO_REGISTER, Instruction, Program, ValueInfo
+from .program import NO_REGISTER, Instruction, Program, RegisterType, ValueInfo
 
 #: What a ValueInfo's ``kind`` may be.
 VALUE_KINDS = ('tensor', 'sequence', 'optional', 'unknown')
+
+#: The dtypes a RegisterType may name: those of ONNX's element types.
+REGISTER_DTYPES = frozenset((
+    'bool', 'int2', 'int4', 'int8', 'int16', 'int32', 'int64', 'uint2', 'uint4', 'uint8',
+    'uint16', 'uint32', 'uint64', 'float16', 'float32', 'float64', 'bfloat16', 'complex64',
+    'complex128', 'object', 'float8_e4m3fn', 'float8_e4m3fnuz', 'float8_e5m2',
+    'float8_e5m2fnuz', 'float8_e8m0fnu', 'float4_e2m1fn'))
+#: Highest rank a RegisterType may state: NumPy's own limit.
+MAX_TYPE_RANK = 64
+#: Longest symbolic dimension of a RegisterType; ONNX's own are like 'unk__12'.
+MAX_SYMBOL_LENGTH = 128
+_SYMBOL = re.compile('[A-Za-z_][A-Za-z0-9_]{0,%d}' % (MAX_SYMBOL_LENGTH - 1))
+
+
+def is_symbol(dim) -> bool:
+    """Whether ``dim`` may be a symbolic dimension of a RegisterType: an
+    identifier of at most MAX_SYMBOL_LENGTH characters."""
+    return isinstance(dim, str) and _SYMBOL.fullmatch(dim) is not None
+
 
 #: Attribute values a Program can hold (and its file format store), besides
 #: lists and tuples of them.
@@ -32,8 +52,10 @@ def validate_program(program, source):
     """Check ``program`` and its sub-programs whole: registers in range and
     defined before use, outputs defined, nothing read after an instruction
     freed it or updated it in place (the inputs its kernel's OpRecord
-    declares ``in_place``), well-formed names, dtypes and shapes, known
-    operators and the attributes their kernels take.
+    declares ``in_place``), well-formed names, dtypes and shapes (register
+    types: dtypes of REGISTER_DTYPES, at most MAX_TYPE_RANK dimensions, each
+    an int64 >= 0, None or a symbol: is_symbol), known operators and the
+    attributes their kernels take.
 
     Raises ProgramFormatError (its subclass KernelBindError for an attribute
     a kernel does not take, or of a type it does not take) with one line
@@ -101,6 +123,27 @@ def _shape_problem(shape):
     return None
 
 
+def _register_type_problem(t):
+    """Why ``t`` is not a RegisterType the format allows, or None."""
+    if not isinstance(t, RegisterType):
+        return 'the type has type %s, expected RegisterType' % type(t).__name__
+    if _kind_problem(t.kind):
+        return _kind_problem(t.kind)
+    if t.dtype is not None and (not isinstance(t.dtype, str) or t.dtype not in REGISTER_DTYPES):
+        return 'dtype %s is not one of %s' % (_short(t.dtype), ', '.join(sorted(REGISTER_DTYPES)))
+    if t.shape is None:
+        return None
+    if not isinstance(t.shape, tuple) or len(t.shape) > MAX_TYPE_RANK:
+        return 'shape %s is not a tuple of at most %d dimensions' % (_short(t.shape),
+                                                                    MAX_TYPE_RANK)
+    for d in t.shape:
+        if not (d is None or is_symbol(d) or (type(d) is int and 0 <= d < 1 << 63)):
+            return ('shape %s has dimension %s (expected an int64 >= 0, None or an identifier '
+                    'of at most %d characters)' % (_short(t.shape), _short(d),
+                                                   MAX_SYMBOL_LENGTH))
+    return None
+
+
 class _Checker:
     """Walks one Program in execution order, tracking which registers hold a
     value, as the executor would at run time."""
@@ -137,13 +180,18 @@ class _Checker:
             self.read(info.register, self.here("output '%s' reads" % info.name))
         self.check_register_names()
         self.check_register_count()
+        for reg, t in self.program.types.items():
+            self.check_register(reg, self.here('types gives a type to'))
+            problem = _register_type_problem(t)
+            if problem:
+                self.fail(self.here('the type of register %d: %s' % (reg, problem)))
 
     def check_fields(self):
         p = self.program
         if not isinstance(p.name, str):
             self.fail('program name %s is not a string' % _short(p.name))
         for field, kind in (('instructions', list), ('inputs', list), ('outputs', list),
-                            ('constants', dict), ('register_names', dict)):
+                            ('constants', dict), ('register_names', dict), ('types', dict)):
             if not isinstance(getattr(p, field), kind):
                 self.fail(self.here('%s has type %s, expected %s' % (
                     field, type(getattr(p, field)).__name__, kind.__name__)))

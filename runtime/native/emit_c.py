@@ -27,7 +27,7 @@ import numpy
 
 from ..errors import RuntimeVMError
 from ..files import atomic_write
-from ..program import NO_REGISTER, Instruction, Program, ValueInfo
+from ..program import NO_REGISTER, Instruction, Program, RegisterType, ValueInfo
 from . import lowerings  # noqa: F401  (registers every lowering)
 from .arena import Buffer, aligned, plan_arena
 from .cformat import C_TYPES, NPY_DESCR, Shape, clist, cliteral, cstring, shape_text
@@ -191,6 +191,22 @@ def _check_targets(paths: list[str], keep) -> None:
                                       'choose another output folder or name' % (path, kept))
 
 
+def _agrees(declared: RegisterType, shape: Shape, dtype: str) -> bool:
+    """Whether a tensor of ``shape`` and ``dtype`` has the ``declared`` type:
+    what it leaves unknown (dtype, rank, symbolic dimensions) agrees."""
+    if declared.kind != 'tensor' or declared.dtype not in (None, dtype):
+        return False
+    return declared.shape is None or len(declared.shape) == len(shape) and all(
+        not isinstance(d, int) or d == n for d, n in zip(declared.shape, shape))
+
+
+def _type_text(t: RegisterType) -> str:
+    """``float32[N, 3]``, or ``a sequence of float32`` without a shape."""
+    if t.shape is None or t.kind != 'tensor':
+        return 'a %s of %s' % (t.kind, t.dtype or 'unknown dtype')
+    return '%s[%s]' % (t.dtype or '?', ', '.join('?' if d is None else str(d) for d in t.shape))
+
+
 class _Emitter:
     """Lowers every instruction, plans the arena and writes the files.  The
     lowerings see it through ``shape``, ``dtype``, ``has``, ``const``,
@@ -277,6 +293,12 @@ class _Emitter:
                                  % (len(s), MAX_RANK)))
             self.shapes[r] = tuple(s)
             self.dtypes[r] = d or default
+            declared = self.p.types.get(r)
+            if declared is not None and not _agrees(declared, self.shapes[r], self.dtypes[r]):
+                problems.append((i, self.p.describe_instruction(i), (
+                    'its lowering computes output %s as %s, but the Program declares it %s'
+                    % (self._describe(r), shape_text(self.dtypes[r], self.shapes[r]),
+                       _type_text(declared)))))
 
     # -- checks ----------------------------------------------------------------
     def _check_input(self, v):

@@ -46,7 +46,7 @@ def test_the_schedule_of_a_program_matches_the_vm(tmp_path):
     program = build_program(model)
     executor = Executor(program, backend='numpy', track_memory=True)
     executor.run({'x': numpy.ones((16, 16), numpy.float32)})
-    known = memory_model.inferred_sizes(model)
+    known = memory_model.program_sizes(program)
     assert memory_model.program_schedule(program).peak(lambda n: known.get(n, 0)) == \
         executor.peak_bytes == 3 * 256 * 4  # x, a and b, then a, b and c, then a, c and y
 
@@ -65,7 +65,7 @@ def test_an_output_no_register_takes_is_not_counted():
     executor = Executor(program, backend='numpy', track_memory=True)
     executor.run({'x': numpy.ones((16, 16), numpy.float32),
                   'scale': numpy.ones(16, numpy.float32)})
-    known = memory_model.inferred_sizes(model)
+    known = memory_model.program_sizes(program)
     assert memory_model.program_schedule(program).peak(lambda n: known.get(n, 0)) == \
         executor.peak_bytes == (2 * 256 + 2 * 16) * 4  # x, scale, y and inv_std
 
@@ -88,12 +88,24 @@ def test_the_prediction_matches_the_measured_peak(tmp, kind, order, kwargs):
 def test_the_peak_counts_the_values_retained_between_the_programs(tmp):
     compiled = _step('mlp', tmp)[0]
     state = next(iter(compiled._training.values()))
-    retained = memory_model.inferred_sizes(state.programs.forward_onnx)
+    retained = memory_model.program_sizes(state.programs.forward)
     held = sum(retained[name] for name in state.programs.retained)
     # Both programs hold every retained value at once: forward at its end,
     # backward at its start.
     assert compiled.peak_bytes() >= held
     assert state.forward.peak_bytes >= held and state.backward.peak_bytes >= held
+
+
+def test_the_prediction_reads_the_programs_types_without_inferring_shapes(tmp, monkeypatch):
+    compiled = _step('cnn', tmp)[0]
+    expected = compiled.predicted_peak_parts()
+
+    def refuse(*args, **kwargs):
+        raise AssertionError('the memory model ran shape inference')
+
+    monkeypatch.setattr(memory_model, 'infer_shapes', refuse)
+    assert compiled.predicted_peak_parts() == expected == \
+        memory_model.compiled_peak_parts(next(iter(compiled._training.values())).programs)
 
 
 def test_a_budget_in_bytes_bounds_the_prediction(tmp):

@@ -1,3 +1,4 @@
+import json
 import os
 import zipfile
 
@@ -15,7 +16,9 @@ from chainer_compiler.runtime import (
     load_program,
     save_program,
     serialization,
+    validation,
 )
+from chainer_compiler.runtime.program import RegisterType
 from tests.conftest import make_model
 
 
@@ -28,6 +31,42 @@ def test_round_trip_gives_the_same_results(tmp_path, mlp_model):
     numpy.testing.assert_array_equal(Executor(program).run({'x': x})['y'],
                                      Executor(loaded).run({'x': x})['y'])
     assert loaded.dump() == program.dump()
+    assert loaded.types == program.types and len(loaded.types) == program.num_registers
+
+
+def test_register_types_round_trip_in_sub_programs_too(tmp_path):
+    symbol = 'N' * validation.MAX_SYMBOL_LENGTH
+    types = {0: RegisterType('tensor', 'float32', (symbol, None, 3)),
+             1: RegisterType('sequence', 'int64', None), 2: RegisterType('optional')}
+    body = Program(instructions=[], inputs=[], outputs=[ValueInfo('a', 0)],
+                   constants={0: numpy.ones(2, numpy.float32)}, num_registers=1, name='body',
+                   types={0: RegisterType('tensor', 'float32', (2,))})
+    program = Program(instructions=[Instruction('If', (0,), (2,), version=16, attrs={
+                          'then_branch': body, 'else_branch': body})],
+                      inputs=[ValueInfo('c', 0, 'tensor', 'bool', ()), ValueInfo('s', 1)],
+                      outputs=[ValueInfo('y', 2)], num_registers=3, types=types)
+    path = str(tmp_path / 'p.npz')
+    save_program(program, path)
+    loaded = load_program(path)
+    assert loaded.types == types
+    assert loaded.instructions[0].attrs['then_branch'].types == body.types
+
+
+def test_a_file_from_before_register_types_loads_with_types_unknown(tmp_path, mlp_model):
+    # Types are advice for later stages (the memory model, the native
+    # emitter's checks): a file without them still runs.
+    path = str(tmp_path / 'old.npz')
+    save_program(build_program(mlp_model), path)
+    with numpy.load(path) as archive:
+        stored = {k: archive[k] for k in archive.files}
+    header = json.loads(bytes(stored['program.json']).decode('utf-8'))
+    del header['program']['types']
+    stored['program.json'] = numpy.frombuffer(json.dumps(header).encode('utf-8'), numpy.uint8)
+    numpy.savez(path, **stored)
+    loaded = load_program(path)
+    assert loaded.types == {}
+    x = numpy.ones((2, 3), numpy.float32)
+    assert Executor(loaded).run({'x': x})['y'].shape == (2, 4)
 
 
 def test_round_trip_keeps_subprograms_strings_dtypes_and_lists(tmp_path):

@@ -106,6 +106,20 @@ def _leaky_relu(alpha):
     (_set('instructions', 2, 'outputs', [1]),
      r"instruction 2 \(Relu, node 'relu'\) writes register 1, which holds a constant"),
     (_set('register_names', {'77': 'x'}), 'register_names names register 77'),
+    (_set('types', {'77': {'kind': 'tensor', 'dtype': None, 'shape': None}}),
+     'types gives a type to register 77, but the program has 6 registers'),
+    (_set('types', '3', 'dtype', 'float128'),
+     "the type of register 3: dtype 'float128' is not one of bfloat16, bool"),
+    (_set('types', '3', 'dtype', ['float32']), r"dtype \['float32'\] is not one of"),
+    (_set('types', '3', 'kind', 'blob'), "the type of register 3: kind 'blob' is not one of"),
+    (_set('types', '3', 'shape', [2, -1]),
+     r'the type of register 3: shape \(2, -1\) has dimension -1 \(expected an int64 >= 0, '
+     r'None or an identifier of at most 128 characters\)'),
+    (_set('types', '3', 'shape', [2, 1 << 63]), 'has dimension 9223372036854775808'),
+    (_set('types', '3', 'shape', [True]), 'has dimension True'),
+    (_set('types', '3', 'shape', ['N*2']), "has dimension 'N\\*2'"),
+    (_set('types', '3', 'shape', ['N' * 129]), 'has dimension'),
+    (_set('types', '3', 'shape', [1] * 65), 'is not a tuple of at most 64 dimensions'),
 ])
 def test_a_malformed_program_file_is_refused_with_one_line_naming_it(mlp_file, edit, message):
     rewrite(mlp_file, edit)
