@@ -34,6 +34,7 @@ from .values import (
     TranslationError,
     constant_value,
     is_constant,
+    merge_shapes,
     recorded,
 )
 
@@ -103,12 +104,6 @@ def _same_constant(a, b):
         return False
 
 
-def _merge_shapes(a, b):
-    if a is None or b is None or len(a) != len(b):
-        return None
-    return tuple(x if x == y else None for x, y in zip(a, b))
-
-
 def _tensor_like(value):
     return isinstance(value, Tensor) or (
         isinstance(value, Const) and isinstance(value.value, (bool, int, float, numpy.generic,
@@ -124,7 +119,7 @@ def _tensor_type(value):
     return array.dtype, array.shape
 
 
-def _elements(value):
+def elements(value):
     """(dtype, element shape) of a list or sequence; (None, None) for an
     empty list."""
     if isinstance(value, Sequence):
@@ -137,7 +132,7 @@ def _elements(value):
         if dtype is not None and d != dtype:
             return 'mixed', None
         dtype = d
-        shape = s if shape == 'unset' else _merge_shapes(shape, s)
+        shape = s if shape == 'unset' else merge_shapes(shape, s)
     return dtype, (None if shape == 'unset' else shape)
 
 
@@ -177,7 +172,7 @@ def merge(a, b, site, name):
             else:
                 raise TranslationError(site, "'%s' is %s on one path and %s on another"
                                        % (name, da, db))
-        return TensorSpec(numpy.dtype(da), _merge_shapes(sa, sb))
+        return TensorSpec(numpy.dtype(da), merge_shapes(sa, sb))
     if isinstance(a, PyTuple) and isinstance(b, PyTuple) or \
             isinstance(a, PyList) and isinstance(b, PyList) and len(a.items) == len(b.items):
         if len(a.items) != len(b.items):
@@ -193,7 +188,7 @@ def merge(a, b, site, name):
         return ItemsSpec(PyDict, keys, tuple(merge(a.items[k], b.items[k], site,
                                                    '%s[%r]' % (name, k)) for k in keys))
     if isinstance(a, (PyList, Sequence)) and isinstance(b, (PyList, Sequence)):
-        (da, sa), (db, sb) = _elements(a), _elements(b)
+        (da, sa), (db, sb) = elements(a), elements(b)
         if 'mixed' in (da, db):
             raise TranslationError(site, "'%s' is a list whose length differs between paths; "
                                    "such a list becomes an ONNX sequence, whose items must "
@@ -204,7 +199,7 @@ def merge(a, b, site, name):
         if da is not None and db is not None and da != db:
             raise TranslationError(site, "'%s' holds %s on one path and %s on another"
                                    % (name, da, db))
-        shape = sb if sa is None else (sa if sb is None else _merge_shapes(sa, sb))
+        shape = sb if sa is None else (sa if sb is None else merge_shapes(sa, sb))
         return SequenceSpec(numpy.dtype(dtype), shape)
     raise TranslationError(site, "'%s' is %s on one path and %s on another; ch2o needs one "
                            "kind of value after the %s" % (name, a.kind, b.kind,
@@ -316,7 +311,7 @@ def to_sequence(scope, value, dtype, site):
         return Sequence(name, numpy.dtype(dtype), None, [])
     shape = tensors[0].shape
     for t in tensors[1:]:
-        shape = _merge_shapes(shape, t.shape)
+        shape = merge_shapes(shape, t.shape)
     name = scope.node('SequenceConstruct', [t.name for t in tensors])
     return Sequence(name, numpy.dtype(dtype), shape, [t.example for t in tensors])
 
@@ -490,7 +485,208 @@ def unchanged(a, b):
         unchanged(x, y) for x, y in zip(a.items, b.items))
 
 
-__all__ = ['ConstSpec', 'ItemsSpec', 'MaybeSpec', 'SequenceSpec', 'TensorSpec', 'Undefined',
-           'constant_value', 'flatten', 'is_constant', 'leaf_values', 'leaves', 'merge',
-           'placeholder', 'run_on_examples', 'set_examples', 'spec_of', 'to_sequence',
-           'unchanged', 'unflatten', 'value_info']
+def fork(env):
+    """A copy of bindings ``env`` whose lists, tuples and dicts are copies
+    too (a branch that appends to a list must not change the other
+    branch's)."""
+    memo = {}
+
+    def copy(value):
+        if isinstance(value, (PyList, PyDict, PyTuple)):
+            if id(value) not in memo:
+                if isinstance(value, PyList):
+                    memo[id(value)] = PyList([copy(v) for v in value.items])
+                elif isinstance(value, PyTuple):
+                    memo[id(value)] = PyTuple(tuple(copy(v) for v in value.items))
+                else:
+                    memo[id(value)] = PyDict({k: copy(v) for k, v in value.items.items()})
+            return memo[id(value)]
+        return value
+    return {k: copy(v) for k, v in env.items()}
+
+
+def bound(value):
+    """Whether a binding read from an env (None when absent) holds a value."""
+    return value is not None and not isinstance(value, Undefined)
+
+
+def declare(scope, value):
+    """Declare the static shapes of the tensors in ``value`` (outputs of a
+    Loop or If) in ``scope``'s graph: ONNX shape inference cannot tell that
+    a loop-carried value keeps its shape, and training needs static shapes."""
+    if isinstance(value, Tensor):
+        if all(isinstance(d, int) for d in value.shape):
+            scope.value_infos.append(value_info(value.name, TensorSpec(value.dtype, value.shape)))
+    elif isinstance(value, (PyList, PyTuple)):
+        for item in value.items:
+            declare(scope, item)
+    elif isinstance(value, PyDict):
+        for item in value.items.values():
+            declare(scope, item)
+
+
+def _outputs(scope, value, spec, site):
+    """The graph outputs of body ``scope`` holding ``value`` as ``spec``."""
+    names = flatten(scope, value, spec, site)
+    return [value_info(n, s) for n, s in zip(names, leaves(spec))]
+
+
+# -- If ----------------------------------------------------------------------
+def merge_branches(then_env, else_env, binding, site, optional=()):
+    """(the bindings after an If that it need not output: those both
+    branches leave alike, Undefined for a name only one binds; the spec of
+    each name it outputs).  ``binding(env, name)`` reads a binding; a name
+    of ``optional`` bound on one branch only is output all the same (the
+    other gives a placeholder: a return value)."""
+    known, specs = {}, {}
+    for name in list(then_env) + [n for n in else_env if n not in then_env]:
+        a, b = binding(then_env, name), binding(else_env, name)
+        if not bound(a) or not bound(b):
+            present = a if bound(a) else b
+            if name in optional and bound(present):
+                specs[name] = spec_of(present)
+            else:
+                known[name] = Undefined()
+            continue
+        if unchanged(a, b):  # identical across branches: made before them
+            known[name] = a
+            continue
+        specs[name] = merge(a, b, site, name)
+    return known, specs
+
+
+def make_if(outer, cond, branches, specs, site):
+    """The If node in ``outer`` on bool Tensor ``cond`` whose then and else
+    ``branches`` ((bindings, body Scope) each) output the names of
+    ``specs``; returns their Values after it (constants when no tensor
+    differs between the branches, and then no node)."""
+    graphs = []
+    for (env, scope), label in zip(branches, ('then', 'else')):
+        outputs = []
+        for name, spec in specs.items():
+            value = env.get(name)
+            outputs.extend(_outputs(scope, value if bound(value) else placeholder(scope, spec),
+                                    spec, site))
+        graphs.append(helper.make_graph(scope.nodes, outer.fresh(label), [], outputs,
+                                        value_info=scope.value_infos))
+    n_out = sum(len(leaves(s)) for s in specs.values())
+    if n_out == 0:  # nothing differs between the branches that the graph could see
+        return {name: Const(spec.value) for name, spec in specs.items()}
+    names = outer.node('If', [cond.name], [outer.fresh('if') for _ in range(n_out)],
+                       then_branch=graphs[0], else_branch=graphs[1])
+    names = iter([names] if isinstance(names, str) else names)
+    taken = branches[0][0] if bool(numpy.asarray(cond.example)) else branches[1][0]
+    values = {}
+    for name, spec in specs.items():
+        values[name] = unflatten(spec, names, taken.get(name))
+        declare(outer, values[name])
+    return values
+
+
+# -- Loop --------------------------------------------------------------------
+#: A Loop's body is translated, then translated again with the values it
+#: carries widened to cover what the last translation made of them, until
+#: their specs stop changing.  Specs only widen (a constant to a tensor, an
+#: axis of fixed size to one of varying size, a list to a sequence, None to
+#: maybe-None), each a few times at most, so bodies settle in two or three
+#: rounds (one more when a carried value only changes because another did);
+#: past this many rounds, translation stops rather than translating the
+#: body again and again.
+MAX_LOOP_TYPE_ROUNDS = 6
+
+
+class LoopBody:
+    """One translation of a Loop's body: its Scope, the Tensor of the
+    iteration number, and ``env``, the bindings it starts from (``initial``,
+    the bindings before the loop, with each name of ``specs`` a body input
+    of its spec)."""
+
+    def __init__(self, outer, specs, initial, binding):
+        self.scope = scope = outer.child()
+        self.specs = specs
+        self.iteration = Tensor(scope.fresh('iteration'), numpy.int64(0))
+        self._cond_in = scope.fresh('cond_in')
+        self._inputs = []
+        self.env = fork(initial)
+        for name, spec in specs.items():
+            names = [scope.fresh('carried') for _ in leaves(spec)]
+            self._inputs.extend(value_info(n, s) for n, s in zip(names, leaves(spec)))
+            self.env[name] = unflatten(spec, iter(names), binding(initial, name))
+        self._start = fork(self.env)  # a copy: the body may append to its lists
+
+    def widened(self, out, initial, binding, site, skip=()):
+        """The specs covering what the body, ending with bindings ``out``,
+        made of the names it rebinds (but those of ``skip``); equal to
+        ``self.specs`` once the loop's types have settled."""
+        specs = {}
+        for name, value in out.items():
+            if name in skip or isinstance(value, Undefined):
+                continue
+            before = self._start.get(name)
+            if name in self.specs:
+                specs[name] = self.specs[name] if unchanged(before, value) else \
+                    merge(before, value, site, name)
+            elif before is None or not unchanged(before, value):
+                first = binding(initial, name)
+                specs[name] = merge(first, value, site, name) if bound(first) else \
+                    spec_of(value)
+        return specs
+
+    def graph(self, go_on, out, site):
+        """The body's GraphProto: it goes on while ``go_on`` (a truth) and
+        outputs the carried names' values in bindings ``out``."""
+        scope = self.scope
+        cond = scope.as_tensor(go_on, site)
+        cond = scope.emit('Identity', [cast(scope, cond, numpy.bool_)], cond.example)
+        outputs = [value_info(cond.name, _IS_SET)]
+        for name, spec in self.specs.items():
+            outputs.extend(_outputs(scope, out[name], spec, site))
+        inputs = [value_info(self.iteration.name, TensorSpec(numpy.dtype(numpy.int64), ())),
+                  value_info(self._cond_in, _IS_SET)] + self._inputs
+        return helper.make_graph(scope.nodes, scope.parent.fresh('loop_body'), inputs, outputs,
+                                 value_info=scope.value_infos)
+
+
+def make_loop(body, go_on, out, trip, initial_cond, initial, binding, site):
+    """The Loop node running ``body`` (a settled LoopBody ending with
+    bindings ``out``, going on while ``go_on``) ``trip`` times (None: no
+    bound) while ``initial_cond`` (None: true) holds, in the scope around
+    it; returns the carried names' Values after it, whose examples are the
+    Loop's run on the examples."""
+    graph = body.graph(go_on, out, site)
+    outer, specs = body.scope.parent, body.specs
+    initial_values = []
+    for name, spec in specs.items():
+        value = binding(initial, name)
+        initial_values.extend(flatten(outer, value if bound(value) else placeholder(outer, spec),
+                                      spec, site, own=False))
+    trip_name = '' if trip is None else cast(outer, outer.as_tensor(trip, site),
+                                             numpy.int64).name
+    cond_name = '' if initial_cond is None else cast(
+        outer, outer.as_tensor(initial_cond, site), numpy.bool_).name
+    results = outer.node('Loop', [trip_name, cond_name] + initial_values,
+                         [outer.fresh('loop') for _ in initial_values], body=graph)
+    results = [results] if isinstance(results, str) else list(results or [])
+    loop_node = outer.nodes[-1]
+    ran = (trip is None or int(numpy.asarray(
+        trip.example if isinstance(trip, Tensor) else constant_value(trip))) > 0) and (
+        initial_cond is None or bool(numpy.asarray(
+            initial_cond.example if isinstance(initial_cond, Tensor) else True)))
+    names = iter(results)
+    values = {}
+    for name, spec in specs.items():
+        values[name] = unflatten(spec, names, out[name] if ran else binding(initial, name))
+        declare(outer, values[name])
+    examples = run_on_examples(outer.translation, loop_node, list(specs.values()))
+    if examples is not None:
+        set_examples([leaf for name, spec in specs.items()
+                      for leaf in leaf_values(values[name], spec)], examples)
+    return values
+
+
+__all__ = ['MAX_LOOP_TYPE_ROUNDS', 'ConstSpec', 'ItemsSpec', 'LoopBody', 'MaybeSpec',
+           'SequenceSpec', 'TensorSpec', 'Undefined', 'bound', 'constant_value', 'declare',
+           'elements', 'flatten', 'fork', 'is_constant', 'leaf_values', 'leaves', 'make_if',
+           'make_loop', 'merge', 'merge_branches', 'merge_shapes', 'placeholder',
+           'run_on_examples', 'set_examples', 'spec_of', 'to_sequence', 'unchanged',
+           'unflatten', 'value_info']

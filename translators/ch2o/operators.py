@@ -15,6 +15,7 @@ import numpy
 
 from .values import (
     Const,
+    MaybeNone,
     PyList,
     PyTuple,
     Sequence,
@@ -294,3 +295,29 @@ def truth(scope, value, site):
                            t.example.reshape(()))
         return t
     raise TranslationError(site, 'the truth of %s is not defined' % value.kind)
+
+
+def logical(scope, op, a, b, site):
+    """``op`` ('And' or 'Or') of two truths (Consts fold)."""
+    if isinstance(a, Const) or isinstance(b, Const):
+        const, other = (a, b) if isinstance(a, Const) else (b, a)
+        if op == 'And':
+            return other if const.value else Const(False)
+        return Const(True) if const.value else other
+    a, b = truth(scope, a, site), truth(scope, b, site)
+    example = (a.example & b.example) if op == 'And' else (a.example | b.example)
+    return scope.emit(op, [a, b], example)
+
+
+def is_none(scope, op, left, right):
+    """``x is None`` / ``x is not None`` of a MaybeNone ``x``: a run-time
+    bool; None for any other comparison."""
+    if not isinstance(op, (ast.Is, ast.IsNot)):
+        return None
+    maybe, other = (left, right) if isinstance(left, MaybeNone) else (right, left)
+    if not isinstance(maybe, MaybeNone) or not isinstance(other, Const) or \
+            other.value is not None:
+        return None
+    if isinstance(op, ast.IsNot):
+        return maybe.is_set
+    return scope.emit('Not', [maybe.is_set], ~maybe.is_set.example)

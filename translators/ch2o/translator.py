@@ -20,18 +20,27 @@ import ast
 import builtins
 import contextlib
 import inspect
-import itertools
 import types
 
 import chainer
 import numpy
-from onnx import helper
 
 from . import control_flow as cf
+from . import limits
+from .builtin_calls import BUILTINS, Call, call_at_export_time
 from .functions import call_chainer
 from .indexing import SliceValue, index_tensor, slice_sequence
-from .numpy_calls import call_numpy, tensor_attribute, tensor_method
-from .operators import binary, cast, compare, truth, unary
+from .iteration import (
+    RangeValue,
+    dynamic_iteration,
+    items_of,
+    range_sequence,
+    sequence_item,
+    static_items,
+    wrap,
+)
+from .numpy_calls import call_numpy, tensor_attribute
+from .operators import binary, compare, is_none, logical, truth, unary
 from .scope import Scope, Translation
 from .source import function_ast
 from .values import (
@@ -39,6 +48,7 @@ from .values import (
     MaybeNone,
     PyDict,
     PyList,
+    PyObject,
     PyTuple,
     Sequence,
     Tensor,
@@ -52,46 +62,10 @@ from .values import (
 RETURNED, RET, BROKE, CONTINUED = '$returned', '$ret', '$broke', '$continued'
 FLAGS = (RETURNED, BROKE, CONTINUED)
 
-#: Loops whose trip count is known at export time (``for`` over a list, a
-#: constant ``range``, a ``while`` on a constant condition) are unrolled: one
-#: copy of the body per iteration.  Past this many iterations in all, in one
-#: export, translation stops (a million-step constant loop would otherwise
-#: write a million copies); a single iterable known at export time may not
-#: have more items either.
-MAX_UNROLLED_ITERATIONS = 100000
-
-#: Inlined calls (methods, functions, lambdas) nest at most this deep: a
-#: recursion that the export-time constants do not end stops here, well
-#: before Python's own recursion limit.
-MAX_CALL_DEPTH = 64
-
-#: ONNX If and Loop bodies nest at most this deep.  Each level nests three
-#: protobuf messages (node, attribute, graph), and protobuf readers refuse
-#: files nested more than 100 messages deep (at about 31 levels a file
-#: cannot be loaded); the margin leaves room for the helper Loops that list
-#: slicing and sequence functions add inside a body.
-MAX_SUBGRAPH_DEPTH = 24
-
 #: What hitting Python's recursion limit inside translation is reported as.
 _TOO_DEEP = ('nested too deeply to translate within Python\'s recursion limit (too many '
              'operators in an expression, or statements, calls, branches or lists nested too '
              'deep)')
-
-
-class RangeValue(Value):
-    """``range(start, stop, step)`` with a bound known only at run time."""
-    kind = 'a range'
-
-    def __init__(self, start, stop, step):
-        self.start, self.stop, self.step = start, stop, step
-
-
-class ZipValue(Value):
-    """``zip(...)`` or ``enumerate(...)`` (a zip with a counting range)."""
-    kind = 'a zip'
-
-    def __init__(self, iterables):
-        self.iterables = iterables
 
 
 class Closure(Value):
@@ -103,24 +77,12 @@ class Closure(Value):
 
 
 class BoundMethod(Value):
-    """``obj.name`` where ``obj`` is a list, dict, sequence or tensor."""
+    """``obj.name`` where ``obj`` is a list, dict, sequence, tensor or
+    PyObject."""
     kind = 'a method'
 
     def __init__(self, target, name, target_node):
         self.target, self.name, self.target_node = target, name, target_node
-
-
-class PyObject(Value):
-    """An instance of a plain Python class (not a Link) constructed in
-    translated code: its methods are inlined with ``self`` bound to it, and
-    its attributes are Values.  ``scope`` is where it was made: the
-    attributes live on the object, not among the names that If and Loop
-    merge across paths, so setting one from the body of a branch or loop
-    the object was made outside of is refused."""
-    kind = 'an object'
-
-    def __init__(self, cls, scope):
-        self.cls, self.scope, self.attrs = cls, scope, {}
 
 
 class Frame:
@@ -131,25 +93,6 @@ class Frame:
         self.env = env
         self.globals = globals_
         self.filename = filename
-
-
-def fork(env):
-    """A copy of ``env`` whose lists and dicts are copies too (a branch that
-    appends to a list must not change the other branch's)."""
-    memo = {}
-
-    def copy(value):
-        if isinstance(value, (PyList, PyDict, PyTuple)):
-            if id(value) not in memo:
-                if isinstance(value, PyList):
-                    memo[id(value)] = PyList([copy(v) for v in value.items])
-                elif isinstance(value, PyTuple):
-                    memo[id(value)] = PyTuple(tuple(copy(v) for v in value.items))
-                else:
-                    memo[id(value)] = PyDict({k: copy(v) for k, v in value.items.items()})
-            return memo[id(value)]
-        return value
-    return {k: copy(v) for k, v in env.items()}
 
 
 def _is_chainer_builtin(obj):
@@ -167,7 +110,19 @@ class Translator:
         self.frames = []  # the frames of the inlined calls under way, innermost last
         #: id of a list held by a PyObject's attribute -> (the list, the PyObject)
         self.held_lists = {}
-        self.unrolled = 0  # loop iterations unrolled so far (MAX_UNROLLED_ITERATIONS)
+        self.unrolling = limits.Unrolling()
+
+    @contextlib.contextmanager
+    def translating(self, frame, scope, env):
+        """Translate into graph ``scope`` with ``frame`` bound to ``env``;
+        the scope and bindings before are back on leaving, after an error
+        too."""
+        saved = self.scope, frame.env
+        self.scope, frame.env = scope, env
+        try:
+            yield
+        finally:
+            self.scope, frame.env = saved
 
     # -- attributes assigned in translated code -------------------------------
     def attribute_key(self, obj, attr):
@@ -177,20 +132,14 @@ class Translator:
         merges across branches and loop iterations like a name."""
         return 'self.%s (%s at %#x)' % (attr, type(obj).__name__, id(obj))
 
-    def assign_attribute(self, frame, obj, attr, value):
-        """``obj.attr = value`` for an object known at export time."""
-        key = self.attribute_key(obj, attr)
-        self.attributes[key] = (obj, attr)
-        frame.env[key] = value
-
     def binding(self, env, name):
         """``env[name]``; for an attribute no path of ``env`` assigned yet,
         the object's own value (what a loop starts from); else None."""
         value = env.get(name)
-        if (value is None or isinstance(value, cf.Undefined)) and name in self.attributes:
+        if not cf.bound(value) and name in self.attributes:
             obj, attr = self.attributes[name]
             if hasattr(obj, attr):
-                return self.wrap(getattr(obj, attr))
+                return wrap(self.scope, getattr(obj, attr))
         return value
 
     def pass_attributes(self, source, target):
@@ -206,37 +155,11 @@ class Translator:
     def error(self, frame, node, message):
         return TranslationError(self.site(frame, node), message)
 
-    # -- limits ----------------------------------------------------------------
-    def count_unrolled(self, frame, node, iterations):
-        """Count ``iterations`` more loop iterations unrolled at export time,
-        before translating them; refuse past MAX_UNROLLED_ITERATIONS."""
-        self.unrolled += iterations
-        if self.unrolled > MAX_UNROLLED_ITERATIONS:
-            raise self.error(frame, node, 'loops whose trip count is known at export time '
-                             'unroll to more than %d iterations in all (one copy of the body '
-                             'each); make the trip count an argument of forward to get an ONNX '
-                             'Loop' % MAX_UNROLLED_ITERATIONS)
-
-    def check_subgraph_depth(self, site):
-        """Refuse an If or Loop whose body would nest deeper than
-        MAX_SUBGRAPH_DEPTH, before translating it."""
-        depth, scope = 1, self.scope
-        while scope.parent is not None:
-            depth, scope = depth + 1, scope.parent
-        if depth > MAX_SUBGRAPH_DEPTH:
-            raise TranslationError(site, 'branches and loops that depend on the inputs (each an '
-                                   'ONNX If or Loop; an exit under one adds one more per '
-                                   'statement after it) nest more than %d deep'
-                                   % MAX_SUBGRAPH_DEPTH)
-
     # -- functions ----------------------------------------------------------
     def call_function(self, fn, args, kwargs, site, self_value=None):
         """Inline Python function ``fn`` (a function, or a Closure) called
         with Values ``args``/``kwargs``; return its result."""
-        if len(self.frames) >= MAX_CALL_DEPTH:
-            raise TranslationError(site, 'calls nest more than %d deep (a recursion that the '
-                                   'constants known at export time do not end?)'
-                                   % MAX_CALL_DEPTH)
+        limits.check_call_depth(len(self.frames), site)
         if isinstance(fn, Closure):
             node, frame0 = fn.node, fn.frame
             globals_, filename = frame0.globals, frame0.filename
@@ -251,9 +174,26 @@ class Translator:
                 globals_.update((name, cell.cell_contents) for name, cell in
                                 zip(fn.__code__.co_freevars, fn.__closure__))
             env = {}
+        frame = Frame(env, globals_, filename)
+        env.update(self.bind_arguments(frame, fn, node, args, kwargs, site, self_value))
+        caller = self.frames[-1] if self.frames else None
+        if caller is not None:
+            self.pass_attributes(caller.env, env)
+        self.frames.append(frame)
+        try:
+            result = self.run_body(frame, node)
+        finally:
+            self.frames.pop()
+        if caller is not None:
+            self.pass_attributes(frame.env, caller.env)
+        return result
+
+    def bind_arguments(self, frame, fn, node, args, kwargs, site, self_value):
+        """The bindings of the parameters of ``fn`` (FunctionDef or Lambda
+        ``node``) to the Values of a call, defaults included."""
         params = node.args
         if params.posonlyargs:
-            raise TranslationError('%s:%d' % (filename, node.lineno),
+            raise TranslationError('%s:%d' % (frame.filename, node.lineno),
                                    'positional-only parameters are not supported')
         names = [a.arg for a in params.args]
         values = list(args)
@@ -262,7 +202,6 @@ class Translator:
         if len(values) > len(names) and not params.vararg:
             raise TranslationError(site, '%s takes %d arguments, %d given'
                                    % (getattr(node, 'name', 'lambda'), len(names), len(values)))
-        frame = Frame(env, globals_, filename)
         bound = dict(zip(names, values))
         if params.vararg:
             bound[params.vararg.arg] = PyTuple(tuple(values[len(names):]))
@@ -290,31 +229,20 @@ class Translator:
         missing = [n for n in names if n not in bound]
         if missing:
             raise TranslationError(site, 'missing argument(s) %s' % ', '.join(missing))
-        env.update(bound)
-        caller = self.frames[-1] if self.frames else None
-        if caller is not None:
-            self.pass_attributes(caller.env, env)
-        self.frames.append(frame)
-        try:
-            result = self.run_body(frame, node)
-        finally:
-            self.frames.pop()
-        if caller is not None:
-            self.pass_attributes(frame.env, caller.env)
-        return result
+        return bound
 
     def run_body(self, frame, node):
         """The result of the function or lambda AST ``node`` run in
         ``frame`` (its arguments bound)."""
-        env, filename = frame.env, frame.filename
+        env = frame.env
         if isinstance(node, ast.Lambda):
             return self.expr(frame, node.body)
         env[RETURNED] = Const(False)
         env[BROKE] = env[CONTINUED] = Const(False)
         self.block(frame, node.body)
-        returned = env_get(frame, RETURNED)
+        returned = frame.env.get(RETURNED, Const(False))
         if isinstance(returned, Tensor) and not _always_returns(node.body):
-            raise TranslationError('%s:%d' % (filename, node.lineno),
+            raise TranslationError('%s:%d' % (frame.filename, node.lineno),
                                    '%s returns a value on some paths and falls off its end '
                                    '(returning None) on others' % node.name)
         return frame.env.get(RET, Const(None))
@@ -385,11 +313,12 @@ class Translator:
     def stmt_AugAssign(self, frame, node):
         current = self.expr(frame, node.target)
         value = self.expr(frame, node.value)
+        site = self.site(frame, node)
         if isinstance(current, PyList) and isinstance(node.op, ast.Add):
-            current.items.extend(self.items_of(frame, node, value))  # in place, as Python
+            current.items.extend(items_of(self.scope, value, site))  # in place, as Python
             return
         self.assign(frame, node.target, binary(self.scope, node.op, _operand(current),
-                                               _operand(value), self.site(frame, node)))
+                                               _operand(value), site))
 
     def stmt_Delete(self, frame, node):
         for target in node.targets:
@@ -466,64 +395,55 @@ class Translator:
             self.block(frame, node.body)
 
     def stmt_For(self, frame, node):
+        _refuse_loop_else(self, frame, node)
         iterable = self.expr(frame, node.iter)
         site = self.site(frame, node)
-        static = self.static_items(frame, node.iter, iterable)
+        static = static_items(self.scope, iterable, self.site(frame, node.iter))
 
         def bind(item):
             self.assign(frame, node.target, item)
 
         if static is not None:
-            self.count_unrolled(frame, node, len(static))
-            self.unrolled_loop(frame, [lambda item=item: bind(item) for item in static],
-                               node.body, site)
+            self.unrolling.count(len(static), site)
+            with _loop_flags(frame):
+                self.unroll(frame, [lambda item=item: bind(item) for item in static],
+                            node.body, site)
         else:
-            trip, getter = self.dynamic_iteration(frame, node.iter, iterable)
-            self.dynamic_loop(frame, trip, None, lambda i: bind(getter(i)), node.body, site)
-        self.loop_else(frame, node)
+            trip, getter = dynamic_iteration(self.scope, iterable, self.site(frame, node.iter))
+            self.dynamic_loop(frame, trip, None, lambda i: bind(getter(self.scope, i)),
+                              node.body, site)
 
     def stmt_While(self, frame, node):
         """Unrolled while the condition is known at export time; from the
         first condition (or break) that depends on the inputs on, a Loop."""
+        _refuse_loop_else(self, frame, node)
         site = self.site(frame, node)
-        outer = frame.env.get(BROKE, Const(False)), frame.env.get(CONTINUED, Const(False))
-        frame.env[BROKE] = Const(False)
-        while True:
-            stop = self.exited(frame, (RETURNED, BROKE))
-            if isinstance(stop, Const) and stop.value:
-                break
-            cond = truth(self.scope, self.expr(frame, node.test), self.site(frame, node.test))
-            if not isinstance(stop, Const):
-                go_on = self.scope.emit('Not', [stop], ~stop.example)
-                cond = self.logical('And', go_on, cond, site)
-            if isinstance(cond, Const):
-                if not cond.value:
+        with _loop_flags(frame):
+            while True:
+                stop = self.exited(frame, (RETURNED, BROKE))
+                if isinstance(stop, Const) and stop.value:
                     break
-                self.count_unrolled(frame, node, 1)
-                frame.env[CONTINUED] = Const(False)
-                self.block(frame, node.body)
-                continue
-            frame.env[BROKE] = Const(False)
-            self.dynamic_loop(frame, None, lambda: self.expr(frame, node.test),
-                              lambda i: None, node.body, site, initial_cond=cond)
-            break
-        frame.env[BROKE], frame.env[CONTINUED] = outer
-        self.loop_else(frame, node)
+                cond = truth(self.scope, self.expr(frame, node.test),
+                             self.site(frame, node.test))
+                if not isinstance(stop, Const):
+                    go_on = self.scope.emit('Not', [stop], ~stop.example)
+                    cond = logical(self.scope, 'And', go_on, cond, site)
+                if isinstance(cond, Const):
+                    if not cond.value:
+                        break
+                    self.unrolling.count(1, site)
+                    frame.env[CONTINUED] = Const(False)
+                    self.block(frame, node.body)
+                    continue
+                frame.env[BROKE] = Const(False)
+                self.dynamic_loop(frame, None, lambda: self.expr(frame, node.test),
+                                  lambda i: None, node.body, site, initial_cond=cond)
+                break
 
-    def loop_else(self, frame, node):
-        if node.orelse:
-            raise self.error(frame, node, 'else clauses of loops are not supported')
-
-    # -- loops --------------------------------------------------------------
-    def unrolled_loop(self, frame, binders, body, site):
+    # -- loops and branches ----------------------------------------------------
+    def unroll(self, frame, binders, body, site):
         """A loop of a trip count known at export time, one copy of ``body``
         per element (``binders`` bind the loop variables)."""
-        outer = frame.env.get(BROKE, Const(False)), frame.env.get(CONTINUED, Const(False))
-        frame.env[BROKE] = Const(False)
-        self._unroll(frame, binders, body, site)
-        frame.env[BROKE], frame.env[CONTINUED] = outer
-
-    def _unroll(self, frame, binders, body, site):
         for k, bind in enumerate(binders):
             stop = self.exited(frame, (RETURNED, BROKE))
             if isinstance(stop, Const) and stop.value:
@@ -531,268 +451,65 @@ class Translator:
             if not isinstance(stop, Const):
                 rest = binders[k:]
                 self.dynamic_if(frame, stop, lambda: None,
-                                lambda rest=rest: self._unroll(frame, rest, body, site), site)
+                                lambda rest=rest: self.unroll(frame, rest, body, site), site)
                 return
             frame.env[CONTINUED] = Const(False)
             bind()
             self.block(frame, body)
         frame.env[CONTINUED] = Const(False)
 
-    def static_items(self, frame, node, iterable):
-        """The items of ``iterable`` when their number is known at export
-        time (a list, tuple, dict, constant, ChainList, tensor of static
-        first axis, zip of those), else None."""
-        if isinstance(iterable, (PyList, PyTuple)):
-            return list(iterable.items)
-        if isinstance(iterable, PyDict):
-            return [Const(k) for k in iterable.items]
-        if isinstance(iterable, Const):
-            try:
-                values = list(itertools.islice(iterable.value, MAX_UNROLLED_ITERATIONS + 1))
-            except TypeError:
-                raise self.error(frame, node, '%s is not iterable'
-                                 % type(iterable.value).__name__) from None
-            self.check_static_length(frame, node, len(values))
-            return [self.wrap(v) for v in values]
-        if isinstance(iterable, Tensor):
-            if not iterable.ndim:
-                raise self.error(frame, node, 'iteration over a 0-d tensor')
-            if iterable.shape[0] is None:
-                return None
-            self.check_static_length(frame, node, iterable.shape[0])
-            return [self.tensor_item(iterable, Const(k)) for k in range(iterable.shape[0])]
-        if isinstance(iterable, ZipValue):
-            columns = [self.static_items(frame, node, it) for it in iterable.iterables]
-            if any(c is None for c in columns):
-                return None
-            return [PyTuple(tuple(row)) for row in zip(*columns)]
-        return None
-
-    def check_static_length(self, frame, node, length):
-        """Refuse an iterable known at export time of more items than
-        MAX_UNROLLED_ITERATIONS, before making a value of each."""
-        if length > MAX_UNROLLED_ITERATIONS:
-            raise self.error(frame, node, 'more than %d items known at export time (ch2o makes '
-                             'a value of each, and unrolls a loop over them); make the length an '
-                             'argument of forward to get an ONNX Loop' % MAX_UNROLLED_ITERATIONS)
-
-    def dynamic_iteration(self, frame, node, iterable):
-        """(trip count Tensor, ``getter(iteration Tensor) -> item``) of an
-        iterable whose length is known only at run time."""
-        scope = self.scope
-        site = self.site(frame, node)
-        if isinstance(iterable, RangeValue):
-            start, stop, step = iterable.start, iterable.stop, iterable.step
-            if not isinstance(step, Const) or not isinstance(step.value, int) or not step.value:
-                raise self.error(frame, node, 'range(): the step must be a non-zero constant')
-            span = binary(scope, ast.Sub(), stop, start, site)
-            if step.value > 0:
-                span = binary(scope, ast.Add(), span, Const(step.value - 1), site)
-            else:
-                span = binary(scope, ast.Add(), span, Const(step.value + 1), site)
-            trip = cast(scope, scope.as_tensor(binary(scope, ast.FloorDiv(), span, step, site),
-                                               site), numpy.int64)
-            trip = self.scope.emit('Max', [trip, scope.const_tensor(numpy.int64(0))],
-                                   numpy.maximum(trip.example, 0))
-
-            def range_item(i):
-                offset = binary(self.scope, ast.Mult(), i, step, site)
-                return binary(self.scope, ast.Add(), start, offset, site)
-            return trip, range_item
-        if isinstance(iterable, Sequence):
-            trip = scope.emit('SequenceLength', [iterable.name],
-                              numpy.int64(len(iterable.examples)))
-            return trip, lambda i: self.sequence_item(iterable, i, site)
-        if isinstance(iterable, Tensor):
-            shape = scope.emit('Shape', [iterable], numpy.array(iterable.example.shape))
-            trip = scope.emit('Gather', [shape, scope.const_tensor(numpy.int64(0))],
-                              numpy.int64(iterable.example.shape[0]), axis=0)
-            return trip, lambda i: self.tensor_item(iterable, i)
-        if isinstance(iterable, ZipValue):
-            parts = []
-            for it in iterable.iterables:
-                items = self.static_items(frame, node, it)
-                if items is not None:
-                    parts.append((Const(len(items)), _static_getter(self, it, items, site)))
-                else:
-                    parts.append(self.dynamic_iteration(frame, node, it))
-            trip = None
-            for count, _ in parts:
-                count = cast(scope, scope.as_tensor(count, site), numpy.int64)
-                trip = count if trip is None else scope.emit(
-                    'Min', [trip, count], numpy.minimum(trip.example, count.example))
-            return trip, lambda i: PyTuple(tuple(get(i) for _, get in parts))
-        raise self.error(frame, node, 'iteration over %s is not supported' % iterable.kind)
-
     def dynamic_loop(self, frame, trip, cond_fn, bind, body, site, initial_cond=None):
         """An ONNX Loop running ``body`` ``trip`` times (None: until
         ``cond_fn()`` is false), binding the loop variables with
         ``bind(iteration Tensor)``.  Names the body rebinds are carried; the
         body is translated again until their specs stop changing."""
-        self.check_subgraph_depth(site)
-        outer = self.scope
-        initial = frame.env
-        specs = {}
-        for _ in range(6):
-            body_scope = outer.child()
-            self.scope = body_scope
-            env = fork(initial)
-            iteration = Tensor(body_scope.fresh('iteration'), numpy.int64(0))
-            cond_in = body_scope.fresh('cond_in')
-            inputs = []
-            for name, spec in specs.items():
-                names = [body_scope.fresh('carried') for _ in cf.leaves(spec)]
-                inputs.extend(cf.value_info(n, s) for n, s in zip(names, cf.leaves(spec)))
-                env[name] = cf.unflatten(spec, iter(names), self.binding(initial, name))
-            body_inputs = fork(env)  # a copy: the body may append to its lists
-            env[BROKE] = env[CONTINUED] = Const(False)
-            frame.env = env
-            bind(iteration)
-            self.block(frame, body)
-            out = frame.env
-            new_specs = {}
-            for name, value in out.items():
-                if name in (BROKE, CONTINUED) or isinstance(value, cf.Undefined):
-                    continue
-                before = body_inputs.get(name)
-                if name in specs:
-                    new_specs[name] = cf.merge(before, value, site, name) \
-                        if not cf.unchanged(before, value) else specs[name]
-                elif before is None or not cf.unchanged(before, value):
-                    first = self.binding(initial, name)
-                    new_specs[name] = cf.merge(first, value, site, name) \
-                        if first is not None and not isinstance(first, cf.Undefined) \
-                        else cf.spec_of(value)
-            if new_specs == specs:
+        limits.check_subgraph_depth(self.scope, site)
+        initial, specs = frame.env, {}
+        for _ in range(cf.MAX_LOOP_TYPE_ROUNDS):
+            loop = cf.LoopBody(self.scope, specs, initial, self.binding)
+            with self.translating(frame, loop.scope, loop.env):
+                frame.env[BROKE] = frame.env[CONTINUED] = Const(False)
+                bind(loop.iteration)
+                self.block(frame, body)
+                out = frame.env
+            widened = loop.widened(out, initial, self.binding, site, skip=(BROKE, CONTINUED))
+            if widened == specs:
                 break
-            specs = {**specs, **new_specs}
+            specs = {**specs, **widened}
         else:
-            self.scope = outer
             raise TranslationError(site, 'the loop-carried values do not settle on one type')
+        with self.translating(frame, loop.scope, out):  # the body's "go on" output
+            stop = self.exited(frame, (RETURNED, BROKE))
+            go_on = Const(not stop.value) if isinstance(stop, Const) else \
+                self.scope.emit('Not', [stop], ~stop.example)
+            if cond_fn is not None and not (isinstance(go_on, Const) and not go_on.value):
+                go_on = logical(self.scope, 'And', go_on, truth(self.scope, cond_fn(), site),
+                                site)
+        frame.env = {**initial, **cf.make_loop(loop, go_on, out, trip, initial_cond, initial,
+                                               self.binding, site),
+                     BROKE: initial.get(BROKE, Const(False)),
+                     CONTINUED: initial.get(CONTINUED, Const(False))}
 
-        # the body's outputs: whether to go on, then the carried values
-        self.scope = body_scope
-        stop = self.exited(frame, (RETURNED, BROKE))
-        go_on = Const(not stop.value) if isinstance(stop, Const) else \
-            body_scope.emit('Not', [stop], ~stop.example)
-        if cond_fn is not None and not (isinstance(go_on, Const) and not go_on.value):
-            go_on = self.logical('And', go_on, truth(body_scope, cond_fn(), site), site)
-        cond_out = body_scope.as_tensor(go_on, site)
-        cond_out = body_scope.emit('Identity', [cast(body_scope, cond_out, numpy.bool_)],
-                                   cond_out.example)
-        outputs = [helper.make_tensor_value_info(cond_out.name, helper.np_dtype_to_tensor_dtype(
-            numpy.dtype(numpy.bool_)), [])]
-        for name, spec in specs.items():
-            names = cf.flatten(body_scope, out[name], spec, site)
-            outputs.extend(cf.value_info(n, s) for n, s in zip(names, cf.leaves(spec)))
-        graph_inputs = [
-            helper.make_tensor_value_info(iteration.name, helper.np_dtype_to_tensor_dtype(
-                numpy.dtype(numpy.int64)), []),
-            helper.make_tensor_value_info(cond_in, helper.np_dtype_to_tensor_dtype(
-                numpy.dtype(numpy.bool_)), [])] + inputs
-        graph = helper.make_graph(body_scope.nodes, outer.fresh('loop_body'), graph_inputs,
-                                  outputs, value_info=body_scope.value_infos)
-
-        # the Loop node, in the outer graph
-        self.scope = outer
-        frame.env = initial
-        initial_values = []
-        for name, spec in specs.items():
-            value = self.binding(initial, name)
-            if value is None or isinstance(value, cf.Undefined):
-                value = cf.placeholder(outer, spec)
-            initial_values.extend(cf.flatten(outer, value, spec, site, own=False))
-        trip_name = '' if trip is None else cast(outer, outer.as_tensor(trip, site),
-                                                 numpy.int64).name
-        cond_name = ''
-        if initial_cond is not None:
-            cond_name = cast(outer, outer.as_tensor(initial_cond, site), numpy.bool_).name
-        n_out = len(initial_values)
-        results = outer.node('Loop', [trip_name, cond_name] + initial_values,
-                             [outer.fresh('loop') for _ in range(n_out)], body=graph)
-        results = [results] if isinstance(results, str) else list(results or [])
-        ran = (trip is None or int(numpy.asarray(
-            trip.example if isinstance(trip, Tensor) else constant_value(trip))) > 0) and (
-            initial_cond is None or bool(numpy.asarray(
-                initial_cond.example if isinstance(initial_cond, Tensor) else True)))
-        loop_node = outer.nodes[-1]
-        names = iter(results)
-        env = dict(initial)
-        for name, spec in specs.items():
-            example = out[name] if ran else self.binding(initial, name)
-            env[name] = cf.unflatten(spec, names, example)
-            _declare(outer, env[name])
-        examples = cf.run_on_examples(outer.translation, loop_node, list(specs.values()))
-        if examples is not None:
-            cf.set_examples([leaf for name, spec in specs.items()
-                             for leaf in cf.leaf_values(env[name], spec)], examples)
-        env[BROKE] = initial.get(BROKE, Const(False))
-        env[CONTINUED] = initial.get(CONTINUED, Const(False))
-        frame.env = env
-
-    # -- branches ------------------------------------------------------------
     def dynamic_if(self, frame, cond, then_fn, else_fn, site):
         """An ONNX If on bool Tensor ``cond``: each branch function
         translates into its own body; names they bind differently are the
         If's outputs."""
-        self.check_subgraph_depth(site)
-        outer = self.scope
-        base = frame.env
-        envs, scopes = [], []
-        for fn in (then_fn, else_fn):
-            self.scope = outer.child()
-            frame.env = fork(base)
-            fn()
-            envs.append(frame.env)
-            scopes.append(self.scope)
-        self.scope = outer
-        then_env, else_env = envs
-        result, specs = {}, {}
-        for name in list(then_env) + [n for n in else_env if n not in then_env]:
-            a, b = self.binding(then_env, name), self.binding(else_env, name)
-            if a is None or b is None or isinstance(a, cf.Undefined) or \
-                    isinstance(b, cf.Undefined):
-                present = a if a is not None and not isinstance(a, cf.Undefined) else b
-                if name == RET and present is not None and not isinstance(present, cf.Undefined):
-                    specs[name] = cf.spec_of(present)
-                else:
-                    result[name] = cf.Undefined()
-                continue
-            if cf.unchanged(a, b):  # identical across branches: made before them
-                result[name] = a
-                continue
-            specs[name] = cf.merge(a, b, site, name)
+        limits.check_subgraph_depth(self.scope, site)
         branches = []
-        for env, scope, label in zip(envs, scopes, ('then', 'else')):
-            outputs = []
-            for name, spec in specs.items():
-                value = env.get(name)
-                if value is None or isinstance(value, cf.Undefined):
-                    value = cf.placeholder(scope, spec)
-                names = cf.flatten(scope, value, spec, site)
-                outputs.extend(cf.value_info(n, s) for n, s in zip(names, cf.leaves(spec)))
-            branches.append(helper.make_graph(scope.nodes, outer.fresh(label), [], outputs,
-                                              value_info=scope.value_infos))
-        n_out = sum(len(cf.leaves(s)) for s in specs.values())
-        if n_out == 0:
-            # nothing differs between the branches that the graph could see
-            frame.env = {**result, **{n: Const(s.value) for n, s in specs.items()}}
-            return
-        names = outer.node('If', [cond.name], [outer.fresh('if') for _ in range(n_out)],
-                           then_branch=branches[0], else_branch=branches[1])
-        names = iter([names] if isinstance(names, str) else names)
-        taken = then_env if bool(numpy.asarray(cond.example)) else else_env
-        for name, spec in specs.items():
-            result[name] = cf.unflatten(spec, names, taken.get(name))
-            _declare(outer, result[name])
-        frame.env = result
+        for fn in (then_fn, else_fn):
+            with self.translating(frame, self.scope.child(), cf.fork(frame.env)):
+                fn()
+                branches.append((frame.env, self.scope))
+        known, specs = cf.merge_branches(branches[0][0], branches[1][0], self.binding, site,
+                                         optional=(RET,))
+        frame.env = {**known, **cf.make_if(self.scope, cond, branches, specs, site)}
 
     # -- assignment ------------------------------------------------------------
     def assign(self, frame, target, value):
         if isinstance(target, ast.Name):
             frame.env[target.id] = value
         elif isinstance(target, (ast.Tuple, ast.List)):
-            items = self.items_of(frame, target, value, len(target.elts))
+            items = items_of(self.scope, value, self.site(frame, target), len(target.elts))
             if len(items) != len(target.elts):
                 raise self.error(frame, target, 'cannot unpack %d values into %d names'
                                  % (len(items), len(target.elts)))
@@ -800,18 +517,22 @@ class Translator:
                 self.assign(frame, t, v)
         elif isinstance(target, ast.Attribute) and isinstance(
                 owner := self.expr(frame, target.value), PyObject):
-            self.set_object_attribute(frame, target, owner, value)
+            self.check_object_scope(frame, target, owner, 'setting %s.%s'
+                                    % (owner.cls.__name__, target.attr))
+            owner.attrs[target.attr] = value
+            if isinstance(value, PyList):
+                self.held_lists[id(value)] = (value, owner)
         elif isinstance(target, ast.Attribute) and isinstance(owner, Const):
             # a local of the translation, as the issue asks: later reads, in
             # this call and in later calls on the same object, see it; the
             # model keeps its own value
-            self.assign_attribute(frame, owner.value, target.attr, value)
+            key = self.attribute_key(owner.value, target.attr)
+            self.attributes[key] = (owner.value, target.attr)
+            frame.env[key] = value
         elif isinstance(target, ast.Subscript):
             container = self.expr(frame, target.value)
             key = self.expr(frame, target.slice)
-            if isinstance(container, PyList) and isinstance(key, Const):
-                container.items[key.value] = value
-            elif isinstance(container, PyDict) and isinstance(key, Const):
+            if isinstance(container, (PyList, PyDict)) and isinstance(key, Const):
                 container.items[key.value] = value
             else:
                 raise self.error(frame, target, 'item assignment to %s is not supported'
@@ -819,17 +540,6 @@ class Translator:
         else:
             raise self.error(frame, target, 'assignment to %s is not supported'
                              % _construct(target))
-
-    def items_of(self, frame, node, value, count=None):
-        """The items of ``value`` as a list (unpacking, ``+=`` on lists)."""
-        items = self.static_items(frame, node, value)
-        if items is None and isinstance(value, Sequence) and count is not None:
-            return [self.sequence_item(value, Const(i), self.site(frame, node))
-                    for i in range(count)]
-        if items is None:
-            raise self.error(frame, node, 'cannot unpack %s whose length is only known at run '
-                             'time' % value.kind)
-        return items
 
     # -- expressions ------------------------------------------------------------
     def expr(self, frame, node):
@@ -851,23 +561,10 @@ class Translator:
                 raise self.error(frame, node, "'%s' is bound on some paths only" % node.id)
             return value
         if node.id in frame.globals:
-            return self.wrap(frame.globals[node.id])
+            return wrap(self.scope, frame.globals[node.id])
         if hasattr(builtins, node.id):
             return Const(getattr(builtins, node.id))
         raise self.error(frame, node, "name '%s' is not defined" % node.id)
-
-    def wrap(self, obj):
-        """A Python object met during translation as a Value: Chainer
-        Variables and Parameters become tensors (parameters as the model's
-        initializers), anything else a constant."""
-        if isinstance(obj, chainer.Variable):
-            param = self.scope.param(obj.array)
-            return param if param is not None else self.scope.const_tensor(obj.array)
-        if isinstance(obj, numpy.ndarray):
-            param = self.scope.param(obj)
-            if param is not None:
-                return param
-        return Const(obj)
 
     def expr_Attribute(self, frame, node):
         value = self.expr(frame, node.value)
@@ -880,7 +577,7 @@ class Translator:
                     raise self.error(frame, node, "'%s' is bound on some paths only" % key)
                 return bound
             try:
-                return self.wrap(getattr(value.value, node.attr))
+                return wrap(self.scope, getattr(value.value, node.attr))
             except AttributeError:
                 raise self.error(frame, node, '%s has no attribute %r'
                                  % (type(value.value).__name__, node.attr)) from None
@@ -909,7 +606,7 @@ class Translator:
         if isinstance(static, property):
             return self.call_function(static.fget, [], {}, self.site(frame, node),
                                       self_value=obj)
-        return self.wrap(getattr(obj.cls, node.attr))
+        return wrap(self.scope, getattr(obj.cls, node.attr))
 
     def expr_Tuple(self, frame, node):
         return PyTuple(tuple(self.starred(frame, node.elts)))
@@ -921,7 +618,7 @@ class Translator:
         items = []
         for e in elts:
             if isinstance(e, ast.Starred):
-                items.extend(self.items_of(frame, e, self.expr(frame, e.value)))
+                items.extend(items_of(self.scope, self.expr(frame, e.value), self.site(frame, e)))
             else:
                 items.append(self.expr(frame, e))
         return items
@@ -968,25 +665,12 @@ class Translator:
         result = None
         for op, right_node in zip(node.ops, node.comparators):
             right = self.expr(frame, right_node)
-            one = self.is_none(op, left, right)
+            one = is_none(self.scope, op, left, right)
             if one is None:
                 one = compare(self.scope, op, _operand(left), _operand(right), site)
-            result = one if result is None else self.logical('And', result, one, site)
+            result = one if result is None else logical(self.scope, 'And', result, one, site)
             left = right
         return result
-
-    def is_none(self, op, left, right):
-        """``x is None`` / ``x is not None`` of a MaybeNone ``x``: a run-time
-        bool; None for any other comparison."""
-        if not isinstance(op, (ast.Is, ast.IsNot)):
-            return None
-        maybe, other = (left, right) if isinstance(left, MaybeNone) else (right, left)
-        if not isinstance(maybe, MaybeNone) or not isinstance(other, Const) or \
-                other.value is not None:
-            return None
-        if isinstance(op, ast.IsNot):
-            return maybe.is_set
-        return self.scope.emit('Not', [maybe.is_set], ~maybe.is_set.example)
 
     def expr_BoolOp(self, frame, node):
         """``and``/``or``: Python's short circuit while operands are
@@ -1005,19 +689,8 @@ class Translator:
                 if t.value == decided:
                     return value if acc is None else Const(decided)
                 continue
-            acc = t if acc is None else self.logical(op, acc, t, site)
+            acc = t if acc is None else logical(self.scope, op, acc, t, site)
         return acc
-
-    def logical(self, op, a, b, site):
-        """And/Or of two truths (Consts fold)."""
-        if isinstance(a, Const) or isinstance(b, Const):
-            const, other = (a, b) if isinstance(a, Const) else (b, a)
-            if op == 'And':
-                return other if const.value else Const(False)
-            return Const(True) if const.value else other
-        a, b = truth(self.scope, a, site), truth(self.scope, b, site)
-        example = (a.example & b.example) if op == 'And' else (a.example | b.example)
-        return self.scope.emit(op, [a, b], example)
 
     def expr_IfExp(self, frame, node):
         cond = truth(self.scope, self.expr(frame, node.test), self.site(frame, node.test))
@@ -1032,18 +705,13 @@ class Translator:
         return frame.env.pop(key)
 
     def expr_ListComp(self, frame, node):
-        return self.comprehension(frame, node, node.elt)
-
-    expr_GeneratorExp = expr_ListComp
-
-    def comprehension(self, frame, node, element):
         """``[element for ... in ... if ...]``, translated as the loops it
         stands for, appending to a fresh list; its names stay local."""
         self.comprehensions += 1
         key = '$comprehension_%d' % self.comprehensions
         body = ast.Expr(ast.Call(func=ast.Attribute(ast.Name(key, ast.Load()), 'append',
                                                     ast.Load()),
-                                 args=[element], keywords=[]))
+                                 args=[node.elt], keywords=[]))
         for generator in reversed(node.generators):
             if generator.is_async:
                 raise self.error(frame, node, 'async comprehensions are not supported')
@@ -1054,18 +722,14 @@ class Translator:
         for child in ast.walk(body):
             if not hasattr(child, 'lineno'):
                 ast.copy_location(child, node)
-        saved = dict(frame.env)
-        frame.env[key] = PyList([])
-        self.stmt(frame, body)
-        result = frame.env.pop(key)
         targets = {n.id for g in node.generators for n in ast.walk(g.target)
                    if isinstance(n, ast.Name)}
-        for name in targets:
-            if name in saved:
-                frame.env[name] = saved[name]
-            else:
-                frame.env.pop(name, None)
-        return result
+        with _local_names(frame, targets):
+            frame.env[key] = PyList([])
+            self.stmt(frame, body)
+            return frame.env.pop(key)
+
+    expr_GeneratorExp = expr_ListComp
 
     def expr_Subscript(self, frame, node):
         container = self.expr(frame, node.value)
@@ -1081,7 +745,7 @@ class Translator:
                     return type(container)(picked if isinstance(container, PyList)
                                            else tuple(picked))
                 return picked
-            dtype = cf._elements(container)[0]
+            dtype = cf.elements(container)[0]
             if dtype in (None, 'mixed'):
                 raise self.error(frame, node, 'indexing a list by a run-time index needs '
                                  'a list of tensors of one dtype')
@@ -1095,11 +759,11 @@ class Translator:
             if isinstance(key, SliceValue) or isinstance(key, Const) and \
                     isinstance(key.value, slice):
                 return slice_sequence(self.scope, container, key, site)
-            return self.sequence_item(container, key, site)
+            return sequence_item(self.scope, container, key, site)
         if isinstance(container, Const):
             if is_constant(key):
                 try:
-                    return self.wrap(container.value[constant_value(key)])
+                    return wrap(self.scope, container.value[constant_value(key)])
                 except Exception as e:
                     raise self.error(frame, node, 'indexing fails: %s' % e) from None
             container = self.scope.as_tensor(container, site, 'the indexed value')
@@ -1113,27 +777,6 @@ class Translator:
         if all(p is None or isinstance(p, Const) for p in parts):
             return Const(slice(*[None if p is None else p.value for p in parts]))
         return SliceValue(*parts)
-
-    def sequence_item(self, seq, index, site):
-        index = cast(self.scope, self.scope.as_tensor(index, site, 'a list index'), numpy.int64)
-        examples = seq.examples
-        k = int(index.example) if examples else 0
-        example = examples[k] if examples and -len(examples) <= k < len(examples) else \
-            numpy.zeros([1 if d is None else d for d in (seq.element_shape or ())], seq.dtype)
-        name = self.scope.node('SequenceAt', [seq.name, index.name])
-        return Tensor(name, example, seq.element_shape if seq.element_shape is not None and
-                      len(seq.element_shape) == numpy.ndim(example) else None)
-
-    def tensor_item(self, tensor, index):
-        """``tensor[index]`` along the first axis (iteration)."""
-        i = index.value if isinstance(index, Const) else None
-        idx = self.scope.const_tensor(numpy.int64(i)) if i is not None else \
-            cast(self.scope, index, numpy.int64)
-        k = i if i is not None else int(idx.example)
-        example = tensor.example[k] if tensor.example.shape[0] > k else \
-            numpy.zeros(tensor.example.shape[1:], tensor.dtype)
-        return Tensor(self.scope.node('Gather', [tensor.name, idx.name], axis=0), example,
-                      tensor.shape[1:])
 
     # -- calls ---------------------------------------------------------------
     def expr_Call(self, frame, node):
@@ -1152,64 +795,37 @@ class Translator:
                 kwargs.update(value.items)
             else:
                 raise self.error(frame, node, '** in a call needs a dict of constant keys')
-        return self.call(frame, node, callee, args, kwargs, site)
-
-    def call(self, frame, node, callee, args, kwargs, site):
         if isinstance(callee, Closure):
             return self.call_function(callee, args, kwargs, site)
         if isinstance(callee, BoundMethod):
-            return self.call_method(frame, node, callee, args, kwargs, site)
+            return self.call_method(frame, callee, args, kwargs, site)
         if not isinstance(callee, Const):
             raise self.error(frame, node, '%s is not callable' % callee.kind)
-        fn = callee.value
-        if fn is print:
-            return Const(None)
-        builtin = _BUILTINS.get(fn) if _hashable(fn) else None
+        fn, call = callee.value, Call(self.scope, args, kwargs, site)
+        builtin = BUILTINS.get(fn) if _hashable(fn) else None
         if builtin is not None:
-            return builtin(self, frame, node, args, kwargs, site)
-        if fn in (chainer.Variable, chainer.as_variable):
-            return args[0]
-        if fn is chainer.report or fn is chainer.reporter.report:
-            return Const(None)  # reports are for the Trainer, not the graph
-        if isinstance(fn, chainer.Link):
-            if _is_chainer_builtin(fn) and not any(not _is_chainer_builtin(link)
-                                                    for link in fn.links(skipself=True)) \
-                    and not isinstance(fn, chainer.links.Classifier):
-                return self.chainer_call(fn, args, kwargs, site)
-            forward, self_value = _forward_of(fn, site)
-            return self.call_function(forward, args, kwargs, site, self_value=self_value)
-        if _is_plain_class(fn):
-            return self.construct(fn, args, kwargs, site)
-        if isinstance(fn, type) and issubclass(fn, chainer.FunctionNode) and \
-                all(is_constant(a) for a in list(args) + list(kwargs.values())):
-            return Const(fn(*[constant_value(a) for a in args],
-                            **{k: constant_value(v) for k, v in kwargs.items()}))
-        if isinstance(fn, types.MethodType) and isinstance(fn.__self__, chainer.FunctionNode):
-            return self.chainer_call(fn, args, kwargs, site)  # a user's FunctionNode.apply
-        if isinstance(fn, types.MethodType):
-            owner = fn.__self__
-            if isinstance(owner, chainer.Link) and not fn.__func__.__module__.startswith(
-                    'chainer.'):
-                return self.call_function(fn.__func__, args, kwargs, site,
-                                          self_value=Const(owner))
-            if isinstance(owner, chainer.Link) and fn.__name__ in _LINK_ITERATORS and \
-                    all(is_constant(a) for a in list(args) + list(kwargs.values())):
-                # the model's structure is fixed at export time: a list of
-                # links (or parameters) that a for loop unrolls over
-                return Const(list(fn(*[constant_value(a) for a in args],
-                                     **{k: constant_value(v) for k, v in kwargs.items()})))
-        module = getattr(fn, '__module__', None) or ''
-        if isinstance(fn, numpy.ufunc) or module.split('.')[0] in ('numpy', 'cupy'):
-            return call_numpy(self.scope, fn.__name__, args, kwargs, site)
-        if module.startswith('chainer.functions') or module.startswith('chainer.links'):
-            return self.chainer_call(fn, args, kwargs, site)
-        if module.startswith('chainer') and callable(fn) and _is_config_factory(fn):
-            return Const(fn(*[constant_value(a) for a in args],
-                            **{k: constant_value(v) for k, v in kwargs.items()}))
-        if isinstance(fn, types.FunctionType):
-            return self.call_function(fn, args, kwargs, site)
-        raise self.error(frame, node, 'calling %s is not supported'
+            return builtin(call)
+        for applies, run in _CALLEES:
+            if applies(fn, call):
+                return run(self, fn, call)
+        raise call.error('calling %s is not supported'
                          % getattr(fn, '__qualname__', type(fn).__name__))
+
+    def call_method(self, frame, method, args, kwargs, site):
+        """``target.name(...)``: a PyObject's method inlined, else the
+        method the value owns (``values.Value.call_method``)."""
+        target, name, node = method.target, method.name, method.target_node
+        if isinstance(target, PyObject):
+            return self.call_function(getattr(target.cls, name), args, kwargs, site,
+                                      self_value=target)
+        if isinstance(target, PyList) and id(target) in self.held_lists:
+            owner = self.held_lists[id(target)][1]
+            self.check_object_scope(frame, node, owner, 'changing a list attribute of %s'
+                                    % owner.cls.__name__)
+        rebind = (lambda value: frame.env.__setitem__(node.id, value)) \
+            if isinstance(node, ast.Name) else None
+        return target.call_method(name, Call(self.scope, args, kwargs, site,
+                                             '%s.%s' % (target.kind, name), rebind))
 
     def chainer_call(self, fn, args, kwargs, site):
         """Call Chainer function or link ``fn``.  An argument that may be
@@ -1241,14 +857,6 @@ class Translator:
             raise TranslationError(site, '%s() takes no arguments' % cls.__name__)
         return obj
 
-    def set_object_attribute(self, frame, target, obj, value):
-        """``obj.attr = value`` on a PyObject."""
-        self.check_object_scope(frame, target, obj, 'setting %s.%s' % (obj.cls.__name__,
-                                                                        target.attr))
-        obj.attrs[target.attr] = value
-        if isinstance(value, PyList):
-            self.held_lists[id(value)] = (value, obj)
-
     def check_object_scope(self, frame, node, obj, what):
         """Refuse to change PyObject ``obj`` (``what`` says how) from the body
         of a branch or loop that it was made outside of."""
@@ -1256,55 +864,6 @@ class Translator:
             raise self.error(frame, node, '%s inside a branch or loop that depends on the '
                              'inputs is not supported when the %s object was made outside it'
                              % (what, obj.cls.__name__))
-
-    def call_method(self, frame, node, method, args, kwargs, site):
-        target, name = method.target, method.name
-        if isinstance(target, PyObject):
-            return self.call_function(getattr(target.cls, name), args, kwargs, site,
-                                      self_value=target)
-        if isinstance(target, PyList) and id(target) in self.held_lists:
-            owner = self.held_lists[id(target)][1]
-            self.check_object_scope(frame, node, owner, 'changing a list attribute of %s'
-                                    % owner.cls.__name__)
-        if isinstance(target, PyList):
-            if name == 'append' and len(args) == 1:
-                target.items.append(args[0])
-                return Const(None)
-            if name == 'extend' and len(args) == 1:
-                target.items.extend(self.items_of(frame, node, args[0]))
-                return Const(None)
-            if name == 'pop' and len(args) <= 1 and all(isinstance(a, Const) for a in args):
-                return target.items.pop(*[a.value for a in args])
-            if name == 'insert' and len(args) == 2 and isinstance(args[0], Const):
-                target.items.insert(args[0].value, args[1])
-                return Const(None)
-            if name == 'reverse' and not args:
-                target.items.reverse()
-                return Const(None)
-        if isinstance(target, PyDict):
-            items = target.items
-            if name == 'keys':
-                return PyList([Const(k) for k in items])
-            if name == 'values':
-                return PyList(list(items.values()))
-            if name == 'items':
-                return PyList([PyTuple((Const(k), v)) for k, v in items.items()])
-            if name == 'get' and args and isinstance(args[0], Const):
-                return items.get(args[0].value, args[1] if len(args) > 1 else Const(None))
-        if isinstance(target, Sequence) and name == 'append' and len(args) == 1:
-            if not isinstance(method.target_node, ast.Name):
-                raise self.error(frame, node, 'append to a run-time-length list must name it '
-                                 'directly (xs.append(...))')
-            item = cast(self.scope, self.scope.as_tensor(args[0], site, 'the appended item'),
-                        target.dtype)
-            name_out = self.scope.node('SequenceInsert', [target.name, item.name])
-            frame.env[method.target_node.id] = Sequence(
-                name_out, target.dtype, cf._merge_shapes(target.element_shape, item.shape),
-                list(target.examples) + [item.example])
-            return Const(None)
-        if isinstance(target, Tensor):
-            return tensor_method(self.scope, target, name, args, kwargs, site)
-        raise self.error(frame, node, '%s.%s(...) is not supported' % (target.kind, name))
 
 
 _TENSOR_METHODS = ('astype', 'reshape', 'transpose', 'sum', 'mean', 'max', 'min', 'argmax',
@@ -1371,10 +930,6 @@ def _is_config_manager(obj):
     return hasattr(obj, '__enter__') and type(obj).__module__.startswith('chainer')
 
 
-def _is_config_factory(fn):
-    return fn in (chainer.using_config, chainer.no_backprop_mode, chainer.force_backprop_mode)
-
-
 def _construct(node):
     """How messages name the construct of AST ``node``."""
     names = {'ClassDef': 'class definitions', 'Try': 'try', 'Global': 'global',
@@ -1385,187 +940,6 @@ def _construct(node):
              'NamedExpr': 'the walrus operator :=', 'Match': 'match'}
     name = type(node).__name__
     return "'%s'" % names.get(name, name)
-
-
-def _static_getter(translator, iterable, items, site):
-    """An item getter by run-time index for an iterable of known items."""
-    def get(i):
-        if isinstance(iterable, Tensor):
-            return translator.tensor_item(iterable, i)
-        dtype = cf._elements(PyList(items))[0]
-        if dtype in (None, 'mixed'):
-            raise TranslationError(site, 'zip() of a run-time-length iterable with a list '
-                                   'needs a list of tensors of one dtype')
-        seq = cf.to_sequence(translator.scope, PyList(items), dtype, site)
-        return translator.sequence_item(seq, i, site)
-    return get
-
-
-# -- builtins -------------------------------------------------------------------
-def _range(tr, frame, node, args, kwargs, site):
-    if kwargs or not 1 <= len(args) <= 3:
-        raise tr.error(frame, node, 'range() takes 1 to 3 positional arguments')
-    if all(isinstance(a, Const) for a in args):
-        try:
-            values = range(*[a.value for a in args])
-        except (TypeError, ValueError) as e:
-            raise tr.error(frame, node, 'range(): %s' % e) from None
-        # the length of a slice: a huge range's own len() overflows
-        tr.check_static_length(frame, node, len(values[:MAX_UNROLLED_ITERATIONS + 1]))
-        return PyList([Const(i) for i in values])
-    start, stop, step = ([Const(0)] + args + [Const(1)])[:3] if len(args) == 1 else (
-        args + [Const(1)])[:3]
-    return RangeValue(start, stop, step)
-
-
-def _len(tr, frame, node, args, kwargs, site):
-    value, = args
-    if isinstance(value, (PyList, PyTuple, PyDict)):
-        return Const(len(value.items))
-    if isinstance(value, Const):
-        return Const(len(value.value))
-    if isinstance(value, Sequence):
-        return tr.scope.emit('SequenceLength', [value.name], numpy.int64(len(value.examples)))
-    if isinstance(value, Tensor):
-        if value.shape and value.shape[0] is not None:
-            return Const(value.shape[0])
-        shape = tr.scope.emit('Shape', [value], numpy.array(value.example.shape))
-        return tr.scope.emit('Gather', [shape, tr.scope.const_tensor(numpy.int64(0))],
-                             numpy.int64(value.example.shape[0]), axis=0)
-    if isinstance(value, RangeValue):
-        trip, _ = tr.dynamic_iteration(frame, node, value)
-        return trip
-    raise tr.error(frame, node, 'len() of %s' % value.kind)
-
-
-def _zip(tr, frame, node, args, kwargs, site):
-    static = [tr.static_items(frame, node, a) for a in args]
-    if all(s is not None for s in static):
-        return PyList([PyTuple(tuple(row)) for row in zip(*static)])
-    return ZipValue(list(args))
-
-
-def _enumerate(tr, frame, node, args, kwargs, site):
-    value = args[0]
-    start = args[1] if len(args) > 1 else kwargs.get('start', Const(0))
-    items = tr.static_items(frame, node, value)
-    if items is not None and isinstance(start, Const):
-        return PyList([PyTuple((Const(start.value + i), v)) for i, v in enumerate(items)])
-    count = RangeValue(start, Const(2 ** 62), Const(1))
-    return ZipValue([count, value])
-
-
-def _list(tr, frame, node, args, kwargs, site):
-    if not args:
-        return PyList([])
-    value = args[0]
-    items = tr.static_items(frame, node, value)
-    if items is not None:
-        return PyList(list(items))
-    if isinstance(value, Sequence):
-        return value
-    if isinstance(value, RangeValue):
-        return _range_sequence(tr, value, site)
-    raise tr.error(frame, node, 'list() of %s' % value.kind)
-
-
-def _tuple(tr, frame, node, args, kwargs, site):
-    items = tr.static_items(frame, node, args[0]) if args else []
-    if items is None:
-        raise tr.error(frame, node, 'tuple() of a value whose length is only known at run '
-                       'time; use list()')
-    return PyTuple(tuple(items))
-
-
-def _range_sequence(tr, value, site):
-    """A run-time range as a sequence of 0-d int64 tensors."""
-    scope = tr.scope
-    ints = [cast(scope, scope.as_tensor(v, site), numpy.int64)
-            for v in (value.start, value.stop, value.step)]
-    example = numpy.arange(*[int(t.example) for t in ints], dtype=numpy.int64)
-    r = scope.emit('Range', ints, example)
-    name = scope.node('SplitToSequence', [r.name], axis=0, keepdims=0)
-    return Sequence(name, numpy.dtype(numpy.int64), (), list(example))
-
-
-def _scalar_cast(dtype, python_type):
-    def convert(tr, frame, node, args, kwargs, site):
-        value, = args
-        if isinstance(value, Const):
-            return Const(python_type(value.value))
-        t = tr.scope.as_tensor(value, site)
-        return cast(tr.scope, t, dtype)
-    return convert
-
-
-def _min_max(op, python_fn):
-    def reduce(tr, frame, node, args, kwargs, site):
-        values = args if len(args) > 1 else tr.items_of(frame, node, args[0])
-        if all(isinstance(v, Const) for v in values):
-            return Const(python_fn(v.value for v in values))
-        tensors = [tr.scope.as_tensor(v, site) for v in values]
-        dtype = numpy.result_type(*[t.example for t in tensors])
-        tensors = [cast(tr.scope, t, dtype) for t in tensors]
-        example = python_fn(t.example for t in tensors) if len(tensors) > 1 else \
-            tensors[0].example
-        fn = numpy.minimum if op == 'Min' else numpy.maximum
-        for t in tensors[1:]:
-            example = fn(example, t.example)
-        return tr.scope.emit(op, tensors, example)
-    return reduce
-
-
-def _abs(tr, frame, node, args, kwargs, site):
-    value, = args
-    if isinstance(value, Const):
-        return Const(abs(value.value))
-    t = tr.scope.as_tensor(value, site)
-    return tr.scope.emit('Abs', [t], numpy.abs(t.example))
-
-
-def _sum(tr, frame, node, args, kwargs, site):
-    items = tr.items_of(frame, node, args[0])
-    total = args[1] if len(args) > 1 else Const(0)
-    for item in items:
-        total = binary(tr.scope, ast.Add(), total, item, site)
-    return total
-
-
-def _isinstance(tr, frame, node, args, kwargs, site):
-    value, classes = args
-    if isinstance(value, Const):
-        return Const(isinstance(value.value, constant_value(classes)))
-    kinds = {Tensor: (chainer.Variable, numpy.ndarray), PyList: (list,), PyTuple: (tuple,),
-             PyDict: (dict,), Sequence: (list,)}
-    wanted = constant_value(classes)
-    wanted = wanted if isinstance(wanted, tuple) else (wanted,)
-    if isinstance(value, PyObject):
-        return Const(issubclass(value.cls, wanted))
-    return Const(any(issubclass(k, wanted) for k in kinds.get(type(value), ())))
-
-
-_BUILTINS = {
-    range: _range, len: _len, zip: _zip, enumerate: _enumerate, list: _list, tuple: _tuple,
-    int: _scalar_cast(numpy.int64, int), float: _scalar_cast(numpy.float32, float),
-    bool: _scalar_cast(numpy.bool_, bool), min: _min_max('Min', min),
-    max: _min_max('Max', max), abs: _abs, sum: _sum, isinstance: _isinstance,
-}
-
-
-def _declare(scope, value):
-    """Declare the static shapes of the tensors in ``value`` (outputs of a
-    Loop or If) in ``scope``'s graph: ONNX shape inference cannot tell that
-    a loop-carried value keeps its shape, and training needs static shapes."""
-    if isinstance(value, Tensor):
-        if all(isinstance(d, int) for d in value.shape):
-            scope.value_infos.append(cf.value_info(
-                value.name, cf.TensorSpec(value.dtype, value.shape)))
-    elif isinstance(value, (PyList, PyTuple)):
-        for item in value.items:
-            _declare(scope, item)
-    elif isinstance(value, PyDict):
-        for item in value.items.values():
-            _declare(scope, item)
 
 
 def _always_returns(stmts):
@@ -1583,8 +957,95 @@ def _always_returns(stmts):
     return False
 
 
-def env_get(frame, name):
-    return frame.env.get(name, Const(False))
+def _constant_arguments(call):
+    return all(is_constant(a) for a in list(call.args) + list(call.kwargs.values()))
+
+
+def _call_link(tr, link, call):
+    """A Chainer link without user-defined children is converted whole;
+    any other link's forward is translated from its source."""
+    if _is_chainer_builtin(link) and not any(not _is_chainer_builtin(child)
+                                             for child in link.links(skipself=True)) \
+            and not isinstance(link, chainer.links.Classifier):
+        return tr.chainer_call(link, call.args, call.kwargs, call.site)
+    forward, self_value = _forward_of(link, call.site)
+    return tr.call_function(forward, call.args, call.kwargs, call.site, self_value=self_value)
+
+
+def _is_user_link_method(fn, call):
+    return isinstance(fn, types.MethodType) and isinstance(fn.__self__, chainer.Link) and \
+        not fn.__func__.__module__.startswith('chainer.')
+
+
+def _is_link_iterator(fn, call):
+    """A Link method walking the model's structure, fixed at export time:
+    its list of links (or parameters) is a constant a for loop unrolls."""
+    return isinstance(fn, types.MethodType) and isinstance(fn.__self__, chainer.Link) and \
+        fn.__name__ in _LINK_ITERATORS and _constant_arguments(call)
+
+
+def _module(fn):
+    return getattr(fn, '__module__', None) or ''
+
+
+#: What calling a constant ``fn`` that is not one of BUILTINS runs, by the
+#: kind of callable: (applies(fn, call), run(translator, fn, call)), the
+#: first that applies.
+_CALLEES = [
+    (lambda fn, call: isinstance(fn, chainer.Link), _call_link),
+    (lambda fn, call: _is_plain_class(fn),
+     lambda tr, cls, call: tr.construct(cls, call.args, call.kwargs, call.site)),
+    (lambda fn, call: isinstance(fn, type) and issubclass(fn, chainer.FunctionNode) and
+     _constant_arguments(call),
+     lambda tr, fn, call: call_at_export_time(fn, call)),
+    (lambda fn, call: isinstance(fn, types.MethodType) and
+     isinstance(fn.__self__, chainer.FunctionNode),  # a user's FunctionNode.apply
+     lambda tr, fn, call: tr.chainer_call(fn, call.args, call.kwargs, call.site)),
+    (_is_user_link_method,
+     lambda tr, fn, call: tr.call_function(fn.__func__, call.args, call.kwargs, call.site,
+                                           self_value=Const(fn.__self__))),
+    (_is_link_iterator,
+     lambda tr, fn, call: Const(list(constant_value(call_at_export_time(fn, call))))),
+    (lambda fn, call: isinstance(fn, numpy.ufunc) or
+     _module(fn).split('.')[0] in ('numpy', 'cupy'),
+     lambda tr, fn, call: call_numpy(tr.scope, fn.__name__, call.args, call.kwargs, call.site)),
+    (lambda fn, call: _module(fn).startswith(('chainer.functions', 'chainer.links')),
+     lambda tr, fn, call: tr.chainer_call(fn, call.args, call.kwargs, call.site)),
+    (lambda fn, call: isinstance(fn, types.FunctionType),
+     lambda tr, fn, call: tr.call_function(fn, call.args, call.kwargs, call.site)),
+]
+
+
+@contextlib.contextmanager
+def _loop_flags(frame):
+    """A loop's own break and continue flags: the enclosing loop's are back
+    on leaving it."""
+    outer = frame.env.get(BROKE, Const(False)), frame.env.get(CONTINUED, Const(False))
+    frame.env[BROKE] = Const(False)
+    try:
+        yield
+    finally:
+        frame.env[BROKE], frame.env[CONTINUED] = outer
+
+
+@contextlib.contextmanager
+def _local_names(frame, names):
+    """``names`` bound in this block only (a comprehension's variables):
+    their bindings before are back on leaving it."""
+    saved = {name: frame.env[name] for name in names if name in frame.env}
+    try:
+        yield
+    finally:
+        for name in names:
+            if name in saved:
+                frame.env[name] = saved[name]
+            else:
+                frame.env.pop(name, None)
+
+
+def _refuse_loop_else(translator, frame, node):
+    if node.orelse:
+        raise translator.error(frame, node, 'else clauses of loops are not supported')
 
 
 # -- the model -------------------------------------------------------------------
@@ -1633,12 +1094,12 @@ def export_model(model, args, opset_version=None, input_names=None, output_names
                        if isinstance(value, (Tensor, Sequence))}):
         result = translator.call_function(forward, inputs, {}, site, self_value=self_value)
     if isinstance(result, RangeValue):
-        result = _range_sequence(translator, result, '<export>')
+        result = range_sequence(root, result, '<export>')
     items = list(result.items) if isinstance(result, PyTuple) else (
         list(result.items.values()) if isinstance(result, PyDict) else [result])
     taken = {**state_names, **{name: 'an input' for name in in_names}}
     out_names = _names(output_names, len(items), 'output', 'output_names', taken)
-    graph_outputs = [_graph_output(translator, root, name, item)
+    graph_outputs = [_graph_output(root, name, item)
                      for name, item in zip(out_names, items)]
     for a in named_arrays(model):
         array = a.value.array if a.is_parameter else a.value
@@ -1663,7 +1124,7 @@ def _graph_input(name, arg):
             raise ValueError('%s: a list argument must hold arrays of one dtype' % name)
         shape = tuple(arrays[0].shape)
         for a in arrays[1:]:
-            shape = cf._merge_shapes(shape, a.shape)
+            shape = cf.merge_shapes(shape, a.shape)
         seq = Sequence(name, dtype, shape, arrays)
         return seq, cf.value_info(name, cf.SequenceSpec(dtype, shape))
     if arg is None:
@@ -1682,16 +1143,16 @@ def _graph_input(name, arg):
     return tensor, cf.value_info(name, cf.TensorSpec(array.dtype, array.shape))
 
 
-def _graph_output(translator, root, name, value):
+def _graph_output(root, name, value):
     """Make ``value`` graph output ``name``; return its ValueInfoProto."""
     site = '<the value forward returns>'
     if isinstance(value, Const) and value.value is None:
         value = Const(False)
     if isinstance(value, (PyList, PyTuple, Sequence, RangeValue)):
         if isinstance(value, RangeValue):
-            value = _range_sequence(translator, value, site)
+            value = range_sequence(root, value, site)
         if not isinstance(value, Sequence):
-            dtype = cf._elements(value)[0]
+            dtype = cf.elements(value)[0]
             if dtype == 'mixed':
                 raise TranslationError(site, 'a returned list must hold tensors of one dtype')
             if dtype is None:

@@ -41,10 +41,21 @@ class TranslationError(Exception):
 
 
 class Value:
-    """Base class of everything a translated expression evaluates to."""
+    """Base class of everything a translated expression evaluates to.
+
+    A value owns its Python methods: ``xs.append(x)`` in translated code
+    runs ``PyList.method_append`` with the call's arguments."""
 
     #: How messages name the kind of value ('a tensor', 'a list' ...).
     kind = 'a value'
+
+    def call_method(self, name, call):
+        """``self.<name>(...)``, the arguments in ``call`` (a
+        ``builtin_calls.Call``): the method ``method_<name>``."""
+        method = getattr(self, 'method_' + name, None)
+        if method is None:
+            raise call.unsupported()
+        return method(call)
 
 
 #: name -> the Tensor or Sequence of that ONNX name, for every one made while
@@ -104,6 +115,11 @@ class Tensor(Value):
     def ndim(self):
         return len(self.shape)
 
+    def call_method(self, name, call):
+        """NumPy's ndarray methods (``x.reshape(...)``, ``x.sum()`` ...)."""
+        from .numpy_calls import tensor_method  # built on this module's values
+        return tensor_method(call.scope, self, name, call.args, call.kwargs, call.site)
+
 
 @dataclass(eq=False)
 class Sequence(Value):
@@ -124,6 +140,16 @@ class Sequence(Value):
     def __post_init__(self):
         _record(self)
 
+    def method_append(self, call):
+        """An ONNX sequence is a value: appending makes a new one, which the
+        list's name is bound to."""
+        item, = call.positional(1)
+        item = call.tensor(item, 'the appended item', self.dtype)
+        name = call.scope.node('SequenceInsert', [self.name, item.name])
+        call.rebind_target(Sequence(name, self.dtype, merge_shapes(self.element_shape, item.shape),
+                                    list(self.examples) + [item.example]))
+        return Const(None)
+
 
 @dataclass(eq=False)
 class Const(Value):
@@ -140,6 +166,35 @@ class PyList(Value):
 
     kind = 'a list'
 
+    def method_append(self, call):
+        item, = call.positional(1)
+        self.items.append(item)
+        return Const(None)
+
+    def method_extend(self, call):
+        other, = call.positional(1)
+        self.items.extend(call.items(other))
+        return Const(None)
+
+    def method_pop(self, call):
+        index = call.constants(0, 1)
+        try:
+            return self.items.pop(*index)
+        except (IndexError, TypeError) as e:
+            raise call.error(str(e)) from None
+
+    def method_insert(self, call):
+        index, item = call.positional(2)
+        if not isinstance(index, Const):
+            raise call.unsupported()
+        self.items.insert(index.value, item)
+        return Const(None)
+
+    def method_reverse(self, call):
+        call.positional(0)
+        self.items.reverse()
+        return Const(None)
+
 
 @dataclass(eq=False)
 class PyTuple(Value):
@@ -155,6 +210,21 @@ class PyDict(Value):
     items: dict
 
     kind = 'a dict'
+
+    def method_keys(self, call):
+        return PyList([Const(k) for k in self.items])
+
+    def method_values(self, call):
+        return PyList(list(self.items.values()))
+
+    def method_items(self, call):
+        return PyList([PyTuple((Const(k), v)) for k, v in self.items.items()])
+
+    def method_get(self, call):
+        args = call.positional(1, 2)
+        if not isinstance(args[0], Const):
+            raise call.unsupported()
+        return self.items.get(args[0].value, args[1] if len(args) > 1 else Const(None))
 
 
 @dataclass(eq=False)
@@ -178,6 +248,27 @@ class MaybeNone(Value):
     tensor: Tensor
 
     kind = 'a tensor or None'
+
+
+class PyObject(Value):
+    """An instance of a plain Python class (not a Link) constructed in
+    translated code: its methods are inlined with ``self`` bound to it, and
+    its attributes are Values.  ``scope`` is where it was made: the
+    attributes live on the object, not among the names that If and Loop
+    merge across paths, so setting one from the body of a branch or loop
+    the object was made outside of is refused."""
+    kind = 'an object'
+
+    def __init__(self, cls, scope):
+        self.cls, self.scope, self.attrs = cls, scope, {}
+
+
+def merge_shapes(a, b):
+    """The shape covering shapes ``a`` and ``b``: None per axis whose size
+    differs; None when the ranks differ (or either is None)."""
+    if a is None or b is None or len(a) != len(b):
+        return None
+    return tuple(x if x == y else None for x, y in zip(a, b))
 
 
 def is_constant(value):

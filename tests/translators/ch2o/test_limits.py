@@ -11,8 +11,7 @@ import numpy
 import onnx
 import pytest
 
-from chainer_compiler.translators.ch2o import TranslationError, export_model
-from chainer_compiler.translators.ch2o import translator as ch2o_translator
+from chainer_compiler.translators.ch2o import TranslationError, export_model, limits
 
 from .helpers import OPSETS, check_ch2o
 
@@ -195,13 +194,13 @@ class Counted(chainer.Chain):
 
 
 def test_recursion_that_constants_end_is_inlined():
-    check_ch2o(Counted(ch2o_translator.MAX_CALL_DEPTH - 2), [_x(2, 3)])
+    check_ch2o(Counted(limits.MAX_CALL_DEPTH - 2), [_x(2, 3)])
 
 
-@pytest.mark.parametrize('model', [Recursive(), Counted(ch2o_translator.MAX_CALL_DEPTH)])
+@pytest.mark.parametrize('model', [Recursive(), Counted(limits.MAX_CALL_DEPTH)])
 def test_recursion_deeper_than_the_limit_is_refused(model):
     with pytest.raises(TranslationError, match=r'test_limits\.py:\d+: calls nest more than '
-                       r'%d deep' % ch2o_translator.MAX_CALL_DEPTH):
+                       r'%d deep' % limits.MAX_CALL_DEPTH):
         export_model(model, [_x(2, 3)])
 
 
@@ -231,22 +230,22 @@ class NestedIfs(chainer.Chain):
 
 
 def test_ifs_nested_to_the_limit_give_a_file_that_loads():
-    for proto in check_ch2o(NestedIfs(ch2o_translator.MAX_SUBGRAPH_DEPTH), [_x(2, 3)]):
+    for proto in check_ch2o(NestedIfs(limits.MAX_SUBGRAPH_DEPTH), [_x(2, 3)]):
         onnx.load_from_string(proto.SerializeToString())  # protobuf reads it back
 
 
-@pytest.mark.parametrize('depth', [ch2o_translator.MAX_SUBGRAPH_DEPTH + 1, 90])
+@pytest.mark.parametrize('depth', [limits.MAX_SUBGRAPH_DEPTH + 1, 90])
 def test_ifs_nested_past_the_limit_are_refused(depth):
     # 90 levels: the old translator failed in protobuf (DecodeError)
     with pytest.raises(TranslationError, match=r'test_limits\.py:\d+: branches and loops .* '
-                       r'nest more than %d deep' % ch2o_translator.MAX_SUBGRAPH_DEPTH):
+                       r'nest more than %d deep' % limits.MAX_SUBGRAPH_DEPTH):
         export_model(NestedIfs(depth), [_x(2, 3)])
 
 
 # -- loops unrolled at export time ---------------------------------------------------
 class LongConstantLoop(chainer.Chain):
     def forward(self, x):
-        for _ in range(ch2o_translator.MAX_UNROLLED_ITERATIONS + 1):
+        for _ in range(limits.MAX_UNROLLED_ITERATIONS + 1):
             x = x + 1
         return x
 
@@ -290,7 +289,7 @@ class ConstantWhile(chainer.Chain):
 
 @pytest.mark.parametrize('model', [NestedConstantLoops, ConstantWhile])
 def test_unrolled_iterations_are_counted_over_all_loops(model, monkeypatch):
-    monkeypatch.setattr(ch2o_translator, 'MAX_UNROLLED_ITERATIONS', 110)
+    monkeypatch.setattr(limits, 'MAX_UNROLLED_ITERATIONS', 110)
     check_ch2o(model(10), [_x(2, 3)], opsets=OPSETS[:1])
     with pytest.raises(TranslationError, match=r'test_limits\.py:\d+: loops whose trip count '
                        r'is known at export time unroll to more than 110 iterations in all'):
