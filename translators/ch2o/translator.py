@@ -724,7 +724,7 @@ class Translator:
                 ast.copy_location(child, node)
         targets = {n.id for g in node.generators for n in ast.walk(g.target)
                    if isinstance(n, ast.Name)}
-        with _local_names(frame, targets):
+        with _local_names(frame, targets | {key}):
             frame.env[key] = PyList([])
             self.stmt(frame, body)
             return frame.env.pop(key)
