@@ -743,10 +743,12 @@ def stage_speed(entry, device, report, dry_run):
         report.write('profile.txt', '\n'.join(profiles))
 
     def conv_variants(batch):
-        import conv_variants
-        entry['conv_variants'] = {'batch': batch, 'rows': conv_variants.measure(
+        import kernel_variants
+        entry['conv_variants'] = {'batch': batch, 'rows': kernel_variants.measure(
             device, timed, batch, repeat=10 if has_torch else 2,
             torch=torch if has_torch else None)}
+        entry['batch_norm_variants'] = {'batch': batch, 'rows': kernel_variants.measure_batch_norm(
+            device, timed, batch, repeat=10 if has_torch else 2)}
 
     for label, fn in (('inference_b32', lambda: inference(batches[0])),
                       ('training_b32', lambda: training(32 if has_torch else 8)),

@@ -131,6 +131,12 @@ def _grouped_conv(xp, cols, w, group, out_shape):
     """Contract columns (N, C, K, O) with weights (M, C/group, *kernel)."""
     n_batch, channels = cols.shape[:2]
     m = w.shape[0]
+    if group == 1:
+        # (M, C*K) @ (N, C*K, O): CuPy runs 2-D weights as one strided-batched
+        # GEMM, and 3-D ones broadcast over the batch 1.3 to 2 times slower
+        # (benchmarks/gpu/kernel_variants.py, ResNet-50's shapes on an H200).
+        y = _matmul(xp, w.reshape(m, -1), cols.reshape(n_batch, -1, cols.shape[-1]))
+        return y.reshape((n_batch, m) + tuple(out_shape))
     w = w.reshape(group, m // group, -1)
     cols = cols.reshape(n_batch, group, (channels // group) * cols.shape[2], -1)
     y = _matmul(xp, w, cols)  # (N, group, M/group, O): one GEMM per batch and group
@@ -192,7 +198,10 @@ def conv_transpose(xp, x, w, b=None, *, auto_pad='NOTSET', dilations=None, group
     m_per_group = w.shape[1]
     # Columns (N, group, M/group * K, H*W...): the transpose of Conv's GEMM.
     w_t = w.reshape(group, channels // group, -1).transpose(0, 2, 1)
-    cols = _matmul(xp, w_t, x.reshape(n_batch, group, channels // group, -1))
+    if group == 1:  # 2-D weights: one strided-batched GEMM on CuPy (see _grouped_conv)
+        cols = _matmul(xp, w_t[0], x.reshape(n_batch, channels, -1))
+    else:
+        cols = _matmul(xp, w_t, x.reshape(n_batch, group, channels // group, -1))
     cols = cols.reshape((n_batch, group * m_per_group) + tuple(kernel_shape) + tuple(in_shape))
     window = Window(tuple(kernel_shape), strides, dilations, tuple(begin), tuple(end),
                     tuple(in_shape))

@@ -80,6 +80,7 @@ def _batch_norm_inference(xp, x, scale, b, mean, var, epsilon):
 # over X on a GPU (each operation one kernel), its gradient about twelve;
 # these kernels make three each: X seen as (N, C, S), per-channel values as
 # (1, C, 1).  float32 only; anything else takes the xp code.
+# benchmarks/gpu/kernel_variants.py times them against the xp code.
 
 _BN_KERNELS = {}
 
@@ -110,12 +111,19 @@ def _fused_bn(xp, x, *params, spatial=1):
     return xp.ascontiguousarray(x).reshape(x.shape[0], x.shape[1], -1)
 
 
+def _channel_sum(xp, reduce, *args):
+    """``reduce`` over N and S of (N, C, S) arrays, as (1, C, 1): first along
+    S, which is contiguous (CuPy's fast reduction; reducing both axes at once
+    reads strided and took five times the xp code's time on an H200), then
+    along the short N."""
+    return reduce(*args, axis=2, keepdims=True).sum(axis=0, keepdims=True)
+
+
 def _fused_moments(xp, x3):
     """Per-channel mean and population variance of X (N, C, S), (1, C, 1) each."""
-    m = x3.shape[0] * x3.shape[2]
-    mean = x3.sum(axis=(0, 2), keepdims=True) / numpy.float32(m)
-    var = _bn_kernels(xp)['centred_squares'](x3, mean, axis=(0, 2), keepdims=True)
-    return mean, var / numpy.float32(m)
+    m = numpy.float32(x3.shape[0] * x3.shape[2])
+    mean = _channel_sum(xp, xp.sum, x3) / m
+    return mean, _channel_sum(xp, _bn_kernels(xp)['centred_squares'], x3, mean) / m
 
 
 def _batch_norm_training(xp, x, scale, b, mean, var, epsilon, momentum, axes):
@@ -330,8 +338,8 @@ def _fused_batch_norm_grad(xp, x3, scale, gy, mean, var, epsilon, training):
         mean, var = _per_channel(mean, 3), _per_channel(var, 3)
     gy3 = xp.ascontiguousarray(gy).reshape(x3.shape)
     inv = 1 / xp.sqrt(var + numpy.float32(epsilon))
-    g_b = gy3.sum(axis=(0, 2), keepdims=True)
-    g_scale = _bn_kernels(xp)['scaled_dot'](gy3, x3, mean, inv, axis=(0, 2), keepdims=True)
+    g_b = _channel_sum(xp, xp.sum, gy3)
+    g_scale = _channel_sum(xp, _bn_kernels(xp)['scaled_dot'], gy3, x3, mean, inv)
     a = _per_channel(scale, 3) * inv
     if training:
         m = numpy.float32(x3.shape[0] * x3.shape[2])

@@ -1,4 +1,5 @@
-"""Ways to run a convolution's GEMMs on one device, timed side by side.
+"""Ways to run a convolution's GEMMs and a training BatchNormalization on
+one device, timed side by side.
 
 The VM's Conv is im2col (one copy) and a matmul of the weights (M, C*K)
 against each image's columns (N, C*K, O); ConvGradFilter is one GEMM over
@@ -7,6 +8,8 @@ sees one large GEMM or N small ones, and whether the broadcast weights are
 copied per image.  This measures, on ResNet-50's convolution shapes at one
 batch, the kernel as it is against the alternatives, checks they agree, and
 reports median milliseconds, so the faster form is chosen by measurement.
+BatchNormalization (forward and gradient, training) is timed as the VM runs
+it against the same arithmetic written operation by operation against xp.
 """
 import functools
 import math
@@ -56,7 +59,65 @@ def variants(xp):
         return xp.ascontiguousarray(y.transpose(1, 0, 2)).reshape(
             (n, w.shape[0]) + window.out)
 
-    return {'vm kernel': vm_kernel, '2-D weights': two_d_weights, 'one GEMM': one_gemm}
+    def three_d_weights(x, w, stride, pad):
+        # (1, M, CK) @ (N, 1, CK, O): the weights broadcast over the batch.
+        cols, window = columns(x, w, stride, pad)
+        cols = cols.reshape(x.shape[0], 1, -1, math.prod(window.out))
+        y = xp.matmul(w.reshape(1, w.shape[0], -1), cols)
+        return y.reshape((x.shape[0], w.shape[0]) + window.out)
+
+    return {'vm kernel': vm_kernel, '2-D weights': two_d_weights,
+            '3-D weights': three_d_weights, 'one GEMM': one_gemm}
+
+
+def batch_norm_by_operations(xp, x, scale, b, gy, epsilon=1e-5):
+    """Training BatchNormalization and its gradient, one xp operation at a time."""
+    axes = (0, 2, 3)
+    mean = x.mean(axis=axes, keepdims=True)
+    centred = x - mean
+    inv = 1 / xp.sqrt((centred * centred).mean(axis=axes, keepdims=True) + epsilon)
+    xhat = centred * inv
+    s, c = scale.reshape(1, -1, 1, 1), b.reshape(1, -1, 1, 1)
+    y = xhat * s + c
+    g_b = gy.sum(axis=axes, keepdims=True)
+    g_scale = (gy * xhat).sum(axis=axes, keepdims=True)
+    m = x.size // g_b.size
+    gx = (gy - g_b / m - xhat * (g_scale / m)) * s * inv
+    return y, gx, g_scale.reshape(-1), g_b.reshape(-1)
+
+
+def batch_norm_vm(xp, x, scale, b, gy):
+    from chainer_compiler.runtime.ops.normalization import (
+        batch_normalization,
+        batch_normalization_grad,
+    )
+    zeros, ones = xp.zeros_like(scale), xp.ones_like(scale)
+    y = batch_normalization(xp, x, scale, b, zeros, ones, training_mode=1)[0]
+    gx, g_scale, g_b = batch_normalization_grad(xp, x, scale, gy)
+    return y, gx, g_scale, g_b
+
+
+def measure_batch_norm(device, timed, batch=32, repeat=10):
+    """Rows {shape, by operations: ms, vm kernel: ms, max diff} for
+    ResNet-50's BatchNormalization shapes."""
+    xp = device.xp
+    rng = numpy.random.default_rng(1)
+    rows = []
+    for c, size in ((64, 112), (256, 56), (512, 28), (2048, 7)):
+        x, gy = (device.put(rng.standard_normal((batch, c, size, size)).astype(numpy.float32))
+                 for _ in range(2))
+        scale, b = (device.put(rng.standard_normal(c).astype(numpy.float32)) for _ in range(2))
+        row = {'shape': 'BN %d @%d' % (c, size)}
+        expected = [device.get(v) for v in batch_norm_by_operations(xp, x, scale, b, gy)]
+        got = [device.get(v) for v in batch_norm_vm(xp, x, scale, b, gy)]
+        row['max diff'] = max(float(numpy.max(numpy.abs(e - g) / (1 + numpy.abs(e))))
+                              for e, g in zip(expected, got))
+        for label, fn in (('by operations', batch_norm_by_operations),
+                          ('vm kernel', batch_norm_vm)):
+            row[label] = timed(functools.partial(fn, xp, x, scale, b, gy), device.sync, 2,
+                               repeat)['median_ms']
+        rows.append(row)
+    return rows
 
 
 def measure(device, timed, batch=32, repeat=10, torch=None):
