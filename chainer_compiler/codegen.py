@@ -18,7 +18,7 @@ from .onnx_graph import (
     tensor_signature,
     value_kind,
 )
-from .runtime.ops.registry import normalize_domain
+from .runtime.ops.registry import fill_defaults, normalize_domain
 from .runtime.program import NO_REGISTER, Instruction, Program, RegisterType, ValueInfo
 from .runtime.validation import is_symbol
 
@@ -106,8 +106,11 @@ class _Emitter:
             instructions.append(Instruction(
                 op=node.op_type, domain=normalize_domain(node.domain),
                 version=schema_version(node, self.opsets), name=node_name,
-                inputs=tuple(ins), outputs=tuple(outs), attrs=attrs,
-                captures=tuple(reg(n) for n in sub_captures)))
+                inputs=tuple(ins), outputs=tuple(outs),
+                captures=tuple(reg(n) for n in sub_captures),
+                # Defaults filled once, here: no later stage restates one.
+                attrs=fill_defaults(node.op_type, node.domain, schema_version(node, self.opsets),
+                                    attrs)))
 
         outputs = []
         for v in graph.output:

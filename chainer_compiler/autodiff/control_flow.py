@@ -49,7 +49,7 @@ import onnx
 from onnx import helper, numpy_helper
 
 from ..onnx_graph import SequenceType, all_nodes, implicit_inputs, reads, subgraphs, value_info
-from ..runtime.ops.registry import registered_kernels
+from ..runtime.ops.registry import draws_random
 from .generate import differentiate, make_graph
 from .registry import GradientError, forward_rewrite, gradient
 
@@ -89,15 +89,9 @@ def _copy(graph):
     return result
 
 
-def _random_ops():
-    """(domain, op) of the operators that draw random numbers (the noise family)."""
-    return {(s.domain, s.op) for s in registered_kernels() if s.family == 'noise'}
-
-
 def _refuse_random(owner, nodes):
     """GradientError when ``nodes`` (to be recomputed in backward) draw random numbers."""
-    random = _random_ops()
-    drawn = sorted({n.op_type for n in nodes if (n.domain, n.op_type) in random})
+    drawn = sorted({n.op_type for n in nodes if draws_random(n.op_type, n.domain)})
     if drawn:
         raise GradientError(
             'cannot differentiate %s node %s: its backward recomputes the sub-graph, which '

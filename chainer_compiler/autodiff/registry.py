@@ -1,4 +1,6 @@
-"""Gradient rules, keyed by (domain, operator).
+"""Gradient rules, attached to their operators' records (OpRecord.stages
+'gradient' and 'forward_rewrite' in runtime/ops/registry.py, beside the
+kernel and the native lowering).
 
 A rule is ``fn(b, node, grad_outputs) -> grad_inputs``: ``b`` is the
 BackwardBuilder collecting the backward graph, ``node`` the forward
@@ -22,42 +24,32 @@ say so in their kernel's record (``gradient=False`` in runtime/ops); any
 other operator is differentiable, and one without a rule is an error that
 names it.
 """
-from ..runtime.ops.registry import normalize_domain, operator_record, registered_kernels
+from ..runtime.ops.registry import attach, operator_record, records, registered_kernels
 
 
 class GradientError(Exception):
     """An operator on the differentiated path has no gradient rule."""
 
 
-_RULES = {}
-_REWRITES = {}
-
-
 def gradient(*ops, domain=''):
     """Decorator registering a gradient rule for ``ops``."""
-    def register(fn):
-        for op in ops:
-            key = (normalize_domain(domain), op)
-            if key in _RULES:
-                raise ValueError('gradient of %s declared twice' % op)
-            _RULES[key] = fn
-        return fn
-    return register
+    return attach('gradient', *ops, domain=domain)
 
 
 def forward_rewrite(*ops, domain=''):
     """Decorator registering the forward rewrite of ``ops`` (see above)."""
-    def register(fn):
-        for op in ops:
-            _REWRITES[(normalize_domain(domain), op)] = fn
-        return fn
-    return register
+    return attach('forward_rewrite', *ops, domain=domain)
+
+
+def _stage(node, stage):
+    _load_all_families()
+    record = operator_record(node.op_type, node.domain)
+    return None if record is None else record.stages.get(stage)
 
 
 def forward_rewrite_for(node):
     """The forward rewrite declared for ``node``'s operator, or None."""
-    _load_all_families()
-    return _REWRITES.get((normalize_domain(node.domain), node.op_type))
+    return _stage(node, 'forward_rewrite')
 
 
 def rule_for(node):
@@ -67,20 +59,20 @@ def rule_for(node):
     record = operator_record(node.op_type, node.domain)
     if record is not None and not record.differentiable:
         return None
-    key = (normalize_domain(node.domain), node.op_type)
-    if key not in _RULES:
+    rule = _stage(node, 'gradient')
+    if rule is None:
         raise GradientError('no gradient rule for operator %s (node %s); declare one in '
                             'chainer_compiler/autodiff/<family>.py, or gradient=False on '
                             'its kernel if its outputs carry none'
                             % (node.op_type, node.name or 'unnamed'))
-    return _RULES[key]
+    return rule
 
 
 def differentiable_ops():
     """{'rules': sorted op names with a rule, 'none': sorted op names whose
     kernel records say their outputs carry no gradient}."""
     _load_all_families()
-    return {'rules': sorted(op for _, op in _RULES),
+    return {'rules': sorted(r.op for r in records() if 'gradient' in r.stages),
             'none': sorted({s.op for s in registered_kernels() if not s.record.differentiable})}
 
 

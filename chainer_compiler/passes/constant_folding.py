@@ -13,12 +13,7 @@ from onnx import numpy_helper, shape_inference
 
 from ..onnx_graph import kernel_attributes, schema_version, subgraphs, tensor_signature
 from ..runtime.limits import may_fold
-from ..runtime.ops.registry import has_kernel, lookup, normalize_domain
-
-#: Operators whose result differs from run to run.
-_NONDETERMINISTIC = frozenset([
-    'RandomNormal', 'RandomUniform', 'RandomNormalLike', 'RandomUniformLike',
-    'Bernoulli', 'Multinomial', 'Dropout', 'DropoutTraining'])
+from ..runtime.ops.registry import draws_random, has_kernel, lookup, normalize_domain
 
 
 def fold_constants(graph, opsets):
@@ -65,8 +60,8 @@ class _KnownValues:
 
 
 def _try_fold(node, opsets, known):
-    if node.op_type in _NONDETERMINISTIC or any(True for _ in subgraphs(node)):
-        return None
+    if draws_random(node.op_type, node.domain) or any(True for _ in subgraphs(node)):
+        return None  # a draw differs from run to run
     if not all(name in known for name in node.input if name):
         return None
     version = schema_version(node, opsets)

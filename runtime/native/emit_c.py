@@ -33,7 +33,7 @@ from .arena import Buffer, aligned, plan_arena
 from .cformat import C_TYPES, NPY_DESCR, Shape, clist, cliteral, cstring, shape_text
 from .folding import fold
 from .fusion import fuse, written_inputs
-from .lowering import FLOAT32, LOWERINGS, Refuse, Step, Unknown
+from .lowering import FLOAT32, Refuse, Step, Unknown, lowering_for, with_defaults
 from .weights import WeightsLayout, layout
 from .weights import block as weights_block
 from .weights import write_file as write_weights_file
@@ -171,7 +171,7 @@ def output_file_names(names: list[str]) -> list[str]:
 
 
 def lowering_key(inst: Instruction) -> str:
-    """The key of ``inst``'s lowering in LOWERINGS."""
+    """How ``inst``'s operator is named among native_operators()."""
     return inst.op if inst.domain in ('', 'ai.onnx') else inst.qualified_op
 
 
@@ -214,7 +214,8 @@ class _Emitter:
     ``uniform_input``."""
 
     def __init__(self, program: Program, name: str, weights_mode: str = 'embed'):
-        program = fuse(program)  # folded BatchNormalizations, activation epilogues
+        # Defaults filled, BatchNormalizations folded, activation epilogues fused.
+        program = fuse(with_defaults(program))
         self.p = program
         self.name = name
         self.weights_mode = weights_mode
@@ -263,7 +264,7 @@ class _Emitter:
         self._check_outputs()
 
     def _lower(self, inst: Instruction) -> Step:
-        lowering = LOWERINGS.get(lowering_key(inst))
+        lowering = lowering_for(inst.op, inst.domain)
         if lowering is None:
             raise Refuse('no C kernel for operator %s' % inst.qualified_op)
         if any(isinstance(v, Program) for v in inst.attrs.values()):
@@ -811,8 +812,8 @@ class _Emitter:
         """The comment above instruction ``i``'s C: its index, operator and
         registers by number.  No name or attribute of the Program: a name can
         end a comment (the names are in the tables NAME_inputs and
-        NAME_outputs, as string literals).  The operator is a key of
-        LOWERINGS, the project's own text, since its lowering ran."""
+        NAME_outputs, as string literals).  The operator is one of
+        native_operators(), the project's own text, since its lowering ran."""
         if step is None:
             return '/* %d: evaluated at emit time: a constant */' % i
         registers = [', '.join('_' if r == NO_REGISTER else '%%%d' % r for r in regs)

@@ -8,7 +8,9 @@ constant inputs.  Such an instruction runs once here, through the NumPy VM's
 own kernel, and its outputs join the Program's constants; the lowerings
 downstream then see constant targets, axes and indices.
 
-Only the operators of shape arithmetic are evaluated, and only when their
+Operators whose record says they draw random numbers are never evaluated
+(a mask frozen into the C would be the same on every run).  Otherwise only
+the operators of shape arithmetic are evaluated, and only when their
 results, sized here from the inputs before anything runs, pass the size
 rule the compiler's constant folding applies too (runtime/limits.py).
 """
@@ -19,6 +21,7 @@ import numpy
 
 from .. import ops
 from ..limits import may_fold
+from ..ops.registry import draws_random
 from ..program import NO_REGISTER, Instruction, Program
 
 #: Ops whose result depends only on their input's shape and dtype.
@@ -40,7 +43,7 @@ _BROADCAST = frozenset({
 def fold(inst: Instruction, consts: dict, shapes: dict, dtypes: dict) -> list | None:
     """The outputs of ``inst`` as arrays when they can be known at emit
     time, else None."""
-    if inst.domain not in ('', 'ai.onnx') or _random(inst.op) or \
+    if inst.domain not in ('', 'ai.onnx') or draws_random(inst.op, inst.domain) or \
             any(isinstance(v, Program) for v in inst.attrs.values()):
         return None
     args: list[numpy.ndarray | None] = []
@@ -100,8 +103,3 @@ def _result_bounds(op: str, args: list, attrs: dict) -> list:
     except (ValueError, TypeError, OverflowError, ZeroDivisionError, IndexError, AttributeError):
         pass
     return [None]
-
-
-def _random(op: str) -> bool:
-    """Ops whose every run differs: never folded."""
-    return op.startswith('Random') or op in ('Bernoulli', 'Multinomial')

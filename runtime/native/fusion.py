@@ -6,7 +6,8 @@ when C is emitted (emit_c.py calls ``fuse`` first).
   bias) that nothing else reads, is folded into that weight and bias: per
   channel, ``s = scale / sqrt(var + eps)``, the weight's output channel is
   scaled by ``s`` and the bias becomes ``(bias - mean) * s + B``.
-* A Relu, LeakyRelu, Sigmoid or Tanh that is the only reader of a Conv,
+* An activation whose record says ``epilogue`` (Relu, LeakyRelu, Sigmoid,
+  Tanh) that is the only reader of a Conv,
   Gemm or MatMul output (not itself a program output) becomes that
   instruction's ``activation`` attribute (``activation_alpha`` for
   LeakyRelu's slope), which the kernels apply as they store the product;
@@ -29,15 +30,25 @@ import dataclasses
 import numpy
 
 from ..ops.opset_rules import batch_norm_trains
-from ..ops.registry import CUSTOM_DOMAIN, operator_record
+from ..ops.registry import CUSTOM_DOMAIN, lookup, operator_record, records
 from ..program import NO_REGISTER, Instruction, Program
 
-#: Activation ops a product can apply in its epilogue -> default alpha.
-EPILOGUE_ACTIVATIONS = {'Relu': None, 'LeakyRelu': 0.01, 'Sigmoid': None, 'Tanh': None}
 _DEFAULT_DOMAINS = ('', 'ai.onnx')
 _BATCH_NORM_GRAD = CUSTOM_DOMAIN + '::BatchNormalizationGrad'
-#: Ops whose output may be a view of their first input.
-_VIEWS = ('Reshape', 'Flatten', 'Squeeze', 'Unsqueeze', 'Identity', 'Transpose')
+
+
+def epilogue_ops() -> list[str]:
+    """The activations (default domain) a product may apply as it stores
+    its result: those whose records say ``epilogue``."""
+    return [r.op for r in records() if r.epilogue and r.domain == '']
+
+
+def epilogue_alpha(op: str, attrs: dict) -> float:
+    """The ``activation_alpha`` of epilogue ``op`` given its node's
+    ``attrs``: its ``alpha`` attribute, the kernel's default when absent
+    (LeakyRelu's slope), 0 for an activation without one."""
+    alpha = lookup(op).with_defaults(attrs).get('alpha')
+    return 0.0 if alpha is None else float(alpha)
 
 
 def written_inputs(inst: Instruction) -> list[int]:
@@ -221,13 +232,12 @@ class _Fuser:
         assert inst is not None
         j = self._sole_reader(inst.outputs[0])
         act = None if j is None else self.insts[j]
-        if j is None or act is None or act.op not in EPILOGUE_ACTIVATIONS \
-                or 'activation' in inst.attrs:
+        if j is None or act is None or act.domain not in _DEFAULT_DOMAINS \
+                or act.op not in epilogue_ops() or 'activation' in inst.attrs:
             return False
         attrs = dict(inst.attrs, activation=act.op)
-        default_alpha = EPILOGUE_ACTIVATIONS[act.op]
-        if default_alpha is not None:
-            attrs['activation_alpha'] = float(act.attrs.get('alpha', default_alpha))
+        if 'alpha' in lookup(act.op, act.domain, act.version).attribute_types:
+            attrs['activation_alpha'] = epilogue_alpha(act.op, act.attrs)
         new = dataclasses.replace(inst, outputs=(act.outputs[0],) + inst.outputs[1:],
                                   attrs=attrs)
         if inst.op == 'Gemm':
@@ -322,11 +332,15 @@ class _Fuser:
                 bn.attrs.get('is_test', 0))
 
     def _root(self, r: int) -> int:
-        """The register whose array ``r`` may share: through the ops that
-        can be views of their input (the native backend aliases them)."""
+        """The register whose array ``r`` may share: through the ops whose
+        records say output 0 may be a view of an input (view_of; the native
+        backend aliases them)."""
         while r in self.producer:
             inst = self.insts[self.producer[r]]
-            if inst is None or inst.op not in _VIEWS or not inst.inputs:
+            if inst is None:
                 break
-            r = inst.inputs[0]
+            record = operator_record(inst.op, inst.domain)
+            if record is None or record.view_of is None or record.view_of >= len(inst.inputs):
+                break
+            r = inst.inputs[record.view_of]
         return r

@@ -2,7 +2,9 @@
 emitter (emit_c.py) and the per-family lowerings (lowerings/).
 
 A lowering is a function ``(emitter, instruction) -> Step`` registered for
-one or more ONNX operators with ``@lowers``.  It reads static shapes,
+one or more ONNX operators with ``@lowers``, which attaches it to their
+OpRecords as their 'native' stage (runtime/ops/registry.py): the record is
+the one index of what covers an operator.  It reads static shapes,
 dtypes and constants through the emitter (``em.shape``, ``em.dtype``,
 ``em.const``), raises Refuse with a reason when the kernels cannot run the
 instruction, and returns a Step whose ``render`` writes the C lines once
@@ -15,11 +17,14 @@ the lowering's own table and the table's entry is written; names stay out
 literals).  tests/runtime/native/test_emit_c_injection.py checks that names
 and string attributes change nothing in the C outside string literals.
 """
+import dataclasses
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
 from ..ops.connection import window_geometry
+from ..ops.registry import attach, fill_defaults, operator_record, records
+from ..program import Program
 from .cformat import Shape
 
 #: (C expression of a register's pointer, C expression of the scratch) -> lines
@@ -63,18 +68,39 @@ class Step:
     error: str = ''
 
 
-#: ONNX operator (default domain) or 'domain::op' -> its lowering.
-LOWERINGS: dict[str, Callable[[Any, Any], Step]] = {}
-
-
 def lowers(*ops: str):
-    """Register the decorated function as the lowering of ``ops``."""
+    """Register the decorated function as the lowering of ``ops`` (ONNX
+    operators of the default domain, or 'domain::op')."""
     def register(fn):
         for op in ops:
-            assert op not in LOWERINGS, 'two lowerings for %s' % op
-            LOWERINGS[op] = fn
+            domain, _, name = op.rpartition('::')
+            attach('native', name, domain=domain)(fn)
         return fn
     return register
+
+
+def lowering_for(op: str, domain: str = '') -> Callable[[Any, Any], Step] | None:
+    """The lowering of ``op``, None when it has none."""
+    from . import lowerings  # noqa: F401  (registers every lowering)
+    record = operator_record(op, domain)
+    return None if record is None else record.stages.get('native')
+
+
+def native_operators() -> list[str]:
+    """Every operator with a lowering: its name in the default domain,
+    'domain::op' elsewhere."""
+    from . import lowerings  # noqa: F401  (registers every lowering)
+    return [r.op if not r.domain else '%s::%s' % (r.domain, r.op)
+            for r in records() if 'native' in r.stages]
+
+
+def with_defaults(program: Program) -> Program:
+    """``program`` with its kernels' attribute defaults filled in, as the
+    compiler fills them (codegen): a Program made elsewhere (by hand, or
+    saved before) reaches the lowerings and fusion complete too."""
+    return dataclasses.replace(program, instructions=[
+        dataclasses.replace(i, attrs=fill_defaults(i.op, i.domain, i.version, i.attrs))
+        for i in program.instructions])
 
 
 def window(attrs, spatial, kernel, ceil_mode=0):

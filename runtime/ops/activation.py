@@ -16,12 +16,12 @@ def _const(x, value):
 
 # -- rectifiers and friends ---------------------------------------------------
 
-@kernel('Relu', cost=per_element(12))  # maximum with a scalar: 10 to 15 measured
+@kernel('Relu', cost=per_element(12), epilogue=True)  # maximum with a scalar: 10 to 15 measured
 def relu(xp, x, *, consumed_inputs=None):
     return xp.maximum(x, _const(x, 0))
 
 
-@kernel('LeakyRelu')
+@kernel('LeakyRelu', epilogue=True)
 def leaky_relu(xp, x, *, alpha=0.01, consumed_inputs=None):
     return xp.where(x >= 0, x, x * _const(x, alpha))
 
@@ -83,12 +83,12 @@ def _softplus(xp, x):
     return xp.maximum(x, _const(x, 0)) + xp.log1p(xp.exp(-xp.abs(x)))
 
 
-@kernel('Sigmoid', cost=per_element(200))  # 170 to 250 measured
+@kernel('Sigmoid', cost=per_element(200), epilogue=True)  # 170 to 250 measured
 def sigmoid(xp, x, *, consumed_inputs=None):
     return _sigmoid(xp, x)
 
 
-@kernel('Tanh')
+@kernel('Tanh', epilogue=True)
 def tanh(xp, x, *, consumed_inputs=None):
     return xp.tanh(x)
 

@@ -65,7 +65,7 @@ def _wrap_indices(xp, indices, dim):
 NO_COPY = per_element(0)
 
 
-@kernel('Identity', cost=NO_COPY)
+@kernel('Identity', cost=NO_COPY, view_of=0)
 def identity(xp, x):
     return x
 
@@ -116,7 +116,7 @@ def _reshape(x, dims, allowzero):
     return x.reshape(dims)
 
 
-@kernel('Reshape', versions=(1, 4), cost=NO_COPY)
+@kernel('Reshape', versions=(1, 4), cost=NO_COPY, view_of=0)
 def reshape_v1(xp, data, *, shape=(), consumed_inputs=None):
     return _reshape(data, shape, 0)
 
@@ -126,7 +126,7 @@ def reshape(xp, data, shape, *, allowzero=0):
     return _reshape(data, _ints(shape), allowzero)
 
 
-@kernel('Flatten', cost=NO_COPY)
+@kernel('Flatten', cost=NO_COPY, view_of=0)
 def flatten(xp, x, *, axis=1):
     axis = _axis(axis, x.ndim)
     return x.reshape(math.prod(x.shape[:axis]), math.prod(x.shape[axis:]))
@@ -154,7 +154,8 @@ def _unsqueeze(xp, x, axes):
 
 
 # One kernel for the axes attribute, one for the axes input (axes_input_since).
-@kernel('Squeeze', versions=(1, axes_input_since('Squeeze') - 1), cost=NO_COPY)
+@kernel('Squeeze', versions=(1, axes_input_since('Squeeze') - 1), cost=NO_COPY,
+        view_of=0)
 def squeeze_v1(xp, data, *, axes=None):
     return _squeeze(xp, data, axes)
 
@@ -164,7 +165,8 @@ def squeeze(xp, data, axes=None):
     return _squeeze(xp, data, _ints(axes))
 
 
-@kernel('Unsqueeze', versions=(1, axes_input_since('Unsqueeze') - 1), cost=NO_COPY)
+@kernel('Unsqueeze', versions=(1, axes_input_since('Unsqueeze') - 1), cost=NO_COPY,
+        view_of=0)
 def unsqueeze_v1(xp, data, *, axes):
     return _unsqueeze(xp, data, axes)
 
@@ -286,11 +288,11 @@ def gather_nd(xp, data, indices, *, batch_dims=0):
 
 _REDUCTIONS = {'add': 'add', 'mul': 'multiply', 'max': 'maximum', 'min': 'minimum'}
 
+
 def _multiplying(attributes):
     # CuPy has no multiply.at (a product over duplicate targets): such nodes
     # run on the host, a rare operator on small data.
     return attributes.get('reduction') == 'mul'
-
 
 
 def _scatter(xp, data, index, updates, reduction):
@@ -480,7 +482,7 @@ def _cast(xp, x, to, saturate=1, round_mode='up'):
     return x.astype(to)
 
 
-@kernel('Cast', versions=(1, 5))
+@kernel('Cast', versions=(1, 5), view_of=0)
 def cast_v1(xp, input, *, to):
     return _cast(xp, input, _CAST_V1_TYPES[to])
 
@@ -490,7 +492,7 @@ def cast(xp, input, *, to, saturate=1, round_mode='up'):
     return _cast(xp, input, to, saturate, round_mode)
 
 
-@kernel('CastLike', versions=(15, LATEST))
+@kernel('CastLike', versions=(15, LATEST), view_of=0)
 def cast_like(xp, input, target_type, *, saturate=1, round_mode='up'):
     return _cast(xp, input, target_type.dtype, saturate, round_mode)
 

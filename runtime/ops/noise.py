@@ -46,7 +46,7 @@ def _dropout(xp, data, ratio, training, seed, n_outputs, mask_dtype):
     return output, keep.astype(mask_dtype, copy=False)
 
 
-@kernel('Dropout', versions=(1, 6), recompute=False)
+@kernel('Dropout', versions=(1, 6), recompute=False, random=True, view_of=0)
 def dropout_v1(xp, data, *, ratio=0.5, is_test=0, consumed_inputs=None, n_outputs=1):
     # Opsets 1 and 6 train unless is_test is set; the mask has data's type.
     return _dropout(xp, data, ratio, not is_test, None, n_outputs, data.dtype)
@@ -72,37 +72,38 @@ def dropout(xp, data, ratio=None, training_mode=None, *, seed=None, n_outputs=1)
 
 # -- sampling -------------------------------------------------------------------------
 
-@kernel('Bernoulli', versions=(15, LATEST), recompute=False, gradient=False)
+@kernel('Bernoulli', versions=(15, LATEST), recompute=False, gradient=False, random=True)
 def bernoulli(xp, input, *, dtype=None, seed=None):
     draws = _generator(xp, seed).uniform(0.0, 1.0, input.shape)
     return (draws < input).astype(input.dtype if dtype is None else dtype)
 
 
-@kernel('RandomUniform', recompute=False, gradient=False)
+@kernel('RandomUniform', recompute=False, gradient=False, random=True)
 def random_uniform(xp, *, shape, dtype=None, low=0.0, high=1.0, seed=None):
     draws = _generator(xp, seed).uniform(low, high, tuple(shape))
     return draws.astype(_float_dtype(dtype))
 
 
-@kernel('RandomUniformLike', recompute=False, gradient=False)
+@kernel('RandomUniformLike', recompute=False, gradient=False, random=True)
 def random_uniform_like(xp, input, *, dtype=None, low=0.0, high=1.0, seed=None):
     draws = _generator(xp, seed).uniform(low, high, input.shape)
     return draws.astype(_float_dtype(dtype, input.dtype))
 
 
-@kernel('RandomNormal', recompute=False, gradient=False)
+@kernel('RandomNormal', recompute=False, gradient=False, random=True)
 def random_normal(xp, *, shape, dtype=None, mean=0.0, scale=1.0, seed=None):
     draws = _generator(xp, seed).normal(mean, scale, tuple(shape))
     return draws.astype(_float_dtype(dtype))
 
 
-@kernel('RandomNormalLike', recompute=False, gradient=False)
+@kernel('RandomNormalLike', recompute=False, gradient=False, random=True)
 def random_normal_like(xp, input, *, dtype=None, mean=0.0, scale=1.0, seed=None):
     draws = _generator(xp, seed).normal(mean, scale, input.shape)
     return draws.astype(_float_dtype(dtype, input.dtype))
 
 
-@kernel('Multinomial', versions=(7, LATEST), recompute=False, gradient=False)
+@kernel('Multinomial', versions=(7, LATEST), recompute=False, gradient=False,
+        random=True)
 def multinomial(xp, input, *, dtype=None, sample_size=1, seed=None):
     """``sample_size`` class indices per row of unnormalised log-probabilities
     (batch_size, class_size); int32 unless ``dtype`` says int64."""
@@ -125,7 +126,7 @@ def _dropout_training_types(inputs, attributes):
     return [x, None if x is None else ('bool', x[1])]
 
 
-@kernel('DropoutTraining', domain=CUSTOM_DOMAIN, outputs=('y', 'mask'),
+@kernel('DropoutTraining', domain=CUSTOM_DOMAIN, outputs=('y', 'mask'), random=True,
         types=_dropout_training_types)
 def dropout_training(xp, x, *, ratio=0.5):
     """Chainer's training-mode dropout: y = x * mask / (1 - ratio), with

@@ -14,11 +14,15 @@ Operators whose meaning changed between opsets register one kernel per range of
 
 What the other stages need to know about an operator (OpRecord: whether the
 recompute policies may replay it and what a replay costs, which inputs its
-kernel updates in place, whether its outputs carry a gradient, which nodes
-must run on the host under CuPy, and for this project's own operators the
-names and types of their outputs, from which their ONNX schemas are made)
-is declared here too, by keyword arguments of ``@kernel``, so that no stage
-keeps a private list of operators.
+kernel updates in place, whether its outputs carry a gradient, which nodes must run on the host
+under CuPy, whether it draws random numbers, whether output 0 may be a view
+of an input, whether a product may apply it as its epilogue, and for this
+project's own operators the names and types of their outputs, from which
+their ONNX schemas are made) is declared here too, by keyword arguments of
+``@kernel``, so that no stage keeps a private list of operators.  The
+attribute defaults are the kernels' keyword defaults (KernelSpec.with_defaults),
+and the stages that implement an operator elsewhere (its gradient rule, its
+C lowering) attach to the same record (attach), which thus tells what covers it.
 """
 import inspect
 import numbers
@@ -71,6 +75,19 @@ class OpRecord:
     #: dtype CuPy cannot hold, e.g. Cast to float8; an operation CuPy lacks).
     #: Undeclared: never (nodes with host inputs run there anyway).
     host_only: Callable | None = None
+    #: True: a run may draw random numbers (Dropout in training mode, the
+    #: samplers), so no folder evaluates it ahead of a run and no backward
+    #: replays it.  Apart from recompute, which also covers stateful operators.
+    random: bool | None = None
+    #: k: output 0 may be input k's array (Reshape, Identity; the instances
+    #: of Dropout and Cast that compute the identity): a backend may alias
+    #: it instead of copying, and whatever tracks memory counts the two as
+    #: one array.  Only these may be aliased.
+    view_of: int | None = None
+    #: True: an activation a product (Conv, Gemm, MatMul) may apply as it
+    #: stores its result (the native kernels' epilogue), its float
+    #: attribute, if any, as ``activation_alpha``.
+    epilogue: bool | None = None
     #: This project's operators: the names of the outputs, for the schema.
     outputs: tuple[str, ...] | None = None
     #: This project's operators: the type rule of the outputs (see like()).
@@ -79,6 +96,11 @@ class OpRecord:
     #: 'ints', 'float', 'floats', 'string', 'strings')} for the attributes
     #: whose defaults do not tell (required ones, and those defaulting to None).
     attributes: dict[str, str] | None = None
+    #: What other stages attach to the operator, by stage: 'gradient' (its
+    #: rule, chainer_compiler/autodiff), 'forward_rewrite' and 'native' (its
+    #: C lowering, runtime/native).  Filled by their registration decorators
+    #: through attach(), so the record answers which stages cover it.
+    stages: dict[str, Callable] = field(default_factory=dict, compare=False)
 
     @property
     def costly(self):
@@ -133,9 +155,18 @@ class KernelSpec:
     record: OpRecord = field(compare=False)
     #: {attribute: the type(s) its value must have}; ``object`` where any will do.
     attribute_types: dict = field(default_factory=dict, compare=False)
+    #: {attribute: its default} for the attributes whose default is a value
+    #: (not None): what with_defaults fills in.
+    attribute_defaults: dict = field(default_factory=dict, compare=False)
 
     def accepts(self, version):
         return self.versions[0] <= version <= self.versions[1]
+
+    def with_defaults(self, attributes):
+        """``attributes`` with every attribute the node leaves out that has a
+        default set to it: the compiler fills them once when it builds the
+        Program, so no later stage restates an ONNX default."""
+        return {**self.attribute_defaults, **attributes}
 
 
 _KERNELS: dict[tuple[str, str], list[KernelSpec]] = {}
@@ -147,8 +178,8 @@ def kernel(op, *, domain='', versions=(1, LATEST), **facts):
 
     ``versions`` is an inclusive range of ONNX schema versions.  ``facts``
     declare the operator's OpRecord fields (``recompute``, ``cost``,
-    ``in_place``, ``gradient``, ``host_only``, ``outputs``, ``types``,
-    ``attributes``).
+    ``in_place``, ``gradient``, ``host_only``, ``random``, ``view_of``,
+    ``epilogue``, ``outputs``, ``types``, ``attributes``).
     """
     domain = normalize_domain(domain)
     unknown = sorted(set(facts) - set(_FACTS))
@@ -171,11 +202,15 @@ def kernel(op, *, domain='', versions=(1, LATEST), **facts):
         attributes = {p.name: _attribute_type(p.default) for p in params
                       if p.kind == p.KEYWORD_ONLY and p.name != 'n_outputs'}
         takes_kwargs = any(p.kind == p.VAR_KEYWORD for p in params)
+        defaults = {p.name: list(p.default) if isinstance(p.default, tuple) else p.default
+                    for p in params if p.kind == p.KEYWORD_ONLY and p.name != 'n_outputs'
+                    and isinstance(p.default, (int, float, str, tuple))}
         spec = KernelSpec(op=op, domain=domain, versions=tuple(versions), fn=fn,
                           family=fn.__module__.rsplit('.', 1)[-1],
                           accepts_n_outputs=any(p.name == 'n_outputs' for p in params),
                           attribute_names=None if takes_kwargs else frozenset(attributes),
-                          attribute_types=attributes, record=record)
+                          attribute_types=attributes, attribute_defaults=defaults,
+                          record=record)
         entries = _KERNELS.setdefault((domain, op), [])
         for other in entries:
             if not (spec.versions[1] < other.versions[0] or other.versions[1] < spec.versions[0]):
@@ -188,8 +223,8 @@ def kernel(op, *, domain='', versions=(1, LATEST), **facts):
 
 
 #: The OpRecord fields @kernel declares.
-_FACTS = ('recompute', 'cost', 'in_place', 'gradient', 'host_only', 'outputs', 'types',
-          'attributes')
+_FACTS = ('recompute', 'cost', 'in_place', 'gradient', 'host_only', 'random', 'view_of',
+          'epilogue', 'outputs', 'types', 'attributes')
 
 
 #: (type of an attribute's default, the type(s) its values must have).
@@ -217,21 +252,63 @@ def lookup(op, domain='', version=LATEST, node_name=''):
     raise UnsupportedOperatorError(op, normalize_domain(domain), version, node_name)
 
 
+def fill_defaults(op, domain, version, attributes):
+    """``attributes`` of a node of ``op`` at schema ``version`` with its
+    kernel's defaults filled in (KernelSpec.with_defaults); a copy as given
+    when no kernel implements it."""
+    _load_all_families()
+    for spec in _KERNELS.get((normalize_domain(domain), op), ()):
+        if spec.accepts(version):
+            return spec.with_defaults(attributes)
+    return dict(attributes)
+
+
 def has_kernel(op, domain='', version=LATEST):
     _load_all_families()
     return any(s.accepts(version) for s in _KERNELS.get((normalize_domain(domain), op), ()))
 
 
 def operator_record(op, domain=''):
-    """The OpRecord of ``op``, or None when no kernel implements it."""
+    """The OpRecord of ``op``, or None when neither a kernel nor another
+    stage (attach) knows it."""
     _load_all_families()
     return _RECORDS.get((normalize_domain(domain), op))
+
+
+def attach(stage, *ops, domain=''):
+    """Decorator attaching ``fn`` to the records of ``ops`` as their
+    ``stage`` (see OpRecord.stages): the registration of gradient rules and
+    native lowerings, beside the kernel as JAX registers rules beside a
+    primitive.  An operator no kernel implements (a native-only fusion)
+    gets a record of its own.  Attaching twice is an error."""
+    def register(fn):
+        for op in ops:
+            record = _RECORDS.setdefault((normalize_domain(domain), op),
+                                         OpRecord(op, normalize_domain(domain)))
+            if stage in record.stages:
+                raise ValueError('%s of %s attached twice' % (stage, op))
+            record.stages[stage] = fn
+        return fn
+    return register
+
+
+def records():
+    """Every OpRecord (kernels loaded), sorted by domain and operator."""
+    _load_all_families()
+    return [_RECORDS[key] for key in sorted(_RECORDS)]
 
 
 def recomputable(op, domain=''):
     """Whether the recompute policies may replay ``op`` (OpRecord.recomputable;
     an operator without a kernel counts as undeclared)."""
     return (operator_record(op, domain) or OpRecord(op, normalize_domain(domain))).recomputable
+
+
+def draws_random(op, domain=''):
+    """Whether a run of ``op`` may draw random numbers (OpRecord.random; an
+    operator nothing declares does not)."""
+    record = operator_record(op, domain)
+    return record is not None and bool(record.random)
 
 
 def registered_kernels():

@@ -1,6 +1,6 @@
 """The lowerings of every op family, one module per family (its kernels are
 kernels/ccn_<family>.c and .h).  Importing this package imports every
-module in it, which registers their lowerings in lowering.LOWERINGS."""
+module in it, which attaches their lowerings to the operators' records (lowering.lowers)."""
 import importlib
 import pkgutil
 

@@ -18,6 +18,7 @@ import numpy
 
 from ...ops.array import _CAST_V1_TYPES
 from ...ops.opset_rules import axes_are_input
+from ...ops.registry import operator_record
 from ...program import NO_REGISTER
 from ..cformat import C_TYPES, clist, cliteral
 from ..lowering import ANY_DTYPE, Refuse, Step, lowers
@@ -102,7 +103,7 @@ def _copy_step(em, inst, out, x_strides, offset=0) -> Step:
 
 
 # -- views -----------------------------------------------------------------
-@lowers('Reshape', 'Flatten', 'Identity', 'Dropout')
+@lowers('Reshape', 'Flatten', 'Identity')
 def reshape_like(em, inst) -> Step:
     sx = em.shape(inst, 0, ANY_DTYPE)
     a = inst.attrs
@@ -116,16 +117,15 @@ def reshape_like(em, inst) -> Step:
         out = (math.prod(sx[:axis]), math.prod(sx[axis:]))
     else:
         out = sx
-        if inst.op == 'Dropout':
-            _check_dropout(em, inst)
     return view(em, inst, out)
 
 
 def view(em, inst, out) -> Step:
     """Output 0 is input 0's data under the shape ``out``: it shares the
-    input's memory unless it is a program output, which must land in the
-    caller's buffer."""
-    alias = not em.is_output(inst.outputs[0])
+    input's memory when the operator's record allows (view_of) unless it is
+    a program output, which must land in the caller's buffer."""
+    record = operator_record(inst.op, inst.domain)
+    alias = record is not None and record.view_of == 0 and not em.is_output(inst.outputs[0])
     nbytes = em.nbytes(inst.inputs[0])
 
     def render(ref, scratch):
@@ -157,17 +157,6 @@ def _reshape_target(em, inst, sx):
     if math.prod(dims) != math.prod(sx):
         raise Refuse('cannot reshape %s to %s' % (list(sx), target))
     return tuple(dims)
-
-
-def _check_dropout(em, inst):
-    em.only_first_output(inst, 'mask')
-    a = inst.attrs
-    if inst.version < 7 and not a.get('is_test', 0):
-        raise Refuse('training-mode Dropout (is_test=0) is not supported')
-    if inst.version >= 12 and em.has(inst, 2):
-        mode = em.const(inst.inputs[2])
-        if mode is None or bool(mode):
-            raise Refuse('Dropout with training_mode other than a constant false')
 
 
 def _axes(em, inst):

@@ -6,11 +6,13 @@ VM's own fusion, and runtime/native/fusion.py sets it on Conv, Gemm and
 MatMul when it folds a following activation into them.  The kernels apply
 it as they store their results (the GEMM's epilogue)."""
 import math
+import re
 
 import numpy
 
 from ...ops.registry import CUSTOM_DOMAIN
 from ..cformat import cfloat
+from ..fusion import epilogue_alpha, epilogue_ops
 from ..lowering import Refuse, Step, lowers, window
 from .winograd import (
     MIN_FILTER_GRADIENT_WIDTH,
@@ -19,9 +21,6 @@ from .winograd import (
     winograd_tiles,
 )
 
-#: activation attribute -> (C enum of ccn_connection.h, default alpha).
-ACTIVATIONS = {'Relu': ('CCN_ACT_RELU', 0.0), 'LeakyRelu': ('CCN_ACT_LEAKY_RELU', 0.01),
-               'Sigmoid': ('CCN_ACT_SIGMOID', 0.0), 'Tanh': ('CCN_ACT_TANH', 0.0)}
 #: Rows of A below which a product with a constant B reads B transposed
 #: (N x K) by dot products (ccn_gemm_bt): a batch-1 layer is bound by
 #: reading B, which this reads once, in order.
@@ -60,10 +59,16 @@ def activation_args(inst) -> str:
     name = inst.attrs.get('activation')
     if name is None and inst.op != 'FusedGemm':
         return 'CCN_ACT_NONE, 0.0f'
-    if name not in ACTIVATIONS:
-        raise Refuse('activation %r is not one of %s' % (name, ', '.join(ACTIVATIONS)))
-    enum, default = ACTIVATIONS[name]
-    return '%s, %s' % (enum, cfloat(float(inst.attrs.get('activation_alpha', default))))
+    if name not in epilogue_ops():
+        raise Refuse('activation %r is not one of %s' % (name, ', '.join(epilogue_ops())))
+    alpha = inst.attrs.get('activation_alpha', epilogue_alpha(name, {}))
+    return '%s, %s' % (activation_enum(name), cfloat(float(alpha)))
+
+
+def activation_enum(op: str) -> str:
+    """The C enum of epilogue ``op`` in ccn_connection.h (LeakyRelu:
+    CCN_ACT_LEAKY_RELU); a test checks the header has every one."""
+    return 'CCN_ACT_' + re.sub(r'(?<!^)(?=[A-Z])', '_', op).upper()
 
 
 @lowers('Gemm', CUSTOM_DOMAIN + '::FusedGemm')

@@ -1,6 +1,7 @@
 """Training-mode Dropout (DropoutTraining of the org.chainer_compiler
-domain, what compile_onnx and compile_training_step make of a Dropout) and
-its gradient DropoutGrad, as calls into ccn_dropout.c.
+domain, what compile_onnx and compile_training_step make of a Dropout, and
+a Dropout whose training mode is a constant true) and its gradient
+DropoutGrad, as calls into ccn_dropout.c; an inference Dropout is a view.
 
 The mask's random numbers come from the caller, not from C: the emitter
 adds a float64 input of the input's shape (``emitter.uniform_input``), and
@@ -13,7 +14,8 @@ import math
 from ...ops.registry import CUSTOM_DOMAIN
 from ...program import NO_REGISTER
 from ..cformat import cfloat, cliteral
-from ..lowering import Refuse, Step, lowers
+from ..lowering import ANY_DTYPE, Refuse, Step, lowers
+from .array import view
 
 
 def _scale(ratio: float) -> str:
@@ -22,10 +24,38 @@ def _scale(ratio: float) -> str:
     return cfloat(1.0 / (1.0 - ratio) if ratio < 1 else 0.0)
 
 
+@lowers('Dropout')
+def dropout(em, inst) -> Step:
+    """Dropout: the training kernel when its mode is a constant true (an
+    attribute before opset 7, input 2 from 12), else the identity, a view."""
+    if inst.version < 7:
+        training, ratio = not inst.attrs['is_test'], inst.attrs['ratio']
+    elif inst.version < 12:
+        training, ratio = False, inst.attrs['ratio']
+    else:
+        training, ratio = _constant(em, inst, 2, 'training_mode'), _constant(em, inst, 1, 'ratio')
+        training, ratio = training is not None and bool(training), \
+            0.5 if ratio is None else float(ratio)
+    if not training:
+        em.only_first_output(inst, 'mask')
+        return view(em, inst, em.shape(inst, 0, ANY_DTYPE))
+    if inst.attrs.get('seed') is not None:
+        raise Refuse('a seeded training Dropout is not supported (its numbers come from '
+                     'the caller)')
+    if inst.version < 10:
+        em.only_first_output(inst, 'mask')  # of the data's type, not bool
+    return _training_step(em, inst, float(ratio))
+
+
 @lowers(CUSTOM_DOMAIN + '::DropoutTraining')
 def dropout_training(em, inst) -> Step:
+    return _training_step(em, inst, float(inst.attrs['ratio']))
+
+
+def _training_step(em, inst, ratio: float) -> Step:
+    """y = x * mask / (1 - ratio), the mask drawn from the caller's uniform
+    numbers (output 1 when something reads it, else scratch)."""
     shape = em.shape(inst, 0)
-    ratio = float(inst.attrs.get('ratio', 0.5))
     if not 0 <= ratio <= 1:
         raise Refuse('ratio %g is outside [0, 1]' % ratio)
     uniforms = em.uniform_input(inst, shape)

@@ -15,7 +15,7 @@ from chainer_compiler.cli import main as cli_main
 from chainer_compiler.pipeline import build_program
 from chainer_compiler.runtime.executor import Executor
 from chainer_compiler.runtime.native import NativeEmitError, UnsupportedNativeOpsError, emit_c
-from chainer_compiler.runtime.native.lowering import LOWERINGS
+from chainer_compiler.runtime.native.lowering import native_operators
 from chainer_compiler.runtime.serialization import save_program
 from tests.runtime.native.helpers import ATOL, RTOL, Built, make_folder, sanitize
 
@@ -211,7 +211,7 @@ def test_generated_code_numbers_each_instruction_and_names_none(lenet):
     commented = re.findall(r'/\* (\d+): %\d+ = ([\w.:]+)\(', text)
     # Fusion made some instructions one (Conv+Relu): the comments follow it.
     assert 0 < len(commented) < len(lenet.program.instructions)
-    assert {op for _, op in commented} <= LOWERINGS.keys()
+    assert {op for _, op in commented} <= set(native_operators())
     for inst in lenet.program.instructions:
         assert inst.name not in text
     header = open(os.path.join(lenet.folder, 'model.h')).read()
