@@ -99,14 +99,51 @@ def _is_chainer_builtin(obj):
     return type(obj).__module__.split('.')[0] == 'chainer'
 
 
+class AttributeBindings:
+    """The attributes of objects known at export time that translated code
+    assigns (``self.h = ...``).  Such a binding is a local of the
+    translation, held in the env under ``key(obj, attr)``: it passes from a
+    call to its caller and on to later calls, and merges across branches
+    and loop iterations like a name; the object keeps its own value."""
+
+    def __init__(self, scope):
+        self._scope = scope  # where the objects' own values are made
+        self._assigned = {}  # env key -> (object, attribute name)
+
+    @staticmethod
+    def key(obj, attr):
+        return 'self.%s (%s at %#x)' % (attr, type(obj).__name__, id(obj))
+
+    def assign(self, env, obj, attr, value):
+        """``obj.attr = value`` in bindings ``env``."""
+        key = self.key(obj, attr)
+        self._assigned[key] = (obj, attr)
+        env[key] = value
+
+    def binding(self, env, name):
+        """``env[name]``; for an attribute no path of ``env`` assigned yet,
+        the object's own value (what a loop starts from); else None."""
+        value = env.get(name)
+        if not cf.bound(value) and name in self._assigned:
+            obj, attr = self._assigned[name]
+            if hasattr(obj, attr):
+                return wrap(self._scope, getattr(obj, attr))
+        return value
+
+    def pass_on(self, source, target):
+        """Copy the attribute bindings of env ``source`` into env ``target``
+        (into a call, and back to its caller)."""
+        target.update((k, v) for k, v in source.items() if k in self._assigned)
+
+
 class Translator:
     """Translates statements and expressions into the current Scope."""
 
     def __init__(self, scope):
         self.scope = scope
         self.comprehensions = 0  # numbers the hidden list of each comprehension
-        #: the env key of an attribute assigned in translated code -> (object, name)
-        self.attributes = {}
+        self.attributes = AttributeBindings(scope)
+        self.binding = self.attributes.binding
         self.frames = []  # the frames of the inlined calls under way, innermost last
         #: id of a list held by a PyObject's attribute -> (the list, the PyObject)
         self.held_lists = {}
@@ -123,29 +160,6 @@ class Translator:
             yield
         finally:
             self.scope, frame.env = saved
-
-    # -- attributes assigned in translated code -------------------------------
-    def attribute_key(self, obj, attr):
-        """The env key binding ``obj.attr`` once translated code assigns it
-        (``self.h = ...``).  Such a binding is a local of the translation:
-        it passes from a call to its caller and on to later calls, and
-        merges across branches and loop iterations like a name."""
-        return 'self.%s (%s at %#x)' % (attr, type(obj).__name__, id(obj))
-
-    def binding(self, env, name):
-        """``env[name]``; for an attribute no path of ``env`` assigned yet,
-        the object's own value (what a loop starts from); else None."""
-        value = env.get(name)
-        if not cf.bound(value) and name in self.attributes:
-            obj, attr = self.attributes[name]
-            if hasattr(obj, attr):
-                return wrap(self.scope, getattr(obj, attr))
-        return value
-
-    def pass_attributes(self, source, target):
-        """Copy the attribute bindings of env ``source`` into env ``target``
-        (into a call, and back to its caller)."""
-        target.update((k, v) for k, v in source.items() if k in self.attributes)
 
     # -- sites and errors ------------------------------------------------------
     @staticmethod
@@ -178,14 +192,14 @@ class Translator:
         env.update(self.bind_arguments(frame, fn, node, args, kwargs, site, self_value))
         caller = self.frames[-1] if self.frames else None
         if caller is not None:
-            self.pass_attributes(caller.env, env)
+            self.attributes.pass_on(caller.env, env)
         self.frames.append(frame)
         try:
             result = self.run_body(frame, node)
         finally:
             self.frames.pop()
         if caller is not None:
-            self.pass_attributes(frame.env, caller.env)
+            self.attributes.pass_on(frame.env, caller.env)
         return result
 
     def bind_arguments(self, frame, fn, node, args, kwargs, site, self_value):
@@ -281,6 +295,8 @@ class Translator:
         return result
 
     def stmt(self, frame, node):
+        if isinstance(node, (ast.Pass, ast.Assert)):
+            return  # assertions check the export-time run; the graph has none
         method = getattr(self, 'stmt_' + type(node).__name__, None)
         if method is None:
             raise self.error(frame, node, '%s statements are not supported'
@@ -294,12 +310,6 @@ class Translator:
         if isinstance(node.value, ast.Constant):
             return  # a docstring
         self.expr(frame, node.value)
-
-    def stmt_Pass(self, frame, node):
-        return
-
-    def stmt_Assert(self, frame, node):
-        return  # assertions check the export-time run; the graph has none
 
     def stmt_Assign(self, frame, node):
         value = self.expr(frame, node.value)
@@ -526,9 +536,7 @@ class Translator:
             # a local of the translation, as the issue asks: later reads, in
             # this call and in later calls on the same object, see it; the
             # model keeps its own value
-            key = self.attribute_key(owner.value, target.attr)
-            self.attributes[key] = (owner.value, target.attr)
-            frame.env[key] = value
+            self.attributes.assign(frame.env, owner.value, target.attr, value)
         elif isinstance(target, ast.Subscript):
             container = self.expr(frame, target.value)
             key = self.expr(frame, target.slice)
@@ -570,7 +578,7 @@ class Translator:
         value = self.expr(frame, node.value)
         site = self.site(frame, node)
         if isinstance(value, Const):
-            key = self.attribute_key(value.value, node.attr)
+            key = AttributeBindings.key(value.value, node.attr)
             if key in frame.env:
                 bound = frame.env[key]
                 if isinstance(bound, cf.Undefined):
@@ -847,16 +855,6 @@ class Translator:
         self.dynamic_if(frame, maybe.is_set, branch(maybe.tensor), branch(Const(None)), site)
         return frame.env['$call']
 
-    def construct(self, cls, args, kwargs, site):
-        """``cls(*args, **kwargs)`` of a plain Python class: a PyObject
-        whose ``__init__`` is inlined."""
-        obj = PyObject(cls, self.scope)
-        if cls.__init__ is not object.__init__:
-            self.call_function(cls.__init__, args, kwargs, site, self_value=obj)
-        elif args or kwargs:
-            raise TranslationError(site, '%s() takes no arguments' % cls.__name__)
-        return obj
-
     def check_object_scope(self, frame, node, obj, what):
         """Refuse to change PyObject ``obj`` (``what`` says how) from the body
         of a branch or loop that it was made outside of."""
@@ -961,6 +959,17 @@ def _constant_arguments(call):
     return all(is_constant(a) for a in list(call.args) + list(call.kwargs.values()))
 
 
+def _construct_object(tr, cls, call):
+    """``cls(...)`` of a plain Python class: a PyObject whose ``__init__``
+    is inlined."""
+    obj = PyObject(cls, tr.scope)
+    if cls.__init__ is not object.__init__:
+        tr.call_function(cls.__init__, call.args, call.kwargs, call.site, self_value=obj)
+    elif call.args or call.kwargs:
+        raise call.error('%s() takes no arguments' % cls.__name__)
+    return obj
+
+
 def _call_link(tr, link, call):
     """A Chainer link without user-defined children is converted whole;
     any other link's forward is translated from its source."""
@@ -993,8 +1002,7 @@ def _module(fn):
 #: first that applies.
 _CALLEES = [
     (lambda fn, call: isinstance(fn, chainer.Link), _call_link),
-    (lambda fn, call: _is_plain_class(fn),
-     lambda tr, cls, call: tr.construct(cls, call.args, call.kwargs, call.site)),
+    (lambda fn, call: _is_plain_class(fn), _construct_object),
     (lambda fn, call: isinstance(fn, type) and issubclass(fn, chainer.FunctionNode) and
      _constant_arguments(call),
      lambda tr, fn, call: call_at_export_time(fn, call)),
