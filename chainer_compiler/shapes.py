@@ -17,7 +17,8 @@ import onnx
 from onnx import helper, shape_inference
 
 from .errors import InvalidModelError
-from .onnx_graph import subgraphs, tensor_signature, value_kind
+from .onnx_graph import attribute_value, subgraphs, tensor_signature, value_kind, value_types
+from .runtime.ops.connection import window_geometry
 from .runtime.ops.registry import CUSTOM_DOMAIN
 
 #: Largest 1-D tensor data propagation may materialise.  Real shape values
@@ -74,10 +75,44 @@ def infer_graph_types(graph, opsets, source='<model>', infer=infer_shapes):
     if CUSTOM_DOMAIN not in opsets:
         imports.append(helper.make_opsetid(CUSTOM_DOMAIN, 1))
     inferred = infer(helper.make_model(light, opset_imports=imports), source).graph
+    wrong = _miscounted_pools(inferred)
     # Only types change: nodes come back with their sub-graphs typed.
-    for name in ('node', 'value_info', 'output'):
-        del getattr(graph, name)[:]
-        getattr(graph, name).extend(getattr(inferred, name))
+    del graph.node[:]
+    graph.node.extend(inferred.node)
+    del graph.value_info[:]
+    graph.value_info.extend(v for v in inferred.value_info if v.name not in wrong)
+    for mine, theirs in zip(graph.output, inferred.output):
+        if mine.name not in wrong:
+            mine.CopyFrom(theirs)
+
+
+def _miscounted_pools(graph):
+    """The values of ``graph`` whose inferred type is wrong: the results of
+    ceil_mode pools where ONNX's inference (onnx 1.22) counts a window that
+    starts in the end padding, which the operator's definition and the
+    kernels (window_geometry) drop, and every value computed from them.
+    Their types are left unknown rather than wrong."""
+    types, wrong = value_types(graph), set()
+    for node in graph.node:
+        if any(name in wrong for name in node.input):
+            wrong.update(node.output)
+            continue
+        if node.op_type not in ('MaxPool', 'AveragePool', 'LpPool') or node.domain:
+            continue
+        attrs = {a.name: attribute_value(a) for a in node.attribute}
+        x, y = types.get(node.input[0]), types.get(node.output[0])
+        if not attrs.get('ceil_mode') or x is None or y is None or x[1] is None \
+                or y[1] is None or not all(isinstance(d, int) for d in x[1] + y[1]):
+            continue
+        try:
+            out = window_geometry(x[1][2:], attrs['kernel_shape'], attrs.get('strides'),
+                                  attrs.get('dilations'), attrs.get('pads'),
+                                  attrs.get('auto_pad', 'NOTSET'), 1).out
+        except (ValueError, IndexError, KeyError):
+            continue  # the kernel refuses it when it runs
+        if tuple(y[1][2:]) != out:
+            wrong.update(node.output)
+    return wrong
 
 
 def _without_large_initializers(graph):
