@@ -11,16 +11,28 @@ import numpy
 import onnx
 from onnx import numpy_helper, shape_inference
 
-from ..onnx_graph import kernel_attributes, schema_version, subgraphs, tensor_signature
+from ..onnx_graph import (
+    kernel_attributes,
+    schema_version,
+    subgraphs,
+    tensor_signature,
+    walk_graphs,
+)
 from ..runtime.limits import may_fold
 from ..runtime.ops.registry import draws_random, has_kernel, lookup, normalize_domain
 
 
 def fold_constants(graph, opsets):
-    """Replace, in place, foldable nodes of ``graph`` by initializers; return
-    how many nodes were folded."""
-    inputs = {v.name for v in graph.input}
-    known = _KnownValues(t for t in graph.initializer if t.name not in inputs)
+    """Replace, in place, foldable nodes of ``graph`` and of its sub-graphs
+    by initializers of their graph; return how many nodes were folded.  A
+    sub-graph's node may read the constants of the graphs around it."""
+    return sum(_fold_graph(g, enclosing, opsets) for g, enclosing in walk_graphs(graph))
+
+
+def _fold_graph(graph, enclosing, opsets):
+    scopes = enclosing + (graph,)
+    inputs = {v.name for g in scopes for v in g.input}
+    known = _KnownValues(t for g in scopes for t in g.initializer if t.name not in inputs)
     folded, kept = 0, []
     for node in graph.node:
         values = _try_fold(node, opsets, known)

@@ -14,7 +14,7 @@ import onnx
 from onnx import helper
 
 from ..onnx_builder import GraphBuilder
-from ..onnx_graph import all_nodes, numpy_dtype, opset_versions, subgraphs
+from ..onnx_graph import all_nodes, numpy_dtype, opset_versions, optional_input, walk_graphs
 from ..runtime.ops.opset_rules import batch_norm_trains
 from ..runtime.ops.registry import CUSTOM_DOMAIN
 
@@ -56,10 +56,10 @@ def to_training_mode(model, decays=None):
         elif _is_dropout(node):
             nodes.append(_dropout_training(node, model, model.graph, types))
         else:
-            _train_sub_graphs(node, model)
             nodes.append(node)
     del model.graph.node[:]
     model.graph.node.extend(nodes)
+    _train_sub_graphs(model)
     model.graph.initializer.extend(builder.initializers)
     state_updates = [(updated, stat) for stat, updated in latest.items()]
     for updated, stat in state_updates:
@@ -89,22 +89,20 @@ def _dropout_training(node, model, graph, types):
                             ratio=_dropout_ratio(node, model))
 
 
-def _train_sub_graphs(node, model):
-    """Make the Dropouts of ``node``'s sub-graphs (Loop bodies, If branches,
-    nested ones included) random, as Chainer's are in training.  A ratio of
-    0 draws nothing and stays an identity: a Loop's gradient recomputes its
-    body and refuses random operators there.  BatchNormalization in a
-    sub-graph stays as it is (its running averages could not become outputs
-    of the model)."""
-    for graph in subgraphs(node):
+def _train_sub_graphs(model):
+    """Make the Dropouts of the model's sub-graphs (Loop bodies, If
+    branches, nested ones included) random, as Chainer's are in training.
+    A ratio of 0 draws nothing and stays an identity: a Loop's gradient
+    recomputes its body and refuses random operators there.
+    BatchNormalization in a sub-graph stays as it is (its running averages
+    could not become outputs of the model)."""
+    for graph, enclosing in walk_graphs(model.graph):
+        if not enclosing:
+            continue  # the main graph: to_training_mode rewrote it
         types = {v.name: v for v in list(graph.value_info) + list(graph.input)}
-        nodes = []
-        for inner in graph.node:
-            if _is_dropout(inner) and _dropout_ratio(inner, model) != 0:
-                nodes.append(_dropout_training(inner, model, graph, types))
-            else:
-                _train_sub_graphs(inner, model)
-                nodes.append(inner)
+        nodes = [_dropout_training(node, model, graph, types)
+                 if _is_dropout(node) and _dropout_ratio(node, model) != 0 else node
+                 for node in graph.node]
         del graph.node[:]
         graph.node.extend(nodes)
 
@@ -159,7 +157,7 @@ def _dropout_ratio(node, model):
     for a in node.attribute:
         if a.name == 'ratio':
             return float(a.f)
-    if len(node.input) > 1 and node.input[1]:
+    if optional_input(node, 1):
         init = next((t for t in model.graph.initializer if t.name == node.input[1]), None)
         if init is None:
             raise ValueError('Dropout %s: the ratio must be a constant to compile for training'

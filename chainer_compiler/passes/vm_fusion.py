@@ -10,51 +10,58 @@ right before code emission (after autodiff, which knows only standard ops):
 * Gemm followed by its only reader Relu becomes one FusedGemm (this
   project's domain), which applies the ReLU in place on the product.
 
-Graphs with sub-graphs (Loop/If/Scan bodies that may read outer values by
-name) are left alone.
+Both run in every graph, sub-graphs (Loop/If/Scan bodies) included.  A
+sub-graph reads values of the graphs around it by name, without listing
+them as inputs: a value some sub-graph reads keeps its name (its Identity
+stays) and counts that sub-graph among its readers.
 """
 from onnx import helper
 
-from ..onnx_graph import subgraphs
+from ..onnx_graph import implicit_inputs, reads, walk_graphs
 from ..runtime.ops.registry import CUSTOM_DOMAIN
 
 _STANDARD = ('', 'ai.onnx')
 
 
 def fuse_for_vm(graph):
-    """Rewrite ``graph`` (a GraphProto) in place."""
-    if any(list(subgraphs(node)) for node in graph.node):
-        return
-    _remove_identities(graph)
-    _fuse_gemm_relu(graph)
+    """Rewrite ``graph`` (a GraphProto) and its sub-graphs in place."""
+    for g, _ in walk_graphs(graph):
+        _remove_identities(g)
+        _fuse_gemm_relu(g)
 
 
 def _remove_identities(graph):
     outputs = {v.name for v in graph.output}
     external = {v.name for v in graph.input} | {t.name for t in graph.initializer}
     produced = {o for node in graph.node for o in node.output}
+    # Read by name inside a sub-graph: renaming would need the sub-graph renamed.
+    captured = {name for node in graph.node for name in implicit_inputs(node)}
     alias = {}  # name -> the name that replaces it
     renamed_sources = set()
     dropped = set()  # node indices (protobuf hands out new wrappers: no ids)
-    for index, node in enumerate(graph.node):
-        if node.op_type != 'Identity' or node.domain not in _STANDARD:
-            continue
-        src, dst = node.input[0], node.output[0]
-        if dst not in outputs:
-            alias[dst] = src  # readers of dst read src
-            dropped.add(index)
-        elif (src in produced and src not in outputs and src not in external
-              and src not in renamed_sources):
-            alias[src] = dst  # src's producer writes the output itself
-            renamed_sources.add(src)
-            dropped.add(index)
-    if not dropped:
-        return
 
     def resolve(name):
         while name in alias:
             name = alias[name]
         return name
+
+    for index, node in enumerate(graph.node):
+        if node.op_type != 'Identity' or node.domain not in _STANDARD:
+            continue
+        # An Identity of an Identity already dropped reads that one's source.
+        src, dst = resolve(node.input[0]), node.output[0]
+        if dst in captured:
+            continue
+        if dst not in outputs:
+            alias[dst] = src  # readers of dst read src
+            dropped.add(index)
+        elif (src in produced and src not in outputs and src not in external
+              and src not in renamed_sources and src not in captured):
+            alias[src] = dst  # src's producer writes the output itself
+            renamed_sources.add(src)
+            dropped.add(index)
+    if not dropped:
+        return
 
     kept = [node for index, node in enumerate(graph.node) if index not in dropped]
     for node in kept:
@@ -71,7 +78,7 @@ def _fuse_gemm_relu(graph):
     nodes = list(graph.node)
     readers = {}
     for index, node in enumerate(nodes):
-        for name in node.input:
+        for name in reads(node):
             readers.setdefault(name, []).append(index)
     outputs = {v.name for v in graph.output}
     fused = set()  # indices of the Relu nodes absorbed

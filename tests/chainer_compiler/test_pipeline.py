@@ -12,6 +12,7 @@ import chainer_compiler
 from chainer_compiler import pipeline
 from chainer_compiler.codegen import emit_program
 from chainer_compiler.errors import UnsupportedOperatorsError
+from chainer_compiler.runtime.executor import Executor
 from chainer_compiler.training import OptimizerUpdate, compile_step_program, compile_training
 
 DOC = os.path.join(os.path.dirname(__file__), '..', '..', 'docs', 'pipeline.md')
@@ -135,3 +136,35 @@ def test_emitted_programs_are_validated(monkeypatch):
     del model.graph.node[2], model.graph.output[1]
     compile_training(model, params=['W'])
     assert sources == ['<model>, forward program', '<model>, backward program']
+
+
+def test_folding_and_dead_code_reach_into_loop_bodies():
+    """A Loop body's constant arithmetic (reading an outer constant too) is
+    folded and its unused node dropped, as in the main graph."""
+    f32 = TensorProto.FLOAT
+    body = helper.make_graph(
+        [helper.make_node('Constant', [], ['two'], value=numpy_helper.from_array(
+            numpy.array(2, numpy.float32))),
+         helper.make_node('Mul', ['two', 'k'], ['step']),
+         helper.make_node('Exp', ['v'], ['unused']),
+         helper.make_node('Add', ['v', 'step'], ['v_out']),
+         helper.make_node('Identity', ['cond'], ['cond_out'])],
+        'body', [helper.make_tensor_value_info('i', TensorProto.INT64, []),
+                 helper.make_tensor_value_info('cond', TensorProto.BOOL, []),
+                 helper.make_tensor_value_info('v', f32, [3])],
+        [helper.make_tensor_value_info('cond_out', TensorProto.BOOL, []),
+         helper.make_tensor_value_info('v_out', f32, [3])])
+    graph = helper.make_graph(
+        [helper.make_node('Loop', ['trips', '', 'x'], ['y'], body=body)], 'g',
+        [helper.make_tensor_value_info('x', f32, [3])],
+        [helper.make_tensor_value_info('y', f32, [3])],
+        [numpy_helper.from_array(numpy.array(3, numpy.int64), 'trips'),
+         numpy_helper.from_array(numpy.array(1.5, numpy.float32), 'k')])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid('', 17)])
+    program = pipeline.build_program(model)
+    loop = program.instructions[0]
+    assert [inst.op for inst in loop.attrs['body'].instructions] == ['Add', 'Identity']
+    assert loop.captures == ()  # k is read by the folded Mul only
+    x = numpy.arange(3, dtype=numpy.float32)
+    y = Executor(program, backend='numpy').run({'x': x})['y']
+    numpy.testing.assert_allclose(y, x + 3 * 2 * 1.5)
