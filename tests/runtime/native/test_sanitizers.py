@@ -34,9 +34,6 @@ SANITIZE = ['-O1', '-g', '-fno-omit-frame-pointer', '-fsanitize=address,undefine
 SANITIZER_EXIT = 86
 SANITIZER_ENV = {'ASAN_OPTIONS': 'exitcode=%d' % SANITIZER_EXIT,
                  'UBSAN_OPTIONS': 'print_stacktrace=1:exitcode=%d' % SANITIZER_EXIT}
-#: Leaks that are not defects: main.c's weights path beside the executable
-#: lives until the program ends.
-LEAKS_ALLOWED = 'leak:beside_program\n'
 
 
 def _compiler_file(name):
@@ -85,12 +82,9 @@ class Sanitized:
         assert done.returncode == 0, done.stdout + done.stderr
 
     def run(self, args, cwd):
-        suppressions = self.folder / 'leaks-allowed.txt'
-        suppressions.write_text(LEAKS_ALLOWED)
         return _checked(subprocess.run(
             [str(self.folder / 'model')] + [str(a) for a in args], cwd=cwd, timeout=120,
-            env={'PATH': '/usr/bin:/bin', 'LSAN_OPTIONS': 'suppressions=%s' % suppressions,
-                 **SANITIZER_ENV}, capture_output=True, text=True))
+            env={'PATH': '/usr/bin:/bin', **SANITIZER_ENV}, capture_output=True, text=True))
 
     def check(self, inputs, tmp):
         """Run on ``inputs`` and compare with the NumPy Executor."""
