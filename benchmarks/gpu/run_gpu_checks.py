@@ -739,7 +739,9 @@ def stage_speed(entry, device, report, dry_run):
         report.save()
         lines, entry['profile_training_b%d' % batch] = _profile(
             device, program, values, 'ResNet-50 training step (SGD), batch %d' % batch)
-        profiles.extend(lines + [''])
+        profiles.extend(lines + [''] + _host_profile(
+            lambda: (executor.run_positional(values), device.sync()), 3,
+            'host time of 3 training steps, by Python function (cProfile)') + [''])
         report.write('profile.txt', '\n'.join(profiles))
 
     def conv_variants(batch):
@@ -782,6 +784,21 @@ def _onnxruntime(path, x, repeat):
         return 'CUDA provider did not load: %s' % session.get_providers()
     return timed(lambda: session.run(None, {'x': x}), lambda: None, 2, repeat,
                  time.time() + 20) | {'note': 'host arrays in and out'}
+
+
+def _host_profile(fn, times, title, rows=40):
+    """Lines of cProfile's table (by own time) over ``times`` calls of ``fn``:
+    where the host spends a step the device waits for."""
+    import cProfile
+    import pstats
+    profiler = cProfile.Profile()
+    profiler.enable()
+    for _ in range(times):
+        fn()
+    profiler.disable()
+    text = io.StringIO()
+    pstats.Stats(profiler, stream=text).sort_stats('tottime').print_stats(rows)
+    return ['# ' + title] + text.getvalue().splitlines()
 
 
 def _profile(device, program, values, title):
