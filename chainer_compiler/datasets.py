@@ -14,7 +14,10 @@ class FixedBatchDataset(chainer.dataset.DatasetMixin):
     size a compiled program was exported with.
 
     Padding examples repeat the first example's input with the label
-    ``ignore_label``.  ``F.softmax_cross_entropy`` skips label -1 by default;
+    ``ignore_label``, of the type and dtype of the first example's label (a
+    compiled program takes only the dtypes it was exported with; a label
+    dtype that cannot hold ``ignore_label`` is a ValueError).
+    ``F.softmax_cross_entropy`` skips label -1 by default;
     give ``F.accuracy`` ``ignore_label=-1`` too (e.g. ``L.Classifier(model,
     accfun=functools.partial(F.accuracy, ignore_label=-1))``), and padding
     changes neither the loss nor the accuracy.
@@ -29,6 +32,8 @@ class FixedBatchDataset(chainer.dataset.DatasetMixin):
         self.batchsize = batchsize
         self.ignore_label = ignore_label
         self._length = -(-len(dataset) // batchsize) * batchsize
+        x, label = dataset[0]
+        self._padding = (x, _label_like(label, ignore_label))
 
     def __len__(self):
         return self._length
@@ -36,8 +41,19 @@ class FixedBatchDataset(chainer.dataset.DatasetMixin):
     def get_example(self, i):
         if i < len(self.dataset):
             return self.dataset[i]
-        x, _ = self.dataset[0]
-        return x, self.ignore_label
+        return self._padding
+
+
+def _label_like(label, value):
+    """``value`` as a label of ``label``'s kind: an array or NumPy scalar of
+    its dtype (and shape), or a plain Python value for a Python label."""
+    if not isinstance(label, (numpy.ndarray, numpy.generic)):
+        return value
+    padded = numpy.full(numpy.shape(label), value).astype(label.dtype)
+    if not numpy.all(padded == value):  # e.g. -1 as uint8 would wrap to 255
+        raise ValueError('ignore_label %r does not fit the labels\' dtype %s'
+                         % (value, label.dtype))
+    return padded if isinstance(label, numpy.ndarray) else padded[()]
 
 
 class _ArrayOnlyUnpickler(pickle.Unpickler):
