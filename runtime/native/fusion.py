@@ -30,7 +30,7 @@ import dataclasses
 import numpy
 
 from ..ops.opset_rules import batch_norm_trains
-from ..ops.registry import CUSTOM_DOMAIN, lookup, operator_record, records
+from ..ops.registry import CUSTOM_DOMAIN, fill_defaults, lookup, operator_record, records
 from ..program import NO_REGISTER, Instruction, Program
 
 _DEFAULT_DOMAINS = ('', 'ai.onnx')
@@ -174,7 +174,7 @@ class _Fuser:
         if weight is None or any(p is None for p in params) or (has_bias and bias is None):
             return False
         gamma, beta, mean, var = (numpy.asarray(p, dtype=numpy.float64) for p in params)
-        eps = float(bn.attrs.get('epsilon', 1e-5))
+        eps = float(bn.attrs['epsilon'])
         scale = gamma / numpy.sqrt(var + eps)
         folded = self._scaled(inst, weight, bias, scale)
         if folded is None:
@@ -212,7 +212,7 @@ class _Fuser:
             return w, (0.0 if bias is None else bias * scale)
         # Gemm: channel n is column n of op(B); the bias C (times beta)
         # broadcasts to (M, N) from the right.
-        trans_b = int(inst.attrs.get('transB', 0))
+        trans_b = int(inst.attrs['transB'])
         if weight.ndim != 2 or scale.shape != (weight.shape[0 if trans_b else 1],):
             return None
         w = weight * (scale[:, None] if trans_b else scale[None, :])
@@ -220,7 +220,7 @@ class _Fuser:
             return w, numpy.zeros_like(scale)
         if bias.ndim > 2:
             return None
-        beta = float(inst.attrs.get('beta', 1.0))
+        beta = float(inst.attrs['beta'])
         try:
             return w, beta * bias.astype(numpy.float64) * scale
         except ValueError:  # the bias does not broadcast to the channels
@@ -258,7 +258,7 @@ class _Fuser:
                 or len(update.inputs) != 3 or update.inputs[1] != g \
                 or update.inputs[0] not in self.float32_inputs \
                 or not self._unread(gemm.inputs[2] if len(gemm.inputs) > 2 else NO_REGISTER) \
-                or gemm.attrs.get('transB', 0):
+                or gemm.attrs['transB']:
             return False
         # The product now happens at j: its operands must hold the same
         # values there, so nothing in between may update them in place,
@@ -278,8 +278,8 @@ class _Fuser:
                 late |= freed
                 self.insts[k] = dataclasses.replace(
                     inst, frees=tuple(r for r in inst.frees if r not in freed))
-        attrs = {name: value for name, value in gemm.attrs.items()
-                 if name in ('alpha', 'transA')}
+        attrs = fill_defaults('GemmSGDUpdate', CUSTOM_DOMAIN, update.version, {
+            name: value for name, value in gemm.attrs.items() if name in ('alpha', 'transA')})
         name = '+'.join(n for n in (gemm.name, update.name) if n)
         self.insts[j] = dataclasses.replace(
             update, op='GemmSGDUpdate', name=name, attrs=attrs,
@@ -298,7 +298,7 @@ class _Fuser:
         same values)."""
         grad = self.insts[j]
         assert grad is not None
-        if len(grad.inputs) != 3 or not grad.attrs.get('training', 1):
+        if len(grad.inputs) != 3 or not grad.attrs['training']:
             return False
         x = grad.inputs[0]
         forward = [k for k in self.readers.get(x, []) if k < j and self._batch_trains(k, x)]

@@ -266,7 +266,7 @@ def _split_sizes(em, inst, dim: int) -> list[int]:
 @lowers('Split')
 def split(em, inst) -> Step:
     sx = em.shape(inst, 0, ANY_DTYPE)
-    axis = checked_axis(int(inst.attrs.get('axis', 0)), len(sx))
+    axis = checked_axis(int(inst.attrs['axis']), len(sx))
     sizes = _split_sizes(em, inst, sx[axis])
     elem, xs = dtype_itemsize(em.dtype(inst, 0)), c_strides(sx)
     shapes = [sx[:axis] + (s,) + sx[axis + 1:] for s in sizes]
@@ -289,7 +289,7 @@ def concat(em, inst) -> Step:
     if len(dtypes) != 1:
         raise Refuse('its inputs mix dtypes %s' % sorted(dtypes))
     rank = len(shapes[0])
-    axis = checked_axis(int(inst.attrs.get('axis', 1)), rank)
+    axis = checked_axis(int(inst.attrs['axis']), rank)
     if any(len(s) != rank or s[:axis] + s[axis + 1:] != shapes[0][:axis] + shapes[0][axis + 1:]
            for s in shapes):
         raise Refuse('shapes %s differ off axis %d' % ([list(s) for s in shapes], axis))
@@ -387,7 +387,7 @@ def _pads(em, inst, rank: int) -> list[int]:
 @lowers('Pad')
 def pad(em, inst) -> Step:
     sx = em.shape(inst, 0, ANY_DTYPE)
-    mode = inst.attrs.get('mode', 'constant')
+    mode = inst.attrs['mode']
     if mode != 'constant' and mode not in _TABLE_PAD_MODES:
         raise Refuse('mode %r is not supported' % mode)
     pads = _pads(em, inst, len(sx))
@@ -427,7 +427,7 @@ def _pad_value(em, inst, dtype: str):
 def gather(em, inst) -> Step:
     sx = em.shape(inst, 0, ANY_DTYPE)
     si = em.shape(inst, 1, INDEX_DTYPES)
-    axis = checked_axis(int(inst.attrs.get('axis', 0)), len(sx))
+    axis = checked_axis(int(inst.attrs['axis']), len(sx))
     dim, n = sx[axis], math.prod(si)
     indices = em.const(inst.inputs[1])
     if indices is not None and ((indices < -dim) | (indices >= dim)).any():

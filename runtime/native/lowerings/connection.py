@@ -78,8 +78,8 @@ def gemm(em, inst) -> Step:
     sa, sb = em.shape(inst, 0), em.shape(inst, 1)
     if len(sa) != 2 or len(sb) != 2:
         raise Refuse('Gemm needs 2-D A and B, got %s and %s' % (list(sa), list(sb)))
-    trans_a, trans_b = int(a.get('transA', 0)), int(a.get('transB', 0))
-    alpha, beta = float(a.get('alpha', 1.0)), float(a.get('beta', 1.0))
+    trans_a, trans_b = int(a['transA']), int(a['transB'])
+    alpha, beta = float(a['alpha']), float(a['beta'])
     M, K = (sa[1], sa[0]) if trans_a else sa
     Kb, N = (sb[1], sb[0]) if trans_b else sb
     if K != Kb:
@@ -245,7 +245,7 @@ def conv(em, inst) -> Step:
                      '%s and %s' % (list(sx), list(sw)))
     N, C, H, W = sx
     M, Cg, KH, KW = sw
-    group = int(a.get('group', 1))
+    group = int(a['group'])
     if a.get('kernel_shape') is not None and tuple(a['kernel_shape']) != (KH, KW):
         raise Refuse('kernel_shape %s differs from the weight' % list(a['kernel_shape']))
     if group < 1 or C % group or M % group or Cg * group != C:
@@ -297,7 +297,7 @@ def conv_grad_filter(em, inst) -> Step:
                      '%s and %s' % (list(sx), list(sg)))
     N, C, H, W = sx
     M, OH, OW = sg[1], sg[2], sg[3]
-    group = int(a.get('group', 1))
+    group = int(a['group'])
     if sg[0] != N or group < 1 or C % group or M % group:
         raise Refuse('input %s, gradient %s and group=%d do not fit'
                      % (list(sx), list(sg), group))

@@ -17,7 +17,7 @@ def conv_transpose(em, inst) -> Step:
                      'got %s and %s' % (list(sx), list(sw)))
     N, C, H, W = sx
     Cw, Mg, KH, KW = sw
-    group = int(a.get('group', 1))
+    group = int(a['group'])
     if group < 1 or C % group or Cw != C:
         raise Refuse('group=%d does not fit input %s and weight %s'
                      % (group, list(sx), list(sw)))

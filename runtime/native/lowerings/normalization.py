@@ -25,7 +25,7 @@ def batch_norm(em, inst) -> Step:
     sx = _channels_first(em, inst)
     for k in range(1, 5):
         _per_channel(em, inst, k, sx[1])
-    eps = float(a.get('epsilon', 1e-5))
+    eps = float(a['epsilon'])
 
     def render(ref, scratch):
         return ['ccn_batchnorm(%d, %d, %d, %s, %s, %s, %s, %s, %s, %s);' % (
@@ -58,7 +58,7 @@ def _batch_norm_training(em, inst) -> Step:
 @lowers(CUSTOM_DOMAIN + '::BatchNormalizationGrad')
 def batch_norm_grad(em, inst) -> Step:
     a = inst.attrs
-    if not a.get('spatial', 1):
+    if not a['spatial']:
         raise Refuse('BatchNormalizationGrad with spatial=0 is not supported')
     sx = _channels_first(em, inst)
     if em.shape(inst, 2) != sx:
@@ -69,8 +69,8 @@ def batch_norm_grad(em, inst) -> Step:
         raise Refuse('mean and var must be given together')
     for k in (3, 4) if given else ():
         _per_channel(em, inst, k, sx[1])
-    eps = float(a.get('epsilon', 1e-5))
-    training = int(a.get('training', 1))
+    eps = float(a['epsilon'])
+    training = int(a['training'])
     outputs = list(inst.outputs) + [NO_REGISTER] * (5 - len(inst.outputs))
 
     def render(ref, scratch):
@@ -91,7 +91,7 @@ def instance_norm(em, inst) -> Step:
     sx = _channels_first(em, inst, 3)
     for k in (1, 2):
         _per_channel(em, inst, k, sx[1])
-    eps = float(inst.attrs.get('epsilon', 1e-5))
+    eps = float(inst.attrs['epsilon'])
 
     def render(ref, scratch):
         # Row r = (n, c) takes scale[c] for all its elements: period C, inner stride 0.
@@ -107,11 +107,11 @@ def layer_norm(em, inst) -> Step:
     a = inst.attrs
     sx = em.shape(inst, 0)
     rank = len(sx)
-    axis = int(a.get('axis', -1))
+    axis = int(a['axis'])
     if not -rank <= axis < rank:
         raise Refuse('axis %d is out of range for rank %d' % (axis, rank))
     axis %= rank
-    if int(a.get('stash_type', 1)) != 1:
+    if int(a['stash_type']) != 1:
         raise Refuse('stash_type %s is not supported (only 1, float32)' % a['stash_type'])
     rows, size = math.prod(sx[:axis]), math.prod(sx[axis:])
     params = [1] + ([2] if em.has(inst, 2) else [])  # Scale is required, B optional
@@ -144,7 +144,7 @@ def layer_norm(em, inst) -> Step:
         outs = [ref(r) if present else 'NULL'
                 for r, present in zip(inst.outputs[1:3], stats)] + ['NULL'] * (2 - len(stats))
         lines.append('ccn_standardize(%d, %d, %s, %s, %s, %s, (ccn_param_layout){%d, %d, 1}, '
-                     '%s, %s, %s);' % (rows, size, cfloat(float(a.get('epsilon', 1e-5))),
+                     '%s, %s, %s);' % (rows, size, cfloat(float(a['epsilon'])),
                                        ref(inst.inputs[0]), names[1], names.get(2, 'NULL'),
                                        rows if full else 1, size, ref(inst.outputs[0]), *outs))
         return lines

@@ -16,7 +16,7 @@ def pool(em, inst) -> Step:
     if len(kernel) != 2:
         raise Refuse('kernel_shape %s is not 2-D' % list(kernel))
     N, C, H, W = sx
-    win = window(a, (H, W), kernel, int(a.get('ceil_mode', 0)))
+    win = window(a, (H, W), kernel, int(a['ceil_mode']))
     (OH, OW), (KH, KW), (sh, sw) = win.out, win.kernel, win.strides
     pt, pl = win.pads_begin
     if inst.op == 'MaxPool':
@@ -60,7 +60,7 @@ def max_pool_grad(em, inst) -> Step:
     if len(sx) != 4 or len(kernel) != 2:
         raise Refuse('only 2-D pooling (4-D input) is supported, got %s' % list(sx))
     N, C, H, W = sx
-    win = window(a, (H, W), kernel, int(a.get('ceil_mode', 0)))
+    win = window(a, (H, W), kernel, int(a['ceil_mode']))
     (OH, OW), (KH, KW), (sh, sw), (dh, dw) = win.out, win.kernel, win.strides, win.dilations
     if sy != (N, C, OH, OW) or sg != sy:
         raise Refuse('output %s and gradient %s are not %s'
@@ -84,14 +84,14 @@ def average_pool_grad(em, inst) -> Step:
     if len(sx) != 4 or len(kernel) != 2:
         raise Refuse('only 2-D pooling (4-D input) is supported, got %s' % list(sx))
     N, C, H, W = sx
-    win = window(a, (H, W), kernel, int(a.get('ceil_mode', 0)))
+    win = window(a, (H, W), kernel, int(a['ceil_mode']))
     if win.dilations != (1, 1):
         raise Refuse('AveragePool with dilations is not supported')
     (OH, OW), (KH, KW), (sh, sw) = win.out, win.kernel, win.strides
     if sg != (N, C, OH, OW):
         raise Refuse('gradient %s is not %s' % (list(sg), [N, C, OH, OW]))
     (pt, pl), (pb, pr) = win.pads_begin, win.pads_end
-    include = int(a.get('count_include_pad', 0))
+    include = int(a['count_include_pad'])
 
     def render(ref, scratch):
         return ['ccn_avgpool2d_grad(%d, %d, %d, %d, %d, %d, %d, %d, %d, %d, %d, %d, %d, %d, '

@@ -94,11 +94,11 @@ class _Recurrence:
         self.em, self.inst, self.op = em, inst, op
         a = inst.attrs
         self.cell, gates, default_acts = _CELLS[op]
-        self.direction = a.get('direction', 'forward')
+        self.direction = a['direction']
         if self.direction not in _DIRECTIONS:
             raise Refuse('unknown direction %r' % self.direction)
         D = self.D = _DIRECTIONS[self.direction]
-        layout = self.layout = int(a.get('layout', 0))
+        layout = self.layout = int(a['layout'])
         if layout not in (0, 1):
             raise Refuse('layout %d is not 0 or 1' % layout)
         _check_attributes(a, D, default_acts)

@@ -47,7 +47,7 @@ def reduce(em, inst) -> Step:
     axes = _reduced_axes(em, inst, len(sx))
     strides = [math.prod(sx[k + 1:]) for k in range(len(sx))]
     kept = [k for k in range(len(sx)) if k not in axes]
-    if inst.attrs.get('keepdims', 1):
+    if inst.attrs['keepdims']:
         out = tuple(1 if k in axes else d for k, d in enumerate(sx))
     else:
         out = tuple(sx[k] for k in kept)
@@ -71,18 +71,18 @@ def arg_extreme(em, inst) -> Step:
     dtype = em.dtype(inst, 0)
     if not sx:
         raise Refuse('%s of a 0-d input is not supported' % inst.op)
-    axis = inst.attrs.get('axis', 0)
+    axis = inst.attrs['axis']
     if not -len(sx) <= axis < len(sx):
         raise Refuse('axis %d is out of range for rank %d' % (axis, len(sx)))
     axis %= len(sx)
     if sx[axis] == 0:
         raise Refuse('%s along an empty axis has no result' % inst.op)
     outer, length, inner = math.prod(sx[:axis]), sx[axis], math.prod(sx[axis + 1:])
-    if inst.attrs.get('keepdims', 1):
+    if inst.attrs['keepdims']:
         out = sx[:axis] + (1,) + sx[axis + 1:]
     else:
         out = sx[:axis] + sx[axis + 1:]
-    largest, last = int(inst.op == 'ArgMax'), int(inst.attrs.get('select_last_index', 0))
+    largest, last = int(inst.op == 'ArgMax'), int(inst.attrs['select_last_index'])
 
     def render(ref, scratch):
         return ['ccn_arg_extreme_%s(%d, %d, %d, %d, %d, %s, %s);' % (

@@ -50,10 +50,10 @@ def optimizer_update(em, inst) -> Step:
 def gemm_sgd_update(em, inst) -> Step:
     """param (M x N) -= lr * alpha * op(A) B, the product added straight into
     the parameter by ccn_gemm_ex (fusion.py makes the instruction)."""
-    if len(inst.inputs) != 4 or inst.attrs.get('transB', 0):
+    if len(inst.inputs) != 4 or inst.attrs['transB']:
         raise Refuse('GemmSGDUpdate takes param, A, B (not transposed) and lr')
     shape, a, b = (em.shape(inst, k) for k in range(3))
-    trans_a = int(inst.attrs.get('transA', 0))
+    trans_a = int(inst.attrs['transA'])
     if len(shape) != 2 or len(a) != 2 or len(b) != 2:
         raise Refuse('GemmSGDUpdate takes matrices')
     M, N = shape
@@ -63,7 +63,7 @@ def gemm_sgd_update(em, inst) -> Step:
                      % (list(a), list(b), list(shape)))
     if math.prod(em.shape(inst, 3, dtypes=FLOATS)) != 1:
         raise Refuse('the learning rate must hold one value')
-    alpha = float(inst.attrs.get('alpha', 1.0))
+    alpha = float(inst.attrs['alpha'])
 
     def render(ref, scratch):
         return ['ccn_gemm_ex(%d, %d, %d, %s, %d, %d, %s, %d, -(%s) * (float)%s[0], %s, %d, '

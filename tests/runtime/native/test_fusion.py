@@ -141,7 +141,7 @@ def test_sgd_update_of_a_gemm_gradient_computes_it_into_the_parameter():
                                                            'axes'))
     fused = fuse(build_program(model))
     assert [i.op for i in fused.instructions] == ['ReduceSum', 'SGDUpdate', 'GemmSGDUpdate']
-    assert fused.instructions[2].attrs == {'alpha': 0.5, 'transA': 1}
+    assert fused.instructions[2].attrs == {'alpha': 0.5, 'transA': 1, 'transB': 0}
     feed = [_rand(rng, 5, 7), _rand(rng, 5), _rand(rng, 8, 5), _rand(rng, 8, 7),
             numpy.array(0.1, F32)]
     native, vm = _run_both(model, feed)
