@@ -670,6 +670,7 @@ def stage_speed(entry, device, report, dry_run):
         deadline = time.time() + 30
         result['vm'] = timed(lambda: executor.run_positional([xd]), device.sync, 2, repeat,
                              deadline)
+        result['vm_cuda_graph'] = _graph_replay(device, executor, [xd], repeat)
         # Host time to issue the run without waiting for the device: close
         # to the synchronized time means the VM is host-bound.
         result['vm_launch_only'] = timed(lambda: executor.run_positional([xd]), lambda: None,
@@ -718,6 +719,7 @@ def stage_speed(entry, device, report, dry_run):
         result['vm_first_loss'] = loss
         result['vm'] = timed(lambda: executor.run_positional(values), device.sync, 1,
                              max(3, repeat // 2), time.time() + 40)
+        result['vm_cuda_graph'] = _graph_replay(device, executor, values, max(3, repeat // 2))
         if has_torch:
             cuda_model = model.cuda().train()
             optimizer = torch.optim.SGD(cuda_model.parameters(), lr=0.01)
@@ -784,6 +786,33 @@ def _onnxruntime(path, x, repeat):
         return 'CUDA provider did not load: %s' % session.get_providers()
     return timed(lambda: session.run(None, {'x': x}), lambda: None, 2, repeat,
                  time.time() + 20) | {'note': 'host arrays in and out'}
+
+
+def _graph_replay(device, executor, values, repeat):
+    """An experiment, not a feature: the run captured once as a CUDA graph
+    (from a pool of its own, so no later allocation reuses its memory) and
+    replayed, timed like the plain run.  Tells how much of the step is the
+    host issuing kernels one by one."""
+    if device.cupy is None:
+        return 'needs CuPy'
+    cupy = device.cupy
+    try:
+        pool = cupy.cuda.MemoryPool()
+        stream = cupy.cuda.Stream(non_blocking=True)
+        with cupy.cuda.using_allocator(pool.malloc), stream:
+            stream.begin_capture()
+            outputs = executor._run(values)  # the run without the VM's own pool
+            graph = stream.end_capture()
+
+        def replay():
+            graph.launch(stream)
+        replay()
+        stream.synchronize()
+        result = timed(replay, stream.synchronize, 1, repeat, time.time() + 20)
+        del outputs
+        return result
+    except Exception as e:
+        return 'capture failed: %s: %s' % (type(e).__name__, str(e)[:300])
 
 
 def _host_profile(fn, times, title, rows=40):
@@ -868,11 +897,16 @@ def summary(report):
     for key in ('inference_b1', 'inference_b32', 'training_b32', 'training_b8'):
         if key in f:
             r = f[key]
-            lines.append('%s: vm %s ms, torch %s ms, ratio %s, launch-only %s ms %s' % (
-                key, r.get('vm', {}).get('median_ms'), r.get('torch_eager', {}).get('median_ms')
-                if isinstance(r.get('torch_eager'), dict) else None,
-                r.get('ratio_vm_over_torch'), r.get('vm_launch_only', {}).get('median_ms'),
-                r.get('status', '')))
+            graph = r.get('vm_cuda_graph')
+            lines.append('%s: vm %s ms, torch %s ms, ratio %s, launch-only %s ms, '
+                         'CUDA graph replay %s %s' % (
+                             key, r.get('vm', {}).get('median_ms'),
+                             r.get('torch_eager', {}).get('median_ms')
+                             if isinstance(r.get('torch_eager'), dict) else None,
+                             r.get('ratio_vm_over_torch'),
+                             r.get('vm_launch_only', {}).get('median_ms'),
+                             graph.get('median_ms') if isinstance(graph, dict) else graph,
+                             r.get('status', '')))
     text = '\n'.join(lines)
     report.log(text)
     report.results['summary'] = lines
