@@ -5,8 +5,12 @@ Attributes are imported lazily, so ``import chainer_compiler.runtime`` (all
 a shipped model needs) pulls in neither Chainer nor ONNX.
 """
 import importlib
+import logging
 
 __version__ = '0.1.0'
+
+# Quiet unless the application configures logging (the command lines' -v).
+logging.getLogger(__name__).addHandler(logging.NullHandler())
 
 # public name -> module that defines it
 _PUBLIC = {

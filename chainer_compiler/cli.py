@@ -1,15 +1,18 @@
 """The ``chainer-compiler`` command line.
 
   chainer-compiler run --test DIR        run an ONNX test directory, compare outputs
-  chainer-compiler run --onnx FILE       compile and run with random inputs
-  chainer-compiler run --program FILE    run a saved Program with random inputs
+  chainer-compiler run --onnx FILE       compile and run (on random inputs, or
+                                         -i IN.npz; -o OUT.npz writes the outputs)
+  chainer-compiler run --program FILE    run a saved Program (the same inputs)
   chainer-compiler conformance           run ONNX's node conformance tests
   chainer-compiler emit-c FILE -o DIR    write C sources and a Makefile (no Python
                                          needed to build or run them)
 
-Exit status: 0 success, 1 mismatching outputs (--test), 2 any error, which
-is reported as one line on stderr; ``chainer-compiler --debug ...`` shows
-its traceback before that line.
+Exit status: 0 success, 1 mismatching outputs (--test) or a failed
+conformance test, 2 any error, which is reported as one line on stderr
+(``chainer-compiler --debug ...`` shows its traceback before that line), and
+a bare ``chainer-compiler``, which prints this help on stderr; 141, silently,
+when the reader of stdout exits early (``... --dump | head``).
 """
 import argparse
 import json
@@ -18,11 +21,21 @@ import os
 import sys
 import traceback
 
+import numpy
+
 from .errors import InvalidModelError, InvalidTestDataError, UnsupportedOperatorsError
 from .runtime.errors import RuntimeVMError
 from .runtime.executor import Executor
+from .runtime.files import end_on_closed_stdout, same_file
 from .runtime.profiling import Tracer
-from .runtime.random_inputs import run_on_random_inputs
+from .runtime.random_inputs import (
+    check_storable_outputs,
+    load_inputs,
+    parse_symbolic_dims,
+    random_inputs,
+    run_on_inputs,
+    save_outputs,
+)
 from .runtime.serialization import load_program, save_program
 
 EXIT_MISMATCH = 1
@@ -36,12 +49,20 @@ class CommandLineError(Exception):
 def main(argv=None):
     """Run the command line ``argv`` (default: sys.argv[1:]); return the
     exit status."""
+    argv = sys.argv[1:] if argv is None else argv
+    if not argv:  # a usage error, but one whose answer is the whole help
+        _parser().print_help(sys.stderr)
+        return EXIT_ERROR
     try:
         args = _parser().parse_args(argv)
     except CommandLineError as e:
         return _report_error(str(e))
     try:
-        return args.handler(args)
+        status = args.handler(args)
+        sys.stdout.flush()  # a closed pipe raises here, not at exit
+        return status
+    except BrokenPipeError:
+        return end_on_closed_stdout()
     except Exception as e:
         if args.debug:
             # The traceback, then the usual line: still an error, status 2.
@@ -102,6 +123,14 @@ def _bounded(parse, low, high, expected):
     return convert
 
 
+def _symbolic_dims(text):
+    """An argparse type: --symbolic-dims' {name: size}."""
+    try:
+        return parse_symbolic_dims(text)
+    except ValueError as e:
+        raise argparse.ArgumentTypeError(str(e)) from None
+
+
 def _parser():
     """The argument parser; every command sets ``handler``."""
     parser = _Parser(prog='chainer-compiler', description=__doc__,
@@ -118,6 +147,15 @@ def _parser():
     source.add_argument('--onnx', metavar='FILE', help='ONNX model, run on random inputs')
     source.add_argument('--program', metavar='FILE', help='saved Program, run on random inputs')
     tolerance = _bounded(float, 0, math.inf, 'a number >= 0')
+    run.add_argument('-i', '--inputs', nargs='+', metavar='FILE',
+                     help='input arrays (--onnx, --program): an .npz whose keys are the input '
+                          'names, or one .npy per input in declaration order; default: random '
+                          'inputs')
+    run.add_argument('-o', '--outputs', metavar='FILE.npz',
+                     help='write the outputs to this .npz, keyed by output name (--onnx, '
+                          '--program)')
+    run.add_argument('--symbolic-dims', type=_symbolic_dims, metavar='NAME=SIZE,...',
+                     help='sizes of symbolic input dimensions for random inputs (default 1)')
     run.add_argument('--rtol', type=tolerance, default=None, help='relative tolerance (--test)')
     run.add_argument('--atol', type=tolerance, default=None, help='absolute tolerance (--test)')
     run.add_argument('--iterations', type=_bounded(int, 1, math.inf, 'an integer >= 1'),
@@ -192,43 +230,36 @@ def _check_output_paths(args):
     """Refuse, before anything runs, an output file that is a folder, lies
     in a missing folder, is one of the inputs or is the other output."""
     outputs = [(option, path) for option, path in
-               (('--save', args.save), ('--chrome-tracing', args.chrome_tracing)) if path]
+               (('--save', args.save), ('--chrome-tracing', args.chrome_tracing),
+                ('--outputs', args.outputs)) if path]
     for option, path in outputs:
         if os.path.isdir(path):
             raise CommandLineError('%s %s is a directory' % (option, path))
         if not os.path.isdir(os.path.dirname(path) or os.curdir):
             raise CommandLineError('%s %s: its directory does not exist' % (option, path))
         for in_option, in_path in _input_files(args):
-            if _same_file(path, in_path):
+            if same_file(path, in_path):
                 raise CommandLineError('%s %s would overwrite the input %s (%s)'
                                        % (option, path, in_path, in_option))
-    if len(outputs) == 2 and _same_file(outputs[0][1], outputs[1][1]):
-        raise CommandLineError('%s %s and %s %s are the same file'
-                               % (outputs[0] + outputs[1]))
+    for i, (option, path) in enumerate(outputs):
+        for other in outputs[i + 1:]:
+            if same_file(path, other[1]):
+                raise CommandLineError('%s %s and %s %s are the same file'
+                                       % ((option, path) + other))
 
 
 def _input_files(args):
-    """(option, path) of every file the run reads: the model or Program, or
-    every file in the --test folder."""
+    """(option, path) of every file the run reads: the model or Program and
+    the --inputs, or every file in the --test folder."""
     if not args.test:
-        return [_source(args)]
+        return [_source(args)] + [('--inputs', path) for path in args.inputs or ()]
     return [('--test', os.path.join(folder, name))
             for folder, _, names in os.walk(args.test) for name in names]
 
 
-def _same_file(a, b):
-    """Whether paths ``a`` and ``b`` name one file: equal once symbolic
-    links are resolved, or hard links to one file."""
-    if os.path.realpath(a) == os.path.realpath(b):
-        return True
-    try:
-        return os.path.samefile(a, b)
-    except OSError:  # one of them does not exist (yet)
-        return False
-
-
 def _run(args):
     """``chainer-compiler run``: the exit status."""
+    _check_run_options(args)
     _check_output_paths(args)
     tracer = None
     if args.trace or args.chrome_tracing:
@@ -243,13 +274,35 @@ def _run(args):
             from .pipeline import build_program
             program = build_program(args.onnx)
         _report_program(program, args)
-        executor = Executor(program, **options)
-        run_on_random_inputs(executor, args.seed, args.iterations)
+        if args.outputs:
+            check_storable_outputs(program)
+        if args.inputs:
+            inputs = load_inputs(program, args.inputs)
+        else:
+            inputs = random_inputs(program, numpy.random.RandomState(args.seed),
+                                   args.symbolic_dims)
+        outputs = run_on_inputs(Executor(program, **options), inputs, args.iterations)
+        if args.outputs:
+            save_outputs(outputs, args.outputs)
+            print('wrote the outputs to %s' % args.outputs)
         return 0
     finally:
         if tracer is not None and args.chrome_tracing:
             tracer.write_chrome_tracing(args.chrome_tracing)
             print('wrote Chrome tracing profile to %s' % args.chrome_tracing)
+
+
+def _check_run_options(args):
+    """Refuse options that do not apply together."""
+    if args.test:
+        given = [o for o, v in (('--inputs', args.inputs), ('--outputs', args.outputs),
+                                ('--symbolic-dims', args.symbolic_dims)) if v]
+        if given:
+            raise CommandLineError('%s: --test runs the test directory\'s own data'
+                                   % ', '.join(given))
+    elif args.inputs and args.symbolic_dims:
+        raise CommandLineError('--symbolic-dims sizes random inputs; with --inputs the '
+                               'arrays give the sizes')
 
 
 def _run_test(args, options):
@@ -287,11 +340,15 @@ PROGRESS_EVERY = 100
 
 
 def _conformance(args):
-    """``chainer-compiler conformance``: print the totals; always 0.  On
+    """``chainer-compiler conformance``: print the totals; 0, or
+    EXIT_MISMATCH when a test failed (a wrong result or an error, not an
+    unsupported operator).  A pattern matching no test is an error.  On
     stderr: each test as it finishes (--verbose), else running totals every
     PROGRESS_EVERY tests."""
     from .conformance import node_test_names, run_conformance, summarize
     total = len(node_test_names(args.pattern))
+    if not total:
+        raise CommandLineError('-k %s matches no node test' % args.pattern)
     done = {'passed': 0, 'failed': 0, 'unsupported': 0}
 
     def progress(result):
@@ -318,4 +375,4 @@ def _conformance(args):
             print('%-16s %7d %7d %12d' % (name, c['passed'], c['failed'], c['unsupported']))
         print('%d passed, %d failed, %d unsupported of %d node tests'
               % (totals['passed'], totals['failed'], totals['unsupported'], totals['total']))
-    return 0
+    return EXIT_MISMATCH if totals['failed'] else 0

@@ -1,18 +1,35 @@
 """Run a saved Program with NumPy alone:
 
-    python -m chainer_compiler.runtime PROGRAM.npz [--iterations N] [--seed S] [--trace]
+    python -m chainer_compiler.runtime PROGRAM.npz [-i IN.npz | -i X.npy ...]
+        [-o OUT.npz] [--symbolic-dims NAME=SIZE,...] [--iterations N] [--seed S] [--trace]
 
-Feeds random inputs of the declared shapes and prints the outputs; proves a
-compiled model needs neither Chainer nor ONNX where it is shipped.  Exit
-status 0 on success; 2 on any error, reported as one line on stderr (with
-``--debug``, as a traceback).
+Runs on the arrays of ``-i`` (an .npz keyed by input name, or one .npy per
+input in declaration order), else on random inputs of the declared shapes
+(symbolic dimensions sized by ``--symbolic-dims``, else 1); prints each
+output's dtype and shape and with ``-o`` writes the outputs to an .npz.
+Proves a compiled model needs neither Chainer nor ONNX where it is shipped.
+Exit status 0 on success; 2 on any error, reported as one line on stderr
+(with ``--debug``, as a traceback); with no arguments, the help on stderr
+and status 2; 141 (silently) when stdout's reader exits early.
 """
 import argparse
+import importlib.metadata
+import os
 import sys
+
+import numpy
 
 from .errors import RuntimeVMError
 from .executor import Executor
-from .random_inputs import run_on_random_inputs
+from .files import end_on_closed_stdout, same_file
+from .random_inputs import (
+    check_storable_outputs,
+    load_inputs,
+    parse_symbolic_dims,
+    random_inputs,
+    run_on_inputs,
+    save_outputs,
+)
 from .serialization import load_program
 
 NAME = 'chainer_compiler.runtime'
@@ -24,17 +41,38 @@ MAX_SEED = 2**32 - 1
 def main(argv=None):
     """Run the command line ``argv`` (default: sys.argv[1:]); return the
     exit status.  Bad arguments exit with status 2 through argparse."""
-    args = _parser().parse_args(argv)
+    argv = sys.argv[1:] if argv is None else argv
+    parser = _parser()
+    if not argv:
+        parser.print_help(sys.stderr)
+        return EXIT_ERROR
+    args = parser.parse_args(argv)
+    if args.inputs and args.symbolic_dims:
+        parser.error('--symbolic-dims sizes random inputs; with -i the arrays give the sizes')
     try:
+        _check_paths(args)
         program = load_program(args.program)
+        if args.outputs:
+            check_storable_outputs(program)
+        if args.inputs:
+            inputs = load_inputs(program, args.inputs)
+        else:
+            inputs = random_inputs(program, numpy.random.RandomState(args.seed),
+                                   args.symbolic_dims)
         executor = Executor(program, backend='numpy', trace=args.trace)
-        run_on_random_inputs(executor, args.seed, args.iterations)
+        outputs = run_on_inputs(executor, inputs, args.iterations)
+        if args.outputs:
+            save_outputs(outputs, args.outputs)
+        print('modules loaded: chainer=%s onnx=%s'
+              % ('chainer' in sys.modules, 'onnx' in sys.modules))
+        sys.stdout.flush()  # a closed pipe raises here, not at exit
+    except BrokenPipeError:
+        return end_on_closed_stdout()
     except Exception as e:
         if args.debug:
             raise
         print('%s: error: %s' % (NAME, _describe(e, args.program)), file=sys.stderr)
         return EXIT_ERROR
-    print('modules loaded: chainer=%s onnx=%s' % ('chainer' in sys.modules, 'onnx' in sys.modules))
     return 0
 
 
@@ -42,6 +80,13 @@ def _parser():
     parser = argparse.ArgumentParser(prog='python -m ' + NAME,
                                      description=__doc__.split('\n\n')[0])
     parser.add_argument('program', help='a Program file written by chainer-compiler --save')
+    parser.add_argument('-i', '--inputs', nargs='+', metavar='FILE',
+                        help='input arrays: an .npz whose keys are the input names, or one '
+                             '.npy per input in declaration order (default: random inputs)')
+    parser.add_argument('-o', '--outputs', metavar='FILE.npz',
+                        help='write the outputs to this .npz, keyed by output name')
+    parser.add_argument('--symbolic-dims', type=_symbolic_dims, metavar='NAME=SIZE,...',
+                        help='sizes of symbolic input dimensions for random inputs (default 1)')
     parser.add_argument('--iterations', type=_int_in(1, None), default=1,
                         help='runs to time after a warm-up run (default 1: the warm-up only)')
     parser.add_argument('--seed', type=_int_in(0, MAX_SEED), default=0,
@@ -50,7 +95,30 @@ def _parser():
                         help='print each instruction, its shapes and time to stderr')
     parser.add_argument('--debug', action='store_true',
                         help='show the traceback of an error')
+    # The installed distribution's version: the runtime imports nothing from
+    # the compiler, chainer_compiler.__version__ included.
+    parser.add_argument('--version', action='version',
+                        version='%(prog)s ' + importlib.metadata.version('chainer-compiler'))
     return parser
+
+
+def _symbolic_dims(text):
+    try:
+        return parse_symbolic_dims(text)
+    except ValueError as e:
+        raise argparse.ArgumentTypeError(str(e)) from None
+
+
+def _check_paths(args):
+    """Refuse, before anything runs, an output file that is a folder or one
+    of the files read."""
+    if not args.outputs:
+        return
+    if os.path.isdir(args.outputs):
+        raise RuntimeVMError('-o %s is a directory' % args.outputs)
+    for path in [args.program] + (args.inputs or []):
+        if same_file(args.outputs, path):
+            raise RuntimeVMError('-o %s would overwrite the input %s' % (args.outputs, path))
 
 
 def _int_in(low, high):

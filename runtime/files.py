@@ -3,6 +3,7 @@ import contextlib
 import errno
 import os
 import secrets
+import sys
 
 
 @contextlib.contextmanager
@@ -37,3 +38,32 @@ def atomic_write(path, mode='wb', sync=True):
     except BaseException:
         os.unlink(temporary)
         raise
+
+
+def same_file(a, b):
+    """Whether paths ``a`` and ``b`` name one file: equal once symbolic
+    links are resolved, or hard links to one file."""
+    if os.path.realpath(a) == os.path.realpath(b):
+        return True
+    try:
+        return os.path.samefile(a, b)
+    except OSError:  # one of them does not exist (yet)
+        return False
+
+
+#: The exit status of a command whose stdout reader went away (``| head``):
+#: that of a process SIGPIPE ended (128 + 13), as for other Unix tools.
+EXIT_BROKEN_PIPE = 141
+
+
+def end_on_closed_stdout():
+    """After a BrokenPipeError writing stdout: point stdout at os.devnull,
+    so that Python's flush at exit does not fail (and print) again; return
+    EXIT_BROKEN_PIPE for the command to exit with, saying nothing."""
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        os.close(devnull)
+    except (OSError, ValueError):  # stdout is no file (replaced, as tests do)
+        pass
+    return EXIT_BROKEN_PIPE

@@ -28,6 +28,7 @@ import contextlib
 import ctypes
 import functools
 import hashlib
+import logging
 import os
 import platform
 import re
@@ -69,6 +70,8 @@ SEAL_BYTES = len(SEAL_MAGIC) + 8 + 32
 #: A build folder older than this is removed, even one whose process may
 #: still run (on another machine sharing the cache, or a reused pid).
 STALE_BUILD_S = 24 * 3600
+
+_log = logging.getLogger(__name__)
 
 
 class NativeCacheWarning(UserWarning):
@@ -148,6 +151,9 @@ def compile_flags(command: list[str]) -> list[str]:
 def run_compiler(argv: list[str], cwd: str, what: str) -> None:
     """Run the compiler command ``argv`` in ``cwd``.  Raises NativeBuildError
     quoting the compiler's first error lines when it fails."""
+    _log.info('compiling %s', what)
+    _log.debug('%s (in %s)', shlex.join(argv), cwd)
+    start = time.perf_counter()
     try:
         done = subprocess.run(argv, cwd=cwd, capture_output=True, text=True, errors='replace')
     except OSError as e:
@@ -158,6 +164,7 @@ def run_compiler(argv: list[str], cwd: str, what: str) -> None:
         raise NativeBuildError('the C compiler failed (exit %d) building %s:\n%s\n%s'
                                % (done.returncode, what, shlex.join(argv),
                                   '\n'.join(errors[:ERROR_LINES])))
+    _log.info('compiled %s in %.1f s', what, time.perf_counter() - start)
 
 
 def _digest(parts) -> str:
@@ -429,6 +436,8 @@ def load_library(program: Program) -> tuple[ctypes.CDLL, str, EmitResult]:
         name = 'lib%s-%s.so' % (NAME, _digest(
             key + [p for n in sorted(files) for p in (n, files[n])]))
         library = cache.read(name)
+        _log.debug('native library of program %s: %s (%s)', program.name,
+                   'building' if library is None else 'cached', os.path.join(cache.root, name))
         if library is None:
             if cache.why_not is not None:
                 warnings.warn(NativeCacheWarning(
@@ -441,7 +450,7 @@ def load_library(program: Program) -> tuple[ctypes.CDLL, str, EmitResult]:
                            and not n.startswith('ccn_'))
             built = os.path.join(work, 'lib%s.so' % NAME)
             run_compiler(setup + ['-o', built] + model + objects + list(LDLIBS), work,
-                         'the native library')
+                         'the native library of program %s' % program.name)
             library = _read(built)
             cache.store(name, library)
         return _load(library, work), os.path.join(cache.root, name), result

@@ -17,7 +17,7 @@ from chainer_compiler.cli import main
 from chainer_compiler.conformance import node_tests_dir
 from chainer_compiler.runtime import files, load_program, save_program
 from chainer_compiler.runtime.errors import InputValidationError
-from chainer_compiler.runtime.program import Program, ValueInfo
+from chainer_compiler.runtime.program import Instruction, Program, ValueInfo
 from chainer_compiler.runtime.random_inputs import SYMBOLIC_DIM_SIZE, random_inputs
 from tests.chainer_compiler.test_onnx_test_data import external_tensor, write_test_dir
 from tests.conftest import make_model
@@ -88,6 +88,37 @@ def test_conformance_json_reports_each_test(capsys):
     assert all(t['family'] in ('activation', 'math') for t in report['tests'])
 
 
+def test_conformance_exits_with_status_2_when_nothing_matches(capsys):
+    assert main(['conformance', '-k', 'no_such_test']) == 2  # was 0: "0 passed ... of 0"
+    assert '-k no_such_test matches no node test' in error_line(capsys)
+
+
+def test_conformance_exits_with_status_1_when_a_test_fails(monkeypatch, capsys):
+    from chainer_compiler import conformance
+
+    def run_test_dir(test_dir, **kwargs):
+        return conformance.TestResult(os.path.basename(test_dir), 'failed', 'wrong value')
+
+    monkeypatch.setattr(conformance, 'run_test_dir', run_test_dir)
+    assert main(['conformance', '-k', '^test_relu$']) == 1  # was 0
+    assert '0 passed, 1 failed, 0 unsupported of 1 node tests' in capsys.readouterr().out
+
+
+@pytest.mark.parametrize('argv', [['run', '--program', 'PROGRAM', '--dump'],
+                                  ['conformance', '-k', '^test_relu$']])
+def test_a_closed_stdout_ends_the_command_quietly(tmp_path, argv):
+    """``chainer-compiler ... | head``: head exits, the next write fails."""
+    argv = [a.replace('PROGRAM', _relu_program(tmp_path)) for a in argv]
+    read, write = os.pipe()
+    os.close(read)  # the reader is gone before the first write
+    try:
+        done = subprocess.run([sys.executable, '-m', 'chainer_compiler'] + argv, stdout=write,
+                              stderr=subprocess.PIPE, text=True, timeout=120)
+    finally:
+        os.close(write)
+    assert (done.returncode, done.stderr) == (141, '')  # was 2, "Broken pipe"
+
+
 def error_line(capsys):
     """The error a failed command wrote: exactly one line on stderr."""
     err = capsys.readouterr().err
@@ -143,6 +174,7 @@ def workdir(tmp_path, monkeypatch):
     os.symlink('m.onnx', 'link.onnx')
     os.link('m.onnx', 'hard.onnx')
     save_program(pipeline.build_program('m.onnx'), 'p.npz')
+    numpy.savez('in.npz', x=numpy.zeros((3, 4, 5), numpy.float32))
     os.mkdir('d')
     return tmp_path
 
@@ -164,6 +196,10 @@ def _contents(root):
     (['--onnx', 'm.onnx', '--save', 'out', '--chrome-tracing', './out'],
      ['--save out', '--chrome-tracing ./out', 'same file']),
     (['--onnx', 'm.onnx', '--save', 'd'], ['--save d is a directory']),
+    (['--program', 'p.npz', '-i', 'in.npz', '-o', 'in.npz'],
+     ['--outputs in.npz', 'in.npz (--inputs)']),
+    (['--program', 'p.npz', '-o', 'p.npz'], ['--outputs p.npz', 'p.npz (--program)']),
+    (['--program', 'p.npz', '-o', 'out', '--save', 'out'], ['--outputs out', 'same file']),
     (['--onnx', 'm.onnx', '--chrome-tracing', 'no/such/dir/t.json'],
      ['--chrome-tracing no/such/dir/t.json', 'does not exist']),
 ])
@@ -188,9 +224,81 @@ def test_bad_numbers_are_one_line_errors(capsys, argv, named):
     assert named in error_line(capsys)
 
 
-def test_a_missing_subcommand_is_a_one_line_error(capsys):
-    assert main([]) == 2
+def test_a_bare_command_prints_the_help_with_status_2(capsys):
+    assert main([]) == 2  # a usage error, as argparse has it, answered with the help
+    out, err = capsys.readouterr()
+    assert out == '' and err.startswith('usage: chainer-compiler') and 'emit-c' in err
+
+
+def test_a_missing_subcommand_after_options_is_a_one_line_error(capsys):
+    assert main(['--debug']) == 2
     assert 'command' in error_line(capsys)
+
+
+def _relu_program(tmp_path, shape=('n', 3)):
+    """A Program y = Relu(x), x float32 of ``shape``, saved in tmp_path."""
+    path = str(tmp_path / 'relu.npz')
+    save_program(Program([Instruction('Relu', (0,), (1,), version=14)],
+                         [ValueInfo('x', 0, dtype='float32', shape=shape)],
+                         [ValueInfo('y', 1)], num_registers=2), path)
+    return path
+
+
+X = numpy.array([[-1, 2, -3], [4, -5, 6]], numpy.float32)
+
+
+@pytest.mark.parametrize('files', ['npz', 'npy'])
+def test_run_reads_input_files_and_writes_the_outputs(tmp_path, capsys, files):
+    if files == 'npz':
+        numpy.savez(tmp_path / 'in.npz', x=X)
+    else:
+        numpy.save(tmp_path / 'in.npy', X)
+    out = tmp_path / 'out.npz'
+    assert main(['run', '--program', _relu_program(tmp_path), '-i', str(tmp_path / ('in.' + files)),
+                 '-o', str(out)]) == 0
+    assert 'output y: float32[2, 3]' in capsys.readouterr().out
+    with numpy.load(out, allow_pickle=False) as written:
+        assert written.files == ['y']
+        numpy.testing.assert_array_equal(written['y'], numpy.maximum(X, 0))
+
+
+@pytest.mark.parametrize('arrays, named', [
+    ({}, "no array for input 'x'"),
+    ({'x': X, 'z': X}, "'z' is not an input"),
+    ({'x': X.astype(numpy.float64)}, "input 'x' has dtype float64, expected float32"),
+    ({'x': X[0]}, "input 'x' has shape (3,), expected ('n', 3)"),
+    ({'x': numpy.array([[{}, 1, 2]], object)}, "input 'x' has dtype object"),
+], ids=['missing', 'unknown', 'dtype', 'shape', 'pickled-object'])
+def test_run_refuses_input_files_that_do_not_fit_the_program(tmp_path, capsys, arrays, named):
+    numpy.savez(tmp_path / 'in.npz', **arrays)
+    assert main(['run', '--program', _relu_program(tmp_path), '-i', str(tmp_path / 'in.npz'),
+                 '-o', str(tmp_path / 'out.npz')]) == 2
+    assert named in error_line(capsys)
+    assert not (tmp_path / 'out.npz').exists()
+
+
+def test_run_sizes_symbolic_dimensions_of_random_inputs(tmp_path, capsys):
+    program = _relu_program(tmp_path)
+    assert main(['run', '--program', program, '--symbolic-dims', 'n=7']) == 0
+    assert 'output y: float32[7, 3]' in capsys.readouterr().out
+    assert main(['run', '--program', program, '--symbolic-dims', 'batch=7']) == 2
+    assert 'no input has the symbolic dimension batch (the inputs have: n)' in error_line(capsys)
+
+
+@pytest.mark.parametrize('argv, named', [
+    (['--symbolic-dims', 'n'], '--symbolic-dims'),
+    (['--symbolic-dims', 'n=-1'], '--symbolic-dims'),
+    (['--symbolic-dims', 'n=2', '-i', 'in.npz'], 'with --inputs'),
+    (['-i', 'a.npz', 'b.npz'], 'one .npz or one .npy per input'),
+])
+def test_bad_input_options_are_one_line_errors(tmp_path, capsys, argv, named):
+    assert main(['run', '--program', _relu_program(tmp_path)] + argv) == 2
+    assert named in error_line(capsys)
+
+
+def test_test_directories_refuse_input_and_output_files(capsys):
+    assert main(['run', '--test', RELU_TEST, '-o', 'out.npz']) == 2
+    assert "--outputs: --test runs the test directory's own data" in error_line(capsys)
 
 
 def _onnx_file(tmp_path, model):

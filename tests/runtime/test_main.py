@@ -1,6 +1,10 @@
 """``python -m chainer_compiler.runtime``: every error is one line and status 2."""
+import os
 import re
+import subprocess
+import sys
 
+import numpy
 import pytest
 
 from chainer_compiler.runtime import (
@@ -80,3 +84,58 @@ def test_bad_arguments_exit_with_status_2(tmp_path, capsys, args, message):
         main([_save(tmp_path, _relu())] + args)
     assert e.value.code == 2
     assert message in capsys.readouterr().err
+
+
+def _symbolic_relu(tmp_path):
+    return _save(tmp_path, _relu(input_info=ValueInfo('x', 0, 'tensor', 'float32', ('n', 3))))
+
+
+def test_reads_inputs_and_writes_outputs(tmp_path, capsys):
+    x = numpy.array([[-1, 2, -3]], numpy.float32)
+    numpy.save(tmp_path / 'x.npy', x)
+    out = str(tmp_path / 'out.npz')
+    assert main([_symbolic_relu(tmp_path), '-i', str(tmp_path / 'x.npy'), '-o', out]) == 0
+    assert 'output y: float32[1, 3]' in capsys.readouterr().out
+    with numpy.load(out, allow_pickle=False) as written:
+        numpy.testing.assert_array_equal(written['y'], numpy.maximum(x, 0))
+
+
+def test_symbolic_dims_size_random_inputs(tmp_path, capsys):
+    assert main([_symbolic_relu(tmp_path), '--symbolic-dims', 'n=5']) == 0
+    assert 'output y: float32[5, 3]' in capsys.readouterr().out
+
+
+@pytest.mark.parametrize('make, argv, message', [
+    (lambda d: numpy.savez(d / 'in.npz', y=numpy.zeros((1, 3), numpy.float32)),
+     ['-i', 'in.npz'], r"in.npz: no array for input 'x'; 'y' is not an input"),
+    (lambda d: numpy.savez(d / 'in.npz', x=numpy.zeros((1, 3), numpy.float32)),
+     ['-i', 'in.npz', '-o', 'in.npz'], '-o .*in.npz would overwrite the input'),
+    (lambda d: (d / 'in.npy').write_bytes(b'not numpy'),
+     ['-i', 'in.npy'], r"in.npy \(input 'x'\) is not a readable .npy file"),
+], ids=['names', 'overwrite', 'garbage'])
+def test_bad_input_files_are_one_line(tmp_path, capsys, make, argv, message):
+    make(tmp_path)
+    argv = [str(tmp_path / a) if a.endswith(('.npz', '.npy')) else a for a in argv]
+    before = sorted(os.listdir(tmp_path))
+    assert main([_symbolic_relu(tmp_path)] + argv) == 2
+    assert re.search(message, _one_error_line(capsys))
+    assert sorted(os.listdir(tmp_path)) == sorted(before + ['p.npz'])
+
+
+def test_no_arguments_print_the_help_with_status_2(capsys):
+    assert main([]) == 2
+    out, err = capsys.readouterr()
+    assert out == '' and err.startswith('usage: python -m chainer_compiler.runtime')
+    assert '--inputs' in err
+
+
+def test_a_closed_stdout_ends_quietly(tmp_path):
+    read, write = os.pipe()
+    os.close(read)  # as after `| head` exits
+    try:
+        done = subprocess.run([sys.executable, '-m', 'chainer_compiler.runtime',
+                               _save(tmp_path, _relu())], stdout=write,
+                              stderr=subprocess.PIPE, text=True, timeout=120)
+    finally:
+        os.close(write)
+    assert (done.returncode, done.stderr) == (141, '')
