@@ -86,6 +86,7 @@ def main(argv=None):
         return
 
     if args.compile is not None:
+        check_exported_batch_size(args.compile, args.batchsize)
         mlp = compile_model(mlp, device, args)
 
     # Padding examples carry label -1: the loss ignores them by default, the
@@ -129,6 +130,23 @@ def main(argv=None):
     accuracy = trainer.observation.get('validation/main/accuracy')
     if accuracy is not None:
         print('validation accuracy: %.4f' % float(accuracy))
+
+
+def check_exported_batch_size(path, batchsize):
+    """Refuse, before any work, a --batchsize other than the one the file
+    was exported with: its compiled program takes batches of that size
+    only (FixedBatchDataset pads to --batchsize, so it cannot help)."""
+    import onnx
+    try:
+        dims = onnx.load(path, load_external_data=False).graph.input[0].type.tensor_type \
+            .shape.dim
+    except Exception:  # a missing or bad file: compile_onnx says what is wrong with it
+        return
+    exported = dims[0].dim_value if dims else 0
+    if exported and exported != batchsize:
+        raise SystemExit('%s was exported with batch size %d, not --batchsize %d: train with '
+                         '--batchsize %d, or export again with --batchsize %d'
+                         % (path, exported, batchsize, exported, batchsize))
 
 
 def training_step_updater(model, optimizer, train, train_iter, args):
