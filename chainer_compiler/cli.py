@@ -27,6 +27,7 @@ from .errors import InvalidModelError, InvalidTestDataError, UnsupportedOperator
 from .runtime.errors import RuntimeVMError
 from .runtime.executor import Executor
 from .runtime.files import end_on_closed_stdout, same_file
+from .runtime.logs import configure_logging
 from .runtime.profiling import Tracer
 from .runtime.random_inputs import (
     check_storable_outputs,
@@ -57,6 +58,7 @@ def main(argv=None):
         args = _parser().parse_args(argv)
     except CommandLineError as e:
         return _report_error(str(e))
+    configure_logging(args.verbose)
     try:
         status = args.handler(args)
         sys.stdout.flush()  # a closed pipe raises here, not at exit
@@ -131,15 +133,34 @@ def _symbolic_dims(text):
         raise argparse.ArgumentTypeError(str(e)) from None
 
 
+#: -v and -vv, of every command.
+VERBOSE_HELP = ('say what is being done and how long it takes on stderr (-vv: the details; '
+                'conformance: each test as it finishes)')
+
+
+def _symbolic_dims(text):
+    """An argparse type: --symbolic-dims' {name: size}."""
+    try:
+        return parse_symbolic_dims(text)
+    except ValueError as e:
+        raise argparse.ArgumentTypeError(str(e)) from None
+
+
 def _parser():
     """The argument parser; every command sets ``handler``."""
     parser = _Parser(prog='chainer-compiler', description=__doc__,
                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument('--debug', action='store_true',
                         help='on an error, show the traceback as well')
+    parser.add_argument('-v', '--verbose', action='count', default=0, help=VERBOSE_HELP)
+    # -v also after the command; SUPPRESS: a command without it keeps the count before it.
+    verbose = argparse.ArgumentParser(add_help=False)
+    verbose.add_argument('-v', '--verbose', action='count', default=argparse.SUPPRESS,
+                         help=VERBOSE_HELP)
     sub = parser.add_subparsers(dest='command', required=True)
 
-    run = sub.add_parser('run', help='compile and run an ONNX model or test directory')
+    run = sub.add_parser('run', parents=[verbose],
+                         help='compile and run an ONNX model or test directory')
     source = run.add_mutually_exclusive_group(required=True)
     source.add_argument('--test', metavar='DIR',
                         help='ONNX test directory: model.onnx and test_data_set_*/ holding '
@@ -177,7 +198,8 @@ def _parser():
                      default=0, help='seed of the random inputs')
     run.set_defaults(handler=_run)
 
-    conf = sub.add_parser('conformance', help="run ONNX's node conformance tests")
+    conf = sub.add_parser('conformance', parents=[verbose],
+                          help="run ONNX's node conformance tests")
     conf.add_argument('-k', dest='pattern', metavar='PATTERN',
                       help='only tests whose name matches this regular expression')
     conf.add_argument('--json', action='store_true',
@@ -188,11 +210,10 @@ def _parser():
                            'count as unsupported, a compiler error as a failure)')
     conf.add_argument('-j', '--jobs', type=_bounded(int, 1, 1024, 'an integer in [1, 1024]'),
                       default=1, help='run the tests in this many processes')
-    conf.add_argument('-v', '--verbose', action='store_true',
-                      help='print each test as it finishes')
     conf.set_defaults(handler=_conformance)
 
-    emit = sub.add_parser('emit-c', help='write a model as C sources with a Makefile')
+    emit = sub.add_parser('emit-c', parents=[verbose],
+                          help='write a model as C sources with a Makefile')
     emit.add_argument('model', metavar='FILE',
                       help='ONNX model (.onnx) or saved Program (.npz), static shapes only')
     emit.add_argument('-o', dest='output', metavar='DIR', required=True,
@@ -335,34 +356,60 @@ def _report_program(program, args):
         print('saved Program to %s' % args.save)
 
 
-#: Without --verbose, conformance prints running totals every this many tests.
+#: Without --verbose or a progress bar, conformance prints running totals
+#: every this many tests.
 PROGRESS_EVERY = 100
+
+
+def _progress_bar(total, unit):
+    """A tqdm progress bar on stderr counting to ``total`` when stderr is a
+    terminal and tqdm (optional) is installed; else None: logs, CI and
+    tests get plain lines."""
+    if not sys.stderr.isatty():
+        return None
+    try:
+        from tqdm import tqdm
+    except ImportError:
+        return None
+    return tqdm(total=total, unit=unit, file=sys.stderr, dynamic_ncols=True)
 
 
 def _conformance(args):
     """``chainer-compiler conformance``: print the totals; 0, or
     EXIT_MISMATCH when a test failed (a wrong result or an error, not an
     unsupported operator).  A pattern matching no test is an error.  On
-    stderr: each test as it finishes (--verbose), else running totals every
-    PROGRESS_EVERY tests."""
+    stderr: a progress bar on a terminal; each test as it finishes
+    (--verbose); without either, running totals every PROGRESS_EVERY tests."""
     from .conformance import node_test_names, run_conformance, summarize
     total = len(node_test_names(args.pattern))
     if not total:
         raise CommandLineError('-k %s matches no node test' % args.pattern)
     done = {'passed': 0, 'failed': 0, 'unsupported': 0}
+    bar = _progress_bar(total, 'test')
 
     def progress(result):
         done[result.status] += 1
         count = sum(done.values())
+        if bar is not None:
+            bar.set_postfix(done, refresh=False)
+            bar.update()
         if args.verbose:
-            print('%-60s %s %s' % (result.name, result.status, result.reason), file=sys.stderr)
-        elif count % PROGRESS_EVERY == 0:
+            line = '%-60s %s %s' % (result.name, result.status, result.reason)
+            if bar is None:
+                print(line, file=sys.stderr)
+            else:
+                bar.write(line, file=sys.stderr)
+        elif bar is None and count % PROGRESS_EVERY == 0:
             print('[%d/%d] %d passed, %d failed, %d unsupported'
                   % (count, total, done['passed'], done['failed'], done['unsupported']),
                   file=sys.stderr, flush=True)
 
-    results = run_conformance(args.pattern, backend=args.backend, progress=progress,
-                              jobs=args.jobs)
+    try:
+        results = run_conformance(args.pattern, backend=args.backend, progress=progress,
+                                  jobs=args.jobs)
+    finally:
+        if bar is not None:
+            bar.close()
     totals, families = summarize(results)
     if args.json:
         json.dump({'totals': totals, 'families': families,

@@ -2,6 +2,7 @@
 (every node test shipped in the onnx wheel)."""
 import contextlib
 import functools
+import logging
 import multiprocessing
 import os
 import re
@@ -20,6 +21,8 @@ from .runtime.ops.registry import has_kernel, lookup
 
 #: A node test that runs longer than this is reported as failed.
 TEST_TIMEOUT_S = 60
+
+_log = logging.getLogger(__name__)
 
 
 @dataclass
@@ -72,6 +75,8 @@ def run_conformance(pattern=None, backend=None, progress=None, jobs=1):
     ``jobs`` > 1 the tests run in that many worker processes (worth it for
     backend 'native', where each test compiles a C library)."""
     names = node_test_names(pattern)
+    _log.info('running %d node tests from %s (backend %s, %d jobs)', len(names),
+              node_tests_dir(), backend or 'default', jobs)
     run = functools.partial(run_node_test, backend=backend)
     if jobs <= 1 or len(names) <= 1:
         return [_reported(run(name), progress) for name in names]
@@ -84,6 +89,7 @@ def run_conformance(pattern=None, backend=None, progress=None, jobs=1):
 
 def _reported(result, progress):
     """``result``, after passing it to ``progress`` when there is one."""
+    _log.debug('%s: %s %s', result.name, result.status, result.reason)
     if progress:
         progress(result)
     return result

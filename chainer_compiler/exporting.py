@@ -1,6 +1,8 @@
 """chainer_compiler.export: a Chainer model to an ONNX file."""
+import logging
 import os
 import tempfile
+import time
 
 from onnx import helper
 
@@ -13,6 +15,8 @@ TRANSLATORS = ('onnx_chainer', 'ch2o')
 #: and the ai.onnx opset it targets.
 TRANSLATOR_KEY = 'chainer_compiler.translator'
 OPSET_KEY = 'chainer_compiler.opset'
+
+_log = logging.getLogger(__name__)
 
 
 def export(model, inputs, filename=None, translator='onnx_chainer', opset_version=None,
@@ -42,6 +46,8 @@ def export(model, inputs, filename=None, translator='onnx_chainer', opset_versio
     translator and the opset (``compile_onnx`` checks its
     ``used_translator`` against the translator).
     """
+    _log.info('exporting %s with translator %s', type(model).__name__, translator)
+    start = time.perf_counter()
     if translator == 'ch2o':
         if train or external_converters:
             raise ValueError("translator 'ch2o' exports inference forms (compile_onnx makes "
@@ -64,14 +70,16 @@ def export(model, inputs, filename=None, translator='onnx_chainer', opset_versio
     _record_provenance(model_proto, translator)
     if filename is not None:
         write_onnx(model_proto, filename)
-        return filename
-    fd, filename = tempfile.mkstemp(suffix='.onnx', prefix='chainer_compiler_')
-    os.close(fd)
-    try:
-        write_onnx(model_proto, filename)
-    except BaseException:
-        os.remove(filename)  # the caller never learns its name
-        raise
+    else:
+        fd, filename = tempfile.mkstemp(suffix='.onnx', prefix='chainer_compiler_')
+        os.close(fd)
+        try:
+            write_onnx(model_proto, filename)
+        except BaseException:
+            os.remove(filename)  # the caller never learns its name
+            raise
+    _log.info('exported %s to %s (%d nodes) in %.1f s', type(model).__name__, filename,
+              len(model_proto.graph.node), time.perf_counter() - start)
     return filename
 
 

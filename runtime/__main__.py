@@ -14,6 +14,7 @@ and status 2; 141 (silently) when stdout's reader exits early.
 """
 import argparse
 import importlib.metadata
+import logging
 import os
 import sys
 
@@ -22,6 +23,7 @@ import numpy
 from .errors import RuntimeVMError
 from .executor import Executor
 from .files import end_on_closed_stdout, same_file
+from .logs import configure_logging
 from .random_inputs import (
     check_storable_outputs,
     load_inputs,
@@ -49,9 +51,13 @@ def main(argv=None):
     args = parser.parse_args(argv)
     if args.inputs and args.symbolic_dims:
         parser.error('--symbolic-dims sizes random inputs; with -i the arrays give the sizes')
+    configure_logging(args.verbose)
     try:
         _check_paths(args)
         program = load_program(args.program)
+        # NAME, not __name__: run with -m, this module is __main__.
+        logging.getLogger(NAME).info('loaded program %s (%d instructions) from %s',
+                                     program.name, len(program.instructions), args.program)
         if args.outputs:
             check_storable_outputs(program)
         if args.inputs:
@@ -99,6 +105,8 @@ def _parser():
     # the compiler, chainer_compiler.__version__ included.
     parser.add_argument('--version', action='version',
                         version='%(prog)s ' + importlib.metadata.version('chainer-compiler'))
+    parser.add_argument('-v', '--verbose', action='count', default=0,
+                        help='say what is being done on stderr (-vv: the details)')
     return parser
 
 

@@ -13,6 +13,9 @@ memory model (memory_model.py) predicts the peak of the result.
 * ``nested.py``: nested checkpointing orders (gt under a tight budget);
 * ``policies.py`` and ``gt.py``: the policies.
 """
+import logging
+import time
+
 from .gt import BudgetError, gt
 from .ordered import check_order, order_of
 from .policies import chen, custom, dummy, retain_all
@@ -27,6 +30,8 @@ POLICIES = {None: retain_all, 'chen': chen, 'gt': gt, 'custom': custom, 'dummy':
 #: Options that apply to one policy only: option -> policy.
 POLICY_OPTIONS = {'memory_budget': 'gt', 'chen_segments': 'chen', 'retain': 'custom',
                   'order': 'custom'}
+
+_log = logging.getLogger(__name__)
 
 
 def policy(name):
@@ -81,8 +86,14 @@ def apply(forward_graph, backward, options, opsets, joined=False):
     run, as the steps compiler option 'order' takes (ordered.order_of)."""
     if options.computation_order is None:
         return order_of(backward)
+    # Planning takes seconds on a large model (gt: 12 s on ResNet-50): say so.
+    _log.info('planning computation_order %r over %d forward nodes',
+              options.computation_order, len(forward_graph.node))
+    start = time.perf_counter()
     problem = Problem(forward_graph, backward, options, opsets, joined)
     chosen = policy(options.computation_order)(problem)
+    _log.info('planned computation_order %r in %.1f s%s', options.computation_order,
+              time.perf_counter() - start, ' (no change)' if chosen is None else '')
     if chosen is None:
         return order_of(backward)
     if not isinstance(chosen, Plan):

@@ -22,6 +22,8 @@ bisected (the sweep's steps are coarse next to a budget).  When none of
 those fits the budget, gt recomputes more than once: the nested orders of
 nested.py (2 to 4 levels of cuts), the one of least work that fits.
 """
+import logging
+
 import numpy
 
 from .nested import nested_plans
@@ -33,6 +35,8 @@ WORK_BUCKETS = 128
 LIMITS = 12
 #: Bisections of the limits around a memory_budget.
 BUDGET_BISECTIONS = 8
+
+_log = logging.getLogger(__name__)
 
 
 class BudgetError(ValueError):
@@ -67,12 +71,18 @@ def gt(problem):
             _bisect_budget(problem, view, costs, candidates, budget, list(zip(limits, peaks)))
     if budget is None:
         best = min(candidates, key=lambda c: candidates[c])
+        _log.debug('gt: %d plans predicted; chosen: peak %d bytes, work %g',
+                   len(candidates), *candidates[best])
         return None if best is None else set(best)
     fitting = [c for c, (peak, _) in candidates.items() if peak <= budget]
     if fitting:
         best = min(fitting, key=lambda c: candidates[c][::-1])
+        _log.debug('gt: %d plans predicted, %d within the budget of %d bytes; chosen: peak '
+                   '%d bytes, work %g', len(candidates), len(fitting), budget, *candidates[best])
         return None if best is None else set(best)
     # Nothing with one extra forward fits: recompute more, level by level.
+    _log.info('gt: no plan recomputing once fits memory_budget %d bytes: trying nested '
+              'checkpoints', budget)
     nested = [(problem.peak(plan), problem.work(plan), plan) for plan in nested_plans(problem)]
     fitting = [(work, plan) for peak, work, plan in nested if peak <= budget]
     if not fitting:
