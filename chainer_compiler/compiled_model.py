@@ -6,13 +6,16 @@ optimizers, hooks, serializers and Trainer snapshots see the same
 parameters under the same paths as the plain model.
 """
 import inspect
+import logging
 import os
+import time
 from dataclasses import dataclass
 
 import chainer
 import numpy
 import onnx
 
+from .autodiff.registry import GradientError
 from .errors import ModelMismatchError
 from .exporting import TRANSLATORS, export, recorded_translator, write_onnx
 from .frontend import load_onnx
@@ -27,6 +30,8 @@ from .runtime.executor import Executor
 from .runtime.signatures import validate_inputs
 from .training import compile_training
 from .translators.onnx_chainer.naming import named_arrays
+
+_log = logging.getLogger(__name__)
 
 
 def compile_onnx(model, onnx_file, used_translator='onnx_chainer', dump_onnx=False,
@@ -62,7 +67,13 @@ def compile_onnx(model, onnx_file, used_translator='onnx_chainer', dump_onnx=Fal
     element.
     ``backend='native'`` runs the programs compiled to C, the forward and
     backward ones too; a program with an operator the C kernels lack is
-    refused (UnsupportedNativeOpsError naming it) when it is first built.
+    refused (UnsupportedNativeOpsError naming it).
+    The inference and training programs are compiled by this call, from
+    the file's shapes, so what compiling refuses (a ``memory_budget`` below
+    the least peak 'gt' finds, an operator the backend lacks) is raised
+    here and the first batch runs at once; only a model lacking a gradient
+    rule, which can still infer, fails at its first training batch, and
+    inputs that need gradients (Variables) get programs on first use.
     ``pack_parameters=True`` makes the model's Parameters views into one
     flat Parameter (``packed_parameters``), the only one the Chain exposes,
     so that an optimizer updates one array a step instead of one per
@@ -113,18 +124,19 @@ class CompiledModel(chainer.Chain):
             raise ValueError("%s was exported by translator '%s', but compile_onnx was told "
                              "used_translator='%s'" % (onnx_file, recorded, used_translator))
         self._bind_parameters(model)
+        if pack_parameters and self.runtime_kwargs.get('backend') == 'cupy':
+            raise ValueError('pack_parameters packs NumPy arrays: use the numpy or native '
+                             'backend, not cupy')
+        self._training = {}
+        self._inference = None
+        self._compile_now()
         #: The ParameterPack whose flat Parameter stands for the model's
         #: (pack_parameters), else None.
         self._pack = None
         if pack_parameters:
-            if self.runtime_kwargs.get('backend') == 'cupy':
-                raise ValueError('pack_parameters packs NumPy arrays: use the numpy or native '
-                                 'backend, not cupy')
             self._pack = ParameterPack({n: self._param_of[n] for n in self._param_names})
             with self.init_scope():
                 self.packed_parameters = self._pack.parameter
-        self._training = {}
-        self._inference = None
 
     # -- wiring the model's parameters -------------------------------------------
     def _adopt(self, model):
@@ -158,11 +170,28 @@ class CompiledModel(chainer.Chain):
         self._accepted = {}
 
     # -- programs ----------------------------------------------------------------
+    def _compile_now(self):
+        """Compile the inference and training programs now, from the file's
+        shapes: what compiling refuses (a memory_budget below the least
+        peak, an operator the backend lacks) is raised by compile_onnx, not
+        by the first batch, which then runs at once.  A model without a
+        gradient rule for some operator still serves inference: its
+        GradientError comes with the first training batch.  Data inputs
+        that need gradients get their training programs on first use."""
+        self._inference_executor()
+        try:
+            self._training_programs(())
+        except GradientError as e:
+            _log.debug('%s: no training programs until the first training batch: %s',
+                       self.onnx_file, e)
+
     def _training_programs(self, inputs_needing_grad):
         """Forward/backward executors, compiled on first use for each set of
         data inputs that need a gradient (usually none: data comes as arrays)."""
         key = tuple(inputs_needing_grad)
         if key not in self._training:
+            _log.info('compiling the training programs of %s', self.onnx_file)
+            start = time.perf_counter()
             proto = onnx.ModelProto()
             proto.CopyFrom(self._proto)
             decays = {name: getattr(self._persistents[name][0], 'decay', 0.9)
@@ -178,14 +207,20 @@ class CompiledModel(chainer.Chain):
             self._training[key] = _TrainingState(
                 programs, Executor(programs.forward, **options),
                 Executor(programs.backward, **options), updates)
+            _log.info('compiled the training programs of %s in %.1f s', self.onnx_file,
+                      time.perf_counter() - start)
         return self._training[key]
 
     def _inference_executor(self):
         if self._inference is None:
             from .training import compile_inference
+            _log.info('compiling the inference program of %s', self.onnx_file)
+            start = time.perf_counter()
             program = compile_inference(self._proto, params=self._param_names + self._state_names,
                                         options=self.compiler_options)
             self._inference = Executor(program, **self.runtime_kwargs)
+            _log.info('compiled the inference program of %s in %.1f s', self.onnx_file,
+                      time.perf_counter() - start)
         return self._inference
 
     def peak_bytes(self):
@@ -213,16 +248,14 @@ class CompiledModel(chainer.Chain):
     def predicted_peak_bytes(self):
         """The memory model's prediction of peak_bytes for the training
         programs compiled so far (memory_model.py: static shapes, the same
-        frees), comparable with peak_bytes() after training steps; 0 before
-        the first training step compiles them."""
+        frees), comparable with peak_bytes() after training steps."""
         return max((compiled_training_peak(state.programs)
                     for state in self._training.values()), default=0)
 
     def predicted_peak_parts(self):
         """What the predicted peak is made of, in bytes (memory_model.
         compiled_peak_parts: the program that peaks, and its parameters,
-        gradients, retained values and other values at that moment); None
-        before the first training step compiles the programs."""
+        gradients, retained values and other values at that moment)."""
         parts = [compiled_peak_parts(state.programs) for state in self._training.values()]
         return max(parts, key=lambda p: p['total'], default=None)
 
@@ -232,7 +265,8 @@ class CompiledModel(chainer.Chain):
         list of steps that compiler option 'order' takes with
         computation_order 'custom': a policy's order to read, edit and pass
         back.  Forward nodes are named by their index in the compiled
-        forward graph.  None before the first training step compiles them."""
+        forward graph.  None when the model has no training programs (a
+        model lacking a gradient rule)."""
         state = next(iter(self._training.values()), None)
         return None if state is None else list(state.programs.order)
 

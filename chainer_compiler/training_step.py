@@ -8,13 +8,16 @@ parameter, so the Chainer model's own parameter arrays and the optimizer's
 own state arrays are the ones trained: serializers, snapshots and
 ``optimizer.t`` stay as Chainer keeps them.
 """
+import logging
+import time
+
 import chainer
 import chainer.optimizers
 import numpy
 from chainer.dataset import convert
 from chainer.training.updaters import StandardUpdater
 
-from .compiled_model import bind_initializers
+from .compiled_model import _check_runtime_kwargs, bind_initializers
 from .exporting import write_onnx
 from .frontend import load_onnx
 from .passes.training_mode import to_training_mode
@@ -44,6 +47,8 @@ _UPDATES = {
 #: How every refusal ends.
 _USE_COMPILE_ONNX = 'use compile_onnx, which keeps the optimizer in Chainer'
 
+_log = logging.getLogger(__name__)
+
 
 def compile_training_step(model, optimizer, inputs, runtime_kwargs=None, dump_onnx=None,
                           computation_order=None, compiler_kwargs=None):
@@ -64,7 +69,10 @@ def compile_training_step(model, optimizer, inputs, runtime_kwargs=None, dump_on
     compiler options (pipeline.CompilerOptions); in the one program, the
     values a policy does not keep die after their last forward read and are
     recomputed in the backward half.
+    Everything is checked and compiled by this call: a bad option, backend
+    or ``memory_budget`` is refused here, before anything changes.
     """
+    _check_runtime_kwargs(runtime_kwargs or {})
     options = CompilerOptions.from_kwargs(compiler_kwargs, computation_order=computation_order)
     return TrainingStep(model, optimizer, inputs, runtime_kwargs or {}, dump_onnx, options)
 
@@ -92,6 +100,8 @@ class TrainingStep:
         self._update = _update_for(optimizer)
         inputs = tuple(inputs) if isinstance(inputs, (tuple, list)) else (inputs,)
         self._n_inputs = len(inputs)
+        _log.info('compiling the training step of %s', type(model).__name__)
+        start = time.perf_counter()
         proto = load_onnx(export_model(model, inputs, reported=True), check=False)
         binding = bind_initializers(proto.graph, model, 'the trace of %s' % type(model).__name__,
                                     traced=True)
@@ -108,6 +118,11 @@ class TrainingStep:
         if dump_onnx:
             write_onnx(compiled.onnx, dump_onnx)
         self.program = compiled.program
+        # Before the update rules' states are made: an Executor the backend
+        # refuses (native with track_memory) leaves the optimizer as it was.
+        runtime_kwargs = dict(runtime_kwargs)
+        runtime_kwargs.setdefault('backend', 'cupy' if model.xp is not numpy else 'numpy')
+        self.executor = Executor(self.program, **runtime_kwargs)
         self._order = compiled.order
         self._rules = [binding.param_of[n].update_rule for n in compiled.updated]
         for name, rule in zip(compiled.updated, self._rules):
@@ -117,16 +132,23 @@ class TrainingStep:
             (outputs.index(updated), binding.persistents[initializer])
             for updated, initializer in state_updates]
         self._reports = _report_targets(model, outputs)
-        options = dict(runtime_kwargs)
-        options.setdefault('backend', 'cupy' if model.xp is not numpy else 'numpy')
-        self.executor = Executor(self.program, **options)
         self._array_type = model.xp.ndarray
         self._batch_signature = None  # the batch signature last validated
+        _log.info('compiled the training step of %s in %.1f s', type(model).__name__,
+                  time.perf_counter() - start)
 
     def computation_order_steps(self):
         """The recompute order the step runs, as the list of steps that
         compiler option 'order' takes (CompiledModel.computation_order_steps)."""
         return list(self._order)
+
+    def peak_bytes(self):
+        """The most bytes the VM held at once over the steps run so far
+        (pass ``runtime_kwargs={'track_memory': True}``; else 0): the live
+        registers of the step's one program, from its inputs (the batch,
+        parameters, running averages, the optimizer's state) and constants
+        to each value's last read, as CompiledModel.peak_bytes counts."""
+        return self.executor.peak_bytes
 
     def __call__(self, *inputs):
         if len(inputs) != self._n_inputs:

@@ -437,3 +437,55 @@ def test_trainer_snapshots_resume_a_compiled_model(tmp_path):
     assert resumed_trainer.updater.iteration == 2
     numpy.testing.assert_array_equal(resumed.l1.W.array, trained.l1.W.array)
     numpy.testing.assert_array_equal(resumed.bn.avg_mean, trained.bn.avg_mean)
+
+
+def _count_compiles(monkeypatch):
+    """{'training': n, 'inference': n}: the programs compiled from now on."""
+    from chainer_compiler import compiled_model, training
+    counts = {'training': 0, 'inference': 0}
+
+    def counting(kind, compile_programs):
+        def wrapper(*args, **kwargs):
+            counts[kind] += 1
+            return compile_programs(*args, **kwargs)
+        return wrapper
+
+    monkeypatch.setattr(compiled_model, 'compile_training',
+                        counting('training', compiled_model.compile_training))
+    monkeypatch.setattr(training, 'compile_inference',
+                        counting('inference', training.compile_inference))
+    return counts
+
+
+def test_compile_onnx_compiles_at_the_call_and_batches_do_not(tmp_path, monkeypatch):
+    model, path = _exported(tmp_path)
+    counts = _count_compiles(monkeypatch)
+    compiled = chainer_compiler.compile_onnx(_twin(model, Net()), path, 'onnx_chainer')
+    assert counts == {'training': 1, 'inference': 1}
+    F.softmax_cross_entropy(compiled(X), T).backward()
+    with chainer.using_config('train', False):
+        compiled(X)
+    assert counts == {'training': 1, 'inference': 1}
+
+
+def test_compile_onnx_logs_what_it_compiles(tmp_path, caplog):
+    model, path = _exported(tmp_path)
+    with caplog.at_level('INFO', logger='chainer_compiler'):
+        chainer_compiler.compile_onnx(_twin(model, Net()), path, 'onnx_chainer',
+                                      computation_order='gt')
+    messages = [r.getMessage() for r in caplog.records]
+    assert any(m.startswith('compiled the training programs of %s in ' % path)
+               for m in messages), messages
+    assert any(m.startswith("planned computation_order 'gt' in ") for m in messages), messages
+
+
+def test_a_budget_below_the_least_peak_is_refused_by_the_call(tmp_path):
+    model, path = _exported(tmp_path)
+    fresh = _twin(model, Net())
+    before = {name: numpy.copy(value) for name, value in _state(fresh)}
+    with pytest.raises(ValueError, match="memory_budget 64 bytes is below the smallest peak "
+                                         "computation_order 'gt' reaches"):
+        chainer_compiler.compile_onnx(fresh, path, 'onnx_chainer', computation_order='gt',
+                                      compiler_kwargs={'memory_budget': 64})
+    for name, value in _state(fresh):
+        numpy.testing.assert_array_equal(value, before[name], err_msg=name)

@@ -16,6 +16,7 @@ from chainer.training import extensions
 
 import chainer_compiler
 from chainer_compiler.runtime import Instruction, ProgramFormatError
+from chainer_compiler.runtime.backend import BackendUnavailableError
 from chainer_compiler.runtime.errors import InputValidationError, RuntimeVMError
 from chainer_compiler.runtime.ops.registry import lookup
 from chainer_compiler.runtime.validation import validate_program
@@ -322,3 +323,42 @@ def test_the_step_reads_no_parameter_after_its_in_place_update():
             r"instruction %d \(org.chainer_compiler::AdamUpdate.*\) updated it in place$"
             % (index + 1, param, index))):
         validate_program(program, 'the step')
+
+
+def test_peak_bytes_are_reported_when_tracked():
+    x, t = _batch((784,))
+    model = L.Classifier(MLP(16, 10))
+    optimizer = chainer.optimizers.Adam()
+    optimizer.setup(model)
+    step = chainer_compiler.compile_training_step(model, optimizer, (x, t),
+                                                  runtime_kwargs={'track_memory': True})
+    step(x, t)
+    # The batch, the parameters and Adam's two state arrays per parameter
+    # are inputs of the one program, live from its start.
+    held = x.nbytes + t.nbytes + 3 * sum(p.array.nbytes for p in model.params())
+    assert step.peak_bytes() > held
+    untracked = _compiled_classifier(x, t, chainer.optimizers.SGD())[1]
+    untracked(x, t)
+    assert untracked.peak_bytes() == 0
+
+
+@pytest.mark.parametrize('kwargs, error, message', [
+    ({'runtime_kwargs': {'backend': 'bogus'}}, BackendUnavailableError,
+     "unknown backend 'bogus'"),
+    ({'runtime_kwargs': {'check_nan': True}}, TypeError, 'unknown runtime_kwargs check_nan'),
+    ({'runtime_kwargs': {'backend': 'native', 'track_memory': True}}, BackendUnavailableError,
+     "backend 'native' does not support track_memory"),
+    ({'computation_order': 'fastest'}, ValueError, "unknown computation_order 'fastest'"),
+    ({'computation_order': 'gt', 'compiler_kwargs': {'memory_budget': 1000}}, ValueError,
+     'memory_budget 1000 bytes is below the smallest peak'),
+], ids=['backend', 'runtime-option', 'native-instrumented', 'policy', 'budget'])
+def test_bad_arguments_are_refused_by_the_call_before_anything_changes(kwargs, error, message):
+    x, t = _batch((784,))
+    model = L.Classifier(MLP(16, 10))
+    optimizer = chainer.optimizers.Adam()
+    optimizer.setup(model)
+    with pytest.raises(error, match=message):
+        chainer_compiler.compile_training_step(model, optimizer, (x, t), **kwargs)
+    # Chainer makes the update rules' states lazily: still not made.
+    assert all(p.update_rule.state is None for p in model.params())
+    assert optimizer.t == 0
