@@ -8,7 +8,7 @@ STAMP := $(VENV)/.installed
 
 TORCH_VENV := .venv-torch
 
-.PHONY: demo vm-demo imagenet-demo lint test test-fast test-sanitize conformance bench \
+.PHONY: demo vm-demo imagenet-demo lint test test-fast test-sanitize conformance docs bench \
 	bench-memory bench-imagenet bench-torch-env clean
 
 # Chainer 7.8.1 is an sdist that only builds and imports with setuptools<74
@@ -72,6 +72,11 @@ test-sanitize: $(STAMP)
 
 conformance: $(STAMP)
 	$(VENV)/bin/chainer-compiler conformance
+
+# The API reference, HTML from the docstrings, in build/api/ (pdoc: see
+# docs/build_api.py for why; tests/test_api.py builds it in `make test`).
+docs: $(STAMP)
+	$(PY) docs/build_api.py build/api
 
 # Benchmarks are not part of the test suite: the machine is shared and noisy.
 # PyTorch is optional and lives in its own environment (torch 2.13 wants

@@ -1,4 +1,14 @@
-"""chainer-compiler: Chainer models -> ONNX -> a register VM on NumPy/CuPy."""
+"""chainer-compiler: Chainer models -> ONNX -> a register VM on NumPy/CuPy.
+
+Three install tiers (see README: Set-up):
+
+  pip install PATH              the runtime, emit-c and the native backend (NumPy only)
+  pip install 'PATH[onnx]'      adds ONNX: compile ONNX files from any exporter
+  pip install 'PATH[chainer]'   everything: export, ch2o, compile_onnx, the examples
+"""
+import pathlib
+import re
+
 from setuptools import find_packages, setup
 
 # runtime/ and translators/ sit at the top of the repository (the layout the
@@ -9,6 +19,12 @@ PACKAGE_ROOTS = {
     'chainer_compiler.runtime': 'runtime',
     'chainer_compiler.translators': 'translators',
 }
+HERE = pathlib.Path(__file__).resolve().parent
+# One place for the version: chainer_compiler.__version__.
+VERSION = re.search(r"^__version__ = '([^']+)'$",
+                    (HERE / 'chainer_compiler' / '__init__.py').read_text(), re.M).group(1)
+
+ONNX = ['onnx>=1.22,<2', 'ml-dtypes>=0.5,<0.6']
 
 
 def mapped_packages():
@@ -26,25 +42,26 @@ packages, package_dir = mapped_packages()
 
 setup(
     name='chainer-compiler',
-    version='0.1.0',
+    version=VERSION,
     description='Compile Chainer models through ONNX into a register VM running on NumPy or CuPy',
-    python_requires='>=3.11,<3.12',
+    python_requires='>=3.11,<3.14',
     packages=packages,
     package_dir=package_dir,
     # The native backend's C kernels and main.c template are copied into
     # every emitted model folder, so they must install with the package.
     package_data={'chainer_compiler.runtime.native': ['kernels/*.c', 'kernels/*.h',
                                                       'kernels/*.c.in']},
-    install_requires=[
-        'numpy==1.26.4',
-        'chainer==7.8.1',
-        'onnx==1.22.0',
-        'ml-dtypes<0.6',
-        'onnxruntime==1.31.1',
-    ],
+    # The runtime, emit-c of a saved Program and the native backend need
+    # NumPy alone (tests/test_install_tiers.py checks each tier).
+    install_requires=['numpy>=1.26,<3'],
     extras_require={
+        'onnx': ONNX,
+        # Chainer 7.8.1 imports pkg_resources (gone from setuptools 74) and
+        # NumPy 1.x aliases; onnxruntime runs ch2o's loop bodies.
+        'chainer': ONNX + ['chainer==7.8.1', 'numpy<2', 'setuptools<74', 'onnxruntime>=1.22'],
         'cuda': ['cupy-cuda12x==13.6.0'],
         'test': ['pytest', 'hypothesis'],
+        'docs': ['pdoc>=16'],
     },
     entry_points={'console_scripts': ['chainer-compiler=chainer_compiler.cli:main']},
 )

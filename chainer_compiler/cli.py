@@ -23,6 +23,7 @@ import traceback
 
 import numpy
 
+from . import MissingExtraError, __version__, _missing_extra
 from .errors import InvalidModelError, InvalidTestDataError, UnsupportedOperatorsError
 from .runtime.errors import RuntimeVMError
 from .runtime.executor import Executor
@@ -84,8 +85,11 @@ def _describe(error, args):
     """The message of an error of the project's own types (which name the
     file, operator or argument); for any other, its type and the input
     that raised it as well."""
+    if isinstance(error, ModuleNotFoundError):
+        # run --onnx/--test, emit-c MODEL.onnx and conformance need ONNX.
+        error = _missing_extra(error, 'chainer-compiler ' + args.command, 'onnx') or error
     known = (CommandLineError, InvalidModelError, UnsupportedOperatorsError,
-             InvalidTestDataError, RuntimeVMError, OSError)
+             InvalidTestDataError, RuntimeVMError, OSError, MissingExtraError)
     if isinstance(error, known):
         return str(error)
     text = type(error).__name__ + (': %s' % error if str(error) else '')
@@ -152,6 +156,7 @@ def _parser():
                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument('--debug', action='store_true',
                         help='on an error, show the traceback as well')
+    parser.add_argument('--version', action='version', version='%(prog)s ' + __version__)
     parser.add_argument('-v', '--verbose', action='count', default=0, help=VERBOSE_HELP)
     # -v also after the command; SUPPRESS: a command without it keeps the count before it.
     verbose = argparse.ArgumentParser(add_help=False)
