@@ -8,7 +8,7 @@
 #include <stdlib.h>
 #include <time.h>
 
-#include "ccn_connection.h"
+#include "ccn_gemm.h"
 #include "cblas.h"
 
 static double now_s(void)

@@ -21,7 +21,7 @@ def build(folder):
     exe = os.path.join(folder, 'gemm_vs_openblas')
     subprocess.run(['cc', '-O3', '-march=native', '-std=c99', '-fopenmp', '-I', KERNELS,
                     '-I', openblas.get_include_dir(), os.path.join(HERE, 'gemm_vs_openblas.c'),
-                    os.path.join(KERNELS, 'ccn_connection.c'), '-L', openblas.get_lib_dir(),
+                    os.path.join(KERNELS, 'ccn_gemm.c'), '-L', openblas.get_lib_dir(),
                     '-l' + openblas.get_library(), '-Wl,-rpath,' + openblas.get_lib_dir(),
                     '-lm', '-o', exe], check=True)
     return exe

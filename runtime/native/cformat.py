@@ -6,6 +6,8 @@ emitted C only through ``cstring``, as an escaped string literal; comments
 and identifiers are built from numbers and the emitter's own words.
 """
 import math
+import re
+from dataclasses import dataclass
 
 import numpy
 
@@ -76,3 +78,40 @@ def shape_text(dtype: str, shape: Shape) -> str:
 def clist(values) -> str:
     """A C initializer list of integers; C has no empty arrays, so () gives {0}."""
     return '{%s}' % (', '.join(str(int(v)) for v in values) or '0')
+
+
+#: A value a CStruct field may hold besides numbers: a C name of the
+#: kernels' own (an enum, NULL), never text from a model.
+_C_NAME = re.compile(r'[A-Za-z_][A-Za-z0-9_]*\Z')
+
+
+@dataclass(frozen=True)
+class CStruct:
+    """A struct a kernel takes its geometry or plan in (``ccn_conv_geometry``
+    of ccn_connection.h, ...), with its fields as the header declares them
+    (tests/runtime/native/test_kernel_contract.py compares the two).  The
+    generated code fills it by name, so a misspelt field does not compile
+    and two values cannot trade places."""
+    ctype: str
+    fields: tuple[str, ...]
+
+    def literal(self, **values) -> str:
+        """``&(const ctype){.field = value, ...}``: a pointer to a compound
+        literal with every field given (none left to a silent zero).  An
+        int is written as itself, a float as an exact float32 literal, a
+        string must be a C name of the kernels (an enum)."""
+        if set(values) != set(self.fields):
+            raise ValueError('%s needs fields %s, got %s'
+                             % (self.ctype, sorted(self.fields), sorted(values)))
+        return '&(const %s){%s}' % (self.ctype, ', '.join(
+            '.%s = %s' % (name, _field(values[name])) for name in self.fields))
+
+
+def _field(value) -> str:
+    if isinstance(value, str):
+        if not _C_NAME.match(value):
+            raise ValueError('%r is not a C name' % value)
+        return value
+    if isinstance(value, float):
+        return cfloat(value)
+    return '%d' % int(value)

@@ -1,106 +1,66 @@
-/* ccn_connection.h: Connection family: Gemm, MatMul and Conv. */
+/* ccn_connection.h: Connection family: Conv and its filter gradient
+ * (ConvGradFilter), im2col plus the GEMM of ccn_gemm.h. */
 #ifndef CCN_CONNECTION_H
 #define CCN_CONNECTION_H
 
 #include "ccn_common.h"
+#include "ccn_gemm.h"
 
 CCN_BEGIN_DECLS
 
-/* Activations a product applies as it stores its results (epilogue). */
-enum { CCN_ACT_NONE, CCN_ACT_RELU, CCN_ACT_LEAKY_RELU, CCN_ACT_SIGMOID, CCN_ACT_TANH };
+/* The geometry of a 2-D convolution, filled field by field by the
+ * generated code (lowerings/connection.py, CONV_GEOMETRY; a test checks
+ * both list the same fields): batch images of in_channels x in_h x in_w
+ * (NCHW) into out_channels x out_h x out_w, kernel_h x kernel_w taps in
+ * `group` groups, strides, dilations and the padding before the first row
+ * and column.  A transposed convolution (ccn_deconv2d) and Winograd's
+ * (ccn_winograd.h) read the same fields. */
+typedef struct {
+    long batch, in_channels, in_h, in_w;
+    long out_channels, out_h, out_w;
+    long kernel_h, kernel_w, group;
+    long stride_h, stride_w, dil_h, dil_w, pad_top, pad_left;
+} ccn_conv_geometry;
 
-/* C[m, n] = beta * bias[m * bias_rs + n * bias_cs] for an M x N C; bias NULL
- * gives zeros.  A broadcast axis of the bias has stride 0. */
-void ccn_gemm_init(long M, long N, float *C, const float *bias, long bias_rs, long bias_cs,
-                   float beta);
-/* C[M, N] += alpha * A[M, K] * B[K, N]; A is read through strides (so a
- * transposed A costs nothing), B must be row-major K x N. */
-void ccn_gemm(long M, long N, long K, const float *A, long a_rs, long a_cs,
-              const float *B, float alpha, float *C);
-/* ccn_gemm with row strides ldb of B and ldc of C, then activation act
- * (CCN_ACT_*, act_alpha the LeakyRelu slope) applied to C. */
-void ccn_gemm_ex(long M, long N, long K, const float *A, long a_rs, long a_cs,
-                 const float *B, long ldb, float alpha, float *C, long ldc, int act,
-                 float act_alpha);
-/* ccn_gemm_ex with C = the product rather than C += it: C needs no
- * zeroing first, and is written once rather than read and written. */
-void ccn_gemm_set(long M, long N, long K, const float *A, long a_rs, long a_cs,
-                  const float *B, long ldb, float alpha, float *C, long ldc, int act,
-                  float act_alpha);
-/* C = A B (set) or C += A B for row-major A (rows lda apart), B (ldb)
- * and C (ldc), on the calling thread only: for kernels that split their
- * work between threads themselves. */
-void ccn_gemm_one_thread(long M, long N, long K, const float *A, long lda, const float *B,
-                         long ldb, float *C, long ldc, int set);
-/* x[0:n] = activation act (CCN_ACT_*) of x, in place. */
-void ccn_activate(long n, float *x, int act, float act_alpha);
-/* The panel layout of a constant M x K matrix A, packed at emit time
- * (lowerings/connection.py, pack_panels): M rounded up to whole panels of
- * CCN_PANEL_ROWS rows; for each depth slice k0 = 0, 256, ... (kc deep, the
- * last one shorter) and each panel p0 = 0, 24, ..., the kc x 24 block
- * panel[k * 24 + i] = A[p0 + i, k0 + k] (zero past row M) at
- * k0 * ccn_panel_rows(M) + p0 * kc. */
-#define CCN_PANEL_ROWS 24
-static inline long ccn_panel_rows(long M)
-{
-    return (M + CCN_PANEL_ROWS - 1) / CCN_PANEL_ROWS * CCN_PANEL_ROWS;
-}
-/* The strip layout of a constant K x N matrix B, packed at emit time
- * (pack_strips): N rounded up to whole strips of CCN_STRIP_COLS columns;
- * for each depth slice k0 = 0, 256, ... (kc deep) and each strip n0 = 0,
- * 32, ..., the kc x 32 block strip[k * 32 + j] = B[k0 + k, n0 + j] (zero
- * past column N) at k0 * ccn_strip_cols(N) + n0 * kc. */
-#define CCN_STRIP_COLS 32
-static inline long ccn_strip_cols(long N)
-{
-    return (N + CCN_STRIP_COLS - 1) / CCN_STRIP_COLS * CCN_STRIP_COLS;
-}
-/* ccn_gemm_ex for B given in the strip layout (C's rows ldc apart). */
-void ccn_gemm_strips(long M, long N, long K, const float *A, long a_rs, long a_cs,
-                     const float *strips, float alpha, float *C, long ldc, int act,
-                     float act_alpha);
-/* C[m, n] = act(C[m, n] + alpha * sum_k A[m, k] Bt[n, k]): the product
- * with B given transposed (row-major N x K, A's rows a_rs apart and
- * contiguous), as dot products that read Bt once in order: for few rows
- * of A (a batch-1 layer), where B's reading is the cost. */
-void ccn_gemm_bt(long M, long N, long K, const float *A, long a_rs, const float *Bt,
-                 float alpha, float *C, long ldc, int act, float act_alpha);
-/* Batched MatMul: C[t] = act(A[t] B[t]) for every index t of the batch
- * dims[0..rank) (C row-major over them), with A[t] a row-major M x K
- * matrix at sum(t[d] * a_strides[d]) floats into A and B[t] a K x N one at
- * sum(t[d] * b_strides[d]) into B; a stride of 0 broadcasts. */
-void ccn_matmul_batched(long rank, const long *dims, const long *a_strides,
-                        const long *b_strides, long M, long N, long K, const float *A,
-                        const float *B, float *C, int act, float act_alpha);
-/* dst[c, r] = src[r, c] for an R x C src. */
-void ccn_transpose(long R, long C, const float *src, float *dst);
-/* 2-D convolution, NCHW input, (M, C/group, KH, KW) weights (w_panels:
- * each group's M/group x C/group*KH*KW matrix in the panel layout, one
- * after the other), bias may be NULL, then activation act.  Up to
- * `images` images share one product; col is scratch of
+/* The fields of geometry g as the locals of a kernel: N, C, H, W, M,
+ * OH, OW, KH, KW, group, stride_h, stride_w, dil_h, dil_w, pad_top and
+ * pad_left. */
+#define CCN_CONV_LOCALS(g)                                                               \
+    const long N = (g)->batch, C = (g)->in_channels, H = (g)->in_h, W = (g)->in_w;     \
+    const long M = (g)->out_channels, OH = (g)->out_h, OW = (g)->out_w;                \
+    const long KH = (g)->kernel_h, KW = (g)->kernel_w, group = (g)->group;             \
+    const long stride_h = (g)->stride_h, stride_w = (g)->stride_w;                     \
+    const long dil_h = (g)->dil_h, dil_w = (g)->dil_w;                                 \
+    const long pad_top = (g)->pad_top, pad_left = (g)->pad_left
+
+/* How an im2col convolution runs: decided once, when the C is emitted,
+ * where its scratch is sized (CONV_PLAN in lowerings/connection.py). */
+typedef struct {
+    long images;     /* images per product, their columns side by side */
+    int direct;      /* the input is the columns (no im2col): a 1x1
+                      * convolution without stride or padding, one image
+                      * per product; col may be NULL */
+    int w_panels;    /* w comes in the panel layout of ccn_gemm.h, each
+                      * group's out_channels/group rows one after the other */
+    int act;         /* epilogue activation (CCN_ACT_*) */
+    float act_alpha; /* its LeakyRelu slope */
+} ccn_conv_plan;
+
+/* 2-D convolution of x by (M, C/group, KH, KW) weights w plus bias (may
+ * be NULL), then the plan's activation.  col is scratch of
  * (C/group)*KH*KW*OH*OW*images floats, plus (M/group)*OH*OW*images when
- * images > 1 (NULL for a 1x1 convolution without stride or padding and
- * images == 1). */
-void ccn_conv2d(long N, long C, long H, long W, long M, long KH, long KW, long OH, long OW,
-                long group, long stride_h, long stride_w, long dil_h, long dil_w,
-                long pad_top, long pad_left, long images, const float *x, const float *w,
-                int w_panels, const float *bias, float *y, float *col, int act,
-                float act_alpha);
+ * images > 1 (unused on the direct path). */
+void ccn_conv2d(const ccn_conv_geometry *geometry, const ccn_conv_plan *plan, const float *x,
+                const float *w, const float *bias, float *y, float *col);
 /* Gradient of ccn_conv2d's weights (ConvGradFilter): gw (M, C/group, KH,
  * KW) = the sum over the N images of gy's (M/group) x OH*OW rows times the
- * im2col columns of x, group by group, `images` images per product.  col
- * is scratch of K*OH*OW*images + OH*OW*images*(M/group + K) + K*(M/group)
- * floats, K = (C/group)*KH*KW (the columns, then one operand transposed
- * and one gathered or transposed). */
-void ccn_conv2d_grad_filter(long N, long C, long H, long W, long M, long KH, long KW,
-                            long OH, long OW, long group, long stride_h, long stride_w,
-                            long dil_h, long dil_w, long pad_top, long pad_left, long images,
+ * im2col columns of x, group by group, plan->images images per product
+ * (the plan's other fields unused).  col is scratch of K*OH*OW*images +
+ * OH*OW*images*(M/group + K) + K*(M/group) floats, K = (C/group)*KH*KW
+ * (the columns, then one operand transposed and one gathered or
+ * transposed). */
+void ccn_conv2d_grad_filter(const ccn_conv_geometry *geometry, const ccn_conv_plan *plan,
                             const float *x, const float *gy, float *gw, float *col);
-/* dst[m*dst_row + i*dst_image + s] = src[m*src_row + i*src_image + s] for
- * rows m < rows, images i < nb and s < S: moves images between NCHW
- * tensors and products whose columns are several images side by side. */
-void ccn_copy_image_rows(long rows, long nb, long S, const float *src, long src_row,
-                         long src_image, float *dst, long dst_row, long dst_image);
 
 CCN_END_DECLS
 #endif /* CCN_CONNECTION_H */

@@ -1,8 +1,8 @@
 /* Deconvolution family: ConvTranspose as the adjoint of im2col + GEMM: one
  * GEMM per batch of images and group into columns, then col2im adds them
  * up. */
-#include "ccn_connection.h"
 #include "ccn_deconvolution.h"
+#include "ccn_gemm.h"
 
 /* For each of nb images i and output channel m:
  * y_i[m, oh, ow] = bias[m] + the sum of col[(m, kh, kw), i*S + (h, w)] over
@@ -50,11 +50,11 @@ static void col2im(long nb, long M, long H, long W, long KH, long KW, long OH, l
     );
 }
 
-void ccn_deconv2d(long N, long C, long H, long W, long M, long KH, long KW, long OH, long OW,
-                  long group, long stride_h, long stride_w, long dil_h, long dil_w,
-                  long pad_top, long pad_left, long images, const float *x, const float *w,
-                  const float *bias, float *y, float *col)
+void ccn_deconv2d(const ccn_conv_geometry *geometry, const ccn_conv_plan *plan, const float *x,
+                  const float *w, const float *bias, float *y, float *col)
 {
+    CCN_CONV_LOCALS(geometry);
+    const long images = plan->images;
     const long Cg = C / group, Mg = M / group, K = Mg * KH * KW, S = H * W;
     /* Several images share one product (their pixels side by side in the
      * columns), so the weights are read once for all of them. */

@@ -1,5 +1,6 @@
 /* Pooling family: MaxPool, AveragePool (2-D), GlobalAveragePool, and the
  * gradients of MaxPool and AveragePool. */
+#include <assert.h>
 #include <math.h>
 
 #include "ccn_pooling.h"
@@ -16,10 +17,12 @@ static void max_taps(float *best, const float *row, long W, long iw0, long KW, l
     }
 }
 
-void ccn_maxpool2d(long NC, long H, long W, long OH, long OW, long KH, long KW,
-                   long stride_h, long stride_w, long dil_h, long dil_w,
-                   long pad_top, long pad_left, const float *x, float *y)
+void ccn_maxpool2d(const ccn_pool_geometry *g, const float *x, float *y)
 {
+    const long NC = g->planes, H = g->in_h, W = g->in_w, OH = g->out_h, OW = g->out_w;
+    const long KH = g->kernel_h, KW = g->kernel_w, stride_h = g->stride_h, stride_w = g->stride_w;
+    const long pad_top = g->pad_top, pad_left = g->pad_left;
+    const long dil_h = g->dil_h, dil_w = g->dil_w;
     /* Output columns [lo, hi) have their whole window inside each row. */
     const long lo = pad_left <= 0 ? 0 : (pad_left + stride_w - 1) / stride_w;
     const long reach = W + pad_left - (KW - 1) * dil_w;  /* ow * stride_w < reach */
@@ -78,11 +81,14 @@ static long avg_divisor(long oh, long ow, long H, long W, long KH, long KW, long
            taps_within(ow, stride_w, pad_left, KW, 0, W);
 }
 
-void ccn_avgpool2d(long NC, long H, long W, long OH, long OW, long KH, long KW,
-                   long stride_h, long stride_w, long pad_top, long pad_left,
-                   long pad_bottom, long pad_right, int count_include_pad,
-                   const float *x, float *y)
+void ccn_avgpool2d(const ccn_pool_geometry *g, const float *x, float *y)
 {
+    const long NC = g->planes, H = g->in_h, W = g->in_w, OH = g->out_h, OW = g->out_w;
+    const long KH = g->kernel_h, KW = g->kernel_w, stride_h = g->stride_h, stride_w = g->stride_w;
+    const long pad_top = g->pad_top, pad_left = g->pad_left;
+    const long pad_bottom = g->pad_bottom, pad_right = g->pad_right;
+    const int count_include_pad = g->count_include_pad;
+    assert(g->dil_h == 1 && g->dil_w == 1);
     CCN_PARALLEL_FOR(NC * OH * OW * KH * KW,
         for (long p = 0; p < NC; p++) {
             const float *in = x + p * H * W;
@@ -151,11 +157,13 @@ static long argmax_tap(const float *in, long H, long W, long oh, long ow, long K
     return -1;
 }
 
-void ccn_maxpool2d_grad(long NC, long H, long W, long OH, long OW, long KH, long KW,
-                        long stride_h, long stride_w, long dil_h, long dil_w,
-                        long pad_top, long pad_left, const float *x, const float *y,
+void ccn_maxpool2d_grad(const ccn_pool_geometry *g, const float *x, const float *y,
                         const float *gy, float *gx)
 {
+    const long NC = g->planes, H = g->in_h, W = g->in_w, OH = g->out_h, OW = g->out_w;
+    const long KH = g->kernel_h, KW = g->kernel_w, stride_h = g->stride_h, stride_w = g->stride_w;
+    const long pad_top = g->pad_top, pad_left = g->pad_left;
+    const long dil_h = g->dil_h, dil_w = g->dil_w;
     CCN_PARALLEL_FOR(NC * OH * OW * KH * KW,
         for (long p = 0; p < NC; p++) {
             float *g = gx + p * H * W;
@@ -173,11 +181,14 @@ void ccn_maxpool2d_grad(long NC, long H, long W, long OH, long OW, long KH, long
     );
 }
 
-void ccn_avgpool2d_grad(long NC, long H, long W, long OH, long OW, long KH, long KW,
-                        long stride_h, long stride_w, long pad_top, long pad_left,
-                        long pad_bottom, long pad_right, int count_include_pad,
-                        const float *gy, float *gx)
+void ccn_avgpool2d_grad(const ccn_pool_geometry *g, const float *gy, float *gx)
 {
+    const long NC = g->planes, H = g->in_h, W = g->in_w, OH = g->out_h, OW = g->out_w;
+    const long KH = g->kernel_h, KW = g->kernel_w, stride_h = g->stride_h, stride_w = g->stride_w;
+    const long pad_top = g->pad_top, pad_left = g->pad_left;
+    const long pad_bottom = g->pad_bottom, pad_right = g->pad_right;
+    const int count_include_pad = g->count_include_pad;
+    assert(g->dil_h == 1 && g->dil_w == 1);
     CCN_PARALLEL_FOR(NC * OH * OW * KH * KW,
         for (long p = 0; p < NC; p++) {
             float *g = gx + p * H * W;

@@ -7,32 +7,35 @@
 
 CCN_BEGIN_DECLS
 
-/* NC planes of H x W into OH x OW; taps in the padding never count. */
-void ccn_maxpool2d(long NC, long H, long W, long OH, long OW, long KH, long KW,
-                   long stride_h, long stride_w, long dil_h, long dil_w,
-                   long pad_top, long pad_left, const float *x, float *y);
+/* The geometry of a 2-D pooling, filled field by field by the generated
+ * code (POOL_GEOMETRY in lowerings/pooling.py; a test checks both list the
+ * same fields): `planes` (N*C) planes of in_h x in_w into out_h x out_w,
+ * kernel_h x kernel_w windows with strides, dilations (1 for average
+ * pooling) and the padding on each side; count_include_pad (average
+ * pooling) counts the taps in the explicit padding. */
+typedef struct {
+    long planes, in_h, in_w, out_h, out_w;
+    long kernel_h, kernel_w, stride_h, stride_w, dil_h, dil_w;
+    long pad_top, pad_left, pad_bottom, pad_right;
+    int count_include_pad;
+} ccn_pool_geometry;
+
+/* Max pooling; taps in the padding never count. */
+void ccn_maxpool2d(const ccn_pool_geometry *geometry, const float *x, float *y);
 /* Averages over the taps inside the input, or, with count_include_pad,
  * inside the input plus its explicit padding (pad_bottom, pad_right). */
-void ccn_avgpool2d(long NC, long H, long W, long OH, long OW, long KH, long KW,
-                   long stride_h, long stride_w, long pad_top, long pad_left,
-                   long pad_bottom, long pad_right, int count_include_pad,
-                   const float *x, float *y);
+void ccn_avgpool2d(const ccn_pool_geometry *geometry, const float *x, float *y);
 /* y[p] = mean of the S values of plane p, for NC planes. */
 void ccn_global_avgpool(long NC, long S, const float *x, float *y);
 /* Gradient of ccn_avgpool2d (AveragePoolGrad): each window's gy divided by
  * its count of taps (as ccn_avgpool2d counts them) goes to every tap of
- * the window inside the input; gx is (NC, H, W). */
-void ccn_avgpool2d_grad(long NC, long H, long W, long OH, long OW, long KH, long KW,
-                        long stride_h, long stride_w, long pad_top, long pad_left,
-                        long pad_bottom, long pad_right, int count_include_pad,
-                        const float *gy, float *gx);
+ * the window inside the input; gx is (planes, in_h, in_w). */
+void ccn_avgpool2d_grad(const ccn_pool_geometry *geometry, const float *gy, float *gx);
 /* Gradient of ccn_maxpool2d (MaxPoolGrad) from its input x and output y:
  * each window's gy goes to the first of its in-bounds taps (row-major)
  * that equals the window's maximum y, as Chainer and the NumPy kernel do;
- * gx is (NC, H, W). */
-void ccn_maxpool2d_grad(long NC, long H, long W, long OH, long OW, long KH, long KW,
-                        long stride_h, long stride_w, long dil_h, long dil_w,
-                        long pad_top, long pad_left, const float *x, const float *y,
+ * gx is (planes, in_h, in_w). */
+void ccn_maxpool2d_grad(const ccn_pool_geometry *geometry, const float *x, const float *y,
                         const float *gy, float *gx);
 
 CCN_END_DECLS

@@ -4,7 +4,7 @@
  * and applies the cell to the rows whose sequence is still running. */
 #include <math.h>
 
-#include "ccn_connection.h"
+#include "ccn_gemm.h"
 #include "ccn_recurrent.h"
 
 /* Written so that exp never overflows. */

@@ -10,9 +10,10 @@
  * The transforms run along whole rows of tiles, so that their loops are
  * vector operations on contiguous rows: a tile row's patches are four
  * input rows, and tile j's columns are the input's columns 2j .. 2j + 3. */
+#include <assert.h>
 #include <string.h>
 
-#include "ccn_connection.h"
+#include "ccn_gemm.h"
 #include "ccn_winograd.h"
 
 /* Floats from one of the 16 planes of a transform (U, V, the products) to
@@ -150,11 +151,22 @@ static void transform_output_row(long OH, long OW, long TW, long y0, const float
     }
 }
 
-void ccn_conv2d_winograd(long N, long I, long H, long W, long O, long OH, long OW,
-                         long pad_top, long pad_left, long tiles, const float *x,
-                         const float *w, int weights, const float *bias, float *y,
-                         float *scratch, int act, float act_alpha)
+/* The fields of geometry g and plan p as the locals the loops below use. */
+#define CCN_WINOGRAD_LOCALS(g, p)                                                     \
+    const long N = (g)->batch, I = (g)->in_channels, H = (g)->in_h, W = (g)->in_w;   \
+    const long O = (g)->out_channels, OH = (g)->out_h, OW = (g)->out_w;              \
+    const long pad_top = (g)->pad_top, pad_left = (g)->pad_left, tiles = (p)->tiles; \
+    assert((g)->kernel_h == 3 && (g)->kernel_w == 3 && (g)->group == 1 &&           \
+           (g)->stride_h == 1 && (g)->stride_w == 1 && (g)->dil_h == 1 &&           \
+           (g)->dil_w == 1 && tiles > 0 && tiles % ((OW + 1) / 2) == 0)
+
+void ccn_conv2d_winograd(const ccn_conv_geometry *geometry, const ccn_winograd_plan *plan,
+                         const float *x, const float *w, const float *bias, float *y,
+                         float *scratch)
 {
+    CCN_WINOGRAD_LOCALS(geometry, plan);
+    const int weights = plan->weights, act = plan->act;
+    const float act_alpha = plan->act_alpha;
     const long TH = (OH + 1) / 2, TW = (OW + 1) / 2;
     const long tile_rows = N * TH, block_rows = tiles / TW, ld = tiles;
     const long up = plane(O * I), vp = plane(I * ld), mp = plane(O * ld);
@@ -246,10 +258,11 @@ static void transform_filter_gradients(long O, long I, const float *dUt, float *
         }
 }
 
-void ccn_conv2d_grad_filter_winograd(long N, long I, long H, long W, long O, long OH, long OW,
-                                     long pad_top, long pad_left, long tiles, const float *x,
+void ccn_conv2d_grad_filter_winograd(const ccn_conv_geometry *geometry,
+                                     const ccn_winograd_plan *plan, const float *x,
                                      const float *gy, float *gw, float *scratch)
 {
+    CCN_WINOGRAD_LOCALS(geometry, plan);
     const long TH = (OH + 1) / 2, TW = (OW + 1) / 2;
     const long tile_rows = N * TH, block_rows = tiles / TW, ld = tiles;
     const long up = plane(I * O), vp = plane(I * ld), gp = plane(O * ld);

@@ -4,6 +4,7 @@
 #define CCN_WINOGRAD_H
 
 #include "ccn_common.h"
+#include "ccn_connection.h"
 
 CCN_BEGIN_DECLS
 
@@ -26,24 +27,35 @@ enum { CCN_WINOGRAD_FILTERS, CCN_WINOGRAD_ROTATED, CCN_WINOGRAD_TRANSFORMED };
 #define CCN_WINOGRAD_GRAD_SCRATCH(I, O, tiles) \
     (16 * ((O) * (I) + ((I) + 2 * (O)) * (tiles) + 4 * CCN_WINOGRAD_SKEW))
 
-/* y (N, O, OH, OW) = the 3x3 convolution, stride 1, of x (N, I, H, W)
- * padded by pad_top and pad_left (and zeros past the bottom and right
- * edges as far as OH and OW reach), plus bias (may be NULL), then
- * activation act (CCN_ACT_*), with weights w as `weights` says
- * (CCN_WINOGRAD_*).  The 2x2 output tiles are taken `tiles` at a time
- * (whole rows of tiles: a multiple of (OW + 1) / 2); scratch holds
- * CCN_WINOGRAD_SCRATCH(I, O, tiles, weights) floats. */
-void ccn_conv2d_winograd(long N, long I, long H, long W, long O, long OH, long OW,
-                         long pad_top, long pad_left, long tiles, const float *x,
-                         const float *w, int weights, const float *bias, float *y,
-                         float *scratch, int act, float act_alpha);
+/* How a Winograd convolution runs, decided when the C is emitted
+ * (WINOGRAD_PLAN in lowerings/winograd.py): the 2x2 output tiles taken at
+ * a time (whole rows of tiles: a multiple of (out_w + 1) / 2), how the
+ * weights come (CCN_WINOGRAD_*) and the epilogue activation (CCN_ACT_*,
+ * act_alpha its LeakyRelu slope); the filter gradient reads only tiles. */
+typedef struct {
+    long tiles;
+    int weights;
+    int act;
+    float act_alpha;
+} ccn_winograd_plan;
+
+/* y (batch, out_channels, out_h, out_w) = the 3x3 convolution, stride 1,
+ * of x (batch, in_channels, in_h, in_w) padded by pad_top and pad_left
+ * (and zeros past the bottom and right edges as far as out_h and out_w
+ * reach), plus bias (may be NULL), then the plan's activation; the
+ * geometry's kernel is 3x3 with stride and dilation 1 in one group.
+ * scratch holds CCN_WINOGRAD_SCRATCH(in_channels, out_channels, tiles,
+ * weights) floats. */
+void ccn_conv2d_winograd(const ccn_conv_geometry *geometry, const ccn_winograd_plan *plan,
+                         const float *x, const float *w, const float *bias, float *y,
+                         float *scratch);
 
 /* The gradient gw (O, I, 3, 3) of ccn_conv2d_winograd's weights (not
  * transposed) from its input x and the gradient gy (N, O, OH, OW) of its
  * output, by the same transforms: the 16 products sum over the tiles.
  * scratch holds CCN_WINOGRAD_GRAD_SCRATCH(I, O, tiles) floats. */
-void ccn_conv2d_grad_filter_winograd(long N, long I, long H, long W, long O, long OH, long OW,
-                                     long pad_top, long pad_left, long tiles, const float *x,
+void ccn_conv2d_grad_filter_winograd(const ccn_conv_geometry *geometry,
+                                     const ccn_winograd_plan *plan, const float *x,
                                      const float *gy, float *gw, float *scratch);
 
 CCN_END_DECLS

@@ -1,4 +1,5 @@
-"""Gemm, FusedGemm, MatMul and Conv as calls into ccn_connection.c.
+"""Gemm, FusedGemm, MatMul (ccn_gemm.c) and Conv (ccn_connection.c) as
+kernel calls.
 
 Each of them may carry an ``activation`` attribute ('Relu', 'LeakyRelu'
 with ``activation_alpha``, 'Sigmoid', 'Tanh'): FusedGemm has it from the
@@ -11,7 +12,7 @@ import re
 import numpy
 
 from ...ops.registry import CUSTOM_DOMAIN
-from ..cformat import cfloat
+from ..cformat import CStruct, cfloat
 from ..fusion import epilogue_alpha, epilogue_ops
 from ..lowering import Refuse, Step, lowers, window
 from .winograd import (
@@ -41,32 +42,44 @@ CONV_COLUMNS = 256
 #: depth, ConvTranspose's columns), whose other operands are not packed at
 #: emit time: each product reads or writes the whole weight gradient.
 GRAD_COLUMNS = 1024
-#: The panel and strip layouts of ccn_connection.h (CCN_PANEL_ROWS,
+#: The panel and strip layouts of ccn_gemm.h (CCN_PANEL_ROWS,
 #: CCN_STRIP_COLS, CCN_KC): rows of a panel of A, columns of a strip of B
 #: and depth of a slice.
 PANEL_ROWS = 24
 STRIP_COLS = 32
 PANEL_DEPTH = 256
 #: Rows of a product from which the kernels pack their operands
-#: (ccn_connection.c's CCN_SMALL_M): only then do emit-time layouts spare
+#: (ccn_gemm.c's CCN_SMALL_M): only then do emit-time layouts spare
 #: work.
 PANEL_MIN_ROWS = 4
+#: The structs of ccn_connection.h the convolutions take: the geometry
+#: (also ConvTranspose's and Winograd's) and how an im2col one runs.
+CONV_GEOMETRY = CStruct('ccn_conv_geometry', (
+    'batch', 'in_channels', 'in_h', 'in_w', 'out_channels', 'out_h', 'out_w', 'kernel_h',
+    'kernel_w', 'group', 'stride_h', 'stride_w', 'dil_h', 'dil_w', 'pad_top', 'pad_left'))
+CONV_PLAN = CStruct('ccn_conv_plan', ('images', 'direct', 'w_panels', 'act', 'act_alpha'))
+
+
+def activation(inst) -> tuple[str, float]:
+    """(the CCN_ACT_* enum, the slope) of ``inst``'s activation attribute
+    (none: CCN_ACT_NONE)."""
+    name = inst.attrs.get('activation')
+    if name is None and inst.op != 'FusedGemm':
+        return 'CCN_ACT_NONE', 0.0
+    if name not in epilogue_ops():
+        raise Refuse('activation %r is not one of %s' % (name, ', '.join(epilogue_ops())))
+    return activation_enum(name), float(inst.attrs.get('activation_alpha',
+                                                       epilogue_alpha(name, {})))
 
 
 def activation_args(inst) -> str:
-    """The C arguments ``act, act_alpha`` of ``inst``'s activation
-    attribute (none: CCN_ACT_NONE)."""
-    name = inst.attrs.get('activation')
-    if name is None and inst.op != 'FusedGemm':
-        return 'CCN_ACT_NONE, 0.0f'
-    if name not in epilogue_ops():
-        raise Refuse('activation %r is not one of %s' % (name, ', '.join(epilogue_ops())))
-    alpha = inst.attrs.get('activation_alpha', epilogue_alpha(name, {}))
-    return '%s, %s' % (activation_enum(name), cfloat(float(alpha)))
+    """The C arguments ``act, act_alpha`` of ``inst``'s activation."""
+    act, alpha = activation(inst)
+    return '%s, %s' % (act, cfloat(alpha))
 
 
 def activation_enum(op: str) -> str:
-    """The C enum of epilogue ``op`` in ccn_connection.h (LeakyRelu:
+    """The C enum of epilogue ``op`` in ccn_gemm.h (LeakyRelu:
     CCN_ACT_LEAKY_RELU); a test checks the header has every one."""
     return 'CCN_ACT_' + re.sub(r'(?<!^)(?=[A-Z])', '_', op).upper()
 
@@ -137,7 +150,7 @@ def gemm(em, inst) -> Step:
                 'ccn_gemm_set' if set_y else 'ccn_gemm_ex', M, N, K, ref(inst.inputs[0]),
                 1 if trans_a else K, M if trans_a else 1, b, N, cfloat(alpha), y, N, act))
         return lines
-    return Step('connection', [(M, N)], render,
+    return Step('gemm', [(M, N)], render,
                 scratch=K * N if trans_b and not b_const and not dots else 0)
 
 
@@ -193,12 +206,12 @@ def matmul(em, inst) -> Step:
                 % (len(batch), _clongs(batch), _clongs(a_strides)),
                 '                   (const long[]){%s}, %d, %d, %d, %s, %s, %s, %s);'
                 % (_clongs(b_strides), M, N, K, a, b, y, act)]
-    return Step('connection', [out], render)
+    return Step('gemm', [out], render)
 
 
 def pack_panels(a, rows=PANEL_ROWS) -> numpy.ndarray:
     """The M x K float32 matrix ``a`` in the panel layout of
-    ccn_connection.h: rows padded with zeros to whole panels of ``rows``,
+    ccn_gemm.h: rows padded with zeros to whole panels of ``rows``,
     then for each PANEL_DEPTH-deep slice of columns and each panel, the
     slice's columns one after the other, each holding the panel's rows.
     The strip layout of a K x N matrix B is that of B.T with STRIP_COLS."""
@@ -235,10 +248,22 @@ def images_per_product(batch, pixels, columns):
     return max(1, min(batch, -(-columns // max(1, pixels))))
 
 
+def conv_geometry(batch, channels, in_size, out_channels, out_size, kernel, group, strides,
+                  dilations, pads_begin) -> str:
+    """The C pointer to the ccn_conv_geometry of a 2-D convolution (or
+    transposed convolution) of ``batch`` images of ``channels`` x
+    ``in_size`` into ``out_channels`` x ``out_size``; the rest are pairs."""
+    return CONV_GEOMETRY.literal(
+        batch=batch, in_channels=channels, in_h=in_size[0], in_w=in_size[1],
+        out_channels=out_channels, out_h=out_size[0], out_w=out_size[1], kernel_h=kernel[0],
+        kernel_w=kernel[1], group=group, stride_h=strides[0], stride_w=strides[1],
+        dil_h=dilations[0], dil_w=dilations[1], pad_top=pads_begin[0], pad_left=pads_begin[1])
+
+
 @lowers('Conv')
 def conv(em, inst) -> Step:
     a = inst.attrs
-    act = activation_args(inst)
+    act, act_alpha = activation(inst)
     sx, sw = em.shape(inst, 0), em.shape(inst, 1)
     if len(sx) != 4 or len(sw) != 4:
         raise Refuse('only 2-D convolution (4-D input and weight) is supported, got '
@@ -255,12 +280,15 @@ def conv(em, inst) -> Step:
         raise Refuse('bias shape %s is not (%d,)' % (list(em.shape(inst, 2)), M))
     win = window(a, (H, W), (KH, KW))
     OH, OW = win.out
+    geometry = conv_geometry(N, C, (H, W), M, (OH, OW), (KH, KW), group, win.strides,
+                             win.dilations, win.pads_begin)
     tiles = winograd_tiles(N, C, M, (OH, OW), (KH, KW), win.strides, win.dilations, group)
     if tiles is not None:
-        return winograd_step(em, inst, sx, M, (OH, OW), win.pads_begin, tiles, 'filters',
-                             act)
+        return winograd_step(em, inst, geometry, sx, M, (OH, OW), tiles, 'filters',
+                             (act, act_alpha))
     S = OH * OW
     images = images_per_product(N, S, CONV_COLUMNS)
+    # Decided here, once: the kernel trusts it (no scratch on this path).
     direct = images == 1 and (KH, KW, OH, OW) == (1, 1, H, W) and win.strides == (1, 1) \
         and win.pads_begin == (0, 0)
     has_bias = em.has(inst, 2)
@@ -273,18 +301,19 @@ def conv(em, inst) -> Step:
         panels = em.constant_array('panels%d' % inst.outputs[0],
                                    numpy.concatenate([pack_panels(m) for m in mats]))
 
+    plan = CONV_PLAN.literal(images=images, direct=direct, w_panels=panels is not None,
+                             act=act, act_alpha=act_alpha)
+
     def render(ref, scratch):
-        return ['ccn_conv2d(%d, %d, %d, %d, %d, %d, %d, %d, %d, %d, %d, %d, %d, %d, %d, %d, %d,'
-                % (N, C, H, W, M, KH, KW, OH, OW, group, win.strides[0], win.strides[1],
-                   win.dilations[0], win.dilations[1], win.pads_begin[0], win.pads_begin[1],
-                   images),
-                '           %s, %s, %d, %s, %s, %s, %s);' % (
-                    ref(inst.inputs[0]), panels or ref(inst.inputs[1]), panels is not None,
+        return ['ccn_conv2d(%s,' % geometry,
+                '           %s,' % plan,
+                '           %s, %s, %s, %s, %s);' % (
+                    ref(inst.inputs[0]), panels or ref(inst.inputs[1]),
                     ref(inst.inputs[2]) if has_bias else 'NULL', ref(inst.outputs[0]),
-                    'NULL' if direct else scratch, act)]
+                    'NULL' if direct else scratch)]
     scratch = 0 if direct else Cg * KH * KW * S * images + (M // group * S * images
                                                             if images > 1 else 0)
-    return Step('connection', [(N, M, OH, OW)], render, scratch=scratch)
+    return Step('connection', [(N, M, OH, OW)], render, scratch=scratch, also=('gemm',))
 
 
 @lowers(CUSTOM_DOMAIN + '::ConvGradFilter')
@@ -305,19 +334,23 @@ def conv_grad_filter(em, inst) -> Step:
     dilations = tuple(a.get('dilations') or (1, 1))
     pads = tuple(a.get('pads') or (0, 0, 0, 0))
     KH, KW = kernel
+    geometry = conv_geometry(N, C, (H, W), M, (OH, OW), kernel, group, strides, dilations,
+                             pads[:2])
     tiles = winograd_tiles(N, C, M, (OH, OW), kernel, strides, dilations, group,
                            MIN_FILTER_GRADIENT_WIDTH)
     if tiles is not None:
-        return winograd_grad_filter_step(em, inst, sx, M, (OH, OW), pads[:2], tiles)
+        return winograd_grad_filter_step(em, inst, geometry, sx, M, tiles)
     Cg = C // group
     K, S = Cg * KH * KW, OH * OW
     images = images_per_product(N, S, GRAD_COLUMNS)
 
+    plan = CONV_PLAN.literal(images=images, direct=False, w_panels=False, act='CCN_ACT_NONE',
+                             act_alpha=0.0)
+
     def render(ref, scratch):
-        return ['ccn_conv2d_grad_filter(%d, %d, %d, %d, %d, %d, %d, %d, %d, %d, %d, %d, %d, %d, '
-                '%d, %d, %d,' % (N, C, H, W, M, KH, KW, OH, OW, group, strides[0], strides[1],
-                                 dilations[0], dilations[1], pads[0], pads[1], images),
+        return ['ccn_conv2d_grad_filter(%s,' % geometry,
+                '                       %s,' % plan,
                 '                       %s, %s, %s, %s);' % (
                     ref(inst.inputs[0]), ref(inst.inputs[1]), ref(inst.outputs[0]), scratch)]
     scratch = K * S * images + S * images * (M // group + K) + K * (M // group)
-    return Step('connection', [(M, Cg, KH, KW)], render, scratch=scratch)
+    return Step('connection', [(M, Cg, KH, KW)], render, scratch=scratch, also=('gemm',))

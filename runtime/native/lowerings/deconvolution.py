@@ -1,8 +1,8 @@
 """ConvTranspose (2-D) as calls into ccn_deconvolution.c, which multiplies
-with ccn_connection.c's GEMM."""
+with ccn_gemm.c."""
 from ...ops.connection import conv_transpose_padding
 from ..lowering import Refuse, Step, lowers
-from .connection import GRAD_COLUMNS, images_per_product
+from .connection import CONV_PLAN, GRAD_COLUMNS, conv_geometry, images_per_product
 from .winograd import winograd_step, winograd_tiles
 
 _AUTO_PADS = ('NOTSET', 'SAME_UPPER', 'SAME_LOWER', 'VALID')
@@ -33,22 +33,28 @@ def conv_transpose(em, inst) -> Step:
     # convolution's input).
     tiles = winograd_tiles(N, C, M, (OH, OW), (KH, KW), (sh, sw_), (dh, dw), group)
     if tiles is not None:
-        return winograd_step(em, inst, sx, M, (OH, OW), (KH - 1 - pt, KW - 1 - pl), tiles,
-                             'rotated', 'CCN_ACT_NONE, 0.0f')
+        rotated = conv_geometry(N, C, (H, W), M, (OH, OW), (KH, KW), group, (1, 1), (1, 1),
+                                (KH - 1 - pt, KW - 1 - pl))
+        return winograd_step(em, inst, rotated, sx, M, (OH, OW), tiles, 'rotated',
+                             ('CCN_ACT_NONE', 0.0))
     # As the gradient of a convolution's input, a product per image would
     # read the whole weight for a few columns (16 in a ResNet's last stage).
     images = images_per_product(N, H * W, GRAD_COLUMNS)
+    geometry = conv_geometry(N, C, (H, W), M, (OH, OW), (KH, KW), group, (sh, sw_), (dh, dw),
+                             (pt, pl))
+    plan = CONV_PLAN.literal(images=images, direct=False, w_panels=False, act='CCN_ACT_NONE',
+                             act_alpha=0.0)
 
     def render(ref, scratch):
-        return ['ccn_deconv2d(%d, %d, %d, %d, %d, %d, %d, %d, %d, %d, %d, %d, %d, %d, %d, %d, %d,'
-                % (N, C, H, W, M, KH, KW, OH, OW, group, sh, sw_, dh, dw, pt, pl, images),
+        return ['ccn_deconv2d(%s,' % geometry,
+                '             %s,' % plan,
                 '             %s, %s, %s, %s, %s);' % (
                     ref(inst.inputs[0]), ref(inst.inputs[1]),
                     ref(inst.inputs[2]) if has_bias else 'NULL', ref(inst.outputs[0]),
                     scratch)]
     scratch = Mg * KH * KW * H * W * images + (C // group * H * W * images if images > 1 else 0)
     return Step('deconvolution', [(N, M, OH, OW)], render, scratch=scratch,
-                also=('connection',))
+                also=('gemm',))
 
 
 def _geometry(a, spatial, kernel):

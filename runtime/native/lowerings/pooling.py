@@ -3,7 +3,24 @@ project's MaxPoolGrad and AveragePoolGrad) as calls into ccn_pooling.c."""
 import math
 
 from ...ops.registry import CUSTOM_DOMAIN
+from ..cformat import CStruct
 from ..lowering import Refuse, Step, lowers, window
+
+#: The geometry struct of ccn_pooling.h.
+POOL_GEOMETRY = CStruct('ccn_pool_geometry', (
+    'planes', 'in_h', 'in_w', 'out_h', 'out_w', 'kernel_h', 'kernel_w', 'stride_h', 'stride_w',
+    'dil_h', 'dil_w', 'pad_top', 'pad_left', 'pad_bottom', 'pad_right', 'count_include_pad'))
+
+
+def pool_geometry(planes, in_size, win, count_include_pad=0) -> str:
+    """The C pointer to the ccn_pool_geometry of ``planes`` planes of
+    ``in_size`` pooled by window ``win`` (lowering.window)."""
+    return POOL_GEOMETRY.literal(
+        planes=planes, in_h=in_size[0], in_w=in_size[1], out_h=win.out[0], out_w=win.out[1],
+        kernel_h=win.kernel[0], kernel_w=win.kernel[1], stride_h=win.strides[0],
+        stride_w=win.strides[1], dil_h=win.dilations[0], dil_w=win.dilations[1],
+        pad_top=win.pads_begin[0], pad_left=win.pads_begin[1], pad_bottom=win.pads_end[0],
+        pad_right=win.pads_end[1], count_include_pad=count_include_pad)
 
 
 @lowers('MaxPool', 'AveragePool')
@@ -17,26 +34,19 @@ def pool(em, inst) -> Step:
         raise Refuse('kernel_shape %s is not 2-D' % list(kernel))
     N, C, H, W = sx
     win = window(a, (H, W), kernel, int(a['ceil_mode']))
-    (OH, OW), (KH, KW), (sh, sw) = win.out, win.kernel, win.strides
-    pt, pl = win.pads_begin
+    OH, OW = win.out
     if inst.op == 'MaxPool':
         em.only_first_output(inst, 'Indices')
-        dh, dw = win.dilations
-
-        def render(ref, scratch):
-            return ['ccn_maxpool2d(%d, %d, %d, %d, %d, %d, %d, %d, %d, %d, %d, %d, %d, '
-                    '%s, %s);' % (N * C, H, W, OH, OW, KH, KW, sh, sw, dh, dw, pt, pl,
-                                  ref(inst.inputs[0]), ref(inst.outputs[0]))]
+        kernel_fn, geometry = 'ccn_maxpool2d', pool_geometry(N * C, (H, W), win)
     else:
         if win.dilations != (1, 1):
             raise Refuse('AveragePool with dilations is not supported')
-        pb, pr = win.pads_end
-        include = int(a.get('count_include_pad', 0))
+        kernel_fn = 'ccn_avgpool2d'
+        geometry = pool_geometry(N * C, (H, W), win, int(a.get('count_include_pad', 0)))
 
-        def render(ref, scratch):
-            return ['ccn_avgpool2d(%d, %d, %d, %d, %d, %d, %d, %d, %d, %d, %d, %d, %d, %d, '
-                    '%s, %s);' % (N * C, H, W, OH, OW, KH, KW, sh, sw, pt, pl, pb, pr,
-                                  include, ref(inst.inputs[0]), ref(inst.outputs[0]))]
+    def render(ref, scratch):
+        return ['%s(%s,' % (kernel_fn, geometry),
+                '    %s, %s);' % (ref(inst.inputs[0]), ref(inst.outputs[0]))]
     return Step('pooling', [(N, C, OH, OW)] + [None] * (len(inst.outputs) - 1), render)
 
 
@@ -61,17 +71,16 @@ def max_pool_grad(em, inst) -> Step:
         raise Refuse('only 2-D pooling (4-D input) is supported, got %s' % list(sx))
     N, C, H, W = sx
     win = window(a, (H, W), kernel, int(a['ceil_mode']))
-    (OH, OW), (KH, KW), (sh, sw), (dh, dw) = win.out, win.kernel, win.strides, win.dilations
+    OH, OW = win.out
     if sy != (N, C, OH, OW) or sg != sy:
         raise Refuse('output %s and gradient %s are not %s'
                      % (list(sy), list(sg), [N, C, OH, OW]))
-    pt, pl = win.pads_begin
+    geometry = pool_geometry(N * C, (H, W), win)
 
     def render(ref, scratch):
-        return ['ccn_maxpool2d_grad(%d, %d, %d, %d, %d, %d, %d, %d, %d, %d, %d, %d, %d, '
-                '%s, %s, %s, %s);' % (N * C, H, W, OH, OW, KH, KW, sh, sw, dh, dw, pt, pl,
-                                      ref(inst.inputs[0]), ref(inst.inputs[1]),
-                                      ref(inst.inputs[2]), ref(inst.outputs[0]))]
+        return ['ccn_maxpool2d_grad(%s,' % geometry,
+                '    %s, %s, %s, %s);' % (ref(inst.inputs[0]), ref(inst.inputs[1]),
+                                         ref(inst.inputs[2]), ref(inst.outputs[0]))]
     return Step('pooling', [sx], render)
 
 
@@ -87,14 +96,12 @@ def average_pool_grad(em, inst) -> Step:
     win = window(a, (H, W), kernel, int(a['ceil_mode']))
     if win.dilations != (1, 1):
         raise Refuse('AveragePool with dilations is not supported')
-    (OH, OW), (KH, KW), (sh, sw) = win.out, win.kernel, win.strides
+    OH, OW = win.out
     if sg != (N, C, OH, OW):
         raise Refuse('gradient %s is not %s' % (list(sg), [N, C, OH, OW]))
-    (pt, pl), (pb, pr) = win.pads_begin, win.pads_end
-    include = int(a['count_include_pad'])
+    geometry = pool_geometry(N * C, (H, W), win, int(a['count_include_pad']))
 
     def render(ref, scratch):
-        return ['ccn_avgpool2d_grad(%d, %d, %d, %d, %d, %d, %d, %d, %d, %d, %d, %d, %d, %d, '
-                '%s, %s);' % (N * C, H, W, OH, OW, KH, KW, sh, sw, pt, pl, pb, pr, include,
-                              ref(inst.inputs[0]), ref(inst.outputs[0]))]
+        return ['ccn_avgpool2d_grad(%s,' % geometry,
+                '    %s, %s);' % (ref(inst.inputs[0]), ref(inst.outputs[0]))]
     return Step('pooling', [sx], render)

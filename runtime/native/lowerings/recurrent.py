@@ -1,6 +1,6 @@
 """RNN, GRU and LSTM (ONNX one-layer recurrences) and their gradients
 LSTMGrad, GRUGrad and RNNGrad (custom domain) as calls into
-ccn_recurrent.c, which multiplies through ccn_connection.c's ccn_gemm.
+ccn_recurrent.c, which multiplies through ccn_gemm.c.
 
 W and R go to the kernel transposed (so the inner loop of each product is
 contiguous): made at emit time when they are constants, else transposed
@@ -42,7 +42,7 @@ def recurrent(em, inst) -> Step:
     shapes: list[Shape | None] = [shape if present[k] else None
                                   for k, shape in enumerate([rec.y, rec.states, rec.states])]
     return Step('recurrent', shapes[:len(inst.outputs)], render, scratch=scratch,
-                also=('connection',))
+                also=('gemm',))
 
 
 @lowers(*(CUSTOM_DOMAIN + '::%sGrad' % op for op in _CELLS))
@@ -82,7 +82,7 @@ def recurrent_grad(em, inst) -> Step:
 
     shapes: list[Shape | None] = [sizes[k] if present[k] else None
                                   for k in range(len(inst.outputs))]
-    return Step('recurrent', shapes, render, scratch=scratch, also=('connection',))
+    return Step('recurrent', shapes, render, scratch=scratch, also=('gemm',))
 
 
 class _Recurrence:

@@ -71,4 +71,4 @@ def gemm_sgd_update(em, inst) -> Step:
                     M, N, K, ref(inst.inputs[1]), 1 if trans_a else K, M if trans_a else 1,
                     ref(inst.inputs[2]), N, cfloat(alpha), ref(inst.inputs[3]),
                     ref(inst.inputs[0]), N)]
-    return Step('connection', [shape], render, alias=True)
+    return Step('gemm', [shape], render, alias=True)

@@ -15,6 +15,7 @@ ResNet-18-style training step at batch 8, the two lowerings alternating in
 one process: 105 to 88 ms (-15%)."""
 import numpy
 
+from ..cformat import CStruct
 from ..lowering import Step
 
 #: Fewest channels (input and output), narrowest output, and least product
@@ -36,6 +37,9 @@ BLOCK_FLOATS = 16 * 65536
 #: CCN_WINOGRAD_SKEW of ccn_winograd.h: floats between the planes of a
 #: transform beyond their size.
 SKEW = 16
+#: The plan struct of ccn_winograd.h: tiles per block, the weights' form
+#: (CCN_WINOGRAD_*) and the epilogue activation.
+WINOGRAD_PLAN = CStruct('ccn_winograd_plan', ('tiles', 'weights', 'act', 'act_alpha'))
 
 
 def winograd_tiles(batch, channels_in, channels_out, out_size, kernel, strides, dilations,
@@ -71,14 +75,15 @@ def transformed_filters(w) -> numpy.ndarray:
     return numpy.pad(u, ((0, 0), (0, SKEW))).reshape(-1)
 
 
-def winograd_step(em, inst, x_shape, channels_out, out_size, pads_begin, tiles, weights,
+def winograd_step(em, inst, geometry, x_shape, channels_out, out_size, tiles, weights,
                   act) -> Step:
     """The Step of ``inst`` as ccn_conv2d_winograd: a convolution of input
-    0 (``x_shape``, NCHW) into ``channels_out`` channels of ``out_size``,
-    the input padded by ``pads_begin`` (top, left), with input 1 the
-    weights, 'filters' (O, I, 3, 3) or a ConvTranspose's (I, O, 3, 3),
-    'rotated'; constant filters are transformed here, once.  Input 2 is an
-    optional bias; ``act`` the activation's C arguments."""
+    0 (``x_shape``, NCHW) into ``channels_out`` channels of ``out_size``
+    (``geometry``: its ccn_conv_geometry, lowerings/connection.py's
+    conv_geometry), with input 1 the weights, 'filters' (O, I, 3, 3) or a
+    ConvTranspose's (I, O, 3, 3), 'rotated'; constant filters are
+    transformed here, once.  Input 2 is an optional bias; ``act`` the
+    activation (its CCN_ACT_* enum, its slope)."""
     N, channels_in, H, W = x_shape
     OH, OW = out_size
     has_bias = em.has(inst, 2)
@@ -88,38 +93,39 @@ def winograd_step(em, inst, x_shape, channels_out, out_size, pads_begin, tiles, 
         weights = 'transformed'
         transformed = em.constant_array('winograd%d' % inst.outputs[0],
                                         transformed_filters(constant))
-    mode = 'CCN_WINOGRAD_' + weights.upper()
+    plan = WINOGRAD_PLAN.literal(tiles=tiles, weights='CCN_WINOGRAD_' + weights.upper(),
+                                 act=act[0], act_alpha=act[1])
 
     def render(ref, scratch):
-        return ['ccn_conv2d_winograd(%d, %d, %d, %d, %d, %d, %d, %d, %d, %d,'
-                % (N, channels_in, H, W, channels_out, OH, OW, pads_begin[0], pads_begin[1], tiles),
-                '                    %s, %s, %s, %s, %s, %s, %s);' % (
-                    ref(inst.inputs[0]), transformed or ref(inst.inputs[1]), mode,
+        return ['ccn_conv2d_winograd(%s,' % geometry,
+                '                    %s,' % plan,
+                '                    %s, %s, %s, %s, %s);' % (
+                    ref(inst.inputs[0]), transformed or ref(inst.inputs[1]),
                     ref(inst.inputs[2]) if has_bias else 'NULL', ref(inst.outputs[0]),
-                    scratch, act)]
+                    scratch)]
     # CCN_WINOGRAD_SCRATCH of ccn_winograd.h.
     filters = 0 if transformed else channels_out * channels_in + SKEW
     scratch = 16 * (filters + (channels_in + channels_out) * tiles + 2 * SKEW)
     return Step('winograd', [(N, channels_out, OH, OW)], render, scratch=scratch,
-                also=('connection',))
+                also=('gemm',))
 
 
-def winograd_grad_filter_step(em, inst, x_shape, channels_out, out_size, pads_begin,
-                              tiles) -> Step:
+def winograd_grad_filter_step(em, inst, geometry, x_shape, channels_out, tiles) -> Step:
     """The Step of ConvGradFilter ``inst`` as
     ccn_conv2d_grad_filter_winograd: the gradient of the weights of the
-    convolution of input 0 (``x_shape``) into ``channels_out`` channels of
-    ``out_size``, from input 1, its output's gradient."""
-    N, channels_in, H, W = x_shape
-    OH, OW = out_size
+    convolution ``geometry`` of input 0 (``x_shape``) into
+    ``channels_out`` channels, from input 1, its output's gradient."""
+    channels_in = x_shape[1]
+    plan = WINOGRAD_PLAN.literal(tiles=tiles, weights='CCN_WINOGRAD_FILTERS',
+                                 act='CCN_ACT_NONE', act_alpha=0.0)
 
     def render(ref, scratch):
-        return ['ccn_conv2d_grad_filter_winograd(%d, %d, %d, %d, %d, %d, %d, %d, %d, %d,'
-                % (N, channels_in, H, W, channels_out, OH, OW, pads_begin[0], pads_begin[1], tiles),
+        return ['ccn_conv2d_grad_filter_winograd(%s,' % geometry,
+                '                                %s,' % plan,
                 '                                %s, %s, %s, %s);' % (
                     ref(inst.inputs[0]), ref(inst.inputs[1]), ref(inst.outputs[0]), scratch)]
     # CCN_WINOGRAD_GRAD_SCRATCH of ccn_winograd.h.
     scratch = 16 * (channels_out * channels_in + (channels_in + 2 * channels_out) * tiles
                     + 4 * SKEW)
     return Step('winograd', [(channels_out, channels_in, 3, 3)], render, scratch=scratch,
-                also=('connection',))
+                also=('gemm',))

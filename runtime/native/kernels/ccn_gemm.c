@@ -1,0 +1,845 @@
+/* GEMM: the matrix products every other family multiplies with (Gemm,
+ * MatMul, convolutions and their gradients, the recurrent cells).
+ *
+ * The GEMM follows the usual cache-blocked scheme: a KC-deep slice of an
+ * MR-row block of A and of an NR-column strip of B are packed into small
+ * contiguous buffers on the stack, and a register-blocked MR x NR
+ * micro-kernel written in plain C (which gcc -O3 vectorises) multiplies
+ * them.  A constant A (a convolution's weights) or B (a Gemm's or MatMul's)
+ * can come packed at emit time (panels and strips, ccn_gemm.h),
+ * which spares the packing on every call and reads the weights in one
+ * sequential stream.  Large products are split between
+ * OpenMP threads by columns (or rows when there are few columns); an
+ * optional CBLAS takes them instead when built with -DCCN_CBLAS. */
+/* ISO C mode (-std=c99) turns GCC's contraction of a * b + c into fused
+ * multiply-adds off; the micro-kernel wants them. */
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC optimize("fp-contract=fast")
+#endif
+#include <math.h>
+#include <string.h>
+
+#ifdef CCN_CBLAS
+#include <cblas.h>
+#endif
+#ifdef _OPENMP
+#include <omp.h>
+#endif
+
+#include "ccn_gemm.h"
+
+/* Micro-kernel tile: MR rows of C by NR columns, two vector registers wide
+ * per row, so 2*MR accumulators fit the register file of each ISA (32
+ * registers with AVX-512, 16 before). */
+#if defined(__AVX512F__)
+#define CCN_MR 8
+#define CCN_NR 32
+#define CCN_TALL_MR 24
+#define CCN_DOT_ROWS 4
+#elif defined(__AVX__)
+#define CCN_MR 6
+#define CCN_NR 16
+#define CCN_TALL_MR 12
+#define CCN_DOT_ROWS 2
+#else
+#define CCN_MR 6
+#define CCN_NR 8
+#define CCN_TALL_MR 12
+#define CCN_DOT_ROWS 2
+#endif
+/* ccn_gemm_bt's dot products (CCN_DOT_ROWS rows of A by four of Bt) and
+ * gemm_shallow's updates (CCN_DOT_ROWS rows of C by four vectors) keep
+ * 4 * CCN_DOT_ROWS sums and up to CCN_DOT_ROWS + 1 operands in vector
+ * registers. */
+/* The tall tile, CCN_TALL_MR rows by one vector (NR/2 columns), serves
+ * narrow products (a late convolution layer of one image, 4x4 outputs)
+ * that would leave half of the wide tile's columns empty; it reads A from
+ * emit-time panels only. */
+/* Depth of a packed slice: an MR x KC block of A plus a KC x NR strip of B
+ * stay in L1 while the micro-kernel runs.  Also the depth of the emit-time
+ * panels (PANEL_DEPTH in lowerings/connection.py). */
+#define CCN_KC 256
+#if CCN_PANEL_ROWS % CCN_MR || CCN_PANEL_ROWS % CCN_TALL_MR || CCN_STRIP_COLS % CCN_NR
+#error "the micro-kernels' rows must divide CCN_PANEL_ROWS"
+#endif
+/* Rows of A whose packed KC slices (MC x KC floats, 96 KiB) are reused
+ * from L2 across every NR strip of B. */
+#define CCN_MC 96
+/* Rows of a block from which a strip of B is packed (else read in place). */
+#define CCN_PACK_B_ROWS (2 * CCN_MR)
+/* Fewer rows than this: no packing, one pass over B does every row. */
+#define CCN_SMALL_M 4
+/* Depth up to which, and columns from which, a product streams C once
+ * instead of packing (measured: a 100 x 784 update of depth 8 1.3x faster,
+ * 100 x 100 1.5x slower). */
+#define CCN_SHALLOW_K 16
+#define CCN_SHALLOW_MIN_N (4 * CCN_NR)
+
+/* Keeps a loaded vector in a register: gcc otherwise folds each use of it
+ * into a multiply-add as a memory operand, one load per multiply-add, and
+ * the dot products of ccn_gemm_bt and the updates of gemm_shallow become
+ * bound by loads (ccn_gemm_bt: 1.9x slower measured). */
+#if defined(__GNUC__) && (defined(__x86_64__) || defined(__i386__))
+#define CCN_IN_REGISTER(x) __asm__("" : "+v"(x))
+#elif defined(__GNUC__) && defined(__aarch64__)
+#define CCN_IN_REGISTER(x) __asm__("" : "+w"(x))
+#else
+#define CCN_IN_REGISTER(x) ((void)0)
+#endif
+/* Inlined at every call, so that a constant argument (a count of rows or
+ * vectors) unrolls the loops it bounds and their sums live in registers. */
+#if defined(__GNUC__)
+#define CCN_ALWAYS_INLINE static inline __attribute__((always_inline))
+#else
+#define CCN_ALWAYS_INLINE static inline
+#endif
+
+/* Multiply-adds below which a product stays on one thread: under about
+ * 40 us of work the second thread gains little, and on a shared machine
+ * it is sometimes descheduled, stalling the region (LeNet-5's training
+ * step took 2.3 ms or 3.7 ms from run to run with 2^18 here, 2.3 ms
+ * steadily with this). */
+#define CCN_PARALLEL_MACS (1L << 22)
+/* Floats of B from which ccn_gemm_bt's dot products (a few rows of A, so
+ * bound by reading B) are split between threads: each core then streams
+ * half of B (2x faster on a 784 x 1000 layer at batch 1). */
+#define CCN_PARALLEL_B_FLOATS (1L << 18)
+/* Multiply-adds from which a CBLAS build hands the product over. */
+#define CCN_CBLAS_MACS (1L << 16)
+
+static long min_long(long a, long b)
+{
+    return a < b ? a : b;
+}
+
+/* The A operand of a product: alpha * A read through strides, or (panels
+ * not NULL) the panel layout of ccn_gemm.h with panel_rows rows (M
+ * rounded up to CCN_PANEL_ROWS). */
+typedef struct {
+    const float *a;
+    long rs, cs;
+    float alpha;
+    const float *panels;
+    long panel_rows;
+} a_operand;
+
+void ccn_gemm_init(long M, long N, float *C, const float *bias, long bias_rs, long bias_cs,
+                   float beta)
+{
+    for (long m = 0; m < M; m++) {
+        float *restrict c = C + m * N;
+        if (bias == NULL || beta == 0.0f) {
+            for (long n = 0; n < N; n++)
+                c[n] = 0.0f;
+        } else {
+            const float *b = bias + m * bias_rs;
+            for (long n = 0; n < N; n++)
+                c[n] = beta * b[n * bias_cs];
+        }
+    }
+}
+
+/* The epilogue: activation act applied to the n floats of c, the switch
+ * outside the loops so that each of them vectorises. */
+static void activate_row(long n, float *restrict c, int act, float act_alpha)
+{
+    switch (act) {
+    case CCN_ACT_RELU:
+        for (long j = 0; j < n; j++)
+            c[j] = c[j] > 0.0f ? c[j] : 0.0f;
+        break;
+    case CCN_ACT_LEAKY_RELU:
+        for (long j = 0; j < n; j++)
+            c[j] = c[j] >= 0.0f ? c[j] : act_alpha * c[j];
+        break;
+    case CCN_ACT_SIGMOID:
+        for (long j = 0; j < n; j++)
+            c[j] = 1.0f / (1.0f + expf(-c[j]));
+        break;
+    case CCN_ACT_TANH:
+        for (long j = 0; j < n; j++)
+            c[j] = tanhf(c[j]);
+        break;
+    default:
+        break;
+    }
+}
+
+/* activate_row on rows [0, M) x columns [0, N) of C (stride ldc). */
+static void activate_block(long M, long N, float *C, long ldc, int act, float act_alpha)
+{
+    for (long m = 0; act != CCN_ACT_NONE && m < M; m++)
+        activate_row(N, C + m * ldc, act, act_alpha);
+}
+
+/* ap[k * MR + i] = alpha * A[i, k] for an mr x kc block (rows past mr are
+ * zero), so the micro-kernel reads A contiguously whatever its strides. */
+static void pack_a(long mr, long kc, const float *A, long a_rs, long a_cs, float alpha,
+                   float *restrict ap)
+{
+    if (a_rs == 1 && mr == CCN_MR) {
+        /* A transposed (column-major): each k reads MR neighbours, so the
+         * panel touches each of A's columns (a page apart in a large A)
+         * once rather than once per row. */
+        for (long k = 0; k < kc; k++)
+            for (long i = 0; i < CCN_MR; i++)
+                ap[k * CCN_MR + i] = alpha * A[k * a_cs + i];
+        return;
+    }
+    if (a_cs == 1 && mr == CCN_MR) {
+        /* Row-major A by MR x 8 tiles through a local array, whose rows
+         * are stored as whole vectors: stored element by element, the
+         * panel of a deep, narrow product (a weight gradient's im2col
+         * columns times 64 channels) took a third of its time. */
+        long k = 0;
+        for (; k + 8 <= kc; k += 8) {
+            float tile[8][CCN_MR];
+            for (long i = 0; i < CCN_MR; i++)
+                for (long j = 0; j < 8; j++)
+                    tile[j][i] = alpha * A[i * a_rs + k + j];
+            memcpy(ap + k * CCN_MR, tile, sizeof tile);
+        }
+        for (; k < kc; k++)
+            for (long i = 0; i < CCN_MR; i++)
+                ap[k * CCN_MR + i] = alpha * A[i * a_rs + k];
+        return;
+    }
+    /* Row by row: a row-major A is read in order. */
+    for (long i = 0; i < mr; i++) {
+        const float *a = A + i * a_rs;
+        for (long k = 0; k < kc; k++)
+            ap[k * CCN_MR + i] = alpha * a[k * a_cs];
+    }
+    for (long i = mr; i < CCN_MR; i++)
+        for (long k = 0; k < kc; k++)
+            ap[k * CCN_MR + i] = 0.0f;
+}
+
+/* bp[k * NR + j] = B[k, j] for a kc x nr strip of a row-major B with ldb
+ * columns (columns past nr are zero). */
+static void pack_b(long kc, long nr, const float *B, long ldb, float *restrict bp)
+{
+    /* A whole strip's rows are copied with a constant size, which the
+     * compiler inlines: a library call per row of NR floats cost more than
+     * the copy (7% of a ResNet training step). */
+    if (nr == CCN_NR) {
+        for (long k = 0; k < kc; k++)
+            memcpy(bp + k * CCN_NR, B + k * ldb, CCN_NR * sizeof(float));
+        return;
+    }
+    for (long k = 0; k < kc; k++) {
+        memcpy(bp + k * CCN_NR, B + k * ldb, (size_t)nr * sizeof(float));
+        for (long j = nr; j < CCN_NR; j++)
+            bp[k * CCN_NR + j] = 0.0f;
+    }
+}
+
+/* The B operand of a product: row-major with rows ldb apart, or (panels
+ * not NULL) the strip layout of ccn_gemm.h with panel_cols columns
+ * (N rounded up to CCN_STRIP_COLS). */
+typedef struct {
+    const float *b;
+    long ldb;
+    const float *panels;
+    long panel_cols;
+} b_operand;
+
+/* The packed MR x kc block of rows [m, m + mr) and depth [k0, k0 + kc)
+ * of A: its place in the panels, or else packed into buf; *lda gets the
+ * distance between its k steps. */
+static const float *a_block(const a_operand *A, long m, long mr, long k0, long kc,
+                            float *buf, long *lda)
+{
+    if (A->panels == NULL) {
+        pack_a(mr, kc, A->a + m * A->rs + k0 * A->cs, A->rs, A->cs, A->alpha, buf);
+        *lda = CCN_MR;
+        return buf;
+    }
+    *lda = CCN_PANEL_ROWS;
+    return A->panels + k0 * A->panel_rows + m / CCN_PANEL_ROWS * CCN_PANEL_ROWS * kc +
+           m % CCN_PANEL_ROWS;
+}
+
+/* C[0:mr, 0:nr] += acc (rows NR floats apart), or = acc when first, then
+ * the activation when last. */
+static void add_tile(const float *acc, float *restrict C, long ldc, long mr, long nr, int first,
+                     int last, int act, float act_alpha)
+{
+    for (long i = 0; i < mr; i++) {
+        float *c = C + i * ldc;
+        if (first)
+            for (long j = 0; j < nr; j++)
+                c[j] = acc[i * CCN_NR + j];
+        else
+            for (long j = 0; j < nr; j++)
+                c[j] += acc[i * CCN_NR + j];
+        if (last && act != CCN_ACT_NONE)
+            activate_row(nr, c, act, act_alpha);
+    }
+}
+
+#if defined(__GNUC__)
+/* GCC/clang vector extensions: a tile is a few vectors per row, each in a
+ * register whatever the vector width (scalar * vector broadcasts). */
+typedef float vec __attribute__((vector_size(CCN_NR / 2 * sizeof(float))));
+#endif
+
+/* C[0:mr, 0:nr] += ap * bp over kc (ap's k steps lda apart, bp's ldbp),
+ * or = when first, then the activation when last: an MR x NR tile, 2*MR
+ * vector registers. */
+static void micro_kernel(long kc, const float *restrict ap, long lda, const float *restrict bp,
+                         long ldbp, float *restrict C, long ldc, long mr, long nr, int first,
+                         int last, int act, float act_alpha)
+{
+    float acc[CCN_MR][CCN_NR];
+#if defined(__GNUC__)
+    vec v[CCN_MR][2];
+    for (int i = 0; i < CCN_MR; i++)
+        v[i][0] = v[i][1] = (vec){0};
+    for (long k = 0; k < kc; k++) {
+        vec b0, b1;
+        memcpy(&b0, bp + k * ldbp, sizeof b0);
+        memcpy(&b1, bp + k * ldbp + CCN_NR / 2, sizeof b1);
+        for (int i = 0; i < CCN_MR; i++) {
+            v[i][0] += ap[k * lda + i] * b0;
+            v[i][1] += ap[k * lda + i] * b1;
+        }
+    }
+    if (mr == CCN_MR && nr == CCN_NR) {
+        /* A whole tile goes from the registers to C, not through acc (a
+         * copy the compiler makes a library call). */
+        for (int i = 0; i < CCN_MR; i++) {
+            float *c = C + i * ldc;
+            for (int h = 0; h < 2; h++) {
+                vec sum = v[i][h];
+                if (!first) {
+                    vec old;
+                    memcpy(&old, c + h * (CCN_NR / 2), sizeof old);
+                    sum += old;
+                }
+                memcpy(c + h * (CCN_NR / 2), &sum, sizeof sum);
+            }
+            if (last && act != CCN_ACT_NONE)
+                activate_row(CCN_NR, c, act, act_alpha);
+        }
+        return;
+    }
+    memcpy(acc, v, sizeof acc);
+#else
+    for (int i = 0; i < CCN_MR; i++)
+        for (int j = 0; j < CCN_NR; j++)
+            acc[i][j] = 0.0f;
+    for (long k = 0; k < kc; k++)
+        for (int i = 0; i < CCN_MR; i++)
+            for (int j = 0; j < CCN_NR; j++)
+                acc[i][j] += ap[k * lda + i] * bp[k * ldbp + j];
+#endif
+    add_tile(&acc[0][0], C, ldc, mr, nr, first, last, act, act_alpha);
+}
+
+/* micro_kernel's tall tile: TALL_MR rows by NR/2 columns (nr <= NR/2),
+ * one vector register per row. */
+static void micro_kernel_tall(long kc, const float *restrict ap, long lda,
+                              const float *restrict bp, long ldbp, float *restrict C, long ldc,
+                              long mr, long nr, int first, int last, int act, float act_alpha)
+{
+    float acc[CCN_TALL_MR][CCN_NR];
+#if defined(__GNUC__)
+    vec v[CCN_TALL_MR];
+    for (int i = 0; i < CCN_TALL_MR; i++)
+        v[i] = (vec){0};
+    for (long k = 0; k < kc; k++) {
+        vec b;
+        memcpy(&b, bp + k * ldbp, sizeof b);
+        for (int i = 0; i < CCN_TALL_MR; i++)
+            v[i] += ap[k * lda + i] * b;
+    }
+    for (int i = 0; i < CCN_TALL_MR; i++)
+        memcpy(acc[i], &v[i], sizeof v[i]);
+#else
+    for (int i = 0; i < CCN_TALL_MR; i++)
+        for (int j = 0; j < CCN_NR / 2; j++)
+            acc[i][j] = 0.0f;
+    for (long k = 0; k < kc; k++)
+        for (int i = 0; i < CCN_TALL_MR; i++)
+            for (int j = 0; j < CCN_NR / 2; j++)
+                acc[i][j] += ap[k * lda + i] * bp[k * ldbp + j];
+#endif
+    add_tile(&acc[0][0], C, ldc, mr, nr, first, last, act, act_alpha);
+}
+
+/* Few rows (a batch-1 layer): every row of A against one pass over each
+ * row of B, a 256-column block of C staying in L1.  Memory bound on B.
+ * set: C = the product rather than C += it. */
+static void gemm_small_m(long M, long N, long K, const float *A, long a_rs, long a_cs,
+                         const float *B, long ldb, float alpha, float *C, long ldc, int set,
+                         int act, float act_alpha)
+{
+    for (long n0 = 0; n0 < N; n0 += 256) {
+        const long nb = min_long(256, N - n0);
+        for (long m = 0; set && m < M; m++)
+            memset(C + m * ldc + n0, 0, (size_t)nb * sizeof(float));
+        for (long k = 0; k < K; k++) {
+            const float *restrict b = B + k * ldb + n0;
+            for (long m = 0; m < M; m++) {
+                const float a = alpha * A[m * a_rs + k * a_cs];
+                float *restrict c = C + m * ldc + n0;
+                for (long n = 0; n < nb; n++)
+                    c[n] += a * b[n];
+            }
+        }
+        activate_block(M, nb, C + n0, ldc, act, act_alpha);
+    }
+}
+
+#if defined(__GNUC__)
+/* gemm_shallow's block: c[r] += the K products of a[r] by B, for the
+ * CCN_DOT_ROWS rows c[r] of C over nv vectors of columns.  The products are
+ * summed from zero and then added to C, as in the blocked path. */
+CCN_ALWAYS_INLINE void shallow_block(
+    int nv, long K, float (*a)[CCN_SHALLOW_K], const float *B, long ldb, float **c, int set)
+{
+    vec acc[CCN_DOT_ROWS][4], b;
+    for (int r = 0; r < CCN_DOT_ROWS; r++)
+        for (int j = 0; j < nv; j++)
+            acc[r][j] = (vec){0};
+    for (long k = 0; k < K; k++)
+        for (int j = 0; j < nv; j++) {
+            memcpy(&b, B + k * ldb + j * (CCN_NR / 2), sizeof b);
+            CCN_IN_REGISTER(b);
+            for (int r = 0; r < CCN_DOT_ROWS; r++)
+                acc[r][j] += a[r][k] * b;
+        }
+    for (int r = 0; r < CCN_DOT_ROWS; r++)
+        for (int j = 0; j < nv; j++) {
+            if (!set) {
+                memcpy(&b, c[r] + j * (CCN_NR / 2), sizeof b);
+                acc[r][j] += b;
+            }
+            memcpy(c[r] + j * (CCN_NR / 2), &acc[r][j], sizeof b);
+        }
+}
+#endif
+
+/* A shallow product (K <= CCN_SHALLOW_K and N >= CCN_SHALLOW_MIN_N: the
+ * weight gradient of a layer over a small batch): C streams through once,
+ * CCN_DOT_ROWS rows at a time, each vector of C taking all K products while
+ * in a register, and B's 256-column blocks stay in L1 for all the rows.  The
+ * blocked path packs both operands for micro-kernel calls that are mostly
+ * setup at this depth.  set: C = the product rather than C += it. */
+static void gemm_shallow(long M, long N, long K, const float *A, long a_rs, long a_cs,
+                         const float *B, long ldb, float alpha, float *C, long ldc, int set,
+                         int act, float act_alpha)
+{
+    /* A block's rows past the last row of C write here (sums dropped). */
+    float spare[256] = {0.0f};
+    for (long n0 = 0; n0 < N; n0 += 256) {
+        const long n1 = min_long(N, n0 + 256);
+        for (long m = 0; m < M; m += CCN_DOT_ROWS) {
+            const long rows = min_long(CCN_DOT_ROWS, M - m);
+            float a[CCN_DOT_ROWS][CCN_SHALLOW_K];
+            float *c[CCN_DOT_ROWS];
+            for (long r = 0; r < CCN_DOT_ROWS; r++) {
+                const long row = min_long(m + r, M - 1);
+                c[r] = C + row * ldc;
+                for (long k = 0; k < K; k++)
+                    a[r][k] = alpha * A[row * a_rs + k * a_cs];
+            }
+            long n = n0;
+#if defined(__GNUC__)
+            /* Blocks of four vectors, then single vectors. */
+            while (n + CCN_NR / 2 <= n1) {
+                float *cn[CCN_DOT_ROWS];
+                for (long r = 0; r < CCN_DOT_ROWS; r++)
+                    cn[r] = r < rows ? c[r] + n : spare + (n - n0);
+                const int wide = n + 2 * CCN_NR <= n1;
+                if (wide)
+                    shallow_block(4, K, a, B + n, ldb, cn, set);
+                else
+                    shallow_block(1, K, a, B + n, ldb, cn, set);
+                n += wide ? 2 * CCN_NR : CCN_NR / 2;
+            }
+#endif
+            /* The last columns, fewer than a vector: depth outermost, so
+             * that the inner loop runs along rows of B. */
+            const long tail = n1 - n;
+            float t[CCN_DOT_ROWS][CCN_NR / 2] = {{0.0f}};
+            for (long k = 0; k < K; k++)
+                for (long r = 0; r < rows; r++)
+                    for (long j = 0; j < tail; j++)
+                        t[r][j] += a[r][k] * B[k * ldb + n + j];
+            for (long r = 0; r < rows; r++)
+                for (long j = 0; j < tail; j++)
+                    c[r][n + j] = set ? t[r][j] : c[r][n + j] + t[r][j];
+        }
+    }
+    activate_block(M, N, C, ldc, act, act_alpha);
+}
+
+/* The kc x nr strip of B at depth k0 and column n (nr <= NR): its place in
+ * B's strips, in B itself when read in place, or else packed into buf;
+ * *ldbp gets the distance between its rows. */
+static const float *b_strip(const b_operand *B, long k0, long kc, long n, long nr,
+                            int in_place, float *buf, long *ldbp)
+{
+    if (B->panels != NULL) {
+        *ldbp = CCN_STRIP_COLS;
+        return B->panels + k0 * B->panel_cols + n / CCN_STRIP_COLS * CCN_STRIP_COLS * kc +
+               n % CCN_STRIP_COLS;
+    }
+    if (in_place) {
+        *ldbp = B->ldb;
+        return B->b + k0 * B->ldb + n;
+    }
+    pack_b(kc, nr, B->b + k0 * B->ldb + n, B->ldb, buf);
+    *ldbp = CCN_NR;
+    return buf;
+}
+
+/* One thread's share: C[M, N] (stride ldc) += A[row0:row0 + M, K] *
+ * B[K, col0:col0 + N] (= when set), packed and blocked. */
+static void gemm_serial(long M, long N, long K, const a_operand *A, long row0,
+                        const b_operand *B, long col0, float *C, long ldc, int set, int act,
+                        float act_alpha)
+{
+    if (M < CCN_SMALL_M && A->panels == NULL && B->panels == NULL) {
+        gemm_small_m(M, N, K, A->a + row0 * A->rs, A->rs, A->cs, B->b + col0, B->ldb,
+                     A->alpha, C, ldc, set, act, act_alpha);
+        return;
+    }
+    if (K <= CCN_SHALLOW_K && N >= CCN_SHALLOW_MIN_N && A->panels == NULL &&
+        B->panels == NULL) {
+        gemm_shallow(M, N, K, A->a + row0 * A->rs, A->rs, A->cs, B->b + col0, B->ldb,
+                     A->alpha, C, ldc, set, act, act_alpha);
+        return;
+    }
+    float apack[CCN_MC * CCN_KC];
+    float bpack[CCN_KC * CCN_NR];
+    const float *ap[CCN_MC / CCN_MR];
+    long lda[CCN_MC / CCN_MR];
+    /* Row blocks of the tile (A's panels start at multiples of it). */
+    const int tall = A->panels != NULL && N <= CCN_NR / 2;
+    const long mr = tall ? CCN_TALL_MR : CCN_MR;
+    if (K == 0) {
+        for (long m = 0; set && m < M; m++)
+            memset(C + m * ldc, 0, (size_t)N * sizeof(float));
+        activate_block(M, N, C, ldc, act, act_alpha);
+    }
+    for (long k0 = 0; k0 < K; k0 += CCN_KC) {
+        const long kc = min_long(CCN_KC, K - k0);
+        const int first = set && k0 == 0, last = k0 + kc == K;
+        for (long m0 = 0; m0 < M; m0 += CCN_MC) {
+            const long mc = min_long(CCN_MC, M - m0);
+            for (long i = 0; i < mc; i += mr)
+                ap[i / mr] = a_block(A, row0 + m0 + i, min_long(mr, mc - i), k0, kc,
+                                     apack + i * kc, &lda[i / mr]);
+            for (long n0 = 0; n0 < N; n0 += CCN_NR) {
+                const long nr = min_long(CCN_NR, N - n0);
+                /* A whole strip that few row blocks reuse is read in place:
+                 * packing it would cost as much as the product. */
+                long ldbp;
+                const float *b = b_strip(B, k0, kc, col0 + n0, nr,
+                                         nr == CCN_NR && mc <= CCN_PACK_B_ROWS, bpack, &ldbp);
+                for (long i = 0; i < mc; i += mr) {
+                    float *c = C + (m0 + i) * ldc + n0;
+                    if (tall)
+                        micro_kernel_tall(kc, ap[i / mr], lda[i / mr], b, ldbp, c, ldc,
+                                          min_long(mr, mc - i), nr, first, last, act,
+                                          act_alpha);
+                    else
+                        micro_kernel(kc, ap[i / mr], lda[i / mr], b, ldbp, c, ldc,
+                                     min_long(mr, mc - i), nr, first, last, act, act_alpha);
+                }
+            }
+        }
+    }
+}
+
+#ifdef CCN_CBLAS
+/* The product through cblas_sgemm (C += alpha A B, = when set), then the
+ * activation. */
+static void gemm_cblas(long M, long N, long K, const float *A, long a_rs, long a_cs,
+                       const float *B, long ldb, float alpha, float *C, long ldc, int set,
+                       int act, float act_alpha)
+{
+    const int trans = a_rs == 1 && a_cs != 1;
+    cblas_sgemm(CblasRowMajor, trans ? CblasTrans : CblasNoTrans, CblasNoTrans, (int)M, (int)N,
+                (int)K, alpha, A, (int)(trans ? a_cs : a_rs), B, (int)ldb, set ? 0.0f : 1.0f,
+                C, (int)ldc);
+    activate_block(M, N, C, ldc, act, act_alpha);
+}
+#endif
+
+/* C += A * B (= when set) then the activation, on all threads for a
+ * large product. */
+static void gemm_any(long M, long N, long K, const a_operand *A, const b_operand *B, float *C,
+                     long ldc, int set, int act, float act_alpha)
+{
+#ifdef _OPENMP
+    if (M * N * K >= CCN_PARALLEL_MACS && omp_get_max_threads() > 1) {
+        /* Split the longer side (counted in micro-kernel tiles; columns
+         * when M is small, as a few rows do not pack) into a few pieces
+         * per thread, handed out as threads come free so that one thread
+         * the OS delays does not hold the others' work back.  Disjoint
+         * parts of C: no synchronisation. */
+        const int by_rows = M >= CCN_SMALL_M && (M + CCN_MR - 1) / CCN_MR >
+                                                    (N + CCN_NR - 1) / CCN_NR;
+        const long row_unit = A->panels != NULL ? CCN_PANEL_ROWS : CCN_MR;
+        const long unit = by_rows ? row_unit : CCN_NR, len = by_rows ? M : N;
+        const long tiles = (len + unit - 1) / unit;
+        const long pieces = min_long(tiles, 4L * omp_get_max_threads());
+#pragma omp parallel for schedule(dynamic, 1)
+        for (long p = 0; p < pieces; p++) {
+            const long lo = min_long(len, tiles * p / pieces * unit);
+            const long hi = min_long(len, tiles * (p + 1) / pieces * unit);
+            if (by_rows)
+                gemm_serial(hi - lo, N, K, A, lo, B, 0, C + lo * ldc, ldc, set, act,
+                            act_alpha);
+            else
+                gemm_serial(M, hi - lo, K, A, 0, B, lo, C + lo, ldc, set, act, act_alpha);
+        }
+        return;
+    }
+#endif
+    gemm_serial(M, N, K, A, 0, B, 0, C, ldc, set, act, act_alpha);
+}
+
+/* ccn_gemm_ex (set 0) and ccn_gemm_set (set 1). */
+static void gemm_strided(long M, long N, long K, const float *A, long a_rs, long a_cs,
+                         const float *B, long ldb, float alpha, float *C, long ldc, int set,
+                         int act, float act_alpha)
+{
+#ifdef CCN_CBLAS
+    /* CBLAS needs one unit stride in A. */
+    if (M * N * K >= CCN_CBLAS_MACS && (a_cs == 1 || a_rs == 1)) {
+        gemm_cblas(M, N, K, A, a_rs, a_cs, B, ldb, alpha, C, ldc, set, act, act_alpha);
+        return;
+    }
+#endif
+    const a_operand a = {A, a_rs, a_cs, alpha, NULL, 0};
+    const b_operand b = {B, ldb, NULL, 0};
+    gemm_any(M, N, K, &a, &b, C, ldc, set, act, act_alpha);
+}
+
+void ccn_gemm_ex(long M, long N, long K, const float *A, long a_rs, long a_cs,
+                 const float *B, long ldb, float alpha, float *C, long ldc, int act,
+                 float act_alpha)
+{
+    gemm_strided(M, N, K, A, a_rs, a_cs, B, ldb, alpha, C, ldc, 0, act, act_alpha);
+}
+
+void ccn_gemm_set(long M, long N, long K, const float *A, long a_rs, long a_cs,
+                  const float *B, long ldb, float alpha, float *C, long ldc, int act,
+                  float act_alpha)
+{
+    gemm_strided(M, N, K, A, a_rs, a_cs, B, ldb, alpha, C, ldc, 1, act, act_alpha);
+}
+
+void ccn_gemm_strips(long M, long N, long K, const float *A, long a_rs, long a_cs,
+                     const float *strips, float alpha, float *C, long ldc, int act,
+                     float act_alpha)
+{
+    const a_operand a = {A, a_rs, a_cs, alpha, NULL, 0};
+    const b_operand b = {NULL, 0, strips, ccn_strip_cols(N)};
+    gemm_any(M, N, K, &a, &b, C, ldc, 0, act, act_alpha);
+}
+
+void ccn_gemm_panels(long M, long N, long K, const float *panels, const float *B, long ldb,
+                     float *C, long ldc, int set, int act, float act_alpha)
+{
+    const a_operand a = {NULL, 0, 0, 1.0f, panels, ccn_panel_rows(M)};
+    const b_operand b = {B, ldb, NULL, 0};
+    gemm_any(M, N, K, &a, &b, C, ldc, set, act, act_alpha);
+}
+
+void ccn_gemm_one_thread(long M, long N, long K, const float *A, long lda, const float *B,
+                         long ldb, float *C, long ldc, int set)
+{
+    const a_operand a = {A, lda, 1, 1.0f, NULL, 0};
+    const b_operand b = {B, ldb, NULL, 0};
+    gemm_serial(M, N, K, &a, 0, &b, 0, C, ldc, set, CCN_ACT_NONE, 0.0f);
+}
+
+void ccn_activate(long n, float *x, int act, float act_alpha)
+{
+    if (act != CCN_ACT_NONE)
+        activate_row(n, x, act, act_alpha);
+}
+
+void ccn_gemm(long M, long N, long K, const float *A, long a_rs, long a_cs,
+              const float *B, float alpha, float *C)
+{
+    ccn_gemm_ex(M, N, K, A, a_rs, a_cs, B, N, alpha, C, N, CCN_ACT_NONE, 0.0f);
+}
+
+/* out[4r + j] = the dot product of rows a[r] and b[j] (n floats each), for
+ * r < rows (at most CCN_DOT_ROWS) and j < 4; vector partial sums, whose
+ * order differs from a serial sum.  Each vector of b is loaded once for all
+ * the rows. */
+CCN_ALWAYS_INLINE void dot_rows_by_4(
+    int rows, long n, const float *const *a, const float *const *b, float *out)
+{
+    long k = 0;
+    float s[4 * CCN_DOT_ROWS] = {0.0f};
+#if defined(__GNUC__)
+    typedef float vec __attribute__((vector_size(CCN_NR / 2 * sizeof(float))));
+    const long vw = CCN_NR / 2;
+    vec v[4 * CCN_DOT_ROWS] = {{0}}, va[CCN_DOT_ROWS], vb;
+    for (; k + vw <= n; k += vw) {
+        for (int r = 0; r < rows; r++) {
+            memcpy(&va[r], a[r] + k, sizeof vb);
+            CCN_IN_REGISTER(va[r]);
+        }
+        for (int j = 0; j < 4; j++) {
+            memcpy(&vb, b[j] + k, sizeof vb);
+            CCN_IN_REGISTER(vb);
+            for (int r = 0; r < rows; r++)
+                v[4 * r + j] += va[r] * vb;
+        }
+    }
+    for (int i = 0; i < 4 * rows; i++)
+        for (long l = 0; l < vw; l++)
+            s[i] += v[i][l];
+#endif
+    for (; k < n; k++)
+        for (int r = 0; r < rows; r++)
+            for (int j = 0; j < 4; j++)
+                s[4 * r + j] += a[r][k] * b[j][k];
+    memcpy(out, s, (size_t)(4 * rows) * sizeof(float));
+}
+
+/* gemm_bt on columns [n0, n1): rows of Bt stream past once per
+ * CCN_DOT_ROWS rows of A. */
+static void gemm_bt_range(long n0, long n1, long M, long K, const float *A, long a_rs,
+                          const float *Bt, float alpha, float *C, long ldc, int act,
+                          float act_alpha)
+{
+    for (long n = n0; n < n1; n += 4) {
+        /* Past the last row, repeat it and drop the results. */
+        const float *b[4];
+        for (long j = 0; j < 4; j++)
+            b[j] = Bt + min_long(n + j, n1 - 1) * K;
+        for (long m = 0; m < M; m += CCN_DOT_ROWS) {
+            const float *a[CCN_DOT_ROWS];
+            for (long r = 0; r < CCN_DOT_ROWS; r++)
+                a[r] = A + min_long(m + r, M - 1) * a_rs;
+            float d[4 * CCN_DOT_ROWS] = {0.0f};
+            /* A constant row count per call, for the registers. */
+            switch (min_long(M - m, CCN_DOT_ROWS)) {
+#if CCN_DOT_ROWS == 4
+            case 4: dot_rows_by_4(4, K, a, b, d); break;
+            case 3: dot_rows_by_4(3, K, a, b, d); break;
+#endif
+            case 2: dot_rows_by_4(2, K, a, b, d); break;
+            default: dot_rows_by_4(1, K, a, b, d); break;
+            }
+            for (long r = 0; r < CCN_DOT_ROWS && m + r < M; r++)
+                for (long j = 0; j < 4 && n + j < n1; j++)
+                    C[(m + r) * ldc + n + j] += alpha * d[4 * r + j];
+        }
+    }
+    activate_block(M, n1 - n0, C + n0, ldc, act, act_alpha);
+}
+
+void ccn_gemm_bt(long M, long N, long K, const float *A, long a_rs, const float *Bt,
+                 float alpha, float *C, long ldc, int act, float act_alpha)
+{
+#ifdef _OPENMP
+    if (N * K >= CCN_PARALLEL_B_FLOATS && omp_get_max_threads() > 1) {
+        /* Pieces of whole groups of four rows of Bt, handed out as in
+         * ccn_gemm_ex. */
+        const long quads = (N + 3) / 4, pieces = min_long(quads, 4L * omp_get_max_threads());
+#pragma omp parallel for schedule(dynamic, 1)
+        for (long p = 0; p < pieces; p++)
+            gemm_bt_range(min_long(N, quads * p / pieces * 4),
+                          min_long(N, quads * (p + 1) / pieces * 4), M, K, A, a_rs, Bt, alpha,
+                          C, ldc, act, act_alpha);
+        return;
+    }
+#endif
+    gemm_bt_range(0, N, M, K, A, a_rs, Bt, alpha, C, ldc, act, act_alpha);
+}
+
+void ccn_matmul_batched(long rank, const long *dims, const long *a_strides,
+                        const long *b_strides, long M, long N, long K, const float *A,
+                        const float *B, float *C, int act, float act_alpha)
+{
+    long batches = 1, index[CCN_MAX_RANK] = {0};
+    for (long d = 0; d < rank; d++)
+        batches *= dims[d];
+    long a_off = 0, b_off = 0;
+    for (long t = 0; t < batches; t++) {
+        float *c = C + t * M * N;
+        memset(c, 0, (size_t)(M * N) * sizeof(float));
+        ccn_gemm_ex(M, N, K, A + a_off, K, 1, B + b_off, N, 1.0f, c, N, act, act_alpha);
+        /* Odometer step of the batch index, keeping the operand offsets. */
+        for (long d = rank - 1; d >= 0; d--) {
+            a_off += a_strides[d];
+            b_off += b_strides[d];
+            if (++index[d] < dims[d])
+                break;
+            a_off -= a_strides[d] * dims[d];
+            b_off -= b_strides[d] * dims[d];
+            index[d] = 0;
+        }
+    }
+}
+
+/* dst_i (C x R) = src_i (R x C) transposed for nb matrices, src_i at
+ * src + i*src_stride and dst_i at dst + i*dst_stride: one parallel loop over
+ * every matrix's rows of 8x8 blocks, as each is small in a late layer. */
+void ccn_transpose_batch(long nb, long R, long C, const float *src, long src_stride,
+                            float *dst, long dst_stride)
+{
+    /* 8 x 8 blocks through a local tile, which gcc turns into vector
+     * shuffles; writing whole columns of a large block instead strides
+     * through dst by R floats and, with R a power of two, thrashes the
+     * cache (8x slower measured at 4608 x 512). */
+    const long block_rows = (R + 7) / 8;
+    CCN_PARALLEL_FOR(nb * R * C,
+        for (long ib = 0; ib < nb * block_rows; ib++) {
+            const long r0 = ib % block_rows * 8;
+            const float *s = src + ib / block_rows * src_stride;
+            float *d = dst + ib / block_rows * dst_stride;
+            for (long c0 = 0; c0 < C; c0 += 8) {
+                if (r0 + 8 <= R && c0 + 8 <= C) {
+                    float tile[8][8];
+                    for (int i = 0; i < 8; i++)
+                        for (int j = 0; j < 8; j++)
+                            tile[j][i] = s[(r0 + i) * C + c0 + j];
+                    for (int j = 0; j < 8; j++)
+                        for (int i = 0; i < 8; i++)
+                            d[(c0 + j) * R + r0 + i] = tile[j][i];
+                    continue;
+                }
+                for (long r = r0; r < R && r < r0 + 8; r++)
+                    for (long c = c0; c < C && c < c0 + 8; c++)
+                        d[c * R + r] = s[r * C + c];
+            }
+        }
+    );
+}
+
+void ccn_transpose(long R, long C, const float *src, float *dst)
+{
+    ccn_transpose_batch(1, R, C, src, 0, dst, 0);
+}
+
+void ccn_copy_image_rows(long rows, long nb, long S, const float *src, long src_row,
+                         long src_image, float *dst, long dst_row, long dst_image)
+{
+    CCN_PARALLEL_FOR(rows * nb * S,
+        for (long m = 0; m < rows; m++)
+            for (long i = 0; i < nb; i++)
+                memcpy(dst + m * dst_row + i * dst_image, src + m * src_row + i * src_image,
+                       (size_t)S * sizeof(float));
+    );
+}
+
+/* The share of an m x n block that CCN_MR x CCN_NR micro-kernel tiles
+ * covering it compute. */
+double ccn_gemm_tile_fill(long m, long n)
+{
+    const long tiles_m = (m + CCN_MR - 1) / CCN_MR, tiles_n = (n + CCN_NR - 1) / CCN_NR;
+    return (double)(m * n) / (double)(tiles_m * CCN_MR * tiles_n * CCN_NR);
+}

@@ -1,0 +1,93 @@
+"""The contract between the lowerings (Python) and the kernels (C): the
+structs the kernels take their geometry in list the same fields on both
+sides, and the constants Python mirrors equal the C ones.  No compiler
+runs here: the headers are read as text."""
+import os
+import re
+
+import numpy
+import pytest
+from onnx import helper
+
+from chainer_compiler.pipeline import build_program
+from chainer_compiler.runtime.native.cformat import CStruct
+from chainer_compiler.runtime.native.emit_c import KERNEL_DIR, MAX_RANK, emit_c
+from chainer_compiler.runtime.native.lowerings import connection, pooling, winograd
+from chainer_compiler.runtime.native.lowerings import math as native_math
+
+from .helpers import make_model
+
+
+def _source(name):
+    with open(os.path.join(KERNEL_DIR, name), encoding='utf-8') as f:
+        return re.sub(r'/\*.*?\*/', '', f.read(), flags=re.S)  # comments out
+
+
+def _struct_fields(header, ctype):
+    """The field names of ``typedef struct {...} ctype;`` in ``header``, in order."""
+    body = re.search(r'typedef struct \{([^{}]*)\} %s;' % ctype, _source(header))
+    assert body, '%s not in %s' % (ctype, header)
+    names = []
+    for declaration in body.group(1).split(';'):
+        words = declaration.strip()
+        if words:
+            # 'long a, b' or 'const float *x, *y': the type is the first words.
+            first, *rest = words.split(',')
+            names += [first.split()[-1]] + [r.strip() for r in rest]
+    return tuple(n.lstrip('*') for n in names)
+
+
+def _define(name, *files):
+    for f in files:
+        found = re.search(r'#define %s (\d+)\b' % name, _source(f))
+        if found:
+            return int(found.group(1))
+    raise AssertionError('%s not defined in %s' % (name, files))
+
+
+@pytest.mark.parametrize('struct, header', [
+    (connection.CONV_GEOMETRY, 'ccn_connection.h'),
+    (connection.CONV_PLAN, 'ccn_connection.h'),
+    (winograd.WINOGRAD_PLAN, 'ccn_winograd.h'),
+    (pooling.POOL_GEOMETRY, 'ccn_pooling.h'),
+], ids=lambda v: getattr(v, 'ctype', v))
+def test_structs_list_the_fields_of_their_header(struct, header):
+    assert struct.fields == _struct_fields(header, struct.ctype)
+
+
+def test_mirrored_constants_equal_the_c_ones():
+    assert connection.PANEL_ROWS == _define('CCN_PANEL_ROWS', 'ccn_gemm.h')
+    assert connection.STRIP_COLS == _define('CCN_STRIP_COLS', 'ccn_gemm.h')
+    assert connection.PANEL_DEPTH == _define('CCN_KC', 'ccn_gemm.c')
+    assert connection.PANEL_MIN_ROWS == _define('CCN_SMALL_M', 'ccn_gemm.c')
+    assert winograd.SKEW == _define('CCN_WINOGRAD_SKEW', 'ccn_winograd.h')
+    assert MAX_RANK == native_math.MAX_RANK == _define('CCN_MAX_RANK', 'ccn_common.h')
+
+
+def test_a_struct_literal_names_every_field_and_nothing_else():
+    plan = CStruct('ccn_plan', ('tiles', 'act', 'alpha'))
+    assert plan.literal(alpha=0.5, tiles=8, act='CCN_ACT_RELU') == \
+        '&(const ccn_plan){.tiles = 8, .act = CCN_ACT_RELU, .alpha = 0.5f}'
+    with pytest.raises(ValueError, match='needs fields'):
+        plan.literal(tiles=8, act='CCN_ACT_NONE')  # a field left to a silent zero
+    with pytest.raises(ValueError, match='needs fields'):
+        plan.literal(tiles=8, act='CCN_ACT_NONE', alpha=0.0, tile=8)
+    with pytest.raises(ValueError, match='not a C name'):
+        plan.literal(tiles=8, act='x); system("', alpha=0.0)
+
+
+@pytest.mark.parametrize('stride, direct', [(1, 1), (2, 0)])
+def test_the_direct_path_is_decided_once_and_passed_in(tmp_path, stride, direct):
+    # The emitter sizes the scratch for its own decision and tells the
+    # kernel, which no longer decides again (no scratch: col is NULL).
+    out = 6 // stride
+    model = make_model([helper.make_node('Conv', ['x', 'w'], ['y'], strides=[stride] * 2)],
+                       [('x', numpy.float32, [1, 4, 6, 6]), ('w', numpy.float32, [8, 4, 1, 1])],
+                       [('y', numpy.float32, [1, 8, out, out])])
+    result = emit_c(build_program(model), tmp_path, 'model')
+    with open(next(p for p in result.files if p.endswith('/model.c'))) as f:
+        call = re.search(r'ccn_conv2d\(.*?\);', f.read(), re.S).group()
+    assert '.in_h = 6, .in_w = 6, .out_channels = 8, .out_h = %d' % out in call
+    assert '.stride_h = %d, .stride_w = %d' % (stride, stride) in call
+    assert '.direct = %d' % direct in call
+    assert call.endswith('NULL);') == bool(direct)
