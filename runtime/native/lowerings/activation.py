@@ -55,7 +55,7 @@ def _unary_args(em, inst) -> tuple[str, float, float]:
     """(C enum, alpha, beta) of an element-wise function."""
     op, attrs = _UNARY[inst.op]
     if inst.op == 'Gelu':
-        approximate = inst.attrs.get('approximate', 'none')
+        approximate = inst.attrs['approximate']
         if approximate not in ('none', 'tanh'):
             raise Refuse("Gelu approximate must be 'none' or 'tanh', not %r" % approximate)
         return ('CCN_GELU_TANH' if approximate == 'tanh' else op), 0.0, 0.0

@@ -138,7 +138,7 @@ def view(em, inst, out) -> Step:
 
 def _reshape_target(em, inst, sx):
     if inst.version < 5:
-        target = [int(d) for d in inst.attrs.get('shape', ())]
+        target = [int(d) for d in inst.attrs['shape']]
     else:
         r = inst.inputs[1] if len(inst.inputs) > 1 else NO_REGISTER
         if em.const(r) is None:

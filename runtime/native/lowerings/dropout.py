@@ -33,9 +33,11 @@ def dropout(em, inst) -> Step:
     elif inst.version < 12:
         training, ratio = False, inst.attrs['ratio']
     else:
-        training, ratio = _constant(em, inst, 2, 'training_mode'), _constant(em, inst, 1, 'ratio')
-        training, ratio = training is not None and bool(training), \
-            0.5 if ratio is None else float(ratio)
+        mode = _constant(em, inst, 2, 'training_mode')
+        training = mode is not None and bool(mode)
+        # The ratio matters only in training (an inference one may be computed).
+        ratio = _constant(em, inst, 1, 'ratio') if training else None
+        ratio = 0.5 if ratio is None else float(ratio)
     if not training:
         em.only_first_output(inst, 'mask')
         return view(em, inst, em.shape(inst, 0, ANY_DTYPE))

@@ -33,7 +33,7 @@ def _geometry(em, inst, scores: int, labels: int):
 
 def _options(inst) -> tuple[str, str]:
     """The C arguments ``has_ignore, ignore_index`` and the reduction enum."""
-    reduction = inst.attrs.get('reduction', 'mean')
+    reduction = inst.attrs['reduction']
     if reduction not in _REDUCTIONS:
         raise Refuse("reduction must be one of %s, not %r" % (', '.join(_REDUCTIONS), reduction))
     ignore = inst.attrs.get('ignore_index')

@@ -42,8 +42,8 @@ def _batch_norm_training(em, inst) -> Step:
     sx = _channels_first(em, inst)
     for k in range(1, 5):
         _per_channel(em, inst, k, sx[1])
-    eps = float(inst.attrs.get('epsilon', 1e-5))
-    momentum = float(inst.attrs.get('momentum', 0.9))
+    eps = float(inst.attrs['epsilon'])
+    momentum = float(inst.attrs['momentum'])
     outputs = list(inst.outputs) + [NO_REGISTER] * (5 - len(inst.outputs))
 
     def render(ref, scratch):

@@ -29,7 +29,7 @@ def _reduced_axes(em, inst, rank: int) -> list[int]:
             if value is None:
                 raise Refuse('its axes must be a constant')
             axes = [int(a) for a in value.reshape(-1)]
-        noop = inst.attrs.get('noop_with_empty_axes', 0)
+        noop = inst.attrs['noop_with_empty_axes']
     else:
         axes, noop = inst.attrs.get('axes'), 0
     if not axes:

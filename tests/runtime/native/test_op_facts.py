@@ -114,3 +114,14 @@ def test_attribute_defaults_are_filled_once_when_the_program_is_built():
     conv, leaky = build_program(model).instructions
     assert conv.attrs['group'] == 1 and conv.attrs['auto_pad'] == 'NOTSET'
     assert leaky.attrs['alpha'] == 0.01
+
+
+def test_an_inference_dropout_takes_a_computed_ratio_natively():
+    # Only a training Dropout needs its ratio at emit time.
+    model = make_model([helper.make_node('Dropout', ['x', 'r'], ['y'])],
+                       [('x', numpy.float32, [2, 3]), ('r', numpy.float32, [])],
+                       [('y', numpy.float32, [2, 3])])
+    x = numpy.arange(6, dtype=numpy.float32).reshape(2, 3)
+    got = Executor(build_program(model), backend='native').run_positional(
+        [x, numpy.array(0.3, numpy.float32)])
+    numpy.testing.assert_array_equal(got[0], x)
