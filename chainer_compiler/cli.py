@@ -225,30 +225,40 @@ def _parser():
                       help='folder for NAME.h, NAME.c, NAME_weights.c, kernels, main.c, '
                            'Makefile (`make -C DIR` builds DIR/NAME and DIR/libNAME.so)')
     emit.add_argument('--name', default='model', help='model name, a C identifier')
-    emit.add_argument('--weights', choices=['embed', 'file'], default='embed',
+    emit.add_argument('--weights', choices=['auto', 'embed', 'file'], default='auto',
                       help='embed: the weights as C literals in NAME_weights.c, one stateless '
                            'NAME_run; file: NAME_weights.bin, loaded by NAME_create (much '
-                           'faster to compile for large models)')
+                           'faster to compile for large models); auto (default): embed up to '
+                           '1 MiB of weights, else file')
     emit.set_defaults(handler=_emit_c)
     return parser
 
 
 def _emit_c(args):
-    """``chainer-compiler emit-c``: write the C sources; 0 on success."""
+    """``chainer-compiler emit-c``: write the C sources; 0 on success.  The
+    time of each phase goes to stderr."""
+    import time
+
     from .runtime.native import emit_c
     from .runtime.native.emit_c import check_model_name
     check_model_name(args.name)  # before the work of loading the model
+    start = time.perf_counter()
     if args.model.endswith('.npz'):
         program = load_program(args.model)
     else:
         from .pipeline import build_program
         program = build_program(args.model)
+    load = time.perf_counter() - start
     result = emit_c(program, args.output, args.name, weights=args.weights, keep=[args.model])
-    weights = '' if result.weights is None else '; weights %d bytes in %s_weights.bin' % (
-        result.weights.nbytes, args.name)
-    print('wrote %d files to %s; arena %d bytes (intermediates without reuse: %d bytes)%s; '
+    weights = ('weights embedded as C literals' if result.weights is None else
+               'weights %d bytes in %s_weights.bin' % (result.weights.nbytes, args.name))
+    removed = '' if not result.removed else '; removed %d files of the earlier emit-c (%s)' % (
+        len(result.removed), ', '.join(result.removed))
+    print('wrote %d files to %s; arena %d bytes (intermediates without reuse: %d bytes); %s%s; '
           'build with: make -C %s' % (len(result.files), args.output, result.arena_bytes,
-                                      result.intermediate_bytes, weights, args.output))
+                                      result.intermediate_bytes, weights, removed, args.output))
+    print('emit-c: %s' % ', '.join('%s %.2f s' % phase for phase in
+                                   [('load', load)] + result.phases), file=sys.stderr)
     return 0
 
 

@@ -78,7 +78,8 @@ class Executor:
     to C with a local C compiler, or None for CuPy when CuPy and a GPU are
     present, else NumPy), ``trace`` (print op, shapes and time of
     every instruction to stderr), ``tracer`` (a Tracer collecting the same
-    events, e.g. for Chrome tracing), ``check_nans`` (raise NonFiniteError naming the first
+    events, e.g. for Chrome tracing; on backend 'native', timed in C by a
+    profiling build of the library), ``check_nans`` (raise NonFiniteError naming the first
     instruction that produces NaN or Inf), ``validate_inputs`` (check input
     names, dtypes and shapes against the Program's declaration, and on the
     first run of each input signature the outputs' too),
@@ -101,16 +102,16 @@ class Executor:
         self.xp = get_array_module(self.backend)
         if self.backend == 'numpy':
             keep_freed_memory()
-        instrumented = [k for k, on in (('trace', trace or tracer is not None),
-                                        ('check_nans', check_nans),
+        if tracer is None and trace:
+            tracer = Tracer(stream=sys.stderr)
+        # The native backend times its instructions in C (a profiling build).
+        instrumented = [k for k, on in (('check_nans', check_nans),
                                         ('track_memory', track_memory)) if on]
         if self.backend == 'native' and instrumented:
             raise BackendUnavailableError("backend 'native' does not support %s; use backend "
                                           "'numpy' or 'cupy' for them" % ', '.join(instrumented))
         # The C library replaces the kernels: none are bound for it.
-        self._native = NativeRun(program) if self.backend == 'native' else None
-        if tracer is None and trace:
-            tracer = Tracer(stream=sys.stderr)
+        self._native = NativeRun(program, tracer) if self.backend == 'native' else None
         self.tracer = tracer
         self.check_nans = check_nans
         self.validate_inputs = validate_inputs

@@ -19,6 +19,16 @@ def describe_value(v):
     return '%s%s' % (dtype, list(shape))
 
 
+def trace_event_fields(program, index, inputs, outputs, inst=None):
+    """The name and args of the Chrome-trace event of instruction ``index``
+    of ``program`` (or ``inst``), whose values are described (describe_value)
+    by ``inputs`` and ``outputs``: the same on the VM, on the native backend
+    and in an emitted program's --profile."""
+    inst = inst or program.instructions[index]
+    return {'name': inst.qualified_op,
+            'args': {'index': index, 'node': inst.name, 'inputs': inputs, 'outputs': outputs}}
+
+
 class Tracer:
     """Collects one event per executed instruction.
 
@@ -37,22 +47,40 @@ class Tracer:
         self._origin = time.perf_counter()
 
     def record(self, program_name, index, inst, inputs, outputs, start, end):
+        """One event: instruction ``index`` ``inst`` of program
+        ``program_name`` read ``inputs`` and wrote ``outputs`` (values)
+        from ``start`` to ``end`` (time.perf_counter seconds)."""
+        self.record_described(program_name, index, inst, [describe_value(v) for v in inputs],
+                              [describe_value(v) for v in outputs], start, end)
+
+    def record_described(self, program_name, index, inst, inputs, outputs, start, end):
+        """record, with the values already described (describe_value's
+        text): what the native backend knows of them."""
         if self.stream is not None:
             self.stream.write('[%s %4d] %-24s %8.3f ms  (%s) -> (%s)%s\n' % (
                 program_name, index, inst.qualified_op, (end - start) * 1e3,
-                ', '.join(describe_value(v) for v in inputs),
-                ', '.join(describe_value(v) for v in outputs),
+                ', '.join(inputs), ', '.join(outputs),
                 '  # ' + inst.name if inst.name else ''))
         totals = self._totals.setdefault(inst.qualified_op, [0, 0.0])
         totals[0] += 1
         totals[1] += end - start
         if self.keep_events:
-            self.events.append({
-                'name': inst.qualified_op, 'cat': program_name, 'ph': 'X', 'pid': 0, 'tid': 0,
-                'ts': (start - self._origin) * 1e6, 'dur': (end - start) * 1e6,
-                'args': {'index': index, 'node': inst.name,
-                         'inputs': [describe_value(v) for v in inputs],
-                         'outputs': [describe_value(v) for v in outputs]}})
+            event = trace_event_fields(None, index, inputs, outputs, inst)
+            event.update({'cat': program_name, 'ph': 'X', 'pid': 0, 'tid': 0,
+                          'ts': (start - self._origin) * 1e6, 'dur': (end - start) * 1e6})
+            self.events.append(event)
+
+    def record_native(self, program, profiled, marks_ns):
+        """The events of one native run of ``program``: ``profiled`` is
+        EmitResult.profiled, ``marks_ns`` the run's marks (NAME_profile:
+        CLOCK_MONOTONIC nanoseconds before the first instruction and after
+        each)."""
+        # perf_counter and CLOCK_MONOTONIC may differ by a constant.
+        shift = time.perf_counter() - time.clock_gettime_ns(time.CLOCK_MONOTONIC) / 1e9
+        for k, (index, inputs, outputs) in enumerate(profiled):
+            self.record_described(program.name, index, program.instructions[index], inputs,
+                                  outputs, marks_ns[k] / 1e9 + shift,
+                                  marks_ns[k + 1] / 1e9 + shift)
 
     def write_chrome_tracing(self, path):
         """Write the kept events to ``path`` (atomically) as Chrome tracing JSON."""

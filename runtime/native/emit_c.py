@@ -16,10 +16,14 @@ Anything the kernels cannot do is refused before a file is written, with
 one error listing every offending instruction; there is no fallback.
 """
 import glob
+import hashlib
+import json
+import logging
 import math
 import os
 import re
 import textwrap
+import time
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -27,6 +31,7 @@ import numpy
 
 from ..errors import RuntimeVMError
 from ..files import atomic_write
+from ..profiling import trace_event_fields
 from ..program import NO_REGISTER, Instruction, Program, RegisterType, ValueInfo
 from . import lowerings  # noqa: F401  (registers every lowering)
 from .arena import Buffer, aligned, plan_arena
@@ -37,6 +42,9 @@ from .lowering import FLOAT32, Refuse, Step, Unknown, lowering_for, with_default
 from .weights import WeightsLayout, layout
 from .weights import block as weights_block
 from .weights import write_file as write_weights_file
+
+#: Progress and phase timings go here (INFO), under the project's logger.
+logger = logging.getLogger('chainer_compiler.emit_c')
 
 KERNEL_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), 'kernels')
 #: Highest rank of a value (CCN_MAX_RANK in C).
@@ -89,29 +97,60 @@ class EmitResult:
     #: order the NumPy VM draws them: the masks of training-mode Dropout
     #: (lowerings/dropout.py)
     uniform_inputs: list[Shape] = field(default_factory=list)
+    #: where the constants went: 'embed' or 'file' (what 'auto' chose)
+    weights_mode: str = 'embed'
+    #: (phase, seconds) of the work, in order: lower, plan, render, write
+    phases: list[tuple[str, float]] = field(default_factory=list)
+    #: the files of the folder's earlier emit-c run that this one removed
+    removed: list[str] = field(default_factory=list)
+    #: per instruction a build with -DCCN_PROFILE (make PROFILE=1) times,
+    #: in order: its index in the Program and the descriptions of its
+    #: inputs and outputs ('float32[2, 3]', as the Tracer's); instructions
+    #: evaluated at emit time take no time and are not listed
+    profiled: list[tuple[int, list[str], list[str]]] = field(default_factory=list)
 
-#: Where the constants go: 'embed' (C literals in NAME_weights.c) or 'file'
-#: (NAME_weights.bin, loaded by NAME_create; weights.py).
-WEIGHTS_MODES = ('embed', 'file')
+#: Where the constants go: 'embed' (C literals in NAME_weights.c), 'file'
+#: (NAME_weights.bin, loaded by NAME_create; weights.py) or 'auto' (embed
+#: up to EMBED_MAX_BYTES, else file).
+WEIGHTS_MODES = ('auto', 'embed', 'file')
+#: 'auto' embeds constants of at most this many bytes.  Literals cost
+#: about 15 bytes of C per float32 and the compiler's time and memory grow
+#: with them: 4 MiB of weights (1M floats) took 4.5 s to write and 15 s and
+#: 280 MB to compile (gcc -O3, on the project's 2-core machine), ResNet-50's
+#: 25M weights 112 s and 2 minutes and 4.1 GB; 1 MiB stays within a few seconds.
+EMBED_MAX_BYTES = 1 << 20
 
 
 def emit_c(program: Program, directory: str | os.PathLike, name: str = 'model',
-           weights: str = 'embed', keep=()) -> EmitResult:
+           weights: str = 'auto', keep=()) -> EmitResult:
     """Write the C sources, kernels and Makefile of ``program`` into
     ``directory`` (created if missing) under the model name ``name`` (see
     check_model_name), with the constants embedded as C literals
     (``weights='embed'``: one stateless ``NAME_run``) or in
     ``NAME_weights.bin`` (``'file'``: ``NAME_create``, ``NAME_run``,
-    ``NAME_destroy``; much faster to compile for large models).  Raises
+    ``NAME_destroy``; much faster to compile for large models); ``'auto'``
+    (the default) embeds them up to EMBED_MAX_BYTES.  Every external symbol
+    starts with ``NAME_`` (the kernels' ``ccn_*`` become ``NAME_ccn_*``), so
+    that several models link into one program; the shared library exports
+    only the API of ``NAME.h``.  The folder's MANIFEST lists what was
+    written; the files an earlier run listed there and this one does not
+    write are removed if unchanged (EmitResult.removed).  Raises
     NativeEmitError before writing anything when the Program cannot be
     compiled to C, when a file to write is a symbolic link or a folder, or
-    when it is one of the paths ``keep`` (e.g. the model file read).  Each
-    file is written whole under a temporary name and renamed into place."""
+    when it is one of the paths ``keep`` (e.g. the model file read), or when
+    the folder's manifest is damaged.  Each file is written whole under a
+    temporary name and renamed into place.  Logs each phase at INFO on the
+    ``chainer_compiler.emit_c`` logger; EmitResult.phases has their times."""
     if weights not in WEIGHTS_MODES:
         raise NativeEmitError('weights=%r: expected one of %s'
                               % (weights, ', '.join(WEIGHTS_MODES)))
     check_model_name(name)
-    return _Emitter(program, name, weights).write(os.fspath(directory), keep)
+    start = time.perf_counter()
+    emitter = _Emitter(program, name, weights)
+    emitter.phases.append(('lower', time.perf_counter() - start))
+    logger.info('emit-c %s: lowered %d instructions (%d evaluated at emit time) in %.2f s',
+                name, len(emitter.steps), emitter.steps.count(None), emitter.phases[-1][1])
+    return emitter.write(os.fspath(directory), keep)
 
 
 #: Longest model name: it is a prefix of file names and C identifiers.
@@ -207,6 +246,68 @@ def _type_text(t: RegisterType) -> str:
     return '%s[%s]' % (t.dtype or '?', ', '.join('?' if d is None else str(d) for d in t.shape))
 
 
+#: The file of an emitted folder that lists what emit-c wrote there.
+MANIFEST = 'emit-c.manifest'
+_MANIFEST_HEADER = '# chainer-compiler emit-c manifest 1: SHA-256 and name of each file it wrote'
+#: Largest manifest read (a folder's files number a few dozen).
+MAX_MANIFEST_BYTES = 64 * 1024
+
+
+def _digest_file(path: str) -> str | None:
+    """The SHA-256 of the regular file ``path`` (not followed through a
+    link), or None when it is anything else or missing."""
+    try:
+        if not os.path.isfile(path) or os.path.islink(path):
+            return None
+        h = hashlib.sha256()
+        with open(path, 'rb') as f:
+            for chunk in iter(lambda: f.read(1 << 20), b''):
+                h.update(chunk)
+        return h.hexdigest()
+    except OSError:
+        return None
+
+
+def _read_manifest(directory: str) -> dict[str, str]:
+    """File name -> SHA-256 of what the folder's last emit-c run wrote
+    (empty without a manifest).  A manifest is untrusted: it is refused
+    unless every entry is a plain file name of the folder, so that nothing
+    outside it can be named."""
+    path = os.path.join(directory, MANIFEST)
+    if not os.path.lexists(path):
+        return {}
+    if os.path.islink(path) or not os.path.isfile(path):
+        raise NativeEmitError('%s is not a regular file; emit-c refuses to replace it' % path)
+    if os.path.getsize(path) > MAX_MANIFEST_BYTES:
+        raise NativeEmitError('%s is damaged: larger than %d bytes; delete it to emit into %s'
+                              % (path, MAX_MANIFEST_BYTES, directory))
+    with open(path, 'rb') as f:
+        lines = f.read().decode('utf-8', 'replace').splitlines()
+    entries = {}
+    for k, line in enumerate(lines, 1):
+        if k == 1 and line == _MANIFEST_HEADER:
+            continue
+        m = re.fullmatch(r'([0-9a-f]{64})  ([A-Za-z0-9_][A-Za-z0-9_.-]*)', line)
+        if k == 1 or not m or m.group(2) == MANIFEST:
+            raise NativeEmitError('%s is damaged (line %d); delete it to emit into %s'
+                                  % (path, k, directory))
+        entries[m.group(2)] = m.group(1)
+    return entries
+
+
+#: A kernel symbol, outside the strings, characters and comments of C text.
+_C_SKIP_OR_KERNEL = re.compile(r'("(?:[^"\\\n]|\\.)*"|\'(?:[^\'\\\n]|\\.)*\'|/\*.*?\*/|//[^\n]*)'
+                               r'|\bccn_', re.S)
+
+
+def prefix_kernel_symbols(text: str, name: str) -> str:
+    """C ``text`` with every identifier ``ccn_*`` of the kernels renamed
+    ``NAME_ccn_*`` (strings and comments left alone): each model's kernels
+    are its own, so two models link into one program.  Done on the text,
+    not with macros, because some kernel names are pasted (ccn_cast_##...)."""
+    return _C_SKIP_OR_KERNEL.sub(lambda m: m.group(1) or name + '_ccn_', text)
+
+
 class _Emitter:
     """Lowers every instruction, plans the arena and writes the files.  The
     lowerings see it through ``shape``, ``dtype``, ``has``, ``const``,
@@ -218,7 +319,7 @@ class _Emitter:
         program = fuse(with_defaults(program))
         self.p = program
         self.name = name
-        self.weights_mode = weights_mode
+        self.phases: list[tuple[str, float]] = []
         self.shapes: dict[int, Shape] = {}
         self.dtypes: dict[int, str] = {}
         self.consts = {r: numpy.asarray(v) for r, v in program.constants.items()}
@@ -262,6 +363,19 @@ class _Emitter:
         if problems:
             raise UnsupportedNativeOpsError(problems)
         self._check_outputs()
+        self.weights_mode = self._choose_weights(weights_mode)
+
+    def _choose_weights(self, mode: str) -> str:
+        """'embed' or 'file' for ``mode`` ('auto': by the constants' size,
+        known before rendering asks for them; transposed copies made at
+        emit time are not counted)."""
+        total = sum(a.nbytes for a in self.consts.values())
+        if mode == 'auto':
+            mode = 'embed' if total <= EMBED_MAX_BYTES else 'file'
+            logger.info('emit-c %s: constants of %d bytes, %s EMBED_MAX_BYTES (%d): weights=%s',
+                        self.name, total, 'within' if mode == 'embed' else 'above',
+                        EMBED_MAX_BYTES, mode)
+        return mode
 
     def _lower(self, inst: Instruction) -> Step:
         lowering = lowering_for(inst.op, inst.domain)
@@ -413,47 +527,95 @@ class _Emitter:
                       | ({'array'} if self.final_copies else set())
                       | ({'weights'} if self.weights_mode == 'file' else set()))
 
+    def _phase(self, name: str, start: float) -> float:
+        """Note that phase ``name`` ran from ``start``; the time now."""
+        now = time.perf_counter()
+        self.phases.append((name, now - start))
+        return now
+
     def write(self, directory: str, keep=()) -> EmitResult:
+        start = time.perf_counter()
         self._plan()
+        start = self._phase('plan', start)
         families = self.families()
         headers = sorted(os.path.basename(h)
                          for h in glob.glob(os.path.join(KERNEL_DIR, 'ccn_*.h')))
         # NAME.c first: rendering it requests the weights by name (and, with
         # weights='file', lays out their block).
         self.layout: WeightsLayout | None = None
-        model_c = self._model_c()
+        model_c = prefix_kernel_symbols(self._model_c(), self.name)
         texts = {
             '%s.h' % self.name: self._header(),
             '%s.c' % self.name: model_c,
-            '%s_weights.c' % self.name: self._weights_c(),
+            # (literals only when embedded: nothing to rename there)
+            '%s_weights.c' % self.name: self._weights_c() if self.layout is None
+            else prefix_kernel_symbols(self._weights_c(), self.name),
             'main.c': self._main_c(),
             'Makefile': self._makefile(families, headers),
         }
         for filename in headers + ['ccn_%s.c' % f for f in families]:
             with open(os.path.join(KERNEL_DIR, filename), encoding='utf-8') as f:
-                texts[filename] = f.read()
+                texts[filename] = prefix_kernel_symbols(f.read(), self.name)
+        start = self._phase('render', start)
         files = [os.path.join(directory, filename) for filename in texts]
         if self.layout is not None:
             files.append(os.path.join(directory, self._weights_file()))
-        _check_targets(files, keep)
+        manifest = os.path.join(directory, MANIFEST)
+        _check_targets(files + [manifest], keep)
+        earlier = _read_manifest(directory) if os.path.isdir(directory) else {}
         os.makedirs(directory, exist_ok=True)
         # Each file is new and renamed into place: never written through a
         # link, and a file left by an earlier run is replaced whole.
+        digests = {}
         for path, text in zip(files, texts.values()):
-            with atomic_write(path, 'w', sync=False) as f:
-                f.write(text)
+            data_text = text.encode('utf-8')
+            digests[os.path.basename(path)] = hashlib.sha256(data_text).hexdigest()
+            with atomic_write(path, 'wb', sync=False) as f:
+                f.write(data_text)
         data = None
         if self.layout is not None:
             data = weights_block(self.layout)
             with atomic_write(files[-1], 'wb', sync=False) as f:
                 write_weights_file(f, self.layout, data)
+            digests[self._weights_file()] = _digest_file(files[-1]) or ''
+        with atomic_write(manifest, 'w', sync=False) as f:
+            f.write('\n'.join([_MANIFEST_HEADER] + ['%s  %s' % (digests[n], n)
+                                                    for n in sorted(digests)]) + '\n')
+        removed = self._remove_stale(directory, earlier, set(digests))
+        self._phase('write', start)
+        logger.info('emit-c %s: wrote %d files to %s (weights %s%s); %s', self.name,
+                    len(files) + 1, directory, self.weights_mode,
+                    '' if self.layout is None else ', %d bytes' % self.layout.nbytes,
+                    ', '.join('%s %.2f s' % p for p in self.phases))
         return EmitResult(directory, files, self.arena_bytes,
                           sum(aligned(b.nbytes) for b in self.buffers),
                           [(b.key, self.offsets[b.key], b.nbytes, b.start, b.end)
                            for b in self.buffers],
                           [self.shapes[v.register] for v in self.p.outputs],
                           [self.dtypes[v.register] for v in self.p.outputs], self.layout, data,
-                          self.updated_inputs, self.in_place_outputs, self.uniform_inputs)
+                          self.updated_inputs, self.in_place_outputs, self.uniform_inputs,
+                          self.weights_mode, self.phases, removed, self._profiled())
+
+    def _remove_stale(self, directory: str, earlier: dict[str, str], written: set[str]):
+        """Remove the files the folder's earlier run wrote (``earlier``,
+        from its manifest) that this one did not, each only if it is still
+        the regular file that run wrote (a file the user changed or put
+        there stays, with a warning); the names removed."""
+        removed = []
+        for name, digest in sorted(earlier.items()):
+            if name in written:
+                continue
+            path = os.path.join(directory, name)
+            if _digest_file(path) == digest:
+                os.remove(path)
+                removed.append(name)
+            elif os.path.lexists(path):
+                logger.warning('emit-c %s: kept %s, which an earlier emit-c wrote but has '
+                               'changed since', self.name, path)
+        if removed:
+            logger.info('emit-c %s: removed %d files of the earlier emit-c in %s: %s',
+                        self.name, len(removed), directory, ', '.join(removed))
+        return removed
 
     def _plan(self):
         """Decide where every value lives: caller's input or output buffer,
@@ -593,6 +755,11 @@ class _Emitter:
         lines = doc + ['#ifndef %s_H' % up, '#define %s_H' % up, '',
                        '#include <stddef.h>', '#include <stdint.h>', '',
                        '#ifdef __cplusplus', 'extern "C" {', '#endif', '',
+                       '/* What the shared library exports (the Makefile builds with',
+                       ' * -fvisibility=hidden): only the functions and tables below. */',
+                       '#if defined(__GNUC__) || defined(__clang__)',
+                       '#define %s_API __attribute__((visibility("default")))' % up,
+                       '#else', '#define %s_API' % up, '#endif', '',
                        '#define %s_NUM_INPUTS %d' % (up, len(ins)),
                        '#define %s_NUM_OUTPUTS %d' % (up, len(outs)),
                        '/* Peak size of the intermediate values (planned at emit time). */',
@@ -610,10 +777,23 @@ class _Emitter:
                   '    long size;          /* number of elements */',
                   '} %s_tensor_info;' % n, '',
                   '/* One entry per input and output, in graph order. */',
-                  'extern const %s_tensor_info %s_inputs[];' % (n, n),
-                  'extern const %s_tensor_info %s_outputs[];' % (n, n), '']
-        lines += self._api_declarations()
-        lines += ['const char *%s_status_message(int status);' % n]
+                  '%s_API extern const %s_tensor_info %s_inputs[];' % (up, n, n),
+                  '%s_API extern const %s_tensor_info %s_outputs[];' % (up, n, n), '']
+        lines += [line if not line or line.startswith(('#', '/', 'typedef')) else
+                  '%s_API %s' % (up, line) for line in self._api_declarations()]
+        lines += ['%s_API const char *%s_status_message(int status);' % (up, n), '',
+                  '/* A build with -DCCN_PROFILE (make PROFILE=1) times the %s_PROFILED' % up,
+                  ' * instructions of every run: after %s_profile(marks), each run writes'
+                  % n,
+                  ' * to marks[0] the time before the first and to marks[k] the time after',
+                  ' * the k-th, in nanoseconds of CLOCK_MONOTONIC (NULL: no more).  One',
+                  ' * buffer per process, for one run at a time.  Returns 0, or 1 when',
+                  ' * the build does not profile.  %s_profile_events[k - 1] is the name'
+                  % n,
+                  ' * and args of the k-th instruction\'s Chrome-trace event, as JSON. */',
+                  '#define %s_PROFILED %d' % (up, sum(s is not None for s in self.steps)),
+                  '%s_API int %s_profile(int64_t *marks);' % (up, n),
+                  '%s_API extern const char *const %s_profile_events[];' % (up, n)]
         lines += ['', '#ifdef __cplusplus', '}', '#endif', '#endif /* %s_H */' % up, '']
         return '\n'.join(lines)
 
@@ -703,6 +883,7 @@ class _Emitter:
         body: list[str] = []
         failures = {i: status for status, (i, _) in enumerate(self._failures(), FIRST_FAILURE)}
         # Rendering requests weights (and transposed weights) by name.
+        profiled = 0
         for i, (inst, step) in enumerate(zip(p.instructions, self.steps)):
             body += ['', '    ' + self._instruction_comment(i, inst, step)]
             if step is not None:
@@ -710,7 +891,8 @@ class _Emitter:
                 lines = ['    ' + line for line in step.render(self.ref, scratch)]
                 if step.error:  # the status its failure returns (NAME_status_message)
                     lines = ['#define CCN_FAILED %d' % failures[i], *lines, '#undef CCN_FAILED']
-                body += lines
+                profiled += 1
+                body += lines + ['    PROFILE_MARK(%d);' % profiled]
         for k, r in self.final_copies:
             copy = 'ccn_copy(%d, %s, out_%d);  /* output %d */' % (
                 self.nbytes(r), self.ref(r), k, k)
@@ -740,9 +922,11 @@ class _Emitter:
                  ' * One block per Program instruction; intermediate values live at fixed',
                  ' * offsets of one arena (%d bytes) planned from their lifetimes. */'
                  % self.arena_bytes,
+                 '#ifdef CCN_PROFILE  /* clock_gettime */',
+                 '#define _POSIX_C_SOURCE 199309L', '#include <time.h>', '#endif',
                  '#include <math.h>', '#include <stddef.h>', '#include <stdint.h>', '']
         lines += ['#include "ccn_%s.h"' % f for f in self.families()]
-        lines += ['#include "%s.h"' % n, '']
+        lines += ['#include "%s.h"' % n, ''] + self._profile_c()
         if self.weights_mode == 'embed':
             lines += ['extern const %s %s[%d];  /* %s */' % (
                 C_TYPES[a.dtype.name], w, max(1, a.size),
@@ -769,7 +953,7 @@ class _Emitter:
                   '    if (%s)' % ' || '.join(checks),
                   '        return 1;',
                   '    (void)arena;']
-        lines += decls + body + ['    return 0;', '}', '']
+        lines += decls + ['    PROFILE_MARK(0);'] + body + ['    return 0;', '}', '']
         if self.weights_mode == 'embed':
             lines += ['int %s_run(%s)' % (n, self._params()), '{',
                       '    /* Static storage: no allocation per run, but not reentrant. */',
@@ -780,7 +964,45 @@ class _Emitter:
             lines += ['int %s_run_v(const void *const *inputs, void *const *outputs)' % n, '{',
                       '    (void)inputs;', '    (void)outputs;',
                       '    return %s_run(%s);' % (n, self._vector_call()), '}', '']
-        return '\n'.join(lines + self._status_message_c())
+        return '\n'.join(lines + self._status_message_c() + self._profile_events_c())
+
+    def _profiled(self) -> list[tuple[int, list[str], list[str]]]:
+        """EmitResult.profiled: (index, inputs, outputs) of each instruction
+        that runs, its values described as the Tracer describes them."""
+        def described(regs) -> list[str]:
+            return ['%s%s' % (self.dtypes[r], list(self.shapes[r])) if r in self.shapes
+                    else 'none' for r in regs]
+        return [(i, described(inst.inputs), described(inst.outputs))
+                for i, (inst, step) in enumerate(zip(self.p.instructions, self.steps))
+                if step is not None]
+
+    def _profile_c(self) -> list[str]:
+        """NAME_profile and what a profiling build (-DCCN_PROFILE) needs:
+        PROFILE_MARK(k) records the time before the first instruction that
+        runs (k = 0) and after the k-th."""
+        n = self.name
+        return ['#ifdef CCN_PROFILE',
+                '/* Where the runs record their times (NAME_profile): CLOCK_MONOTONIC ns. */',
+                'static int64_t *profile_marks;',
+                'static void profile_mark(int k)', '{',
+                '    struct timespec t;',
+                '    if (profile_marks && clock_gettime(CLOCK_MONOTONIC, &t) == 0)',
+                '        profile_marks[k] = (int64_t)t.tv_sec * 1000000000 + t.tv_nsec;',
+                '}',
+                '#define PROFILE_MARK(k) profile_mark(k)', '#else',
+                '#define PROFILE_MARK(k) ((void)0)', '#endif', '',
+                'int %s_profile(int64_t *marks)' % n, '{', '#ifdef CCN_PROFILE',
+                '    profile_marks = marks;', '    return 0;', '#else',
+                '    (void)marks;', '    return 1;', '#endif', '}', '']
+
+    def _profile_events_c(self) -> list[str]:
+        """NAME_profile_events, at the end of NAME.c: the JSON of each timed
+        instruction's Chrome-trace event's name and args (json.dumps:
+        ASCII, escaped for JSON, then for C)."""
+        events = ['    %s,' % cstring(json.dumps(trace_event_fields(self.p, i, ins, outs))[1:-1])
+                  for i, ins, outs in self._profiled()]
+        return ['const char *const %s_profile_events[%s_PROFILED + 1] = {'
+                % (self.name, self.name.upper())] + events + ['    NULL', '};', '']
 
     def _failures(self) -> list[tuple[int, str]]:
         """(index, message) of each instruction whose kernel may refuse its
@@ -922,8 +1144,12 @@ class _Emitter:
         n = self.name
         objs = ' '.join(['%s.o' % n, '%s_weights.o' % n] + ['ccn_%s.o' % f for f in families])
         return '\n'.join([
-            '# Builds %s (command line) and lib%s.so; generated by chainer-compiler '
-            'emit-c.' % (n, n),
+            '# Builds %s (command line), lib%s.so and lib%s.a; generated by '
+            'chainer-compiler emit-c.' % (n, n, n),
+            '# Every external symbol starts with %s_ and the shared library exports' % n,
+            '# only the API of %s.h, so several models link into one program.' % n,
+            '# `make PROFILE=1` times each instruction (%s_profile; the program\'s' % n,
+            '# --profile FILE.json writes a Chrome trace).',
             '# Plain C99 with libc and libm.  Large products run on every core with',
             '# OpenMP when the compiler accepts -fopenmp (`make OPENMP=0`: one thread,',
             '# no libgomp).  `make BLAS=cblas` sends large matrix products to',
@@ -944,11 +1170,19 @@ class _Emitter:
             'BLASLIBS := $(CBLAS_LIBS)',
             'endif',
             'ARCH ?=',
-            'ALL_CFLAGS = $(CFLAGS) $(ARCH) -fPIC $(OMPFLAGS) $(BLASFLAGS)',
+            'PROFILE ?= 0',
+            'ifeq ($(PROFILE),1)',
+            'PROFILEFLAGS := -DCCN_PROFILE',
+            'endif',
+            "VISFLAGS := $(shell printf 'int main(void){return 0;}\\n' | "
+            '$(CC) -fvisibility=hidden -x c - -o /dev/null 2>/dev/null && '
+            'echo -fvisibility=hidden)',
+            'ALL_CFLAGS = $(CFLAGS) $(ARCH) -fPIC $(VISFLAGS) $(OMPFLAGS) $(BLASFLAGS) '
+            '$(PROFILEFLAGS)',
             'LDLIBS = $(BLASLIBS) -lm',
             'OBJS = %s' % objs,
             '',
-            'all: %s lib%s.so' % (n, n),
+            'all: %s lib%s.so lib%s.a' % (n, n, n),
             '',
             '%s: main.o $(OBJS)' % n,
             '\t$(CC) $(ALL_CFLAGS) -o $@ main.o $(OBJS) $(LDLIBS)',
@@ -956,11 +1190,15 @@ class _Emitter:
             'lib%s.so: $(OBJS)' % n,
             '\t$(CC) $(ALL_CFLAGS) -shared -o $@ $(OBJS) $(LDLIBS)',
             '',
+            'lib%s.a: $(OBJS)' % n,
+            '\trm -f $@',
+            '\t$(AR) rcs $@ $(OBJS)',
+            '',
             '%.o: %.c ' + ' '.join(headers + ['%s.h' % n]),
             '\t$(CC) $(ALL_CFLAGS) -c -o $@ $<',
             '',
             'clean:',
-            '\trm -f *.o %s lib%s.so' % (n, n),
+            '\trm -f *.o %s lib%s.so lib%s.a' % (n, n, n),
             '',
             '.PHONY: all clean',
             ''])

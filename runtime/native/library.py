@@ -415,15 +415,17 @@ def _load(data: bytes, folder: str) -> ctypes.CDLL:
     return library
 
 
-def load_library(program: Program) -> tuple[ctypes.CDLL, str, EmitResult]:
+def load_library(program: Program, profile: bool = False
+                 ) -> tuple[ctypes.CDLL, str, EmitResult]:
     """(the shared library of ``program``, loaded; its cache entry; what
     emit_c wrote for it): emitted, hashed, and compiled unless the cache
-    holds it whole.  Raises NativeBuildError when the cache belongs to
+    holds it whole; with ``profile``, a build that times each instruction
+    (-DCCN_PROFILE: model_profile).  Raises NativeBuildError when the cache belongs to
     someone else or lies where it cannot be (see _Cache), or the build
     fails; a cache that cannot be written (read-only, full) is read, and
     what it lacks is built privately with a NativeCacheWarning."""
     command = find_compiler()
-    setup = command + compile_flags(command)
+    setup = command + compile_flags(command) + (['-DCCN_PROFILE'] if profile else [])
     cache = _Cache(cache_dir())
     work = cache.work
     try:
@@ -461,16 +463,28 @@ def load_library(program: Program) -> tuple[ctypes.CDLL, str, EmitResult]:
         shutil.rmtree(work, ignore_errors=True)
 
 
+#: Profiled calls take turns: the library's buffer of times is one per
+#: library, which instances of the same program share (_LOADED).
+_PROFILING = threading.Lock()
+
+
 class NativeRun:
     """``program`` as a loaded native library, called with NumPy arrays.
     Each instance owns its arena; a lock makes concurrent calls on one
     instance take turns (the GIL is released during a call, so different
-    instances run in parallel)."""
+    instances run in parallel).  With a ``tracer`` (profiling.Tracer), the
+    library is a profiling build and every call records one event per
+    instruction that runs."""
 
-    def __init__(self, program: Program):
+    def __init__(self, program: Program, tracer=None):
         self.program = program
         #: The library's cache entry (where it is cached, or would be).
-        self._lib, self.path, result = load_library(program)
+        self._lib, self.path, result = load_library(program, profile=tracer is not None)
+        self._tracer = tracer
+        self._profiled = result.profiled
+        self._marks = numpy.zeros(len(result.profiled) + 1, dtype=numpy.int64)
+        self._profile = self._lib['%s_profile' % NAME]
+        self._profile.argtypes = [ctypes.c_void_p]
         # A function object of its own: another NativeRun may share _lib.
         self._fn = self._lib['%s_run_arena' % NAME]
         #: The shapes of the inputs the emitter added after the Program's
@@ -582,7 +596,15 @@ class NativeRun:
         with self._lock:
             for buffer, value in scalars:
                 buffer[()] = value
-            status = self._fn(*self._memory, *pointers)
+            if self._tracer is None:
+                status = self._fn(*self._memory, *pointers)
+            else:
+                with _PROFILING:
+                    self._profile(self._marks.ctypes.data)
+                    status = self._fn(*self._memory, *pointers)
+                    self._profile(None)
+                if status == 0:
+                    self._tracer.record_native(self.program, self._profiled, self._marks.tolist())
         if status != 0:  # the message names the instruction, as the VM's would
             raise KernelError(self._status_message(status).decode('utf-8', 'replace'))
         return outputs

@@ -25,7 +25,7 @@ from chainer_compiler.pipeline import build_program
 from chainer_compiler.runtime.errors import RuntimeVMError
 from chainer_compiler.runtime.executor import Executor
 from chainer_compiler.runtime.native import NativeEmitError, emit_c
-from chainer_compiler.runtime.native.emit_c import check_model_name
+from chainer_compiler.runtime.native.emit_c import MANIFEST, check_model_name
 from chainer_compiler.runtime.serialization import load_program, save_program
 from tests.runtime.native.c_text import split_c
 
@@ -84,9 +84,12 @@ def renamed(program, names):
 
 def _emitted(program, folder, **options):
     """{file name: (code without literals, literals)} of the C emit_c
-    wrote, (bytes, []) of the Makefile and the weights."""
+    wrote, (bytes, []) of the Makefile and the weights, (file names, []) of
+    the manifest (its digests follow the literals)."""
     emit_c(program, folder, **options)
     return {name: split_c((folder / name).read_text()) if name.endswith(('.c', '.h'))
+            else ([line.split('  ')[-1] for line in (folder / name).read_text().splitlines()],
+                  []) if name == MANIFEST
             else ((folder / name).read_bytes(), []) for name in sorted(os.listdir(folder))}
 
 
