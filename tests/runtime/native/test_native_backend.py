@@ -165,8 +165,9 @@ def test_ops_without_kernels_are_listed_with_no_fallback():
 
 
 def test_instrumentation_is_refused():
+    """Tracing is not (test_emit_c_deploy.py: a profiling build)."""
     program = build_program(_mlp_model())
-    for option in ('trace', 'check_nans', 'track_memory'):
+    for option in ('check_nans', 'track_memory'):
         with pytest.raises(BackendUnavailableError, match=option):
             Executor(program, backend='native', **{option: True})
 
