@@ -157,7 +157,7 @@ class CompiledModel(chainer.Chain):
             self._model.serialize(serializer)
 
     def _bind_parameters(self, model):
-        binding = bind_initializers(self._proto.graph, model, self.onnx_file)
+        binding = self._binding = bind_initializers(self._proto.graph, model, self.onnx_file)
         self._param_names, self._state_names = binding.param_names, binding.state_names
         self._param_of, self._persistents = binding.param_of, binding.persistents
         graph = self._proto.graph
@@ -192,13 +192,9 @@ class CompiledModel(chainer.Chain):
         if key not in self._training:
             _log.info('compiling the training programs of %s', self.onnx_file)
             start = time.perf_counter()
-            proto = onnx.ModelProto()
-            proto.CopyFrom(self._proto)
-            decays = {name: getattr(self._persistents[name][0], 'decay', 0.9)
-                      for name in self._state_names}
-            updates = to_training_mode(proto, decays)
+            proto, updates = self._binding.training_copy(self._proto)
             wrt = list(key) + self._param_names
-            programs = compile_training(proto, params=self._param_names + self._state_names,
+            programs = compile_training(proto, params=self._binding.inputs,
                                         wrt=wrt, state_outputs=[u for u, _ in updates],
                                         options=self.compiler_options, check=False)
             if self.dump_onnx:
@@ -216,7 +212,7 @@ class CompiledModel(chainer.Chain):
             from .training import compile_inference
             _log.info('compiling the inference program of %s', self.onnx_file)
             start = time.perf_counter()
-            program = compile_inference(self._proto, params=self._param_names + self._state_names,
+            program = compile_inference(self._proto, params=self._binding.inputs,
                                         options=self.compiler_options)
             self._inference = Executor(program, **self.runtime_kwargs)
             _log.info('compiled the inference program of %s in %.1f s', self.onnx_file,
@@ -466,6 +462,23 @@ class InitializerBinding:
     param_of: dict
     state_names: list
     persistents: dict
+
+    @property
+    def inputs(self):
+        """The bound initializers, which compiled programs take as inputs:
+        the Parameters, then the persistent arrays."""
+        return self.param_names + self.state_names
+
+    def training_copy(self, proto):
+        """The training-mode form of ``proto`` (a copy; passes.training_mode:
+        BatchNormalization updates the bound running averages with its
+        link's decay, Dropout draws), and its [(updated value, running-average
+        initializer)]: both bridges compile for training from this."""
+        copy = onnx.ModelProto()
+        copy.CopyFrom(proto)
+        decays = {name: getattr(self.persistents[name][0], 'decay', 0.9)
+                  for name in self.state_names}
+        return copy, to_training_mode(copy, decays)
 
 
 def bind_initializers(graph, model, source, traced=False):

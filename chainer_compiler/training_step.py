@@ -20,7 +20,6 @@ from chainer.training.updaters import StandardUpdater
 from .compiled_model import _check_runtime_kwargs, bind_initializers
 from .exporting import write_onnx
 from .frontend import load_onnx
-from .passes.training_mode import to_training_mode
 from .pipeline import CompilerOptions
 from .runtime.executor import Executor
 from .runtime.signatures import validate_inputs
@@ -102,18 +101,16 @@ class TrainingStep:
         self._n_inputs = len(inputs)
         _log.info('compiling the training step of %s', type(model).__name__)
         start = time.perf_counter()
-        proto = load_onnx(export_model(model, inputs, reported=True), check=False)
-        binding = bind_initializers(proto.graph, model, 'the trace of %s' % type(model).__name__,
+        traced = load_onnx(export_model(model, inputs, reported=True), check=False)
+        binding = bind_initializers(traced.graph, model, 'the trace of %s' % type(model).__name__,
                                     traced=True)
-        decays = {name: getattr(binding.persistents[name][0], 'decay', 0.9)
-                  for name in binding.state_names}
-        state_updates = to_training_mode(proto, decays)
+        proto, state_updates = binding.training_copy(traced)
         self._params = [binding.param_of[n] for n in binding.param_names]
         self._persistent_slots = [binding.persistents[n] for n in binding.state_names]
         wrt = [n for n in binding.param_names if _trainable(binding.param_of[n])]
         compiled = compile_step_program(
             proto, loss=proto.graph.output[0].name,
-            params=binding.param_names + binding.state_names, wrt=wrt,
+            params=binding.inputs, wrt=wrt,
             update=self._update, check=False, options=options)
         if dump_onnx:
             write_onnx(compiled.onnx, dump_onnx)
