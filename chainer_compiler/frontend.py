@@ -13,7 +13,7 @@ import onnx.inliner
 from onnx import numpy_helper
 
 from .errors import InvalidModelError
-from .onnx_graph import all_nodes, opset_versions, subgraphs
+from .onnx_graph import all_nodes, opset_versions, walk_graphs
 from .shapes import infer_shapes
 
 #: The newest ai.onnx opset onnx 1.22 defines.
@@ -181,12 +181,12 @@ def _check_tensor_data(graph, source):
     type and dims, in the file itself: external data that was not loaded
     with the model would otherwise be read relative to the working
     directory."""
-    tensors = [('initializer', t) for t in graph.initializer]
-    for node in graph.node:
+    tensors = []
+    for g, _ in walk_graphs(graph):
+        tensors.extend(('initializer', t) for t in g.initializer)
         tensors.extend(('attribute %s of node %s' % (a.name, node.name or node.op_type), a.t)
-                       for a in node.attribute if a.type == onnx.AttributeProto.TENSOR)
-        for g in subgraphs(node):
-            _check_tensor_data(g, source)
+                       for node in g.node for a in node.attribute
+                       if a.type == onnx.AttributeProto.TENSOR)
     for what, tensor in tensors:
         if tensor.data_location == onnx.TensorProto.EXTERNAL:
             raise InvalidModelError(

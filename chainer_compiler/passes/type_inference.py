@@ -8,7 +8,7 @@ gradients.
 """
 import onnx
 
-from ..onnx_graph import SequenceType, free_names, subgraphs, value_info, value_types
+from ..onnx_graph import SequenceType, free_names, value_info, value_types, walk_graphs
 
 
 def infer_with_outer_constants(model, infer):
@@ -23,34 +23,19 @@ def infer_with_outer_constants(model, infer):
     (a sub-graph may not shadow its owner's names)."""
     probe = onnx.ModelProto()
     probe.CopyFrom(model)
-    _lend_constants(probe.graph, {})
+    for graph, enclosing in walk_graphs(probe.graph):
+        visible = {t.name: t for outer in enclosing for t in outer.initializer
+                   if t.data_type in (onnx.TensorProto.INT64, onnx.TensorProto.INT32)}
+        graph.initializer.extend(visible[n] for n in free_names(graph) if n in visible)
     inferred = infer(probe)
-    _return_constants(inferred.graph, set())
+    for graph, enclosing in walk_graphs(inferred.graph):
+        # The copies: a name an enclosing graph holds (enclosing graphs
+        # lose theirs first, and keep the originals).
+        outer = {t.name for g in enclosing for t in g.initializer}
+        kept = [t for t in graph.initializer if t.name not in outer]
+        del graph.initializer[:]
+        graph.initializer.extend(kept)
     return inferred
-
-
-def _lend_constants(graph, outer):
-    """Copy into each sub-graph of ``graph`` the integer initializers of
-    ``outer`` ({name: TensorProto}, with ``graph``'s own) it reads."""
-    visible = dict(outer)
-    visible.update((t.name, t) for t in graph.initializer
-                   if t.data_type in (onnx.TensorProto.INT64, onnx.TensorProto.INT32))
-    for node in graph.node:
-        for g in subgraphs(node):
-            g.initializer.extend(visible[n] for n in free_names(g) if n in visible)
-            _lend_constants(g, visible)
-
-
-def _return_constants(graph, outer):
-    """Drop the initializers of ``graph``'s sub-graphs that shadow a name
-    of ``outer`` or of ``graph``'s own: those _lend_constants copied."""
-    visible = outer | {t.name for t in graph.initializer}
-    for node in graph.node:
-        for g in subgraphs(node):
-            kept = [t for t in g.initializer if t.name not in visible]
-            del g.initializer[:]
-            g.initializer.extend(kept)
-            _return_constants(g, visible)
 
 
 def pin_loop_types(graph):
@@ -62,11 +47,18 @@ def pin_loop_types(graph):
     gradient rules need ranks, static shapes where they can have them.  A
     dimension the body does not keep static is declared unknown, so that
     the rank still gets through.  Returns whether anything was declared."""
+    declared = False
+    # Inner graphs first: an outer Loop's body then holds what was declared in it.
+    for g, _ in reversed(list(walk_graphs(graph))):
+        declared |= _pin_loop_types(g)
+    return declared
+
+
+def _pin_loop_types(graph):
+    """pin_loop_types for the Loops of ``graph`` itself."""
     types = value_types(graph)
     declared = False
     for node in graph.node:
-        for g in subgraphs(node):
-            declared |= pin_loop_types(g)
         if node.op_type != 'Loop':
             continue
         body = next(a.g for a in node.attribute if a.name == 'body')
