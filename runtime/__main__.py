@@ -82,6 +82,16 @@ def main(argv=None):
     return 0
 
 
+def _version():
+    """The installed distribution's version (the runtime imports nothing from
+    the compiler, chainer_compiler.__version__ included); a source tree run
+    without installing has none, and must still run."""
+    try:
+        return importlib.metadata.version('chainer-compiler')
+    except importlib.metadata.PackageNotFoundError:
+        return 'unknown (not installed)'
+
+
 def _parser():
     parser = argparse.ArgumentParser(prog='python -m ' + NAME,
                                      description=__doc__.split('\n\n')[0])
@@ -101,10 +111,7 @@ def _parser():
                         help='print each instruction, its shapes and time to stderr')
     parser.add_argument('--debug', action='store_true',
                         help='show the traceback of an error')
-    # The installed distribution's version: the runtime imports nothing from
-    # the compiler, chainer_compiler.__version__ included.
-    parser.add_argument('--version', action='version',
-                        version='%(prog)s ' + importlib.metadata.version('chainer-compiler'))
+    parser.add_argument('--version', action='version', version='%(prog)s ' + _version())
     parser.add_argument('-v', '--verbose', action='count', default=0,
                         help='say what is being done on stderr (-vv: the details)')
     return parser

@@ -139,3 +139,17 @@ def test_a_closed_stdout_ends_quietly(tmp_path):
     finally:
         os.close(write)
     assert (done.returncode, done.stderr) == (141, '')
+
+
+def test_a_source_tree_without_package_metadata_still_runs(tmp_path, monkeypatch, capsys):
+    # As on a machine that runs the checkout from PYTHONPATH: no installed
+    # distribution to read the version from.
+    import importlib.metadata
+
+    def not_installed(name):
+        raise importlib.metadata.PackageNotFoundError(name)
+    monkeypatch.setattr(importlib.metadata, 'version', not_installed)
+    with pytest.raises(SystemExit) as stopped:
+        main(['--version'])
+    assert stopped.value.code == 0
+    assert 'unknown (not installed)' in capsys.readouterr().out
