@@ -6,8 +6,13 @@ import tokenize
 
 RUNTIME = pathlib.Path(__file__).resolve().parents[2] / 'runtime'
 
-#: Code lines (no blank lines, comments or docstrings) of runtime/*.py.
+#: Code lines (no blank lines, comments or docstrings) of runtime/*.py but
+#: the command line's modules.
 CORE_BUDGET = 1300
+#: The command line shared by `python -m chainer_compiler.runtime` and
+#: `chainer-compiler run`: arguments, input files and random inputs, logging.
+COMMAND_LINE = ('__main__.py', 'random_inputs.py', 'logs.py')
+COMMAND_LINE_BUDGET = 350
 #: The same for runtime/ops/*.py, the kernels.
 KERNEL_BUDGET = 4200
 
@@ -46,8 +51,15 @@ def test_code_lines_ignore_comments_docstrings_and_blank_lines(tmp_path):
 
 
 def test_the_vm_core_stays_within_its_budget():
-    used = _total(RUNTIME.glob('*.py'))
-    assert used <= CORE_BUDGET, 'runtime/*.py has %d code lines, budget %d' % (used, CORE_BUDGET)
+    used = _total(p for p in RUNTIME.glob('*.py') if p.name not in COMMAND_LINE)
+    assert used <= CORE_BUDGET, ('runtime/*.py but the command line has %d code lines, '
+                                 'budget %d' % (used, CORE_BUDGET))
+
+
+def test_the_command_line_stays_within_its_budget():
+    used = _total(RUNTIME / name for name in COMMAND_LINE)
+    assert used <= COMMAND_LINE_BUDGET, ('the command line (%s) has %d code lines, budget %d'
+                                         % (', '.join(COMMAND_LINE), used, COMMAND_LINE_BUDGET))
 
 
 def test_the_kernels_stay_within_their_budget():
