@@ -9,11 +9,12 @@ import onnx
 import pytest
 from onnx import numpy_helper
 
+from chainer_compiler.conformance import node_tests_dir
 from chainer_compiler.runtime import ops
 from chainer_compiler.runtime.ops.control_flow import if_, loop, scan, scan_v8
 from chainer_compiler.runtime.program import ValueInfo
 
-NODE_DATA = os.path.join(os.path.dirname(onnx.__file__), 'backend', 'test', 'data', 'node')
+NODE_DATA = node_tests_dir()
 
 
 def _load(test, kind, i):

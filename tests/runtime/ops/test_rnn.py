@@ -7,6 +7,7 @@ import onnxruntime
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 
+from chainer_compiler.conformance import node_tests_dir
 from chainer_compiler.runtime.ops.rnn import gru, lstm, rnn
 
 KERNELS = {'RNN': rnn, 'GRU': gru, 'LSTM': lstm}
@@ -150,8 +151,7 @@ def test_unknown_activation_is_rejected():
 
 def test_conformance_peephole_case():
     """The ONNX test_lstm_with_peepholes data, run directly."""
-    base = os.path.join(os.path.dirname(onnx.__file__), 'backend', 'test', 'data', 'node',
-                        'test_lstm_with_peepholes', 'test_data_set_0')
+    base = os.path.join(node_tests_dir(), 'test_lstm_with_peepholes', 'test_data_set_0')
     if not os.path.exists(os.path.join(base, 'input_0.pb')):
         pytest.skip("this onnx installation has no node test data")
     load = [numpy_helper.to_array(onnx.load_tensor(os.path.join(base, 'input_%d.pb' % i)))
