@@ -129,14 +129,6 @@ def _bounded(parse, low, high, expected):
     return convert
 
 
-def _symbolic_dims(text):
-    """An argparse type: --symbolic-dims' {name: size}."""
-    try:
-        return parse_symbolic_dims(text)
-    except ValueError as e:
-        raise argparse.ArgumentTypeError(str(e)) from None
-
-
 #: -v and -vv, of every command.
 VERBOSE_HELP = ('say what is being done and how long it takes on stderr (-vv: the details; '
                 'conformance: each test as it finishes)')
