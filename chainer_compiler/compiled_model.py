@@ -27,7 +27,7 @@ from .pipeline import CompilerOptions
 from .runtime.backend import get_array_module
 from .runtime.errors import InputValidationError
 from .runtime.executor import Executor
-from .runtime.signatures import validate_inputs
+from .runtime.signatures import scalars_as_arrays, validate_inputs
 from .training import compile_training
 from .translators.onnx_chainer.naming import named_arrays
 
@@ -280,6 +280,8 @@ class CompiledModel(chainer.Chain):
             raise TypeError('%s takes %d input(s) (%s), got %d' % (
                 type(self._model).__name__, len(self._inputs),
                 ', '.join(v.name for v in self._inputs), len(args)))
+        args = scalars_as_arrays(self._inference_executor().program.inputs[:len(args)], args,
+                                 self.onnx_file)
         values = [_array_of(x) for x in args]
         states = [self._state_array(n) for n in self._state_names]
         if chainer.config.train:

@@ -23,6 +23,37 @@ def validate_inputs(declared, values, program_name='main'):
     return symbols
 
 
+def scalars_as_arrays(declared, values, program_name='main'):
+    """``values`` with the Python and NumPy scalars given for 0-d tensor
+    inputs as 0-d arrays of the declared dtype: a ch2o model exported with
+    ``5`` or ``numpy.int32(5)`` is called with them again.  A scalar the
+    dtype cannot hold (a float for an integer, an int out of range, a bool
+    for a number) is an InputValidationError; other values pass as they are."""
+    values = list(values)
+    for i, (info, value) in enumerate(zip(declared, values)):
+        if info.kind != 'tensor' or info.dtype is None or info.shape is None \
+                or len(info.shape) or not isinstance(value, (bool, int, float, numpy.generic)):
+            continue
+        dtype = numpy.dtype(info.dtype)
+        if not _holds(dtype, value):
+            raise InputValidationError("program %s: input '%s' is %r, which %s cannot hold"
+                                       % (program_name, info.name, value, dtype.name))
+        values[i] = numpy.asarray(value, dtype=dtype)
+    return values
+
+
+def _holds(dtype, value):
+    """Whether 0-d ``dtype`` holds the scalar ``value`` without changing its kind."""
+    if isinstance(value, (bool, numpy.bool_)):
+        return dtype.kind == 'b'
+    if isinstance(value, (int, numpy.integer)):
+        try:  # exactly: no wrapping, no rounding
+            return dtype.kind in 'iuf' and numpy.asarray(value).astype(dtype).item() == value
+        except (OverflowError, TypeError, ValueError):
+            return False
+    return isinstance(value, (float, numpy.floating)) and dtype.kind == 'f'
+
+
 def validate_outputs(declared, values, symbols, program_name='main'):
     """Check output ``values`` against the ValueInfos ``declared`` and the
     ``symbols`` validate_inputs returned; raise OutputValidationError naming

@@ -10,6 +10,7 @@ import pytest
 from onnx import TensorProto, helper
 
 import chainer_compiler
+from chainer_compiler.runtime import InputValidationError
 
 F32, I64, BOOL = TensorProto.FLOAT, TensorProto.INT64, TensorProto.BOOL
 B, H = 2, 3
@@ -240,3 +241,19 @@ def test_a_ch2o_export_of_a_for_loop_trains(tmp_path, cls, trip_counts):
             results.append([loss.array, *grads, x.grad])
         for got, want in zip(*results[::-1]):
             numpy.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-7)
+
+
+def test_a_ch2o_model_takes_the_python_scalar_it_was_exported_with(tmp_path):
+    model = LinearLoop()
+    h = numpy.random.RandomState(5).uniform(-1, 1, (B, H)).astype(numpy.float32)
+    path = str(tmp_path / 'loop.onnx')
+    chainer_compiler.export(model, [h, 2], path, translator='ch2o')
+    compiled = chainer_compiler.compile_onnx(model, path, 'ch2o')
+    for train in (True, False):
+        with chainer.using_config('train', train):
+            want = compiled(h, numpy.asarray(3, numpy.int64)).array
+            for steps in (3, numpy.int32(3), numpy.int64(3)):
+                numpy.testing.assert_array_equal(compiled(h, steps).array, want)
+            for wrong in (2.5, True, 2 ** 70):
+                with pytest.raises(InputValidationError, match='which int64 cannot hold'):
+                    compiled(h, wrong)
