@@ -88,7 +88,7 @@ def _batch_norm_inference(xp, x, scale, b, mean, var, epsilon):
 #: at 28x28 (784) on an H200, slower at 7x7 (49).
 _FUSED_MIN_SPATIAL = 400
 
-_BN_KERNELS = {}
+_BN_KERNELS: dict[str, object] = {}
 
 
 def _bn_kernels(xp):
