@@ -95,7 +95,7 @@ class EmitResult:
     #: for the caller to fill with uniform random numbers in [0, 1) (float64,
     #: numpy.random.rand of that shape) at every call, in this order, the
     #: order the NumPy VM draws them: the masks of training-mode Dropout
-    #: (lowerings/dropout.py)
+    #: (lowerings/noise.py)
     uniform_inputs: list[Shape] = field(default_factory=list)
     #: where the constants went: 'embed' or 'file' (what 'auto' chose)
     weights_mode: str = 'embed'

@@ -489,7 +489,7 @@ class NativeRun:
         self._fn = self._lib['%s_run_arena' % NAME]
         #: The shapes of the inputs the emitter added after the Program's
         #: own, which each call fills with uniform random numbers (the masks
-        #: of training-mode Dropout: lowerings/dropout.py).
+        #: of training-mode Dropout: lowerings/noise.py).
         self._uniform_shapes = result.uniform_inputs
         self._fn.argtypes = [ctypes.c_void_p] * (2 + len(program.inputs) +
                                                  len(self._uniform_shapes) + len(program.outputs))

@@ -1,6 +1,6 @@
 """RNN, GRU and LSTM (ONNX one-layer recurrences) and their gradients
 LSTMGrad, GRUGrad and RNNGrad (custom domain) as calls into
-ccn_recurrent.c, which multiplies through ccn_gemm.c.
+ccn_rnn.c, which multiplies through ccn_gemm.c.
 
 W and R go to the kernel transposed (so the inner loop of each product is
 contiguous): made at emit time when they are constants, else transposed
@@ -26,7 +26,7 @@ _N_INPUTS = {'RNN': 6, 'GRU': 6, 'LSTM': 8}
 @lowers(*_CELLS)
 def recurrent(em, inst) -> Step:
     rec = _Recurrence(em, inst, inst.op)
-    # The kernel's own scratch (see ccn_recurrent.h), then W^T and R^T when
+    # The kernel's own scratch (see ccn_rnn.h), then W^T and R^T when
     # they are transposed at run time.
     scratch = rec.place_weights(rec.T * rec.B * rec.GH + rec.B * rec.GH + 3 * rec.B * rec.H)
     present = [k < len(inst.outputs) and inst.outputs[k] != NO_REGISTER for k in range(3)]
@@ -36,12 +36,12 @@ def recurrent(em, inst) -> Step:
             return ref(inst.outputs[k]) if present[k] else 'NULL'
         lines, fields = rec.fields(ref, s)
         fields += [('y', out(0)), ('yh', out(1)), ('yc', out(2))]
-        return (lines + ['ccn_recurrent(&(const ccn_rnn_call){']
+        return (lines + ['ccn_rnn(&(const ccn_rnn_call){']
                 + ['    .%s = %s,' % f for f in fields] + ['}, %s);' % s])
 
     shapes: list[Shape | None] = [shape if present[k] else None
                                   for k, shape in enumerate([rec.y, rec.states, rec.states])]
-    return Step('recurrent', shapes[:len(inst.outputs)], render, scratch=scratch,
+    return Step('rnn', shapes[:len(inst.outputs)], render, scratch=scratch,
                 also=('gemm',))
 
 
@@ -76,13 +76,13 @@ def recurrent_grad(em, inst) -> Step:
                 ('gyh', ptr(n_in + 2)), ('gyc', ptr(n_in + 3) if op == 'LSTM' else 'NULL')]
         grad += [(name, ref(inst.outputs[k]) if present[k] else 'NULL')
                  for k, name in enumerate(results)]
-        return (lines + ['ccn_recurrent_grad(&(const ccn_rnn_grad_call){', '    .fwd = {']
+        return (lines + ['ccn_rnn_grad(&(const ccn_rnn_grad_call){', '    .fwd = {']
                 + ['        .%s = %s,' % f for f in fields] + ['    },']
                 + ['    .%s = %s,' % f for f in grad] + ['}, %s);' % s])
 
     shapes: list[Shape | None] = [sizes[k] if present[k] else None
                                   for k in range(len(inst.outputs))]
-    return Step('recurrent', shapes, render, scratch=scratch, also=('gemm',))
+    return Step('rnn', shapes, render, scratch=scratch, also=('gemm',))
 
 
 class _Recurrence:

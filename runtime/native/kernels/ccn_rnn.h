@@ -1,8 +1,8 @@
-/* ccn_recurrent.h: Recurrent family: ONNX RNN, GRU and LSTM (one layer,
+/* ccn_rnn.h: RNN family: ONNX RNN, GRU and LSTM (one layer,
  * forward, reverse or bidirectional, default activations) and their
  * gradients RNNGrad, GRUGrad and LSTMGrad (custom domain). */
-#ifndef CCN_RECURRENT_H
-#define CCN_RECURRENT_H
+#ifndef CCN_RNN_H
+#define CCN_RNN_H
 
 #include "ccn_common.h"
 
@@ -41,7 +41,7 @@ typedef struct {
  * 3*batch*hidden floats.  Steps past a sequence's length keep the state and
  * write zeros to Y; the reverse direction reverses each sequence within its
  * own length. */
-void ccn_recurrent(const ccn_rnn_call *call, float *scratch);
+void ccn_rnn(const ccn_rnn_call *call, float *scratch);
 
 /* One LSTMGrad, GRUGrad or RNNGrad node: the forward node's call (its
  * outputs unused) with W and R as given too, the forward's Y and the
@@ -60,7 +60,7 @@ typedef struct {
  * do: steps past a sequence's length pass the state's gradient through and
  * get none of Y's.  With rows = seq*batch, scratch holds 4*rows*G*hidden +
  * 4*rows*hidden + batch*G*hidden + 3*batch*hidden floats. */
-void ccn_recurrent_grad(const ccn_rnn_grad_call *call, float *scratch);
+void ccn_rnn_grad(const ccn_rnn_grad_call *call, float *scratch);
 
 CCN_END_DECLS
-#endif /* CCN_RECURRENT_H */
+#endif /* CCN_RNN_H */

@@ -1,11 +1,11 @@
-/* Recurrent family: RNN, GRU and LSTM, and their gradients (below).  Per
+/* RNN family: RNN, GRU and LSTM, and their gradients (below).  Per
  * direction, the input projection X W^T + Wb of every step is one matrix
  * product; each step then adds h R^T + Rb (one more product, two for GRU)
  * and applies the cell to the rows whose sequence is still running. */
 #include <math.h>
 
 #include "ccn_gemm.h"
-#include "ccn_recurrent.h"
+#include "ccn_rnn.h"
 
 /* Written so that exp never overflows. */
 static float sigmoid(float x)
@@ -162,7 +162,7 @@ static void run_direction(const ccn_rnn_call *c, long d, int reverse, float *pro
         }
 }
 
-void ccn_recurrent(const ccn_rnn_call *call, float *scratch)
+void ccn_rnn(const ccn_rnn_call *call, float *scratch)
 {
     const long B = call->batch, H = call->hidden, GH = call->cell * H;
     float *proj = scratch;
@@ -204,7 +204,7 @@ static long step_time(const ccn_rnn_call *c, long b, long s, int reverse)
     return s >= n ? -1 : (reverse ? n - 1 - s : s);
 }
 
-/* Per-direction buffers of the gradient (scratch, see ccn_recurrent.h). */
+/* Per-direction buffers of the gradient (scratch, see ccn_rnn.h). */
 typedef struct {
     float *proj, *rec;     /* rows x G*H: X W^T + Wb, and h R^T + Rb */
     float *gproj, *grec;   /* rows x G*H: gradients of proj and of rec */
@@ -482,7 +482,7 @@ static void grad_results(const ccn_rnn_grad_call *g, long d, const grad_buffers 
         }
 }
 
-void ccn_recurrent_grad(const ccn_rnn_grad_call *g, float *scratch)
+void ccn_rnn_grad(const ccn_rnn_grad_call *g, float *scratch)
 {
     const ccn_rnn_call *c = &g->fwd;
     const long rows = c->seq * c->batch, H = c->hidden, GH = c->cell * H;

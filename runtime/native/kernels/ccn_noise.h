@@ -1,4 +1,4 @@
-/* ccn_dropout.h: Dropout family: Chainer's training-mode dropout
+/* ccn_noise.h: Noise family: Chainer's training-mode dropout
  * (DropoutTraining of the org.chainer_compiler domain) and its gradient.
  *
  * The keep-mask is not drawn in C.  The caller passes n uniform numbers in
@@ -6,8 +6,8 @@
  * the input's shape, from NumPy's global generator); element i is kept when
  * u[i] >= ratio, as on the VM.  So a native step and a NumPy step from the
  * same seed drop the same elements. */
-#ifndef CCN_DROPOUT_H
-#define CCN_DROPOUT_H
+#ifndef CCN_NOISE_H
+#define CCN_NOISE_H
 
 #include "ccn_common.h"
 
@@ -22,4 +22,4 @@ void ccn_dropout_training(long n, double ratio, float scale, const float *x, con
 void ccn_dropout_grad(long n, float scale, const float *gy, const uint8_t *mask, float *gx);
 
 CCN_END_DECLS
-#endif /* CCN_DROPOUT_H */
+#endif /* CCN_NOISE_H */

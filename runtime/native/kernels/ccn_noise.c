@@ -1,7 +1,7 @@
-/* Dropout family: training-mode dropout from the caller's uniform numbers
- * (see ccn_dropout.h).  The float operations are the NumPy kernels' own
+/* Noise family: training-mode dropout from the caller's uniform numbers
+ * (see ccn_noise.h).  The float operations are the NumPy kernels' own
  * (runtime/ops/noise.py), so the results match the VM bit for bit. */
-#include "ccn_dropout.h"
+#include "ccn_noise.h"
 
 void ccn_dropout_training(long n, double ratio, float scale, const float *x, const double *u,
                           float *y, uint8_t *mask)

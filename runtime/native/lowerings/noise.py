@@ -1,7 +1,7 @@
 """Training-mode Dropout (DropoutTraining of the org.chainer_compiler
 domain, what compile_onnx and compile_training_step make of a Dropout, and
 a Dropout whose training mode is a constant true) and its gradient
-DropoutGrad, as calls into ccn_dropout.c; an inference Dropout is a view.
+DropoutGrad, as calls into ccn_noise.c; an inference Dropout is a view.
 
 The mask's random numbers come from the caller, not from C: the emitter
 adds a float64 input of the input's shape (``emitter.uniform_input``), and
@@ -70,7 +70,7 @@ def _training_step(em, inst, ratio: float) -> Step:
                 % (math.prod(shape), cliteral(ratio, 'float64'), _scale(ratio), ref(inst.inputs[0]),
                    ref(uniforms), ref(inst.outputs[0]), mask_ref)]
     scratch = 0 if mask is not None else -(-math.prod(shape) // 4)  # in floats
-    return Step('dropout', [shape, shape if mask is not None else None], render,
+    return Step('noise', [shape, shape if mask is not None else None], render,
                 scratch=scratch, dtypes=['float32', 'bool'])
 
 
@@ -90,7 +90,7 @@ def dropout_grad(em, inst) -> Step:
         return ['ccn_dropout_grad(%d, %s, %s, %s, %s);'
                 % (math.prod(shape), _scale(ratio), ref(inst.inputs[0]), ref(inst.inputs[1]),
                    ref(inst.outputs[0]))]
-    return Step('dropout', [shape], render, in_place=(0,))
+    return Step('noise', [shape], render, in_place=(0,))
 
 
 def _constant(em, inst, k, name):
