@@ -7,7 +7,6 @@ rule the native emitter applies too (runtime/limits.py): a few bytes of
 ConstantOfShape, Expand or Range can ask for gigabytes, and compile time
 must stay bounded by the size of the file.
 """
-import numpy
 import onnx
 from onnx import numpy_helper, shape_inference
 
@@ -89,25 +88,8 @@ def _try_fold(node, opsets, known):
     except ValueError:
         return None
     args = [known.array(name) if name else None for name in node.input]
-    while args and args[-1] is None:
-        args.pop()
-    if spec.accepts_n_outputs:
-        attrs['n_outputs'] = len(node.output)
-    try:
-        result = spec.fn(numpy, *args, **attrs)
-    except Exception:
-        # Left to run time, where the error names the instruction.
-        return None
-    results = result if isinstance(result, tuple) else (result,)
-    results = results[:len(node.output)]
-    if len(results) < len(node.output):
-        return None
-    arrays = []
-    for r in results:
-        if not isinstance(r, (numpy.ndarray, numpy.generic)):
-            return None
-        arrays.append(numpy.asarray(r))
-    return arrays
+    # (a failure is left to run time, where the error names the instruction)
+    return spec.evaluate(args, attrs, len(node.output))
 
 
 def _outputs_are_small(node, opsets, known):

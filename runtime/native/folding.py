@@ -61,17 +61,9 @@ def fold(inst: Instruction, consts: dict, shapes: dict, dtypes: dict) -> list | 
     if not ops.has_kernel(inst.op, inst.domain, inst.version) or \
             not may_fold(_result_bounds(inst.op, args, inst.attrs)):
         return None
-    spec = ops.lookup(inst.op, inst.domain, inst.version, inst.name)
-    static = dict(inst.attrs)
-    if spec.accepts_n_outputs:
-        static['n_outputs'] = len(inst.outputs)
-    try:
-        results = spec.fn(numpy, *args, **static)
-    except Exception:  # the instruction is lowered (or refused) as usual
-        return None
-    results = list(results) if isinstance(results, (tuple, list)) else [results]
-    arrays = [None if r is None else numpy.asarray(r) for r in results]
-    return arrays if len(arrays) == len(inst.outputs) else None
+    # A failure is not folded: the instruction is lowered (or refused) as usual.
+    return ops.lookup(inst.op, inst.domain, inst.version, inst.name).evaluate(
+        args, inst.attrs, len(inst.outputs))
 
 
 def _result_bounds(op: str, args: list, attrs: dict) -> list:

@@ -168,6 +168,29 @@ class KernelSpec:
         Program, so no later stage restates an ONNX default."""
         return {**self.attribute_defaults, **attributes}
 
+    def evaluate(self, args, attributes, n_outputs):
+        """The ``n_outputs`` results of the NumPy kernel on ``args`` (trailing
+        missing inputs may be None) as arrays, or None when it raises or
+        returns too few or anything but arrays: what every constant folder
+        (the compiler's and the native emitter's) evaluates with, so that a
+        folded value is what the program would compute, and a failure is
+        left to run time, where the error names the instruction."""
+        args = list(args)
+        while args and args[-1] is None:
+            args.pop()
+        static = dict(attributes)
+        if self.accepts_n_outputs:
+            static['n_outputs'] = n_outputs
+        try:
+            result = self.fn(numpy, *args, **static)
+        except Exception:
+            return None
+        results = result if isinstance(result, tuple) else (result,)
+        if len(results) < n_outputs or not all(
+                isinstance(r, (numpy.ndarray, numpy.generic)) for r in results[:n_outputs]):
+            return None
+        return [numpy.asarray(r) for r in results[:n_outputs]]
+
 
 _KERNELS: dict[tuple[str, str], list[KernelSpec]] = {}
 _RECORDS: dict[tuple[str, str], OpRecord] = {}

@@ -74,3 +74,22 @@ def test_shape_of_a_huge_input_takes_no_memory():
     inst = Instruction('Shape', (0,), (1,), version=15)
     values = fold(inst, {}, {0: (1 << 20, 1 << 20, 1 << 20)}, {0: 'float32'})
     assert values[0].tolist() == [1 << 20] * 3
+
+
+def test_both_folders_evaluate_through_the_kernel_specs_one_evaluator(monkeypatch):
+    # One evaluator (KernelSpec.evaluate): the same kernel call, n_outputs
+    # and error handling for the compiler's folding and the emitter's.
+    from chainer_compiler.runtime.ops.registry import KernelSpec
+    calls = []
+    original = KernelSpec.evaluate
+
+    def spy(self, args, attributes, n_outputs):
+        calls.append((self.op, n_outputs))
+        return original(self, args, attributes, n_outputs)
+
+    monkeypatch.setattr(KernelSpec, 'evaluate', spy)
+    assert not build_program(_constant_of_shape((2, 3))).instructions
+    assert calls == [('ConstantOfShape', 1)]
+    program = build_program(_constant_of_shape((2, 3)), fold=False)
+    values = fold(program.instructions[0], program.constants, {}, {})
+    assert calls[1:] == [('ConstantOfShape', 1)] and values[0].shape == (2, 3)
