@@ -41,6 +41,18 @@ def address_space_limit(extra_bytes):
         resource.setrlimit(resource.RLIMIT_AS, (soft, hard))
 
 
+@pytest.fixture(scope='session', autouse=True)
+def native_cache(tmp_path_factory):
+    """One native library cache (CHAINER_COMPILER_CACHE) for the whole run:
+    each kernel object is compiled once and every test that builds the same
+    C reuses the library, instead of each test compiling into a cache of its
+    own.  Tests of the cache itself set their own folder."""
+    folder = tmp_path_factory.mktemp('native-cache')
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv('CHAINER_COMPILER_CACHE', str(folder))
+        yield folder
+
+
 @pytest.fixture
 def mlp_model():
     """x[2,3] -> MatMul W[3,4] -> Add b -> Relu -> y[2,4]."""
