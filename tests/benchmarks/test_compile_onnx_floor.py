@@ -4,6 +4,7 @@ import os
 import sys
 
 import numpy
+import pytest
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), '..', '..', 'benchmarks'))
 import compile_onnx_floor  # noqa: E402
@@ -26,6 +27,7 @@ def test_floor_links_keep_the_models_parameters_or_pack_them():
     numpy.testing.assert_array_equal(flat.grad, 0)
 
 
+@pytest.mark.native_build
 def test_reports_chainer_compile_onnx_packed_or_not_and_both_floors(capsys):
     compile_onnx_floor.main(['--budget', '0.05'])
     lines = capsys.readouterr().out.splitlines()

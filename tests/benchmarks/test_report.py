@@ -192,6 +192,7 @@ def _program(op, **attrs):
     return build_program(helper.make_model(graph, opset_imports=[helper.make_opsetid('', 13)]))
 
 
+@pytest.mark.native_build
 def test_executable_is_built_and_times_itself(tmp_path):
     program = _program('Relu')
     build = inference.build_executable(program, str(tmp_path / 'c'), timeout_s=120)

@@ -50,7 +50,8 @@ def _train(classifier, steps=3):
     return opt
 
 
-@pytest.mark.parametrize('backend', ['numpy', 'native'])
+@pytest.mark.parametrize('backend', ['numpy',
+                                     pytest.param('native', marks=pytest.mark.native_build)])
 def test_packed_training_matches_chainer(tmp_path, backend):
     model, path = _model_and_file(tmp_path)
     compiled = _packed(model, path, backend)

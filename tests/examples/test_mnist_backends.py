@@ -43,6 +43,7 @@ def _validation_accuracy(backend, out):
     return log[-1]['validation/main/accuracy']
 
 
+@pytest.mark.native_build
 def test_native_training_reaches_the_numpy_accuracy(tmp_path):
     on_numpy = _validation_accuracy('numpy', tmp_path / 'numpy')
     native = _validation_accuracy('native', tmp_path / 'native')

@@ -139,6 +139,7 @@ def _whole(path):
 
 
 @pytest.mark.parametrize('damage', ['truncated', 'empty', 'altered', 'planted', 'planted-object'])
+@pytest.mark.native_build
 def test_a_damaged_entry_is_rebuilt_never_loaded(case, damage):
     sealed = case.library.read_bytes()
     if damage == 'truncated':  # was: SIGBUS, in this and every later run
@@ -159,6 +160,7 @@ def test_a_damaged_entry_is_rebuilt_never_loaded(case, damage):
     assert _whole(case.library) and all(_whole(o) for o in case.objects())
 
 
+@pytest.mark.native_build
 def test_a_library_truncated_while_loaded_is_not_what_runs(case):
     """What runs is the copy that was checked: the cache's file may change."""
     script = RUN.replace('outputs = ', 'run = NativeRun(load_program(sys.argv[1]))\n'
@@ -172,6 +174,7 @@ def test_a_library_truncated_while_loaded_is_not_what_runs(case):
 
 
 @pytest.mark.parametrize('where', ['root', 'objects', 'library', 'parent', 'owner'])
+@pytest.mark.native_build
 def test_a_cache_others_can_write_is_refused_before_reading_it(case, where):
     """A library planted with a valid seal in a cache others can write
     never runs: the folder or file is refused, naming it and the problem."""
@@ -209,6 +212,7 @@ def test_a_cache_others_can_write_is_refused_before_reading_it(case, where):
     assert not case.marker.exists()
 
 
+@pytest.mark.native_build
 def test_a_sticky_world_writable_parent_is_accepted(case):
     """As /tmp: others may add their own files there, not rename ours."""
     case.tmp.chmod(0o1777)
@@ -219,6 +223,7 @@ def test_a_sticky_world_writable_parent_is_accepted(case):
     assert done.returncode == 0, done.stdout + done.stderr
 
 
+@pytest.mark.native_build
 def test_a_new_cache_is_private_whatever_the_umask(tmp_path, monkeypatch):
     root = tmp_path / 'new' / 'cache'
     monkeypatch.setenv('CHAINER_COMPILER_CACHE', str(root))
@@ -233,6 +238,7 @@ def test_a_new_cache_is_private_whatever_the_umask(tmp_path, monkeypatch):
     assert files and all(p.stat().st_mode & 0o777 == 0o600 for p in files)
 
 
+@pytest.mark.native_build
 def test_a_read_only_cache_is_read_and_left_unchanged(case):
     def snapshot():
         return {p: p.stat().st_mtime_ns for p in case.root.rglob('*')}
@@ -257,6 +263,7 @@ def test_a_read_only_cache_is_read_and_left_unchanged(case):
     assert snapshot() == before
 
 
+@pytest.mark.native_build
 def test_a_full_cache_warns_and_runs_uncached(case, monkeypatch):
     case.library.unlink()
     write = library._write_new
@@ -273,6 +280,7 @@ def test_a_full_cache_warns_and_runs_uncached(case, monkeypatch):
     assert not case.library.exists()
 
 
+@pytest.mark.native_build
 def test_build_folders_of_killed_builds_are_removed(case):
     child = subprocess.Popen(['true'])
     child.wait()  # its pid runs no more

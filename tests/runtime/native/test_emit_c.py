@@ -176,14 +176,17 @@ def _deep_mlp(layers=4, batch=3, width=11):
 
 # -- results -----------------------------------------------------------------------
 
+@pytest.mark.native_build
 def test_mlp_matches_the_numpy_executor(mlp, tmp_path):
     mlp.check_against_executor([mlp.x], tmp_path)
 
 
+@pytest.mark.native_build
 def test_lenet5_matches_the_numpy_executor(lenet, tmp_path):
     lenet.check_against_executor([lenet.x], tmp_path)
 
 
+@pytest.mark.native_build
 def test_every_kernel_matches_the_numpy_executor(kernels, tmp_path):
     ops = {inst.op for inst in kernels.program.instructions}
     assert {'Conv', 'MaxPool', 'AveragePool', 'GlobalAveragePool', 'BatchNormalization',
@@ -193,6 +196,7 @@ def test_every_kernel_matches_the_numpy_executor(kernels, tmp_path):
     assert (tmp_path / 'out' / 'soft_max_0.npy').exists()
 
 
+@pytest.mark.native_build
 def test_builds_without_warnings_and_without_python(mlp, lenet, kernels):
     for built in (mlp, lenet, kernels):
         assert 'warning:' not in built.make_output, built.make_output
@@ -203,6 +207,7 @@ def test_builds_without_warnings_and_without_python(mlp, lenet, kernels):
             assert 'python' not in linked.lower(), linked
 
 
+@pytest.mark.native_build
 def test_generated_code_numbers_each_instruction_and_names_none(lenet):
     """Comments give instruction indices, operators and registers; the
     Program's names are only in the tables of inputs and outputs
@@ -221,6 +226,7 @@ def test_generated_code_numbers_each_instruction_and_names_none(lenet):
     assert '#define MODEL_INPUT_0_SHAPE {2, 1, 28, 28}' in header
 
 
+@pytest.mark.native_build
 def test_iterations_prints_timings(mlp, tmp_path):
     numpy.save(tmp_path / 'x.npy', mlp.x)
     done = mlp.run(['--iterations', '5', 'x.npy'], cwd=tmp_path)
@@ -229,6 +235,7 @@ def test_iterations_prints_timings(mlp, tmp_path):
     assert (tmp_path / 'output_0.npy').exists()
 
 
+@pytest.mark.native_build
 def test_weights_file_model_matches_and_loads_its_file_from_beside_the_program(
         lenet_file, tmp_path):
     assert 'warning:' not in lenet_file.make_output, lenet_file.make_output
@@ -243,6 +250,7 @@ def test_weights_file_model_matches_and_loads_its_file_from_beside_the_program(
 
 
 @pytest.mark.parametrize('case', ['other-model', 'truncated', 'not-weights', 'missing'])
+@pytest.mark.native_build
 def test_bad_weights_files_exit_2_naming_the_file(lenet_file, mlp, tmp_path, case):
     numpy.save(tmp_path / 'x.npy', lenet_file.x)
     path = tmp_path / 'w.bin'
@@ -262,6 +270,7 @@ def test_bad_weights_files_exit_2_naming_the_file(lenet_file, mlp, tmp_path, cas
     assert expected in done.stderr
 
 
+@pytest.mark.native_build
 def test_new_weights_for_the_same_model_load_without_a_rebuild(lenet_file, tmp_path):
     """A weights file of the same layout (e.g. after more training) is accepted."""
     program = lenet_file.program
@@ -283,6 +292,7 @@ def test_new_weights_for_the_same_model_load_without_a_rebuild(lenet_file, tmp_p
 
 @pytest.mark.skipif(shutil.which('g++') is None and shutil.which('c++') is None,
                     reason='no C++ compiler')
+@pytest.mark.native_build
 def test_header_is_usable_from_cpp(lenet, lenet_file, tmp_path):
     cxx = shutil.which('g++') or shutil.which('c++')
     for built, call in ((lenet, 'model_run(nullptr, nullptr)'),
@@ -299,6 +309,7 @@ def test_header_is_usable_from_cpp(lenet, lenet_file, tmp_path):
 
 # -- arena ---------------------------------------------------------------------------
 
+@pytest.mark.native_build
 def test_arena_is_no_larger_than_the_intermediates(mlp, lenet, kernels):
     for built in (mlp, lenet, kernels):
         assert 0 < built.result.arena_bytes <= built.result.intermediate_bytes
@@ -316,6 +327,7 @@ def test_arena_reuses_the_space_of_dead_values(tmp_path):
                 assert off + size <= off2 or off2 + size2 <= off
 
 
+@pytest.mark.native_build
 def test_element_wise_results_take_the_memory_of_inputs_read_for_the_last_time(tmp_path):
     """An element-wise chain needs one buffer, not one per value."""
     f32 = TensorProto.FLOAT
@@ -339,6 +351,7 @@ def test_element_wise_results_take_the_memory_of_inputs_read_for_the_last_time(t
 
 @pytest.mark.parametrize('case', ['float64', 'shape', 'big-endian', 'fortran', 'truncated',
                                   'not-npy', 'missing'])
+@pytest.mark.native_build
 def test_bad_npy_inputs_exit_2_naming_the_file(mlp, tmp_path, case):
     path = tmp_path / ('bad-%s.npy' % case)
     x = mlp.x

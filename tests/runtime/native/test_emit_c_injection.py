@@ -170,13 +170,6 @@ def _payload_model(marker):
     return model
 
 
-@pytest.fixture(scope='module')
-def native_cache(tmp_path_factory):
-    """One build cache for the module's native runs: each kernel compiles
-    once."""
-    return tmp_path_factory.mktemp('cache')
-
-
 @needs_cc
 @pytest.mark.slow  # make builds every kernel at -O3 (about 10 s)
 def test_payloads_in_names_run_nothing_anywhere(tmp_path, monkeypatch, native_cache):
@@ -231,6 +224,7 @@ def test_fuzzed_names_and_string_attributes_stay_in_literals(names, weights, tmp
     lambda names: ['%d%s' % (k, name) for k, name in enumerate(names)]),
        nodes=st.lists(_TEXT, min_size=2, max_size=2),
        auto_pad=st.sampled_from(['NOTSET', 'VALID', 'SAME_UPPER', 'SAME_LOWER']) | _TEXT)
+@pytest.mark.native_build
 def test_fuzzed_names_compile_to_the_vms_result_or_a_clean_refusal(values, nodes, auto_pad,
                                                                   native_cache):
     """An ONNX model with these value names, node names and Conv auto_pad

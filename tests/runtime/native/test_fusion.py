@@ -2,6 +2,7 @@
 instructions it rewrites, which it leaves, and that the fused C computes
 what the unfused Program does."""
 import numpy
+import pytest
 from onnx import helper, numpy_helper
 
 from chainer_compiler.pipeline import build_program
@@ -31,6 +32,7 @@ def _ops(program):
     return [(inst.op, inst.attrs.get('activation')) for inst in program.instructions]
 
 
+@pytest.mark.native_build
 def test_conv_bn_relu_and_gemm_bn_leaky_relu():
     """Conv(no bias)-BN-Relu and Conv(bias)-BN become one Conv each; Gemm
     (transB, bias)-BN-LeakyRelu one FusedGemm; values unchanged."""
@@ -58,6 +60,7 @@ def test_conv_bn_relu_and_gemm_bn_leaky_relu():
     check_native(model, [_rand(rng, *s) for _, _, s in inputs], atol=1e-4)
 
 
+@pytest.mark.native_build
 def test_matmul_and_gemm_activations():
     """MatMul-Sigmoid, MatMul-Tanh and Gemm-Relu (FusedGemm, as the VM's
     fusion names it)."""
@@ -74,6 +77,7 @@ def test_matmul_and_gemm_activations():
     check_native(model, [_rand(rng, *s) for _, _, s in inputs])
 
 
+@pytest.mark.native_build
 def test_left_alone():
     """No fusion when the product's output has another reader or is a
     program output, when the BN's parameters are not constants, or when
@@ -128,6 +132,7 @@ def _run_both(model, feed):
     return native, vm
 
 
+@pytest.mark.native_build
 def test_sgd_update_of_a_gemm_gradient_computes_it_into_the_parameter():
     """W -= lr * gy^T x with no gradient array, in the SGDUpdate's place;
     the bias's update (a ReduceSum gradient) is left alone."""
@@ -161,6 +166,7 @@ def test_sgd_update_of_a_gemm_gradient_computes_it_into_the_parameter():
                                   rtol=1e-5, atol=1e-6)
 
 
+@pytest.mark.native_build
 def test_sgd_update_is_not_fused_when_it_would_change_what_is_computed():
     """The gradient read twice, B transposed, the parameter an operand of
     its own gradient's product, or an operand (here P through a Reshape
@@ -197,6 +203,7 @@ def test_sgd_update_is_not_fused_when_it_would_change_what_is_computed():
                                   rtol=1e-5, atol=1e-6)
 
 
+@pytest.mark.native_build
 def test_batch_norm_gradient_reads_the_forward_statistics():
     """A training BatchNormalization's X and the gradient of it: the forward
     outputs the batch mean and variance and the gradient reads them (the C

@@ -39,10 +39,12 @@ def refusal(model) -> str:
 
 
 # -- strided copies --------------------------------------------------------
+@pytest.mark.native_build
 def test_transpose_every_dtype():
     check_native(*per_dtype('Transpose', (2, 3, 4), (3, 4, 2), perm=[1, 2, 0]))
 
 
+@pytest.mark.native_build
 def test_transpose_default_perm_and_size_one_axes():
     nodes = [helper.make_node('Transpose', ['x'], ['y']),
              helper.make_node('Transpose', ['x'], ['z'], perm=[0, 3, 1, 2])]
@@ -51,6 +53,7 @@ def test_transpose_default_perm_and_size_one_axes():
     check_native(model, [sample('float32', (2, 1, 3, 5))])
 
 
+@pytest.mark.native_build
 def test_concat_negative_axis_empty_part_and_every_dtype():
     nodes = [helper.make_node('Concat', ['a_' + d, 'b_' + d, 'c_' + d], ['y_' + d], axis=-2)
              for d in DTYPES]
@@ -60,6 +63,7 @@ def test_concat_negative_axis_empty_part_and_every_dtype():
     check_native(model, [sample(d, s, k) for k, (_, d, s) in enumerate(inputs)])
 
 
+@pytest.mark.native_build
 def test_concat_axis_zero_one_input_per_row():
     model = make_model([helper.make_node('Concat', ['a', 'b'], ['y'], axis=0)],
                        [('a', 'int32', (1, 3)), ('b', 'int32', (2, 3))],
@@ -73,6 +77,7 @@ def test_concat_axis_zero_one_input_per_row():
     (13, [], {}, [2, 2, 2]),                                    # equal parts
     (18, [], {'num_outputs': 3}, [2, 2, 2]),
 ])
+@pytest.mark.native_build
 def test_split_sizes_by_opset(opset, inputs, attrs, sizes):
     outputs = ['y%d' % k for k in range(3)]
     node = helper.make_node('Split', ['x'] + inputs, outputs, axis=-1, **attrs)
@@ -82,6 +87,7 @@ def test_split_sizes_by_opset(opset, inputs, attrs, sizes):
     check_native(model, [sample('float64', (2, 6))])
 
 
+@pytest.mark.native_build
 def test_split_num_outputs_uneven_and_every_dtype():
     nodes = [helper.make_node('Split', ['x_' + d], ['p_' + d, 'q_' + d, 'r_' + d],
                               axis=1, num_outputs=3) for d in DTYPES]
@@ -91,6 +97,7 @@ def test_split_num_outputs_uneven_and_every_dtype():
     check_native(model, [sample(d, (2, 7, 3), k) for k, d in enumerate(DTYPES)])
 
 
+@pytest.mark.native_build
 def test_slice_attributes_opset_9():
     node = helper.make_node('Slice', ['x'], ['y'], starts=[1, -3], ends=[100, -1], axes=[0, 2])
     model = make_model([node], [('x', 'int64', (3, 2, 5))], [('y', 'int64', (2, 2, 2))],
@@ -105,6 +112,7 @@ def test_slice_attributes_opset_9():
     ([3], [1], [1], [1], (3, 0, 6)),                             # empty
     ([5], [0], [2], [-3], (3, 4, 2)),                            # reversed, stride 3
 ])
+@pytest.mark.native_build
 def test_slice_inputs(starts, ends, axes, steps, out):
     names = ['starts', 'ends'] + (['axes'] if axes else []) + (['steps'] if steps else [])
     inits = {n: numpy.array(v, numpy.int64) for n, v in
@@ -114,23 +122,27 @@ def test_slice_inputs(starts, ends, axes, steps, out):
     check_native(model, [sample('float32', (3, 4, 6))])
 
 
+@pytest.mark.native_build
 def test_slice_every_dtype():
     inits = {'s': numpy.array([2, -1]), 'e': numpy.array([0, -5]),
              'a': numpy.array([0, 1]), 'k': numpy.array([-1, -2])}
     check_native(*per_dtype('Slice', (3, 5), (2, 2), inits=inits, extra=['s', 'e', 'a', 'k']))
 
 
+@pytest.mark.native_build
 def test_expand_broadcasts_both_ways_on_every_dtype():
     inits = {'shape': numpy.array([2, 1, 4], numpy.int64)}
     check_native(*per_dtype('Expand', (3, 1), (2, 3, 4), inits=inits, extra=['shape']))
 
 
 # -- index tables: Tile and Pad --------------------------------------------
+@pytest.mark.native_build
 def test_tile_every_dtype():
     inits = {'repeats': numpy.array([2, 1, 3], numpy.int64)}
     check_native(*per_dtype('Tile', (2, 3, 2), (4, 3, 6), inits=inits, extra=['repeats']))
 
 
+@pytest.mark.native_build
 def test_tile_zero_repeats_gives_an_empty_result():
     model = make_model([helper.make_node('Tile', ['x', 'r'], ['y'])],
                        [('x', 'float32', (2, 3))], [('y', 'float32', (0, 6))],
@@ -138,6 +150,7 @@ def test_tile_zero_repeats_gives_an_empty_result():
     check_native(model, [sample('float32', (2, 3))])
 
 
+@pytest.mark.native_build
 def test_tile_opset_1_tiles_and_axis_inputs():
     model = make_model([helper.make_node('Tile', ['x', 'tiles', 'axis'], ['y'])],
                        [('x', 'float32', (2, 3))], [('y', 'float32', (2, 9))],
@@ -153,6 +166,7 @@ def test_tile_opset_1_tiles_and_axis_inputs():
     ('reflect', [1, 2, 0, 0, 1, 3]),
     ('edge', [2, 0, 4, 1, 3, 0]),
 ])
+@pytest.mark.native_build
 def test_pad_modes(mode, pads):
     x = sample('float32', (2, 3, 4))
     out = tuple(d + b + e for d, b, e in zip(x.shape, pads, pads[3:]))
@@ -163,6 +177,7 @@ def test_pad_modes(mode, pads):
     check_native(model, [x])
 
 
+@pytest.mark.native_build
 def test_pad_value_input_from_the_graph_and_every_dtype():
     nodes = [helper.make_node('Pad', ['x_' + d, 'pads', 'v_' + d], ['y_' + d]) for d in DTYPES]
     inputs = [('x_' + d, d, (2, 3)) for d in DTYPES] + [('v_' + d, d, ()) for d in DTYPES]
@@ -172,6 +187,7 @@ def test_pad_value_input_from_the_graph_and_every_dtype():
     check_native(model, values + [numpy.ones((), d) for d in DTYPES])
 
 
+@pytest.mark.native_build
 def test_pad_attributes_opset_2_and_zero_default_value():
     nodes = [helper.make_node('Pad', ['x'], ['y'], pads=[1, 0, 0, 2], value=3.0),
              helper.make_node('Pad', ['i'], ['j'], pads=[0, 1, 1, 0])]
@@ -180,6 +196,7 @@ def test_pad_attributes_opset_2_and_zero_default_value():
     check_native(model, [sample('float32', (2, 2)), sample('float64', (1, 2))])
 
 
+@pytest.mark.native_build
 def test_pad_axes_opset_18_and_wrap_opset_19():
     nodes = [helper.make_node('Pad', ['x', 'pads', '', 'axes'], ['y'], mode='edge'),
              helper.make_node('Pad', ['x', 'wpads'], ['z'], mode='wrap')]
@@ -192,11 +209,13 @@ def test_pad_axes_opset_18_and_wrap_opset_19():
 
 
 # -- Gather ----------------------------------------------------------------
+@pytest.mark.native_build
 def test_gather_every_dtype_constant_negative_indices():
     inits = {'idx': numpy.array([[2, -1], [0, -4]], numpy.int64)}
     check_native(*per_dtype('Gather', (3, 4), (3, 2, 2), inits=inits, extra=['idx'], axis=-1))
 
 
+@pytest.mark.native_build
 def test_gather_indices_from_the_graph_scalar_and_int64():
     nodes = [helper.make_node('Gather', ['x', 'i32'], ['y'], axis=1),
              helper.make_node('Gather', ['x', 'i64'], ['z']),
@@ -209,6 +228,7 @@ def test_gather_indices_from_the_graph_scalar_and_int64():
                          numpy.array([[-3], [2]], 'int64')])
 
 
+@pytest.mark.native_build
 def test_gather_token_ids_from_an_embedding():
     """The BiLSTM classifier's pattern: int32 token ids [batch, length]
     look up rows of a float32 embedding constant."""
@@ -223,6 +243,7 @@ def test_gather_token_ids_from_an_embedding():
 
 # -- views -----------------------------------------------------------------
 @pytest.mark.parametrize('opset', [11, 13])
+@pytest.mark.native_build
 def test_squeeze_unsqueeze_axes_attribute_or_input_share_memory(opset, tmp_path):
     """Axes are an attribute before opset 13, a constant input from it;
     the intermediate results share their input's memory."""
@@ -248,6 +269,7 @@ def test_squeeze_unsqueeze_axes_attribute_or_input_share_memory(opset, tmp_path)
 
 # -- Where and Cast --------------------------------------------------------
 @pytest.mark.parametrize('dtypes', [DTYPES[:-1], DTYPES[-1:]])
+@pytest.mark.native_build
 def test_where_broadcasts_all_three_on_every_dtype(dtypes):
     nodes = [helper.make_node('Where', ['c', 'x_' + d, 'y_' + d], ['z_' + d]) for d in dtypes]
     inputs = [('c', 'bool', (2, 1, 4))] + [('x_' + d, d, (3, 1)) for d in dtypes] + \
@@ -258,6 +280,7 @@ def test_where_broadcasts_all_three_on_every_dtype(dtypes):
                  onnxruntime_check='bool' not in dtypes)
 
 
+@pytest.mark.native_build
 def test_cast_between_every_pair_of_dtypes():
     nodes = [helper.make_node('Cast', ['x_' + a], ['%s_%s' % (a, b)],
                               to=helper.np_dtype_to_tensor_dtype(numpy.dtype(b)))
@@ -275,6 +298,7 @@ def test_cast_between_every_pair_of_dtypes():
     assert result['float64_bool'].tolist() == [True, True, False, False, True, True, True]
 
 
+@pytest.mark.native_build
 def test_cast_like_and_cast_opset_1_to_names():
     nodes = [helper.make_node('CastLike', ['x', 'like'], ['y']),
              helper.make_node('Cast', ['x'], ['z'], to=7)]

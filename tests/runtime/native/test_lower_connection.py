@@ -24,6 +24,7 @@ def _rand(rng, *shape):
     return rng.uniform(-1, 1, shape).astype(F32)
 
 
+@pytest.mark.native_build
 def test_gemm_variants():
     """Packed GEMM (M >= 4, several K blocks of 256, N not a multiple of the
     tile), few rows through dot products, transA/transB, alpha/beta and
@@ -54,6 +55,7 @@ def test_gemm_variants():
     check_native(model, [_rand(rng, *s) for _, _, s in inputs], rtol=1e-4, atol=1e-4)
 
 
+@pytest.mark.native_build
 def test_gemm_shallow_products():
     """Products of depth 16 or less over 128 columns or more (a weight
     gradient over a small batch) stream C once: rows in groups of four and
@@ -69,6 +71,7 @@ def test_gemm_shallow_products():
     check_native(model, [_rand(rng, *s) for _, _, s in inputs], rtol=1e-5, atol=1e-5)
 
 
+@pytest.mark.native_build
 def test_gemm_large_product():
     """Products big enough for the OpenMP split, of the rows (and several MC
     blocks) or of the columns (few rows, B's strips from an offset); B
@@ -87,6 +90,7 @@ def test_gemm_large_product():
     check_native(model, [_rand(rng, *s) for _, _, s in inputs], atol=1e-4)
 
 
+@pytest.mark.native_build
 def test_matmul_broadcasting():
     """numpy.matmul rules: both operands batched (attention scores),
     broadcast batch dims on either side, 1-D operands, a constant 2-D B
@@ -111,6 +115,7 @@ def test_matmul_broadcasting():
     check_native(model, [_rand(rng, *s) for _, _, s in inputs])
 
 
+@pytest.mark.native_build
 def test_conv_variants():
     """im2col with stride, padding and dilation; groups; several images per
     product (8x8 outputs: 4 images share one, the last product 2); a
@@ -132,6 +137,7 @@ def test_conv_variants():
     check_native(model, [_rand(rng, *s) for _, _, s in inputs], atol=1e-4)
 
 
+@pytest.mark.native_build
 def test_conv_large():
     """A convolution whose product goes to the OpenMP split."""
     rng = numpy.random.RandomState(4)
@@ -141,6 +147,7 @@ def test_conv_large():
     check_native(model, [_rand(rng, 2, 16, 24, 24)], atol=1e-4)
 
 
+@pytest.mark.native_build
 def test_conv_weight_panels():
     """Constant weights packed into panels at emit time: 50 output channels
     (three panels, the last partial), a depth of 300 (two slices, the last

@@ -30,6 +30,7 @@ def _check(variants, x_shape, w_shape, bias=True, **check):
     check_native(model, [_rand(*x_shape)], **check)
 
 
+@pytest.mark.native_build
 def test_strides_pads_dilations_output_padding():
     # Full size per axis: stride * (in - 1) + output_padding + (k - 1) * dilation + 1 - pads.
     _check([({}, (2, 4, 7, 8)),
@@ -40,12 +41,14 @@ def test_strides_pads_dilations_output_padding():
            (2, 3, 5, 6), (3, 4, 3, 3))
 
 
+@pytest.mark.native_build
 def test_groups_and_no_bias():
     _check([({'group': 2}, (1, 6, 5, 6)),
             ({'group': 3, 'strides': [2, 2], 'pads': [1, 1, 1, 1]}, (1, 9, 5, 7))],
            (1, 6, 3, 4), (6, 3, 3, 3), bias=False)
 
 
+@pytest.mark.native_build
 def test_images_share_products_in_batches():
     # 512 input pixels per image: five images go through the product two by
     # two (GRAD_COLUMNS), the last one alone, with and without groups.
@@ -54,6 +57,7 @@ def test_images_share_products_in_batches():
            (5, 4, 16, 32), (4, 2, 3, 3), bias=False)
 
 
+@pytest.mark.native_build
 def test_output_shape_and_auto_pad():
     # output_shape and SAME_* crop the full result; an odd total puts the
     # extra pixel at the end (SAME_UPPER) or the start (otherwise).
@@ -65,6 +69,7 @@ def test_output_shape_and_auto_pad():
            (1, 3, 4, 5), (3, 2, 3, 3))
 
 
+@pytest.mark.native_build
 def test_output_shape_with_batch_and_channels():
     # output_shape may also be written as the whole (N, M, OH, OW) shape,
     # which onnxruntime refuses: compared with the NumPy VM only.
@@ -72,6 +77,7 @@ def test_output_shape_with_batch_and_channels():
            (1, 3, 4, 5), (3, 2, 3, 3), onnxruntime_check=False)
 
 
+@pytest.mark.native_build
 def test_weight_and_bias_as_inputs_1x1():
     # A 1x1 kernel (pure channel mixing) with weight and bias computed at
     # run time.

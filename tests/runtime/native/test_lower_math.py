@@ -20,11 +20,6 @@ ANY_INPUT = ['Abs', 'Neg', 'Exp', 'Floor', 'Ceil', 'Sign', 'Erf', 'Sin', 'Cos', 
 POSITIVE_INPUT = ['Log', 'Sqrt', 'Reciprocal', 'Acosh']
 
 
-@pytest.fixture(autouse=True)
-def cache(tmp_path, monkeypatch):
-    monkeypatch.setenv('CHAINER_COMPILER_CACHE', str(tmp_path / 'cache'))
-
-
 def _unary_model(dtype, shape, ops, source):
     nodes = [helper.make_node(op, [source], ['y_' + op]) for op in ops]
     return nodes, [('y_' + op, dtype, shape) for op in ops]
@@ -37,6 +32,7 @@ def _refusal(model) -> str:
 
 
 @pytest.mark.parametrize('dtype', [F32, F64])
+@pytest.mark.native_build
 def test_every_unary_function(dtype):
     rng = numpy.random.RandomState(0)
     x = rng.uniform(-0.95, 0.95, (3, 5)).astype(dtype)
@@ -55,6 +51,7 @@ def test_every_unary_function(dtype):
     assert got[-1].tolist() == [-2, -2, -0, 0, 2, 2, 0, -1]
 
 
+@pytest.mark.native_build
 def test_activation_attributes_and_gelu_tanh():
     x = numpy.linspace(-4, 4, 24, dtype=F32).reshape(2, 3, 4)
     specs = [('Elu', {'alpha': 0.5}), ('Selu', {'alpha': 1.5, 'gamma': 2.0}), ('Selu', {}),
@@ -70,6 +67,7 @@ def test_activation_attributes_and_gelu_tanh():
     check_native(model, [x])
 
 
+@pytest.mark.native_build
 def test_softplus_does_not_overflow():
     x = numpy.array([-100, -20, 0, 20, 100], F32)
     model = make_model([helper.make_node('Softplus', ['x'], ['y'])], [('x', F32, [5])],
@@ -77,6 +75,7 @@ def test_softplus_does_not_overflow():
     assert check_native(model, [x])[0][-1] == 100
 
 
+@pytest.mark.native_build
 def test_clip_bounds_from_inputs_and_attributes():
     x = numpy.linspace(-3, 3, 12, dtype=F32).reshape(3, 4)
     inits = {'lo': numpy.array(-1, F32), 'hi': numpy.array(1.5, F32)}
@@ -113,6 +112,7 @@ ARITHMETIC = ['Add', 'Sub', 'Mul', 'Div']
 NUMERIC = [F32, F64, numpy.int64, numpy.int32]
 
 
+@pytest.mark.native_build
 def test_arithmetic_broadcasts_every_dtype():
     rng = numpy.random.RandomState(1)
     nodes, inputs, outputs, feed = [], [], [], []
@@ -140,6 +140,7 @@ def test_arithmetic_broadcasts_every_dtype():
     ((300000,), (300000,)),  # one long row cut into pieces
     ((3, 100000), (100000,)),  # a few long rows, each cut into pieces
 ])
+@pytest.mark.native_build
 def test_large_broadcasts_are_shared_between_threads_exactly(a_shape, b_shape):
     rng = numpy.random.RandomState(2)
     a = rng.uniform(-1, 1, a_shape).astype(numpy.float32)
@@ -152,6 +153,7 @@ def test_large_broadcasts_are_shared_between_threads_exactly(a_shape, b_shape):
     numpy.testing.assert_array_equal(y, a - b)
 
 
+@pytest.mark.native_build
 def test_integer_division_by_zero_gives_zero_and_does_not_trap():
     model = make_model([helper.make_node('Div', ['a', 'b'], ['y'])],
                        [('a', numpy.int64, [4]), ('b', numpy.int64, [4])],
@@ -163,6 +165,7 @@ def test_integer_division_by_zero_gives_zero_and_does_not_trap():
     assert got[0].tolist() == [0, -3, numpy.iinfo(numpy.int64).min, -1]
 
 
+@pytest.mark.native_build
 def test_pow_with_float_and_integer_exponents():
     x = numpy.random.RandomState(2).uniform(0.5, 2, (2, 3)).astype(F32)
     e = numpy.array([[0.5], [-1.5]], F32)
@@ -193,6 +196,7 @@ def test_add_refuses_mixed_dtypes():
     assert 'input 1 is int64, not float32 like input 0' in _refusal(model)
 
 
+@pytest.mark.native_build
 def test_prelu_slope_broadcasts_and_legacy_per_channel_slope():
     rng = numpy.random.RandomState(3)
     x = rng.uniform(-1, 1, (2, 3, 2, 2)).astype(F32)
@@ -217,6 +221,7 @@ def test_prelu_refuses_a_slope_wider_than_x():
     assert 'does not broadcast to X' in _refusal(model)
 
 
+@pytest.mark.native_build
 def test_legacy_broadcast_attribute():
     a = numpy.arange(24, dtype=F32).reshape(2, 3, 4)
     b = numpy.array([1, 2, 3], F32)
@@ -229,6 +234,7 @@ def test_legacy_broadcast_attribute():
     numpy.testing.assert_array_equal(got[0], a * b[:, None])
 
 
+@pytest.mark.native_build
 def test_variadic_ops_broadcast():
     rng = numpy.random.RandomState(4)
     nodes, inputs, outputs, feed = [], [], [], []
@@ -247,6 +253,7 @@ def test_variadic_ops_broadcast():
     check_native(make_model(nodes, inputs, outputs), feed)
 
 
+@pytest.mark.native_build
 def test_max_and_min_propagate_nan():
     a = numpy.array([1, numpy.nan, 3, numpy.nan], F32)
     b = numpy.array([numpy.nan, 2, 1, 5], F32)
@@ -258,6 +265,7 @@ def test_max_and_min_propagate_nan():
     assert got[1][2] == 1
 
 
+@pytest.mark.native_build
 def test_comparisons_and_logic_give_bool():
     rng = numpy.random.RandomState(5)
     nodes, inputs, outputs, feed = [], [], [], []

@@ -15,6 +15,7 @@ def _rand(*shape, seed=0):
     return numpy.random.RandomState(seed).randn(*shape).astype(F)
 
 
+@pytest.mark.native_build
 def test_lrn_sizes():
     # A window wider than the channels, non-default attributes.
     nodes = [helper.make_node('LRN', ['x'], ['y1'], size=3),
@@ -24,6 +25,7 @@ def test_lrn_sizes():
     check_native(model, [_rand(2, 5, 3, 4) * 3])
 
 
+@pytest.mark.native_build
 def test_lrn_even_size_and_other_ranks():
     # ONNX allows an even size (the window reaches one channel further up
     # than down) and any (N, C, ...) rank; onnxruntime takes only odd sizes
@@ -35,6 +37,7 @@ def test_lrn_even_size_and_other_ranks():
     check_native(model, [_rand(2, 5, 3) * 3, _rand(3, 6, seed=1)], onnxruntime_check=False)
 
 
+@pytest.mark.native_build
 def test_lrn_as_googlenet():
     # GoogLeNet: LRN(size=5, alpha=1e-4, beta=0.75) between Conv and MaxPool.
     node = helper.make_node('LRN', ['x'], ['y'], size=5, alpha=1e-4, beta=0.75, bias=1.0)
@@ -42,6 +45,7 @@ def test_lrn_as_googlenet():
     check_native(model, [_rand(1, 64, 14, 14) * 10])
 
 
+@pytest.mark.native_build
 def test_layer_norm_axes_and_outputs():
     # Default axis -1, a negative and a positive axis, Mean and InvStdDev
     # outputs, no B, epsilon.
@@ -59,6 +63,7 @@ def test_layer_norm_axes_and_outputs():
     check_native(model, [x])
 
 
+@pytest.mark.native_build
 def test_layer_norm_broadcast_parameters():
     # Scale and B broadcast over the normalized axes: constant ones are
     # expanded at emit time, graph inputs at run time; a B varying along
@@ -76,6 +81,7 @@ def test_layer_norm_broadcast_parameters():
                          _rand(2, 1, 1, 5, seed=5)])
 
 
+@pytest.mark.native_build
 def test_layer_norm_transformer_block():
     # As the Transformer encoder uses it: (batch, length, d_model), axis -1,
     # after a residual Add.
@@ -97,6 +103,7 @@ def test_layer_norm_refusals(tmp_path):
     assert 'stash_type 11' in str(e.value) and 'does not broadcast' in str(e.value)
 
 
+@pytest.mark.native_build
 def test_instance_norm_and_batch_norm():
     nodes = [helper.make_node('InstanceNormalization', ['x', 's', 'b'], ['y1']),
              helper.make_node('InstanceNormalization', ['z', 's', 'b'], ['y2'], epsilon=1e-2),
@@ -109,6 +116,7 @@ def test_instance_norm_and_batch_norm():
     check_native(model, [_rand(2, 3, 4, 5) * 2 + 1, _rand(2, 3, 6, seed=5)])
 
 
+@pytest.mark.native_build
 def test_size_one_and_empty_dims():
     # A normalized size of 1 gives B; an empty batch gives an empty result.
     nodes = [helper.make_node('LayerNormalization', ['x', 's', 'b'], ['y1'], axis=-1),

@@ -78,12 +78,14 @@ DIRECTIONS = ('forward', 'reverse', 'bidirectional')
 
 
 @pytest.mark.parametrize('op', ['RNN', 'GRU', 'LSTM'])
+@pytest.mark.native_build
 def test_every_direction_every_input_and_output(op):
     variants = [(d, ALL, ('Y', 'Y_h', 'Y_c'), {}) for d in DIRECTIONS]
     check_native(*_recurrent_model(op, variants))
 
 
 @pytest.mark.parametrize('op', ['RNN', 'GRU', 'LSTM'])
+@pytest.mark.native_build
 def test_no_optional_input_and_output_subsets(op):
     """No B, no lengths, no initial state; Y alone, Y_h alone, Y_c alone."""
     variants = [('forward', (), ('Y',), {}), ('bidirectional', (), ('Y_h',), {}),
@@ -92,6 +94,7 @@ def test_no_optional_input_and_output_subsets(op):
 
 
 @pytest.mark.parametrize('lbr', [0, 1])
+@pytest.mark.native_build
 def test_gru_linear_before_reset_and_clip(lbr):
     variants = [(d, ALL, ('Y', 'Y_h'), dict(linear_before_reset=lbr, clip=0.5))
                 for d in ('forward', 'bidirectional')]
@@ -100,6 +103,7 @@ def test_gru_linear_before_reset_and_clip(lbr):
     check_native(*_recurrent_model('GRU', variants))
 
 
+@pytest.mark.native_build
 def test_lstm_clip_peepholes_and_activations_spelled_out():
     """Peepholes without initial state; the default activations listed per
     direction are accepted."""
@@ -111,6 +115,7 @@ def test_lstm_clip_peepholes_and_activations_spelled_out():
 
 
 @pytest.mark.parametrize('op', ['RNN', 'GRU', 'LSTM'])
+@pytest.mark.native_build
 def test_layout_1(op):
     """Batch-major X, Y and states (opset 14).  onnxruntime has no layout 1:
     the results must be those of layout 0 (checked against it) transposed."""
@@ -125,6 +130,7 @@ def test_layout_1(op):
 
 
 @pytest.mark.parametrize('op', ['GRU', 'LSTM'])
+@pytest.mark.native_build
 def test_run_time_weights_bias_and_lengths(op):
     """W and R transposed at run time; B and sequence_lens read at run time."""
     variants = [('bidirectional', ALL, ('Y', 'Y_h', 'Y_c'), {})]
@@ -141,12 +147,14 @@ def test_run_time_weights_bias_and_lengths(op):
     numpy.testing.assert_array_equal(got[1][:, 1], feeds[5][:, 1])
 
 
+@pytest.mark.native_build
 def test_single_step_unit_sizes():
     """seq 1, batch 1, input 1, hidden 1."""
     variants = [('bidirectional', ALL, ('Y', 'Y_h', 'Y_c'), {})]
     check_native(*_recurrent_model('LSTM', variants, T=1, B=1, n_in=1, H=1))
 
 
+@pytest.mark.native_build
 def test_empty_sequence():
     """seq 0: Y is empty and the final states are the initial ones (as in
     the VM; onnxruntime gives zeros)."""
@@ -171,6 +179,7 @@ def test_refusals(op, attrs, reason, tmp_path):
         emit_c(build_program(model), tmp_path)
 
 
+@pytest.mark.native_build
 def test_exported_bilstm_classifier():
     """Chainer's NStepBiLSTM text classifier exported as ONNX LSTM nodes
     (two bidirectional layers, variable lengths) runs natively."""

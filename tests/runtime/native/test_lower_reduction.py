@@ -19,11 +19,6 @@ REDUCTIONS = ['ReduceSum', 'ReduceMean', 'ReduceMax', 'ReduceMin', 'ReduceProd',
 VARIANTS = [([1], 1), ([-1], 0), ([0, 2], 1), ([2, 0], 0), (None, 1), (None, 0)]
 
 
-@pytest.fixture(autouse=True)
-def cache(tmp_path, monkeypatch):
-    monkeypatch.setenv('CHAINER_COMPILER_CACHE', str(tmp_path / 'cache'))
-
-
 def _out_shape(shape, axes, keepdims):
     axes = range(len(shape)) if axes is None else [a % len(shape) for a in axes]
     return [1 if k in axes else d for k, d in enumerate(shape) if keepdims or k not in axes]
@@ -53,21 +48,25 @@ def _reductions_model(opset, dtype, as_input):
     return make_model(nodes, [('x', dtype, [2, 3, 4])], outputs, inits, opset=opset)
 
 
+@pytest.mark.native_build
 def test_reductions_with_axes_attributes():
     # Opset 11: ReduceSum too takes its axes as an attribute.
     check_native(_reductions_model(11, F32, False), [_positive_input(F32)])
 
 
+@pytest.mark.native_build
 def test_reductions_with_axes_inputs():
     check_native(_reductions_model(18, F32, True), [_positive_input(F32)])
 
 
+@pytest.mark.native_build
 def test_reductions_of_float64():
     # onnxruntime lacks float64 kernels of several of them.
     check_native(_reductions_model(18, F64, True), [_positive_input(F64)],
                  onnxruntime_check=False)
 
 
+@pytest.mark.native_build
 def test_empty_axes_input_and_noop_with_empty_axes():
     x = _positive_input(F32)
     nodes = [helper.make_node('ReduceSum', ['x', 'none'], ['all'], keepdims=0),
@@ -83,6 +82,7 @@ def test_empty_axes_input_and_noop_with_empty_axes():
     numpy.testing.assert_allclose(got[2], x * x, rtol=1e-6)
 
 
+@pytest.mark.native_build
 def test_log_sum_exp_of_large_values_does_not_overflow():
     x = numpy.array([[1000, 1000], [-1000, -numpy.inf]], F32)
     model = make_model([helper.make_node('ReduceLogSumExp', ['x'], ['y'], axes=[1], keepdims=0)],
@@ -91,6 +91,7 @@ def test_log_sum_exp_of_large_values_does_not_overflow():
     numpy.testing.assert_allclose(got[0], [1000 + numpy.log(2), -1000], rtol=1e-6)
 
 
+@pytest.mark.native_build
 def test_reduction_over_an_empty_axis_gives_the_identity():
     x = numpy.zeros((0, 3), F32)
     ops = ['ReduceSum', 'ReduceProd', 'ReduceMax', 'ReduceMin', 'ReduceSumSquare']
@@ -108,6 +109,7 @@ def test_reduce_refuses_computed_axes():
         emit_c(build_program(model), '/nonexistent/never-written')
 
 
+@pytest.mark.native_build
 def test_arg_max_and_min():
     x = numpy.array([[[3, 1, 3, 0], [2, 2, 2, 2], [0, 5, 5, -1]],
                      [[1, 1, 0, 0], [7, 7, 6, 8], [4, 4, 4, 4]]], F32)
@@ -136,6 +138,7 @@ def test_arg_max_and_min():
     assert got[len(variants) + 3][0].tolist() == [3, 3, 3]
 
 
+@pytest.mark.native_build
 def test_arg_max_of_nan_is_the_nan():
     x = numpy.array([[1, numpy.nan, 5, numpy.nan]], F32)
     model = make_model([helper.make_node('ArgMax', ['x'], ['first'], axis=1),

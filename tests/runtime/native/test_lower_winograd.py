@@ -6,6 +6,7 @@ tiles across images, bias and a fused activation; ConvTranspose at stride 1
 ConvGradFilter, whose products sum over blocks of tiles; and which
 convolutions the lowering sends there."""
 import numpy
+import pytest
 from onnx import helper
 
 from chainer_compiler.pipeline import build_program
@@ -41,6 +42,7 @@ def _count_in_code(model, tmp_path, text):
         return f.read().count(text)
 
 
+@pytest.mark.native_build
 def test_conv_through_winograd(tmp_path):
     # y1: 17 x 19 outputs, so the last row and column of tiles are half
     # outside; 6 images of 9 tile rows are more than one block, and a block
@@ -68,6 +70,7 @@ def test_conv_through_winograd(tmp_path):
     check_native(model, [_rand(rng, *x_shape), _rand(rng, C, C, 3, 3)], atol=1e-4)
 
 
+@pytest.mark.native_build
 def test_conv_transpose_at_stride_one_through_winograd(tmp_path):
     # ConvTranspose pads p crop the full result: the convolution of the
     # input with the rotated weights padded by 2 - p (0 to 2), any side.
@@ -85,6 +88,7 @@ def test_conv_transpose_at_stride_one_through_winograd(tmp_path):
     check_native(model, [_rand(rng, *x_shape)], atol=1e-4)
 
 
+@pytest.mark.native_build
 def test_conv_grad_filter_through_winograd(tmp_path):
     # 6 images of 9 x 10 tiles, more than one block (the products add up
     # across blocks); odd output sizes; padding on two sides only.

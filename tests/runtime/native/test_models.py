@@ -111,14 +111,6 @@ CASES = [pytest.param(name, marks=[pytest.mark.slow] if name in SLOW else [])
          for name in MODELS]
 
 
-@pytest.fixture(scope='module', autouse=True)
-def cache(tmp_path_factory):
-    """The native libraries of this module go to a cache of its own."""
-    with pytest.MonkeyPatch.context() as patch:
-        patch.setenv('CHAINER_COMPILER_CACHE', str(tmp_path_factory.mktemp('cache')))
-        yield
-
-
 class Exported:
     """A model exported for inference: the ONNX model, its Program, the
     inputs, and the outputs of the references (runtime name, outputs)."""
@@ -157,6 +149,7 @@ def _exported(name):
 
 
 @pytest.mark.parametrize('name', CASES)
+@pytest.mark.native_build
 def test_native_executor_matches_the_references(name):
     model = _exported(name)
     got = Executor(model.program, backend='native').run_positional(model.inputs)
@@ -164,6 +157,7 @@ def test_native_executor_matches_the_references(name):
 
 
 @pytest.mark.parametrize('name', CASES)
+@pytest.mark.native_build
 def test_built_executable_matches_the_references(name, tmp_path):
     model = _exported(name)
     folder = tmp_path / 'c'

@@ -24,9 +24,9 @@ pytestmark = pytest.mark.skipif(CC is None, reason='no C compiler (cc, gcc, clan
 RTOL, ATOL = 1e-4, 1e-5
 
 
-@pytest.fixture(autouse=True)
+@pytest.fixture
 def cache(tmp_path, monkeypatch):
-    """Each test gets an empty cache of its own."""
+    """An empty cache of the test's own (the others share the run's)."""
     folder = tmp_path / 'cache'
     monkeypatch.setenv('CHAINER_COMPILER_CACHE', str(folder))
     return folder
@@ -51,6 +51,7 @@ def _x(batch=3, width=7):
     return numpy.random.RandomState(5).uniform(-1, 1, (batch, width)).astype(numpy.float32)
 
 
+@pytest.mark.native_build
 def test_lenet5_matches_the_numpy_executor(tmp_path):
     import chainer_compiler
     from tests.models import LeNet5
@@ -65,6 +66,7 @@ def test_lenet5_matches_the_numpy_executor(tmp_path):
     numpy.testing.assert_allclose(got[0], want[0], rtol=RTOL, atol=ATOL)
 
 
+@pytest.mark.native_build
 def test_library_is_built_once_and_reused(cache):
     program = build_program(_mlp_model())
     first = NativeRun(program)
@@ -84,6 +86,7 @@ def test_library_is_built_once_and_reused(cache):
     assert sorted(os.listdir(cache / 'objects')) == objects  # reused, none added
 
 
+@pytest.mark.native_build
 def test_a_changed_program_never_reuses_a_stale_library(cache):
     x = _x()
     leaky = _mlp_model()
@@ -102,6 +105,7 @@ def test_a_changed_program_never_reuses_a_stale_library(cache):
     assert runs['leaky']._native.path != runs['seed0']._native.path
 
 
+@pytest.mark.native_build
 def test_cache_folder_follows_xdg_when_not_overridden(tmp_path, monkeypatch):
     monkeypatch.delenv('CHAINER_COMPILER_CACHE')
     monkeypatch.setenv('XDG_CACHE_HOME', str(tmp_path / 'xdg'))
@@ -109,6 +113,7 @@ def test_cache_folder_follows_xdg_when_not_overridden(tmp_path, monkeypatch):
     assert os.path.dirname(run.path) == str(tmp_path / 'xdg' / 'chainer_compiler')
 
 
+# Not native_build: make test-fast's smoke test of the native backend.
 def test_inputs_of_other_layouts_are_converted_and_wrong_shapes_refused():
     program = build_program(_mlp_model())
     run = Executor(program, backend='native', validate_inputs=False)
@@ -189,6 +194,7 @@ def test_cli_run_on_the_native_backend(tmp_path, capsys):
     assert cli_main(['run', '--test', str(tmp_path), '--backend', 'native']) != 0
 
 
+@pytest.mark.native_build
 def test_compile_onnx_runs_inference_and_training_forward_natively(tmp_path):
     import chainer_compiler
     from tests.models import MLP
@@ -206,6 +212,7 @@ def test_compile_onnx_runs_inference_and_training_forward_natively(tmp_path):
     numpy.testing.assert_allclose(compiled(x).array, want, rtol=RTOL, atol=ATOL)
 
 
+@pytest.mark.native_build
 def test_shape_arithmetic_is_evaluated_at_emit_time(tmp_path):
     """Shapes are static: Shape, Size and what computes on them become
     constants, so a Reshape whose target is computed from its input works

@@ -20,13 +20,8 @@ PASSING = ['test_relu', 'test_gemm_default_matrix_bias', 'test_gemm_default_no_b
            'test_conv_with_strides_padding', 'test_maxpool_2d_ceil', 'test_add_bcast']
 
 
-@pytest.fixture(autouse=True)
-def cache(tmp_path, monkeypatch):
-    """Libraries go to a cache of this test's own."""
-    monkeypatch.setenv('CHAINER_COMPILER_CACHE', str(tmp_path / 'cache'))
-
-
 @pytest.mark.parametrize('name', PASSING)
+@pytest.mark.native_build
 def test_node_test_passes_natively(name):
     result = run_node_test(name, backend='native')
     assert result.status == 'passed', result.reason
@@ -55,6 +50,7 @@ def test_a_compiler_error_is_a_failure(monkeypatch):
     assert result.status == 'failed' and 'NativeBuildError' in result.reason
 
 
+@pytest.mark.native_build
 def test_worker_processes_give_the_same_results_in_name_order():
     pattern = '^test_(relu|hardmax_axis_0|gemm_default_no_bias)$'
     seen: list = []
@@ -65,6 +61,7 @@ def test_worker_processes_give_the_same_results_in_name_order():
     assert sorted(r.name for r in seen) == [r.name for r in results]
 
 
+@pytest.mark.native_build
 def test_cli_reports_native_counts_per_family(capsys):
     assert cli_main(['conformance', '--backend', 'native', '--json',
                      '-k', '^test_(relu|hardmax_axis_0|maxpool_2d_ceil)$']) == 0

@@ -59,10 +59,8 @@ def _inputs(indices):
 
 
 @pytest.fixture(scope='module')
-def native(tmp_path_factory):
-    with pytest.MonkeyPatch.context() as patch:
-        patch.setenv('CHAINER_COMPILER_CACHE', str(tmp_path_factory.mktemp('cache')))
-        yield Executor(_program(), backend='native')
+def native():
+    return Executor(_program(), backend='native')
 
 
 @pytest.fixture(scope='module')
@@ -95,6 +93,7 @@ def _assert_refused(done, *texts):
 # -- Gather out of range ----------------------------------------------------------
 
 @pytest.mark.parametrize('indices', [[4, 0], [0, -5]])
+@pytest.mark.native_build
 def test_gather_out_of_range_raises_the_vms_kernel_error(native, indices):
     """Before: the C wrote zeros where the VM raised IndexError."""
     with pytest.raises(KernelError) as vm:
@@ -108,11 +107,13 @@ def test_gather_out_of_range_raises_the_vms_kernel_error(native, indices):
     assert str(got.value).endswith('out of bounds for axis 0 with size 4')
 
 
+@pytest.mark.native_build
 def test_gather_in_range_and_negative_indices_match_the_vm(native):
     want = Executor(_program()).run_positional(_inputs([-1, 3]))[0]
     numpy.testing.assert_array_equal(native.run_positional(_inputs([-1, 3]))[0], want)
 
 
+@pytest.mark.native_build
 def test_gather_out_of_range_in_the_executable_is_one_line_and_writes_nothing(exe, tmp_path):
     numpy.save(tmp_path / 'bad.npy', numpy.array([0, 4]))
     done = _run(exe, '-o', tmp_path / 'out', exe / 'x.npy', tmp_path / 'bad.npy', exe / 'f.npy')
@@ -123,6 +124,7 @@ def test_gather_out_of_range_in_the_executable_is_one_line_and_writes_nothing(ex
 
 # -- casts of NaN and out-of-range floats --------------------------------------------
 
+@pytest.mark.native_build
 def test_float_to_integer_casts_are_defined_as_numpy_on_x86(native, exe, tmp_path):
     """Before: undefined behaviour in C (UBSan: 'nan is outside the range of
     representable values'); now the integer type's minimum, in Python and in
@@ -190,6 +192,7 @@ def _huge_program():
         {'shape': numpy.array([2**20, 2**20], dtype=numpy.int64)}))
 
 
+@pytest.mark.native_build
 def test_an_arena_larger_than_memory_is_a_kernel_error_naming_its_size(native):
     """Before: numpy.empty's bare MemoryError.  (``native``: the module's
     cache of kernel objects.)"""
@@ -198,6 +201,7 @@ def test_an_arena_larger_than_memory_is_a_kernel_error_naming_its_size(native):
         NativeRun(_huge_program())
 
 
+@pytest.mark.native_build
 def test_an_arena_the_executable_cannot_allocate_is_named(tmp_path):
     """Before: 'out of memory' (weights in a file: the arena is malloc'ed)."""
     emit_c(_huge_program(), tmp_path / 'c', 'huge', weights='file')
@@ -213,6 +217,7 @@ def test_an_arena_the_executable_cannot_allocate_is_named(tmp_path):
 
 # -- output files -------------------------------------------------------------------
 
+@pytest.mark.native_build
 def test_outputs_whose_file_names_collide_get_files_of_their_own(exe, tmp_path):
     """Before: a_b.npy was written three times, the last output winning."""
     files = output_file_names(list(OUTPUTS))
@@ -234,6 +239,7 @@ def test_file_names_are_unique_ignoring_case_and_bounded():
 
 
 @pytest.mark.parametrize('link', ['same', 'symbolic', 'hard'])
+@pytest.mark.native_build
 def test_an_output_file_that_is_an_input_is_refused_before_running(exe, tmp_path, link):
     """Before: the input file was overwritten with the output."""
     x = tmp_path / 'in' / 'a_b.npy'  # the file of output 'a/b' in -o in
@@ -275,6 +281,7 @@ def _npy(path, header: str, data: numpy.ndarray):
     ("{'descr': '<f4', 'fortran_order': False, 'shape': (4, 3)} junk", 'text after the dict'),
     ("{'descr': [('a', '<f4')], 'fortran_order': False, 'shape': (4, 3)}", 'not a plain dtype'),
 ])
+@pytest.mark.native_build
 def test_npy_headers_are_parsed_key_by_key(exe, tmp_path, header, error):
     path = tmp_path / 'x.npy'
     _npy(path, header, numpy.zeros(12, numpy.float32))
@@ -282,6 +289,7 @@ def test_npy_headers_are_parsed_key_by_key(exe, tmp_path, header, error):
                     str(path), error)
 
 
+@pytest.mark.native_build
 def test_npy_headers_in_any_key_order_and_quoting_are_read(exe, tmp_path):
     path = tmp_path / 'x.npy'
     x = numpy.arange(12, dtype=numpy.float32)
@@ -295,6 +303,7 @@ def test_npy_headers_in_any_key_order_and_quoting_are_read(exe, tmp_path):
 
 @pytest.mark.parametrize('count', ['99999999999999999999', '1000000001', '0', '-1', '',
                                    '2x', ' '])
+@pytest.mark.native_build
 def test_iterations_out_of_range_are_refused(exe, count):
     """Before: strtol's overflow (LONG_MAX runs) and '' (no digits) passed."""
     _assert_refused(_run(exe, '--iterations', count, *_inputs_of(exe)),

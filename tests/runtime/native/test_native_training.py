@@ -34,12 +34,6 @@ OPTIMIZERS = {
 }
 
 
-@pytest.fixture(autouse=True)
-def cache(tmp_path_factory, monkeypatch):
-    # One cache for the module: the same programs are built by several tests.
-    monkeypatch.setenv('CHAINER_COMPILER_CACHE', str(tmp_path_factory.getbasetemp() / 'cache'))
-
-
 class MLP(chainer.Chain):
     def __init__(self, sizes=(20, 16, 16, 5)):
         super().__init__()
@@ -149,6 +143,7 @@ def _assert_native_matches(model, optimizer, batches, what):
 
 
 @pytest.mark.parametrize('optimizer', sorted(OPTIMIZERS))
+@pytest.mark.native_build
 def test_steps_match_numpy_backend_and_chainer(optimizer):
     model, batches = _model_and_batches(ignored=optimizer == 'sgd')
     batches = batches[:STEPS]
@@ -166,6 +161,7 @@ def test_steps_match_numpy_backend_and_chainer(optimizer):
 
 
 @pytest.mark.parametrize('optimizer', ['momentum', 'adam'])
+@pytest.mark.native_build
 def test_arrays_are_updated_where_they_lie(optimizer):
     model, batches, opt, step = _native_step(optimizer)
     arrays, _ = _state(model, opt)
@@ -178,6 +174,7 @@ def test_arrays_are_updated_where_they_lie(optimizer):
     assert loss.shape == () and numpy.isfinite(loss)
 
 
+@pytest.mark.native_build
 def test_reports_loss_and_accuracy():
     model, batches = _model_and_batches()
     observed = []
@@ -198,6 +195,7 @@ def test_reports_loss_and_accuracy():
 
 
 @pytest.mark.parametrize('first,then', [('native', 'numpy'), ('numpy', 'native')])
+@pytest.mark.native_build
 def test_snapshot_resumes_on_the_other_backend(tmp_path, first, then):
     """A snapshot (save_npz of model and optimizer) after two steps on one
     backend, resumed for two more on the other, ends where four steps on
@@ -241,6 +239,7 @@ def test_unsupported_op_names_the_op_and_the_backend():
     assert 'no C kernel for operator CumSum' in message
 
 
+@pytest.mark.native_build
 def test_a_parameter_that_cannot_be_updated_in_place_is_refused():
     model, batches, _, step = _native_step()
     step(*batches[0])
@@ -252,6 +251,7 @@ def test_a_parameter_that_cannot_be_updated_in_place_is_refused():
     numpy.testing.assert_array_equal(weight.array, before)
 
 
+@pytest.mark.native_build
 def test_a_label_out_of_range_is_an_error():
     model, batches, _, step = _native_step()
     x, t = batches[0]
@@ -282,6 +282,7 @@ def _compile_onnx_trained(model, batches, backend, tmp_path):
     return classifier, optimizer
 
 
+@pytest.mark.native_build
 def test_compile_onnx_trains_natively(tmp_path):
     """compile_onnx's forward and backward programs run natively; Chainer's
     loss and optimizer train the model's own parameters."""
@@ -312,6 +313,7 @@ class LeNet(chainer.Chain):
 
 
 @pytest.mark.parametrize('optimizer', ['momentum', 'adam'])
+@pytest.mark.native_build
 def test_lenet_steps_match_numpy_backend_and_chainer(optimizer):
     model, batches = _classifier_and_batches(LeNet, (4, 1, 12, 12), 5)
     model(*batches[0])  # initializes fc
@@ -339,6 +341,7 @@ class SmallResNet(chainer.Chain):
 
 
 @pytest.mark.parametrize('optimizer', ['sgd', 'adam'])
+@pytest.mark.native_build
 def test_batch_normalization_steps_match_numpy_backend_and_chainer(optimizer):
     model, batches = _classifier_and_batches(SmallResNet, (4, 2, 8, 8), 5)
     model(*batches[0])  # initializes fc
@@ -346,6 +349,7 @@ def test_batch_normalization_steps_match_numpy_backend_and_chainer(optimizer):
     assert '/predictor/bn1/avg_mean' in native[0]
 
 
+@pytest.mark.native_build
 def test_a_bad_batch_after_good_ones_is_still_refused():
     # The step checks a batch signature once; a batch of another shape or
     # dtype after many good steps is checked, and refused before anything
@@ -407,6 +411,7 @@ def _dropout_trained(model, batches, backend, seed):
     return _state(model, optimizer), losses, numpy.random.rand()
 
 
+@pytest.mark.native_build
 def test_dropout_masks_are_the_numpy_vms():
     """The native step takes its Dropout masks' uniform numbers from NumPy's
     global generator, as the VM does: from one seed, the same masks, the
@@ -423,6 +428,7 @@ def test_dropout_masks_are_the_numpy_vms():
     assert not numpy.allclose(native_losses, other_losses, rtol=RTOL)
 
 
+@pytest.mark.native_build
 def test_compile_onnx_trains_with_dropout_natively(tmp_path):
     """compile_onnx's forward program draws the masks natively and keeps
     them for its native backward program."""
@@ -451,6 +457,7 @@ class LSTMClassifier(chainer.Chain):
         return self.fc(hy[-1])
 
 
+@pytest.mark.native_build
 def test_nstep_lstm_steps_match_numpy_backend_and_chainer():
     """Three Adam steps: LSTMGrad, SliceGrad and GatherGrad in C."""
     model, batches = _classifier_and_batches(LSTMClassifier, (3, 4, 4), 3)
@@ -465,6 +472,7 @@ def test_nstep_lstm_steps_match_numpy_backend_and_chainer():
     lambda: bench_models.ResNet50(width=8, blocks=(1, 1, 1, 1)),
     lambda: bench_models.VGG16(width=8, fc_width=32, image_size=64),
 ], ids=['resnet50', 'vgg16'])
+@pytest.mark.native_build
 def test_model_test_networks_match_numpy_backend_and_chainer(make):
     """The benchmark's ResNet-50 (bottlenecks, strided 1x1 convolutions,
     max and global average pooling) and VGG16, shrunk: MomentumSGD steps."""

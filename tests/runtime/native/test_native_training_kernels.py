@@ -20,11 +20,6 @@ F32, F64 = numpy.float32, numpy.float64
 CUSTOM = 'org.chainer_compiler'
 
 
-@pytest.fixture(autouse=True)
-def cache(tmp_path, monkeypatch):
-    monkeypatch.setenv('CHAINER_COMPILER_CACHE', str(tmp_path / 'cache'))
-
-
 #: make_model with this project's domain imported too.
 _custom_model = functools.partial(make_model, custom=True)
 
@@ -55,6 +50,7 @@ def _loss_attrs(reduction, ignore):
 
 
 @pytest.mark.parametrize('shape,label_dtype,reduction,ignore,weighted', LOSS_CASES)
+@pytest.mark.native_build
 def test_softmax_cross_entropy_loss(shape, label_dtype, reduction, ignore, weighted):
     n, c, rest = shape[0], shape[1], list(shape[2:])
     attrs = _loss_attrs(reduction, ignore)
@@ -75,6 +71,7 @@ def test_softmax_cross_entropy_loss(shape, label_dtype, reduction, ignore, weigh
 
 
 @pytest.mark.parametrize('shape,label_dtype,reduction,ignore,weighted', LOSS_CASES)
+@pytest.mark.native_build
 def test_softmax_cross_entropy_loss_grad(shape, label_dtype, reduction, ignore, weighted):
     n, c, rest = shape[0], shape[1], list(shape[2:])
     attrs = _loss_attrs(reduction, ignore)
@@ -97,6 +94,7 @@ def test_softmax_cross_entropy_loss_grad(shape, label_dtype, reduction, ignore, 
     check_native(model, values, onnxruntime_check=False)
 
 
+@pytest.mark.native_build
 def test_a_label_out_of_range_makes_the_run_fail():
     model = make_model([helper.make_node('SoftmaxCrossEntropyLoss', ['x', 't'], ['loss'],
                                          ignore_index=-1)],
@@ -109,6 +107,7 @@ def test_a_label_out_of_range_makes_the_run_fail():
             run.run_positional([x, numpy.array([0, bad, 3])])
 
 
+@pytest.mark.native_build
 def test_relu_grad():
     model = _custom_model([helper.make_node('ReluGrad', ['y', 'gy'], ['gx'], domain=CUSTOM)],
                           [('y', F32, [5, 7]), ('gy', F32, [5, 7])], [('gx', F32, [5, 7])])
@@ -146,6 +145,7 @@ def _update_inputs(op, shape=(4, 6)):
 
 
 @pytest.mark.parametrize('op', sorted(UPDATES))
+@pytest.mark.native_build
 def test_optimizer_update_in_place(op):
     program = build_program(_update_model(op))
     native, numpy_vm = _update_inputs(op), _update_inputs(op)
@@ -164,6 +164,7 @@ def test_optimizer_update_in_place(op):
     assert all(not numpy.array_equal(native[k], before[k]) for k in changed)
 
 
+@pytest.mark.native_build
 def test_a_read_only_parameter_is_refused():
     program = build_program(_update_model('SGDUpdate'))
     values = _update_inputs('SGDUpdate')
@@ -172,6 +173,7 @@ def test_a_read_only_parameter_is_refused():
         Executor(program, backend='native').run_positional(values)
 
 
+@pytest.mark.native_build
 def test_emitted_c_api_of_an_update(tmp_path):
     """The header declares the updated inputs writable, the run copies them
     to their outputs only when the caller passes other memory, and the
@@ -216,6 +218,7 @@ def _window_out(spatial, kernel, attrs, ceil_mode=0):
 
 
 @pytest.mark.parametrize('shape,kernel,m,attrs', CONV_CASES)
+@pytest.mark.native_build
 def test_conv_grad_filter(shape, kernel, m, attrs):
     n, c = shape[:2]
     out = _window_out(shape[2:], kernel, attrs)
@@ -240,6 +243,7 @@ POOL_CASES = [
 
 
 @pytest.mark.parametrize('shape,attrs', POOL_CASES)
+@pytest.mark.native_build
 def test_max_pool_grad(shape, attrs):
     """Through a MaxPool and its gradient in one graph, so that y is the
     forward's own maximum; x is quantized so that windows hold ties (the
@@ -266,6 +270,7 @@ def _bn_inputs(shape, seed=0):
 
 
 @pytest.mark.parametrize('opset,shape', [(15, (4, 3, 5, 2)), (9, (6, 2))])
+@pytest.mark.native_build
 def test_batch_normalization_training(opset, shape):
     """Batch statistics and running averages: from opset 14 Y and the
     running mean and variance; before, the batch's mean and variance too."""
@@ -283,6 +288,7 @@ def test_batch_normalization_training(opset, shape):
     check_native(model, _bn_inputs(shape), onnxruntime_check=False)
 
 
+@pytest.mark.native_build
 def test_batch_statistics_of_a_channel_far_from_zero():
     """Integers in 1e7 +- 4 (exact in float32): the variance is 1e-13 of the
     squared mean, beyond even a double sum of squares, and the native
@@ -303,6 +309,7 @@ def test_batch_statistics_of_a_channel_far_from_zero():
 
 
 @pytest.mark.parametrize('training,given,n_outputs', [(1, False, 3), (0, True, 5), (1, True, 3)])
+@pytest.mark.native_build
 def test_batch_normalization_grad(training, given, n_outputs):
     shape = (3, 4, 2, 3)
     x, scale, _, mean, var = _bn_inputs(shape)
@@ -331,6 +338,7 @@ AVERAGE_POOL_CASES = [
 
 
 @pytest.mark.parametrize('shape,attrs', AVERAGE_POOL_CASES)
+@pytest.mark.native_build
 def test_average_pool_grad(shape, attrs):
     y_shape = list(shape[:2]) + _window_out(shape[2:], attrs['kernel_shape'], attrs,
                                             attrs.get('ceil_mode', 0))
@@ -399,6 +407,7 @@ def _recurrent_grad_case(op, T, B, n_in, H, attrs, given, upstream):
 
 @pytest.mark.parametrize('op,T,B,n_in,H,attrs,given', RECURRENT_GRAD_CASES)
 @pytest.mark.parametrize('upstream', [('gY', 'gY_h', 'gY_c'), ('gY_h',)])
+@pytest.mark.native_build
 def test_recurrent_grad(op, T, B, n_in, H, attrs, given, upstream):
     model, values = _recurrent_grad_case(op, T, B, n_in, H, attrs, given, upstream)
     got = check_native(model, values, onnxruntime_check=False)
@@ -415,6 +424,7 @@ SLICE_GRAD_CASES = [
 
 
 @pytest.mark.parametrize('shape,starts,ends,axes,steps', SLICE_GRAD_CASES)
+@pytest.mark.native_build
 def test_slice_grad(shape, starts, ends, axes, steps):
     sliced = numpy.zeros(shape)[tuple(
         slice(None) if k not in axes else
@@ -440,6 +450,7 @@ def test_slice_grad(shape, starts, ends, axes, steps):
     ((3, 2), 1, [1]),
 ])
 @pytest.mark.parametrize('index_dtype', [numpy.int32, numpy.int64])
+@pytest.mark.native_build
 def test_gather_grad(shape, axis, indices, index_dtype):
     indices = numpy.array(indices, index_dtype)
     gy_shape = list(shape[:axis]) + list(indices.shape) + list(shape[axis + 1:])
@@ -453,6 +464,7 @@ def test_gather_grad(shape, axis, indices, index_dtype):
 
 
 @pytest.mark.parametrize('op', sorted(RECURRENT))
+@pytest.mark.native_build
 def test_recurrent_grad_with_constant_weights(op):
     """W and R as initializers: transposed at emit time, not at run time."""
     model, values = _recurrent_grad_case(op, 3, 2, 4, 5, {'direction': 'bidirectional'},

@@ -30,6 +30,7 @@ def _training_dropout():
          't': numpy.array(True)})
 
 
+# Its native case is not native_build: make test-fast keeps it as a smoke test.
 @pytest.mark.parametrize('backend', ['numpy', 'native'])
 def test_a_training_dropout_on_a_constant_draws_a_fresh_mask_every_run(backend):
     # The old native emitter refused it or (by an op-name rule that missed
@@ -116,6 +117,7 @@ def test_attribute_defaults_are_filled_once_when_the_program_is_built():
     assert leaky.attrs['alpha'] == 0.01
 
 
+@pytest.mark.native_build
 def test_an_inference_dropout_takes_a_computed_ratio_natively():
     # Only a training Dropout needs its ratio at emit time.
     model = make_model([helper.make_node('Dropout', ['x', 'r'], ['y'])],
