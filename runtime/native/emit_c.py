@@ -14,6 +14,12 @@ element-wise result takes the memory of an input read for the last time.
 
 Anything the kernels cannot do is refused before a file is written, with
 one error listing every offending instruction; there is no fallback.
+
+emit_c is three functions of their inputs and the writing of their result:
+lower(program, name) -> Lowered (fusion, folding, the lowerings: a Step and
+static types per value), plan(lowered) -> ArenaPlan (where each value
+lives) and render(lowered, plan, weights_mode) -> Rendered (the files'
+text); none changes its inputs.
 """
 import glob
 import hashlib
@@ -146,11 +152,24 @@ def emit_c(program: Program, directory: str | os.PathLike, name: str = 'model',
                               % (weights, ', '.join(WEIGHTS_MODES)))
     check_model_name(name)
     start = time.perf_counter()
-    emitter = _Emitter(program, name, weights)
-    emitter.phases.append(('lower', time.perf_counter() - start))
+    lowered = lower(program, name)
+    weights = _choose_weights(lowered, weights)
+    phases = [('lower', time.perf_counter() - start)]
     logger.info('emit-c %s: lowered %d instructions (%d evaluated at emit time) in %.2f s',
-                name, len(emitter.steps), emitter.steps.count(None), emitter.phases[-1][1])
-    return emitter.write(os.fspath(directory), keep)
+                name, len(lowered.steps), lowered.steps.count(None), phases[-1][1])
+    start = time.perf_counter()
+    arena = plan(lowered)
+    start = _phase(phases, 'plan', start)
+    rendered = render(lowered, arena, weights)
+    _phase(phases, 'render', start)
+    return _write(lowered, arena, rendered, os.fspath(directory), keep, phases)
+
+
+def _phase(phases: list, name: str, start: float) -> float:
+    """Note in ``phases`` that phase ``name`` ran from ``start``; the time now."""
+    now = time.perf_counter()
+    phases.append((name, now - start))
+    return now
 
 
 #: Longest model name: it is a prefix of file names and C identifiers.
@@ -308,18 +327,59 @@ def prefix_kernel_symbols(text: str, name: str) -> str:
     return _C_SKIP_OR_KERNEL.sub(lambda m: m.group(1) or name + '_ccn_', text)
 
 
-class _Emitter:
-    """Lowers every instruction, plans the arena and writes the files.  The
-    lowerings see it through ``shape``, ``dtype``, ``has``, ``const``,
-    ``nbytes``, ``is_output``, ``only_first_output``, ``weight`` and
+@dataclass
+class Lowered:
+    """What lower() makes of a Program: the Program after fusion (with the
+    inputs the lowerings added after its own: ``uniform_inputs``), one Step
+    per instruction (None: evaluated at emit time), the static shape and
+    dtype of every value, the constants (the Program's and the folded
+    ones) and the arrays the lowerings made at emit time by C name
+    (``weights``: NAME_<suffix>, e.g. a transposed weight)."""
+    program: Program
+    name: str
+    steps: list[Step | None]
+    shapes: dict[int, Shape]
+    dtypes: dict[int, str]
+    consts: dict[int, numpy.ndarray]
+    weights: dict[str, numpy.ndarray]
+    input_of: dict[int, int]
+    uniform_inputs: list[Shape]
+
+    def nbytes(self, r: int) -> int:
+        """Size of register ``r``'s data in bytes."""
+        return _nbytes(self.shapes[r], self.dtypes[r])
+
+
+def _nbytes(shape: Shape, dtype: str) -> int:
+    return math.prod(shape) * numpy.dtype(dtype).itemsize
+
+
+def _has(inst: Instruction, k: int) -> bool:
+    return k < len(inst.inputs) and inst.inputs[k] != NO_REGISTER
+
+
+def lower(program: Program, name: str) -> Lowered:
+    """Fill ``program``'s attribute defaults, fuse it (fusion.py), evaluate
+    what is known at emit time (folding.py) and lower every other
+    instruction (lowerings/) for the model ``name``.  Raises
+    UnsupportedNativeOpsError listing every instruction the kernels cannot
+    run, NativeEmitError for an input or output the C cannot take."""
+    em = _Lowerer(program, name)
+    return Lowered(em.p, name, em.steps, em.shapes, em.dtypes, em.consts, em.weights,
+                   em.input_of, em.uniform_inputs)
+
+
+class _Lowerer:
+    """Lowers every instruction; the lowerings see it through ``shape``,
+    ``dtype``, ``has``, ``const``, ``nbytes``, ``is_output``,
+    ``only_first_output``, ``weight``, ``constant_array`` and
     ``uniform_input``."""
 
-    def __init__(self, program: Program, name: str, weights_mode: str = 'embed'):
+    def __init__(self, program: Program, name: str):
         # Defaults filled, BatchNormalizations folded, activation epilogues fused.
         program = fuse(with_defaults(program))
         self.p = program
         self.name = name
-        self.phases: list[tuple[str, float]] = []
         self.shapes: dict[int, Shape] = {}
         self.dtypes: dict[int, str] = {}
         self.consts = {r: numpy.asarray(v) for r, v in program.constants.items()}
@@ -363,19 +423,6 @@ class _Emitter:
         if problems:
             raise UnsupportedNativeOpsError(problems)
         self._check_outputs()
-        self.weights_mode = self._choose_weights(weights_mode)
-
-    def _choose_weights(self, mode: str) -> str:
-        """'embed' or 'file' for ``mode`` ('auto': by the constants' size,
-        known before rendering asks for them; transposed copies made at
-        emit time are not counted)."""
-        total = sum(a.nbytes for a in self.consts.values())
-        if mode == 'auto':
-            mode = 'embed' if total <= EMBED_MAX_BYTES else 'file'
-            logger.info('emit-c %s: constants of %d bytes, %s EMBED_MAX_BYTES (%d): weights=%s',
-                        self.name, total, 'within' if mode == 'embed' else 'above',
-                        EMBED_MAX_BYTES, mode)
-        return mode
 
     def _lower(self, inst: Instruction) -> Step:
         lowering = lowering_for(inst.op, inst.domain)
@@ -415,7 +462,13 @@ class _Emitter:
                     % (self._describe(r), shape_text(self.dtypes[r], self.shapes[r]),
                        _type_text(declared)))))
 
-    # -- checks ----------------------------------------------------------------
+    def _describe(self, r: int) -> str:
+        name = self.p.register_names.get(r)
+        for v in self.p.inputs + self.p.outputs:
+            if v.register == r:
+                name = v.name
+        return '%%%d %s' % (r, name) if name else '%%%d' % r
+
     def _check_input(self, v):
         if v.kind != 'tensor' or v.dtype not in C_TYPES:
             raise NativeEmitError("input '%s' is a %s; the C backend handles tensors of %s"
@@ -446,7 +499,6 @@ class _Emitter:
                 raise NativeEmitError("output '%s' is declared %s but computes to %s"
                                       % (v.name, list(declared), list(shape)))
 
-    # -- what lowerings ask --------------------------------------------------------
     def shape(self, inst: Instruction, k: int, dtypes=FLOAT32) -> Shape:
         """Static shape of input ``k`` of ``inst``, refused unless present
         and of one of ``dtypes``."""
@@ -484,7 +536,7 @@ class _Emitter:
 
     def has(self, inst: Instruction, k: int) -> bool:
         """Whether ``inst`` has an input ``k``."""
-        return k < len(inst.inputs) and inst.inputs[k] != NO_REGISTER
+        return _has(inst, k)
 
     def const(self, r: int):
         """The value of register ``r`` when it is a constant, else None."""
@@ -492,7 +544,7 @@ class _Emitter:
 
     def nbytes(self, r: int) -> int:
         """Size of register ``r``'s data in bytes."""
-        return math.prod(self.shapes[r]) * numpy.dtype(self.dtypes[r]).itemsize
+        return _nbytes(self.shapes[r], self.dtypes[r])
 
     def is_output(self, r: int) -> bool:
         """Whether register ``r`` is a program output."""
@@ -515,34 +567,189 @@ class _Emitter:
     def constant_array(self, suffix: str, array) -> str:
         """The C name of an array made at emit time (``NAME_<suffix>`` in
         NAME_weights.c), e.g. a weight laid out for a kernel."""
-        key = '%s_%s' % (self.name, suffix)
-        if key not in self.weights:
-            self.weights[key] = numpy.ascontiguousarray(array)
-        return key
+        return _array_name(self.weights, self.name, suffix, array)
 
-    # -- writing -----------------------------------------------------------------
-    def families(self) -> list[str]:
-        """The kernel families (ccn_<family>.c) the model calls."""
-        return sorted({f for s in self.steps if s is not None for f in (s.family,) + s.also}
-                      | ({'array'} if self.final_copies else set())
-                      | ({'weights'} if self.weights_mode == 'file' else set()))
 
-    def _phase(self, name: str, start: float) -> float:
-        """Note that phase ``name`` ran from ``start``; the time now."""
-        now = time.perf_counter()
-        self.phases.append((name, now - start))
-        return now
+def _choose_weights(lowered: Lowered, mode: str) -> str:
+    """'embed' or 'file' for ``mode`` ('auto': by the constants' size,
+    known before rendering asks for them; transposed copies made at
+    emit time are not counted)."""
+    total = sum(a.nbytes for a in lowered.consts.values())
+    if mode == 'auto':
+        mode = 'embed' if total <= EMBED_MAX_BYTES else 'file'
+        logger.info('emit-c %s: constants of %d bytes, %s EMBED_MAX_BYTES (%d): weights=%s',
+                    lowered.name, total, 'within' if mode == 'embed' else 'above',
+                    EMBED_MAX_BYTES, mode)
+    return mode
 
-    def write(self, directory: str, keep=()) -> EmitResult:
-        start = time.perf_counter()
-        self._plan()
-        start = self._phase('plan', start)
+
+def _array_name(weights: dict, name: str, suffix: str, array) -> str:
+    """The C name ``NAME_<suffix>`` of an array of NAME_weights.c, added to
+    ``weights`` the first time it is asked for."""
+    key = '%s_%s' % (name, suffix)
+    if key not in weights:
+        weights[key] = numpy.ascontiguousarray(array)
+    return key
+
+
+@dataclass
+class ArenaPlan:
+    """Where plan() puts every value: a program output's buffer
+    (``output_of``: register -> output position), the same memory as
+    another value (``alias_of``: a view, or a result written over an input
+    read for the last time), or an arena offset (``offsets`` of each of
+    ``buffers``, in ``arena_bytes``); the outputs copied at the end
+    (``final_copies``: output position, register), the inputs updated in
+    place (writable in C) and the outputs that are inputs
+    (EmitResult.in_place_outputs)."""
+    output_of: dict[int, int]
+    final_copies: list[tuple[int, int]]
+    alias_of: dict[int, int]
+    updated_inputs: list[int]
+    in_place_outputs: dict[int, int]
+    buffers: list[Buffer]
+    offsets: dict
+    arena_bytes: int
+
+
+def plan(lowered: Lowered) -> ArenaPlan:
+    """Decide where every value of ``lowered`` lives: the caller's input or
+    output buffer, a weight, an alias of another value, or an arena
+    offset (arena.py)."""
+    p = lowered.program
+    output_of: dict[int, int] = {}
+    final_copies: list[tuple[int, int]] = []  # (output index, register)
+    alias_of: dict[int, int] = {}
+    produced = {}
+    for i, (inst, step) in enumerate(zip(p.instructions, lowered.steps)):
+        if step is None:  # evaluated at emit time
+            continue
+        if step.alias:
+            src = inst.inputs[0]
+            alias_of[inst.outputs[0]] = alias_of.get(src, src)
+        else:
+            for r, s in zip(inst.outputs, step.shapes):
+                if s is not None and r != NO_REGISTER:
+                    produced[r] = i
+    for k, v in enumerate(p.outputs):
+        if v.register in produced and v.register not in output_of:
+            output_of[v.register] = k
+        else:
+            final_copies.append((k, v.register))
+    last_use: dict[int, int] = {}
+    for i, (inst, step) in enumerate(zip(p.instructions, lowered.steps)):
+        for r in inst.inputs if step is not None else ():
+            if r != NO_REGISTER:
+                root = alias_of.get(r, r)
+                last_use[root] = i
+    _share_in_place(lowered, alias_of, output_of, produced, last_use)
+    # Inputs written in place are the caller's own arrays, writable in C.
+    updated_inputs = sorted({
+        lowered.input_of[root] for inst, step in zip(p.instructions, lowered.steps)
+        if step is not None for root in (alias_of.get(r, r) for r in written_inputs(inst))
+        if root in lowered.input_of})
+    # An output that is an input (a parameter after its update, a value
+    # retained for the backward program) need not be copied.
+    in_place_outputs = {
+        k: lowered.input_of[root] for k, root in
+        ((k, alias_of.get(r, r)) for k, r in final_copies)
+        if root in lowered.input_of
+        and lowered.shapes[root] == lowered.shapes[p.outputs[k].register]
+        and lowered.dtypes[root] == lowered.dtypes[p.outputs[k].register]}
+    buffers = []
+    for r, i in produced.items():
+        if r not in output_of:
+            buffers.append(Buffer(r, lowered.nbytes(r), i, max(i, last_use.get(r, i))))
+    for i, step in enumerate(lowered.steps):
+        if step is not None and step.scratch:
+            buffers.append(Buffer(('scratch', i), 4 * step.scratch, i, i))
+    offsets, arena_bytes = plan_arena(buffers)
+    return ArenaPlan(output_of, final_copies, alias_of, updated_inputs, in_place_outputs,
+                     buffers, offsets, arena_bytes)
+
+
+def _share_in_place(lowered: Lowered, alias_of: dict, output_of: dict, produced: dict,
+                    last_use: dict):
+    """Let output 0 of an instruction take the memory of an input it
+    reads for the last time (Step.in_place), as a view takes its
+    input's: the arena then holds one buffer where it held two."""
+    for i, (inst, step) in enumerate(zip(lowered.program.instructions, lowered.steps)):
+        out = inst.outputs[0] if inst.outputs else NO_REGISTER
+        if step is None or not step.in_place or out not in produced \
+                or out in output_of:
+            continue
+        roots = [alias_of.get(r, r) for r in inst.inputs]
+        for k in step.in_place:
+            root = roots[k]
+            # No other input may read the same memory through another
+            # view: its elements could be overwritten before they are read.
+            if _has(inst, k) and root in produced and root not in output_of and \
+                    last_use.get(root) == i and lowered.dtypes[root] == lowered.dtypes[out] and \
+                    lowered.nbytes(root) == lowered.nbytes(out) and \
+                    all(r == inst.inputs[k] for r, q in zip(inst.inputs, roots) if q == root):
+                break
+        else:
+            continue
+        for view, target in list(alias_of.items()):
+            if target == out:
+                alias_of[view] = root
+        alias_of[out] = root
+        del produced[out]
+        last_use[root] = max(i, last_use.pop(out, i))
+
+
+@dataclass
+class Rendered:
+    """What render() makes: the text of every file by name, the layout of
+    the weights block (weights='file', else None), every array the C names
+    (the lowerings' and the constants rendering asked for) and the kernel
+    families it calls."""
+    texts: dict[str, str]
+    layout: WeightsLayout | None
+    weights: dict[str, numpy.ndarray]
+    families: list[str]
+
+
+def render(lowered: Lowered, arena: ArenaPlan, weights_mode: str) -> Rendered:
+    """The files of ``lowered`` with the memory of ``arena``, the constants
+    embedded as literals (``weights_mode`` 'embed') or in a weights file
+    ('file'): NAME.h, NAME.c, NAME_weights.c, main.c, the Makefile and the
+    kernels' sources, every ``ccn_*`` symbol renamed ``NAME_ccn_*``."""
+    return _Renderer(lowered, arena, weights_mode).render()
+
+
+class _Renderer:
+    """Renders one model's files (render)."""
+
+    def __init__(self, lowered: Lowered, arena: ArenaPlan, weights_mode: str):
+        # The rendering methods read the lowering's and the plan's results
+        # under these names; rendering adds the constants it names to a
+        # copy of the lowering's arrays.
+        self.p, self.name, self.steps = lowered.program, lowered.name, lowered.steps
+        self.shapes, self.dtypes, self.consts = lowered.shapes, lowered.dtypes, lowered.consts
+        self.input_of, self.lowered = lowered.input_of, lowered
+        self.weights = dict(lowered.weights)
+        self.weights_mode = weights_mode
+        self.output_of, self.final_copies = arena.output_of, arena.final_copies
+        self.alias_of, self.updated_inputs = arena.alias_of, arena.updated_inputs
+        self.in_place_outputs, self.buffers = arena.in_place_outputs, arena.buffers
+        self.offsets, self.arena_bytes = arena.offsets, arena.arena_bytes
+        self.layout: WeightsLayout | None = None
+
+    def nbytes(self, r: int) -> int:
+        return self.lowered.nbytes(r)
+
+    def weight(self, r: int) -> str:
+        """The C name of constant ``r``."""
+        return _array_name(self.weights, self.name, 'w%d' % r, self.consts[r])
+
+    def render(self) -> Rendered:
+        """Every file of the model (render)."""
         families = self.families()
         headers = sorted(os.path.basename(h)
                          for h in glob.glob(os.path.join(KERNEL_DIR, 'ccn_*.h')))
         # NAME.c first: rendering it requests the weights by name (and, with
         # weights='file', lays out their block).
-        self.layout: WeightsLayout | None = None
         model_c = prefix_kernel_symbols(self._model_c(), self.name)
         texts = {
             '%s.h' % self.name: self._header(),
@@ -556,145 +763,13 @@ class _Emitter:
         for filename in headers + ['ccn_%s.c' % f for f in families]:
             with open(os.path.join(KERNEL_DIR, filename), encoding='utf-8') as f:
                 texts[filename] = prefix_kernel_symbols(f.read(), self.name)
-        start = self._phase('render', start)
-        files = [os.path.join(directory, filename) for filename in texts]
-        if self.layout is not None:
-            files.append(os.path.join(directory, self._weights_file()))
-        manifest = os.path.join(directory, MANIFEST)
-        _check_targets(files + [manifest], keep)
-        earlier = _read_manifest(directory) if os.path.isdir(directory) else {}
-        os.makedirs(directory, exist_ok=True)
-        # Each file is new and renamed into place: never written through a
-        # link, and a file left by an earlier run is replaced whole.
-        digests = {}
-        for path, text in zip(files, texts.values()):
-            data_text = text.encode('utf-8')
-            digests[os.path.basename(path)] = hashlib.sha256(data_text).hexdigest()
-            with atomic_write(path, 'wb', sync=False) as f:
-                f.write(data_text)
-        data = None
-        if self.layout is not None:
-            data = weights_block(self.layout)
-            with atomic_write(files[-1], 'wb', sync=False) as f:
-                write_weights_file(f, self.layout, data)
-            digests[self._weights_file()] = _digest_file(files[-1]) or ''
-        with atomic_write(manifest, 'w', sync=False) as f:
-            f.write('\n'.join([_MANIFEST_HEADER] + ['%s  %s' % (digests[n], n)
-                                                    for n in sorted(digests)]) + '\n')
-        removed = self._remove_stale(directory, earlier, set(digests))
-        self._phase('write', start)
-        logger.info('emit-c %s: wrote %d files to %s (weights %s%s); %s', self.name,
-                    len(files) + 1, directory, self.weights_mode,
-                    '' if self.layout is None else ', %d bytes' % self.layout.nbytes,
-                    ', '.join('%s %.2f s' % p for p in self.phases))
-        return EmitResult(directory, files, self.arena_bytes,
-                          sum(aligned(b.nbytes) for b in self.buffers),
-                          [(b.key, self.offsets[b.key], b.nbytes, b.start, b.end)
-                           for b in self.buffers],
-                          [self.shapes[v.register] for v in self.p.outputs],
-                          [self.dtypes[v.register] for v in self.p.outputs], self.layout, data,
-                          self.updated_inputs, self.in_place_outputs, self.uniform_inputs,
-                          self.weights_mode, self.phases, removed, self._profiled())
+        return Rendered(texts, self.layout, self.weights, families)
 
-    def _remove_stale(self, directory: str, earlier: dict[str, str], written: set[str]):
-        """Remove the files the folder's earlier run wrote (``earlier``,
-        from its manifest) that this one did not, each only if it is still
-        the regular file that run wrote (a file the user changed or put
-        there stays, with a warning); the names removed."""
-        removed = []
-        for name, digest in sorted(earlier.items()):
-            if name in written:
-                continue
-            path = os.path.join(directory, name)
-            if _digest_file(path) == digest:
-                os.remove(path)
-                removed.append(name)
-            elif os.path.lexists(path):
-                logger.warning('emit-c %s: kept %s, which an earlier emit-c wrote but has '
-                               'changed since', self.name, path)
-        if removed:
-            logger.info('emit-c %s: removed %d files of the earlier emit-c in %s: %s',
-                        self.name, len(removed), directory, ', '.join(removed))
-        return removed
-
-    def _plan(self):
-        """Decide where every value lives: caller's input or output buffer,
-        a weight, an alias of another value, or an arena offset."""
-        p = self.p
-        self.output_of: dict[int, int] = {}
-        self.final_copies: list[tuple[int, int]] = []  # (output index, register)
-        self.alias_of: dict[int, int] = {}
-        produced = {}
-        for i, (inst, step) in enumerate(zip(p.instructions, self.steps)):
-            if step is None:  # evaluated at emit time
-                continue
-            if step.alias:
-                src = inst.inputs[0]
-                self.alias_of[inst.outputs[0]] = self.alias_of.get(src, src)
-            else:
-                for r, s in zip(inst.outputs, step.shapes):
-                    if s is not None and r != NO_REGISTER:
-                        produced[r] = i
-        for k, v in enumerate(p.outputs):
-            if v.register in produced and v.register not in self.output_of:
-                self.output_of[v.register] = k
-            else:
-                self.final_copies.append((k, v.register))
-        last_use: dict[int, int] = {}
-        for i, (inst, step) in enumerate(zip(p.instructions, self.steps)):
-            for r in inst.inputs if step is not None else ():
-                if r != NO_REGISTER:
-                    root = self.alias_of.get(r, r)
-                    last_use[root] = i
-        self._share_in_place(produced, last_use)
-        # Inputs written in place are the caller's own arrays, writable in C.
-        self.updated_inputs = sorted({
-            self.input_of[root] for inst, step in zip(p.instructions, self.steps)
-            if step is not None for root in (self.alias_of.get(r, r) for r in written_inputs(inst))
-            if root in self.input_of})
-        # An output that is an input (a parameter after its update, a value
-        # retained for the backward program) need not be copied.
-        self.in_place_outputs = {
-            k: self.input_of[root] for k, root in
-            ((k, self.alias_of.get(r, r)) for k, r in self.final_copies)
-            if root in self.input_of and self.shapes[root] == self.shapes[p.outputs[k].register]
-            and self.dtypes[root] == self.dtypes[p.outputs[k].register]}
-        self.buffers = []
-        for r, i in produced.items():
-            if r not in self.output_of:
-                self.buffers.append(Buffer(r, self.nbytes(r), i, max(i, last_use.get(r, i))))
-        for i, step in enumerate(self.steps):
-            if step is not None and step.scratch:
-                self.buffers.append(Buffer(('scratch', i), 4 * step.scratch, i, i))
-        self.offsets, self.arena_bytes = plan_arena(self.buffers)
-
-    def _share_in_place(self, produced: dict, last_use: dict):
-        """Let output 0 of an instruction take the memory of an input it
-        reads for the last time (Step.in_place), as a view takes its
-        input's: the arena then holds one buffer where it held two."""
-        for i, (inst, step) in enumerate(zip(self.p.instructions, self.steps)):
-            out = inst.outputs[0] if inst.outputs else NO_REGISTER
-            if step is None or not step.in_place or out not in produced \
-                    or out in self.output_of:
-                continue
-            roots = [self.alias_of.get(r, r) for r in inst.inputs]
-            for k in step.in_place:
-                root = roots[k]
-                # No other input may read the same memory through another
-                # view: its elements could be overwritten before they are read.
-                if self.has(inst, k) and root in produced and root not in self.output_of and \
-                        last_use.get(root) == i and self.dtypes[root] == self.dtypes[out] and \
-                        self.nbytes(root) == self.nbytes(out) and \
-                        all(r == inst.inputs[k] for r, q in zip(inst.inputs, roots) if q == root):
-                    break
-            else:
-                continue
-            for view, target in list(self.alias_of.items()):
-                if target == out:
-                    self.alias_of[view] = root
-            self.alias_of[out] = root
-            del produced[out]
-            last_use[root] = max(i, last_use.pop(out, i))
+    def families(self) -> list[str]:
+        """The kernel families (ccn_<family>.c) the model calls."""
+        return sorted({f for s in self.steps if s is not None for f in (s.family,) + s.also}
+                      | ({'array'} if self.final_copies else set())
+                      | ({'weights'} if self.weights_mode == 'file' else set()))
 
     def ref(self, r: int) -> str:
         """The C expression of register ``r``'s data."""
@@ -706,13 +781,6 @@ class _Emitter:
         if r in self.output_of:
             return 'out_%d' % self.output_of[r]
         return 't%d' % r
-
-    def _describe(self, r: int) -> str:
-        name = self.p.register_names.get(r)
-        for v in self.p.inputs + self.p.outputs:
-            if v.register == r:
-                name = v.name
-        return '%%%d %s' % (r, name) if name else '%%%d' % r
 
     def _ctype(self, r: int) -> str:
         return C_TYPES[self.dtypes[r]]
@@ -831,7 +899,7 @@ class _Emitter:
                     ' *                      caller owns (8-byte aligned; one per thread);',
                     ' *   %s_run_v(in, out)  takes arrays of input and output pointers.' % n,
                     ' * Each returns 0 on success and 1 when a pointer is NULL.']
-        return [' * The weights are in %s (%s_WEIGHTS_FILE):' % (self._weights_file(), up),
+        return [' * The weights are in %s (%s_WEIGHTS_FILE):' % (_weights_file(self.name), up),
                 ' *   %s_create(path, error, size)  loads them and allocates an arena;' % n,
                 ' *       NULL on failure, with a one-line message in error;',
                 ' *   %s_run(model, ...)            runs (one thread per model at a time);' % n,
@@ -851,7 +919,7 @@ class _Emitter:
                     'int %s_run_arena(%s);' % (n, ', '.join(['void *arena'] + params)),
                     'int %s_run_v(const void *const *inputs, void *const *outputs);' % n]
         return ['/* The default name of the weights file, and its block size in bytes. */',
-                '#define %s_WEIGHTS_FILE "%s"' % (up, self._weights_file()),
+                '#define %s_WEIGHTS_FILE "%s"' % (up, _weights_file(self.name)),
                 '#define %s_WEIGHTS_BYTES %dUL' % (up, self.layout.nbytes), '',
                 'typedef struct %s_model %s_model;' % (n, n),
                 '%s_model *%s_create(const char *weights_path, char *error, size_t error_size);'
@@ -862,9 +930,6 @@ class _Emitter:
                 'void %s_destroy(%s_model *model);' % (n, n),
                 'int %s_run_arena(%s);' % (n, ', '.join(['void *arena', 'const void *weights']
                                                          + params))]
-
-    def _weights_file(self) -> str:
-        return '%s_weights.bin' % self.name
 
     def _max_rank(self) -> int:
         return max([1] + [len(self.shapes[v.register]) for v in self.p.inputs + self.p.outputs])
@@ -966,16 +1031,6 @@ class _Emitter:
                       '    return %s_run(%s);' % (n, self._vector_call()), '}', '']
         return '\n'.join(lines + self._status_message_c() + self._profile_events_c())
 
-    def _profiled(self) -> list[tuple[int, list[str], list[str]]]:
-        """EmitResult.profiled: (index, inputs, outputs) of each instruction
-        that runs, its values described as the Tracer describes them."""
-        def described(regs) -> list[str]:
-            return ['%s%s' % (self.dtypes[r], list(self.shapes[r])) if r in self.shapes
-                    else 'none' for r in regs]
-        return [(i, described(inst.inputs), described(inst.outputs))
-                for i, (inst, step) in enumerate(zip(self.p.instructions, self.steps))
-                if step is not None]
-
     def _profile_c(self) -> list[str]:
         """NAME_profile and what a profiling build (-DCCN_PROFILE) needs:
         PROFILE_MARK(k) records the time before the first instruction that
@@ -1000,7 +1055,7 @@ class _Emitter:
         instruction's Chrome-trace event's name and args (json.dumps:
         ASCII, escaped for JSON, then for C)."""
         events = ['    %s,' % cstring(json.dumps(trace_event_fields(self.p, i, ins, outs))[1:-1])
-                  for i, ins, outs in self._profiled()]
+                  for i, ins, outs in _profiled(self.lowered)]
         return ['const char *const %s_profile_events[%s_PROFILED + 1] = {'
                 % (self.name, self.name.upper())] + events + ['    NULL', '};', '']
 
@@ -1083,7 +1138,7 @@ class _Emitter:
         args = ''.join(', ' + a for a in self._args().split(', ') if a)
         return '\n'.join([
             '/* %s_weights.c: model %s with its weights loaded from %s,' % (
-                n, n, self._weights_file()),
+                n, n, _weights_file(self.name)),
             ' * generated by chainer-compiler emit-c. */',
             '#include <stdio.h>', '#include <stdlib.h>', '',
             '#include "ccn_weights.h"', '#include "%s.h"' % n, '',
@@ -1202,3 +1257,87 @@ class _Emitter:
             '',
             '.PHONY: all clean',
             ''])
+
+
+def _weights_file(name: str) -> str:
+    return '%s_weights.bin' % name
+
+
+def _profiled(lowered: Lowered) -> list[tuple[int, list[str], list[str]]]:
+    """EmitResult.profiled: (index, inputs, outputs) of each instruction
+    that runs, its values described as the Tracer describes them."""
+    def described(regs) -> list[str]:
+        return ['%s%s' % (lowered.dtypes[r], list(lowered.shapes[r])) if r in lowered.shapes
+                else 'none' for r in regs]
+    return [(i, described(inst.inputs), described(inst.outputs))
+            for i, (inst, step) in enumerate(zip(lowered.program.instructions, lowered.steps))
+            if step is not None]
+
+
+def _write(lowered: Lowered, arena: ArenaPlan, rendered: Rendered, directory: str, keep,
+           phases: list) -> EmitResult:
+    """Write ``rendered``'s files (and the weights file) into ``directory``
+    with the manifest, and remove the stale files of an earlier run."""
+    start = time.perf_counter()
+    name, texts, layout_ = lowered.name, rendered.texts, rendered.layout
+    mode = 'embed' if layout_ is None else 'file'
+    files = [os.path.join(directory, filename) for filename in texts]
+    if layout_ is not None:
+        files.append(os.path.join(directory, _weights_file(name)))
+    manifest = os.path.join(directory, MANIFEST)
+    _check_targets(files + [manifest], keep)
+    earlier = _read_manifest(directory) if os.path.isdir(directory) else {}
+    os.makedirs(directory, exist_ok=True)
+    # Each file is new and renamed into place: never written through a
+    # link, and a file left by an earlier run is replaced whole.
+    digests = {}
+    for path, text in zip(files, texts.values()):
+        data_text = text.encode('utf-8')
+        digests[os.path.basename(path)] = hashlib.sha256(data_text).hexdigest()
+        with atomic_write(path, 'wb', sync=False) as f:
+            f.write(data_text)
+    data = None
+    if layout_ is not None:
+        data = weights_block(layout_)
+        with atomic_write(files[-1], 'wb', sync=False) as f:
+            write_weights_file(f, layout_, data)
+        digests[_weights_file(name)] = _digest_file(files[-1]) or ''
+    with atomic_write(manifest, 'w', sync=False) as f:
+        f.write('\n'.join([_MANIFEST_HEADER] + ['%s  %s' % (digests[n], n)
+                                                for n in sorted(digests)]) + '\n')
+    removed = _remove_stale(name, directory, earlier, set(digests))
+    _phase(phases, 'write', start)
+    logger.info('emit-c %s: wrote %d files to %s (weights %s%s); %s', name,
+                len(files) + 1, directory, mode,
+                '' if layout_ is None else ', %d bytes' % layout_.nbytes,
+                ', '.join('%s %.2f s' % p for p in phases))
+    return EmitResult(directory, files, arena.arena_bytes,
+                      sum(aligned(b.nbytes) for b in arena.buffers),
+                      [(b.key, arena.offsets[b.key], b.nbytes, b.start, b.end)
+                       for b in arena.buffers],
+                      [lowered.shapes[v.register] for v in lowered.program.outputs],
+                      [lowered.dtypes[v.register] for v in lowered.program.outputs], layout_, data,
+                      arena.updated_inputs, arena.in_place_outputs, lowered.uniform_inputs,
+                      mode, phases, removed, _profiled(lowered))
+
+
+def _remove_stale(name: str, directory: str, earlier: dict[str, str], written: set[str]):
+    """Remove the files the folder's earlier run wrote (``earlier``,
+    from its manifest) that this one did not, each only if it is still
+    the regular file that run wrote (a file the user changed or put
+    there stays, with a warning); the names removed."""
+    removed = []
+    for file, digest in sorted(earlier.items()):
+        if file in written:
+            continue
+        path = os.path.join(directory, file)
+        if _digest_file(path) == digest:
+            os.remove(path)
+            removed.append(file)
+        elif os.path.lexists(path):
+            logger.warning('emit-c %s: kept %s, which an earlier emit-c wrote but has '
+                           'changed since', name, path)
+    if removed:
+        logger.info('emit-c %s: removed %d files of the earlier emit-c in %s: %s',
+                    name, len(removed), directory, ', '.join(removed))
+    return removed
