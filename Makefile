@@ -62,9 +62,10 @@ test: lint
 
 # Everything but the tests marked slow (whole-model training and export),
 # native_build (they compile C: a few native smoke tests stay in) and the
-# sanitizer tier (C built with -fsanitize=address,undefined).
+# sanitizer tier (C built with -fsanitize=address,undefined), on every core
+# (pytest-xdist; each worker builds its native smoke tests' C once).
 test-fast: $(STAMP)
-	$(PY) -m pytest -q -m 'not slow and not native_build and not sanitize'
+	$(PY) -m pytest -q -n auto -m 'not slow and not native_build and not sanitize'
 
 # The sanitizer tier alone (`make test` runs it too): emitted models on
 # hostile .npy and weights files, and native kernel tests, under ASan+UBSan.

@@ -581,7 +581,10 @@ def _benchmark_models():
     }
 
 
-@pytest.mark.parametrize('name', ['resnet50', 'vgg16', 'lstm', 'mlp100', 'dropout'])
+# resnet50 and mlp100 take seconds each: slow.
+@pytest.mark.parametrize('name', [pytest.param('resnet50', marks=pytest.mark.slow), 'vgg16',
+                                  'lstm', pytest.param('mlp100', marks=pytest.mark.slow),
+                                  'dropout'])
 def test_benchmark_models_get_the_same_gradients_under_every_policy(tmp_path, monkeypatch, name):
     # 'custom' runs the nested order of three levels of three (what gt
     # falls back on under a tight budget), made from the graph.

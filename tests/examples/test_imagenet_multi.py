@@ -93,6 +93,7 @@ def plain_run(workdir):
     return _train(workdir, 'plain')
 
 
+@pytest.mark.slow
 def test_compiled_ranks_hold_identical_parameters_after_every_update(workdir, compiled_run):
     rank0, rank1 = _digests(workdir, 'compiled')
     assert [r['iteration'] for r in rank0] == list(range(1, ITERATIONS + 1))
@@ -103,6 +104,7 @@ def test_compiled_ranks_hold_identical_parameters_after_every_update(workdir, co
     assert [r['loss'] for r in rank0] != [r['loss'] for r in rank1]
 
 
+@pytest.mark.slow
 def test_compiled_run_logs_and_validates_on_rank_0(workdir, compiled_run):
     log = json.loads((workdir / 'compiled' / 'log').read_text())
     assert [entry['iteration'] for entry in log] == [ITERATIONS // 2, ITERATIONS]
@@ -110,6 +112,7 @@ def test_compiled_run_logs_and_validates_on_rank_0(workdir, compiled_run):
     assert compiled_run.stdout.count('validation accuracy: ') == 1
 
 
+@pytest.mark.slow
 def test_compiled_losses_equal_plain_chainer_losses(workdir, compiled_run, plain_run):
     compiled, plain = _digests(workdir, 'compiled'), _digests(workdir, 'plain')
     for rank in range(2):
@@ -119,6 +122,7 @@ def test_compiled_losses_equal_plain_chainer_losses(workdir, compiled_run, plain
     assert [r['params'] for r in plain[0]] == [r['params'] for r in plain[1]]
 
 
+@pytest.mark.slow
 def test_computation_order_trains_like_the_default(workdir, compiled_run):
     policy = command_line_policies()[0]
     _train(workdir, 'recompute', '--compile', 'small.onnx', '--computation-order', policy)

@@ -5,6 +5,7 @@ import subprocess
 import sys
 
 import numpy
+import pytest
 
 from chainer_compiler import compile_onnx
 
@@ -16,6 +17,7 @@ def _run(*args):
                           capture_output=True, text=True, timeout=300)
 
 
+@pytest.mark.slow
 def test_mnist_example_exports_and_trains_with_ch2o(tmp_path):
     onnx_file = str(tmp_path / 'mlp.onnx')
     exported = _run('--export', onnx_file, '--translator', 'ch2o', '--unit', '32',
