@@ -21,7 +21,12 @@ Where things plug in:
   code generation, pure, then ``validate_program``).  Another backend is
   another such tuple of stages, reading ``Compilation.graphs`` (the
   optimized graphs, one per program) or, appended after ``emit``,
-  ``Compilation.programs``.
+  ``Compilation.programs``.  The native backend (``'native'``) is the
+  stages a finished Program goes through to become C
+  (runtime.native.emit_c.NATIVE_BACKEND, run by ``emit_c`` on a
+  NativeCompilation): it lives in the runtime, so that a saved Program
+  compiles to C where only the runtime is installed, and reads the same
+  fusion rules as the VM's ``fuse`` (runtime/ops/fusion_rules.py).
 """
 import dataclasses
 from dataclasses import dataclass, field
@@ -37,6 +42,7 @@ from .frontend import load_onnx, source_name
 from .onnx_graph import all_nodes, opset_versions, schema_version, value_info
 from .passes import constant_folding, dead_code, expand_functions, vm_fusion
 from .passes.type_inference import infer_with_outer_constants, pin_loop_types
+from .runtime.native.emit_c import NATIVE_BACKEND
 from .runtime.ops.registry import CUSTOM_DOMAIN, has_kernel
 from .runtime.validation import validate_program
 from .shapes import infer_graph_types, infer_shapes
@@ -155,6 +161,9 @@ def run(kind, model, options=None, **asked):
     """Compile ``model`` as a program of ``kind`` (a key of PIPELINES):
     register this project's ONNX schemas, then run every pass in order.
     ``asked``: the other fields of the Compilation, which is returned."""
+    if kind in PROGRAM_KINDS:
+        raise ValueError("kind %r compiles a Program, not an ONNX model: "
+                         "runtime.native.emit_c runs it" % kind)
     custom_schemas.register_schemas()  # shape inference types the custom ops
     compilation = Compilation(model, options or CompilerOptions(), **asked)
     for _, passes in PIPELINES[kind]:
@@ -366,7 +375,11 @@ PIPELINES = {
     'training_step': (SIMPLIFY, ('autodiff', (
         infer_types, differentiate, apply_recompute, join_backward, add_optimizer_update, fold,
         check_kernels))) + VM_BACKEND,
+    # The native backend, after any of the above (a Program in, C out).
+    'native': NATIVE_BACKEND,
 }
+#: Kinds whose passes take a Program (emitted by the kinds above), not a model.
+PROGRAM_KINDS = ('native',)
 
 #: What each kind makes, and which functions compile it (docs/pipeline.md).
 _KINDS = {
@@ -379,6 +392,11 @@ _KINDS = {
     'training_step': ('one program for forward, the gradient of a scalar loss and an '
                       'in-place optimizer update of every parameter',
                       '`training.compile_step_program` (compile_training_step)'),
+    'native': ('C sources of a Program that any kind above emitted (static shapes, no '
+               "sub-programs), run by the native backend's passes (a NativeCompilation, "
+               'not a Compilation)',
+               "`runtime.native.emit_c` (`chainer-compiler emit-c`, "
+               "`Executor(program, backend='native')`)"),
 }
 
 
@@ -394,7 +412,9 @@ def markdown():
         'Every compilation runs one ordered list of passes, chosen by the kind of program.',
         'Each pass rewrites the compilation in place; the stages `lower` and `emit` are the',
         "VM's backend (`VM_BACKEND`), where another backend plugs in. Code generation is pure",
-        'and last; each emitted Program is validated as the VM validates it.',
+        'and last; each emitted Program is validated as the VM validates it. The native',
+        "backend (`native`, `runtime.native.emit_c.NATIVE_BACKEND`) takes such a Program to C",
+        "with passes of its own, whose stage times are emit-c's phases (docs/native.md).",
         '',
     ]
     for kind, stages in PIPELINES.items():

@@ -204,3 +204,32 @@ def test_the_cycle_check_sees_imports_in_function_bodies(tmp_path):
     (tmp_path / 'leaf.py').write_text('from . import front\n')
     modules = {'p.' + name: tmp_path / (name + '.py') for name in ('front', 'pipe', 'leaf')}
     assert import_cycles(modules) == [['p.front', 'p.pipe']]
+
+
+NATIVE = 'chainer_compiler.runtime.native'
+#: What the VM core and the kernels may import from the native backend: its
+#: runner (the Executor's backend='native'); the compiler to C stays behind it.
+NATIVE_ENTRY = {NATIVE + '.library', NATIVE + '.library.NativeRun'}
+
+
+def _in_native(name):
+    return name == NATIVE or name.startswith(NATIVE + '.')
+
+
+@pytest.mark.parametrize('module, path', [m for m in MODULES if _in_native(m[0])],
+                         ids=lambda v: v if isinstance(v, str) else '')
+def test_the_native_backend_imports_only_the_runtime_and_no_gpu(module, path):
+    # It lives in the runtime so that a saved Program compiles to C where only
+    # the runtime is installed (docs/native.md): nothing from the compiler,
+    # and no CuPy (the C runs on the CPU).
+    bad = sorted(n for n in imports_of(module, path)
+                 if (n.startswith('chainer_compiler') and not n.startswith(
+                     'chainer_compiler.runtime')) or _top(n) in ('cupy', 'cupyx'))
+    assert bad == [], '%s imports %s' % (module, ', '.join(bad))
+
+
+def test_the_vm_reaches_the_native_backend_only_through_its_runner():
+    for module, path in MODULES:
+        if module.startswith('chainer_compiler.runtime') and not _in_native(module):
+            native = {n for n in imports_of(module, path) if _in_native(n)}
+            assert native <= NATIVE_ENTRY, '%s imports %s' % (module, sorted(native))

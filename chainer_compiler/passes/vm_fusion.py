@@ -8,7 +8,9 @@ right before code emission (after autodiff, which knows only standard ops):
   the Identity names a graph output, the source's producer writes that output
   directly.  Gradient graphs end in one Identity per parameter gradient.
 * Gemm followed by its only reader Relu becomes one FusedGemm (this
-  project's domain), which applies the ReLU in place on the product.
+  project's domain), which applies the ReLU in place on the product (the
+  epilogues the VM's kernel applies: runtime/ops/fusion_rules.py, the rule
+  set the native backend's fusion reads too).
 
 Both run in every graph, sub-graphs (Loop/If/Scan bodies) included.  A
 sub-graph reads values of the graphs around it by name, without listing
@@ -18,6 +20,7 @@ stays) and counts that sub-graph among its readers.
 from onnx import helper
 
 from ..onnx_graph import implicit_inputs, reads, walk_graphs
+from ..runtime.ops.fusion_rules import vm_gemm_epilogue
 from ..runtime.ops.registry import CUSTOM_DOMAIN
 
 _STANDARD = ('', 'ai.onnx')
@@ -88,11 +91,11 @@ def _fuse_gemm_relu(graph):
         users = readers.get(node.output[0], [])
         if node.output[0] in outputs or len(users) != 1:
             continue
-        relu = nodes[users[0]]
-        if relu.op_type == 'Relu' and relu.domain in _STANDARD:
+        act = nodes[users[0]]
+        if vm_gemm_epilogue(act.op_type, act.domain):
             node.op_type, node.domain = 'FusedGemm', CUSTOM_DOMAIN
-            node.output[0] = relu.output[0]
-            node.attribute.append(helper.make_attribute('activation', 'Relu'))
+            node.output[0] = act.output[0]
+            node.attribute.append(helper.make_attribute('activation', act.op_type))
             fused.add(users[0])
     nodes = [node for index, node in enumerate(nodes) if index not in fused]
     del graph.node[:]

@@ -15,11 +15,13 @@ element-wise result takes the memory of an input read for the last time.
 Anything the kernels cannot do is refused before a file is written, with
 one error listing every offending instruction; there is no fallback.
 
-emit_c is three functions of their inputs and the writing of their result:
-lower(program, name) -> Lowered (fusion, folding, the lowerings: a Step and
-static types per value), plan(lowered) -> ArenaPlan (where each value
-lives) and render(lowered, plan, weights_mode) -> Rendered (the files'
-text); none changes its inputs.
+emit_c runs the passes of NATIVE_BACKEND, which chainer_compiler.pipeline
+lists as PIPELINES['native'] (docs/pipeline.md).  Their work is three
+functions of their inputs and the writing of their result: lower(program,
+name) -> Lowered (folding and the lowerings: a Step and static types per
+value), plan(lowered) -> ArenaPlan (where each value lives) and
+render(lowered, plan, weights_mode) -> Rendered (the files' text); none
+changes its inputs.
 """
 import glob
 import hashlib
@@ -151,25 +153,101 @@ def emit_c(program: Program, directory: str | os.PathLike, name: str = 'model',
         raise NativeEmitError('weights=%r: expected one of %s'
                               % (weights, ', '.join(WEIGHTS_MODES)))
     check_model_name(name)
-    start = time.perf_counter()
-    lowered = lower(program, name)
-    weights = _choose_weights(lowered, weights)
-    phases = [('lower', time.perf_counter() - start)]
-    logger.info('emit-c %s: lowered %d instructions (%d evaluated at emit time) in %.2f s',
-                name, len(lowered.steps), lowered.steps.count(None), phases[-1][1])
-    start = time.perf_counter()
-    arena = plan(lowered)
-    start = _phase(phases, 'plan', start)
-    rendered = render(lowered, arena, weights)
-    _phase(phases, 'render', start)
-    return _write(lowered, arena, rendered, os.fspath(directory), keep, phases)
+    c = NativeCompilation(program, name, weights, os.fspath(directory), keep)
+    for stage, passes in NATIVE_BACKEND:
+        start = time.perf_counter()
+        for run_pass in passes:
+            run_pass(c)
+        c.phases.append((stage, time.perf_counter() - start))
+    assert c.result is not None
+    return c.result
 
 
-def _phase(phases: list, name: str, start: float) -> float:
-    """Note in ``phases`` that phase ``name`` ran from ``start``; the time now."""
-    now = time.perf_counter()
-    phases.append((name, now - start))
-    return now
+@dataclass
+class NativeCompilation:
+    """One run of the native backend's stages (NATIVE_BACKEND, which
+    chainer_compiler.pipeline lists as PIPELINES['native']): what emit_c
+    asks for (the Program, the model name, the weights mode, the folder and
+    the paths to keep) and what the passes make of it, in order."""
+    program: Program
+    name: str
+    weights: str
+    directory: str
+    keep: Any = ()
+    lowered: 'Lowered | None' = None
+    arena: 'ArenaPlan | None' = None
+    rendered: 'Rendered | None' = None
+    result: EmitResult | None = None
+    #: (stage, seconds) of the stages run so far (EmitResult.phases)
+    phases: list[tuple[str, float]] = field(default_factory=list)
+
+
+# -- the passes of the native backend (each a function of the
+# -- NativeCompilation; the first paragraph of its docstring describes it in
+# -- docs/pipeline.md) -----------------------------------------------------------
+
+def fill_defaults(c: NativeCompilation) -> None:
+    """Fill every instruction's omitted attributes with its kernel's
+    defaults, as the compiler does (codegen): a Program made by hand or
+    saved before reaches fusion and the lowerings complete too."""
+    c.program = with_defaults(c.program)
+
+
+def fuse_epilogues(c: NativeCompilation) -> None:
+    """Fold inference BatchNormalizations into the products before them, run
+    epilogue activations in the products (runtime/ops/fusion_rules.py, the
+    rule set the VM's `fuse` reads), fuse an SGDUpdate with its Gemm
+    gradient (runtime/native/fusion.py)."""
+    c.program = fuse(c.program)
+
+
+def fold_and_lower(c: NativeCompilation) -> None:
+    """Evaluate each instruction whose result is known at emit time with its
+    NumPy kernel (runtime/native/folding.py: its outputs become constants)
+    and lower every other one to kernel calls (runtime/native/lowerings/).
+
+    One walk does both: an instruction's static shapes come from the
+    lowerings of the instructions before it, and a folded value is a
+    constant for the lowerings after it."""
+    c.lowered = lower(c.program, c.name)
+
+
+def choose_weights(c: NativeCompilation) -> None:
+    """Embed the constants as C literals or put them in NAME_weights.bin
+    (`weights`; 'auto' chooses by their size, EMBED_MAX_BYTES)."""
+    assert c.lowered is not None
+    c.weights = _choose_weights(c.lowered, c.weights)
+    logger.info('emit-c %s: lowered %d instructions (%d evaluated at emit time)',
+                c.name, len(c.lowered.steps), c.lowered.steps.count(None))
+
+
+def plan_memory(c: NativeCompilation) -> None:
+    """Give every intermediate value and kernel scratch an offset in one
+    arena planned from liveness; views and in-place results share their
+    input's memory (runtime/native/arena.py)."""
+    assert c.lowered is not None
+    c.arena = plan(c.lowered)
+
+
+def render_files(c: NativeCompilation) -> None:
+    """Render NAME.h, NAME.c, NAME_weights.c, main.c, the Makefile and the
+    kernels' sources, every kernel symbol prefixed with NAME_."""
+    assert c.lowered is not None and c.arena is not None
+    c.rendered = render(c.lowered, c.arena, c.weights)
+
+
+def write_files(c: NativeCompilation) -> None:
+    """Write the files, the weights file and emit-c.manifest, and remove the
+    earlier run's files this one does not write."""
+    assert c.lowered is not None and c.arena is not None and c.rendered is not None
+    c.result = _write(c.lowered, c.arena, c.rendered, c.directory, c.keep, c.phases)
+
+
+#: The native backend: a Program to C, stage by stage (stage name, passes
+#: in order); the stages' times are EmitResult.phases.
+NATIVE_BACKEND = (('lower', (fill_defaults, fuse_epilogues, fold_and_lower, choose_weights)),
+                  ('plan', (plan_memory,)), ('render', (render_files,)),
+                  ('write', (write_files,)))
 
 
 #: Longest model name: it is a prefix of file names and C identifiers.
@@ -359,9 +437,9 @@ def _has(inst: Instruction, k: int) -> bool:
 
 
 def lower(program: Program, name: str) -> Lowered:
-    """Fill ``program``'s attribute defaults, fuse it (fusion.py), evaluate
-    what is known at emit time (folding.py) and lower every other
-    instruction (lowerings/) for the model ``name``.  Raises
+    """Evaluate what is known at emit time (folding.py) and lower every
+    other instruction (lowerings/) of ``program`` (filled and fused:
+    NATIVE_BACKEND's passes before) for the model ``name``.  Raises
     UnsupportedNativeOpsError listing every instruction the kernels cannot
     run, NativeEmitError for an input or output the C cannot take."""
     em = _Lowerer(program, name)
@@ -376,8 +454,6 @@ class _Lowerer:
     ``uniform_input``."""
 
     def __init__(self, program: Program, name: str):
-        # Defaults filled, BatchNormalizations folded, activation epilogues fused.
-        program = fuse(with_defaults(program))
         self.p = program
         self.name = name
         self.shapes: dict[int, Shape] = {}
@@ -1306,11 +1382,11 @@ def _write(lowered: Lowered, arena: ArenaPlan, rendered: Rendered, directory: st
         f.write('\n'.join([_MANIFEST_HEADER] + ['%s  %s' % (digests[n], n)
                                                 for n in sorted(digests)]) + '\n')
     removed = _remove_stale(name, directory, earlier, set(digests))
-    _phase(phases, 'write', start)
+    timed = phases + [('write', time.perf_counter() - start)]
     logger.info('emit-c %s: wrote %d files to %s (weights %s%s); %s', name,
                 len(files) + 1, directory, mode,
                 '' if layout_ is None else ', %d bytes' % layout_.nbytes,
-                ', '.join('%s %.2f s' % p for p in phases))
+                ', '.join('%s %.2f s' % p for p in timed))
     return EmitResult(directory, files, arena.arena_bytes,
                       sum(aligned(b.nbytes) for b in arena.buffers),
                       [(b.key, arena.offsets[b.key], b.nbytes, b.start, b.end)

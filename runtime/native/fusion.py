@@ -29,26 +29,13 @@ import dataclasses
 
 import numpy
 
+from ..ops.fusion_rules import epilogue_alpha, epilogue_ops
 from ..ops.opset_rules import batch_norm_trains
-from ..ops.registry import CUSTOM_DOMAIN, fill_defaults, lookup, operator_record, records
+from ..ops.registry import CUSTOM_DOMAIN, fill_defaults, lookup, operator_record
 from ..program import NO_REGISTER, Instruction, Program
 
 _DEFAULT_DOMAINS = ('', 'ai.onnx')
 _BATCH_NORM_GRAD = CUSTOM_DOMAIN + '::BatchNormalizationGrad'
-
-
-def epilogue_ops() -> list[str]:
-    """The activations (default domain) a product may apply as it stores
-    its result: those whose records say ``epilogue``."""
-    return [r.op for r in records() if r.epilogue and r.domain == '']
-
-
-def epilogue_alpha(op: str, attrs: dict) -> float:
-    """The ``activation_alpha`` of epilogue ``op`` given its node's
-    ``attrs``: its ``alpha`` attribute, the kernel's default when absent
-    (LeakyRelu's slope), 0 for an activation without one."""
-    alpha = lookup(op).with_defaults(attrs).get('alpha')
-    return 0.0 if alpha is None else float(alpha)
 
 
 def written_inputs(inst: Instruction) -> list[int]:

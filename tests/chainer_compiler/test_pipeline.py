@@ -1,3 +1,4 @@
+import importlib
 import os
 
 import chainer
@@ -23,13 +24,62 @@ def test_pipeline_page_is_up_to_date():
         'regenerate: python -m chainer_compiler.pipeline > docs/pipeline.md')
 
 
-@pytest.mark.parametrize('kind', sorted(pipeline.PIPELINES))
+@pytest.mark.parametrize('kind', sorted(set(pipeline.PIPELINES) - set(pipeline.PROGRAM_KINDS)))
 def test_every_kind_checks_kernels_then_emits_last(kind):
     stages = pipeline.PIPELINES[kind]
     assert stages[-len(pipeline.VM_BACKEND):] == pipeline.VM_BACKEND
     assert stages[-1] == ('emit', (pipeline.emit, pipeline.validate))
     front = [p for _, passes in stages[:-len(pipeline.VM_BACKEND)] for p in passes]
     assert front[-1] is pipeline.check_kernels  # after the last pass that adds nodes
+
+
+def test_the_native_kind_is_what_emit_c_runs(tmp_path, monkeypatch):
+    # PIPELINES['native'] is the tuple emit_c walks: each of its passes runs,
+    # in order, and its stages are emit-c's phases.
+    # (the package's emit_c is the function; the module is imported by name)
+    native = importlib.import_module('chainer_compiler.runtime.native.emit_c')
+    assert pipeline.PIPELINES['native'] is native.NATIVE_BACKEND
+    ran = []
+
+    def spy(run_pass):
+        def spied(c):
+            ran.append(run_pass.__name__)
+            run_pass(c)
+        return spied
+
+    monkeypatch.setattr(native, 'NATIVE_BACKEND', tuple(
+        (stage, tuple(spy(p) for p in passes)) for stage, passes in native.NATIVE_BACKEND))
+    graph = helper.make_graph(
+        [helper.make_node('Gemm', ['x', 'W'], ['h']), helper.make_node('Relu', ['h'], ['y'])],
+        'g', [helper.make_tensor_value_info('x', TensorProto.FLOAT, [2, 3])],
+        [helper.make_tensor_value_info('y', TensorProto.FLOAT, [2, 4])],
+        [numpy_helper.from_array(numpy.ones((3, 4), numpy.float32), 'W')])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid('', 13)])
+    result = native.emit_c(pipeline.build_program(model), tmp_path / 'c', 'm')
+    stages = pipeline.PIPELINES['native']
+    assert ran == [p.__name__ for _, passes in stages for p in passes]
+    assert [name for name, _ in result.phases] == [name for name, _ in stages]
+    with pytest.raises(ValueError, match="kind 'native' compiles a Program"):
+        pipeline.run('native', model)
+
+
+def test_the_vm_and_native_fusions_read_one_epilogue_rule_set():
+    # The VM fuses into FusedGemm exactly the epilogues its kernel applies;
+    # native fusion and lowerings take every epilogue the records declare.
+    from chainer_compiler.runtime.native import fusion
+    from chainer_compiler.runtime.native.lowerings import connection
+    from chainer_compiler.runtime.ops import fusion_rules
+    from chainer_compiler.runtime.ops.registry import CUSTOM_DOMAIN, lookup
+    assert fusion.epilogue_ops is connection.epilogue_ops is fusion_rules.epilogue_ops
+    fused_gemm = lookup('FusedGemm', CUSTOM_DOMAIN).fn
+    a = numpy.ones((2, 2), numpy.float32)
+    for op in fusion_rules.epilogue_ops():
+        try:
+            fused_gemm(numpy, a, a, activation=op)
+            applies = True
+        except ValueError:
+            applies = False
+        assert fusion_rules.vm_gemm_epilogue(op, '') == applies, op
 
 
 def _model_with_a_kernelless_op():

@@ -11,9 +11,9 @@ import re
 
 import numpy
 
+from ...ops.fusion_rules import epilogue_alpha, epilogue_ops
 from ...ops.registry import CUSTOM_DOMAIN
 from ..cformat import CStruct, cfloat
-from ..fusion import epilogue_alpha, epilogue_ops
 from ..lowering import Refuse, Step, lowers, window
 from .winograd import (
     MIN_FILTER_GRADIENT_WIDTH,

@@ -1,13 +1,19 @@
-"""emit_c is lower -> plan -> render -> write, each stage a function of its
-inputs: rendering twice gives the same files and leaves the lowering as it
-was, and the files are what emit_c writes."""
+"""emit_c runs NATIVE_BACKEND's stages: lower -> plan -> render -> write,
+each a function of its inputs: rendering twice gives the same files and
+leaves the lowering as it was, and the files are what emit_c writes."""
 import os
 
 import numpy
 from onnx import TensorProto, helper
 
 from chainer_compiler.pipeline import build_program
-from chainer_compiler.runtime.native.emit_c import emit_c, lower, plan, render
+from chainer_compiler.runtime.native.emit_c import (
+    NATIVE_BACKEND,
+    NativeCompilation,
+    emit_c,
+    plan,
+    render,
+)
 from tests.conftest import make_model
 
 
@@ -26,7 +32,13 @@ def _model():
 
 def test_stages_are_functions_of_their_inputs_and_compose_to_emit_c(tmp_path):
     program = build_program(_model())
-    lowered = lower(program, 'm')
+    c = NativeCompilation(program, 'm', 'embed', str(tmp_path / 'unused'))
+    for stage, passes in NATIVE_BACKEND:
+        if stage == 'plan':
+            break
+        for run_pass in passes:
+            run_pass(c)
+    lowered = c.lowered
     weights_before = dict(lowered.weights)
     arena = plan(lowered)
     first = render(lowered, arena, 'embed')

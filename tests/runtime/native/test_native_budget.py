@@ -1,0 +1,13 @@
+"""runtime/native/ has a size budget of its own (docs/native.md says why it
+lives in the runtime), counted as tests/runtime/test_line_budget.py counts."""
+from tests.runtime.test_line_budget import RUNTIME, _total
+
+#: Code lines of runtime/native/**/*.py: the emitter, fusion, folding, the
+#: arena, the runner and the lowerings (3,613 when the budget was set).
+NATIVE_BUDGET = 3800
+
+
+def test_the_native_backend_stays_within_its_budget():
+    used = _total((RUNTIME / 'native').rglob('*.py'))
+    assert used <= NATIVE_BUDGET, ('runtime/native/ has %d code lines, budget %d'
+                                   % (used, NATIVE_BUDGET))
