@@ -15,6 +15,7 @@ interpreter's pip installs into them (``pip --python``): the same install,
 without seconds of ensurepip per tier.  Commands run outside the checkout,
 so the installed package is what they import.
 """
+import glob
 import json
 import os
 import shutil
@@ -37,9 +38,9 @@ TEST_TOOLS = ('pytest', 'hypothesis', 'onnxruntime')
 class Venv:
     """A fresh virtual environment in ``path`` and commands run in it."""
 
-    def __init__(self, path):
+    def __init__(self, path, interpreter=sys.executable):
         self.path = path
-        subprocess.run([sys.executable, '-m', 'venv', '--without-pip', str(path)], check=True)
+        subprocess.run([interpreter, '-m', 'venv', '--without-pip', str(path)], check=True)
         self.python = str(path / 'bin' / 'python')
 
     def pip_install(self, *args):
@@ -62,6 +63,18 @@ class Venv:
         return json.loads(out.stdout)
 
 
+@pytest.fixture(scope='module')
+def source(tmp_path_factory):
+    """The checkout without its build products and environments: setuptools
+    builds in the source tree's build/ and keeps files of earlier builds
+    there (a module renamed since would be installed twice)."""
+    copy = tmp_path_factory.mktemp('source') / 'chainer-compiler'
+    shutil.copytree(ROOT, copy, ignore=shutil.ignore_patterns(
+        'build', 'dist', '.venv*', '.git', 'result', '__pycache__', '*.egg-info',
+        '.pytest_cache', '.mypy_cache', '.ruff_cache', '.hypothesis'))
+    return str(copy)
+
+
 def _pins(names):
     """requirements.txt's pinned lines for ``names``."""
     with open(os.path.join(ROOT, 'requirements.txt')) as f:
@@ -70,24 +83,24 @@ def _pins(names):
 
 
 @pytest.fixture(scope='module')
-def base(tmp_path_factory):
+def base(tmp_path_factory, source):
     venv = Venv(tmp_path_factory.mktemp('base') / 'venv')
-    venv.pip_install(ROOT)
+    venv.pip_install(source)
     return venv
 
 
 @pytest.fixture(scope='module')
-def with_onnx(tmp_path_factory):
+def with_onnx(tmp_path_factory, source):
     venv = Venv(tmp_path_factory.mktemp('onnx') / 'venv')
-    venv.pip_install(ROOT + '[onnx]')
+    venv.pip_install(source + '[onnx]')
     return venv
 
 
 @pytest.fixture(scope='module')
-def with_chainer(tmp_path_factory):
+def with_chainer(tmp_path_factory, source):
     venv = Venv(tmp_path_factory.mktemp('chainer') / 'venv')
     venv.pip_install('setuptools<74', 'wheel')
-    venv.pip_install('--no-build-isolation', ROOT + '[chainer]')
+    venv.pip_install('--no-build-isolation', source + '[chainer]')
     return venv
 
 
@@ -132,6 +145,32 @@ def test_the_base_tier_names_the_extra_a_feature_needs(base, mlp_files):
     out = base.run('python', '-c', 'import chainer_compiler; chainer_compiler.compile_onnx')
     assert 'MissingExtraError' in out.stderr
     assert 'install chainer-compiler[chainer]' in out.stderr
+
+
+def _interpreter(version):
+    """A working ``python<version>`` here (pyenv's or the system's), or None."""
+    candidates = sorted(glob.glob(os.path.expanduser(
+        '~/.pyenv/versions/%s.*/bin/python%s' % (version, version))))
+    candidates += [c for c in (shutil.which('python' + version),) if c]
+    for candidate in candidates:
+        if subprocess.run([candidate, '-c', 'pass'], capture_output=True).returncode == 0:
+            return candidate
+    return None
+
+
+@pytest.mark.parametrize('version', ['3.12', '3.13'])
+def test_the_base_tier_runs_a_saved_program_on_newer_pythons(version, source, mlp_files,
+                                                              tmp_path):
+    interpreter = _interpreter(version)
+    if interpreter is None:
+        pytest.skip('no Python %s on this machine' % version)
+    venv = Venv(tmp_path / 'venv', interpreter)
+    venv.pip_install(source)
+    assert set(venv.distributions()) == {'chainer-compiler', 'numpy'}
+    _, program = mlp_files
+    assert 'modules loaded: chainer=False onnx=False' in _ok(
+        venv.run('python', '-m', 'chainer_compiler.runtime', program))
+    _ok(venv.run('chainer-compiler', 'run', '--program', program, '--backend', 'native'))
 
 
 def test_every_entry_point_prints_the_version(base):
