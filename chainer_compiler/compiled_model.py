@@ -108,6 +108,9 @@ class CompiledModel(chainer.Chain):
                  pack_parameters=False):
         super().__init__()
         # Before anything changes: a bad option fails here, not at the first batch.
+        if pack_parameters and (runtime_kwargs or {}).get('backend') == 'cupy':
+            raise ValueError('pack_parameters packs NumPy arrays: use the numpy or native '
+                             'backend, not cupy')
         _check_runtime_kwargs(runtime_kwargs or {})
         if not pack_parameters:
             self._adopt(model)
@@ -124,9 +127,6 @@ class CompiledModel(chainer.Chain):
             raise ValueError("%s was exported by translator '%s', but compile_onnx was told "
                              "used_translator='%s'" % (onnx_file, recorded, used_translator))
         self._bind_parameters(model)
-        if pack_parameters and self.runtime_kwargs.get('backend') == 'cupy':
-            raise ValueError('pack_parameters packs NumPy arrays: use the numpy or native '
-                             'backend, not cupy')
         self._training = {}
         self._inference = None
         self._compile_now()
