@@ -16,7 +16,10 @@ class FixedBatchDataset(chainer.dataset.DatasetMixin):
     Padding examples repeat the first example's input with the label
     ``ignore_label``, of the type and dtype of the first example's label (a
     compiled program takes only the dtypes it was exported with; a label
-    dtype that cannot hold ``ignore_label`` is a ValueError).
+    dtype that cannot hold ``ignore_label`` is a ValueError).  The first
+    example is read when a padding example is, not before: building the
+    dataset loads nothing (a damaged file is found where the iterator meets
+    it, as without padding).
     ``F.softmax_cross_entropy`` skips label -1 by default;
     give ``F.accuracy`` ``ignore_label=-1`` too (e.g. ``L.Classifier(model,
     accfun=functools.partial(F.accuracy, ignore_label=-1))``), and padding
@@ -32,8 +35,6 @@ class FixedBatchDataset(chainer.dataset.DatasetMixin):
         self.batchsize = batchsize
         self.ignore_label = ignore_label
         self._length = -(-len(dataset) // batchsize) * batchsize
-        x, label = dataset[0]
-        self._padding = (x, _label_like(label, ignore_label))
 
     def __len__(self):
         return self._length
@@ -41,7 +42,8 @@ class FixedBatchDataset(chainer.dataset.DatasetMixin):
     def get_example(self, i):
         if i < len(self.dataset):
             return self.dataset[i]
-        return self._padding
+        x, label = self.dataset[0]
+        return x, _label_like(label, self.ignore_label)
 
 
 def _label_like(label, value):

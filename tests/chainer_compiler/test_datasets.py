@@ -31,8 +31,21 @@ def test_array_labels_are_padded_as_arrays_of_their_dtype_and_shape():
 
 
 def test_an_ignore_label_the_dtype_cannot_hold_is_refused():
+    padded = chainer_compiler.FixedBatchDataset(_data(5, numpy.uint8), 4)
     with pytest.raises(ValueError, match='ignore_label -1 does not fit.*uint8'):
-        chainer_compiler.FixedBatchDataset(_data(5, numpy.uint8), 4)
+        padded[5]
+
+
+def test_building_the_dataset_reads_no_example():
+    # A damaged example must fail where the iterator meets it (the ImageNet
+    # example decides there, on every rank at once, whether to stop).
+    class Unread(chainer.dataset.DatasetMixin):
+        def __len__(self):
+            return 5
+
+        def get_example(self, i):
+            raise AssertionError('example %d read' % i)
+    assert len(chainer_compiler.FixedBatchDataset(Unread(), 4)) == 8
 
 
 def test_training_step_updater_trains_on_padded_batches(tmp_path):
