@@ -21,8 +21,6 @@ import os
 import sys
 import traceback
 
-import numpy
-
 from . import MissingExtraError, __version__, _missing_extra
 from .errors import InvalidModelError, InvalidTestDataError, UnsupportedOperatorsError
 from .runtime.errors import RuntimeVMError
@@ -30,14 +28,7 @@ from .runtime.executor import Executor
 from .runtime.files import end_on_closed_stdout, same_file
 from .runtime.logs import configure_logging
 from .runtime.profiling import Tracer
-from .runtime.random_inputs import (
-    check_storable_outputs,
-    load_inputs,
-    parse_symbolic_dims,
-    random_inputs,
-    run_on_inputs,
-    save_outputs,
-)
+from .runtime.random_inputs import parse_symbolic_dims, run_on_files
 from .runtime.serialization import load_program, save_program
 
 EXIT_MISMATCH = 1
@@ -302,16 +293,8 @@ def _run(args):
             from .pipeline import build_program
             program = build_program(args.onnx)
         _report_program(program, args)
+        run_on_files(program, lambda: Executor(program, **options), args)
         if args.outputs:
-            check_storable_outputs(program)
-        if args.inputs:
-            inputs = load_inputs(program, args.inputs)
-        else:
-            inputs = random_inputs(program, numpy.random.RandomState(args.seed),
-                                   args.symbolic_dims)
-        outputs = run_on_inputs(Executor(program, **options), inputs, args.iterations)
-        if args.outputs:
-            save_outputs(outputs, args.outputs)
             print('wrote the outputs to %s' % args.outputs)
         return 0
     finally:

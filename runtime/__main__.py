@@ -18,20 +18,11 @@ import logging
 import os
 import sys
 
-import numpy
-
 from .errors import RuntimeVMError
 from .executor import Executor
 from .files import end_on_closed_stdout, same_file
 from .logs import configure_logging
-from .random_inputs import (
-    check_storable_outputs,
-    load_inputs,
-    parse_symbolic_dims,
-    random_inputs,
-    run_on_inputs,
-    save_outputs,
-)
+from .random_inputs import parse_symbolic_dims, run_on_files
 from .serialization import load_program
 
 NAME = 'chainer_compiler.runtime'
@@ -58,17 +49,8 @@ def main(argv=None):
         # NAME, not __name__: run with -m, this module is __main__.
         logging.getLogger(NAME).info('loaded program %s (%d instructions) from %s',
                                      program.name, len(program.instructions), args.program)
-        if args.outputs:
-            check_storable_outputs(program)
-        if args.inputs:
-            inputs = load_inputs(program, args.inputs)
-        else:
-            inputs = random_inputs(program, numpy.random.RandomState(args.seed),
-                                   args.symbolic_dims)
-        executor = Executor(program, backend='numpy', trace=args.trace)
-        outputs = run_on_inputs(executor, inputs, args.iterations)
-        if args.outputs:
-            save_outputs(outputs, args.outputs)
+        run_on_files(program, lambda: Executor(program, backend='numpy', trace=args.trace),
+                     args)
         print('modules loaded: chainer=%s onnx=%s'
               % ('chainer' in sys.modules, 'onnx' in sys.modules))
         sys.stdout.flush()  # a closed pipe raises here, not at exit

@@ -173,6 +173,23 @@ def save_outputs(outputs, path):
                                              allow_pickle=False)
 
 
+def run_on_files(program, make_executor, args):
+    """What both command lines' run does: inputs from ``args.inputs`` (-i)
+    or random ones (``args.seed``, ``args.symbolic_dims``), checked before
+    ``make_executor()`` builds anything; ``args.iterations`` runs; outputs
+    written to ``args.outputs`` (-o) when given.  Returns the outputs."""
+    if args.outputs:
+        check_storable_outputs(program)
+    if args.inputs:
+        inputs = load_inputs(program, args.inputs)
+    else:
+        inputs = random_inputs(program, numpy.random.RandomState(args.seed), args.symbolic_dims)
+    outputs = run_on_inputs(make_executor(), inputs, args.iterations)
+    if args.outputs:
+        save_outputs(outputs, args.outputs)
+    return outputs
+
+
 def run_on_inputs(executor, inputs, iterations=1, write=print):
     """Run ``executor`` on ``inputs`` and write one line per output (and the
     timing line when ``iterations`` > 1); return the outputs."""
