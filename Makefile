@@ -57,8 +57,10 @@ lint: $(STAMP)
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/mypy
 
+# The whole suite on every core (pytest-xdist): serial, it took 14:48 on
+# this 2-core machine, at the edge of the 15 minutes CI allows it.
 test: lint
-	$(PY) -m pytest -q
+	$(PY) -m pytest -q -n auto
 
 # Everything but the tests marked slow (whole-model training and export),
 # native_build (they compile C: a few native smoke tests stay in) and the
