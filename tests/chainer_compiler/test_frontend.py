@@ -284,6 +284,7 @@ def test_inlining_is_bounded_by_the_file_before_it_starts():
         load_onnx(_nested_functions(200), check=False)
 
 
+@pytest.mark.slow
 def test_functions_called_many_times_still_inline():
     # A function of 100 nodes called at 100 places: 10,000 nodes from 200.
     model = _nested_functions(3, calls=100)

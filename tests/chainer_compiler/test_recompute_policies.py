@@ -218,6 +218,7 @@ def test_gt_takes_the_prefixes_of_other_topological_orders(first, other):
     assert all(view.nodes[view.producer[name]].output[0] == name for name in view.producer)
 
 
+@pytest.mark.slow
 def test_gt_replays_less_at_chen_budget_with_the_other_orders(tmp_path, monkeypatch):
     # ResNet's projection blocks put the shortcut last in the forward order;
     # the cuts of the order that puts it first replay less within chen's peak.

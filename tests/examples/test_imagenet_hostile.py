@@ -85,6 +85,7 @@ def test_compute_mean_over_a_folder_holding_a_fifo_ends_with_status_2(tmp_path):
     assert not (tmp_path / 'mean.npy').exists()
 
 
+@pytest.mark.slow  # two MPI ranks: seconds of start-up
 def test_a_fifo_in_the_dataset_stops_both_ranks_with_status_2(demo, tmp_path):
     # The old example started training; the rank whose batch held the FIFO
     # waited in open() for a writer, the other in the next all-reduce.
@@ -313,6 +314,7 @@ def test_an_error_on_one_rank_between_checks_ends_every_rank_with_status_2(demo,
                      '(on rank 0)'], run.stderr
 
 
+@pytest.mark.slow  # two MPI ranks: seconds of start-up
 def test_an_out_folder_that_is_a_file_stops_every_rank_before_training(demo, tmp_path):
     (tmp_path / 'out').write_text('')
     run = mpirun('data/train', 'data/val', *MODEL_FLAGS[:-1], '2', '--iterations', '4',

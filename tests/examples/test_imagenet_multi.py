@@ -140,12 +140,14 @@ def _assert_fails_on_every_rank(run, message):
     assert len(lines) == 2 and all(message in line for line in lines), run.stderr
 
 
+@pytest.mark.slow  # two MPI ranks: seconds of start-up
 def test_missing_dataset_folder_stops_every_rank(workdir):
     run = mpirun('data/nothing', 'data/val', '--compile', 'small.onnx', *MODEL_FLAGS,
                  cwd=workdir)
     _assert_fails_on_every_rank(run, 'data/nothing: no such dataset directory or list file')
 
 
+@pytest.mark.slow  # two MPI ranks: seconds of start-up
 def test_batch_size_the_export_does_not_match_stops_every_rank(workdir):
     flags = MODEL_FLAGS[:-1] + ['2']
     run = mpirun('data/train', 'data/val', '--compile', 'small.onnx', *flags, cwd=workdir)
@@ -153,6 +155,7 @@ def test_batch_size_the_export_does_not_match_stops_every_rank(workdir):
                                      'but --batchsize is 2')
 
 
+@pytest.mark.slow  # two MPI ranks: seconds of start-up
 def test_undecodable_image_on_one_rank_stops_every_rank(workdir, tmp_path):
     data = tmp_path / 'data'
     made = _python(os.path.join(EXAMPLE, 'make_demo_dataset.py'), str(data), '--classes', '2',

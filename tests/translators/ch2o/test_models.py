@@ -147,7 +147,15 @@ def op_types(graph):
     return types
 
 
-@pytest.mark.parametrize('name', list(FORWARD))
+#: The largest models: seconds each, run by `make test` (marked slow).
+LARGE = ('espnet_e2e', 'espnet_decoder_attdot', 'espnet_decoder_attloc')
+
+
+def _sized(names):
+    return [pytest.param(n, marks=pytest.mark.slow) if n in LARGE else n for n in names]
+
+
+@pytest.mark.parametrize('name', _sized(FORWARD))
 def test_forward(name):
     make, args, run_args = FORWARD[name]
     model = _seeded(make)
@@ -196,7 +204,7 @@ GRADIENTS = {
 GRADIENT_TOLERANCE = {'resnet': dict(rtol=1e-4, atol=1e-4)}
 
 
-@pytest.mark.parametrize('name', list(GRADIENTS))
+@pytest.mark.parametrize('name', _sized(GRADIENTS))
 def test_gradients(name, tmp_path):
     make, args = GRADIENTS[name]
     check_ch2o_gradients(_seeded(make), args(), tmp_path, **GRADIENT_TOLERANCE.get(name, DEEP))

@@ -210,6 +210,7 @@ def sequence_slices(self, xs, a, b):
             xs[-100:100], lengths[:-1], lengths[a:])
 
 
+@pytest.mark.slow
 def test_sequence_slices_at_several_lengths():
     """Constant and run-time bounds, negative ones and ones out of range,
     both directions: Python's clamping at every length (0 included), each
