@@ -33,7 +33,7 @@ def install():
     try:
         if importlib.util.find_spec('chainer_compiler.runtime') is not None:
             return  # installed (or already shimmed)
-    except ImportError:
+    except ImportError:  # chainer_compiler is absent or broken here: shim it
         pass
     if ROOT not in sys.path:
         sys.path.insert(0, ROOT)

@@ -93,5 +93,5 @@ def _result_bounds(op: str, args: list, attrs: dict) -> list:
             start, limit, delta = (a.item() for a in args)
             return [(max(math.ceil((limit - start) / delta), 0),)]
     except (ValueError, TypeError, OverflowError, ZeroDivisionError, IndexError, AttributeError):
-        pass
+        pass  # inputs that do not bound the result: its size is unknown, so it is not folded
     return [None]

@@ -39,12 +39,14 @@ def doubled(fn):
 
 
 def logged(fn):
+    """A wrapper ch2o cannot translate: its body is a `try` statement."""
     @functools.wraps(fn)
     def wrapper(*args):
         try:
             return fn(*args)
         finally:
-            pass
+            wrapper.calls += 1
+    wrapper.calls = 0
     return wrapper
 
 
