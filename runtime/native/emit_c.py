@@ -485,6 +485,7 @@ class _Lowerer:
                 step = self._lower(inst)
             except Refuse as e:
                 problems.append((i, program.describe_instruction(i), str(e)))
+                self._assume_declared(inst)
                 step = None
             except Unknown:
                 step = None
@@ -517,6 +518,20 @@ class _Lowerer:
                 self.consts[r] = a
                 self.shapes[r] = tuple(a.shape)
                 self.dtypes[r] = a.dtype.name
+
+    def _assume_declared(self, inst: Instruction):
+        """The outputs of refused ``inst`` take their static types from the
+        Program, so that the instructions after it are lowered too and the
+        refusal lists every instruction the kernels cannot run, not only
+        the first of a chain."""
+        for r in inst.outputs:
+            t = self.p.types.get(r)
+            if t is None or t.kind != 'tensor' or t.dtype not in C_TYPES or t.shape is None:
+                continue
+            dims = tuple(d for d in t.shape if isinstance(d, int))
+            if len(dims) == len(t.shape):
+                self.shapes[r] = dims
+                self.dtypes[r] = t.dtype
 
     def _record(self, i: int, inst: Instruction, step: Step, problems: list):
         """Note the shapes and dtypes of ``step``'s outputs."""

@@ -1,6 +1,7 @@
 /* Math family: element-wise binary operations with NumPy broadcasting for
- * every dtype, and Not. */
+ * every dtype, Not, IsNaN and IsInf. */
 #include <math.h>
+#include <string.h>
 #include <tgmath.h> /* pow of floats is powf */
 
 #include "ccn_math.h"
@@ -187,3 +188,23 @@ void ccn_not(long n, const uint8_t *x, uint8_t *y)
     for (long i = 0; i < n; i++)
         y[i] = !x[i];
 }
+
+/* The class bits (ccn_math.h) of each element: all exponent bits set is
+ * an infinity when the fraction is 0 and NaN otherwise. */
+#define CCN_CLASSIFY(NAME, T, U, EXPONENT, SIGN)                              \
+void NAME(long n, int classes, const T *x, uint8_t *y)                        \
+{                                                                             \
+    for (long i = 0; i < n; i++) {                                            \
+        U bits;                                                               \
+        memcpy(&bits, &x[i], sizeof bits);                                    \
+        const U magnitude = bits & ~(SIGN);                                   \
+        const int cls = magnitude > (EXPONENT) ? CCN_IS_NAN                   \
+            : magnitude < (EXPONENT) ? 0                                      \
+            : bits & (SIGN) ? CCN_IS_NEG_INF : CCN_IS_POS_INF;                \
+        y[i] = (cls & classes) != 0;                                          \
+    }                                                                         \
+}
+CCN_CLASSIFY(ccn_classify_float32, float, uint32_t, 0x7f800000u, 0x80000000u)
+CCN_CLASSIFY(ccn_classify_float64, double, uint64_t, UINT64_C(0x7ff0000000000000),
+             UINT64_C(0x8000000000000000))
+#undef CCN_CLASSIFY

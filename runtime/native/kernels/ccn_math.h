@@ -36,5 +36,12 @@ CCN_BINARY_DECL(ccn_binary_bool, uint8_t)
 /* y = !x for n bools. */
 void ccn_not(long n, const uint8_t *x, uint8_t *y);
 
+/* IsNaN and IsInf: y[i] = 1 where x[i] is of a class in ``classes`` (the
+ * bits below), else 0.  The class is read from the bits, so that a build
+ * with -ffinite-math-only still finds NaN and infinities. */
+enum { CCN_IS_NAN = 1, CCN_IS_POS_INF = 2, CCN_IS_NEG_INF = 4 };
+void ccn_classify_float32(long n, int classes, const float *x, uint8_t *y);
+void ccn_classify_float64(long n, int classes, const double *x, uint8_t *y);
+
 CCN_END_DECLS
 #endif /* CCN_MATH_H */

@@ -1,7 +1,7 @@
 """Element-wise binary and variadic operations with NumPy broadcasting
-(arithmetic, Pow, PRelu, Max, Min, Sum, Mean, comparisons, logic) and Not,
-as calls into ccn_math.c: one kernel per dtype, ccn_binary_<dtype>,
-switching on an enum of operations."""
+(arithmetic, Pow, PRelu, Max, Min, Sum, Mean, comparisons, logic), Not,
+IsNaN and IsInf as calls into ccn_math.c: one kernel per dtype,
+ccn_binary_<dtype>, switching on an enum of operations."""
 import math
 
 import numpy
@@ -166,3 +166,22 @@ def logical_not(em, inst) -> Step:
         return ['ccn_not(%d, %s, %s);' % (math.prod(sx), ref(inst.inputs[0]),
                                           ref(inst.outputs[0]))]
     return Step('math', [sx], render)
+
+
+@lowers('IsNaN', 'IsInf')
+def classify(em, inst) -> Step:
+    sx = em.shape(inst, 0, dtypes=FLOATS)
+    dtype = em.dtype(inst, 0)
+    if inst.op == 'IsNaN':
+        classes = 'CCN_IS_NAN'
+    else:
+        picked = [c for c, on in (('CCN_IS_POS_INF', 'detect_positive'),
+                                  ('CCN_IS_NEG_INF', 'detect_negative'))
+                  if int(inst.attrs.get(on, 1))]
+        classes = ' | '.join(picked) or '0'
+
+    def render(ref, scratch):
+        return ['ccn_classify_%s(%d, %s, %s, %s);' % (
+            dtype, math.prod(sx), classes, ref(inst.inputs[0]),
+            ref(inst.outputs[0]))]
+    return Step('math', [sx], render, dtypes=['bool'])

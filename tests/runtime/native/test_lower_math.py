@@ -290,3 +290,35 @@ def test_and_refuses_floats():
     model = make_model([helper.make_node('And', ['a', 'a'], ['y'])], [('a', F32, [3])],
                        [('y', numpy.bool_, [3])])
     assert 'this kernel takes bool' in _refusal(model)
+
+
+@pytest.mark.native_build
+def test_isnan_isinf_every_class_and_the_attention_mask_pattern():
+    special = [numpy.nan, -numpy.nan, numpy.inf, -numpy.inf, 0.0, -0.0, 1e-40, -3.5, 1e300]
+    nodes, inputs, outputs, feed = [], [], [], []
+    for dtype in (F32, F64):
+        t = numpy.dtype(dtype).name
+        with numpy.errstate(over='ignore'):
+            feed.append(numpy.array(special, dtype))  # 1e300 is inf in float32
+        inputs.append(('x' + t, dtype, [len(special)]))
+        nodes.append(helper.make_node('IsNaN', ['x' + t], ['nan' + t]))
+        for k, (pos, neg) in enumerate([(1, 1), (1, 0), (0, 1), (0, 0)]):
+            nodes.append(helper.make_node('IsInf', ['x' + t], ['inf%d%s' % (k, t)],
+                                          detect_positive=pos, detect_negative=neg))
+        outputs += [(name + t, numpy.bool_, [len(special)])
+                    for name in ['nan', 'inf0', 'inf1', 'inf2', 'inf3']]
+    # torch's attention export: Where(IsNaN(Softmax(s)), 0, Softmax(s)).
+    scores = numpy.array([[1.0, 2.0, 3.0], [-numpy.inf] * 3], F32)
+    nodes += [helper.make_node('Softmax', ['s'], ['p'], axis=-1),
+              helper.make_node('IsNaN', ['p'], ['masked']),
+              helper.make_node('Where', ['masked', 'zero', 'p'], ['attention'])]
+    inputs.append(('s', F32, [2, 3]))
+    outputs.append(('attention', F32, [2, 3]))
+    feed.append(scores)
+    model = make_model(nodes, inputs, outputs, {'zero': numpy.zeros((), F32)}, opset=20)
+    got = check_native(model, feed)
+    assert got[0].tolist() == [True, True] + [False] * 7
+    # float32 1e300 is +inf, float64's is finite.
+    assert got[1].tolist() == [False, False, True, True] + [False] * 4 + [True]
+    assert got[6].tolist() == [False, False, True, True] + [False] * 5
+    assert got[-1][1].tolist() == [0, 0, 0]
