@@ -49,8 +49,10 @@ setup(
     package_dir=package_dir,
     # The native backend's C kernels and main.c template are copied into
     # every emitted model folder, so they must install with the package.
+    # The CuPy backend compiles its raw CUDA kernels from source at run time.
     package_data={'chainer_compiler.runtime.native': ['kernels/*.c', 'kernels/*.h',
-                                                      'kernels/*.c.in']},
+                                                      'kernels/*.c.in'],
+                  'chainer_compiler.runtime.ops': ['cuda/*.cu']},
     # The runtime, emit-c of a saved Program and the native backend need
     # NumPy alone (tests/test_install_tiers.py checks each tier).
     install_requires=['numpy>=1.26,<3'],

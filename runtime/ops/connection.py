@@ -13,6 +13,7 @@ from collections import namedtuple
 
 import numpy
 
+from . import cupy_kernels
 from .registry import LATEST, input_times_input, kernel, output_times_input
 
 #: A sliding window over the spatial axes: every field is a tuple with one
@@ -100,6 +101,9 @@ def col2im(xp, cols, image_shape, window):
         # One tap covering the image (a 1x1 kernel, stride 1, no padding):
         # the columns are the image; no zeros to add them into.
         return cols.reshape(cols.shape[:2] + tuple(image_shape))
+    image = cupy_kernels.col2im_2d(xp, cols, image_shape, window)
+    if image is not None:
+        return image
     image = xp.zeros(cols.shape[:2] + tuple(image_shape), dtype=cols.dtype)
     for tap in itertools.product(*(range(k) for k in window.kernel)):
         src, dst = [], []
@@ -126,10 +130,15 @@ def _add_bias(y, b):
 
 def _matmul(xp, a, b):
     """xp.matmul, except that NumPy (which has no BLAS for half precision and
-    crawls on it) multiplies float16 in float32 and rounds once."""
-    if xp is numpy and a.dtype == numpy.float16:
-        return numpy.matmul(a.astype(numpy.float32), b.astype(numpy.float32)).astype(a.dtype)
-    return xp.matmul(a, b)
+    crawls on it) multiplies float16 in float32 and rounds once, and CuPy's
+    float32 products go to cuBLAS without CuPy's dispatch (cupy_kernels)."""
+    if xp is numpy:
+        if a.dtype == numpy.float16:
+            return numpy.matmul(a.astype(numpy.float32),
+                                b.astype(numpy.float32)).astype(a.dtype)
+        return numpy.matmul(a, b)
+    product = cupy_kernels.matmul(xp, a, b)
+    return xp.matmul(a, b) if product is None else product
 
 
 def _grouped_conv(xp, cols, w, group, out_shape):

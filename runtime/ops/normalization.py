@@ -8,6 +8,7 @@ saved statistics are returned in the stash type itself.
 """
 import numpy
 
+from . import cupy_kernels
 from .opset_rules import batch_norm_trains
 from .registry import LATEST, kernel, per_element
 
@@ -75,83 +76,18 @@ def _batch_norm_inference(xp, x, scale, b, mean, var, epsilon):
     return y.astype(x.dtype, copy=False)
 
 
-# -- CuPy: BatchNormalization in few kernels -------------------------------------
+# -- CuPy: BatchNormalization as raw kernels -----------------------------------
 # Written against xp, a training BatchNormalization launches about twenty
-# kernels on a GPU and makes ten passes over X, its gradient more; these make
-# three passes and seven launches each (CuPy's cost per launch is host time
-# comparable to a pass over a small X).  X is seen as (N, C, S), per-channel
-# values as (C, 1).  float32, with S large enough that reducing along it pays
-# (below, the xp code was faster); anything else takes the xp code.
-# benchmarks/gpu/kernel_variants.py times them against the xp code.
-
-#: The least S (spatial size) for the CuPy kernels: faster than the xp code
-#: at 28x28 (784) on an H200, slower at 7x7 (49).
-_FUSED_MIN_SPATIAL = 400
-
-_BN_KERNELS: dict[str, object] = {}
-
-
-def _bn_kernels(xp):
-    """The fused kernels, compiled by CuPy on first use."""
-    if not _BN_KERNELS:
-        reduction, elementwise = xp.ReductionKernel, xp.ElementwiseKernel
-        _BN_KERNELS.update(
-            centred_squares=reduction('T x, T mean', 'T out', '(x - mean) * (x - mean)',
-                                      'a + b', 'out = a', '0', 'ccn_bn_centred_squares'),
-            scaled_dot=reduction('T gy, T x, T mean, T inv', 'T out', 'gy * (x - mean) * inv',
-                                 'a + b', 'out = a', '0', 'ccn_bn_scaled_dot'),
-            # Per channel: the batch variance, the scale over the standard
-            # deviation and the running averages, in one launch.
-            statistics=elementwise(
-                'T squares, T m, T mean, T scale, T rm, T rv, T eps, T momentum',
-                'T var, T a, T new_rm, T new_rv',
-                'var = squares / m; a = scale / sqrt(var + eps);'
-                'new_rm = rm * momentum + mean * (1 - momentum);'
-                'new_rv = rv * momentum + var * (1 - momentum)', 'ccn_bn_statistics'),
-            normalize=elementwise('T x, T mean, T a, T b', 'T y', 'y = (x - mean) * a + b',
-                                  'ccn_bn_normalize'),
-            inverse_std=elementwise('T var, T eps', 'T inv', 'inv = 1 / sqrt(var + eps)',
-                                    'ccn_bn_inverse_std'),
-            grad_coefficients=elementwise(
-                'T scale, T inv, T gb, T gs, T m', 'T a, T gbm, T gsm',
-                'a = scale * inv; gbm = gb / m; gsm = gs / m', 'ccn_bn_grad_coefficients'),
-            grad_x=elementwise('T gy, T x, T mean, T inv, T a, T gb, T gs', 'T gx',
-                               'gx = (gy - gb - (x - mean) * inv * gs) * a', 'ccn_bn_grad_x'))
-    return _BN_KERNELS
-
+# kernels on a GPU, each costing host time comparable to a pass over a small
+# X; cupy_kernels does it in three launches, its gradient in two.
 
 def _fused_bn(xp, x, *params, spatial=1):
-    """X as (N, C, S) when the CuPy kernels apply, else None."""
-    if xp is numpy or spatial != 1 or x.ndim < 3 or x.dtype != numpy.float32 \
-            or x.size // (x.shape[0] * x.shape[1]) < _FUSED_MIN_SPATIAL or any(
-                p is not None and (p.dtype != numpy.float32 or p.ndim != 1) for p in params):
+    """X as (N, C, S) when cupy_kernels' BatchNormalization applies (CuPy,
+    float32, per-channel statistics), else None."""
+    if xp is numpy or spatial != 1 or x.ndim < 3 or x.dtype != numpy.float32 or any(
+            p is not None and (p.dtype != numpy.float32 or p.ndim != 1) for p in params):
         return None
     return xp.ascontiguousarray(x).reshape(x.shape[0], x.shape[1], -1)
-
-
-def _channel_sum(reduce, *args):
-    """``reduce`` over N and S of (N, C, S) arrays, as (C,): first along S,
-    which is contiguous (CuPy's fast reduction; reducing both axes at once
-    reads strided and took five times the xp code's time on an H200), then
-    along the short N."""
-    return reduce(*args, axis=2).sum(axis=0)
-
-
-def _fused_mean_and_squares(xp, x3):
-    """Per-channel batch mean of X (N, C, S) and its centred sum of squares."""
-    mean = _channel_sum(xp.sum, x3) / numpy.float32(x3.shape[0] * x3.shape[2])
-    return mean, _channel_sum(_bn_kernels(xp)['centred_squares'], x3, mean.reshape(-1, 1))
-
-
-def _fused_batch_norm_training(xp, x3, scale, b, mean, var, epsilon, momentum):
-    """_batch_norm_training's five outputs with the CuPy kernels; Y as (N, C, S)."""
-    kernels = _bn_kernels(xp)
-    batch_mean, squares = _fused_mean_and_squares(xp, x3)
-    batch_var, a, running_mean, running_var = kernels['statistics'](
-        squares, numpy.float32(x3.shape[0] * x3.shape[2]), batch_mean, scale, mean, var,
-        numpy.float32(epsilon), numpy.float32(momentum))
-    y = kernels['normalize'](x3, batch_mean.reshape(-1, 1), a.reshape(-1, 1), b.reshape(-1, 1))
-    return y, running_mean, running_var, batch_mean, batch_var
 
 
 def _batch_norm_training(xp, x, scale, b, mean, var, epsilon, momentum, axes):
@@ -159,8 +95,9 @@ def _batch_norm_training(xp, x, scale, b, mean, var, epsilon, momentum, axes):
     mean and variance, and the batch mean and (population) variance."""
     x3 = _fused_bn(xp, x, scale, b, mean, var, spatial=len(axes) > 1)
     if x3 is not None:
-        y, *statistics = _fused_batch_norm_training(xp, x3, scale, b, mean, var, epsilon,
-                                                    momentum)
+        y, *statistics = cupy_kernels.batch_norm_training(
+            xp, x3, *(xp.ascontiguousarray(p) for p in (scale, b, mean, var)), epsilon,
+            momentum)
         return (y.reshape(x.shape), *statistics)
     dtype = _compute_dtype(x)
     centred, batch_mean, batch_var = _moments(x, axes, dtype)
@@ -330,7 +267,11 @@ def batch_normalization_grad(xp, x, scale, gy, mean=None, var=None, *, epsilon=1
     axes = _channel_axes(x, spatial)
     x3 = _fused_bn(xp, x, scale, mean, var, spatial=spatial) if n_outputs <= 3 else None
     if x3 is not None and gy.dtype == numpy.float32:
-        return _fused_batch_norm_grad(xp, x3, scale, gy, mean, var, epsilon, training)
+        gx, g_scale, g_b = cupy_kernels.batch_norm_grad(
+            xp, x3, xp.ascontiguousarray(scale), xp.ascontiguousarray(gy).reshape(x3.shape),
+            *(None if p is None else xp.ascontiguousarray(p) for p in (mean, var)), epsilon,
+            training)
+        return gx.reshape(gy.shape), g_scale, g_b
     if mean is None:
         centred, batch_mean, batch_var = _moments(x, axes, dtype)
         inv = 1 / xp.sqrt(batch_var + dtype.type(epsilon))
@@ -355,28 +296,6 @@ def batch_normalization_grad(xp, x, scale, gy, mean=None, var=None, *, epsilon=1
         outs += [g_mean.reshape(scale.shape).astype(scale.dtype),
                  g_var.reshape(scale.shape).astype(scale.dtype)]
     return tuple(outs[:max(n_outputs, 1)])
-
-
-def _fused_batch_norm_grad(xp, x3, scale, gy, mean, var, epsilon, training):
-    """batch_normalization_grad's three outputs with the CuPy kernels."""
-    kernels = _bn_kernels(xp)
-    m = numpy.float32(x3.shape[0] * x3.shape[2])
-    if mean is None:
-        mean, squares = _fused_mean_and_squares(xp, x3)
-        var = squares / m
-    gy3 = xp.ascontiguousarray(gy).reshape(x3.shape)
-    g_b = _channel_sum(xp.sum, gy3)
-    inv = kernels['inverse_std'](var, numpy.float32(epsilon))
-    mean2, inv2 = mean.reshape(-1, 1), inv.reshape(-1, 1)
-    g_scale = _channel_sum(kernels['scaled_dot'], gy3, x3, mean2, inv2)
-    a, g_bm, g_sm = kernels['grad_coefficients'](scale, inv, g_b, g_scale, m)
-    a2 = a.reshape(-1, 1)
-    if training:
-        gx = kernels['grad_x'](gy3, x3, mean2, inv2, a2, g_bm.reshape(-1, 1),
-                               g_sm.reshape(-1, 1))
-    else:
-        gx = gy3 * a2
-    return gx.reshape(gy.shape), g_scale, g_b
 
 
 def _normalized_grad(xp, g, xhat, inv_std, axes):

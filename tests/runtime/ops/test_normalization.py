@@ -8,7 +8,6 @@ from onnx.reference import ReferenceEvaluator
 
 from chainer_compiler.runtime.ops import normalization as nz
 from chainer_compiler.runtime.ops import opset_rules
-from tests.conftest import TEST_BACKEND
 
 
 def _reference(op, inputs, n_outputs, opset, runtime='reference', **attrs):
@@ -219,62 +218,3 @@ def test_lp_normalization(p, axis):
     _assert_close(got, expected)
     with pytest.raises(ValueError, match='p must be'):
         nz.lp_normalization(np, x, p=3)
-
-
-class _KernelsOnNumPy:
-    """CuPy's ElementwiseKernel and ReductionKernel run with NumPy: each
-    kernel's C is also Python (``a = b * c; d = ...``), evaluated on whole
-    arrays.  The fused BatchNormalization path's arithmetic and plumbing are
-    checked here; on a GPU, benchmarks/gpu/run_gpu_checks.py runs the C."""
-
-    def __getattr__(self, name):
-        return getattr(np, name)
-
-    @staticmethod
-    def _names(params):
-        return [p.split()[-1] for p in params.split(',')]
-
-    def ElementwiseKernel(self, in_params, out_params, operation, name):
-        def run(*args):
-            scope = dict(zip(self._names(in_params), args), sqrt=np.sqrt)
-            for statement in filter(str.strip, operation.split(';')):
-                target, expression = statement.split('=', 1)
-                scope[target.strip()] = np.asarray(eval(expression, {}, scope), np.float32)
-            outputs = [scope[n] for n in self._names(out_params)]
-            return outputs[0] if len(outputs) == 1 else tuple(outputs)
-        return run
-
-    def ReductionKernel(self, in_params, out_params, map_expr, reduce_expr, post_map_expr,
-                        identity, name):
-        assert (reduce_expr, post_map_expr, identity) == ('a + b', 'out = a', '0')
-
-        def run(*args, axis):
-            mapped = eval(map_expr, {}, dict(zip(self._names(in_params), args)))
-            return mapped.sum(axis=axis, dtype=np.float32)
-        return run
-
-
-@pytest.mark.skipif(TEST_BACKEND == 'cupy', reason='the real kernels run on this backend: '
-                    'the stand-in is for machines without CuPy')
-def test_batch_norm_cupy_kernels_compute_what_the_xp_code_computes(monkeypatch):
-    fake = _KernelsOnNumPy()
-    monkeypatch.setattr(nz, '_BN_KERNELS', {})
-    rng = np.random.default_rng(0)
-    x, gy = (rng.standard_normal((4, 3, 20, 21)).astype(np.float32) for _ in range(2))
-    scale, b, mean, var = (rng.random(3).astype(np.float32) + 0.5 for _ in range(4))
-    expected = nz.batch_normalization(np, x, scale, b, mean, var, training_mode=1)
-    got = nz.batch_normalization(fake, x, scale, b, mean, var, training_mode=1)
-    for e, g in zip(expected, got):
-        assert g.shape == e.shape and g.dtype == e.dtype
-        np.testing.assert_allclose(g, e, rtol=1e-5, atol=1e-6)
-    saved = nz.batch_normalization_v1(np, x, scale, b, mean, var, n_outputs=5)[3:]
-    for statistics in ((), saved):  # recomputed from X, and the forward's
-        for training in (1, 0):
-            expected = nz.batch_normalization_grad(np, x, scale, gy, *statistics,
-                                                   training=training)
-            got = nz.batch_normalization_grad(fake, x, scale, gy, *statistics,
-                                              training=training)
-            for e, g in zip(expected, got):
-                assert g.shape == e.shape and g.dtype == e.dtype
-                np.testing.assert_allclose(g, e, rtol=1e-4, atol=1e-5)
-    assert set(nz._BN_KERNELS) >= {'statistics', 'normalize', 'grad_x'}  # the fused path ran
