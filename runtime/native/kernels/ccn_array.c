@@ -132,6 +132,34 @@ int ccn_gather(size_t elem, long outer, long dim, long inner, const void *x,
     return 0;
 }
 
+int ccn_gather_nd(size_t elem, long batch, int depth, const long *dims, long inner,
+                  const void *x, long n, const void *indices, int index_bytes, void *y)
+{
+    long block = inner; /* elements of x per batch entry */
+    for (int k = 0; k < depth; ++k) {
+        block *= dims[k];
+        for (long j = 0; j < batch * n; ++j) {
+            const long i = index_at(indices, index_bytes, j * depth + k);
+            if (i < -dims[k] || i >= dims[k])
+                return 1;
+        }
+    }
+    const size_t run = (size_t)inner * elem;
+    CCN_PARALLEL_FOR(batch * n * inner,
+        for (long j = 0; j < batch * n; ++j) {
+            long offset = 0; /* in runs of ``inner`` elements */
+            for (int k = 0; k < depth; ++k) {
+                const long i = index_at(indices, index_bytes, j * depth + k);
+                offset = offset * dims[k] + (i < 0 ? i + dims[k] : i);
+            }
+            memcpy((unsigned char *)y + (size_t)j * run,
+                   (const unsigned char *)x + (size_t)(j / n * block) * elem + offset * run,
+                   run);
+        }
+    );
+    return 0;
+}
+
 void ccn_where(size_t elem, int rank, const long *shape,
                const uint8_t *cond, const long *cond_strides,
                const void *x, const long *x_strides,

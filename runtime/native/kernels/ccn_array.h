@@ -35,6 +35,13 @@ void ccn_table_copy(size_t elem, int rank, const long *shape, const long *tables
 int ccn_gather(size_t elem, long outer, long dim, long inner, const void *x,
                long n, const void *indices, int index_bytes, void *y);
 
+/* GatherND: x is [batch, dims[0], ..., dims[depth - 1], inner], ``indices``
+ * [batch, n, depth] (int32 or int64 as in ccn_gather, negative entries
+ * counted from the end of their axis), y [batch, n, inner].  Returns 0, or
+ * 1 without writing y when an index is outside [-dims[k], dims[k]). */
+int ccn_gather_nd(size_t elem, long batch, int depth, const long *dims, long inner,
+                  const void *x, long n, const void *indices, int index_bytes, void *y);
+
 /* Where: out[i] = cond[i] ? x[i] : y[i] over ``shape`` (C order), the
  * inputs read through broadcast strides. */
 void ccn_where(size_t elem, int rank, const long *shape,

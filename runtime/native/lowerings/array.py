@@ -6,7 +6,7 @@ whatever the dtype (the kernels count bytes per element):
   a program output;
 - strided copies: Transpose, Slice, Split, Concat, Expand;
 - copies through per-axis index tables: Pad (every mode) and Tile;
-- Gather, Where and Cast have kernels of their own.
+- Gather, GatherND, Where and Cast have kernels of their own.
 
 Shape-like operands (axes, starts, pads, repeats, a target shape) must be
 constants: the C code is written for static shapes.
@@ -447,6 +447,35 @@ def gather(em, inst) -> Step:
     # numpy.take's IndexError, less the index (the message is static).
     return Step('array', [out], render, error='IndexError: an index is out of bounds for '
                 'axis %d with size %d' % (axis, dim))
+
+
+@lowers('GatherND')
+def gather_nd(em, inst) -> Step:
+    sx = em.shape(inst, 0, ANY_DTYPE)
+    si = em.shape(inst, 1, INDEX_DTYPES)
+    b = int(inst.attrs.get('batch_dims', 0))
+    depth = si[-1] if si else 0
+    if not 0 <= b < min(len(sx), len(si)) or not 1 <= depth <= len(sx) - b \
+            or tuple(si[:b]) != tuple(sx[:b]):
+        raise Refuse('indices of shape %s do not index data of shape %s with batch_dims %d'
+                     % (list(si), list(sx), b))
+    dims = sx[b:b + depth]
+    if 0 in dims and math.prod(si):
+        raise Refuse('it gathers from an empty axis')
+    out = tuple(si[:-1]) + tuple(sx[b + depth:])
+    elem, index_bytes = dtype_itemsize(em.dtype(inst, 0)), dtype_itemsize(em.dtype(inst, 1))
+
+    def render(ref, scratch):
+        return ['{',
+                '    static const long dims[] = %s;' % clist(dims),
+                '    if (ccn_gather_nd(%d, %d, %d, dims, %d, %s, %d, %s, %d, %s))'
+                % (elem, math.prod(sx[:b]), depth, math.prod(sx[b + depth:]),
+                   ref(inst.inputs[0]), math.prod(si[b:-1]), ref(inst.inputs[1]),
+                   index_bytes, ref(inst.outputs[0])),
+                '        return CCN_FAILED;',
+                '}']
+    return Step('array', [out], render, error='IndexError: an index is out of bounds for '
+                'the data of GatherND, of shape %s' % list(sx))
 
 
 @lowers('Where')

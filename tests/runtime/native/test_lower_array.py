@@ -241,6 +241,50 @@ def test_gather_token_ids_from_an_embedding():
     numpy.testing.assert_array_equal(y, embedding[tokens])
 
 
+# -- GatherND --------------------------------------------------------------
+@pytest.mark.native_build
+def test_gather_nd_batch_dims_negative_and_both_index_dtypes():
+    """What the dynamo exports' padding masks do, and the spec's forms:
+    whole elements and slices, batch_dims 0, 1 and 2, int64 and int32
+    indices, negative ones; an index out of range is the VM's IndexError."""
+    from chainer_compiler.runtime.errors import KernelError
+    from chainer_compiler.runtime.executor import Executor
+    nodes = [helper.make_node('GatherND', ['x', 'full'], ['y0']),
+             helper.make_node('GatherND', ['x', 'part'], ['y1']),
+             helper.make_node('GatherND', ['x', 'batched'], ['y2'], batch_dims=1),
+             helper.make_node('GatherND', ['x', 'twice'], ['y3'], batch_dims=2),
+             helper.make_node('GatherND', ['b', 'part'], ['y4'])]
+    inputs = [('x', 'float32', (2, 3, 4)), ('b', 'bool', (2, 3, 4)),
+              ('full', 'int64', (5, 3)), ('part', 'int32', (2, 2, 1)),
+              ('batched', 'int64', (2, 1, 2)), ('twice', 'int32', (2, 3, 1))]
+    outputs = [('y0', 'float32', (5,)), ('y1', 'float32', (2, 2, 3, 4)),
+               ('y2', 'float32', (2, 1)), ('y3', 'float32', (2, 3)),
+               ('y4', 'bool', (2, 2, 3, 4))]
+    model = make_model(nodes, inputs, outputs, opset=13)
+    feed = [sample('float32', (2, 3, 4)), sample('bool', (2, 3, 4), 1),
+            numpy.array([[0, 0, 0], [1, 2, 3], [-1, -3, -4], [-2, 1, -1], [1, 0, 2]], 'int64'),
+            numpy.array([[[1]], [[-2]]], 'int32').repeat(2, axis=1),
+            numpy.array([[[2, -1]], [[-3, 0]]], 'int64'),
+            numpy.array([[[0], [3], [-1]], [[-4], [1], [2]]], 'int32')]
+    # onnxruntime takes only the spec's int64 indices.
+    check_native(model, feed, onnxruntime_check=False)
+    bad = list(feed)
+    bad[2] = feed[2].copy()
+    bad[2][3, 1] = 3  # axis 1 has 3 elements
+    program = build_program(model)
+    with pytest.raises(KernelError, match="GatherND.*IndexError: an index is out of bounds"):
+        Executor(program, backend='native').run_positional(bad)
+    with pytest.raises(KernelError, match='GatherND.*IndexError'):
+        Executor(program, backend='numpy').run_positional(bad)
+
+
+def test_gather_nd_refuses_indices_that_do_not_fit():
+    model = make_model([helper.make_node('GatherND', ['x', 'i'], ['y'], batch_dims=1)],
+                       [('x', 'float32', (2, 3)), ('i', 'int64', (3, 1))],
+                       [('y', 'float32', (3,))])
+    assert 'do not index data of shape [2, 3] with batch_dims 1' in refusal(model)
+
+
 # -- views -----------------------------------------------------------------
 @pytest.mark.parametrize('opset', [11, 13])
 @pytest.mark.native_build
