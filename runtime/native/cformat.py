@@ -99,7 +99,8 @@ class CStruct:
         """``&(const ctype){.field = value, ...}``: a pointer to a compound
         literal with every field given (none left to a silent zero).  An
         int is written as itself, a float as an exact float32 literal, a
-        string must be a C name of the kernels (an enum)."""
+        tuple of ints as an array's initializer, a string must be a C name
+        of the kernels (an enum)."""
         if set(values) != set(self.fields):
             raise ValueError('%s needs fields %s, got %s'
                              % (self.ctype, sorted(self.fields), sorted(values)))
@@ -114,4 +115,6 @@ def _field(value) -> str:
         return value
     if isinstance(value, float):
         return cfloat(value)
+    if isinstance(value, tuple):
+        return clist(value)
     return '%d' % int(value)

@@ -137,8 +137,11 @@ void ccn_conv2d(const ccn_conv_geometry *geometry, const ccn_conv_plan *plan, co
                 ccn_gemm_panels(Mg, ld, K, w + g * ccn_panel_rows(Mg) * K, cols, ld, out, ld,
                                 bg == NULL, act, act_alpha);
             else
-                (bg ? ccn_gemm_ex : ccn_gemm_set)(Mg, ld, K, w + g * Mg * K, K, 1, cols, ld,
-                                                  1.0f, out, ld, act, act_alpha);
+                (bg ? ccn_gemm_ex : ccn_gemm_set)(
+                    &(const ccn_gemm_geometry){.M = Mg, .N = ld, .K = K, .a_rs = K, .a_cs = 1,
+                                               .ldb = ld, .ldc = ld, .act = act,
+                                               .act_alpha = act_alpha},
+                    w + g * Mg * K, cols, 1.0f, out);
             if (nb > 1)
                 ccn_copy_image_rows(Mg, nb, S, prod, ld, S, y + (n0 * M + g * Mg) * S, S,
                                     M * S);
@@ -170,14 +173,16 @@ void ccn_conv2d_grad_filter(const ccn_conv_geometry *geometry, const ccn_conv_pl
             const long nb = min_long(images, N - n0), ld = nb * S;
             const float *gy_n = gy + (n0 * M + g * Mg) * S;
             /* The first batch's product sets the result, the others add. */
-            void (*product)(long, long, long, const float *, long, long, const float *, long,
-                            float, float *, long, int, float) =
-                n0 == 0 ? ccn_gemm_set : ccn_gemm_ex;
+            void (*product)(const ccn_gemm_geometry *, const float *, const float *, float,
+                            float *) = n0 == 0 ? ccn_gemm_set : ccn_gemm_ex;
             im2col_images(nb, Cg, H, W, KH, KW, OH, OW, stride_h, stride_w, dil_h, dil_w,
                           pad_top, pad_left, x + (n0 * C + g * Cg) * H * W, C * H * W, col, ld);
             if (by_columns) {
                 ccn_transpose_batch(nb, Mg, S, gy_n, M * S, gy_t, S * Mg);
-                product(K, Mg, ld, col, ld, 1, gy_t, Mg, 1.0f, gw_t, Mg, CCN_ACT_NONE, 0.0f);
+                product(&(const ccn_gemm_geometry){.M = K, .N = Mg, .K = ld, .a_rs = ld,
+                                                   .a_cs = 1, .ldb = Mg, .ldc = Mg,
+                                                   .act = CCN_ACT_NONE},
+                        col, gy_t, 1.0f, gw_t);
                 continue;
             }
             /* gy_t holds the columns transposed, gw_t the images' gy side
@@ -185,8 +190,9 @@ void ccn_conv2d_grad_filter(const ccn_conv_geometry *geometry, const ccn_conv_pl
             ccn_transpose(K, ld, col, gy_t);
             if (nb > 1)
                 ccn_copy_image_rows(Mg, nb, S, gy_n, S, M * S, gw_t, ld, S);
-            product(Mg, K, ld, nb > 1 ? gw_t : gy_n, ld, 1, gy_t, K, 1.0f, gw_g, K,
-                    CCN_ACT_NONE, 0.0f);
+            product(&(const ccn_gemm_geometry){.M = Mg, .N = K, .K = ld, .a_rs = ld, .a_cs = 1,
+                                               .ldb = K, .ldc = K, .act = CCN_ACT_NONE},
+                    nb > 1 ? gw_t : gy_n, gy_t, 1.0f, gw_g);
         }
         if (by_columns && N > 0)
             ccn_transpose(K, Mg, gw_t, gw_g);

@@ -69,8 +69,10 @@ void ccn_deconv2d(const ccn_conv_geometry *geometry, const ccn_conv_plan *plan, 
             }
             /* col (K x nb*S) = w_g^T x_g: w_g is row-major Cg x K, read
              * transposed through the strides. */
-            ccn_gemm_set(K, ld, Cg, w + g * Cg * K, 1, K, xg, ld, 1.0f, col, ld, CCN_ACT_NONE,
-                         0.0f);
+            ccn_gemm_set(&(const ccn_gemm_geometry){.M = K, .N = ld, .K = Cg, .a_rs = 1,
+                                                    .a_cs = K, .ldb = ld, .ldc = ld,
+                                                    .act = CCN_ACT_NONE},
+                         w + g * Cg * K, xg, 1.0f, col);
             col2im(nb, Mg, H, W, KH, KW, OH, OW, stride_h, stride_w, dil_h, dil_w, pad_top,
                    pad_left, col, ld, bias ? bias + g * Mg : NULL,
                    y + (n0 * M + g * Mg) * OH * OW, M * OH * OW);

@@ -621,27 +621,26 @@ static void gemm_strided(long M, long N, long K, const float *A, long a_rs, long
     gemm_any(M, N, K, &a, &b, C, ldc, set, act, act_alpha);
 }
 
-void ccn_gemm_ex(long M, long N, long K, const float *A, long a_rs, long a_cs,
-                 const float *B, long ldb, float alpha, float *C, long ldc, int act,
-                 float act_alpha)
+void ccn_gemm_ex(const ccn_gemm_geometry *g, const float *A, const float *B, float alpha,
+                 float *C)
 {
-    gemm_strided(M, N, K, A, a_rs, a_cs, B, ldb, alpha, C, ldc, 0, act, act_alpha);
+    gemm_strided(g->M, g->N, g->K, A, g->a_rs, g->a_cs, B, g->ldb, alpha, C, g->ldc, 0,
+                 g->act, g->act_alpha);
 }
 
-void ccn_gemm_set(long M, long N, long K, const float *A, long a_rs, long a_cs,
-                  const float *B, long ldb, float alpha, float *C, long ldc, int act,
-                  float act_alpha)
+void ccn_gemm_set(const ccn_gemm_geometry *g, const float *A, const float *B, float alpha,
+                  float *C)
 {
-    gemm_strided(M, N, K, A, a_rs, a_cs, B, ldb, alpha, C, ldc, 1, act, act_alpha);
+    gemm_strided(g->M, g->N, g->K, A, g->a_rs, g->a_cs, B, g->ldb, alpha, C, g->ldc, 1,
+                 g->act, g->act_alpha);
 }
 
-void ccn_gemm_strips(long M, long N, long K, const float *A, long a_rs, long a_cs,
-                     const float *strips, float alpha, float *C, long ldc, int act,
-                     float act_alpha)
+void ccn_gemm_strips(const ccn_gemm_geometry *g, const float *A, const float *strips,
+                     float alpha, float *C)
 {
-    const a_operand a = {A, a_rs, a_cs, alpha, NULL, 0};
-    const b_operand b = {NULL, 0, strips, ccn_strip_cols(N)};
-    gemm_any(M, N, K, &a, &b, C, ldc, 0, act, act_alpha);
+    const a_operand a = {A, g->a_rs, g->a_cs, alpha, NULL, 0};
+    const b_operand b = {NULL, 0, strips, ccn_strip_cols(g->N)};
+    gemm_any(g->M, g->N, g->K, &a, &b, C, g->ldc, 0, g->act, g->act_alpha);
 }
 
 void ccn_gemm_panels(long M, long N, long K, const float *panels, const float *B, long ldb,
@@ -669,7 +668,7 @@ void ccn_activate(long n, float *x, int act, float act_alpha)
 void ccn_gemm(long M, long N, long K, const float *A, long a_rs, long a_cs,
               const float *B, float alpha, float *C)
 {
-    ccn_gemm_ex(M, N, K, A, a_rs, a_cs, B, N, alpha, C, N, CCN_ACT_NONE, 0.0f);
+    gemm_strided(M, N, K, A, a_rs, a_cs, B, N, alpha, C, N, 0, CCN_ACT_NONE, 0.0f);
 }
 
 /* out[4r + j] = the dot product of rows a[r] and b[j] (n floats each), for
@@ -741,9 +740,12 @@ static void gemm_bt_range(long n0, long n1, long M, long K, const float *A, long
     activate_block(M, n1 - n0, C + n0, ldc, act, act_alpha);
 }
 
-void ccn_gemm_bt(long M, long N, long K, const float *A, long a_rs, const float *Bt,
-                 float alpha, float *C, long ldc, int act, float act_alpha)
+void ccn_gemm_bt(const ccn_gemm_geometry *g, const float *A, const float *Bt, float alpha,
+                 float *C)
 {
+    const long M = g->M, N = g->N, K = g->K, a_rs = g->a_rs, ldc = g->ldc;
+    const int act = g->act;
+    const float act_alpha = g->act_alpha;
 #ifdef _OPENMP
     if (N * K >= CCN_PARALLEL_B_FLOATS && omp_get_max_threads() > 1) {
         /* Pieces of whole groups of four rows of Bt, handed out as in
@@ -760,10 +762,11 @@ void ccn_gemm_bt(long M, long N, long K, const float *A, long a_rs, const float 
     gemm_bt_range(0, N, M, K, A, a_rs, Bt, alpha, C, ldc, act, act_alpha);
 }
 
-void ccn_matmul_batched(long rank, const long *dims, const long *a_strides,
-                        const long *b_strides, long M, long N, long K, const float *A,
-                        const float *B, float *C, int act, float act_alpha)
+void ccn_matmul_batched(const ccn_matmul_batch *batch, const ccn_gemm_geometry *g,
+                        const float *A, const float *B, float *C)
 {
+    const long rank = batch->rank, *dims = batch->dims, *a_strides = batch->a_strides,
+               *b_strides = batch->b_strides, M = g->M, N = g->N;
     long batches = 1, index[CCN_MAX_RANK] = {0};
     for (long d = 0; d < rank; d++)
         batches *= dims[d];
@@ -771,7 +774,7 @@ void ccn_matmul_batched(long rank, const long *dims, const long *a_strides,
     for (long t = 0; t < batches; t++) {
         float *c = C + t * M * N;
         memset(c, 0, (size_t)(M * N) * sizeof(float));
-        ccn_gemm_ex(M, N, K, A + a_off, K, 1, B + b_off, N, 1.0f, c, N, act, act_alpha);
+        ccn_gemm_ex(g, A + a_off, B + b_off, 1.0f, c);
         /* Odometer step of the batch index, keeping the operand offsets. */
         for (long d = rank - 1; d >= 0; d--) {
             a_off += a_strides[d];

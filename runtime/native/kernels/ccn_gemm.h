@@ -18,16 +18,25 @@ void ccn_gemm_init(long M, long N, float *C, const float *bias, long bias_rs, lo
  * transposed A costs nothing), B must be row-major K x N. */
 void ccn_gemm(long M, long N, long K, const float *A, long a_rs, long a_cs,
               const float *B, float alpha, float *C);
-/* ccn_gemm with row strides ldb of B and ldc of C, then activation act
- * (CCN_ACT_*, act_alpha the LeakyRelu slope) applied to C. */
-void ccn_gemm_ex(long M, long N, long K, const float *A, long a_rs, long a_cs,
-                 const float *B, long ldb, float alpha, float *C, long ldc, int act,
-                 float act_alpha);
+/* One product of the entry points below, filled field by field (the
+ * lowerings write it with designated initialisers: GEMM_GEOMETRY of
+ * lowerings/connection.py), so two sizes cannot trade places.  The scale
+ * alpha stays an argument: it may be a run-time value (an SGD step's
+ * learning rate). */
+typedef struct {
+    long M, N, K;     /* C is M x N, the sum runs over K */
+    long a_rs, a_cs;  /* A[m, k] is A[m * a_rs + k * a_cs] */
+    long ldb, ldc;    /* rows of B and of C lie ldb and ldc floats apart */
+    int act;          /* then CCN_ACT_* applied to C (the epilogue) */
+    float act_alpha;  /* the LeakyRelu slope */
+} ccn_gemm_geometry;
+/* C += alpha * A B, then the epilogue. */
+void ccn_gemm_ex(const ccn_gemm_geometry *g, const float *A, const float *B, float alpha,
+                 float *C);
 /* ccn_gemm_ex with C = the product rather than C += it: C needs no
  * zeroing first, and is written once rather than read and written. */
-void ccn_gemm_set(long M, long N, long K, const float *A, long a_rs, long a_cs,
-                  const float *B, long ldb, float alpha, float *C, long ldc, int act,
-                  float act_alpha);
+void ccn_gemm_set(const ccn_gemm_geometry *g, const float *A, const float *B, float alpha,
+                  float *C);
 /* C = A B (set) or C += A B for row-major A (rows lda apart), B (ldb)
  * and C (ldc), on the calling thread only: for kernels that split their
  * work between threads themselves. */
@@ -56,23 +65,27 @@ static inline long ccn_strip_cols(long N)
 {
     return (N + CCN_STRIP_COLS - 1) / CCN_STRIP_COLS * CCN_STRIP_COLS;
 }
-/* ccn_gemm_ex for B given in the strip layout (C's rows ldc apart). */
-void ccn_gemm_strips(long M, long N, long K, const float *A, long a_rs, long a_cs,
-                     const float *strips, float alpha, float *C, long ldc, int act,
-                     float act_alpha);
+/* ccn_gemm_ex for B given in the strip layout (its own: g->ldb is N). */
+void ccn_gemm_strips(const ccn_gemm_geometry *g, const float *A, const float *strips,
+                     float alpha, float *C);
 /* C[m, n] = act(C[m, n] + alpha * sum_k A[m, k] Bt[n, k]): the product
- * with B given transposed (row-major N x K, A's rows a_rs apart and
- * contiguous), as dot products that read Bt once in order: for few rows
- * of A (a batch-1 layer), where B's reading is the cost. */
-void ccn_gemm_bt(long M, long N, long K, const float *A, long a_rs, const float *Bt,
-                 float alpha, float *C, long ldc, int act, float act_alpha);
-/* Batched MatMul: C[t] = act(A[t] B[t]) for every index t of the batch
- * dims[0..rank) (C row-major over them), with A[t] a row-major M x K
- * matrix at sum(t[d] * a_strides[d]) floats into A and B[t] a K x N one at
+ * with B given transposed (row-major N x K: g->ldb is K) and A's rows
+ * contiguous (g->a_cs is 1), as dot products that read Bt once in order:
+ * for few rows of A (a batch-1 layer), where B's reading is the cost. */
+void ccn_gemm_bt(const ccn_gemm_geometry *g, const float *A, const float *Bt, float alpha,
+                 float *C);
+/* The batch of ccn_matmul_batched: t ranges over dims[0..rank), and the
+ * matrices of index t lie sum(t[d] * a_strides[d]) floats into A and
  * sum(t[d] * b_strides[d]) into B; a stride of 0 broadcasts. */
-void ccn_matmul_batched(long rank, const long *dims, const long *a_strides,
-                        const long *b_strides, long M, long N, long K, const float *A,
-                        const float *B, float *C, int act, float act_alpha);
+typedef struct {
+    long rank;
+    long dims[CCN_MAX_RANK], a_strides[CCN_MAX_RANK], b_strides[CCN_MAX_RANK];
+} ccn_matmul_batch;
+/* Batched MatMul: C[t] = act(A[t] B[t]) by ccn_gemm_ex's geometry g for
+ * every index t of the batch, the M x N results one after the other in C
+ * (row-major: g->ldc is N). */
+void ccn_matmul_batched(const ccn_matmul_batch *batch, const ccn_gemm_geometry *g,
+                        const float *A, const float *B, float *C);
 /* dst[c, r] = src[r, c] for an R x C src. */
 void ccn_transpose(long R, long C, const float *src, float *dst);
 /* dst[m*dst_row + i*dst_image + s] = src[m*src_row + i*src_image + s] for

@@ -243,15 +243,18 @@ static void grad_products(const ccn_rnn_grad_call *g, long d, int reverse,
     }
     /* GRU: the z and r columns, then rh (r * h, or h with
      * linear_before_reset) times R_h^T. */
-    ccn_gemm_ex(rows, 2 * H, H, w->hs, H, 1, rt, 2 * H, 1.0f, w->rec, GH, CCN_ACT_NONE, 0.0f);
+    ccn_gemm_ex(&(const ccn_gemm_geometry){.M = rows, .N = 2 * H, .K = H, .a_rs = H, .a_cs = 1,
+                                           .ldb = 2 * H, .ldc = GH, .act = CCN_ACT_NONE},
+                w->hs, rt, 1.0f, w->rec);
     for (long k = 0; k < rows; k++)
         for (long j = 0; j < H; j++) {
             const float r = sigmoid(clipped(w->proj[k * GH + H + j] + w->rec[k * GH + H + j],
                                             c->clip));
             w->rh[k * H + j] = c->linear_before_reset ? w->hs[k * H + j] : r * w->hs[k * H + j];
         }
-    ccn_gemm_ex(rows, H, H, w->rh, H, 1, rt + 2 * H * H, H, 1.0f, w->rec + 2 * H, GH,
-                CCN_ACT_NONE, 0.0f);
+    ccn_gemm_ex(&(const ccn_gemm_geometry){.M = rows, .N = H, .K = H, .a_rs = H, .a_cs = 1,
+                                           .ldb = H, .ldc = GH, .act = CCN_ACT_NONE},
+                w->rh, rt + 2 * H * H, 1.0f, w->rec + 2 * H);
 }
 
 /* LSTM: the cell state before and after every step, forward. */

@@ -58,6 +58,11 @@ CONV_GEOMETRY = CStruct('ccn_conv_geometry', (
     'batch', 'in_channels', 'in_h', 'in_w', 'out_channels', 'out_h', 'out_w', 'kernel_h',
     'kernel_w', 'group', 'stride_h', 'stride_w', 'dil_h', 'dil_w', 'pad_top', 'pad_left'))
 CONV_PLAN = CStruct('ccn_conv_plan', ('images', 'direct', 'w_panels', 'act', 'act_alpha'))
+#: The structs of ccn_gemm.h the products take: a product's sizes, strides
+#: and epilogue, and the batch of a batched MatMul.
+GEMM_GEOMETRY = CStruct('ccn_gemm_geometry', (
+    'M', 'N', 'K', 'a_rs', 'a_cs', 'ldb', 'ldc', 'act', 'act_alpha'))
+MATMUL_BATCH = CStruct('ccn_matmul_batch', ('rank', 'dims', 'a_strides', 'b_strides'))
 
 
 def activation(inst) -> tuple[str, float]:
@@ -72,12 +77,6 @@ def activation(inst) -> tuple[str, float]:
                                                        epilogue_alpha(name, {})))
 
 
-def activation_args(inst) -> str:
-    """The C arguments ``act, act_alpha`` of ``inst``'s activation."""
-    act, alpha = activation(inst)
-    return '%s, %s' % (act, cfloat(alpha))
-
-
 def activation_enum(op: str) -> str:
     """The C enum of epilogue ``op`` in ccn_gemm.h (LeakyRelu:
     CCN_ACT_LEAKY_RELU); a test checks the header has every one."""
@@ -87,7 +86,7 @@ def activation_enum(op: str) -> str:
 @lowers('Gemm', CUSTOM_DOMAIN + '::FusedGemm')
 def gemm(em, inst) -> Step:
     a = inst.attrs
-    act = activation_args(inst)
+    act, act_alpha = activation(inst)
     sa, sb = em.shape(inst, 0), em.shape(inst, 1)
     if len(sa) != 2 or len(sb) != 2:
         raise Refuse('Gemm needs 2-D A and B, got %s and %s' % (list(sa), list(sb)))
@@ -123,6 +122,10 @@ def gemm(em, inst) -> Step:
                                    pack_panels(b if trans_b else b.T, STRIP_COLS))
     b_name = em.weight(b_reg, transposed=bool(trans_b) != dots) if b_const and not strips \
         else None
+    # B's rows: N x K for the dot products, else K x N (strips: N, unread).
+    geometry = GEMM_GEOMETRY.literal(M=M, N=N, K=K, a_rs=1 if trans_a else K,
+                                     a_cs=M if trans_a else 1, ldb=K if dots else N, ldc=N,
+                                     act=act, act_alpha=act_alpha)
 
     def render(ref, scratch):
         y = ref(inst.outputs[0])
@@ -137,18 +140,10 @@ def gemm(em, inst) -> Step:
             lines.append('ccn_gemm_init(%d, %d, %s, %s, %d, %d, %s);' % (
                 M, N, y, ref(inst.inputs[2]) if has_bias else 'NULL', bias_rs, bias_cs,
                 cfloat(beta)))
-        if dots:
-            lines.append('ccn_gemm_bt(%d, %d, %d, %s, %d, %s, %s, %s, %d, %s);' % (
-                M, N, K, ref(inst.inputs[0]), 1 if trans_a else K, b, cfloat(alpha), y, N,
-                act))
-        elif strips:
-            lines.append('ccn_gemm_strips(%d, %d, %d, %s, %d, %d, %s, %s, %s, %d, %s);' % (
-                M, N, K, ref(inst.inputs[0]), 1 if trans_a else K, M if trans_a else 1, strips,
-                cfloat(alpha), y, N, act))
-        else:
-            lines.append('%s(%d, %d, %d, %s, %d, %d, %s, %d, %s, %s, %d, %s);' % (
-                'ccn_gemm_set' if set_y else 'ccn_gemm_ex', M, N, K, ref(inst.inputs[0]),
-                1 if trans_a else K, M if trans_a else 1, b, N, cfloat(alpha), y, N, act))
+        function = ('ccn_gemm_bt' if dots else 'ccn_gemm_strips' if strips
+                    else 'ccn_gemm_set' if set_y else 'ccn_gemm_ex')
+        lines.append('%s(%s,' % (function, geometry))
+        lines.append('    %s, %s, %s, %s);' % (ref(inst.inputs[0]), strips or b, cfloat(alpha), y))
         return lines
     return Step('gemm', [(M, N)], render,
                 scratch=K * N if trans_b and not b_const and not dots else 0)
@@ -158,7 +153,7 @@ def gemm(em, inst) -> Step:
 def matmul(em, inst) -> Step:
     """numpy.matmul: 1-D operands promoted to a row (A) or column (B)
     vector and dropped from the result, leading dims broadcast."""
-    act = activation_args(inst)
+    act, act_alpha = activation(inst)
     sa, sb = em.shape(inst, 0), em.shape(inst, 1)
     if not sa or not sb:
         raise Refuse('MatMul of a 0-d operand is not defined')
@@ -190,22 +185,23 @@ def matmul(em, inst) -> Step:
         strips = em.constant_array('strips%d' % inst.outputs[0], pack_panels(
             numpy.asarray(b_const, numpy.float32).reshape(K, N).T, STRIP_COLS))
 
+    # Row-major A and C; B N x K for the dot products, else K x N.
+    geometry = GEMM_GEOMETRY.literal(M=rows if flat else M, N=N, K=K, a_rs=K, a_cs=1,
+                                     ldb=K if dots else N, ldc=N, act=act, act_alpha=act_alpha)
+
     def render(ref, scratch):
         a, b, y = ref(inst.inputs[0]), ref(inst.inputs[1]), ref(inst.outputs[0])
         init = 'ccn_gemm_init(%d, %d, %s, NULL, 0, 0, 0.0f);' % (rows, N, y)
         if dots:
-            return [init, 'ccn_gemm_bt(%d, %d, %d, %s, %d, %s, 1.0f, %s, %d, %s);'
-                    % (rows, N, K, a, K, bt, y, N, act)]
+            return [init, 'ccn_gemm_bt(%s,' % geometry, '    %s, %s, 1.0f, %s);' % (a, bt, y)]
         if strips:
-            return [init, 'ccn_gemm_strips(%d, %d, %d, %s, %d, 1, %s, 1.0f, %s, %d, %s);'
-                    % (rows, N, K, a, K, strips, y, N, act)]
+            return [init, 'ccn_gemm_strips(%s,' % geometry,
+                    '    %s, %s, 1.0f, %s);' % (a, strips, y)]
         if flat:
-            return ['ccn_gemm_set(%d, %d, %d, %s, %d, 1, %s, %d, 1.0f, %s, %d, %s);'
-                    % (rows, N, K, a, K, b, N, y, N, act)]
-        return ['ccn_matmul_batched(%d, (const long[]){%s}, (const long[]){%s},'
-                % (len(batch), _clongs(batch), _clongs(a_strides)),
-                '                   (const long[]){%s}, %d, %d, %d, %s, %s, %s, %s);'
-                % (_clongs(b_strides), M, N, K, a, b, y, act)]
+            return ['ccn_gemm_set(%s,' % geometry, '    %s, %s, 1.0f, %s);' % (a, b, y)]
+        return ['ccn_matmul_batched(%s,' % MATMUL_BATCH.literal(
+                    rank=len(batch), dims=batch, a_strides=a_strides, b_strides=b_strides),
+                '    %s, %s, %s, %s);' % (geometry, a, b, y)]
     return Step('gemm', [out], render)
 
 
@@ -235,11 +231,6 @@ def _batch_strides(shape, batch) -> tuple[int, ...]:
         size = own[k] if k >= 0 else 1
         strides.append(0 if size == 1 else math.prod(own[k + 1:]) * shape[-2] * shape[-1])
     return tuple(strides)
-
-
-def _clongs(values) -> str:
-    """Elements of a C compound literal of longs."""
-    return ', '.join('%d' % v for v in values)
 
 
 def images_per_product(batch, pixels, columns):

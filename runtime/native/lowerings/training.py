@@ -12,6 +12,7 @@ import math
 from ...ops.registry import CUSTOM_DOMAIN
 from ..cformat import cfloat
 from ..lowering import Refuse, Step, lowers
+from .connection import GEMM_GEOMETRY
 
 FLOATS = ('float32', 'float64')
 
@@ -64,11 +65,12 @@ def gemm_sgd_update(em, inst) -> Step:
     if math.prod(em.shape(inst, 3, dtypes=FLOATS)) != 1:
         raise Refuse('the learning rate must hold one value')
     alpha = float(inst.attrs['alpha'])
+    geometry = GEMM_GEOMETRY.literal(M=M, N=N, K=K, a_rs=1 if trans_a else K,
+                                     a_cs=M if trans_a else 1, ldb=N, ldc=N, act='CCN_ACT_NONE',
+                                     act_alpha=0.0)
 
     def render(ref, scratch):
-        return ['ccn_gemm_ex(%d, %d, %d, %s, %d, %d, %s, %d, -(%s) * (float)%s[0], %s, %d, '
-                'CCN_ACT_NONE, 0.0f);' % (
-                    M, N, K, ref(inst.inputs[1]), 1 if trans_a else K, M if trans_a else 1,
-                    ref(inst.inputs[2]), N, cfloat(alpha), ref(inst.inputs[3]),
-                    ref(inst.inputs[0]), N)]
+        return ['ccn_gemm_ex(%s,' % geometry, '    %s, %s, -(%s) * (float)%s[0], %s);' % (
+            ref(inst.inputs[1]), ref(inst.inputs[2]), cfloat(alpha), ref(inst.inputs[3]),
+            ref(inst.inputs[0]))]
     return Step('gemm', [shape], render, alias=True)

@@ -34,7 +34,7 @@ def _struct_fields(header, ctype):
             # 'long a, b' or 'const float *x, *y': the type is the first words.
             first, *rest = words.split(',')
             names += [first.split()[-1]] + [r.strip() for r in rest]
-    return tuple(n.lstrip('*') for n in names)
+    return tuple(re.sub(r'\[.*\]', '', n.lstrip('*')) for n in names)  # 'dims[8]' is dims
 
 
 def _define(name, *files):
@@ -50,9 +50,37 @@ def _define(name, *files):
     (connection.CONV_PLAN, 'ccn_connection.h'),
     (winograd.WINOGRAD_PLAN, 'ccn_winograd.h'),
     (pooling.POOL_GEOMETRY, 'ccn_pooling.h'),
+    (connection.GEMM_GEOMETRY, 'ccn_gemm.h'),
+    (connection.MATMUL_BATCH, 'ccn_gemm.h'),
 ], ids=lambda v: getattr(v, 'ctype', v))
 def test_structs_list_the_fields_of_their_header(struct, header):
     assert struct.fields == _struct_fields(header, struct.ctype)
+
+
+#: Kernels with more than MAX_POSITIONAL_SIZES sizes that only other
+#: kernels call (C's own loops); generated code never does.
+_C_INTERNAL = {'ccn_gemm', 'ccn_gemm_one_thread', 'ccn_gemm_panels', 'ccn_copy_image_rows',
+               'ccn_transpose_batch'}
+MAX_POSITIONAL_SIZES = 4
+
+
+def test_kernels_called_from_python_take_many_sizes_in_structs():
+    # Sizes given by position can trade places and still compile: the
+    # GEMM's entry points took up to seven longs from a format string.
+    lowerings = ''
+    for name in os.listdir(os.path.dirname(connection.__file__)):
+        if name.endswith('.py'):
+            with open(os.path.join(os.path.dirname(connection.__file__), name)) as f:
+                lowerings += f.read()
+    prototype = re.compile(r'\b(ccn_\w+)\s*\(([^()]*)\)\s*;')
+    for header in sorted(n for n in os.listdir(KERNEL_DIR) if n.endswith('.h')):
+        for name, params in prototype.findall(_source(header)):
+            sizes = [p for p in params.split(',') if re.match(r'\s*(const\s+)?long\s+\w', p)]
+            if name in _C_INTERNAL:
+                assert name + '(' not in lowerings, '%s is called from a lowering' % name
+            else:
+                assert len(sizes) <= MAX_POSITIONAL_SIZES, '%s (%s) takes %s by position' % (
+                    name, header, ', '.join(s.split()[-1] for s in sizes))
 
 
 def test_mirrored_constants_equal_the_c_ones():
@@ -74,6 +102,8 @@ def test_a_struct_literal_names_every_field_and_nothing_else():
         plan.literal(tiles=8, act='CCN_ACT_NONE', alpha=0.0, tile=8)
     with pytest.raises(ValueError, match='not a C name'):
         plan.literal(tiles=8, act='x); system("', alpha=0.0)
+    batch = CStruct('ccn_batch', ('rank', 'dims'))
+    assert batch.literal(rank=2, dims=(3, 4)) == '&(const ccn_batch){.rank = 2, .dims = {3, 4}}'
 
 
 @pytest.mark.parametrize('stride, direct', [(1, 1), (2, 0)])
