@@ -787,33 +787,9 @@ def resize(xp, X, roi=None, scales=None, sizes=None, *, mode='nearest',
            coordinate_transformation_mode='half_pixel', nearest_mode='round_prefer_floor',
            cubic_coeff_a=-0.75, exclude_outside=0, extrapolation_value=0.0, antialias=0,
            axes=None, keep_aspect_ratio_policy='stretch'):
-    ndim = X.ndim
-    axes = list(range(ndim)) if axes is None else [_axis(a, ndim) for a in axes]
-    in_shape = [X.shape[a] for a in axes]
-    if sizes is not None and sizes.size:
-        sizes = _ints(sizes)
-        ratios = [s / d for s, d in zip(sizes, in_shape)]
-        if keep_aspect_ratio_policy == 'stretch':
-            axis_scales, axis_sizes = ratios, sizes
-        else:
-            common = (min if keep_aspect_ratio_policy == 'not_larger' else max)(ratios)
-            axis_scales = [common] * len(axes)
-            axis_sizes = [int(math.floor(common * d + 0.5)) for d in in_shape]
-    else:
-        axis_scales = [float(s) for s in scales.tolist()]
-        # The spec also multiplies by the roi extent; onnxruntime and the ONNX
-        # reference do not, and models are made for them.
-        axis_sizes = [int(math.floor(d * s)) for d, s in zip(in_shape, axis_scales)]
-    out_shape, all_scales = list(X.shape), [1.0] * ndim
-    for a, size_, scale in zip(axes, axis_sizes, axis_scales):
-        out_shape[a], all_scales[a] = size_, scale
-    all_roi = None
-    if coordinate_transformation_mode == 'tf_crop_and_resize':
-        all_roi = [(0.0, 1.0)] * ndim
-        if roi is not None and roi.size:
-            roi_list, n = roi.tolist(), len(axes)
-            for i, a in enumerate(axes):
-                all_roi[a] = (roi_list[i], roi_list[i + n])
+    out_shape, all_scales, all_roi = resize_plan(X.shape, roi, scales, sizes, axes,
+                                                 keep_aspect_ratio_policy,
+                                                 coordinate_transformation_mode)
     return _resize(xp, X, out_shape, all_scales, mode=mode,
                    transform=coordinate_transformation_mode, nearest_mode=nearest_mode,
                    cubic_coeff_a=cubic_coeff_a, exclude_outside=exclude_outside,
@@ -936,23 +912,29 @@ def pad_grad(xp, gy, pads, axes=None, *, mode, shape):
 _DENSE_RESIZE_GRAD_LIMIT = 1 << 22
 
 
-def _resize_plan(in_shape, roi, scales, sizes, axes, keep_aspect_ratio_policy, transform):
-    """Per-axis scales and rois of Resize-11+ (as the resize kernel reads them)."""
+def resize_plan(in_shape, roi, scales, sizes, axes, keep_aspect_ratio_policy, transform):
+    """The output shape, per-axis scales and rois of Resize-11+ (as the
+    resize kernel reads them; the native lowering too)."""
     ndim = len(in_shape)
     axes = list(range(ndim)) if axes is None else [_axis(a, ndim) for a in axes]
     axis_in = [in_shape[a] for a in axes]
     if sizes is not None and sizes.size:
-        ratios = [s / d for s, d in zip(_ints(sizes), axis_in)]
+        sizes = _ints(sizes)
+        ratios = [s / d for s, d in zip(sizes, axis_in)]
         if keep_aspect_ratio_policy == 'stretch':
-            axis_scales = ratios
+            axis_scales, axis_sizes = ratios, sizes
         else:
-            axis_scales = [(min if keep_aspect_ratio_policy == 'not_larger' else max)(ratios)] \
-                * len(axes)
+            common = (min if keep_aspect_ratio_policy == 'not_larger' else max)(ratios)
+            axis_scales = [common] * len(axes)
+            axis_sizes = [int(math.floor(common * d + 0.5)) for d in axis_in]
     else:
         axis_scales = [float(s) for s in scales.tolist()]
-    all_scales = [1.0] * ndim
-    for a, scale in zip(axes, axis_scales):
-        all_scales[a] = scale
+        # The spec also multiplies by the roi extent; onnxruntime and the ONNX
+        # reference do not, and models are made for them.
+        axis_sizes = [int(math.floor(d * s)) for d, s in zip(axis_in, axis_scales)]
+    out_shape, all_scales = list(in_shape), [1.0] * ndim
+    for a, size_, scale in zip(axes, axis_sizes, axis_scales):
+        out_shape[a], all_scales[a] = size_, scale
     all_roi = None
     if transform == 'tf_crop_and_resize':
         all_roi = [(0.0, 1.0)] * ndim
@@ -960,7 +942,7 @@ def _resize_plan(in_shape, roi, scales, sizes, axes, keep_aspect_ratio_policy, t
             roi_list, n = roi.tolist(), len(axes)
             for i, a in enumerate(axes):
                 all_roi[a] = (roi_list[i], roi_list[i + n])
-    return all_scales, all_roi
+    return out_shape, all_scales, all_roi
 
 
 @kernel('ResizeGrad', **_ADJOINT, attributes={'shape': 'ints', 'axes': 'ints'})
@@ -979,8 +961,8 @@ def resize_grad(xp, gy, roi=None, scales=None, sizes=None, *, shape, legacy=0,
         transform, nearest_mode = 'asymmetric', _legacy_nearest_rounding
         mode = 'linear' if mode in ('linear', 'bilinear') else mode
     else:
-        all_scales, all_roi = _resize_plan(shape, roi, scales, sizes, axes,
-                                           keep_aspect_ratio_policy, transform)
+        _, all_scales, all_roi = resize_plan(shape, roi, scales, sizes, axes,
+                                             keep_aspect_ratio_policy, transform)
     g = gy
     if transform == 'tf_crop_and_resize':
         outside = None

@@ -160,6 +160,32 @@ int ccn_gather_nd(size_t elem, long batch, int depth, const long *dims, long inn
     return 0;
 }
 
+void ccn_resize_axis(long outer, long in_len, long out_len, long inner, int taps,
+                     const int32_t *index, const float *weight, const uint8_t *outside,
+                     float fill, const float *x, float *y)
+{
+    CCN_PARALLEL_FOR(outer * out_len * inner * taps,
+        for (long o = 0; o < outer; ++o) {
+            const float *xo = x + o * in_len * inner;
+            for (long j = 0; j < out_len; ++j) {
+                float *yj = y + (o * out_len + j) * inner;
+                const int32_t *at = index + j * taps;
+                const float *w = weight + j * taps;
+                if (outside && outside[j]) {
+                    for (long i = 0; i < inner; ++i)
+                        yj[i] = fill;
+                    continue;
+                }
+                for (long i = 0; i < inner; ++i)
+                    yj[i] = w[0] * xo[at[0] * inner + i];
+                for (int t = 1; t < taps; ++t)
+                    for (long i = 0; i < inner; ++i)
+                        yj[i] += w[t] * xo[at[t] * inner + i];
+            }
+        }
+    );
+}
+
 void ccn_where(size_t elem, int rank, const long *shape,
                const uint8_t *cond, const long *cond_strides,
                const void *x, const long *x_strides,

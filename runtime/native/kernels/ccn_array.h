@@ -42,6 +42,15 @@ int ccn_gather(size_t elem, long outer, long dim, long inner, const void *x,
 int ccn_gather_nd(size_t elem, long batch, int depth, const long *dims, long inner,
                   const void *x, long n, const void *indices, int index_bytes, void *y);
 
+/* One axis of Resize (float32): x is [outer, in_len, inner], y [outer,
+ * out_len, inner]; y[o, j, :] = sum over t < taps of weight[j * taps + t] *
+ * x[o, index[j * taps + t], :] (nearest: one tap of weight 1), or ``fill``
+ * where outside[j] (tf_crop_and_resize's extrapolation; NULL: nowhere).
+ * The tables are made at emit time from the NumPy VM's own. */
+void ccn_resize_axis(long outer, long in_len, long out_len, long inner, int taps,
+                     const int32_t *index, const float *weight, const uint8_t *outside,
+                     float fill, const float *x, float *y);
+
 /* Where: out[i] = cond[i] ? x[i] : y[i] over ``shape`` (C order), the
  * inputs read through broadcast strides. */
 void ccn_where(size_t elem, int rank, const long *shape,

@@ -16,7 +16,14 @@ from typing import Literal
 
 import numpy
 
-from ...ops.array import _CAST_V1_TYPES
+from ...ops.array import (
+    _CAST_V1_TYPES,
+    _interpolation_matrix,
+    _legacy_nearest_rounding,
+    _nearest_indices,
+    _source_coordinates,
+    resize_plan,
+)
 from ...ops.opset_rules import axes_are_input
 from ...ops.registry import operator_record
 from ...program import NO_REGISTER
@@ -476,6 +483,123 @@ def gather_nd(em, inst) -> Step:
                 '}']
     return Step('array', [out], render, error='IndexError: an index is out of bounds for '
                 'the data of GatherND, of shape %s' % list(sx))
+
+
+# -- Resize ------------------------------------------------------------------
+#: mode -> the NumPy kernel's own (Resize-10 also calls linear bilinear).
+_RESIZE_MODES = {'nearest': 'nearest', 'linear': 'linear', 'bilinear': 'linear',
+                 'cubic': 'cubic'}
+
+
+def _resize_operands(em, inst, sx):
+    """(output shape, per-axis scales, per-axis rois, the options of
+    resize_tables) of a Resize whose scales, sizes and roi are constants, as
+    the NumPy kernels read them."""
+    a = inst.attrs
+    mode = _RESIZE_MODES.get(a.get('mode', 'nearest'))
+    if mode is None or inst.version >= 11 and a.get('mode') == 'bilinear':
+        raise Refuse('mode %r is not one of nearest, linear, cubic' % a.get('mode'))
+    if inst.version < 11:  # asymmetric coordinates, output floor(in * scale)
+        scales = const_floats(em, inst, 1, 'scales')
+        if scales is None or len(scales) != len(sx):
+            raise Refuse('it needs one scale per axis of its input, got %s' % scales)
+        return ([int(math.floor(d * f)) for d, f in zip(sx, scales)], scales, None,
+                dict(mode=mode, transform='asymmetric', nearest_mode=_legacy_nearest_rounding))
+    roi, scales, sizes = (const_floats(em, inst, k, what)
+                          for k, what in ((1, 'roi'), (2, 'scales'), (3, 'sizes')))
+    transform = a.get('coordinate_transformation_mode', 'half_pixel')
+    try:
+        roi_a, scales_a, sizes_a = (None if v is None else numpy.array(v)
+                                    for v in (roi, scales, sizes))
+        out, all_scales, all_roi = resize_plan(
+            sx, roi_a, scales_a, sizes_a, a.get('axes'),
+            a.get('keep_aspect_ratio_policy', 'stretch'), transform)
+    except (ValueError, IndexError, TypeError, AttributeError, ZeroDivisionError) as e:
+        raise Refuse('its scales, sizes or axes do not fit its input %s (%s)'
+                     % (list(sx), e)) from None
+    return out, all_scales, all_roi, dict(
+        mode=mode, transform=transform,
+        nearest_mode=a.get('nearest_mode', 'round_prefer_floor'),
+        cubic_coeff_a=float(a.get('cubic_coeff_a', -0.75)),
+        exclude_outside=int(a.get('exclude_outside', 0)), antialias=int(a.get('antialias', 0)))
+
+
+def const_floats(em, inst, k: int, what: str) -> list[float] | None:
+    """Input ``k`` as a list of floats (None when absent or empty), refused
+    unless it is a constant."""
+    if not em.has(inst, k):
+        return None
+    value = em.const(inst.inputs[k])
+    if value is None:
+        raise Refuse('its %s must be a constant (computed before the model runs)' % what)
+    return [float(v) for v in value.reshape(-1)] or None
+
+
+def resize_tables(in_shape, out_shape, scales, roi, mode, transform, nearest_mode,
+                  cubic_coeff_a=-0.75, exclude_outside=0, antialias=0):
+    """(axis, index, weight, outside) for each axis Resize changes, in the
+    NumPy kernel's order and from its own helpers: index and weight are
+    [out_len, taps] (int32, float32), outside a bool [out_len] or None."""
+    tables = []
+    for axis, (in_len, out_len, scale) in enumerate(zip(in_shape, out_shape, scales)):
+        if in_len == out_len and scale == 1 and transform != 'tf_crop_and_resize':
+            continue
+        coords = _source_coordinates(transform, out_len, in_len, scale,
+                                     roi[axis] if roi is not None else None)
+        if mode == 'nearest':
+            rounding = nearest_mode(scale) if callable(nearest_mode) else nearest_mode
+            index = _nearest_indices(coords, rounding, in_len)[:, None]
+            weight = numpy.ones(index.shape)
+        else:
+            matrix = _interpolation_matrix(coords, in_len, scale, mode, cubic_coeff_a,
+                                           exclude_outside, antialias).T
+            taps = max(1, int((matrix != 0).sum(axis=1).max(initial=0)))
+            # Each output's non-zero weights first (zero weights pad the rows).
+            index = numpy.argsort(matrix == 0, axis=1, kind='stable')[:, :taps]
+            weight = numpy.take_along_axis(matrix, index, axis=1)
+        outside = ((coords < 0) | (coords > in_len - 1)) \
+            if transform == 'tf_crop_and_resize' else None
+        tables.append((axis, index.astype(numpy.int32), weight.astype(numpy.float32), outside))
+    return tables
+
+
+@lowers('Resize')
+def resize(em, inst) -> Step:
+    sx = em.shape(inst, 0)
+    out, scales, roi, options = _resize_operands(em, inst, sx)
+    if any(d < 0 for d in out) or 0 in sx and math.prod(out):
+        raise Refuse('it resizes %s to %s' % (list(sx), out))
+    try:
+        tables = resize_tables(sx, out, scales, roi, **options)
+    except ValueError as e:  # an unknown coordinate transformation or nearest mode
+        raise Refuse(str(e)) from None
+    fill = float(inst.attrs.get('extrapolation_value', 0.0))
+    # Each pass resizes one more axis: its result's size, the last one's in y.
+    shapes, shape = [], list(sx)
+    for axis, *_ in tables:
+        shape[axis] = out[axis]
+        shapes.append(math.prod(shape))
+    buffers = min(2, max(len(tables) - 1, 0))
+    half = max(shapes[:-1], default=0)
+    names = [(em.constant_array('resize%d_%d_i' % (inst.outputs[0], axis), index),
+              em.constant_array('resize%d_%d_w' % (inst.outputs[0], axis), weight),
+              'NULL' if outside is None else
+              em.constant_array('resize%d_%d_o' % (inst.outputs[0], axis), outside))
+             for axis, index, weight, outside in tables]
+
+    def render(ref, scratch):
+        x, y = ref(inst.inputs[0]), ref(inst.outputs[0])
+        if not tables:
+            return ['ccn_copy(%d, %s, %s);' % (4 * math.prod(sx), x, y)]
+        lines, shape, source = [], list(sx), x
+        for k, ((axis, index, _, _), (i, w, o)) in enumerate(zip(tables, names)):
+            target = y if k == len(tables) - 1 else '%s + %d' % (scratch, half * (k % 2))
+            lines.append('ccn_resize_axis(%d, %d, %d, %d, %d, %s, %s, %s, %s, %s, %s);' % (
+                math.prod(shape[:axis]), shape[axis], out[axis], math.prod(shape[axis + 1:]),
+                index.shape[1], i, w, o, cliteral(fill, 'float32'), source, target))
+            shape[axis], source = out[axis], target
+        return lines
+    return Step('array', [tuple(out)], render, scratch=half * buffers)
 
 
 @lowers('Where')
