@@ -16,7 +16,7 @@ import numpy
 import onnx
 
 from .autodiff.registry import GradientError
-from .errors import ModelMismatchError
+from .errors import BackwardReleasedError, ModelMismatchError
 from .exporting import TRANSLATORS, export, recorded_translator, write_onnx
 from .frontend import load_onnx
 from .memory_model import compiled_peak_parts, compiled_training_peak
@@ -432,9 +432,18 @@ class _CompiledStep(chainer.FunctionNode):
         flat = [xp.zeros(out().shape, out().dtype) if g is None else g.array
                 for g, out in zip(grad_outputs, self.outputs)]
         grads_by_output = dict(zip(programs.outputs, _unflatten(flat, self.output_layout)))
-        gys = [grads_by_output[name] for name in programs.grad_of_outputs]
+        if self.retained is None:
+            raise BackwardReleasedError(
+                'the compiled step of %s ran backward already, and its values retained for '
+                'backward were freed as it read them: run the forward pass again before '
+                'another backward' % type(self.compiled._model).__name__)
+        values = [grads_by_output[name] for name in programs.grad_of_outputs]
+        # The backward program owns the retained values from here (consume):
+        # each is freed at its last read, not when this step is collected.
+        values += self.retained
+        self.retained = None
         grads = dict(zip(programs.grads_for,
-                         self.state.backward.run_positional(gys + self.retained)))
+                         self.state.backward.run_positional(values, consume=True)))
         input_names = self.state.input_names
         # Which input (and element of a sequence input) each flat input is.
         positions = [(i, None if length is None else k)

@@ -12,6 +12,11 @@ class ModelMismatchError(InvalidModelError):
     file, unknown to the model, or of another dtype or shape."""
 
 
+class BackwardReleasedError(RuntimeError):
+    """A compiled training step's backward ran a second time: its first run
+    freed the values the forward program retained for it."""
+
+
 class UnsupportedOperatorsError(Exception):
     """The model uses operators the VM has no kernel for; lists every one."""
 

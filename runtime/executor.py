@@ -167,9 +167,20 @@ class Executor:
         results = self.run_positional(values)
         return {v.name: r for v, r in zip(self.program.outputs, results)}
 
-    def run_positional(self, values: Sequence[Any]) -> list[Any]:
+    def run_positional(self, values: Sequence[Any], *, consume: bool = False) -> list[Any]:
         """Run with input values in declaration order; return a list of
-        outputs in declaration order."""
+        outputs in declaration order.
+
+        ``consume=True`` hands the list ``values`` to the Executor, which
+        empties it as the run starts: the run then holds the only
+        references the list gave, and frees each input after its last read
+        (NumPy and CuPy; the native backend reads its inputs until it
+        returns).  The bridges pass the values backward retains this way."""
+        if consume and not isinstance(values, list):
+            raise TypeError('run_positional(consume=True) takes a list, not %s'
+                            % type(values).__name__)
+        # Below, the run owns its list and empties it.
+        values = values if consume else list(values)
         if self.validate_inputs:
             if len(values) != len(self.program.inputs):
                 raise InputValidationError('program %s takes %d input(s) (%s), got %d' % (
@@ -192,7 +203,10 @@ class Executor:
 
     def _run_on_backend(self, values):
         if self._native is not None:
-            return self._native.run(values)
+            try:
+                return self._native.run(values)
+            finally:
+                values.clear()
         with self._allocating():
             return self._run(values)
 
@@ -205,12 +219,14 @@ class Executor:
 
     def _run(self, values):
         if self.xp is not numpy:
-            values = [to_backend(self.xp, v) for v in values]
+            values[:] = [to_backend(self.xp, v) for v in values]
         if not (self.tracer or self.check_nans or self.track_memory):
             return self._run_straight_line(values)
         regs = list(self._template)
-        for info, value in zip(self.program.inputs, values):
-            regs[info.register] = value
+        # No loop variable may keep an input alive: the registers own them.
+        for k, info in enumerate(self.program.inputs):
+            regs[info.register] = values[k]
+        values.clear()
         self._run_instrumented(regs)
         return [regs[v.register] for v in self.program.outputs]
 
@@ -221,7 +237,7 @@ class Executor:
                 self.program, self._steps, constants, self.xp, _single_output,
                 self._call_general)
         try:
-            return self._straight_line.run(*values)
+            return self._straight_line.run(values)
         except RuntimeVMError:
             raise
         except Exception as e:

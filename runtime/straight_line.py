@@ -11,7 +11,8 @@ from .program import NO_REGISTER
 
 
 class StraightLineRun:
-    """``run(*inputs)`` returns the outputs as a list.  ``step_at(traceback)``
+    """``run(inputs)`` returns the outputs as a list; it empties ``inputs``
+    (a list in declaration order) first.  ``step_at(traceback)``
     finds the step that raised, and ``registers_at(traceback)`` the register
     values at that moment, for the error message.
 
@@ -21,7 +22,12 @@ class StraightLineRun:
     def __init__(self, program, steps, constants, xp, single_output, call_general):
         env = {'_xp': xp, '_array': xp.ndarray, '_single': single_output}
         params = ['r%d' % v.register for v in program.inputs]
-        lines = ['def run(%s):' % ', '.join(params)]
+        # The inputs come as a list the run empties: its locals then hold
+        # the only references, and a ``del`` frees an input at its last read.
+        lines = ['def run(_inputs):']
+        if params:
+            lines.append('    %s, = _inputs' % ', '.join(params))
+        lines.append('    _inputs.clear()')
         self._line_step = {}
         self._constants = constants
         for reg, value in constants.items():
