@@ -110,3 +110,36 @@ def window(attrs, spatial, kernel, ceil_mode=0):
                                attrs.get('pads'), attrs.get('auto_pad', 'NOTSET'), ceil_mode)
     except (ValueError, IndexError, TypeError) as e:
         raise Refuse(str(e)) from None
+
+
+class _UnitHeight:
+    """The emitter as a 2-D lowering of a 1-D instruction sees it: inputs
+    ``lifted`` (of rank 3) have a unit height, axis 2, inserted."""
+
+    def __init__(self, em, lifted):
+        self._em, self._lifted = em, lifted
+
+    def __getattr__(self, name):
+        return getattr(self._em, name)
+
+    def shape(self, inst, k, *args, **kwargs):
+        s = self._em.shape(inst, k, *args, **kwargs)
+        return s[:2] + (1,) + s[2:] if k in self._lifted and len(s) == 3 else s
+
+
+def unit_height(lowering, em, inst, lifted=(0,)) -> Step:
+    """The Step of 1-D ``inst`` (a Conv, ConvTranspose or pool over (N, C,
+    W)) as ``lowering``, a 2-D one, makes it for a height of 1: the memory
+    of (N, C, W) is that of (N, C, 1, W), so only the shapes of the inputs
+    ``lifted`` and the outputs, and the window attributes, change."""
+    a = dict(inst.attrs)
+    for key, unit in (('kernel_shape', 1), ('strides', 1), ('dilations', 1),
+                      ('output_padding', 0), ('output_shape', 1)):
+        if a.get(key) is not None and len(a[key]) == 1:
+            a[key] = [unit] + list(a[key])
+    if a.get('pads') is not None and len(a['pads']) == 2:
+        a['pads'] = [0, a['pads'][0], 0, a['pads'][1]]
+    step = lowering(_UnitHeight(em, lifted), dataclasses.replace(inst, attrs=a))
+    step.shapes = [s if s is None else s[:2] + s[3:] for s in step.shapes]
+    return step
+

@@ -123,6 +123,18 @@ void ccn_global_avgpool(long NC, long S, const float *x, float *y)
     }
 }
 
+void ccn_global_maxpool(long NC, long S, const float *x, float *y)
+{
+    for (long p = 0; p < NC; p++) {
+        float top = x[p * S];
+        for (long s = 1; s < S; s++) {
+            const float v = x[p * S + s];
+            top = v > top || v != v ? v : top; /* NaN wins, as in NumPy's max */
+        }
+        y[p] = top;
+    }
+}
+
 /* The offset in an H x W plane of the first in-bounds tap of the window at
  * (oh, ow) equal to top, or -1 when none is. */
 static long argmax_tap(const float *in, long H, long W, long oh, long ow, long KH, long KW,

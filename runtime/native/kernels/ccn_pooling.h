@@ -27,6 +27,8 @@ void ccn_maxpool2d(const ccn_pool_geometry *geometry, const float *x, float *y);
 void ccn_avgpool2d(const ccn_pool_geometry *geometry, const float *x, float *y);
 /* y[p] = mean of the S values of plane p, for NC planes. */
 void ccn_global_avgpool(long NC, long S, const float *x, float *y);
+/* y[p] = max of the S >= 1 values of plane p (NaN if one is), for NC planes. */
+void ccn_global_maxpool(long NC, long S, const float *x, float *y);
 /* Gradient of ccn_avgpool2d (AveragePoolGrad): each window's gy divided by
  * its count of taps (as ccn_avgpool2d counts them) goes to every tap of
  * the window inside the input; gx is (planes, in_h, in_w). */

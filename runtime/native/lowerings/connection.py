@@ -14,7 +14,7 @@ import numpy
 from ...ops.fusion_rules import epilogue_alpha, epilogue_ops
 from ...ops.registry import CUSTOM_DOMAIN
 from ..cformat import CStruct, cfloat
-from ..lowering import Refuse, Step, lowers, window
+from ..lowering import Refuse, Step, lowers, unit_height, window
 from .winograd import (
     MIN_FILTER_GRADIENT_WIDTH,
     winograd_grad_filter_step,
@@ -256,8 +256,10 @@ def conv(em, inst) -> Step:
     a = inst.attrs
     act, act_alpha = activation(inst)
     sx, sw = em.shape(inst, 0), em.shape(inst, 1)
+    if len(sx) == len(sw) == 3:  # 1-D: a unit height
+        return unit_height(conv, em, inst, lifted=(0, 1))
     if len(sx) != 4 or len(sw) != 4:
-        raise Refuse('only 2-D convolution (4-D input and weight) is supported, got '
+        raise Refuse('only 1-D and 2-D convolution (3-D or 4-D input and weight) is supported, got '
                      '%s and %s' % (list(sx), list(sw)))
     N, C, H, W = sx
     M, Cg, KH, KW = sw

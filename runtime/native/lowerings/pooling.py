@@ -1,10 +1,11 @@
-"""MaxPool, AveragePool, GlobalAveragePool and their gradients (this
-project's MaxPoolGrad and AveragePoolGrad) as calls into ccn_pooling.c."""
+"""MaxPool, AveragePool (1-D and 2-D), GlobalAveragePool and GlobalMaxPool
+(any rank) and the gradients (this project's MaxPoolGrad and
+AveragePoolGrad) as calls into ccn_pooling.c."""
 import math
 
 from ...ops.registry import CUSTOM_DOMAIN
 from ..cformat import CStruct
-from ..lowering import Refuse, Step, lowers, window
+from ..lowering import Refuse, Step, lowers, unit_height, window
 
 #: The geometry struct of ccn_pooling.h.
 POOL_GEOMETRY = CStruct('ccn_pool_geometry', (
@@ -27,8 +28,11 @@ def pool_geometry(planes, in_size, win, count_include_pad=0) -> str:
 def pool(em, inst) -> Step:
     a = inst.attrs
     sx = em.shape(inst, 0)
+    if len(sx) == 3:  # 1-D: a unit height
+        return unit_height(pool, em, inst)
     if len(sx) != 4:
-        raise Refuse('only 2-D pooling (4-D input) is supported, got %s' % list(sx))
+        raise Refuse('only 1-D and 2-D pooling (3-D or 4-D input) is supported, got %s'
+                     % list(sx))
     kernel = tuple(a.get('kernel_shape') or ())
     if len(kernel) != 2:
         raise Refuse('kernel_shape %s is not 2-D' % list(kernel))
@@ -50,15 +54,17 @@ def pool(em, inst) -> Step:
     return Step('pooling', [(N, C, OH, OW)] + [None] * (len(inst.outputs) - 1), render)
 
 
-@lowers('GlobalAveragePool')
-def global_average_pool(em, inst) -> Step:
+@lowers('GlobalAveragePool', 'GlobalMaxPool')
+def global_pool(em, inst) -> Step:
     sx = em.shape(inst, 0)
-    if len(sx) < 3:
-        raise Refuse('GlobalAveragePool needs a (N, C, ...) input, got %s' % list(sx))
+    if len(sx) < 3 or 0 in sx[2:] and inst.op == 'GlobalMaxPool':
+        raise Refuse('%s needs a (N, C, ...) input of one element or more per plane, got %s'
+                     % (inst.op, list(sx)))
+    kernel = 'ccn_global_avgpool' if inst.op == 'GlobalAveragePool' else 'ccn_global_maxpool'
 
     def render(ref, scratch):
-        return ['ccn_global_avgpool(%d, %d, %s, %s);' % (
-            sx[0] * sx[1], math.prod(sx[2:]), ref(inst.inputs[0]), ref(inst.outputs[0]))]
+        return ['%s(%d, %d, %s, %s);' % (kernel, sx[0] * sx[1], math.prod(sx[2:]),
+                                        ref(inst.inputs[0]), ref(inst.outputs[0]))]
     return Step('pooling', [sx[:2] + (1,) * (len(sx) - 2)], render)
 
 

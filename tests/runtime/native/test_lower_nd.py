@@ -1,0 +1,50 @@
+"""Convolution and pooling over other ranks than images: 1-D (Whisper's
+audio front end, through the 2-D kernels with a unit height) and global
+pooling of any rank, against the NumPy VM and onnxruntime."""
+import numpy
+import pytest
+from onnx import helper
+
+from .helpers import check_native, make_model
+
+
+@pytest.mark.native_build
+def test_one_dimensional_convolution_and_pooling():
+    rng = numpy.random.RandomState(0)
+    f32 = numpy.float32
+    inits = {'w': rng.randn(6, 4, 3).astype(f32), 'b': rng.randn(6).astype(f32),
+             'wg': rng.randn(6, 2, 5).astype(f32),
+             'scale': rng.rand(6).astype(f32) + 0.5, 'shift': rng.randn(6).astype(f32),
+             'mean': rng.randn(6).astype(f32), 'var': rng.rand(6).astype(f32) + 0.5}
+    nodes = [
+        # Whisper's: kernel 3, padding 1, strides 1 then 2, GELU after.
+        helper.make_node('Conv', ['x', 'w', 'b'], ['c0'], pads=[1, 1]),
+        helper.make_node('Conv', ['x', 'w', 'b'], ['c1'], pads=[1, 1], strides=[2]),
+        helper.make_node('Conv', ['x', 'wg'], ['c2'], group=2, dilations=[2], pads=[2, 2]),
+        helper.make_node('Conv', ['x', 'wg'], ['c4'], group=2, auto_pad='SAME_UPPER'),
+        # Conv + BatchNormalization + Relu: folded and fused.
+        helper.make_node('Conv', ['x', 'w'], ['t'], kernel_shape=[3]),
+        helper.make_node('BatchNormalization', ['t', 'scale', 'shift', 'mean', 'var'], ['u']),
+        helper.make_node('Relu', ['u'], ['c3']),
+        helper.make_node('MaxPool', ['x'], ['p0'], kernel_shape=[2], strides=[2], ceil_mode=1),
+        helper.make_node('AveragePool', ['x'], ['p1'], kernel_shape=[4], pads=[1, 2],
+                         count_include_pad=1),
+        helper.make_node('AveragePool', ['x'], ['p2'], kernel_shape=[3], pads=[1, 1]),
+        helper.make_node('GlobalMaxPool', ['x'], ['g0']),
+        helper.make_node('GlobalMaxPool', ['v'], ['g1']),
+        helper.make_node('GlobalAveragePool', ['v'], ['g2'])]
+    model = make_model(nodes, [('x', f32, (2, 4, 11)), ('v', f32, (2, 3, 2, 3, 4))],
+                       [('c0', f32, (2, 6, 11)), ('c1', f32, (2, 6, 6)),
+                        ('c2', f32, (2, 6, 7)), ('c3', f32, (2, 6, 9)),
+                        ('p0', f32, (2, 4, 6)), ('p1', f32, (2, 4, 11)),
+                        ('p2', f32, (2, 4, 11)), ('g0', f32, (2, 4, 1)),
+                        ('g1', f32, (2, 3, 1, 1, 1)), ('g2', f32, (2, 3, 1, 1, 1)),
+                        ('c4', f32, (2, 6, 11))],
+                       inits, opset=13)
+    x = rng.randn(2, 4, 11).astype(f32)
+    v = rng.randn(2, 3, 2, 3, 4).astype(f32)
+    v[1, 2, 1, 1, 1] = numpy.nan  # GlobalMaxPool propagates NaN as NumPy's max
+    got = check_native(model, [x, v], onnxruntime_check=False)
+    assert numpy.isnan(got[8][1, 2]).all() and not numpy.isnan(got[8][1, :2]).any()
+    # onnxruntime on the finite input (its max drops NaN)
+    check_native(model, [x, numpy.nan_to_num(v)])
