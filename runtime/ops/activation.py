@@ -6,6 +6,9 @@ Python floats and 0-d arrays.
 """
 import math
 
+import numpy
+
+from . import cupy_kernels
 from .opset_rules import softmax_axes
 from .registry import LATEST, kernel, per_element
 
@@ -223,6 +226,10 @@ from .registry import CUSTOM_DOMAIN, like  # noqa: E402
 def relu_grad(xp, y, gy):
     """Gradient of Relu from its output ``y``: ``gy`` where ``y > 0``, else 0
     (one instruction instead of Greater and Where)."""
+    if xp is not numpy:
+        gx = cupy_kernels.relu_grad(xp, y, gy)
+        if gx is not None:
+            return gx
     return xp.multiply(gy, y > _const(y, 0))
 
 

@@ -161,7 +161,9 @@ def _grouped_conv(xp, cols, w, group, out_shape):
 def conv(xp, x, w, b=None, *, auto_pad='NOTSET', dilations=None, group=1,
          kernel_shape=None, pads=None, strides=None):
     window = window_geometry(x.shape[2:], w.shape[2:], strides, dilations, pads, auto_pad)
-    cols = im2col(xp, x, window)
+    cols = None if xp is numpy else cupy_kernels.im2col_2d(xp, x, window)
+    if cols is None:
+        cols = im2col(xp, x, window)
     cols = cols.reshape(cols.shape[:2] + (-1, math.prod(window.out)))
     return _add_bias(_grouped_conv(xp, cols, w, group, window.out), b)
 
@@ -362,12 +364,14 @@ def conv_grad_filter(xp, x, gy, *, kernel_shape, strides=None, dilations=None, p
                     pads[:n], pads[n:], tuple(gy.shape[2:]))
     n_batch, channels = x.shape[:2]
     m = gy.shape[1]
-    cols = im2col(xp, x, window)  # (N, C, *K, *O) view
-    # One copy each into (group, rows, N * O): a single GEMM per group sums
-    # over the batch and the window positions together.
-    order = (1,) + tuple(range(2, 2 + n)) + (0,) + tuple(range(2 + n, 2 + 2 * n))
-    cols = cols.transpose(order).reshape(group, (channels // group) * math.prod(kernel_shape),
-                                         -1)
+    # Columns (C, *K, N, *O), one copy: a single GEMM per group sums over
+    # the batch and the window positions together.
+    cols = None if xp is numpy else cupy_kernels.im2col_2d(xp, x, window, batch_inner=True)
+    if cols is None:
+        cols = im2col(xp, x, window)  # (N, C, *K, *O) view
+        order = (1,) + tuple(range(2, 2 + n)) + (0,) + tuple(range(2 + n, 2 + 2 * n))
+        cols = cols.transpose(order)
+    cols = cols.reshape(group, (channels // group) * math.prod(kernel_shape), -1)
     gy = xp.moveaxis(gy, 1, 0).reshape(group, m // group, -1)
     gw = _matmul(xp, gy, cols.swapaxes(1, 2))
     return gw.reshape((m, channels // group) + kernel_shape)

@@ -159,7 +159,27 @@ def batch_norm_grad(xp, x3, scale, gy3, mean, var, epsilon, training):
     return gx, g_scale, g_b
 
 
-# -- col2im ----------------------------------------------------------------------
+# -- im2col and col2im ----------------------------------------------------------
+
+def im2col_2d(xp, x, window, fill=0, batch_inner=False):
+    """runtime/ops/connection.im2col for two spatial axes, materialised in
+    one launch (no padded copy of X, no reshape copy): columns (N, C, KH, KW,
+    OH, OW), or (C, KH, KW, N, OH, OW) with ``batch_inner``; None where it
+    does not apply."""
+    if not _applies(xp, x) or x.ndim != 4:
+        return None
+    x = xp.ascontiguousarray(x)
+    n, c = x.shape[:2]
+    lead = (c,) + tuple(window.kernel) + (n,) if batch_inner else (n, c) + tuple(window.kernel)
+    cols = xp.empty(lead + tuple(window.out), numpy.float32)
+    geometry = (n, c) + x.shape[2:] + tuple(window.kernel) + tuple(window.out) \
+        + tuple(window.strides) + tuple(window.dilations) + tuple(window.pads_begin)
+    _kernel('ccn_im2col_2d')(_grid(cols.size), (_BLOCK,),
+                             (x, cols, numpy.int64(cols.size))
+                             + tuple(numpy.int32(v) for v in geometry)
+                             + (numpy.float32(fill), numpy.int32(batch_inner)))
+    return cols
+
 
 def col2im_2d(xp, cols, image_shape, window):
     """runtime/ops/connection.col2im for two spatial axes in one launch:
@@ -175,3 +195,30 @@ def col2im_2d(xp, cols, image_shape, window):
                              (cols, image, numpy.int64(image.size))
                              + tuple(numpy.int32(v) for v in geometry))
     return image
+
+
+# -- element-wise ----------------------------------------------------------------
+
+def _flat_launch(name, total, args):
+    _kernel(name)(_grid(total), (_BLOCK,), args + (numpy.int64(total),))
+
+
+def relu_grad(xp, y, gy):
+    """ReluGrad in one launch; None where it does not apply."""
+    if not _applies(xp, y, gy) or y.shape != gy.shape:
+        return None
+    gx = xp.empty(gy.shape, numpy.float32)
+    _flat_launch('ccn_relu_grad', gx.size, (xp.ascontiguousarray(y),
+                                            xp.ascontiguousarray(gy), gx))
+    return gx
+
+
+def sgd_update(xp, param, grad, lr):
+    """SGDUpdate (``param -= lr * grad``) in place, in one launch; False
+    where it does not apply (the caller updates with xp)."""
+    if not _applies(xp, param, grad) or param.shape != grad.shape \
+            or not param.flags.c_contiguous:
+        return False
+    _flat_launch('ccn_sgd_update', param.size, (param, xp.ascontiguousarray(grad),
+                                                numpy.float32(lr)))
+    return True

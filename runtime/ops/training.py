@@ -16,6 +16,9 @@ schedules (ExponentialShift, Adam's bias correction) change them per step.
 """
 import math
 
+import numpy
+
+from . import cupy_kernels
 from .math import gemm
 from .registry import CUSTOM_DOMAIN, kernel, like
 
@@ -88,7 +91,8 @@ def momentum(xp, R, T, *inputs, alpha, beta, mode, norm_coefficient):
         outputs=('param_out',), types=like(0))
 def sgd_update(xp, param, grad, lr):
     """In place: ``param -= lr * grad`` (chainer.optimizers.SGD).  Returns ``param``."""
-    param -= float(lr) * grad
+    if xp is numpy or not cupy_kernels.sgd_update(xp, param, grad, float(lr)):
+        param -= float(lr) * grad
     return param
 
 

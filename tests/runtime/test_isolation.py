@@ -8,7 +8,8 @@ import chainer_compiler.runtime as runtime
 from chainer_compiler import build_program
 from chainer_compiler.runtime import save_program
 
-ALLOWED_THIRD_PARTY = {'numpy', 'cupy', 'cupyx'}
+# cupy_backends ships inside CuPy's wheel: its cuBLAS binding.
+ALLOWED_THIRD_PARTY = {'numpy', 'cupy', 'cupyx', 'cupy_backends'}
 
 
 def _imported_modules(path):

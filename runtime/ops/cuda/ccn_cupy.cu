@@ -171,3 +171,56 @@ extern "C" __global__ void ccn_col2im_2d(const float *cols, float *image, long l
         image[i] = sum;
     }
 }
+
+/* im2col for 2-D windows: every receptive field of X (N, C, H, W) copied
+ * into columns, ``fill`` where a tap lands in the padding.  The columns are
+ * (N, C, KH, KW, OH, OW), Conv's GEMM operand, or with ``batch_inner``
+ * (C, KH, KW, N, OH, OW), ConvGradFilter's, which sums over the batch and
+ * the window positions in one GEMM. */
+extern "C" __global__ void ccn_im2col_2d(const float *x, float *cols, long long total, int n,
+                                         int c, int h, int w, int kh, int kw, int oh, int ow,
+                                         int sh, int sw, int dh, int dw, int ph, int pw,
+                                         float fill, int batch_inner)
+{
+    for (long long i = blockIdx.x * (long long)blockDim.x + threadIdx.x; i < total;
+         i += (long long)gridDim.x * blockDim.x) {
+        const int ox = (int)(i % ow), oy = (int)((i / ow) % oh);
+        long long rest = i / ((long long)oh * ow);
+        int b, kx, ky, ch;
+        if (batch_inner) {
+            b = (int)(rest % n);
+            rest /= n;
+        }
+        kx = (int)(rest % kw);
+        rest /= kw;
+        ky = (int)(rest % kh);
+        rest /= kh;
+        ch = (int)(rest % c);
+        if (!batch_inner)
+            b = (int)(rest / c);
+        const int y = oy * sh + ky * dh - ph, xx = ox * sw + kx * dw - pw;
+        cols[i] = (y < 0 || y >= h || xx < 0 || xx >= w)
+                      ? fill
+                      : x[(((long long)b * c + ch) * h + y) * w + xx];
+    }
+}
+
+/* ReluGrad: gX = gY * (Y > 0), as the xp code computes it (a NaN in gY
+ * stays NaN where Y <= 0). */
+extern "C" __global__ void ccn_relu_grad(const float *y, const float *gy, float *gx,
+                                         long long total)
+{
+    for (long long i = blockIdx.x * (long long)blockDim.x + threadIdx.x; i < total;
+         i += (long long)gridDim.x * blockDim.x)
+        gx[i] = gy[i] * (y[i] > 0 ? 1.0f : 0.0f);
+}
+
+/* SGDUpdate in place: param -= lr * grad, the product rounded before the
+ * subtraction as the xp code rounds it (no fused multiply-add). */
+extern "C" __global__ void ccn_sgd_update(float *param, const float *grad, float lr,
+                                          long long total)
+{
+    for (long long i = blockIdx.x * (long long)blockDim.x + threadIdx.x; i < total;
+         i += (long long)gridDim.x * blockDim.x)
+        param[i] = __fsub_rn(param[i], __fmul_rn(lr, grad[i]));
+}

@@ -155,3 +155,32 @@ def test_raw_col2im_equals_the_sliced_sums():
             expected[dst] += cols[(slice(None), slice(None)) + tap][src]
     got = cupy_kernels.col2im_2d(cupy, cupy.asarray(cols), (9, 8), window)
     np.testing.assert_allclose(cupy.asnumpy(got), expected, rtol=1e-6, atol=1e-6)
+
+
+@on_cupy
+@pytest.mark.parametrize('stride, pad, dilation', [(1, 1, 1), (2, 3, 1), (2, 0, 2)])
+def test_raw_im2col_gives_convolutions_columns(stride, pad, dilation):
+    import cupy
+    x = np.random.default_rng(2).standard_normal((2, 3, 11, 10)).astype(np.float32)
+    window = connection.window_geometry((11, 10), (3, 4), (stride, stride),
+                                        (dilation, dilation), (pad, pad, pad, pad))
+    expected = connection.im2col(np, x, window, fill=-1.5)
+    got = cupy_kernels.im2col_2d(cupy, cupy.asarray(x), window, fill=-1.5)
+    np.testing.assert_array_equal(cupy.asnumpy(got), expected)
+    batch_inner = cupy_kernels.im2col_2d(cupy, cupy.asarray(x), window, fill=-1.5,
+                                         batch_inner=True)
+    np.testing.assert_array_equal(cupy.asnumpy(batch_inner),
+                                  np.moveaxis(expected, 0, 3))
+
+
+@on_cupy
+def test_raw_relu_grad_and_sgd_update_equal_the_xp_arithmetic():
+    import cupy
+    rng = np.random.default_rng(3)
+    y, gy, param, grad = (rng.standard_normal(1000).astype(np.float32) for _ in range(4))
+    gy[:10] = np.nan
+    got = cupy_kernels.relu_grad(cupy, cupy.asarray(y), cupy.asarray(gy))
+    np.testing.assert_array_equal(cupy.asnumpy(got), gy * (y > 0))
+    on_gpu = cupy.asarray(param)
+    assert cupy_kernels.sgd_update(cupy, on_gpu, cupy.asarray(grad), 0.1)
+    np.testing.assert_array_equal(cupy.asnumpy(on_gpu), param - np.float32(0.1) * grad)
