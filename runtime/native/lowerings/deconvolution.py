@@ -1,7 +1,7 @@
-"""ConvTranspose (2-D) as calls into ccn_deconvolution.c, which multiplies
+"""ConvTranspose (1-D and 2-D) as calls into ccn_deconvolution.c, which multiplies
 with ccn_gemm.c."""
 from ...ops.connection import conv_transpose_padding
-from ..lowering import Refuse, Step, lowers
+from ..lowering import Refuse, Step, lowers, unit_height
 from .connection import CONV_PLAN, GRAD_COLUMNS, conv_geometry, images_per_product
 from .winograd import winograd_step, winograd_tiles
 
@@ -12,8 +12,11 @@ _AUTO_PADS = ('NOTSET', 'SAME_UPPER', 'SAME_LOWER', 'VALID')
 def conv_transpose(em, inst) -> Step:
     a = inst.attrs
     sx, sw = em.shape(inst, 0), em.shape(inst, 1)
+    if len(sx) == len(sw) == 3:  # 1-D: a unit height
+        return unit_height(conv_transpose, em, inst, lifted=(0, 1))
     if len(sx) != 4 or len(sw) != 4:
-        raise Refuse('only 2-D transposed convolution (4-D input and weight) is supported, '
+        raise Refuse('only 1-D and 2-D transposed convolution (3-D or 4-D input and weight) '
+                     'is supported, '
                      'got %s and %s' % (list(sx), list(sw)))
     N, C, H, W = sx
     Cw, Mg, KH, KW = sw

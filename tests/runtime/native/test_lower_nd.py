@@ -1,6 +1,7 @@
-"""Convolution and pooling over other ranks than images: 1-D (Whisper's
-audio front end, through the 2-D kernels with a unit height) and global
-pooling of any rank, against the NumPy VM and onnxruntime."""
+"""Convolution, transposed convolution and pooling over other ranks than
+images: 1-D (Whisper's audio front end, through the 2-D kernels with a unit
+height) and global pooling of any rank, against the NumPy VM and
+onnxruntime."""
 import numpy
 import pytest
 from onnx import helper
@@ -13,7 +14,8 @@ def test_one_dimensional_convolution_and_pooling():
     rng = numpy.random.RandomState(0)
     f32 = numpy.float32
     inits = {'w': rng.randn(6, 4, 3).astype(f32), 'b': rng.randn(6).astype(f32),
-             'wg': rng.randn(6, 2, 5).astype(f32),
+             'wg': rng.randn(6, 2, 5).astype(f32), 'wt': rng.randn(4, 6, 3).astype(f32),
+             'bt': rng.randn(6).astype(f32),
              'scale': rng.rand(6).astype(f32) + 0.5, 'shift': rng.randn(6).astype(f32),
              'mean': rng.randn(6).astype(f32), 'var': rng.rand(6).astype(f32) + 0.5}
     nodes = [
@@ -22,6 +24,9 @@ def test_one_dimensional_convolution_and_pooling():
         helper.make_node('Conv', ['x', 'w', 'b'], ['c1'], pads=[1, 1], strides=[2]),
         helper.make_node('Conv', ['x', 'wg'], ['c2'], group=2, dilations=[2], pads=[2, 2]),
         helper.make_node('Conv', ['x', 'wg'], ['c4'], group=2, auto_pad='SAME_UPPER'),
+        helper.make_node('ConvTranspose', ['x', 'wt', 'bt'], ['d0'], strides=[2], pads=[1, 0],
+                         output_padding=[1]),
+        helper.make_node('ConvTranspose', ['x', 'wt'], ['d1'], output_shape=[13]),
         # Conv + BatchNormalization + Relu: folded and fused.
         helper.make_node('Conv', ['x', 'w'], ['t'], kernel_shape=[3]),
         helper.make_node('BatchNormalization', ['t', 'scale', 'shift', 'mean', 'var'], ['u']),
@@ -39,7 +44,8 @@ def test_one_dimensional_convolution_and_pooling():
                         ('p0', f32, (2, 4, 6)), ('p1', f32, (2, 4, 11)),
                         ('p2', f32, (2, 4, 11)), ('g0', f32, (2, 4, 1)),
                         ('g1', f32, (2, 3, 1, 1, 1)), ('g2', f32, (2, 3, 1, 1, 1)),
-                        ('c4', f32, (2, 6, 11))],
+                        ('c4', f32, (2, 6, 11)), ('d0', f32, (2, 6, 23)),
+                        ('d1', f32, (2, 6, 13))],
                        inits, opset=13)
     x = rng.randn(2, 4, 11).astype(f32)
     v = rng.randn(2, 3, 2, 3, 4).astype(f32)
