@@ -198,3 +198,43 @@ void ccn_conv2d_grad_filter(const ccn_conv_geometry *geometry, const ccn_conv_pl
             ccn_transpose(K, Mg, gw_t, gw_g);
     }
 }
+
+/* Row ((c * KD + kd) * KH + kh) * KW + kw of col holds, for every output
+ * position, the input that tap reads of channel c (0 in the padding). */
+static void im2col3d(const ccn_conv3d_geometry *g, long channels, const float *x, float *col)
+{
+    const long *in = g->in, *out = g->out, *K = g->kernel;
+    const long S = out[0] * out[1] * out[2];
+    for (long row = 0; row < channels * K[0] * K[1] * K[2]; ++row) {
+        const long tap[3] = {row / (K[1] * K[2]) % K[0], row / K[2] % K[1], row % K[2]};
+        const float *xc = x + row / (K[0] * K[1] * K[2]) * in[0] * in[1] * in[2];
+        float *c = col + row * S;
+        for (long o = 0; o < S; ++o) {
+            const long at[3] = {o / (out[1] * out[2]), o / out[2] % out[1], o % out[2]};
+            long offset = 0, inside = 1;
+            for (int a = 0; a < 3; ++a) {
+                const long i = at[a] * g->stride[a] - g->pad_begin[a] + tap[a] * g->dil[a];
+                inside &= i >= 0 && i < in[a];
+                offset = offset * in[a] + i;
+            }
+            c[o] = inside ? xc[offset] : 0.0f;
+        }
+    }
+}
+
+void ccn_conv3d(const ccn_conv3d_geometry *g, int act, float act_alpha, const float *x,
+                const float *w, const float *bias, float *y, float *col)
+{
+    const long Cg = g->in_channels / g->group, Mg = g->out_channels / g->group;
+    const long K = Cg * g->kernel[0] * g->kernel[1] * g->kernel[2];
+    const long V = g->in[0] * g->in[1] * g->in[2], S = g->out[0] * g->out[1] * g->out[2];
+    const ccn_gemm_geometry product = {.M = Mg, .N = S, .K = K, .a_rs = K, .a_cs = 1,
+                                       .ldb = S, .ldc = S, .act = act, .act_alpha = act_alpha};
+    for (long n = 0; n < g->batch; ++n)
+        for (long grp = 0; grp < g->group; ++grp) {
+            float *yg = y + (n * g->out_channels + grp * Mg) * S;
+            im2col3d(g, Cg, x + (n * g->in_channels + grp * Cg) * V, col);
+            ccn_gemm_init(Mg, S, yg, bias ? bias + grp * Mg : NULL, 1, 0, 1.0f);
+            ccn_gemm_ex(&product, w + grp * Mg * K, col, 1.0f, yg);
+        }
+}

@@ -62,5 +62,17 @@ void ccn_conv2d(const ccn_conv_geometry *geometry, const ccn_conv_plan *plan, co
 void ccn_conv2d_grad_filter(const ccn_conv_geometry *geometry, const ccn_conv_plan *plan,
                             const float *x, const float *gy, float *gw, float *col);
 
+/* A 3-D convolution: per axis (depth, height, width) the input and output
+ * size, kernel, stride, dilation and padding before. */
+typedef struct {
+    long batch, in_channels, out_channels, group;
+    long in[3], out[3], kernel[3], stride[3], dil[3], pad_begin[3];
+} ccn_conv3d_geometry;
+/* y = act(conv3d(x, w) + bias) (bias NULL: none), image by image and group
+ * by group as im2col into ``col`` (in_channels / group * kernel volume *
+ * output volume floats) and one product with ccn_gemm.c. */
+void ccn_conv3d(const ccn_conv3d_geometry *geometry, int act, float act_alpha, const float *x,
+                const float *w, const float *bias, float *y, float *col);
+
 CCN_END_DECLS
 #endif /* CCN_CONNECTION_H */

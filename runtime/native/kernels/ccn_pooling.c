@@ -123,6 +123,53 @@ void ccn_global_avgpool(long NC, long S, const float *x, float *y)
     }
 }
 
+/* Along one axis of a 3-D window starting at ``start``: the first and
+ * one-past-last taps inside [0, size), and how many taps the divisor
+ * counts (inside [lo, hi)). */
+static void axis_taps(long start, long K, long dil, long size, long lo, long hi,
+                      long *first, long *end, long *counted)
+{
+    *first = 0;
+    while (*first < K && start + *first * dil < 0)
+        ++*first;
+    *end = K;
+    while (*end > *first && start + (*end - 1) * dil >= size)
+        --*end;
+    *counted = 0;
+    for (long k = 0; k < K; ++k)
+        *counted += start + k * dil >= lo && start + k * dil < hi;
+}
+
+void ccn_pool3d(const ccn_pool3d_geometry *g, int average, const float *x, float *y)
+{
+    const long ID = g->in[0], IH = g->in[1], IW = g->in[2];
+    const long OD = g->out[0], OH = g->out[1], OW = g->out[2];
+    long first[3], end[3], counted[3], start[3];
+    for (long p = 0; p < g->planes; ++p) {
+        const float *xp = x + p * ID * IH * IW;
+        for (long o = 0; o < OD * OH * OW; ++o) {
+            const long at[3] = {o / (OH * OW), o / OW % OH, o % OW};
+            for (int a = 0; a < 3; ++a) {
+                start[a] = at[a] * g->stride[a] - g->pad_begin[a];
+                const long lo = g->count_include_pad ? -g->pad_begin[a] : 0;
+                const long hi = g->in[a] + (g->count_include_pad ? g->pad_end[a] : 0);
+                axis_taps(start[a], g->kernel[a], g->dil[a], g->in[a], lo, hi,
+                          &first[a], &end[a], &counted[a]);
+            }
+            float acc = average ? 0.0f : -INFINITY;
+            for (long kd = first[0]; kd < end[0]; ++kd)
+                for (long kh = first[1]; kh < end[1]; ++kh)
+                    for (long kw = first[2]; kw < end[2]; ++kw) {
+                        const float v = xp[((start[0] + kd * g->dil[0]) * IH + start[1]
+                                            + kh * g->dil[1]) * IW + start[2] + kw * g->dil[2]];
+                        acc = average ? acc + v : v > acc || v != v ? v : acc;
+                    }
+            y[p * OD * OH * OW + o] =
+                average ? acc / (float)(counted[0] * counted[1] * counted[2]) : acc;
+        }
+    }
+}
+
 void ccn_global_maxpool(long NC, long S, const float *x, float *y)
 {
     for (long p = 0; p < NC; p++) {

@@ -40,5 +40,18 @@ void ccn_avgpool2d_grad(const ccn_pool_geometry *geometry, const float *gy, floa
 void ccn_maxpool2d_grad(const ccn_pool_geometry *geometry, const float *x, const float *y,
                         const float *gy, float *gx);
 
+/* The window of a 3-D pooling of ``planes`` (depth, height, width) planes:
+ * per axis its input and output size, kernel, stride, dilation and the
+ * padding before and after. */
+typedef struct {
+    long planes, in[3], out[3], kernel[3], stride[3], dil[3], pad_begin[3], pad_end[3];
+    int count_include_pad;
+} ccn_pool3d_geometry;
+/* 3-D MaxPool (average 0: padding never wins, NaN does) or AveragePool
+ * (average 1: the sum over the taps inside the input divided by their
+ * count, or by the count inside the input and its explicit padding with
+ * count_include_pad), as the NumPy kernels compute them. */
+void ccn_pool3d(const ccn_pool3d_geometry *geometry, int average, const float *x, float *y);
+
 CCN_END_DECLS
 #endif /* CCN_POOLING_H */

@@ -258,9 +258,11 @@ def conv(em, inst) -> Step:
     sx, sw = em.shape(inst, 0), em.shape(inst, 1)
     if len(sx) == len(sw) == 3:  # 1-D: a unit height
         return unit_height(conv, em, inst, lifted=(0, 1))
+    if len(sx) == len(sw) == 5:
+        return conv3d(em, inst, sx, sw, (act, act_alpha))
     if len(sx) != 4 or len(sw) != 4:
-        raise Refuse('only 1-D and 2-D convolution (3-D or 4-D input and weight) is supported, got '
-                     '%s and %s' % (list(sx), list(sw)))
+        raise Refuse('only 1-D, 2-D and 3-D convolution (3-D to 5-D input and weight) is '
+                     'supported, got %s and %s' % (list(sx), list(sw)))
     N, C, H, W = sx
     M, Cg, KH, KW = sw
     group = int(a['group'])
@@ -347,3 +349,36 @@ def conv_grad_filter(em, inst) -> Step:
                     ref(inst.inputs[0]), ref(inst.inputs[1]), ref(inst.outputs[0]), scratch)]
     scratch = K * S * images + S * images * (M // group + K) + K * (M // group)
     return Step('connection', [(M, Cg, KH, KW)], render, scratch=scratch, also=('gemm',))
+
+
+CONV3D_GEOMETRY = CStruct('ccn_conv3d_geometry', (
+    'batch', 'in_channels', 'out_channels', 'group', 'in', 'out', 'kernel', 'stride', 'dil',
+    'pad_begin'))
+
+
+def conv3d(em, inst, sx, sw, act) -> Step:
+    """A 3-D Conv as ccn_conv3d (im2col and one product per image and
+    group); ``act`` is its epilogue (the CCN_ACT_* enum, the slope)."""
+    a = inst.attrs
+    (N, C), (M, Cg), group = sx[:2], sw[:2], int(a['group'])
+    if a.get('kernel_shape') is not None and tuple(a['kernel_shape']) != tuple(sw[2:]):
+        raise Refuse('kernel_shape %s differs from the weight' % list(a['kernel_shape']))
+    if group < 1 or C % group or M % group or Cg * group != C:
+        raise Refuse('group=%d does not fit input %s and weight %s'
+                     % (group, list(sx), list(sw)))
+    if em.has(inst, 2) and em.shape(inst, 2) != (M,):
+        raise Refuse('bias shape %s is not (%d,)' % (list(em.shape(inst, 2)), M))
+    win = window(a, sx[2:], sw[2:])
+    geometry = CONV3D_GEOMETRY.literal(**{  # 'in' is a Python keyword
+        'batch': N, 'in_channels': C, 'out_channels': M, 'group': group, 'in': tuple(sx[2:]),
+        'out': tuple(win.out), 'kernel': tuple(sw[2:]), 'stride': tuple(win.strides),
+        'dil': tuple(win.dilations), 'pad_begin': tuple(win.pads_begin)})
+    has_bias = em.has(inst, 2)
+
+    def render(ref, scratch):
+        return ['ccn_conv3d(%s, %s, %s,' % (geometry, act[0], cfloat(act[1])),
+                '           %s, %s, %s, %s, %s);' % (
+                    ref(inst.inputs[0]), ref(inst.inputs[1]),
+                    ref(inst.inputs[2]) if has_bias else 'NULL', ref(inst.outputs[0]), scratch)]
+    return Step('connection', [(N, M) + tuple(win.out)], render,
+                scratch=max(1, Cg * math.prod(sw[2:]) * math.prod(win.out)), also=('gemm',))

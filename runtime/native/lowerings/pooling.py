@@ -1,4 +1,4 @@
-"""MaxPool, AveragePool (1-D and 2-D), GlobalAveragePool and GlobalMaxPool
+"""MaxPool, AveragePool (1-D, 2-D and 3-D), GlobalAveragePool and GlobalMaxPool
 (any rank) and the gradients (this project's MaxPoolGrad and
 AveragePoolGrad) as calls into ccn_pooling.c."""
 import math
@@ -30,12 +30,14 @@ def pool(em, inst) -> Step:
     sx = em.shape(inst, 0)
     if len(sx) == 3:  # 1-D: a unit height
         return unit_height(pool, em, inst)
-    if len(sx) != 4:
-        raise Refuse('only 1-D and 2-D pooling (3-D or 4-D input) is supported, got %s'
+    if not 4 <= len(sx) <= 5:
+        raise Refuse('only 1-D, 2-D and 3-D pooling (3-D to 5-D input) is supported, got %s'
                      % list(sx))
     kernel = tuple(a.get('kernel_shape') or ())
-    if len(kernel) != 2:
-        raise Refuse('kernel_shape %s is not 2-D' % list(kernel))
+    if len(kernel) != len(sx) - 2:
+        raise Refuse('kernel_shape %s does not fit input %s' % (list(kernel), list(sx)))
+    if len(sx) == 5:
+        return _pool3d(em, inst, sx, kernel)
     N, C, H, W = sx
     win = window(a, (H, W), kernel, int(a['ceil_mode']))
     OH, OW = win.out
@@ -52,6 +54,31 @@ def pool(em, inst) -> Step:
         return ['%s(%s,' % (kernel_fn, geometry),
                 '    %s, %s);' % (ref(inst.inputs[0]), ref(inst.outputs[0]))]
     return Step('pooling', [(N, C, OH, OW)] + [None] * (len(inst.outputs) - 1), render)
+
+
+POOL3D_GEOMETRY = CStruct('ccn_pool3d_geometry', (
+    'planes', 'in', 'out', 'kernel', 'stride', 'dil', 'pad_begin', 'pad_end',
+    'count_include_pad'))
+
+
+def _pool3d(em, inst, sx, kernel) -> Step:
+    """A 3-D MaxPool or AveragePool as ccn_pool3d."""
+    a = inst.attrs
+    win = window(a, sx[2:], kernel, int(a['ceil_mode']))
+    if inst.op == 'MaxPool':
+        em.only_first_output(inst, 'Indices')
+    geometry = POOL3D_GEOMETRY.literal(**{  # 'in' is a Python keyword
+        'planes': sx[0] * sx[1], 'in': tuple(sx[2:]), 'out': tuple(win.out),
+        'kernel': tuple(win.kernel), 'stride': tuple(win.strides),
+        'dil': tuple(win.dilations), 'pad_begin': tuple(win.pads_begin),
+        'pad_end': tuple(win.pads_end), 'count_include_pad': int(a.get('count_include_pad', 0))})
+
+    def render(ref, scratch):
+        return ['ccn_pool3d(%s,' % geometry,
+                '    %d, %s, %s);' % (inst.op == 'AveragePool', ref(inst.inputs[0]),
+                                      ref(inst.outputs[0]))]
+    return Step('pooling', [tuple(sx[:2]) + tuple(win.out)] + [None] * (len(inst.outputs) - 1),
+                render)
 
 
 @lowers('GlobalAveragePool', 'GlobalMaxPool')

@@ -50,6 +50,8 @@ def _define(name, *files):
     (connection.CONV_PLAN, 'ccn_connection.h'),
     (winograd.WINOGRAD_PLAN, 'ccn_winograd.h'),
     (pooling.POOL_GEOMETRY, 'ccn_pooling.h'),
+    (pooling.POOL3D_GEOMETRY, 'ccn_pooling.h'),
+    (connection.CONV3D_GEOMETRY, 'ccn_connection.h'),
     (connection.GEMM_GEOMETRY, 'ccn_gemm.h'),
     (connection.MATMUL_BATCH, 'ccn_gemm.h'),
 ], ids=lambda v: getattr(v, 'ctype', v))
