@@ -9,7 +9,8 @@ import inspect
 import logging
 import os
 import time
-from dataclasses import dataclass
+from collections import OrderedDict
+from dataclasses import dataclass, field
 
 import chainer
 import numpy
@@ -17,21 +18,29 @@ import onnx
 
 from .autodiff.registry import GradientError
 from .errors import BackwardReleasedError, ModelMismatchError
-from .exporting import TRANSLATORS, export, recorded_translator, write_onnx
+from .exporting import TRACED_SIZES_KEY, TRANSLATORS, export, recorded_translator, write_onnx
 from .frontend import load_onnx
 from .memory_model import compiled_peak_parts, compiled_training_peak
-from .onnx_graph import numpy_dtype
+from .onnx_graph import numpy_dtype, tensor_signature, value_kind
 from .parameter_pack import ParameterPack
 from .passes.training_mode import to_training_mode
 from .pipeline import CompilerOptions
 from .runtime.backend import get_array_module
 from .runtime.errors import InputValidationError
 from .runtime.executor import Executor
+from .runtime.program import NO_REGISTER, ValueInfo
 from .runtime.signatures import scalars_as_arrays, validate_inputs
+from .shapes import infer_shapes
 from .training import compile_training
 from .translators.onnx_chainer.naming import named_arrays
 
 _log = logging.getLogger(__name__)
+
+#: How many signatures (sizes of the symbolic dimensions) a compiled model
+#: keeps programs for; the least recently used one is dropped beyond it, and
+#: compiled again (native: built again, or taken from the build cache) when
+#: it comes back.
+SIGNATURE_CACHE_SIZE = 8
 
 
 def compile_onnx(model, onnx_file, used_translator='onnx_chainer', dump_onnx=False,
@@ -127,8 +136,11 @@ class CompiledModel(chainer.Chain):
             raise ValueError("%s was exported by translator '%s', but compile_onnx was told "
                              "used_translator='%s'" % (onnx_file, recorded, used_translator))
         self._bind_parameters(model)
-        self._training = {}
-        self._inference = None
+        #: The sizes of the symbolic dimensions (a sorted tuple of (symbol,
+        #: size)) -> their _Signature, least recently used first.
+        self._signatures = OrderedDict()
+        #: (the input signature, its sizes) last accepted (_sizes_of).
+        self._last_signature = None
         self._compile_now()
         #: The ParameterPack whose flat Parameter stands for the model's
         #: (pack_parameters), else None.
@@ -163,8 +175,9 @@ class CompiledModel(chainer.Chain):
         graph = self._proto.graph
         self._inputs = [v for v in graph.input
                         if v.name not in {t.name for t in graph.initializer}]
-        self._input_dims = [(v, tuple(d.dim_value for d in v.type.tensor_type.shape.dim))
-                            for v in self._inputs]
+        #: The data inputs as the file declares them, symbolic dimensions included.
+        self._declared = [ValueInfo(v.name, NO_REGISTER, value_kind(v.type),
+                                    *tensor_signature(v.type)) for v in self._inputs]
         #: id of a program -> the input signature last accepted for it
         #: (_check_inputs).
         self._accepted = {}
@@ -172,27 +185,71 @@ class CompiledModel(chainer.Chain):
     # -- programs ----------------------------------------------------------------
     def _compile_now(self):
         """Compile the inference and training programs now, from the file's
-        shapes: what compiling refuses (a memory_budget below the least
+        shapes (a file exported with dynamic_axes: for the sizes it was
+        traced at): what compiling refuses (a memory_budget below the least
         peak, an operator the backend lacks) is raised by compile_onnx, not
         by the first batch, which then runs at once.  A model without a
         gradient rule for some operator still serves inference: its
         GradientError comes with the first training batch.  Data inputs
         that need gradients get their training programs on first use."""
-        self._inference_executor()
+        sizes = self._traced_sizes()
+        if sizes is None:
+            _log.debug('%s has symbolic dimensions of unknown sizes: its programs are compiled '
+                       'at the first batch', self.onnx_file)
+            return
+        self._inference_executor(sizes)
         try:
-            self._training_programs(())
+            self._training_programs(sizes, ())
         except GradientError as e:
             _log.debug('%s: no training programs until the first training batch: %s',
                        self.onnx_file, e)
 
-    def _training_programs(self, inputs_needing_grad):
-        """Forward/backward executors, compiled on first use for each set of
-        data inputs that need a gradient (usually none: data comes as arrays)."""
+    def _traced_sizes(self):
+        """The sizes the file's symbolic dimensions had when ``export``
+        traced it (() for a file without any), or None when it does not say."""
+        symbols = {d for info in self._declared for d in info.shape or () if isinstance(d, str)}
+        if not symbols:
+            return ()
+        text = next((p.value for p in self._proto.metadata_props
+                     if p.key == TRACED_SIZES_KEY), '')
+        try:
+            sizes = {k: int(v) for k, v in (item.split('=') for item in text.split(','))}
+        except ValueError:
+            return None
+        # The file is untrusted: sizes it merely claims are not compiled for.
+        if set(sizes) != symbols or not all(0 < n <= MAX_TRACED_SIZE for n in sizes.values()):
+            return None
+        return tuple(sorted(sizes.items()))
+
+    def _signature(self, sizes):
+        """The _Signature of ``sizes``, made most recently used; the least
+        recently used one is dropped beyond SIGNATURE_CACHE_SIZE."""
+        signature = self._signatures.get(sizes)
+        if signature is None:
+            signature = self._signatures[sizes] = _Signature()
+            if len(self._signatures) > SIGNATURE_CACHE_SIZE:
+                _, dropped = self._signatures.popitem(last=False)
+                for executor in dropped.executors():
+                    self._accepted.pop(id(executor.program), None)
+        self._signatures.move_to_end(sizes)
+        return signature
+
+    def _proto_for(self, sizes):
+        """The file's model with its symbolic dimensions set to ``sizes``:
+        programs are compiled for one concrete signature."""
+        return _specialized(self._proto, dict(sizes), self.onnx_file) if sizes else self._proto
+
+    def _training_programs(self, sizes, inputs_needing_grad):
+        """Forward/backward executors for the symbolic ``sizes``, compiled on
+        first use for each set of data inputs that need a gradient (usually
+        none: data comes as arrays)."""
         key = tuple(inputs_needing_grad)
-        if key not in self._training:
-            _log.info('compiling the training programs of %s', self.onnx_file)
+        training = self._signature(sizes).training
+        if key not in training:
+            _log.info('compiling the training programs of %s%s', self.onnx_file,
+                      _describe_sizes(sizes))
             start = time.perf_counter()
-            proto, updates = self._binding.training_copy(self._proto)
+            proto, updates = self._binding.training_copy(self._proto_for(sizes))
             wrt = list(key) + self._param_names
             programs = compile_training(proto, params=self._binding.inputs,
                                         wrt=wrt, state_outputs=[u for u, _ in updates],
@@ -200,24 +257,31 @@ class CompiledModel(chainer.Chain):
             if self.dump_onnx:
                 self._dump(programs)
             options = dict(self.runtime_kwargs)
-            self._training[key] = _TrainingState(
+            training[key] = _TrainingState(
                 programs, Executor(programs.forward, **options),
                 Executor(programs.backward, **options), updates)
-            _log.info('compiled the training programs of %s in %.1f s', self.onnx_file,
-                      time.perf_counter() - start)
-        return self._training[key]
+            _log.info('compiled the training programs of %s%s in %.1f s', self.onnx_file,
+                      _describe_sizes(sizes), time.perf_counter() - start)
+        return training[key]
 
-    def _inference_executor(self):
-        if self._inference is None:
+    def _inference_executor(self, sizes):
+        """The inference executor for the symbolic ``sizes``, compiled on first use."""
+        signature = self._signature(sizes)
+        if signature.inference is None:
             from .training import compile_inference
-            _log.info('compiling the inference program of %s', self.onnx_file)
+            _log.info('compiling the inference program of %s%s', self.onnx_file,
+                      _describe_sizes(sizes))
             start = time.perf_counter()
-            program = compile_inference(self._proto, params=self._binding.inputs,
+            program = compile_inference(self._proto_for(sizes), params=self._binding.inputs,
                                         options=self.compiler_options)
-            self._inference = Executor(program, **self.runtime_kwargs)
-            _log.info('compiled the inference program of %s in %.1f s', self.onnx_file,
-                      time.perf_counter() - start)
-        return self._inference
+            signature.inference = Executor(program, **self.runtime_kwargs)
+            _log.info('compiled the inference program of %s%s in %.1f s', self.onnx_file,
+                      _describe_sizes(sizes), time.perf_counter() - start)
+        return signature.inference
+
+    def _training_states(self):
+        return [state for signature in self._signatures.values()
+                for state in signature.training.values()]
 
     def peak_bytes(self):
         """The most bytes the VM held at once in any of this model's
@@ -235,24 +299,21 @@ class CompiledModel(chainer.Chain):
         parameters' gradients after backward, and the retained values after
         backward's last read of them (the step's FunctionNode references
         them until its backward returns)."""
-        executors = [e for state in self._training.values()
-                     for e in (state.forward, state.backward)]
-        if self._inference is not None:
-            executors.append(self._inference)
-        return max((e.peak_bytes for e in executors), default=0)
+        return max((e.peak_bytes for signature in self._signatures.values()
+                    for e in signature.executors()), default=0)
 
     def predicted_peak_bytes(self):
         """The memory model's prediction of peak_bytes for the training
         programs compiled so far (memory_model.py: static shapes, the same
         frees), comparable with peak_bytes() after training steps."""
         return max((compiled_training_peak(state.programs)
-                    for state in self._training.values()), default=0)
+                    for state in self._training_states()), default=0)
 
     def predicted_peak_parts(self):
         """What the predicted peak is made of, in bytes (memory_model.
         compiled_peak_parts: the program that peaks, and its parameters,
         gradients, retained values and other values at that moment)."""
-        parts = [compiled_peak_parts(state.programs) for state in self._training.values()]
+        parts = [compiled_peak_parts(state.programs) for state in self._training_states()]
         return max(parts, key=lambda p: p['total'], default=None)
 
     def computation_order_steps(self):
@@ -263,7 +324,7 @@ class CompiledModel(chainer.Chain):
         back.  Forward nodes are named by their index in the compiled
         forward graph.  None when the model has no training programs (a
         model lacking a gradient rule)."""
-        state = next(iter(self._training.values()), None)
+        state = next(iter(self._training_states()), None)
         return None if state is None else list(state.programs.order)
 
     def _dump(self, programs):
@@ -280,13 +341,13 @@ class CompiledModel(chainer.Chain):
             raise TypeError('%s takes %d input(s) (%s), got %d' % (
                 type(self._model).__name__, len(self._inputs),
                 ', '.join(v.name for v in self._inputs), len(args)))
-        args = scalars_as_arrays(self._inference_executor().program.inputs[:len(args)], args,
-                                 self.onnx_file)
+        args = scalars_as_arrays(self._declared, args, self.onnx_file)
         values = [_array_of(x) for x in args]
+        sizes = self._sizes_of(values)
         states = [self._state_array(n) for n in self._state_names]
         if chainer.config.train:
             state = self._training_programs(
-                [info.name for x, info in zip(args, self._inputs)
+                sizes, [info.name for x, info in zip(args, self._inputs)
                  if any(isinstance(e, chainer.Variable) and e.requires_grad
                         and e.dtype.kind == 'f' for e in _elements(x))])
             self._check_inputs(values, state.forward.program)
@@ -299,7 +360,7 @@ class CompiledModel(chainer.Chain):
             step = _CompiledStep(self, state, states, layout, self._pack)
             outputs = _unflatten(step.apply(flat), step.output_layout)
         else:
-            executor = self._inference_executor()
+            executor = self._inference_executor(sizes)
             self._check_inputs(values, executor.program)
             params = [self._param_of[n].array for n in self._param_names]
             results = executor.run_positional(values + params + states)
@@ -308,26 +369,41 @@ class CompiledModel(chainer.Chain):
                        for r in results]
         return outputs[0] if len(outputs) == 1 else tuple(outputs)
 
-    def _check_inputs(self, values, program):
-        """Refuse inputs ``program`` cannot take before anything runs (and
-        changes running averages); a batch size other than the file's gets
-        its own message, since FixedBatchDataset is the remedy.  A training
-        loop feeds the same shapes every step: NumPy arrays of a signature
-        (shapes and dtypes) already accepted for ``program`` are not checked
-        again."""
-        signature = tuple((v.shape, v.dtype) if type(v) is numpy.ndarray else None
-                          for v in values)
-        if self._accepted.get(id(program)) == signature:
-            return
-        for x, (info, dims) in zip(values, self._input_dims):
+    def _sizes_of(self, values):
+        """The sizes of the file's symbolic dimensions in input ``values``,
+        which are refused (InputValidationError naming the input, and the
+        dimension) unless they are what the file declares: fixed dimensions
+        match, each symbol has one size.  A batch size other than that of a
+        file with fixed shapes gets its own message, naming the remedies."""
+        signature = _signature_of(values)
+        if self._last_signature is not None and self._last_signature[0] == signature:
+            return self._last_signature[1]
+        for x, info in zip(values, self._declared):
+            dims = info.shape or ()
             shape = getattr(x, 'shape', None)
-            if shape is not None and len(dims) == len(shape) and dims and dims[0] \
-                    and shape[0] != dims[0] and dims[1:] == tuple(shape[1:]):
+            if shape is not None and len(dims) == len(shape) and dims \
+                    and isinstance(dims[0], int) and shape[0] != dims[0] \
+                    and dims[1:] == tuple(shape[1:]):
                 raise InputValidationError(
                     "input '%s' has batch size %d, but %s was exported with batch size %d; "
-                    "compiled programs have a fixed batch size: wrap the dataset in "
+                    "a file of fixed shapes compiles for its batch size: export it with "
+                    "dynamic_axes='batch' to take any, or wrap the dataset in "
                     "chainer_compiler.FixedBatchDataset(dataset, %d)"
                     % (info.name, shape[0], self.onnx_file, dims[0], dims[0]))
+        symbols = validate_inputs(self._declared, values, self.onnx_file)
+        sizes = tuple(sorted((symbol, size) for symbol, (size, _) in symbols.items()))
+        if None not in signature:
+            self._last_signature = (signature, sizes)
+        return sizes
+
+    def _check_inputs(self, values, program):
+        """Refuse inputs ``program`` cannot take before anything runs (and
+        changes running averages).  A training loop feeds the same shapes
+        every step: NumPy arrays of a signature (shapes and dtypes) already
+        accepted for ``program`` are not checked again."""
+        signature = _signature_of(values)
+        if self._accepted.get(id(program)) == signature:
+            return
         validate_inputs(program.inputs[:len(values)], values, program.name)
         if None not in signature:
             self._accepted[id(program)] = signature
@@ -340,6 +416,50 @@ class CompiledModel(chainer.Chain):
         link, attr = self._persistents[name]
         target = getattr(link, attr)
         target[...] = value
+
+
+#: The largest size compile_onnx compiles for when a file says its symbolic
+#: dimensions were traced at it (the file is untrusted): larger ones wait
+#: for a batch of that size.
+MAX_TRACED_SIZE = 1 << 16
+
+
+@dataclass
+class _Signature:
+    """The programs compiled for one signature (sizes of the symbolic
+    dimensions): the inference executor, and the _TrainingState of each set
+    of inputs needing gradients."""
+    inference: object = None
+    training: dict = field(default_factory=dict)
+
+    def executors(self):
+        executors = [e for state in self.training.values() for e in (state.forward,
+                                                                      state.backward)]
+        return executors + ([self.inference] if self.inference is not None else [])
+
+
+def _signature_of(values):
+    """The shapes and dtypes of input ``values``, None for what is not a
+    NumPy array (a type that passed once may carry another shape next time)."""
+    return tuple((v.shape, v.dtype) if type(v) is numpy.ndarray else None for v in values)
+
+
+def _describe_sizes(sizes):
+    return ' for %s' % ', '.join('%s=%d' % item for item in sizes) if sizes else ''
+
+
+def _specialized(proto, sizes, source):
+    """A copy of ``proto`` (from ``source``) whose graph inputs and outputs
+    have the symbolic dimensions of ``sizes`` ({symbol: size}) set to those
+    sizes, and its value types inferred again for them."""
+    copy = onnx.ModelProto()
+    copy.CopyFrom(proto)
+    del copy.graph.value_info[:]
+    for value in list(copy.graph.input) + list(copy.graph.output):
+        for dim in value.type.tensor_type.shape.dim:
+            if dim.dim_param in sizes:
+                dim.dim_value = sizes[dim.dim_param]
+    return infer_shapes(copy, source)
 
 
 def _check_runtime_kwargs(kwargs):

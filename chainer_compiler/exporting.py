@@ -295,7 +295,9 @@ def _record_provenance(model_proto, translator):
     the producer's version, the translator and the opset."""
     model_proto.producer_version = __version__
     opset = next(o.version for o in model_proto.opset_import if o.domain in ('', 'ai.onnx'))
-    helper.set_model_props(model_proto, {TRANSLATOR_KEY: translator, OPSET_KEY: str(opset)})
+    props = {p.key: p.value for p in model_proto.metadata_props}  # dynamic_axes' sizes
+    helper.set_model_props(model_proto, {**props, TRANSLATOR_KEY: translator,
+                                         OPSET_KEY: str(opset)})
 
 
 def recorded_translator(model_proto):

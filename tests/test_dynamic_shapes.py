@@ -1,5 +1,7 @@
 """Shapes that change at run time (issue 33): export with symbolic
 dimensions, compile_onnx and compile_training_step at any batch size."""
+import copy
+
 import chainer
 import chainer.functions as F
 import numpy
@@ -78,3 +80,93 @@ def test_what_cannot_be_symbolic_is_refused_naming_it(tmp_path, model, dynamic_a
     with pytest.raises(ValueError, match=message):
         chainer_compiler.export(model, [x], str(path), dynamic_axes=dynamic_axes)
     assert not path.exists()
+
+
+# -- compile_onnx --------------------------------------------------------------
+def _labels(batch, seed=0):
+    return numpy.random.RandomState(seed).randint(0, 10, batch).astype(numpy.int32)
+
+
+@pytest.mark.parametrize('backend', ['numpy', pytest.param('native', marks=pytest.mark.slow)])
+@pytest.mark.parametrize('make_model, shape', [
+    (lambda: MLP(32, 10), (12,)),
+    (lambda: LeNet5(batch_norm=True), (1, 28, 28)),
+])
+def test_compile_onnx_trains_and_infers_at_every_batch_size_as_chainer(tmp_path, make_model,
+                                                                       shape, backend):
+    """Exported once at batch 8, compiled once: batches 1, 5, 8 and 13 (a
+    partial last batch needs no padding) give Chainer's outputs, gradients
+    and running averages."""
+    x8 = numpy.zeros((8,) + shape, 'f')
+    plain = _initialized(make_model(), x8)
+    path = chainer_compiler.export(plain, [x8], str(tmp_path / 'm.onnx'), dynamic_axes='batch')
+    twin = copy.deepcopy(plain)
+    compiled = chainer_compiler.compile_onnx(twin, path,
+                                             runtime_kwargs={'backend': backend})
+    sizes = (1, 5, 8, 13) if backend == 'numpy' else (5, 13)
+    for batch in sizes:
+        x = numpy.random.RandomState(batch).uniform(-1, 1, (batch,) + shape).astype('f')
+        t = _labels(batch, seed=batch)
+        for model in (plain, compiled):
+            model.cleargrads()
+            F.softmax_cross_entropy(model(x), t).backward()
+        for (name, p), (_, q) in zip(sorted(plain.namedparams()),
+                                     sorted(compiled.namedparams())):
+            numpy.testing.assert_allclose(q.grad, p.grad, rtol=1e-4, atol=1e-5,
+                                          err_msg='%s at batch %d' % (name, batch))
+        for (name, link), (_, other) in zip(plain.namedlinks(), twin.namedlinks()):
+            for attr in ('avg_mean', 'avg_var'):
+                if hasattr(link, attr):
+                    numpy.testing.assert_allclose(getattr(other, attr), getattr(link, attr),
+                                                  rtol=1e-5, atol=1e-6, err_msg=name + attr)
+        with chainer.using_config('train', False):
+            numpy.testing.assert_allclose(compiled(x).array, plain(x).array,
+                                          rtol=1e-4, atol=1e-5)
+
+
+def test_new_signatures_compile_once_and_the_cache_is_bounded(tmp_path, monkeypatch):
+    from chainer_compiler import compiled_model
+    monkeypatch.setattr(compiled_model, 'SIGNATURE_CACHE_SIZE', 2)
+    plain = _initialized(MLP(8, 3), numpy.zeros((4, 5), 'f'))
+    path = chainer_compiler.export(plain, [numpy.zeros((4, 5), 'f')], str(tmp_path / 'm.onnx'),
+                                   dynamic_axes='batch')
+    compiled = chainer_compiler.compile_onnx(plain, path, runtime_kwargs={'backend': 'numpy'})
+    compiles = []
+    real = compiled_model.Executor
+    monkeypatch.setattr(compiled_model, 'Executor',
+                        lambda program, **kw: compiles.append(program.inputs[0].shape)
+                        or real(program, **kw))
+    with chainer.using_config('train', False):
+        for batch in (4, 3, 3, 4, 2, 4, 3):
+            assert compiled(numpy.ones((batch, 5), 'f')).shape == (batch, 3)
+    # Batch 4 was compiled by compile_onnx; 3 and 2 once each, 3 again after 2 evicted it.
+    assert compiles == [(3, 5), (2, 5), (3, 5)]
+    assert list(compiled._signatures) == [(('batch', 4),), (('batch', 3),)]
+
+
+class _TwoInputs(chainer.Chain):
+    def forward(self, x, y):
+        return x + y
+
+
+def test_inputs_naming_one_dimension_must_agree_and_the_error_names_it(tmp_path):
+    from chainer_compiler.runtime.errors import InputValidationError
+    x = numpy.ones((4, 3), 'f')
+    path = chainer_compiler.export(_TwoInputs(), [x, x], str(tmp_path / 'm.onnx'),
+                                   dynamic_axes='batch')
+    compiled = chainer_compiler.compile_onnx(_TwoInputs(), path)
+    with chainer.using_config('train', False):
+        assert compiled(numpy.ones((6, 3), 'f'), numpy.ones((6, 3), 'f')).shape == (6, 3)
+        with pytest.raises(InputValidationError, match="input_1' has batch=5 on axis 0, but "
+                                                       "input 'input_0' has batch=6"):
+            compiled(numpy.ones((6, 3), 'f'), numpy.ones((5, 3), 'f'))
+
+
+def test_a_file_of_fixed_shapes_names_dynamic_axes_for_another_batch(tmp_path):
+    from chainer_compiler.runtime.errors import InputValidationError
+    plain = _initialized(MLP(8, 3), numpy.zeros((4, 5), 'f'))
+    path = chainer_compiler.export(plain, [numpy.zeros((4, 5), 'f')], str(tmp_path / 'm.onnx'))
+    compiled = chainer_compiler.compile_onnx(plain, path)
+    with chainer.using_config('train', False), \
+            pytest.raises(InputValidationError, match="dynamic_axes='batch'.*FixedBatchDataset"):
+        compiled(numpy.ones((3, 5), 'f'))
