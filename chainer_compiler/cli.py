@@ -173,6 +173,9 @@ def _parser():
                      help='default: cupy when CuPy and a GPU are present, else numpy; native: '
                           'the model compiled to C with the local C compiler (float32, static '
                           'shapes; cached, see docs/runtime.md)')
+    run.add_argument('--threads', type=_bounded(int, 1, math.inf, 'an integer >= 1'),
+                     default=None, help='threads of the native backend, at most 256 (default: '
+                     '$CHAINER_COMPILER_THREADS, else one per CPU this process may use)')
     run.add_argument('--trace', action='store_true',
                      help='print op, shapes and time of every instruction')
     run.add_argument('--chrome-tracing', metavar='FILE',
@@ -283,7 +286,8 @@ def _run(args):
     tracer = None
     if args.trace or args.chrome_tracing:
         tracer = Tracer(stream=sys.stderr if args.trace else None)
-    options = dict(backend=args.backend, check_nans=args.check_nans, tracer=tracer)
+    options = dict(backend=args.backend, check_nans=args.check_nans, tracer=tracer,
+                   threads=args.threads)
     try:
         if args.test:
             return _run_test(args, options)

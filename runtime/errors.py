@@ -44,6 +44,11 @@ class KernelBindError(ProgramFormatError):
     """A kernel cannot accept the static attributes of an instruction."""
 
 
+class ConfigurationError(RuntimeVMError, ValueError):
+    """An option or an environment variable has a value it cannot take;
+    the message names it."""
+
+
 class NativeBuildError(RuntimeVMError):
     """backend='native' cannot build its library: no C compiler, or the
     compiler failed (the message quotes its first error lines)."""

@@ -84,7 +84,10 @@ class Executor:
     names, dtypes and shapes against the Program's declaration, and on the
     first run of each input signature the outputs' too),
     ``track_memory`` (keep ``peak_bytes``: the most bytes held by live
-    registers at once, constants included, over all runs so far).
+    registers at once, constants included, over all runs so far),
+    ``threads`` (how many threads the native backend's loops use; default
+    $CHAINER_COMPILER_THREADS, else one per CPU this process may use; a
+    bad count raises ConfigurationError naming it).
 
     ``program`` is validated whole first (validate_program): a malformed
     one raises ProgramFormatError before any code is generated from it.
@@ -95,7 +98,8 @@ class Executor:
 
     def __init__(self, program: Program, backend: str | None = None, trace: bool = False,
                  check_nans: bool = False, validate_inputs: bool = True,
-                 tracer: Tracer | None = None, track_memory: bool = False) -> None:
+                 tracer: Tracer | None = None, track_memory: bool = False,
+                 threads: int | None = None) -> None:
         validate_program(program, '<program %s>' % getattr(program, 'name', '?'))
         self.program = program
         self.backend = backend or default_backend()
@@ -111,7 +115,7 @@ class Executor:
             raise BackendUnavailableError("backend 'native' does not support %s; use backend "
                                           "'numpy' or 'cupy' for them" % ', '.join(instrumented))
         # The C library replaces the kernels: none are bound for it.
-        self._native = NativeRun(program, tracer) if self.backend == 'native' else None
+        self._native = NativeRun(program, tracer, threads) if self.backend == 'native' else None
         self.tracer = tracer
         self.check_nans = check_nans
         self.validate_inputs = validate_inputs

@@ -859,6 +859,7 @@ class _Renderer:
     def families(self) -> list[str]:
         """The kernel families (ccn_<family>.c) the model calls."""
         return sorted({f for s in self.steps if s is not None for f in (s.family,) + s.also}
+                      | {'threads'}  # NAME_set_threads, and every family's parallel loops
                       | ({'array'} if self.final_copies else set())
                       | ({'weights'} if self.weights_mode == 'file' else set()))
 
@@ -941,6 +942,11 @@ class _Renderer:
         lines += [line if not line or line.startswith(('#', '/', 'typedef')) else
                   '%s_API %s' % (up, line) for line in self._api_declarations()]
         lines += ['%s_API const char *%s_status_message(int status);' % (up, n), '',
+                  '/* How many threads the runs\' loops use, the caller included (1 to',
+                  ' * 256; by default one per CPU this process may use).  One count for',
+                  ' * the whole library, from the next run on.  Returns 0, or -1 for a',
+                  ' * count out of range (the count is then unchanged). */',
+                  '%s_API int %s_set_threads(int threads);' % (up, n), '',
                   '/* A build with -DCCN_PROFILE (make PROFILE=1) times the %s_PROFILED' % up,
                   ' * instructions of every run: after %s_profile(marks), each run writes'
                   % n,
@@ -1120,6 +1126,8 @@ class _Renderer:
             lines += ['int %s_run_v(const void *const *inputs, void *const *outputs)' % n, '{',
                       '    (void)inputs;', '    (void)outputs;',
                       '    return %s_run(%s);' % (n, self._vector_call()), '}', '']
+        lines += ['int %s_set_threads(int threads)' % n, '{',
+                  '    return ccn_set_threads(threads);', '}', '']
         return '\n'.join(lines + self._status_message_c() + self._profile_events_c())
 
     def _profile_c(self) -> list[str]:
@@ -1296,18 +1304,22 @@ class _Renderer:
             '# only the API of %s.h, so several models link into one program.' % n,
             '# `make PROFILE=1` times each instruction (%s_profile; the program\'s' % n,
             '# --profile FILE.json writes a Chrome trace).',
-            '# Plain C99 with libc and libm.  Large products run on every core with',
-            '# OpenMP when the compiler accepts -fopenmp (`make OPENMP=0`: one thread,',
-            '# no libgomp).  `make BLAS=cblas` sends large matrix products to',
+            '# Plain C99 with libc and libm.  Large loops run on a pool of POSIX threads',
+            '# (ccn_threads.c; one per CPU, or --threads, $CHAINER_COMPILER_THREADS,',
+            '# %s_set_threads) when the compiler accepts -pthread (`make THREADS=0`:' % n,
+            '# one thread).  `make BLAS=cblas` sends large matrix products to',
             '# cblas_sgemm, linked with $(CBLAS_LIBS) (e.g. CBLAS_LIBS=-lopenblas).',
             '# `make ARCH=-march=native` uses every vector unit of this machine\'s CPU',
             '# (the programs then run only on CPUs that have them).',
             'CC ?= cc',
             'CFLAGS ?= -O3 -std=c99 -fno-math-errno -Wall -Wextra',
-            'OPENMP ?= 1',
-            'ifeq ($(OPENMP),1)',
-            "OMPFLAGS := $(shell printf 'int main(void){return 0;}\\n' | "
-            '$(CC) -fopenmp -x c - -o /dev/null 2>/dev/null && echo -fopenmp)',
+            'THREADS ?= 1',
+            'ifeq ($(THREADS),1)',
+            "THREADFLAGS := $(shell printf 'int main(void){return 0;}\\n' | "
+            '$(CC) -pthread -x c - -o /dev/null 2>/dev/null && echo -pthread)',
+            'endif',
+            'ifeq ($(THREADFLAGS),)',
+            'THREADFLAGS := -DCCN_THREADS=0',
             'endif',
             'BLAS ?=',
             'CBLAS_LIBS ?= -lopenblas',
@@ -1323,7 +1335,7 @@ class _Renderer:
             "VISFLAGS := $(shell printf 'int main(void){return 0;}\\n' | "
             '$(CC) -fvisibility=hidden -x c - -o /dev/null 2>/dev/null && '
             'echo -fvisibility=hidden)',
-            'ALL_CFLAGS = $(CFLAGS) $(ARCH) -fPIC $(VISFLAGS) $(OMPFLAGS) $(BLASFLAGS) '
+            'ALL_CFLAGS = $(CFLAGS) $(ARCH) -fPIC $(VISFLAGS) $(THREADFLAGS) $(BLASFLAGS) '
             '$(PROFILEFLAGS)',
             'LDLIBS = $(BLASLIBS) -lm',
             'OBJS = %s' % objs,

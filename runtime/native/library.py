@@ -29,6 +29,7 @@ import ctypes
 import functools
 import hashlib
 import logging
+import math
 import os
 import platform
 import re
@@ -44,7 +45,7 @@ import warnings
 
 import numpy
 
-from ..errors import InputValidationError, KernelError, NativeBuildError
+from ..errors import ConfigurationError, InputValidationError, KernelError, NativeBuildError
 from ..profiling import describe_value
 from ..program import Program
 from .emit_c import EmitResult, emit_c
@@ -52,14 +53,24 @@ from .emit_c import EmitResult, emit_c
 #: The model name inside the library (its symbols are loaded RTLD_LOCAL).
 NAME = 'model'
 #: Flags of the locally cached library only; emitted Makefiles keep theirs.
-#: OPENMP_FLAGS are added when the compiler accepts them (openmp_flags).
+#: THREAD_FLAGS are added when the compiler accepts them (thread_flags).
 #: -fno-math-errno lets sqrtf and friends vectorise (no kernel reads errno
 #: after a math function).
 CFLAGS = ('-O3', '-march=native', '-std=c99', '-fno-math-errno', '-fPIC', '-shared')
-OPENMP_FLAGS = ('-fopenmp',)
+#: The kernels' thread pool (ccn_threads.c) with POSIX threads; without
+#: them, SERIAL_FLAGS build it to run every loop on the calling thread.
+THREAD_FLAGS = ('-pthread',)
+SERIAL_FLAGS = ('-DCCN_THREADS=0',)
 LDLIBS = ('-lm',)
 #: Bumped when the way a library is built or called changes.
-CACHE_FORMAT = '3'
+CACHE_FORMAT = '4'
+#: The environment variable that sets how many threads native code runs on
+#: (Executor's ``threads`` argument takes precedence).
+THREADS_VARIABLE = 'CHAINER_COMPILER_THREADS'
+#: Most threads (ccn_threads.h's CCN_MAX_THREADS).
+MAX_THREADS = 256
+#: The cgroup (v2) CPU quota: "QUOTA PERIOD" in microseconds, or "max ...".
+CGROUP_CPU_MAX = '/sys/fs/cgroup/cpu.max'
 #: How many lines of a failed compile's output an error quotes.
 ERROR_LINES = 10
 #: Every cached file ends with a seal: this magic, the length of the content
@@ -126,26 +137,73 @@ def _machine() -> str:
 
 
 @functools.lru_cache(maxsize=None)
-def openmp_flags(command: tuple[str, ...]) -> tuple[str, ...]:
-    """OPENMP_FLAGS when ``command`` compiles and links a C program with
-    them (asked once per compiler and process), else none: the kernels run
-    on one thread without OpenMP."""
+def thread_flags(command: tuple[str, ...]) -> tuple[str, ...]:
+    """THREAD_FLAGS when ``command`` compiles and links a C program with
+    them (asked once per compiler and process), else SERIAL_FLAGS."""
     with tempfile.TemporaryDirectory() as folder:
         source = os.path.join(folder, 'probe.c')
         with open(source, 'w') as f:
-            f.write('#include <omp.h>\nint main(void) { return omp_get_max_threads() < 1; }\n')
+            f.write('#include <pthread.h>\nstatic void *run(void *p) { return p; }\n'
+                    'int main(void) { pthread_t t; return pthread_create(&t, 0, run, 0) || '
+                    'pthread_join(t, 0); }\n')
         try:
-            done = subprocess.run(list(command) + list(OPENMP_FLAGS) +
+            done = subprocess.run(list(command) + list(THREAD_FLAGS) +
                                   [source, '-o', os.path.join(folder, 'probe')],
                                   capture_output=True)
         except OSError:
-            return ()
-    return OPENMP_FLAGS if done.returncode == 0 else ()
+            return SERIAL_FLAGS
+    return THREAD_FLAGS if done.returncode == 0 else SERIAL_FLAGS
 
 
 def compile_flags(command: list[str]) -> list[str]:
     """Every flag of the cached library's compile and link but the files."""
-    return list(CFLAGS) + list(openmp_flags(tuple(command)))
+    return list(CFLAGS) + list(thread_flags(tuple(command)))
+
+
+def _cgroup_cpus() -> float | None:
+    """The CPUs the cgroup (v2) quota allows this process, or None when
+    there is no quota (``max``) or no cgroup file to read."""
+    try:
+        with open(CGROUP_CPU_MAX) as f:
+            quota, period = f.read().split()[:2]
+        return None if quota == 'max' else int(quota) / int(period)
+    except (OSError, ValueError, ZeroDivisionError):  # no cgroup v2, or a format it lacks
+        return None
+
+
+def machine_threads() -> int:
+    """How many threads this machine gives this process: the CPUs it may
+    run on (os.sched_getaffinity, else os.cpu_count), at most the cgroup's
+    CPU quota rounded up, at most MAX_THREADS."""
+    try:
+        cpus = len(os.sched_getaffinity(0))
+    except AttributeError:  # not Linux
+        cpus = os.cpu_count() or 1
+    quota = _cgroup_cpus()
+    if quota is not None:
+        cpus = min(cpus, max(1, math.ceil(quota)))
+    return max(1, min(cpus, MAX_THREADS))
+
+
+def native_threads(threads: int | None = None) -> int:
+    """The thread count native code runs on: ``threads`` when given, else
+    $CHAINER_COMPILER_THREADS when set, else machine_threads().  Raises
+    ConfigurationError naming the argument or the variable when it is not
+    a whole number from 1 to MAX_THREADS."""
+    if threads is not None:
+        if isinstance(threads, bool) or not isinstance(threads, int) or \
+                not 1 <= threads <= MAX_THREADS:
+            raise ConfigurationError('threads=%r: the thread count must be an int from 1 to %d'
+                                     % (threads, MAX_THREADS))
+        return threads
+    text = os.environ.get(THREADS_VARIABLE, '').strip()
+    if not text:
+        return machine_threads()
+    if not re.fullmatch('[0-9]{1,4}', text) or not 1 <= int(text) <= MAX_THREADS:
+        raise ConfigurationError('$%s is %r: it must be a whole number of threads from 1 to %d '
+                                 '(or unset: one per CPU this process may use)'
+                                 % (THREADS_VARIABLE, text[:40], MAX_THREADS))
+    return int(text)
 
 
 def run_compiler(argv: list[str], cwd: str, what: str) -> None:
@@ -394,6 +452,8 @@ def _kernel_object(cache: _Cache, setup: list[str], key: list[str], name: str,
 
 #: The libraries this process loaded, by the SHA-256 of their content.
 _LOADED: dict[str, ctypes.CDLL] = {}
+#: The thread count last set in each loaded library (by id: never unloaded).
+_THREADS: dict[int, int] = {}
 
 
 def _load(data: bytes, folder: str) -> ctypes.CDLL:
@@ -474,10 +534,14 @@ class NativeRun:
     instance take turns (the GIL is released during a call, so different
     instances run in parallel).  With a ``tracer`` (profiling.Tracer), the
     library is a profiling build and every call records one event per
-    instruction that runs."""
+    instruction that runs.  ``threads`` is how many threads its loops run
+    on (native_threads: by default $CHAINER_COMPILER_THREADS, else one per
+    CPU this process may use)."""
 
-    def __init__(self, program: Program, tracer=None):
+    def __init__(self, program: Program, tracer=None, threads: int | None = None):
         self.program = program
+        #: The thread count of this instance's calls.
+        self.threads = native_threads(threads)
         #: The library's cache entry (where it is cached, or would be).
         self._lib, self.path, result = load_library(program, profile=tracer is not None)
         self._tracer = tracer
@@ -497,6 +561,8 @@ class NativeRun:
         self._status_message = getattr(self._lib, '%s_status_message' % NAME)
         self._status_message.argtypes = [ctypes.c_int]
         self._status_message.restype = ctypes.c_char_p
+        self._set_threads = self._lib['%s_set_threads' % NAME]
+        self._set_threads.argtypes = [ctypes.c_int]
         # numpy's allocations are aligned well beyond the floats C asks for.
         self._arena = _arena(program, result)
         assert result.weights_block is not None  # emitted with weights='file'
@@ -596,6 +662,11 @@ class NativeRun:
         with self._lock:
             for buffer, value in scalars:
                 buffer[()] = value
+            # The pool is the library's: instances sharing it may want
+            # other counts.
+            if _THREADS.get(id(self._lib)) != self.threads:
+                self._set_threads(self.threads)
+                _THREADS[id(self._lib)] = self.threads
             if self._tracer is None:
                 status = self._fn(*self._memory, *pointers)
             else:

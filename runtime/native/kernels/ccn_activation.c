@@ -105,10 +105,26 @@ void ccn_softmax(long outer, long len, long inner, int log_softmax, const float 
         }
 }
 
+/* ccn_relu_grad: its elements [begin, end). */
+typedef struct {
+    long n;
+    const float *y;
+    const float *gy;
+    float *gx;
+} relu_grad_call;
+
+static void relu_grad_range(void *context, long begin, long end)
+{
+    const relu_grad_call *a = context;
+    const float *y = a->y;
+    const float *gy = a->gy;
+    float *gx = a->gx;
+    for (long i = begin; i < end; i++)
+        gx[i] = y[i] > 0.0f ? gy[i] : 0.0f;
+}
+
 void ccn_relu_grad(long n, const float *y, const float *gy, float *gx)
 {
-    CCN_PARALLEL_FOR(n,
-        for (long i = 0; i < n; i++)
-            gx[i] = y[i] > 0.0f ? gy[i] : 0.0f;
-    );
+    relu_grad_call a = {n, y, gy, gx};
+    ccn_parallel_for(n, n, relu_grad_range, &a);
 }

@@ -22,37 +22,28 @@
 #define CCN_END_DECLS
 #endif
 
-/* CCN_PARALLEL_FOR(work, loop): the `for` statement `loop` (the rest of
- * the arguments: commas in it are fine) split between OpenMP threads when
- * it does `work` elements in all from CCN_PARALLEL_WORK on, else run on the
- * calling thread without entering OpenMP.  Below the threshold, waking the
- * other threads costs more than it saves, and on a loaded machine a
- * descheduled thread stalls the whole loop; and even a parallel region
- * whose `if` clause is false costs about 0.3 us (libgomp builds a team of
- * one), which a small model's step pays a dozen times.  OpenMP is
- * optional: without -fopenmp the pragma disappears instead of triggering
- * -Wunknown-pragmas. */
+/* Work (elements touched) from which a loop runs on the thread pool
+ * (ccn_parallel_for in ccn_threads.h): below it, waking the other threads
+ * costs more than it saves. */
 #define CCN_PARALLEL_WORK (1L << 18)
-#ifdef _OPENMP
-#define CCN_OMP(text) _Pragma(#text)
-#define CCN_PARALLEL_FOR(work, ...)                    \
-    do {                                               \
-        if ((work) >= CCN_PARALLEL_WORK) {             \
-            CCN_OMP(omp parallel for schedule(static)) \
-            __VA_ARGS__                                \
-        } else {                                       \
-            __VA_ARGS__                                \
-        }                                              \
-    } while (0)
-#else
-#define CCN_OMP(text)
+
+/* CCN_PARALLEL_FOR(work, loop): the `for` statement `loop` (the rest of
+ * the arguments: commas in it are fine) on the calling thread.  C has no
+ * closures, so a loop runs on the pool only as a function of a context:
+ * ccn_parallel_for(count, work, task, &context), which every parallel
+ * loop of the kernels uses; this macro keeps loops written for the OpenMP
+ * version compiling, serially. */
 #define CCN_PARALLEL_FOR(work, ...) \
     do {                            \
+        (void)(work);               \
         __VA_ARGS__                 \
     } while (0)
-#endif
 
 /* Largest rank the broadcasting and strided kernels handle. */
 #define CCN_MAX_RANK 8
 
 #endif /* CCN_COMMON_H */
+
+/* After the guard's end: ccn_threads.h includes this file for the macros
+ * above. */
+#include "ccn_threads.h"

@@ -75,6 +75,25 @@ static void im2col(long C, long H, long W, long KH, long KW, long OH, long OW,
             }
 }
 
+/* im2col_images' channels [begin, end), for ccn_parallel_for. */
+typedef struct {
+    long nb, H, W, KH, KW, OH, OW, sh, sw, dh, dw, pt, pl;
+    const float *x;
+    long x_image;
+    float *col;
+    long ld;
+} im2col_part;
+
+static void im2col_channels(void *context, long begin, long end)
+{
+    const im2col_part *p = context;
+    for (long c = begin; c < end; c++)
+        for (long i = 0; i < p->nb; i++)
+            im2col(1, p->H, p->W, p->KH, p->KW, p->OH, p->OW, p->sh, p->sw, p->dh, p->dw, p->pt,
+                   p->pl, p->x + i * p->x_image + c * p->H * p->W,
+                   p->col + c * p->KH * p->KW * p->ld + i * p->OH * p->OW, p->ld);
+}
+
 /* The im2col columns of the nb images at x (x_image floats apart), image
  * by image (S = OH*OW columns each) in rows ld apart: channels split
  * between threads for a large one, as the product after it is. */
@@ -82,24 +101,33 @@ static void im2col_images(long nb, long C, long H, long W, long KH, long KW, lon
                           long sh, long sw, long dh, long dw, long pt, long pl,
                           const float *x, long x_image, float *col, long ld)
 {
-    CCN_PARALLEL_FOR(nb * C * KH * KW * OH * OW,
-        for (long c = 0; c < C; c++)
-            for (long i = 0; i < nb; i++)
-                im2col(1, H, W, KH, KW, OH, OW, sh, sw, dh, dw, pt, pl, x + i * x_image + c * H * W,
-                       col + c * KH * KW * ld + i * OH * OW, ld);
-    );
+    im2col_part part = {nb, H, W, KH, KW, OH, OW, sh, sw, dh, dw, pt, pl, x, x_image, col, ld};
+    ccn_parallel_for(C, nb * C * KH * KW * OH * OW, im2col_channels, &part);
+}
+
+/* fill_bias's rows [begin, end). */
+typedef struct {
+    long S;
+    const float *bias;
+    float *y;
+    long ldy;
+} bias_part;
+
+static void fill_bias_rows(void *context, long begin, long end)
+{
+    const bias_part *p = context;
+    for (long m = begin; m < end; m++) {
+        const float b = p->bias[m];
+        for (long s = 0; s < p->S; s++)
+            p->y[m * p->ldy + s] = b;
+    }
 }
 
 /* y[m, s] = bias[m] for an M x S block with rows ldy apart. */
 static void fill_bias(long M, long S, const float *bias, float *y, long ldy)
 {
-    CCN_PARALLEL_FOR(M * S,
-        for (long m = 0; m < M; m++) {
-            const float b = bias[m];
-            for (long s = 0; s < S; s++)
-                y[m * ldy + s] = b;
-        }
-    );
+    bias_part part = {S, bias, y, ldy};
+    ccn_parallel_for(M, M * S, fill_bias_rows, &part);
 }
 
 void ccn_conv2d(const ccn_conv_geometry *geometry, const ccn_conv_plan *plan, const float *x,

@@ -9,7 +9,8 @@
  * can come packed at emit time (panels and strips, ccn_gemm.h),
  * which spares the packing on every call and reads the weights in one
  * sequential stream.  Large products are split between
- * OpenMP threads by columns (or rows when there are few columns); an
+ * the pool's threads (ccn_threads.h) by columns (or rows when there are few
+ * columns); an
  * optional CBLAS takes them instead when built with -DCCN_CBLAS. */
 /* ISO C mode (-std=c99) turns GCC's contraction of a * b + c into fused
  * multiply-adds off; the micro-kernel wants them. */
@@ -21,9 +22,6 @@
 
 #ifdef CCN_CBLAS
 #include <cblas.h>
-#endif
-#ifdef _OPENMP
-#include <omp.h>
 #endif
 
 #include "ccn_gemm.h"
@@ -570,38 +568,47 @@ static void gemm_cblas(long M, long N, long K, const float *A, long a_rs, long a
 }
 #endif
 
+/* One product's rows or columns, by ranges of micro-kernel tiles, for
+ * ccn_parallel_for. */
+typedef struct {
+    long M, N, K, unit, len, ldc;
+    const a_operand *A;
+    const b_operand *B;
+    float *C;
+    int by_rows, set, act;
+    float act_alpha;
+} gemm_part;
+
+static void gemm_tiles(void *context, long begin, long end)
+{
+    const gemm_part *g = context;
+    const long lo = min_long(g->len, begin * g->unit), hi = min_long(g->len, end * g->unit);
+    if (g->by_rows)
+        gemm_serial(hi - lo, g->N, g->K, g->A, lo, g->B, 0, g->C + lo * g->ldc, g->ldc, g->set,
+                    g->act, g->act_alpha);
+    else
+        gemm_serial(g->M, hi - lo, g->K, g->A, 0, g->B, lo, g->C + lo, g->ldc, g->set, g->act,
+                    g->act_alpha);
+}
+
 /* C += A * B (= when set) then the activation, on all threads for a
  * large product. */
 static void gemm_any(long M, long N, long K, const a_operand *A, const b_operand *B, float *C,
                      long ldc, int set, int act, float act_alpha)
 {
-#ifdef _OPENMP
-    if (M * N * K >= CCN_PARALLEL_MACS && omp_get_max_threads() > 1) {
-        /* Split the longer side (counted in micro-kernel tiles; columns
-         * when M is small, as a few rows do not pack) into a few pieces
-         * per thread, handed out as threads come free so that one thread
-         * the OS delays does not hold the others' work back.  Disjoint
-         * parts of C: no synchronisation. */
-        const int by_rows = M >= CCN_SMALL_M && (M + CCN_MR - 1) / CCN_MR >
-                                                    (N + CCN_NR - 1) / CCN_NR;
-        const long row_unit = A->panels != NULL ? CCN_PANEL_ROWS : CCN_MR;
-        const long unit = by_rows ? row_unit : CCN_NR, len = by_rows ? M : N;
-        const long tiles = (len + unit - 1) / unit;
-        const long pieces = min_long(tiles, 4L * omp_get_max_threads());
-#pragma omp parallel for schedule(dynamic, 1)
-        for (long p = 0; p < pieces; p++) {
-            const long lo = min_long(len, tiles * p / pieces * unit);
-            const long hi = min_long(len, tiles * (p + 1) / pieces * unit);
-            if (by_rows)
-                gemm_serial(hi - lo, N, K, A, lo, B, 0, C + lo * ldc, ldc, set, act,
-                            act_alpha);
-            else
-                gemm_serial(M, hi - lo, K, A, 0, B, lo, C + lo, ldc, set, act, act_alpha);
-        }
+    if (M * N * K < CCN_PARALLEL_MACS) {
+        gemm_serial(M, N, K, A, 0, B, 0, C, ldc, set, act, act_alpha);
         return;
     }
-#endif
-    gemm_serial(M, N, K, A, 0, B, 0, C, ldc, set, act, act_alpha);
+    /* Split the longer side, counted in micro-kernel tiles (columns when
+     * M is small, as a few rows do not pack).  Disjoint parts of C: no
+     * synchronisation. */
+    const int by_rows = M >= CCN_SMALL_M && (M + CCN_MR - 1) / CCN_MR >
+                                                (N + CCN_NR - 1) / CCN_NR;
+    const long row_unit = A->panels != NULL ? CCN_PANEL_ROWS : CCN_MR;
+    const long unit = by_rows ? row_unit : CCN_NR, len = by_rows ? M : N;
+    gemm_part part = {M, N, K, unit, len, ldc, A, B, C, by_rows, set, act, act_alpha};
+    ccn_parallel_for((len + unit - 1) / unit, M * N * K, gemm_tiles, &part);
 }
 
 /* ccn_gemm_ex (set 0) and ccn_gemm_set (set 1). */
@@ -740,26 +747,39 @@ static void gemm_bt_range(long n0, long n1, long M, long K, const float *A, long
     activate_block(M, n1 - n0, C + n0, ldc, act, act_alpha);
 }
 
+/* gemm_bt_range over groups of four columns, for ccn_parallel_for. */
+typedef struct {
+    long N, M, K;
+    const float *A;
+    long a_rs;
+    const float *Bt;
+    float alpha;
+    float *C;
+    long ldc;
+    int act;
+    float act_alpha;
+} gemm_bt_part;
+
+static void gemm_bt_quads(void *context, long begin, long end)
+{
+    const gemm_bt_part *g = context;
+    gemm_bt_range(min_long(g->N, begin * 4), min_long(g->N, end * 4), g->M, g->K, g->A, g->a_rs,
+                  g->Bt, g->alpha, g->C, g->ldc, g->act, g->act_alpha);
+}
+
 void ccn_gemm_bt(const ccn_gemm_geometry *g, const float *A, const float *Bt, float alpha,
                  float *C)
 {
     const long M = g->M, N = g->N, K = g->K, a_rs = g->a_rs, ldc = g->ldc;
     const int act = g->act;
     const float act_alpha = g->act_alpha;
-#ifdef _OPENMP
-    if (N * K >= CCN_PARALLEL_B_FLOATS && omp_get_max_threads() > 1) {
-        /* Pieces of whole groups of four rows of Bt, handed out as in
-         * ccn_gemm_ex. */
-        const long quads = (N + 3) / 4, pieces = min_long(quads, 4L * omp_get_max_threads());
-#pragma omp parallel for schedule(dynamic, 1)
-        for (long p = 0; p < pieces; p++)
-            gemm_bt_range(min_long(N, quads * p / pieces * 4),
-                          min_long(N, quads * (p + 1) / pieces * 4), M, K, A, a_rs, Bt, alpha,
-                          C, ldc, act, act_alpha);
+    if (N * K < CCN_PARALLEL_B_FLOATS) {
+        gemm_bt_range(0, N, M, K, A, a_rs, Bt, alpha, C, ldc, act, act_alpha);
         return;
     }
-#endif
-    gemm_bt_range(0, N, M, K, A, a_rs, Bt, alpha, C, ldc, act, act_alpha);
+    /* Ranges of whole groups of four rows of Bt. */
+    gemm_bt_part part = {N, M, K, A, a_rs, Bt, alpha, C, ldc, act, act_alpha};
+    ccn_parallel_for((N + 3) / 4, N * K, gemm_bt_quads, &part);
 }
 
 void ccn_matmul_batched(const ccn_matmul_batch *batch, const ccn_gemm_geometry *g,
@@ -788,6 +808,41 @@ void ccn_matmul_batched(const ccn_matmul_batch *batch, const ccn_gemm_geometry *
     }
 }
 
+/* ccn_transpose_batch's rows of 8x8 blocks [begin, end) of every matrix. */
+typedef struct {
+    long R, C, block_rows;
+    const float *src;
+    long src_stride;
+    float *dst;
+    long dst_stride;
+} transpose_part;
+
+static void transpose_blocks(void *context, long begin, long end)
+{
+    const transpose_part *t = context;
+    const long R = t->R, C = t->C, block_rows = t->block_rows;
+    for (long ib = begin; ib < end; ib++) {
+        const long r0 = ib % block_rows * 8;
+        const float *s = t->src + ib / block_rows * t->src_stride;
+        float *d = t->dst + ib / block_rows * t->dst_stride;
+        for (long c0 = 0; c0 < C; c0 += 8) {
+            if (r0 + 8 <= R && c0 + 8 <= C) {
+                float tile[8][8];
+                for (int i = 0; i < 8; i++)
+                    for (int j = 0; j < 8; j++)
+                        tile[j][i] = s[(r0 + i) * C + c0 + j];
+                for (int j = 0; j < 8; j++)
+                    for (int i = 0; i < 8; i++)
+                        d[(c0 + j) * R + r0 + i] = tile[j][i];
+                continue;
+            }
+            for (long r = r0; r < R && r < r0 + 8; r++)
+                for (long c = c0; c < C && c < c0 + 8; c++)
+                    d[c * R + r] = s[r * C + c];
+        }
+    }
+}
+
 /* dst_i (C x R) = src_i (R x C) transposed for nb matrices, src_i at
  * src + i*src_stride and dst_i at dst + i*dst_stride: one parallel loop over
  * every matrix's rows of 8x8 blocks, as each is small in a late layer. */
@@ -798,29 +853,8 @@ void ccn_transpose_batch(long nb, long R, long C, const float *src, long src_str
      * shuffles; writing whole columns of a large block instead strides
      * through dst by R floats and, with R a power of two, thrashes the
      * cache (8x slower measured at 4608 x 512). */
-    const long block_rows = (R + 7) / 8;
-    CCN_PARALLEL_FOR(nb * R * C,
-        for (long ib = 0; ib < nb * block_rows; ib++) {
-            const long r0 = ib % block_rows * 8;
-            const float *s = src + ib / block_rows * src_stride;
-            float *d = dst + ib / block_rows * dst_stride;
-            for (long c0 = 0; c0 < C; c0 += 8) {
-                if (r0 + 8 <= R && c0 + 8 <= C) {
-                    float tile[8][8];
-                    for (int i = 0; i < 8; i++)
-                        for (int j = 0; j < 8; j++)
-                            tile[j][i] = s[(r0 + i) * C + c0 + j];
-                    for (int j = 0; j < 8; j++)
-                        for (int i = 0; i < 8; i++)
-                            d[(c0 + j) * R + r0 + i] = tile[j][i];
-                    continue;
-                }
-                for (long r = r0; r < R && r < r0 + 8; r++)
-                    for (long c = c0; c < C && c < c0 + 8; c++)
-                        d[c * R + r] = s[r * C + c];
-            }
-        }
-    );
+    transpose_part part = {R, C, (R + 7) / 8, src, src_stride, dst, dst_stride};
+    ccn_parallel_for(nb * part.block_rows, nb * R * C, transpose_blocks, &part);
 }
 
 void ccn_transpose(long R, long C, const float *src, float *dst)
@@ -828,15 +862,29 @@ void ccn_transpose(long R, long C, const float *src, float *dst)
     ccn_transpose_batch(1, R, C, src, 0, dst, 0);
 }
 
+/* ccn_copy_image_rows's rows [begin, end). */
+typedef struct {
+    long nb, S;
+    const float *src;
+    long src_row, src_image;
+    float *dst;
+    long dst_row, dst_image;
+} copy_rows_part;
+
+static void copy_rows(void *context, long begin, long end)
+{
+    const copy_rows_part *c = context;
+    for (long m = begin; m < end; m++)
+        for (long i = 0; i < c->nb; i++)
+            memcpy(c->dst + m * c->dst_row + i * c->dst_image,
+                   c->src + m * c->src_row + i * c->src_image, (size_t)c->S * sizeof(float));
+}
+
 void ccn_copy_image_rows(long rows, long nb, long S, const float *src, long src_row,
                          long src_image, float *dst, long dst_row, long dst_image)
 {
-    CCN_PARALLEL_FOR(rows * nb * S,
-        for (long m = 0; m < rows; m++)
-            for (long i = 0; i < nb; i++)
-                memcpy(dst + m * dst_row + i * dst_image, src + m * src_row + i * src_image,
-                       (size_t)S * sizeof(float));
-    );
+    copy_rows_part part = {nb, S, src, src_row, src_image, dst, dst_row, dst_image};
+    ccn_parallel_for(rows, rows * nb * S, copy_rows, &part);
 }
 
 /* The share of an m x n block that CCN_MR x CCN_NR micro-kernel tiles

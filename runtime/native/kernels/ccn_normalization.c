@@ -22,42 +22,70 @@ void ccn_batchnorm(long N, long C, long S, float epsilon, const float *x, const 
     }
 }
 
+/* ccn_standardize: its rows [begin, end). */
+typedef struct {
+    long R;
+    long S;
+    float epsilon;
+    const float *x;
+    const float *scale;
+    const float *bias;
+    ccn_param_layout layout;
+    float *y;
+    float *mean;
+    float *inv_std;
+} standardize_call;
+
+static void standardize_range(void *context, long begin, long end)
+{
+    const standardize_call *a = context;
+    long S = a->S;
+    float epsilon = a->epsilon;
+    const float *x = a->x;
+    const float *scale = a->scale;
+    const float *bias = a->bias;
+    ccn_param_layout layout = a->layout;
+    float *y = a->y;
+    float *mean = a->mean;
+    float *inv_std = a->inv_std;
+    for (long r = begin; r < end; r++) {
+        const float *in = x + r * S;
+        float *out = y + r * S;
+        /* Two passes with double sums: the centred variance does not lose
+         * digits to cancellation when the mean is large. */
+        double sum = 0.0;
+        for (long i = 0; i < S; i++)
+            sum += in[i];
+        const float m = S ? (float)(sum / (double)S) : 0.0f;
+        double squares = 0.0;
+        for (long i = 0; i < S; i++) {
+            const double d = (double)(in[i] - m);
+            squares += d * d;
+        }
+        const float inv = 1.0f / sqrtf((S ? (float)(squares / (double)S) : 0.0f) + epsilon);
+        if (mean)
+            mean[r] = m;
+        if (inv_std)
+            inv_std[r] = inv;
+        const long p = (r % layout.period) * layout.row_stride, is = layout.inner_stride;
+        const float *sc = scale + p;
+        if (bias) {
+            const float *b = bias + p;
+            for (long i = 0; i < S; i++)
+                out[i] = (in[i] - m) * inv * sc[i * is] + b[i * is];
+        } else {
+            for (long i = 0; i < S; i++)
+                out[i] = (in[i] - m) * inv * sc[i * is];
+        }
+    }
+}
+
 void ccn_standardize(long R, long S, float epsilon, const float *x, const float *scale,
                      const float *bias, ccn_param_layout layout, float *y, float *mean,
                      float *inv_std)
 {
-    CCN_PARALLEL_FOR(R * S,
-        for (long r = 0; r < R; r++) {
-            const float *in = x + r * S;
-            float *out = y + r * S;
-            /* Two passes with double sums: the centred variance does not lose
-             * digits to cancellation when the mean is large. */
-            double sum = 0.0;
-            for (long i = 0; i < S; i++)
-                sum += in[i];
-            const float m = S ? (float)(sum / (double)S) : 0.0f;
-            double squares = 0.0;
-            for (long i = 0; i < S; i++) {
-                const double d = (double)(in[i] - m);
-                squares += d * d;
-            }
-            const float inv = 1.0f / sqrtf((S ? (float)(squares / (double)S) : 0.0f) + epsilon);
-            if (mean)
-                mean[r] = m;
-            if (inv_std)
-                inv_std[r] = inv;
-            const long p = (r % layout.period) * layout.row_stride, is = layout.inner_stride;
-            const float *sc = scale + p;
-            if (bias) {
-                const float *b = bias + p;
-                for (long i = 0; i < S; i++)
-                    out[i] = (in[i] - m) * inv * sc[i * is] + b[i * is];
-            } else {
-                for (long i = 0; i < S; i++)
-                    out[i] = (in[i] - m) * inv * sc[i * is];
-            }
-        }
-    );
+    standardize_call a = {R, S, epsilon, x, scale, bias, layout, y, mean, inv_std};
+    ccn_parallel_for(R, R * S, standardize_range, &a);
 }
 
 void ccn_broadcast_copy(int rank, const long *shape, const float *src,
@@ -80,30 +108,56 @@ void ccn_broadcast_copy(int rank, const long *shape, const float *src,
     }
 }
 
+/* ccn_lrn: its planes [begin, end). */
+typedef struct {
+    long N;
+    long C;
+    long S;
+    long size;
+    float alpha;
+    float beta;
+    float bias;
+    const float *x;
+    float *y;
+} lrn_call;
+
+static void lrn_range(void *context, long begin, long end)
+{
+    const lrn_call *a = context;
+    long C = a->C;
+    long S = a->S;
+    long size = a->size;
+    float alpha = a->alpha;
+    float beta = a->beta;
+    float bias = a->bias;
+    const float *x = a->x;
+    float *y = a->y;
+    const long below = (size - 1) / 2, above = size - 1 - below;
+    const float rate = alpha / (float)size;
+    for (long nc = begin; nc < end; nc++) {
+        const long n = nc / C, c = nc % C;
+        const long lo = c - below < 0 ? 0 : c - below;
+        const long hi = c + above >= C ? C - 1 : c + above;
+        float *out = y + nc * S;
+        /* out holds the window's sum of squares until the last loop. */
+        for (long s = 0; s < S; s++)
+            out[s] = 0.0f;
+        for (long k = lo; k <= hi; k++) {
+            const float *in = x + (n * C + k) * S;
+            for (long s = 0; s < S; s++)
+                out[s] += in[s] * in[s];
+        }
+        const float *in = x + nc * S;
+        for (long s = 0; s < S; s++)
+            out[s] = in[s] / powf(bias + rate * out[s], beta);
+    }
+}
+
 void ccn_lrn(long N, long C, long S, long size, float alpha, float beta, float bias,
              const float *x, float *y)
 {
-    const long below = (size - 1) / 2, above = size - 1 - below;
-    const float rate = alpha / (float)size;
-    CCN_PARALLEL_FOR(N * C * S * size,
-        for (long nc = 0; nc < N * C; nc++) {
-            const long n = nc / C, c = nc % C;
-            const long lo = c - below < 0 ? 0 : c - below;
-            const long hi = c + above >= C ? C - 1 : c + above;
-            float *out = y + nc * S;
-            /* out holds the window's sum of squares until the last loop. */
-            for (long s = 0; s < S; s++)
-                out[s] = 0.0f;
-            for (long k = lo; k <= hi; k++) {
-                const float *in = x + (n * C + k) * S;
-                for (long s = 0; s < S; s++)
-                    out[s] += in[s] * in[s];
-            }
-            const float *in = x + nc * S;
-            for (long s = 0; s < S; s++)
-                out[s] = in[s] / powf(bias + rate * out[s], beta);
-        }
-    );
+    lrn_call a = {N, C, S, size, alpha, beta, bias, x, y};
+    ccn_parallel_for(N * C, N * C * S * size, lrn_range, &a);
 }
 
 /* Partial sums kept side by side in the double sums below: a single running
@@ -162,34 +216,156 @@ static void channel_moments(long N, long C, long S, long c, const float *x, doub
  * their parallel threshold counts that work, not only X's size. */
 #define BN_PASSES 3
 
+/* ccn_batchnorm_training: its channels [begin, end). */
+typedef struct {
+    long N;
+    long C;
+    long S;
+    float epsilon;
+    float momentum;
+    const float *x;
+    const float *scale;
+    const float *bias;
+    const float *mean;
+    const float *var;
+    float *y;
+    float *running_mean;
+    float *running_var;
+    float *batch_mean;
+    float *batch_var;
+} batchnorm_training_call;
+
+static void batchnorm_training_range(void *context, long begin, long end)
+{
+    const batchnorm_training_call *a = context;
+    long N = a->N;
+    long C = a->C;
+    long S = a->S;
+    float epsilon = a->epsilon;
+    float momentum = a->momentum;
+    const float *x = a->x;
+    const float *scale = a->scale;
+    const float *bias = a->bias;
+    const float *mean = a->mean;
+    const float *var = a->var;
+    float *y = a->y;
+    float *running_mean = a->running_mean;
+    float *running_var = a->running_var;
+    float *batch_mean = a->batch_mean;
+    float *batch_var = a->batch_var;
+    for (long c = begin; c < end; c++) {
+        double m, v;
+        channel_moments(N, C, S, c, x, &m, &v);
+        const float bm = (float)m, bv = (float)v;
+        const float k = scale[c] / sqrtf(bv + epsilon);
+        for (long n = 0; n < N; n++) {
+            const float *in = x + (n * C + c) * S;
+            float *out = y + (n * C + c) * S;
+            for (long s = 0; s < S; s++)
+                out[s] = (in[s] - bm) * k + bias[c];
+        }
+        /* As NumPy computes them in float32. */
+        if (running_mean)
+            running_mean[c] = mean[c] * momentum + bm * (1.0f - momentum);
+        if (running_var)
+            running_var[c] = var[c] * momentum + bv * (1.0f - momentum);
+        if (batch_mean)
+            batch_mean[c] = bm;
+        if (batch_var)
+            batch_var[c] = bv;
+    }
+}
+
 void ccn_batchnorm_training(long N, long C, long S, float epsilon, float momentum,
                             const float *x, const float *scale, const float *bias,
                             const float *mean, const float *var, float *y, float *running_mean,
                             float *running_var, float *batch_mean, float *batch_var)
 {
-    CCN_PARALLEL_FOR(BN_PASSES * N * C * S,
-        for (long c = 0; c < C; c++) {
-            double m, v;
+    batchnorm_training_call a = {N, C, S, epsilon, momentum, x, scale, bias, mean, var, y,
+                                 running_mean, running_var, batch_mean, batch_var};
+    ccn_parallel_for(C, BN_PASSES * N * C * S, batchnorm_training_range, &a);
+}
+
+/* ccn_batchnorm_grad: its channels [begin, end). */
+typedef struct {
+    long N;
+    long C;
+    long S;
+    float epsilon;
+    int training;
+    const float *x;
+    const float *scale;
+    const float *gy;
+    const float *mean;
+    const float *var;
+    float *gx;
+    float *gscale;
+    float *gbias;
+    float *gmean;
+    float *gvar;
+} batchnorm_grad_call;
+
+static void batchnorm_grad_range(void *context, long begin, long end)
+{
+    const batchnorm_grad_call *a = context;
+    long N = a->N;
+    long C = a->C;
+    long S = a->S;
+    float epsilon = a->epsilon;
+    int training = a->training;
+    const float *x = a->x;
+    const float *scale = a->scale;
+    const float *gy = a->gy;
+    const float *mean = a->mean;
+    const float *var = a->var;
+    float *gx = a->gx;
+    float *gscale = a->gscale;
+    float *gbias = a->gbias;
+    float *gmean = a->gmean;
+    float *gvar = a->gvar;
+    for (long c = begin; c < end; c++) {
+        double m, v;
+        if (mean) {
+            m = mean[c];
+            v = var[c];
+        } else {
             channel_moments(N, C, S, c, x, &m, &v);
-            const float bm = (float)m, bv = (float)v;
-            const float k = scale[c] / sqrtf(bv + epsilon);
-            for (long n = 0; n < N; n++) {
-                const float *in = x + (n * C + c) * S;
-                float *out = y + (n * C + c) * S;
-                for (long s = 0; s < S; s++)
-                    out[s] = (in[s] - bm) * k + bias[c];
-            }
-            /* As NumPy computes them in float32. */
-            if (running_mean)
-                running_mean[c] = mean[c] * momentum + bm * (1.0f - momentum);
-            if (running_var)
-                running_var[c] = var[c] * momentum + bv * (1.0f - momentum);
-            if (batch_mean)
-                batch_mean[c] = bm;
-            if (batch_var)
-                batch_var[c] = bv;
         }
-    );
+        const float mu = (float)m, inv = 1.0f / sqrtf((float)v + epsilon);
+        double g_b = 0.0, g_scale = 0.0;
+        for (long n = 0; n < N; n++) {
+            const float *restrict g = gy + (n * C + c) * S, *restrict in = x + (n * C + c) * S;
+            double lane_b[SUM_LANES] = {0}, lane_scale[SUM_LANES] = {0};
+            long s = 0;
+            for (; s + SUM_LANES <= S; s += SUM_LANES)
+                for (int j = 0; j < SUM_LANES; j++) {
+                    lane_b[j] += g[s + j];
+                    lane_scale[j] += (double)g[s + j] * ((in[s + j] - mu) * inv);
+                }
+            for (; s < S; s++) {
+                lane_b[0] += g[s];
+                lane_scale[0] += (double)g[s] * ((in[s] - mu) * inv);
+            }
+            for (int j = 0; j < SUM_LANES; j++) {
+                g_b += lane_b[j];
+                g_scale += lane_scale[j];
+            }
+        }
+        const float a = scale[c] * inv, count = (float)(N * S);
+        const float gb = (float)g_b, gs = (float)g_scale;
+        for (long n = 0; n < N; n++)
+            for (long s = 0; s < S; s++) {
+                const long i = (n * C + c) * S + s;
+                const float xhat = (x[i] - mu) * inv;
+                gx[i] = training ? (gy[i] - gb / count - xhat * (gs / count)) * a : gy[i] * a;
+            }
+        gscale[c] = gs;
+        gbias[c] = gb;
+        if (gmean)
+            gmean[c] = -gb * a;
+        if (gvar)
+            gvar[c] = gs * a * inv * -0.5f;
+    }
 }
 
 void ccn_batchnorm_grad(long N, long C, long S, float epsilon, int training, const float *x,
@@ -197,49 +373,7 @@ void ccn_batchnorm_grad(long N, long C, long S, float epsilon, int training, con
                         const float *var, float *gx, float *gscale, float *gbias, float *gmean,
                         float *gvar)
 {
-    CCN_PARALLEL_FOR(BN_PASSES * N * C * S,
-        for (long c = 0; c < C; c++) {
-            double m, v;
-            if (mean) {
-                m = mean[c];
-                v = var[c];
-            } else {
-                channel_moments(N, C, S, c, x, &m, &v);
-            }
-            const float mu = (float)m, inv = 1.0f / sqrtf((float)v + epsilon);
-            double g_b = 0.0, g_scale = 0.0;
-            for (long n = 0; n < N; n++) {
-                const float *restrict g = gy + (n * C + c) * S, *restrict in = x + (n * C + c) * S;
-                double lane_b[SUM_LANES] = {0}, lane_scale[SUM_LANES] = {0};
-                long s = 0;
-                for (; s + SUM_LANES <= S; s += SUM_LANES)
-                    for (int j = 0; j < SUM_LANES; j++) {
-                        lane_b[j] += g[s + j];
-                        lane_scale[j] += (double)g[s + j] * ((in[s + j] - mu) * inv);
-                    }
-                for (; s < S; s++) {
-                    lane_b[0] += g[s];
-                    lane_scale[0] += (double)g[s] * ((in[s] - mu) * inv);
-                }
-                for (int j = 0; j < SUM_LANES; j++) {
-                    g_b += lane_b[j];
-                    g_scale += lane_scale[j];
-                }
-            }
-            const float a = scale[c] * inv, count = (float)(N * S);
-            const float gb = (float)g_b, gs = (float)g_scale;
-            for (long n = 0; n < N; n++)
-                for (long s = 0; s < S; s++) {
-                    const long i = (n * C + c) * S + s;
-                    const float xhat = (x[i] - mu) * inv;
-                    gx[i] = training ? (gy[i] - gb / count - xhat * (gs / count)) * a : gy[i] * a;
-                }
-            gscale[c] = gs;
-            gbias[c] = gb;
-            if (gmean)
-                gmean[c] = -gb * a;
-            if (gvar)
-                gvar[c] = gs * a * inv * -0.5f;
-        }
-    );
+    batchnorm_grad_call a = {N, C, S, epsilon, training, x, scale, gy, mean, var, gx, gscale,
+                             gbias, gmean, gvar};
+    ccn_parallel_for(C, BN_PASSES * N * C * S, batchnorm_grad_range, &a);
 }

@@ -17,9 +17,20 @@ static void max_taps(float *best, const float *row, long W, long iw0, long KW, l
     }
 }
 
-void ccn_maxpool2d(const ccn_pool_geometry *g, const float *x, float *y)
+/* ccn_maxpool2d: its planes [begin, end). */
+typedef struct {
+    const ccn_pool_geometry *g;
+    const float *x;
+    float *y;
+} maxpool2d_call;
+
+static void maxpool2d_range(void *context, long begin, long end)
 {
-    const long NC = g->planes, H = g->in_h, W = g->in_w, OH = g->out_h, OW = g->out_w;
+    const maxpool2d_call *a = context;
+    const ccn_pool_geometry *g = a->g;
+    const float *x = a->x;
+    float *y = a->y;
+    const long H = g->in_h, W = g->in_w, OH = g->out_h, OW = g->out_w;
     const long KH = g->kernel_h, KW = g->kernel_w, stride_h = g->stride_h, stride_w = g->stride_w;
     const long pad_top = g->pad_top, pad_left = g->pad_left;
     const long dil_h = g->dil_h, dil_w = g->dil_w;
@@ -28,35 +39,40 @@ void ccn_maxpool2d(const ccn_pool_geometry *g, const float *x, float *y)
     const long reach = W + pad_left - (KW - 1) * dil_w;  /* ow * stride_w < reach */
     const long hi = reach <= 0 ? lo : (reach + stride_w - 1) / stride_w;
     const long in_lo = lo < OW ? lo : OW, in_hi = hi < in_lo ? in_lo : hi < OW ? hi : OW;
-    CCN_PARALLEL_FOR(NC * OH * OW * KH * KW,
-        for (long p = 0; p < NC; p++) {
-            const float *in = x + p * H * W;
-            float *out = y + p * OH * OW;
-            for (long oh = 0; oh < OH; oh++) {
-                float *restrict o = out + oh * OW;
-                /* Padding is -inf: it never wins, as in the NumPy kernel.  Row
-                 * by row of the window, the inner loop over output columns
-                 * (which vectorises). */
-                for (long ow = 0; ow < OW; ow++)
-                    o[ow] = -INFINITY;
-                for (long kh = 0; kh < KH; kh++) {
-                    const long ih = oh * stride_h - pad_top + kh * dil_h;
-                    if (ih < 0 || ih >= H)
-                        continue;
-                    const float *row = in + ih * W;
-                    for (long ow = 0; ow < in_lo; ow++)
-                        max_taps(o + ow, row, W, ow * stride_w - pad_left, KW, dil_w);
-                    for (long kw = 0; kw < KW; kw++) {
-                        const float *restrict r = row + kw * dil_w - pad_left;
-                        for (long ow = in_lo; ow < in_hi; ow++)
-                            o[ow] = r[ow * stride_w] > o[ow] ? r[ow * stride_w] : o[ow];
-                    }
-                    for (long ow = in_hi; ow < OW; ow++)
-                        max_taps(o + ow, row, W, ow * stride_w - pad_left, KW, dil_w);
+    for (long p = begin; p < end; p++) {
+        const float *in = x + p * H * W;
+        float *out = y + p * OH * OW;
+        for (long oh = 0; oh < OH; oh++) {
+            float *restrict o = out + oh * OW;
+            /* Padding is -inf: it never wins, as in the NumPy kernel.  Row
+             * by row of the window, the inner loop over output columns
+             * (which vectorises). */
+            for (long ow = 0; ow < OW; ow++)
+                o[ow] = -INFINITY;
+            for (long kh = 0; kh < KH; kh++) {
+                const long ih = oh * stride_h - pad_top + kh * dil_h;
+                if (ih < 0 || ih >= H)
+                    continue;
+                const float *row = in + ih * W;
+                for (long ow = 0; ow < in_lo; ow++)
+                    max_taps(o + ow, row, W, ow * stride_w - pad_left, KW, dil_w);
+                for (long kw = 0; kw < KW; kw++) {
+                    const float *restrict r = row + kw * dil_w - pad_left;
+                    for (long ow = in_lo; ow < in_hi; ow++)
+                        o[ow] = r[ow * stride_w] > o[ow] ? r[ow * stride_w] : o[ow];
                 }
+                for (long ow = in_hi; ow < OW; ow++)
+                    max_taps(o + ow, row, W, ow * stride_w - pad_left, KW, dil_w);
             }
         }
-    );
+    }
+}
+
+void ccn_maxpool2d(const ccn_pool_geometry *g, const float *x, float *y)
+{
+    maxpool2d_call a = {g, x, y};
+    const long work = g->planes * g->out_h * g->out_w * g->kernel_h * g->kernel_w;
+    ccn_parallel_for(g->planes, work, maxpool2d_range, &a);
 }
 
 /* How many of the K taps o*stride - pad + k (k < K) fall in [lo, hi). */
@@ -81,36 +97,52 @@ static long avg_divisor(long oh, long ow, long H, long W, long KH, long KW, long
            taps_within(ow, stride_w, pad_left, KW, 0, W);
 }
 
-void ccn_avgpool2d(const ccn_pool_geometry *g, const float *x, float *y)
+/* ccn_avgpool2d: its planes [begin, end). */
+typedef struct {
+    const ccn_pool_geometry *g;
+    const float *x;
+    float *y;
+} avgpool2d_call;
+
+static void avgpool2d_range(void *context, long begin, long end)
 {
-    const long NC = g->planes, H = g->in_h, W = g->in_w, OH = g->out_h, OW = g->out_w;
+    const avgpool2d_call *a = context;
+    const ccn_pool_geometry *g = a->g;
+    const float *x = a->x;
+    float *y = a->y;
+    const long H = g->in_h, W = g->in_w, OH = g->out_h, OW = g->out_w;
     const long KH = g->kernel_h, KW = g->kernel_w, stride_h = g->stride_h, stride_w = g->stride_w;
     const long pad_top = g->pad_top, pad_left = g->pad_left;
     const long pad_bottom = g->pad_bottom, pad_right = g->pad_right;
     const int count_include_pad = g->count_include_pad;
     assert(g->dil_h == 1 && g->dil_w == 1);
-    CCN_PARALLEL_FOR(NC * OH * OW * KH * KW,
-        for (long p = 0; p < NC; p++) {
-            const float *in = x + p * H * W;
-            float *out = y + p * OH * OW;
-            for (long oh = 0; oh < OH; oh++)
-                for (long ow = 0; ow < OW; ow++) {
-                    float sum = 0.0f;
-                    for (long kh = 0; kh < KH; kh++) {
-                        const long ih = oh * stride_h - pad_top + kh;
-                        for (long kw = 0; kw < KW; kw++) {
-                            const long iw = ow * stride_w - pad_left + kw;
-                            if (ih >= 0 && ih < H && iw >= 0 && iw < W)
-                                sum += in[ih * W + iw];
-                        }
+    for (long p = begin; p < end; p++) {
+        const float *in = x + p * H * W;
+        float *out = y + p * OH * OW;
+        for (long oh = 0; oh < OH; oh++)
+            for (long ow = 0; ow < OW; ow++) {
+                float sum = 0.0f;
+                for (long kh = 0; kh < KH; kh++) {
+                    const long ih = oh * stride_h - pad_top + kh;
+                    for (long kw = 0; kw < KW; kw++) {
+                        const long iw = ow * stride_w - pad_left + kw;
+                        if (ih >= 0 && ih < H && iw >= 0 && iw < W)
+                            sum += in[ih * W + iw];
                     }
-                    out[oh * OW + ow] =
-                        sum / (float)avg_divisor(oh, ow, H, W, KH, KW, stride_h, stride_w,
-                                                 pad_top, pad_left, pad_bottom, pad_right,
-                                                 count_include_pad);
                 }
-        }
-    );
+                out[oh * OW + ow] =
+                    sum / (float)avg_divisor(oh, ow, H, W, KH, KW, stride_h, stride_w,
+                                             pad_top, pad_left, pad_bottom, pad_right,
+                                             count_include_pad);
+            }
+    }
+}
+
+void ccn_avgpool2d(const ccn_pool_geometry *g, const float *x, float *y)
+{
+    avgpool2d_call a = {g, x, y};
+    const long work = g->planes * g->out_h * g->out_w * g->kernel_h * g->kernel_w;
+    ccn_parallel_for(g->planes, work, avgpool2d_range, &a);
 }
 
 void ccn_global_avgpool(long NC, long S, const float *x, float *y)
@@ -216,57 +248,93 @@ static long argmax_tap(const float *in, long H, long W, long oh, long ow, long K
     return -1;
 }
 
-void ccn_maxpool2d_grad(const ccn_pool_geometry *g, const float *x, const float *y,
-                        const float *gy, float *gx)
+/* ccn_maxpool2d_grad: its planes [begin, end). */
+typedef struct {
+    const ccn_pool_geometry *g;
+    const float *x;
+    const float *y;
+    const float *gy;
+    float *gx;
+} maxpool2d_grad_call;
+
+static void maxpool2d_grad_range(void *context, long begin, long end)
 {
-    const long NC = g->planes, H = g->in_h, W = g->in_w, OH = g->out_h, OW = g->out_w;
+    const maxpool2d_grad_call *a = context;
+    const ccn_pool_geometry *g = a->g;
+    const float *x = a->x;
+    const float *y = a->y;
+    const float *gy = a->gy;
+    float *gx = a->gx;
+    const long H = g->in_h, W = g->in_w, OH = g->out_h, OW = g->out_w;
     const long KH = g->kernel_h, KW = g->kernel_w, stride_h = g->stride_h, stride_w = g->stride_w;
     const long pad_top = g->pad_top, pad_left = g->pad_left;
     const long dil_h = g->dil_h, dil_w = g->dil_w;
-    CCN_PARALLEL_FOR(NC * OH * OW * KH * KW,
-        for (long p = 0; p < NC; p++) {
-            float *g = gx + p * H * W;
-            for (long i = 0; i < H * W; i++)
-                g[i] = 0.0f;
-            for (long oh = 0; oh < OH; oh++)
-                for (long ow = 0; ow < OW; ow++) {
-                    const long at = (p * OH + oh) * OW + ow;
-                    const long tap = argmax_tap(x + p * H * W, H, W, oh, ow, KH, KW, stride_h,
-                                                stride_w, dil_h, dil_w, pad_top, pad_left, y[at]);
-                    if (tap >= 0)
-                        g[tap] += gy[at];
-                }
-        }
-    );
+    for (long p = begin; p < end; p++) {
+        float *g = gx + p * H * W;
+        for (long i = 0; i < H * W; i++)
+            g[i] = 0.0f;
+        for (long oh = 0; oh < OH; oh++)
+            for (long ow = 0; ow < OW; ow++) {
+                const long at = (p * OH + oh) * OW + ow;
+                const long tap = argmax_tap(x + p * H * W, H, W, oh, ow, KH, KW, stride_h,
+                                            stride_w, dil_h, dil_w, pad_top, pad_left, y[at]);
+                if (tap >= 0)
+                    g[tap] += gy[at];
+            }
+    }
 }
 
-void ccn_avgpool2d_grad(const ccn_pool_geometry *g, const float *gy, float *gx)
+void ccn_maxpool2d_grad(const ccn_pool_geometry *g, const float *x, const float *y,
+                        const float *gy, float *gx)
 {
-    const long NC = g->planes, H = g->in_h, W = g->in_w, OH = g->out_h, OW = g->out_w;
+    maxpool2d_grad_call a = {g, x, y, gy, gx};
+    const long work = g->planes * g->out_h * g->out_w * g->kernel_h * g->kernel_w;
+    ccn_parallel_for(g->planes, work, maxpool2d_grad_range, &a);
+}
+
+/* ccn_avgpool2d_grad: its planes [begin, end). */
+typedef struct {
+    const ccn_pool_geometry *g;
+    const float *gy;
+    float *gx;
+} avgpool2d_grad_call;
+
+static void avgpool2d_grad_range(void *context, long begin, long end)
+{
+    const avgpool2d_grad_call *a = context;
+    const ccn_pool_geometry *g = a->g;
+    const float *gy = a->gy;
+    float *gx = a->gx;
+    const long H = g->in_h, W = g->in_w, OH = g->out_h, OW = g->out_w;
     const long KH = g->kernel_h, KW = g->kernel_w, stride_h = g->stride_h, stride_w = g->stride_w;
     const long pad_top = g->pad_top, pad_left = g->pad_left;
     const long pad_bottom = g->pad_bottom, pad_right = g->pad_right;
     const int count_include_pad = g->count_include_pad;
     assert(g->dil_h == 1 && g->dil_w == 1);
-    CCN_PARALLEL_FOR(NC * OH * OW * KH * KW,
-        for (long p = 0; p < NC; p++) {
-            float *g = gx + p * H * W;
-            for (long i = 0; i < H * W; i++)
-                g[i] = 0.0f;
-            for (long oh = 0; oh < OH; oh++)
-                for (long ow = 0; ow < OW; ow++) {
-                    const long count = avg_divisor(oh, ow, H, W, KH, KW, stride_h, stride_w,
-                                                   pad_top, pad_left, pad_bottom, pad_right,
-                                                   count_include_pad);
-                    const float share = gy[(p * OH + oh) * OW + ow] / (float)count;
-                    for (long kh = 0; kh < KH; kh++)
-                        for (long kw = 0; kw < KW; kw++) {
-                            const long ih = oh * stride_h - pad_top + kh;
-                            const long iw = ow * stride_w - pad_left + kw;
-                            if (ih >= 0 && ih < H && iw >= 0 && iw < W)
-                                g[ih * W + iw] += share;
-                        }
-                }
-        }
-    );
+    for (long p = begin; p < end; p++) {
+        float *g = gx + p * H * W;
+        for (long i = 0; i < H * W; i++)
+            g[i] = 0.0f;
+        for (long oh = 0; oh < OH; oh++)
+            for (long ow = 0; ow < OW; ow++) {
+                const long count = avg_divisor(oh, ow, H, W, KH, KW, stride_h, stride_w,
+                                               pad_top, pad_left, pad_bottom, pad_right,
+                                               count_include_pad);
+                const float share = gy[(p * OH + oh) * OW + ow] / (float)count;
+                for (long kh = 0; kh < KH; kh++)
+                    for (long kw = 0; kw < KW; kw++) {
+                        const long ih = oh * stride_h - pad_top + kh;
+                        const long iw = ow * stride_w - pad_left + kw;
+                        if (ih >= 0 && ih < H && iw >= 0 && iw < W)
+                            g[ih * W + iw] += share;
+                    }
+            }
+    }
+}
+
+void ccn_avgpool2d_grad(const ccn_pool_geometry *g, const float *gy, float *gx)
+{
+    avgpool2d_grad_call a = {g, gy, gx};
+    const long work = g->planes * g->out_h * g->out_w * g->kernel_h * g->kernel_w;
+    ccn_parallel_for(g->planes, work, avgpool2d_grad_range, &a);
 }

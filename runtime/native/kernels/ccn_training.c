@@ -6,32 +6,92 @@
 
 #include "ccn_training.h"
 
+/* ccn_sgd_update: its elements [begin, end). */
+typedef struct {
+    long n;
+    double lr;
+    float *param;
+    const float *grad;
+} sgd_update_call;
+
+static void sgd_update_range(void *context, long begin, long end)
+{
+    const sgd_update_call *a = context;
+    double lr = a->lr;
+    float *param = a->param;
+    const float *grad = a->grad;
+    const float rate = (float)lr;
+    for (long i = begin; i < end; i++)
+        param[i] -= rate * grad[i];
+}
+
 void ccn_sgd_update(long n, double lr, float *param, const float *grad)
 {
-    const float rate = (float)lr;
-    CCN_PARALLEL_FOR(n,
-        for (long i = 0; i < n; i++)
-            param[i] -= rate * grad[i];
-    );
+    sgd_update_call a = {n, lr, param, grad};
+    ccn_parallel_for(n, n, sgd_update_range, &a);
+}
+
+/* ccn_momentum_sgd_update: its elements [begin, end). */
+typedef struct {
+    long n;
+    double lr;
+    double momentum;
+    float *param;
+    const float *grad;
+    float *v;
+} momentum_sgd_update_call;
+
+static void momentum_sgd_update_range(void *context, long begin, long end)
+{
+    const momentum_sgd_update_call *a = context;
+    double lr = a->lr;
+    double momentum = a->momentum;
+    float *param = a->param;
+    const float *grad = a->grad;
+    float *v = a->v;
+    const float rate = (float)lr, mu = (float)momentum;
+    for (long i = begin; i < end; i++) {
+        v[i] *= mu;
+        v[i] -= rate * grad[i];
+        param[i] += v[i];
+    }
 }
 
 void ccn_momentum_sgd_update(long n, double lr, double momentum, float *param,
                              const float *grad, float *v)
 {
-    const float rate = (float)lr, mu = (float)momentum;
-    CCN_PARALLEL_FOR(n,
-        for (long i = 0; i < n; i++) {
-            v[i] *= mu;
-            v[i] -= rate * grad[i];
-            param[i] += v[i];
-        }
-    );
+    momentum_sgd_update_call a = {n, lr, momentum, param, grad, v};
+    ccn_parallel_for(n, n, momentum_sgd_update_range, &a);
 }
 
-void ccn_adam_update(long n, double alpha_t, double beta1, double beta2, double eps,
-                     double eta, double weight_decay_rate, float *param, const float *grad,
-                     float *m, float *v)
+/* ccn_adam_update: its elements [begin, end). */
+typedef struct {
+    long n;
+    double alpha_t;
+    double beta1;
+    double beta2;
+    double eps;
+    double eta;
+    double weight_decay_rate;
+    float *param;
+    const float *grad;
+    float *m;
+    float *v;
+} adam_update_call;
+
+static void adam_update_range(void *context, long begin, long end)
 {
+    const adam_update_call *a = context;
+    double alpha_t = a->alpha_t;
+    double beta1 = a->beta1;
+    double beta2 = a->beta2;
+    double eps = a->eps;
+    double eta = a->eta;
+    double weight_decay_rate = a->weight_decay_rate;
+    float *param = a->param;
+    const float *grad = a->grad;
+    float *m = a->m;
+    float *v = a->v;
     /* Python computes 1 - beta1 and friends in double; NumPy rounds each
      * scalar to float32 when it meets a float32 array. */
     const float b1 = (float)(1.0 - beta1), b2 = (float)(1.0 - beta2);
@@ -39,14 +99,20 @@ void ccn_adam_update(long n, double alpha_t, double beta1, double beta2, double 
     const double keep = 1.0 - eta * weight_decay_rate;
     const float decay = (float)keep;
     const int decays = keep != 1.0; /* Chainer skips the product when it is 1 */
-    CCN_PARALLEL_FOR(n,
-        for (long i = 0; i < n; i++) {
-            const float g = grad[i];
-            m[i] += b1 * (g - m[i]);
-            v[i] += b2 * (g * g - v[i]);
-            const float step = alpha / (sqrtf(v[i]) + epsilon);
-            const float delta = minus_eta * (step * m[i]);
-            param[i] = decays ? decay * param[i] + delta : param[i] + delta;
-        }
-    );
+    for (long i = begin; i < end; i++) {
+        const float g = grad[i];
+        m[i] += b1 * (g - m[i]);
+        v[i] += b2 * (g * g - v[i]);
+        const float step = alpha / (sqrtf(v[i]) + epsilon);
+        const float delta = minus_eta * (step * m[i]);
+        param[i] = decays ? decay * param[i] + delta : param[i] + delta;
+    }
+}
+
+void ccn_adam_update(long n, double alpha_t, double beta1, double beta2, double eps,
+                     double eta, double weight_decay_rate, float *param, const float *grad,
+                     float *m, float *v)
+{
+    adam_update_call a = {n, alpha_t, beta1, beta2, eps, eta, weight_decay_rate, param, grad, m, v};
+    ccn_parallel_for(n, n, adam_update_range, &a);
 }

@@ -26,13 +26,30 @@ static long plane(long floats)
     return floats + CCN_WINOGRAD_SKEW;
 }
 
+/* What the stages of one convolution share: its sizes, its buffers and
+ * the block of tile rows in progress.  Each stage is a loop that
+ * ccn_parallel_for splits between threads and that ends when every thread
+ * is done with it. */
+typedef struct {
+    long I, H, W, O, OH, OW, TH, TW, pad_top, pad_left, ld;
+    long row0, rows; /* the block of tile rows */
+    const float *x, *w, *gy, *bias;
+    int weights, act;
+    float act_alpha;
+    float *U, *V, *M, *y, *GY, *GYt, *dUt, *gw;
+} winograd;
+
 /* U[xi][o][i] (16 planes of O x I, plane(O * I) apart) = element xi of
  * G g G^T for the filter g of output o and input i, from w as `weights`
- * (CCN_WINOGRAD_FILTERS or _ROTATED) says. */
-static void transform_filters(long O, long I, const float *w, int weights, float *U)
+ * (CCN_WINOGRAD_FILTERS or _ROTATED) says, for o in [begin, end). */
+static void transform_filters(void *context, long begin, long end)
 {
-    CCN_OMP(omp for schedule(static))
-    for (long o = 0; o < O; o++)
+    const winograd *c = context;
+    const long O = c->O, I = c->I;
+    const float *w = c->w;
+    const int weights = c->weights;
+    float *U = c->U;
+    for (long o = begin; o < end; o++)
         for (long i = 0; i < I; i++) {
             float g[3][3], t[4][3];
             for (int r = 0; r < 3; r++)
@@ -106,17 +123,17 @@ static void transform_patch_row(long H, long W, long TW, long y0, long pl, const
 }
 
 /* V[xi][i][t] (rows ld apart, planes plane(I * ld) apart) for the tiles of
- * tile rows [row0, row0 + rows) of the N x TH rows of TW tiles over images
- * x (N x I x H x W, padded by pt and pl): each thread takes some (tile row,
- * channel) pairs. */
-static void transform_patches(long I, long H, long W, long TH, long TW, long pt, long pl,
-                              const float *x, long row0, long rows, float *V, long ld)
+ * the block's tile rows, of the N x TH rows of TW tiles over images x (N x
+ * I x H x W, padded): (tile row, channel) pairs [begin, end). */
+static void transform_patches(void *context, long begin, long end)
 {
-    CCN_OMP(omp for schedule(static))
-    for (long p = 0; p < rows * I; p++) {
-        const long row = row0 + p / I, i = p % I, n = row / TH, ty = row % TH;
-        transform_patch_row(H, W, TW, 2 * ty - pt, pl, x + (n * I + i) * H * W,
-                            V + i * ld + (p / I) * TW, plane(I * ld));
+    const winograd *c = context;
+    const long I = c->I, TH = c->TH, TW = c->TW, ld = c->ld;
+    for (long p = begin; p < end; p++) {
+        const long row = c->row0 + p / I, i = p % I, n = row / TH, ty = row % TH;
+        transform_patch_row(c->H, c->W, TW, 2 * ty - c->pad_top, c->pad_left,
+                            c->x + (n * I + i) * c->H * c->W, c->V + i * ld + (p / I) * TW,
+                            plane(I * ld));
     }
 }
 
@@ -151,6 +168,32 @@ static void transform_output_row(long OH, long OW, long TW, long y0, const float
     }
 }
 
+/* M[xi] = U[xi] V[xi] for the block (O x rows * TW), xi in [begin, end).
+ * U is w itself when the filters come transformed. */
+static void multiply_planes(void *context, long begin, long end)
+{
+    const winograd *c = context;
+    const float *U = c->U ? c->U : c->w;
+    const long up = plane(c->O * c->I), vp = plane(c->I * c->ld), mp = plane(c->O * c->ld);
+    for (long xi = begin; xi < end; xi++)
+        ccn_gemm_one_thread(c->O, c->rows * c->TW, c->I, U + xi * up, c->I, c->V + xi * vp,
+                            c->ld, c->M + xi * mp, c->ld, 1);
+}
+
+/* The outputs of the block's (tile row, output channel) pairs [begin,
+ * end) from M. */
+static void transform_outputs(void *context, long begin, long end)
+{
+    const winograd *c = context;
+    const long O = c->O, TH = c->TH, TW = c->TW, OH = c->OH, OW = c->OW;
+    for (long p = begin; p < end; p++) {
+        const long row = c->row0 + p / O, o = p % O, n = row / TH, ty = row % TH;
+        transform_output_row(OH, OW, TW, 2 * ty, c->M + o * c->ld + (p / O) * TW,
+                             plane(O * c->ld), c->bias ? c->bias[o] : 0.0f,
+                             c->y + (n * O + o) * OH * OW, c->act, c->act_alpha);
+    }
+}
+
 /* The fields of geometry g and plan p as the locals the loops below use. */
 #define CCN_WINOGRAD_LOCALS(g, p)                                                     \
     const long N = (g)->batch, I = (g)->in_channels, H = (g)->in_h, W = (g)->in_w;   \
@@ -169,32 +212,23 @@ void ccn_conv2d_winograd(const ccn_conv_geometry *geometry, const ccn_winograd_p
     const float act_alpha = plan->act_alpha;
     const long TH = (OH + 1) / 2, TW = (OW + 1) / 2;
     const long tile_rows = N * TH, block_rows = tiles / TW, ld = tiles;
-    const long up = plane(O * I), vp = plane(I * ld), mp = plane(O * ld);
+    const long up = plane(O * I), vp = plane(I * ld);
     /* The filters' transforms, unless they come transformed, then V and M. */
     const int transformed = weights == CCN_WINOGRAD_TRANSFORMED;
     float *V = transformed ? scratch : scratch + 16 * up, *M = V + 16 * vp;
-    const float *U = transformed ? w : scratch;
-    /* One team for the whole convolution; each stage splits its loop
-     * between the threads and waits for the others at its end. */
-    CCN_OMP(omp parallel if (N * I * O * OH * OW >= CCN_PARALLEL_WORK))
-    {
-        if (!transformed)
-            transform_filters(O, I, w, weights, scratch);
-        for (long row0 = 0; row0 < tile_rows; row0 += block_rows) {
-            const long rows = block_rows < tile_rows - row0 ? block_rows : tile_rows - row0;
-            transform_patches(I, H, W, TH, TW, pad_top, pad_left, x, row0, rows, V, ld);
-            CCN_OMP(omp for schedule(dynamic, 1))
-            for (long xi = 0; xi < 16; xi++)
-                ccn_gemm_one_thread(O, rows * TW, I, U + xi * up, I, V + xi * vp, ld,
-                                    M + xi * mp, ld, 1);
-            CCN_OMP(omp for schedule(static))
-            for (long p = 0; p < rows * O; p++) {
-                const long row = row0 + p / O, o = p % O, n = row / TH, ty = row % TH;
-                transform_output_row(OH, OW, TW, 2 * ty, M + o * ld + (p / O) * TW, mp,
-                                     bias ? bias[o] : 0.0f, y + (n * O + o) * OH * OW, act,
-                                     act_alpha);
-            }
-        }
+    winograd c = {.I = I, .H = H, .W = W, .O = O, .OH = OH, .OW = OW, .TH = TH, .TW = TW,
+                  .pad_top = pad_top, .pad_left = pad_left, .ld = ld, .x = x, .w = w,
+                  .bias = bias, .weights = weights, .act = act, .act_alpha = act_alpha,
+                  .U = transformed ? NULL : scratch, .V = V, .M = M, .y = y};
+    /* Every stage is parallel when the whole convolution is large. */
+    const long work = N * I * O * OH * OW;
+    if (!transformed)
+        ccn_parallel_for(O, work, transform_filters, &c);
+    for (c.row0 = 0; c.row0 < tile_rows; c.row0 += block_rows) {
+        c.rows = block_rows < tile_rows - c.row0 ? block_rows : tile_rows - c.row0;
+        ccn_parallel_for(c.rows * I, work, transform_patches, &c);
+        ccn_parallel_for(16, work, multiply_planes, &c);
+        ccn_parallel_for(c.rows * O, work, transform_outputs, &c);
     }
 }
 
@@ -235,11 +269,14 @@ static void transform_gradient_row(long OH, long OW, long TW, long y0, const flo
 }
 
 /* gw[o][i] (3x3) = G^T dU G for dU[xi] at dUt[xi][i][o] (planes
- * plane(I * O) apart). */
-static void transform_filter_gradients(long O, long I, const float *dUt, float *gw)
+ * plane(I * O) apart), for o in [begin, end). */
+static void transform_filter_gradients(void *context, long begin, long end)
 {
-    CCN_OMP(omp for schedule(static))
-    for (long o = 0; o < O; o++)
+    const winograd *c = context;
+    const long O = c->O, I = c->I;
+    const float *dUt = c->dUt;
+    float *gw = c->gw;
+    for (long o = begin; o < end; o++)
         for (long i = 0; i < I; i++) {
             float u[4][4], t[3][4];
             for (int xi = 0; xi < 16; xi++)
@@ -258,6 +295,33 @@ static void transform_filter_gradients(long O, long I, const float *dUt, float *
         }
 }
 
+/* GY[xi] (O x rows * TW, transposed below for the product) for the
+ * block's (tile row, output channel) pairs [begin, end). */
+static void transform_gradients(void *context, long begin, long end)
+{
+    const winograd *c = context;
+    const long O = c->O, TH = c->TH, TW = c->TW, OH = c->OH, OW = c->OW, count = c->rows * TW;
+    for (long p = begin; p < end; p++) {
+        const long row = c->row0 + p / O, o = p % O, n = row / TH, ty = row % TH;
+        transform_gradient_row(OH, OW, TW, 2 * ty, c->gy + (n * O + o) * OH * OW,
+                               c->GY + o * count + (p / O) * TW, plane(O * c->ld));
+    }
+}
+
+/* dU^T[xi] (I x O) += V[xi] GY[xi]^T over the block's tiles (= for the
+ * first block), xi in [begin, end). */
+static void multiply_gradient_planes(void *context, long begin, long end)
+{
+    const winograd *c = context;
+    const long O = c->O, I = c->I, count = c->rows * c->TW;
+    const long up = plane(I * O), vp = plane(I * c->ld), gp = plane(O * c->ld);
+    for (long xi = begin; xi < end; xi++) {
+        ccn_transpose(O, count, c->GY + xi * gp, c->GYt + xi * gp);
+        ccn_gemm_one_thread(I, O, count, c->V + xi * vp, c->ld, c->GYt + xi * gp, O,
+                            c->dUt + xi * up, O, c->row0 == 0);
+    }
+}
+
 void ccn_conv2d_grad_filter_winograd(const ccn_conv_geometry *geometry,
                                      const ccn_winograd_plan *plan, const float *x,
                                      const float *gy, float *gw, float *scratch)
@@ -269,27 +333,15 @@ void ccn_conv2d_grad_filter_winograd(const ccn_conv_geometry *geometry,
     float *dUt = scratch, *V = dUt + 16 * up, *GY = V + 16 * vp, *GYt = GY + 16 * gp;
     if (tile_rows == 0)
         memset(dUt, 0, (size_t)(16 * up) * sizeof(float));
-    CCN_OMP(omp parallel if (N * I * O * OH * OW >= CCN_PARALLEL_WORK))
-    {
-        for (long row0 = 0; row0 < tile_rows; row0 += block_rows) {
-            const long rows = block_rows < tile_rows - row0 ? block_rows : tile_rows - row0;
-            const long count = rows * TW;
-            transform_patches(I, H, W, TH, TW, pad_top, pad_left, x, row0, rows, V, ld);
-            /* GY[xi] is O x count here, transposed below for the product. */
-            CCN_OMP(omp for schedule(static))
-            for (long p = 0; p < rows * O; p++) {
-                const long row = row0 + p / O, o = p % O, n = row / TH, ty = row % TH;
-                transform_gradient_row(OH, OW, TW, 2 * ty, gy + (n * O + o) * OH * OW,
-                                       GY + o * count + (p / O) * TW, gp);
-            }
-            /* dU^T[xi] (I x O) = the sum over tiles of V[xi] GY[xi]^T. */
-            CCN_OMP(omp for schedule(dynamic, 1))
-            for (long xi = 0; xi < 16; xi++) {
-                ccn_transpose(O, count, GY + xi * gp, GYt + xi * gp);
-                ccn_gemm_one_thread(I, O, count, V + xi * vp, ld, GYt + xi * gp, O,
-                                    dUt + xi * up, O, row0 == 0);
-            }
-        }
-        transform_filter_gradients(O, I, dUt, gw);
+    winograd c = {.I = I, .H = H, .W = W, .O = O, .OH = OH, .OW = OW, .TH = TH, .TW = TW,
+                  .pad_top = pad_top, .pad_left = pad_left, .ld = ld, .x = x, .gy = gy,
+                  .V = V, .GY = GY, .GYt = GYt, .dUt = dUt, .gw = gw};
+    const long work = N * I * O * OH * OW;
+    for (c.row0 = 0; c.row0 < tile_rows; c.row0 += block_rows) {
+        c.rows = block_rows < tile_rows - c.row0 ? block_rows : tile_rows - c.row0;
+        ccn_parallel_for(c.rows * I, work, transform_patches, &c);
+        ccn_parallel_for(c.rows * O, work, transform_gradients, &c);
+        ccn_parallel_for(16, work, multiply_gradient_planes, &c);
     }
+    ccn_parallel_for(O, work, transform_filter_gradients, &c);
 }

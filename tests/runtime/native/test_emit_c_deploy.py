@@ -176,11 +176,11 @@ def test_two_models_link_into_one_program_statically_and_dynamically(two_models)
         exported = _symbols('-D', '--defined-only', str(tmp / name / ('lib%s.so' % name)))
         assert exported == {name + s for s in ('_run', '_run_arena', '_run_v', '_inputs',
                                                '_outputs', '_status_message', '_profile',
-                                               '_profile_events')}
+                                               '_profile_events', '_set_threads')}
         static = _symbols('-g', '--defined-only', str(tmp / name / ('lib%s.a' % name)))
         assert static and all(s.startswith(name + '_') for s in static), static
     (tmp / 'driver.c').write_text(DRIVER)
-    common = [CC, '-std=c99', '-fopenmp', '-I', str(tmp / 'alpha'), '-I', str(tmp / 'beta'),
+    common = [CC, '-std=c99', '-pthread', '-I', str(tmp / 'alpha'), '-I', str(tmp / 'beta'),
               str(tmp / 'driver.c')]
     links = {'static': [str(tmp / 'alpha' / 'libalpha.a'), str(tmp / 'beta' / 'libbeta.a')],
              'shared': ['-L', str(tmp / 'alpha'), '-L', str(tmp / 'beta'), '-lalpha', '-lbeta',

@@ -1,0 +1,264 @@
+/* The kernels' thread pool (ccn_threads.h).
+ *
+ * One loop runs at a time.  Its caller writes the loop's task, context
+ * and size into the pool, then publishes it in `ticket`: the loop's
+ * generation, its number of chunks and the next chunk to claim, in one
+ * atomic word.  A thread claims a chunk by a compare-and-swap on the whole
+ * word, so a thread still looking at an earlier loop claims nothing of
+ * this one; once it holds a chunk, the loop cannot end (its caller waits
+ * for every chunk to be `done`), so the task and context it reads stay
+ * valid.  The caller claims chunks like the workers, then waits only for
+ * those that others claimed and have not finished. */
+#if defined(__linux__) && !defined(_GNU_SOURCE)
+#define _GNU_SOURCE /* sched_getaffinity, CPU_COUNT */
+#endif
+#include "ccn_threads.h"
+
+#ifndef CCN_THREADS
+#if defined(__GNUC__) && (defined(__unix__) || defined(__APPLE__))
+#define CCN_THREADS 1
+#else
+#define CCN_THREADS 0
+#endif
+#endif
+
+#if CCN_THREADS
+#include <pthread.h>
+#include <sched.h>
+#include <stdint.h>
+#include <unistd.h>
+
+/* Chunks per thread: a thread that runs late leaves small pieces that the
+ * others finish, at the cost of one compare-and-swap each. */
+#define CCN_CHUNKS_PER_THREAD 8
+/* How many times an idle worker polls for the next loop (about 20 to 200
+ * us) before it sleeps: a model's loops follow each other within
+ * microseconds, and waking a sleeping thread costs about as much. */
+#define CCN_SPIN 4000
+/* Polls before a caller waiting for claimed chunks yields its CPU (to the
+ * late worker, when they share one). */
+#define CCN_WAIT_SPIN 64
+
+#define GEN(t) ((t) >> 32)
+#define CHUNKS(t) ((long)(((t) >> 16) & 0xffff))
+#define NEXT(t) ((long)((t) & 0xffff))
+
+static struct {
+    pthread_mutex_t lock; /* with `wake`: sleeping workers; `started` */
+    pthread_cond_t wake;
+    int threads;  /* atomic: threads per loop, the caller included; 0 until set */
+    int started;  /* workers created, under `lock` */
+    int sleepers; /* atomic: workers waiting on `wake` */
+    int busy;     /* atomic: a loop is running */
+    /* The running loop, written by its caller before it publishes the
+     * ticket (the caller holds `busy`). */
+    ccn_task task;
+    void *context;
+    long count;
+    unsigned long long generation;
+    unsigned long long ticket; /* atomic: generation, chunks, next chunk */
+    long done;                 /* atomic: chunks the workers finished */
+} pool = {PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0};
+
+static void pause_briefly(void)
+{
+#if defined(__x86_64__) || defined(__i386__)
+    __builtin_ia32_pause();
+#endif
+}
+
+/* Chunk c of `chunks` equal parts of [0, count), without overflow. */
+static void run_chunk(long c, long chunks)
+{
+    const long size = pool.count / chunks, extra = pool.count % chunks;
+    const long begin = c * size + (c < extra ? c : extra);
+    pool.task(pool.context, begin, begin + size + (c < extra));
+}
+
+/* Claims and runs chunks of loop `generation` until none is left; returns
+ * how many this thread ran. */
+static long run_chunks(unsigned long long generation)
+{
+    long ran = 0;
+    unsigned long long t = __atomic_load_n(&pool.ticket, __ATOMIC_ACQUIRE);
+    while (GEN(t) == generation && NEXT(t) < CHUNKS(t)) {
+        if (!__atomic_compare_exchange_n(&pool.ticket, &t, t + 1, 0, __ATOMIC_ACQ_REL,
+                                         __ATOMIC_ACQUIRE))
+            continue; /* t is the ticket now */
+        run_chunk(NEXT(t), CHUNKS(t));
+        ran++;
+        t = __atomic_load_n(&pool.ticket, __ATOMIC_ACQUIRE);
+    }
+    return ran;
+}
+
+static void *worker(void *arg)
+{
+    const int index = (int)(intptr_t)arg; /* 1, 2, ...: the caller is 0 */
+    unsigned long long seen = 0;
+    for (;;) {
+        unsigned long long t = __atomic_load_n(&pool.ticket, __ATOMIC_ACQUIRE);
+        for (long spin = 0; spin < CCN_SPIN && GEN(t) == seen; spin++) {
+            pause_briefly();
+            t = __atomic_load_n(&pool.ticket, __ATOMIC_ACQUIRE);
+        }
+        if (GEN(t) == seen || index >= __atomic_load_n(&pool.threads, __ATOMIC_RELAXED)) {
+            /* Sleep until a loop after `seen` starts.  A caller publishes
+             * its ticket, then reads `sleepers`; this thread counts itself
+             * in `sleepers`, then reads the ticket (both sequentially
+             * consistent), so one of them sees the other. */
+            pthread_mutex_lock(&pool.lock);
+            __atomic_add_fetch(&pool.sleepers, 1, __ATOMIC_SEQ_CST);
+            for (;;) {
+                const unsigned long long g = GEN(__atomic_load_n(&pool.ticket, __ATOMIC_SEQ_CST));
+                if (g != seen && index < __atomic_load_n(&pool.threads, __ATOMIC_RELAXED))
+                    break;
+                seen = g; /* a loop this worker sits out (beyond the count) */
+                pthread_cond_wait(&pool.wake, &pool.lock);
+            }
+            __atomic_sub_fetch(&pool.sleepers, 1, __ATOMIC_SEQ_CST);
+            pthread_mutex_unlock(&pool.lock);
+            t = __atomic_load_n(&pool.ticket, __ATOMIC_ACQUIRE);
+        }
+        seen = GEN(t);
+        const long ran = run_chunks(seen);
+        if (ran)
+            __atomic_add_fetch(&pool.done, ran, __ATOMIC_RELEASE);
+    }
+    return NULL;
+}
+
+/* A forked child has none of the workers, and a worker may have held the
+ * lock at the fork: the child starts a pool of its own. */
+static void reset_in_child(void)
+{
+    pthread_mutex_init(&pool.lock, NULL);
+    pthread_cond_init(&pool.wake, NULL);
+    pool.started = 0;
+    pool.sleepers = 0;
+    pool.busy = 0;
+}
+
+static pthread_once_t fork_handler = PTHREAD_ONCE_INIT;
+
+static void install_fork_handler(void)
+{
+    pthread_atfork(NULL, NULL, reset_in_child);
+}
+
+/* Starts workers until `workers` run; fewer when the system refuses more
+ * (the loops then run on fewer threads).  Returns how many run. */
+static int start_workers(int workers)
+{
+    pthread_once(&fork_handler, install_fork_handler);
+    pthread_mutex_lock(&pool.lock);
+    while (pool.started < workers) {
+        pthread_t thread;
+        pthread_attr_t attr;
+        pthread_attr_init(&attr);
+        /* The kernels keep packed blocks and rows on the stack. */
+        pthread_attr_setstacksize(&attr, (size_t)8 << 20);
+        pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
+        const int failed = pthread_create(&thread, &attr, worker,
+                                          (void *)(intptr_t)(pool.started + 1));
+        pthread_attr_destroy(&attr);
+        if (failed)
+            break;
+        pool.started++;
+    }
+    const int started = pool.started;
+    pthread_mutex_unlock(&pool.lock);
+    return started;
+}
+
+static int machine_threads(void)
+{
+    long n = 0;
+#ifdef __linux__
+    cpu_set_t set;
+    if (sched_getaffinity(0, sizeof set, &set) == 0)
+        n = CPU_COUNT(&set);
+#endif
+    if (n < 1)
+        n = sysconf(_SC_NPROCESSORS_ONLN);
+    return n < 1 ? 1 : n > CCN_MAX_THREADS ? CCN_MAX_THREADS : (int)n;
+}
+
+int ccn_get_threads(void)
+{
+    int threads = __atomic_load_n(&pool.threads, __ATOMIC_RELAXED);
+    if (threads == 0) {
+        const int machine = machine_threads();
+        /* A concurrent ccn_set_threads wins. */
+        if (__atomic_compare_exchange_n(&pool.threads, &threads, machine, 0, __ATOMIC_RELAXED,
+                                        __ATOMIC_RELAXED))
+            threads = machine;
+    }
+    return threads;
+}
+
+int ccn_set_threads(int threads)
+{
+    if (threads < 1 || threads > CCN_MAX_THREADS)
+        return -1;
+    __atomic_store_n(&pool.threads, threads, __ATOMIC_RELAXED);
+    /* Workers beyond the count sleep at their next look at the ticket. */
+    return 0;
+}
+
+void ccn_parallel_for(long count, long work, ccn_task task, void *context)
+{
+    const int threads = work >= CCN_PARALLEL_WORK && count > 1 ? ccn_get_threads() : 1;
+    if (threads < 2 || __atomic_exchange_n(&pool.busy, 1, __ATOMIC_ACQUIRE)) {
+        task(context, 0, count);
+        return;
+    }
+    const int workers = start_workers(threads - 1);
+    const long most = (long)(workers + 1) * CCN_CHUNKS_PER_THREAD;
+    const long chunks = count < most ? count : most;
+    if (workers == 0) {
+        __atomic_store_n(&pool.busy, 0, __ATOMIC_RELEASE);
+        task(context, 0, count);
+        return;
+    }
+    pool.task = task;
+    pool.context = context;
+    pool.count = count;
+    pool.generation = (pool.generation + 1) & 0xffffffffULL;
+    __atomic_store_n(&pool.done, 0, __ATOMIC_RELAXED);
+    __atomic_store_n(&pool.ticket, pool.generation << 32 | (unsigned long long)chunks << 16,
+                     __ATOMIC_SEQ_CST);
+    if (__atomic_load_n(&pool.sleepers, __ATOMIC_SEQ_CST) > 0) {
+        pthread_mutex_lock(&pool.lock);
+        pthread_cond_broadcast(&pool.wake);
+        pthread_mutex_unlock(&pool.lock);
+    }
+    const long others = chunks - run_chunks(pool.generation);
+    for (long spin = 0; __atomic_load_n(&pool.done, __ATOMIC_ACQUIRE) != others; spin++) {
+        if (spin < CCN_WAIT_SPIN)
+            pause_briefly();
+        else
+            sched_yield();
+    }
+    __atomic_store_n(&pool.busy, 0, __ATOMIC_RELEASE);
+}
+
+#else /* no threads: every loop on the calling thread */
+
+void ccn_parallel_for(long count, long work, ccn_task task, void *context)
+{
+    (void)work;
+    task(context, 0, count);
+}
+
+int ccn_set_threads(int threads)
+{
+    return threads < 1 || threads > CCN_MAX_THREADS ? -1 : 0;
+}
+
+int ccn_get_threads(void)
+{
+    return 1;
+}
+
+#endif

@@ -1,0 +1,43 @@
+/* ccn_threads.h: the kernels' thread pool.
+ *
+ * ccn_parallel_for(count, work, task, context) runs task(context, begin,
+ * end) over ranges that together cover [0, count) exactly once.  The
+ * calling thread works too; the ranges (chunks) are claimed one at a time
+ * from an atomic counter by whichever thread is running, so a worker the
+ * OS deschedules never holds the rest up: the caller waits only for the
+ * chunks other threads have already claimed.  Idle workers spin briefly,
+ * then sleep.  Work (elements touched, as the caller counts it) below
+ * CCN_PARALLEL_WORK runs on the caller alone without waking anyone; so does
+ * a call made while the pool is busy (from inside a task, or from another
+ * thread: the pool runs one loop at a time).
+ *
+ * The workers start at the first parallel loop.  POSIX threads where the
+ * compiler has GCC's atomic builtins; elsewhere, or built with
+ * -DCCN_THREADS=0, everything runs on the calling thread. */
+#ifndef CCN_THREADS_H
+#define CCN_THREADS_H
+
+#include "ccn_common.h"
+
+CCN_BEGIN_DECLS
+
+/* A loop body: iterations [begin, end) of the loop `context` describes. */
+typedef void (*ccn_task)(void *context, long begin, long end);
+
+/* Most threads the pool runs, the caller included. */
+#define CCN_MAX_THREADS 256
+
+void ccn_parallel_for(long count, long work, ccn_task task, void *context);
+
+/* Sets how many threads (the caller included, 1 to CCN_MAX_THREADS) run
+ * parallel loops from the next one on; returns 0, or -1 leaving the count
+ * as it was when `threads` is out of range.  The default is the number of
+ * CPUs this process may run on (sched_getaffinity where available). */
+int ccn_set_threads(int threads);
+
+/* How many threads run parallel loops (1 without thread support). */
+int ccn_get_threads(void);
+
+CCN_END_DECLS
+
+#endif /* CCN_THREADS_H */

@@ -1,0 +1,153 @@
+/* Checks of the kernels' thread pool (runtime/native/kernels/ccn_threads.c),
+ * built and run by test_threads.py, also under ThreadSanitizer and
+ * AddressSanitizer.  Prints one line per failed check and exits 1 if any;
+ * prints "ok" otherwise. */
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "ccn_threads.h"
+
+static int failures;
+
+static void check(int ok, const char *what, long a, long b)
+{
+    if (!ok) {
+        printf("FAILED: %s (%ld, %ld)\n", what, a, b);
+        failures++;
+    }
+}
+
+/* Every index of [begin, end) counted once more. */
+static void count_indices(void *context, long begin, long end)
+{
+    int *hits = context;
+    for (long i = begin; i < end; i++)
+        hits[i]++;
+}
+
+/* y[i] = 3 i + 1 for i in [begin, end). */
+static void affine(void *context, long begin, long end)
+{
+    long *y = context;
+    for (long i = begin; i < end; i++)
+        y[i] = 3 * i + 1;
+}
+
+/* A task that runs a parallel loop itself: runs on its own thread. */
+static void nested(void *context, long begin, long end)
+{
+    long *y = context;
+    for (long i = begin; i < end; i++)
+        ccn_parallel_for(64, CCN_PARALLEL_WORK, affine, y + i * 64);
+}
+
+/* Counts the chunks run by threads other than the first caller. */
+typedef struct {
+    pthread_t caller;
+    int others;
+} helpers;
+
+static void note_thread(void *context, long begin, long end)
+{
+    helpers *h = context;
+    (void)begin;
+    (void)end;
+    if (!pthread_equal(pthread_self(), h->caller))
+        __atomic_add_fetch(&h->others, 1, __ATOMIC_RELAXED);
+    /* Long enough chunks for the workers to wake and take some. */
+    const struct timespec pause = {0, 200000};
+    nanosleep(&pause, NULL);
+}
+
+/* A second caller running loops while the main thread does. */
+static void *other_caller(void *arg)
+{
+    long *y = arg;
+    for (int round = 0; round < 200; round++)
+        ccn_parallel_for(4096, CCN_PARALLEL_WORK, affine, y);
+    return NULL;
+}
+
+int main(void)
+{
+    check(ccn_set_threads(0) == -1 && ccn_set_threads(CCN_MAX_THREADS + 1) == -1,
+          "out-of-range counts refused", 0, CCN_MAX_THREADS + 1);
+    const long counts[] = {0, 1, 2, 7, 63, 64, 1000, 100003};
+    const long most = 100003;
+    int *hits = malloc(most * sizeof *hits);
+    long *y = malloc(most * sizeof *y);
+    for (int threads = 1; threads <= 8; threads++) {
+        check(ccn_set_threads(threads) == 0, "ccn_set_threads", threads, 0);
+        const int expected = ccn_get_threads() == 1 ? 1 : threads; /* 1: a serial build */
+        check(ccn_get_threads() == expected, "ccn_get_threads", ccn_get_threads(), threads);
+        for (size_t c = 0; c < sizeof counts / sizeof *counts; c++) {
+            const long n = counts[c];
+            /* More chunks than threads for the larger counts: each index once. */
+            memset(hits, 0, most * sizeof *hits);
+            ccn_parallel_for(n, CCN_PARALLEL_WORK, count_indices, hits);
+            for (long i = 0; i < most; i++)
+                if (hits[i] != (i < n)) {
+                    check(0, "each index exactly once", n, i);
+                    break;
+                }
+            memset(y, 0, most * sizeof *y);
+            ccn_parallel_for(n, CCN_PARALLEL_WORK, affine, y);
+            for (long i = 0; i < n; i++)
+                if (y[i] != 3 * i + 1) {
+                    check(0, "the loop's results", n, i);
+                    break;
+                }
+        }
+        /* Many short loops in a row: each one's ticket follows the last. */
+        for (int round = 0; round < 2000; round++) {
+            memset(hits, 0, 100 * sizeof *hits);
+            ccn_parallel_for(100, CCN_PARALLEL_WORK, count_indices, hits);
+            for (long i = 0; i < 100; i++)
+                if (hits[i] != 1) {
+                    check(0, "short loops", round, i);
+                    round = 2000;
+                    break;
+                }
+        }
+        /* Small work runs on the caller alone. */
+        helpers alone = {pthread_self(), 0};
+        ccn_parallel_for(4, CCN_PARALLEL_WORK - 1, note_thread, &alone);
+        check(alone.others == 0, "small work on the caller", alone.others, threads);
+        memset(y, 0, most * sizeof *y);
+        ccn_parallel_for(100, CCN_PARALLEL_WORK, nested, y);
+        for (long i = 0; i < 6400; i++)
+            if (y[i] != 3 * (i % 64) + 1) {
+                check(0, "nested loops", threads, i);
+                break;
+            }
+    }
+    if (ccn_get_threads() > 1) {
+        /* The workers take part (the calling thread does not do it all). */
+        ccn_set_threads(4);
+        helpers h = {pthread_self(), 0};
+        for (int round = 0; round < 100 && h.others == 0; round++)
+            ccn_parallel_for(64, CCN_PARALLEL_WORK, note_thread, &h);
+        check(h.others > 0, "workers run chunks", h.others, 0);
+        /* Two callers at once: one runs on the pool, the other alone. */
+        long *z = malloc(4096 * sizeof *z);
+        pthread_t thread;
+        pthread_create(&thread, NULL, other_caller, z);
+        for (int round = 0; round < 200; round++)
+            ccn_parallel_for(4096, CCN_PARALLEL_WORK, affine, y);
+        pthread_join(thread, NULL);
+        for (long i = 0; i < 4096; i++)
+            if (y[i] != 3 * i + 1 || z[i] != 3 * i + 1) {
+                check(0, "two callers", i, 0);
+                break;
+            }
+        free(z);
+    }
+    free(hits);
+    free(y);
+    if (!failures)
+        printf("ok\n");
+    return failures ? 1 : 0;
+}
