@@ -4,7 +4,9 @@ from tests.runtime.test_line_budget import RUNTIME, _total
 
 #: Code lines of runtime/native/**/*.py: the emitter, fusion, folding, the
 #: arena, the runner and the lowerings (3,613 when the budget was set).
-NATIVE_BUDGET = 3800
+#: + 60: the runner's thread count (library.py: the machine's CPUs and cgroup
+#: quota, $CHAINER_COMPILER_THREADS, the pool's build flags).
+NATIVE_BUDGET = 3800 + 60
 
 
 def test_the_native_backend_stays_within_its_budget():
