@@ -801,7 +801,8 @@ def _graph_replay(device, executor, values, repeat):
         stream = cupy.cuda.Stream(non_blocking=True)
         with cupy.cuda.using_allocator(pool.malloc), stream:
             stream.begin_capture()
-            outputs = executor._run(values)  # the run without the VM's own pool
+            # The run without the VM's own pool; _run empties the list it gets.
+            outputs = executor._run(list(values))
             graph = stream.end_capture()
 
         def replay():

@@ -22,6 +22,9 @@ _BLOCK = 512
 #: large GPU, few enough that each thread does several elements.
 _MAX_GRID = 4096
 _INT_MAX = 2 ** 31 - 1
+#: The kernels index with 32-bit integers (64-bit division is several times
+#: slower on a GPU); a grid-stride loop's last step must not overflow.
+_MAX_ELEMENTS = _INT_MAX - _MAX_GRID * _BLOCK
 
 _module = None
 _ONE, _ZERO = numpy.ones(1, numpy.float32), numpy.zeros(1, numpy.float32)
@@ -36,7 +39,8 @@ def _kernel(name):
 
 
 def _applies(xp, *arrays):
-    return xp is not numpy and all(a.dtype == numpy.float32 for a in arrays)
+    return xp is not numpy and all(a.dtype == numpy.float32 and a.size <= _MAX_ELEMENTS
+                                   for a in arrays)
 
 
 # -- matrix products through cuBLAS ----------------------------------------------
@@ -113,7 +117,7 @@ def _grid(total):
 
 def _per_channel_launch(name, x3, *args):
     n, c, s = x3.shape
-    _kernel(name)((c,), (_BLOCK,), args[:-1] + (numpy.int64(n), numpy.int64(c), numpy.int64(s))
+    _kernel(name)((c,), (_BLOCK,), args[:-1] + (numpy.int32(n), numpy.int32(c), numpy.int32(s))
                   + args[-1])
 
 
@@ -134,8 +138,8 @@ def batch_norm_training(xp, x3, scale, b, mean, var, epsilon, momentum):
 
 def _elementwise(name, x3, args):
     n, c, s = x3.shape
-    _kernel(name)(_grid(x3.size), (_BLOCK,), args + (numpy.int64(x3.size), numpy.int64(c),
-                                                     numpy.int64(s)))
+    _kernel(name)(_grid(x3.size), (_BLOCK,), args + (numpy.int32(x3.size), numpy.int32(c),
+                                                     numpy.int32(s)))
 
 
 def batch_norm_grad(xp, x3, scale, gy3, mean, var, epsilon, training):
@@ -168,14 +172,18 @@ def im2col_2d(xp, x, window, fill=0, batch_inner=False):
     does not apply."""
     if not _applies(xp, x) or x.ndim != 4:
         return None
-    x = xp.ascontiguousarray(x)
     n, c = x.shape[:2]
     lead = (c,) + tuple(window.kernel) + (n,) if batch_inner else (n, c) + tuple(window.kernel)
     cols = xp.empty(lead + tuple(window.out), numpy.float32)
+    if cols.size > _MAX_ELEMENTS:
+        return None
+    positions = window.out[0] * window.out[1]
+    # A block per row; its threads in whole warps along the positions.
+    threads = min(_BLOCK, -(-positions // 32) * 32)
     geometry = (n, c) + x.shape[2:] + tuple(window.kernel) + tuple(window.out) \
         + tuple(window.strides) + tuple(window.dilations) + tuple(window.pads_begin)
-    _kernel('ccn_im2col_2d')(_grid(cols.size), (_BLOCK,),
-                             (x, cols, numpy.int64(cols.size))
+    _kernel('ccn_im2col_2d')((cols.size // positions,), (threads,),
+                             (xp.ascontiguousarray(x), cols)
                              + tuple(numpy.int32(v) for v in geometry)
                              + (numpy.float32(fill), numpy.int32(batch_inner)))
     return cols
@@ -192,7 +200,7 @@ def col2im_2d(xp, cols, image_shape, window):
     geometry = (tuple(image_shape) + tuple(window.kernel) + tuple(cols.shape[-2:])
                 + tuple(window.strides) + tuple(window.dilations) + tuple(window.pads_begin))
     _kernel('ccn_col2im_2d')(_grid(image.size), (_BLOCK,),
-                             (cols, image, numpy.int64(image.size))
+                             (cols, image, numpy.int32(image.size))
                              + tuple(numpy.int32(v) for v in geometry))
     return image
 
@@ -200,7 +208,7 @@ def col2im_2d(xp, cols, image_shape, window):
 # -- element-wise ----------------------------------------------------------------
 
 def _flat_launch(name, total, args):
-    _kernel(name)(_grid(total), (_BLOCK,), args + (numpy.int64(total),))
+    _kernel(name)(_grid(total), (_BLOCK,), args + (numpy.int32(total),))
 
 
 def relu_grad(xp, y, gy):

@@ -10,7 +10,9 @@
  * Layout: X is float32, C-contiguous, seen as (N, C, S) with S the product
  * of the spatial sizes; per-channel values are float32 arrays of C.  Sums are
  * accumulated in double (the GPU is waiting on memory anyway), one block per
- * channel, so results do not depend on a launch's timing. */
+ * channel, so results do not depend on a launch's timing.  Indices are
+ * 32-bit (cupy_kernels.py sends only arrays of fewer than 2^31 elements):
+ * 64-bit division costs several times more on a GPU. */
 
 #define CCN_BLOCK 512
 
@@ -29,14 +31,14 @@ __device__ double ccn_block_sum(double v, double *shared)
 }
 
 /* mean[c] = the mean of X[:, c, :]; one block per channel. */
-extern "C" __global__ void ccn_bn_mean(const float *x, float *mean, long long n, long long c,
-                                       long long s)
+extern "C" __global__ void ccn_bn_mean(const float *x, float *mean, int n, int c,
+                                       int s)
 {
     __shared__ double shared[CCN_BLOCK];
-    const long long channel = blockIdx.x, count = n * s;
+    const int channel = blockIdx.x, count = n * s;
     double sum = 0;
-    for (long long i = threadIdx.x; i < count; i += blockDim.x) {
-        const long long b = i / s;
+    for (int i = threadIdx.x; i < count; i += blockDim.x) {
+        const int b = i / s;
         sum += x[(b * c + channel) * s + (i - b * s)];
     }
     sum = ccn_block_sum(sum, shared);
@@ -50,16 +52,16 @@ extern "C" __global__ void ccn_bn_mean(const float *x, float *mean, long long n,
 extern "C" __global__ void ccn_bn_statistics(const float *x, const float *mean,
                                              const float *scale, const float *running_mean,
                                              const float *running_var, float eps,
-                                             float momentum, long long n, long long c,
-                                             long long s, float *var, float *a,
+                                             float momentum, int n, int c,
+                                             int s, float *var, float *a,
                                              float *new_running_mean, float *new_running_var)
 {
     __shared__ double shared[CCN_BLOCK];
-    const long long channel = blockIdx.x, count = n * s;
+    const int channel = blockIdx.x, count = n * s;
     const float centre = mean[channel];
     double squares = 0;
-    for (long long i = threadIdx.x; i < count; i += blockDim.x) {
-        const long long b = i / s;
+    for (int i = threadIdx.x; i < count; i += blockDim.x) {
+        const int b = i / s;
         const float d = x[(b * c + channel) * s + (i - b * s)] - centre;
         squares += (double)d * d;
     }
@@ -75,12 +77,12 @@ extern "C" __global__ void ccn_bn_statistics(const float *x, const float *mean,
 
 /* Y = (X - mean) * a + b, per channel. */
 extern "C" __global__ void ccn_bn_normalize(const float *x, const float *mean, const float *a,
-                                            const float *b, float *y, long long total,
-                                            long long c, long long s)
+                                            const float *b, float *y, int total,
+                                            int c, int s)
 {
-    for (long long i = blockIdx.x * (long long)blockDim.x + threadIdx.x; i < total;
-         i += (long long)gridDim.x * blockDim.x) {
-        const long long channel = (i / s) % c;
+    for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < total;
+         i += gridDim.x * blockDim.x) {
+        const int channel = (i / s) % c;
         y[i] = (x[i] - mean[channel]) * a[channel] + b[channel];
     }
 }
@@ -91,16 +93,16 @@ extern "C" __global__ void ccn_bn_normalize(const float *x, const float *mean, c
  * gB / m and gscale / m. */
 extern "C" __global__ void ccn_bn_grad_sums(const float *gy, const float *x, const float *mean,
                                             const float *var, const float *scale, float eps,
-                                            long long n, long long c, long long s, float *g_b,
+                                            int n, int c, int s, float *g_b,
                                             float *g_scale, float *inv, float *a,
                                             float *g_b_mean, float *g_scale_mean)
 {
     __shared__ double shared[CCN_BLOCK];
-    const long long channel = blockIdx.x, count = n * s;
+    const int channel = blockIdx.x, count = n * s;
     const float centre = mean[channel], inverse = 1 / sqrtf(var[channel] + eps);
     double sum_gy = 0, sum_gy_xhat = 0;
-    for (long long i = threadIdx.x; i < count; i += blockDim.x) {
-        const long long b = i / s, at = (b * c + channel) * s + (i - b * s);
+    for (int i = threadIdx.x; i < count; i += blockDim.x) {
+        const int b = i / s, at = (b * c + channel) * s + (i - b * s);
         sum_gy += gy[at];
         sum_gy_xhat += (double)gy[at] * ((x[at] - centre) * inverse);
     }
@@ -123,12 +125,12 @@ extern "C" __global__ void ccn_bn_grad_sums(const float *gy, const float *x, con
 extern "C" __global__ void ccn_bn_grad_x(const float *gy, const float *x, const float *mean,
                                          const float *inv, const float *a,
                                          const float *g_b_mean, const float *g_scale_mean,
-                                         int training, float *gx, long long total,
-                                         long long c, long long s)
+                                         int training, float *gx, int total,
+                                         int c, int s)
 {
-    for (long long i = blockIdx.x * (long long)blockDim.x + threadIdx.x; i < total;
-         i += (long long)gridDim.x * blockDim.x) {
-        const long long channel = (i / s) % c;
+    for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < total;
+         i += gridDim.x * blockDim.x) {
+        const int channel = (i / s) % c;
         if (training)
             gx[i] = (gy[i] - g_b_mean[channel]
                      - (x[i] - mean[channel]) * inv[channel] * g_scale_mean[channel])
@@ -142,14 +144,13 @@ extern "C" __global__ void ccn_bn_grad_x(const float *gy, const float *x, const 
  * cols[n, ch, kh, kw, oh, ow] whose tap lands there (oh * sh + kh * dh - ph
  * == h, the same along w).  One thread per image element gathers its taps,
  * so no two threads write one element. */
-extern "C" __global__ void ccn_col2im_2d(const float *cols, float *image, long long total,
+extern "C" __global__ void ccn_col2im_2d(const float *cols, float *image, int total,
                                          int h, int w, int kh, int kw, int oh, int ow,
                                          int sh, int sw, int dh, int dw, int ph, int pw)
 {
-    for (long long i = blockIdx.x * (long long)blockDim.x + threadIdx.x; i < total;
-         i += (long long)gridDim.x * blockDim.x) {
-        const int x = (int)(i % w), y = (int)((i / w) % h);
-        const long long plane = i / ((long long)h * w);
+    for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < total;
+         i += gridDim.x * blockDim.x) {
+        const int x = i % w, y = (i / w) % h, plane = i / (h * w);
         const float *src = cols + plane * kh * kw * oh * ow;
         float sum = 0;
         for (int ky = 0; ky < kh; ky++) {
@@ -165,7 +166,7 @@ extern "C" __global__ void ccn_col2im_2d(const float *cols, float *image, long l
                     continue;
                 const int ox = tx / sw;
                 if (ox < ow)
-                    sum += src[((long long)(ky * kw + kx) * oh + oy) * ow + ox];
+                    sum += src[((ky * kw + kx) * oh + oy) * ow + ox];
             }
         }
         image[i] = sum;
@@ -176,51 +177,48 @@ extern "C" __global__ void ccn_col2im_2d(const float *cols, float *image, long l
  * into columns, ``fill`` where a tap lands in the padding.  The columns are
  * (N, C, KH, KW, OH, OW), Conv's GEMM operand, or with ``batch_inner``
  * (C, KH, KW, N, OH, OW), ConvGradFilter's, which sums over the batch and
- * the window positions in one GEMM. */
-extern "C" __global__ void ccn_im2col_2d(const float *x, float *cols, long long total, int n,
-                                         int c, int h, int w, int kh, int kw, int oh, int ow,
-                                         int sh, int sw, int dh, int dw, int ph, int pw,
-                                         float fill, int batch_inner)
+ * the window positions in one GEMM.  One block per row (one image, channel
+ * and tap), its threads along the OH * OW window positions, so the row's
+ * indices are worked out once per block. */
+extern "C" __global__ void ccn_im2col_2d(const float *x, float *cols, int n, int c, int h,
+                                         int w, int kh, int kw, int oh, int ow, int sh,
+                                         int sw, int dh, int dw, int ph, int pw, float fill,
+                                         int batch_inner)
 {
-    for (long long i = blockIdx.x * (long long)blockDim.x + threadIdx.x; i < total;
-         i += (long long)gridDim.x * blockDim.x) {
-        const int ox = (int)(i % ow), oy = (int)((i / ow) % oh);
-        long long rest = i / ((long long)oh * ow);
-        int b, kx, ky, ch;
-        if (batch_inner) {
-            b = (int)(rest % n);
-            rest /= n;
-        }
-        kx = (int)(rest % kw);
-        rest /= kw;
-        ky = (int)(rest % kh);
-        rest /= kh;
-        ch = (int)(rest % c);
-        if (!batch_inner)
-            b = (int)(rest / c);
+    const int row = blockIdx.x, kx = row % kw, ky = (row / kw) % kh;
+    int b, ch;
+    if (batch_inner) {
+        b = (row / (kw * kh)) % n;
+        ch = row / (kw * kh * n);
+    } else {
+        ch = (row / (kw * kh)) % c;
+        b = row / (kw * kh * c);
+    }
+    const float *image = x + (b * c + ch) * h * w;
+    float *out = cols + row * oh * ow;
+    for (int p = threadIdx.x; p < oh * ow; p += blockDim.x) {
+        const int oy = p / ow, ox = p - oy * ow;
         const int y = oy * sh + ky * dh - ph, xx = ox * sw + kx * dw - pw;
-        cols[i] = (y < 0 || y >= h || xx < 0 || xx >= w)
-                      ? fill
-                      : x[(((long long)b * c + ch) * h + y) * w + xx];
+        out[p] = (y < 0 || y >= h || xx < 0 || xx >= w) ? fill : image[y * w + xx];
     }
 }
 
 /* ReluGrad: gX = gY * (Y > 0), as the xp code computes it (a NaN in gY
  * stays NaN where Y <= 0). */
 extern "C" __global__ void ccn_relu_grad(const float *y, const float *gy, float *gx,
-                                         long long total)
+                                         int total)
 {
-    for (long long i = blockIdx.x * (long long)blockDim.x + threadIdx.x; i < total;
-         i += (long long)gridDim.x * blockDim.x)
+    for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < total;
+         i += gridDim.x * blockDim.x)
         gx[i] = gy[i] * (y[i] > 0 ? 1.0f : 0.0f);
 }
 
 /* SGDUpdate in place: param -= lr * grad, the product rounded before the
  * subtraction as the xp code rounds it (no fused multiply-add). */
 extern "C" __global__ void ccn_sgd_update(float *param, const float *grad, float lr,
-                                          long long total)
+                                          int total)
 {
-    for (long long i = blockIdx.x * (long long)blockDim.x + threadIdx.x; i < total;
-         i += (long long)gridDim.x * blockDim.x)
+    for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < total;
+         i += gridDim.x * blockDim.x)
         param[i] = __fsub_rn(param[i], __fmul_rn(lr, grad[i]));
 }
