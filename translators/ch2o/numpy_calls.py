@@ -160,36 +160,52 @@ def transpose(scope, tensor, axes):
 
 
 def tensor_method(scope, tensor, name, args, kwargs, site):
-    """``tensor.<name>(*args, **kwargs)`` for astype, reshape, transpose,
-    ravel/flatten, copy and the reductions sum, mean, max, min, argmax,
-    argmin."""
+    """``tensor.<name>(*args, **kwargs)``: the handler of ``name`` in
+    TENSOR_METHODS."""
+    handler = TENSOR_METHODS.get(name)
+    if handler is None:
+        raise TranslationError(site, "'.%s()' of a tensor is not supported (supported: %s)"
+                               % (name, ', '.join(TENSOR_METHODS)))
+    return handler(scope, tensor, name, args, kwargs, site)
+
+
+def _astype(scope, tensor, name, args, kwargs, site):
     label = '.%s()' % name
-    if name == 'astype':
-        dtype, = _constants(label, _bind(label, args, kwargs, ('dtype',), {}, site), site)
-        return cast(scope, tensor, numpy.dtype(dtype))
-    if name == 'reshape':
-        shape = args[0] if len(args) == 1 and not kwargs else PyTuple(tuple(args))
-        return reshape(scope, tensor, shape, site, label)
-    if name in ('ravel', 'flatten'):
-        return reshape(scope, tensor, Const(-1), site, label)
-    if name == 'copy':
-        return _like(scope.emit('Identity', [tensor], tensor.example.copy()), tensor.shape)
-    if name == 'transpose':
-        axes = _constants(label, args, site)
-        if len(axes) == 1 and not isinstance(axes[0], int):
-            axes = axes[0]  # x.transpose((1, 0)) or x.transpose(None)
-        return transpose(scope, tensor, None if axes is None or len(axes) == 0 else axes)
-    if name in _REDUCTIONS:
-        axis, keepdims = _constants(label, _bind(label, args, kwargs, ('axis', 'keepdims'),
-                                                 {'axis': None, 'keepdims': False}, site), site)
-        return reduce(scope, tensor, name, axis, keepdims)
-    if name in ('argmax', 'argmin'):
-        axis, = _constants(label, _bind(label, args, kwargs, ('axis',), {'axis': None}, site),
-                           site)
-        return arg_reduce(scope, tensor, name, axis)
-    raise TranslationError(site, "'%s' of a tensor is not supported (supported: astype, reshape, "
-                           "transpose, ravel, flatten, copy, sum, mean, max, min, argmax, "
-                           "argmin)" % label)
+    dtype, = _constants(label, _bind(label, args, kwargs, ('dtype',), {}, site), site)
+    return cast(scope, tensor, numpy.dtype(dtype))
+
+
+def _reshape_method(scope, tensor, name, args, kwargs, site):
+    shape = args[0] if len(args) == 1 and not kwargs else PyTuple(tuple(args))
+    return reshape(scope, tensor, shape, site, '.%s()' % name)
+
+
+def _flatten(scope, tensor, name, args, kwargs, site):
+    return reshape(scope, tensor, Const(-1), site, '.%s()' % name)
+
+
+def _copy(scope, tensor, name, args, kwargs, site):
+    return _like(scope.emit('Identity', [tensor], tensor.example.copy()), tensor.shape)
+
+
+def _transpose_method(scope, tensor, name, args, kwargs, site):
+    axes = _constants('.%s()' % name, args, site)
+    if len(axes) == 1 and not isinstance(axes[0], int):
+        axes = axes[0]  # x.transpose((1, 0)) or x.transpose(None)
+    return transpose(scope, tensor, None if axes is None or len(axes) == 0 else axes)
+
+
+def _reduce_method(scope, tensor, name, args, kwargs, site):
+    label = '.%s()' % name
+    axis, keepdims = _constants(label, _bind(label, args, kwargs, ('axis', 'keepdims'),
+                                             {'axis': None, 'keepdims': False}, site), site)
+    return reduce(scope, tensor, name, axis, keepdims)
+
+
+def _arg_reduce_method(scope, tensor, name, args, kwargs, site):
+    label = '.%s()' % name
+    axis, = _constants(label, _bind(label, args, kwargs, ('axis',), {'axis': None}, site), site)
+    return arg_reduce(scope, tensor, name, axis)
 
 
 def _bind(label, args, kwargs, names, defaults, site):
@@ -220,6 +236,13 @@ def _constants(label, values, site):
 
 
 _REDUCTIONS = {'sum': 'ReduceSum', 'mean': 'ReduceMean', 'max': 'ReduceMax', 'min': 'ReduceMin'}
+
+#: The ndarray methods of a tensor: name -> handler(scope, tensor, name,
+#: args, kwargs, site), which returns the call's Value.
+TENSOR_METHODS = {'astype': _astype, 'reshape': _reshape_method, 'transpose': _transpose_method,
+                  'ravel': _flatten, 'flatten': _flatten, 'copy': _copy,
+                  **{name: _reduce_method for name in _REDUCTIONS},
+                  'argmax': _arg_reduce_method, 'argmin': _arg_reduce_method}
 
 
 def _axes(tensor, axis):

@@ -590,7 +590,9 @@ class Translator:
                 raise self.error(frame, node, '%s has no attribute %r'
                                  % (type(value.value).__name__, node.attr)) from None
         if isinstance(value, Tensor):
-            if node.attr in _TENSOR_METHODS:
+            # A method of ndarray is called (the tensor's own handler, or
+            # the list of those), anything else is read as an attribute.
+            if callable(getattr(numpy.ndarray, node.attr, None)):
                 return BoundMethod(value, node.attr, node.value)
             return tensor_attribute(self.scope, value, node.attr, site)
         if isinstance(value, (PyList, PyDict, Sequence)):
@@ -863,10 +865,6 @@ class Translator:
                              'inputs is not supported when the %s object was made outside it'
                              % (what, obj.cls.__name__))
 
-
-_TENSOR_METHODS = ('astype', 'reshape', 'transpose', 'sum', 'mean', 'max', 'min', 'argmax',
-                   'argmin', 'squeeze', 'flatten', 'ravel', 'any', 'all', 'copy', 'prod',
-                   'cumsum', 'clip', 'dot', 'swapaxes', 'item', 'tolist', 'repeat', 'fill')
 
 #: Link methods that walk the model's structure, known at export time.
 _LINK_ITERATORS = ('children', 'links', 'namedlinks', 'params', 'namedparams')

@@ -5,6 +5,7 @@ import numpy
 import pytest
 
 from chainer_compiler.translators.ch2o.numpy_calls import (
+    TENSOR_METHODS,
     call_numpy,
     tensor_attribute,
     tensor_method,
@@ -115,6 +116,13 @@ def test_unsupported_calls_are_errors_naming_the_site():
     with pytest.raises(TranslationError, match=r'^model\.py:7: \.sum\(\): the argument must be '
                        r'known at export time, not a tensor'):
         tensor_method(scope, xt, 'sum', [xt], {}, SITE)
+
+
+def test_every_tensor_method_is_a_method_of_ndarray():
+    # The translator reads x.<name> as a method exactly when ndarray has
+    # that method: a handler under another name could never be called.
+    assert TENSOR_METHODS
+    assert all(callable(getattr(numpy.ndarray, name, None)) for name in TENSOR_METHODS)
 
 
 def test_full_of_a_length_read_at_run_time():

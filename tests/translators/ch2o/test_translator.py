@@ -198,6 +198,19 @@ def test_unsupported_construct_names_file_and_line(tmp_path):
     assert not (tmp_path / 'm.onnx').exists()
 
 
+def sorts(self, x):
+    return x.sort()
+
+
+def test_an_untranslated_ndarray_method_says_which_are(tmp_path):
+    # Any method of ndarray is a method call, refused with the list of the
+    # translated ones (before, one outside a hand-kept list of names was
+    # refused as an attribute, with the list of attributes).
+    with pytest.raises(TranslationError, match=r"test_translator\.py:\d+: '\.sort\(\)' of a "
+                       r"tensor is not supported \(supported: astype, reshape"):
+        export(Model(sorts), [_x(2)], str(tmp_path / 'm.onnx'), translator='ch2o')
+
+
 # -- slices of a list whose length is only known at run time ------------------------
 def _sequence(n, seed=0):
     """``n`` arrays of varying first axis (a list argument: a sequence)."""
