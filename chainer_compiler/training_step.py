@@ -10,6 +10,8 @@ own state arrays are the ones trained: serializers, snapshots and
 """
 import logging
 import time
+from collections import OrderedDict
+from dataclasses import dataclass
 
 import chainer
 import chainer.optimizers
@@ -17,11 +19,12 @@ import numpy
 from chainer.dataset import convert
 from chainer.training.updaters import StandardUpdater
 
-from .compiled_model import _check_runtime_kwargs, bind_initializers
+from .compiled_model import SIGNATURE_CACHE_SIZE, _check_runtime_kwargs, bind_initializers
 from .exporting import write_onnx
 from .frontend import load_onnx
 from .pipeline import CompilerOptions
 from .runtime.executor import Executor
+from .runtime.program import ValueInfo
 from .runtime.signatures import validate_inputs
 from .training import OptimizerUpdate, compile_step_program
 from .translators.onnx_chainer import export_model
@@ -88,6 +91,14 @@ class TrainingStep:
     is refused (TypeError, InputValidationError) before anything changes;
     one the program refuses (a class label out of range: KernelError, or
     RuntimeVMError from the native backend) leaves every state as it was.
+
+    Batches of any size are taken: axis 0 of the example inputs that share
+    the first one's is the batch (every such input must agree on it, the
+    other dimensions are the example's).  A batch of shapes not seen yet
+    traces the model again on zeros of those shapes and compiles a step for
+    them (one compile; native: one C build, or a build cache hit), kept in
+    an LRU cache of compiled_model.SIGNATURE_CACHE_SIZE signatures, so a
+    partial last batch needs no padding.
     """
 
     def __init__(self, model, optimizer, inputs, runtime_kwargs, dump_onnx=None, options=None):
@@ -99,72 +110,105 @@ class TrainingStep:
         self._update = _update_for(optimizer)
         inputs = tuple(inputs) if isinstance(inputs, (tuple, list)) else (inputs,)
         self._n_inputs = len(inputs)
-        _log.info('compiling the training step of %s', type(model).__name__)
+        self._options = options
+        runtime_kwargs = dict(runtime_kwargs)
+        runtime_kwargs.setdefault('backend', 'cupy' if model.xp is not numpy else 'numpy')
+        self._runtime_kwargs = runtime_kwargs
+        #: The batch signature ((shape, dtype) per input) -> its _CompiledStep,
+        #: least recently used first.
+        self._steps = OrderedDict()
+        first = self._compile(inputs, dump_onnx)
+        self._steps[_signature_of(inputs)] = first
+        #: The data inputs as the step takes them: the example's, axis 0 the
+        #: symbol 'batch' where it is the first input's batch.
+        self._declared = _batch_inputs(first.executor.program.inputs[:self._n_inputs])
+        self._array_type = model.xp.ndarray
+
+    def _compile(self, inputs, dump_onnx=None):
+        """The _CompiledStep of the model traced on ``inputs``; the update
+        rules' states are made (once) after its Executor, so that one the
+        backend refuses (native with track_memory) leaves the optimizer as
+        it was."""
+        model = self.model
+        _log.info('compiling the training step of %s for %s', type(model).__name__,
+                  _describe(inputs))
         start = time.perf_counter()
         traced = load_onnx(export_model(model, inputs, reported=True), check=False)
         binding = bind_initializers(traced.graph, model, 'the trace of %s' % type(model).__name__,
                                     traced=True)
         proto, state_updates = binding.training_copy(traced)
-        self._params = [binding.param_of[n] for n in binding.param_names]
-        self._persistent_slots = [binding.persistents[n] for n in binding.state_names]
         wrt = [n for n in binding.param_names if _trainable(binding.param_of[n])]
         compiled = compile_step_program(
             proto, loss=proto.graph.output[0].name,
             params=binding.inputs, wrt=wrt,
-            update=self._update, check=False, options=options)
+            update=self._update, check=False, options=self._options)
         if dump_onnx:
             write_onnx(compiled.onnx, dump_onnx)
-        self.program = compiled.program
-        # Before the update rules' states are made: an Executor the backend
-        # refuses (native with track_memory) leaves the optimizer as it was.
-        runtime_kwargs = dict(runtime_kwargs)
-        runtime_kwargs.setdefault('backend', 'cupy' if model.xp is not numpy else 'numpy')
-        self.executor = Executor(self.program, **runtime_kwargs)
-        self._order = compiled.order
-        self._rules = [binding.param_of[n].update_rule for n in compiled.updated]
-        for name, rule in zip(compiled.updated, self._rules):
-            rule._init_states(binding.param_of[name])  # Chainer's own lazy initialization
-        outputs = [v.name for v in self.program.outputs]
-        self._state_positions = [
-            (outputs.index(updated), binding.persistents[initializer])
-            for updated, initializer in state_updates]
-        self._reports = _report_targets(model, outputs)
-        self._array_type = model.xp.ndarray
-        self._batch_signature = None  # the batch signature last validated
+        executor = Executor(compiled.program, **self._runtime_kwargs)
+        rules = [binding.param_of[n].update_rule for n in compiled.updated]
+        for name, rule in zip(compiled.updated, rules):
+            if rule.state is None:  # Chainer's own lazy initialization, once
+                rule._init_states(binding.param_of[name])
+        outputs = [v.name for v in compiled.program.outputs]
+        step = _CompiledStep(
+            executor=executor, order=compiled.order, rules=rules,
+            params=[binding.param_of[n] for n in binding.param_names],
+            persistent_slots=[binding.persistents[n] for n in binding.state_names],
+            state_positions=[(outputs.index(updated), binding.persistents[initializer])
+                             for updated, initializer in state_updates],
+            reports=_report_targets(model, outputs))
         _log.info('compiled the training step of %s in %.1f s', type(model).__name__,
                   time.perf_counter() - start)
+        return step
+
+    @property
+    def _current(self):
+        """The _CompiledStep used last (the example's before any step)."""
+        return next(reversed(self._steps.values()))
+
+    @property
+    def program(self):
+        """The Program of the batch signature used last."""
+        return self._current.executor.program
+
+    @property
+    def executor(self):
+        """The VM Executor of the batch signature used last."""
+        return self._current.executor
 
     def computation_order_steps(self):
-        """The recompute order the step runs, as the list of steps that
-        compiler option 'order' takes (CompiledModel.computation_order_steps)."""
-        return list(self._order)
+        """The recompute order the step runs (for the batch signature used
+        last), as the list of steps that compiler option 'order' takes
+        (CompiledModel.computation_order_steps)."""
+        return list(self._current.order)
 
     def peak_bytes(self):
         """The most bytes the VM held at once over the steps run so far
         (pass ``runtime_kwargs={'track_memory': True}``; else 0): the live
         registers of the step's one program, from its inputs (the batch,
         parameters, running averages, the optimizer's state) and constants
-        to each value's last read, as CompiledModel.peak_bytes counts."""
-        return self.executor.peak_bytes
+        to each value's last read, as CompiledModel.peak_bytes counts; the
+        most of the batch signatures compiled so far."""
+        return max(step.executor.peak_bytes for step in self._steps.values())
 
     def __call__(self, *inputs):
         if len(inputs) != self._n_inputs:
             raise TypeError('the training step of %s takes %d input(s), got %d'
                             % (type(self.model).__name__, self._n_inputs, len(inputs)))
         values = [x.array if isinstance(x, chainer.Variable) else x for x in inputs]
-        self._validate_batch(values)
+        step = self._step_for(values)
         optimizer = self.optimizer
-        values += [p.array for p in self._params]
-        values += [getattr(link, attr) for link, attr in self._persistent_slots]
-        values += [rule.state[slot] for rule in self._rules for slot in self._update.slots]
-        counters = [optimizer, *self._rules]
+        values += [p.array for p in step.params]
+        values += [getattr(link, attr) for link, attr in step.persistent_slots]
+        values += [rule.state[slot] for rule in step.rules for slot in self._update.slots]
+        counters = [optimizer, *step.rules]
         counts = [c.t for c in counters]
         for c in counters:
             c.t += 1  # Adam's alpha_t is that of the new t
         try:
             values += [numpy.float64(_hyperparameter(optimizer, name))
                        for name in self._update.hyperparams]
-            results = self.executor.run_positional(values)
+            results = step.executor.run_positional(values)
         except BaseException:
             # What the batch makes fail (a label out of range ...) fails in
             # the forward half, before the first in-place update
@@ -173,29 +217,74 @@ class TrainingStep:
             for c, t in zip(counters, counts):
                 c.t = t
             raise
-        for position, (link, attr) in self._state_positions:
+        for position, (link, attr) in step.state_positions:
             getattr(link, attr)[...] = results[position]
-        for position, observer, key in self._reports:
+        for position, observer, key in step.reports:
             chainer.report({key: results[position]}, observer)
         return results[0]
 
-    def _validate_batch(self, values):
-        """Check the batch before anything changes, so a refused call leaves
-        optimizer.t, the update rules and the arrays as they were.  A
-        training loop feeds the same shapes every step: as the VM does for
-        its inputs, a signature (the arrays' shapes and dtypes) is checked
-        once, and later batches of that signature are not checked again.
-        The other inputs are the model's and the optimizer's own arrays,
-        bound at compile time and checked by the VM."""
+    def _step_for(self, values):
+        """The _CompiledStep for the batch ``values``, compiled for a new
+        signature; the batch is checked before anything changes, so a
+        refused call leaves optimizer.t, the update rules and the arrays as
+        they were.  A training loop feeds the same shapes every step: as the
+        VM does for its inputs, a signature (the arrays' shapes and dtypes)
+        is checked once, and later batches of that signature are not checked
+        again.  The other inputs are the model's and the optimizer's own
+        arrays, bound at compile time and checked by the VM."""
         array_type = self._array_type
-        signature = [(v.shape, v.dtype) if type(v) is array_type else None for v in values]
-        if signature == self._batch_signature:
-            return
-        validate_inputs(self.program.inputs[:len(values)], values, self.program.name)
         # Only plain arrays are remembered: another type that passed once
         # may carry another shape next time.
-        if None not in signature:
-            self._batch_signature = signature
+        if all(type(v) is array_type for v in values):
+            step = self._steps.get(_signature_of(values))
+            if step is not None:
+                self._steps.move_to_end(_signature_of(values))
+                return step
+        validate_inputs(self._declared, values, 'training_step')
+        signature = _signature_of(values)
+        step = self._steps.get(signature)
+        if step is None:
+            xp = self.model.xp
+            step = self._compile([xp.zeros(shape, dtype) for shape, dtype in signature])
+            self._steps[signature] = step
+            if len(self._steps) > SIGNATURE_CACHE_SIZE:
+                self._steps.popitem(last=False)
+        self._steps.move_to_end(signature)
+        return step
+
+
+@dataclass
+class _CompiledStep:
+    """The step compiled for one batch signature: its Executor and
+    recompute order, the update rules, Parameters and persistent arrays it
+    takes (in its inputs' order), the outputs that update running averages
+    and the reported ones."""
+    executor: object
+    order: list
+    rules: list
+    params: list
+    persistent_slots: list
+    state_positions: list
+    reports: list
+
+
+def _signature_of(values):
+    """((shape, dtype) of each array of ``values``)."""
+    return tuple((tuple(v.shape), numpy.dtype(v.dtype)) for v in values)
+
+
+def _describe(values):
+    return ', '.join('%s %s' % (numpy.dtype(v.dtype).name, tuple(v.shape)) for v in values)
+
+
+def _batch_inputs(declared):
+    """The ValueInfos ``declared`` with axis 0 the symbol 'batch' where its
+    size is the first input's: the other dimensions stay the example's."""
+    batch = next((info.shape[0] for info in declared if info.shape), None)
+    return [ValueInfo(info.name, info.register, info.kind, info.dtype,
+                      ('batch',) + tuple(info.shape[1:])
+                      if info.shape and info.shape[0] == batch else info.shape)
+            for info in declared]
 
 
 class TrainingStepUpdater(StandardUpdater):

@@ -4,6 +4,7 @@ import copy
 
 import chainer
 import chainer.functions as F
+import chainer.links as L
 import numpy
 import onnx
 import pytest
@@ -170,3 +171,61 @@ def test_a_file_of_fixed_shapes_names_dynamic_axes_for_another_batch(tmp_path):
     with chainer.using_config('train', False), \
             pytest.raises(InputValidationError, match="dynamic_axes='batch'.*FixedBatchDataset"):
         compiled(numpy.ones((3, 5), 'f'))
+
+
+# -- compile_training_step -----------------------------------------------------
+@pytest.mark.parametrize('backend', ['numpy', pytest.param('native', marks=pytest.mark.slow)])
+@pytest.mark.parametrize('make_model, shape, make_optimizer', [
+    (lambda: MLP(32, 10), (12,), chainer.optimizers.Adam),
+    # Adam is ill-conditioned on the biases before BatchNormalization, whose
+    # gradients are rounding noise: MomentumSGD (also with a state).
+    (lambda: LeNet5(batch_norm=True), (1, 28, 28),
+     lambda: chainer.optimizers.MomentumSGD(lr=0.01)),
+])
+def test_training_step_updates_as_chainer_at_every_batch_size(make_model, shape, make_optimizer,
+                                                              backend):
+    """Compiled on a batch of 8, the step takes 1, 5, 8 and 13 (and 5 again:
+    the optimizer's state carries over between signatures, never made anew)."""
+    x8 = numpy.zeros((8,) + shape, 'f')
+    plain = L.Classifier(_initialized(make_model(), x8))
+    twin = copy.deepcopy(plain)
+    plain_opt, twin_opt = make_optimizer(), make_optimizer()
+    plain_opt.setup(plain)
+    twin_opt.setup(twin)
+    step = chainer_compiler.compile_training_step(twin, twin_opt, (x8, _labels(8)),
+                                                  runtime_kwargs={'backend': backend})
+    for batch in (1, 5, 8, 13, 5) if backend == 'numpy' else (5, 13):
+        x = numpy.random.RandomState(batch).uniform(-1, 1, (batch,) + shape).astype('f')
+        t = _labels(batch, seed=batch)
+        plain_opt.update(plain, x, t)
+        numpy.testing.assert_allclose(step(x, t), plain.loss.array, rtol=1e-5,
+                                      err_msg='batch %d' % batch)
+    for (name, p), (_, q) in zip(sorted(plain.namedparams()), sorted(twin.namedparams())):
+        numpy.testing.assert_allclose(q.array, p.array, rtol=1e-4, atol=2e-5, err_msg=name)
+        for slot, value in p.update_rule.state.items():
+            numpy.testing.assert_allclose(q.update_rule.state[slot], value, rtol=1e-4,
+                                          atol=1e-6, err_msg='%s %s' % (name, slot))
+    for (name, link), (_, other) in zip(plain.namedlinks(), twin.namedlinks()):
+        for attr in ('avg_mean', 'avg_var'):
+            if hasattr(link, attr):
+                numpy.testing.assert_allclose(getattr(other, attr), getattr(link, attr),
+                                              rtol=1e-5, atol=1e-6, err_msg=name + attr)
+    assert twin_opt.t == plain_opt.t
+
+
+def test_training_step_refuses_a_batch_whose_inputs_disagree_naming_the_dimension():
+    from chainer_compiler.runtime.errors import InputValidationError
+    model = L.Classifier(MLP(8, 3))
+    optimizer = chainer.optimizers.SGD()
+    optimizer.setup(model)
+    step = chainer_compiler.compile_training_step(
+        model, optimizer, (numpy.zeros((4, 5), 'f'), numpy.zeros(4, 'i')),
+        runtime_kwargs={'backend': 'numpy'})
+    before = [p.array.copy() for p in model.params()]
+    with pytest.raises(InputValidationError, match="has batch=3 on axis 0, but input "
+                                                   "'input_0' has batch=6"):
+        step(numpy.ones((6, 5), 'f'), numpy.zeros(3, 'i'))
+    with pytest.raises(InputValidationError, match=r"shape \(6, 4\), expected \('batch', 5\)"):
+        step(numpy.ones((6, 4), 'f'), numpy.zeros(6, 'i'))
+    assert optimizer.t == 0
+    assert all((p.array == b).all() for p, b in zip(model.params(), before))
