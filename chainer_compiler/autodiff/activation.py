@@ -53,7 +53,7 @@ def relu_grad(b, node, gys):
 def leaky_relu_grad(b, node, gys):
     # The kernel takes x where x >= 0; with alpha > 0, y >= 0 exactly there.
     gy, = gys
-    alpha = b.attr(node, 'alpha', 0.01)
+    alpha = b.attr(node, 'alpha')
     v = node.output[0] if alpha > 0 else node.input[0]
     slope = b.node('Mul', [gy, _scalar(b, alpha, v)])
     return [_where(b, _ge(b, v, _scalar(b, 0, v)), gy, slope, v)]
@@ -77,13 +77,13 @@ def _exponential_unit_grad(b, node, gy, scale, alpha):
 
 @gradient('Elu')
 def elu_grad(b, node, gys):
-    return [_exponential_unit_grad(b, node, gys[0], 1.0, b.attr(node, 'alpha', 1.0))]
+    return [_exponential_unit_grad(b, node, gys[0], 1.0, b.attr(node, 'alpha'))]
 
 
 @gradient('Selu')
 def selu_grad(b, node, gys):
-    alpha = b.attr(node, 'alpha', 1.6732632423543772)
-    gamma = b.attr(node, 'gamma', 1.0507009873554805)
+    alpha = b.attr(node, 'alpha')
+    gamma = b.attr(node, 'gamma')
     return [_exponential_unit_grad(b, node, gys[0], gamma, alpha)]
 
 
@@ -92,7 +92,7 @@ def celu_grad(b, node, gys):
     # y = max(0, x) + min(0, alpha (e^(x/alpha) - 1)): slope 1 for x > 0,
     # e^(x/alpha) = y/alpha + 1 for x <= 0.
     gy, = gys
-    alpha = b.attr(node, 'alpha', 1.0)
+    alpha = b.attr(node, 'alpha')
     y = node.output[0]
     positive = b.node('Greater', [y, _scalar(b, 0, y)])
     negative = b.node('Add', [b.node('Mul', [y, _scalar(b, 1 / alpha, y)]), _scalar(b, 1, y)])
@@ -104,7 +104,7 @@ def celu_grad(b, node, gys):
 def thresholded_relu_grad(b, node, gys):
     # y = x where x > alpha, else 0: with alpha >= 0, y > alpha exactly there.
     gy, = gys
-    alpha = b.attr(node, 'alpha', 1.0)
+    alpha = b.attr(node, 'alpha')
     v = node.output[0] if alpha >= 0 else node.input[0]
     return [_gate(b, b.node('Greater', [v, _scalar(b, alpha, v)]), gy, v)]
 
@@ -149,7 +149,7 @@ def tanh_grad(b, node, gys):
 def hard_sigmoid_grad(b, node, gys):
     # alpha gy where 0 < y < 1.
     gy, = gys
-    alpha = b.attr(node, 'alpha', 0.2)
+    alpha = b.attr(node, 'alpha')
     y = node.output[0]
     inside = b.node('And', [b.node('Greater', [y, _scalar(b, 0, y)]),
                             b.node('Less', [y, _scalar(b, 1, y)])])
@@ -186,7 +186,7 @@ def shrink_grad(b, node, gys):
     # Slope 1 where |x| > lambd, else 0.
     gy, = gys
     x = node.input[0]
-    lambd = b.attr(node, 'lambd', 0.5)
+    lambd = b.attr(node, 'lambd')
     outside = b.node('Greater', [b.node('Abs', [x]), _scalar(b, lambd, x)])
     return [_gate(b, outside, gy, x)]
 
@@ -196,7 +196,7 @@ def swish_grad(b, node, gys):
     # y = x s with s = sigmoid(alpha x): slope s + alpha y (1 - s).
     gy, = gys
     x, y = node.input[0], node.output[0]
-    alpha = b.attr(node, 'alpha', 1.0)
+    alpha = b.attr(node, 'alpha')
     ax = x if alpha == 1.0 else b.node('Mul', [x, _scalar(b, alpha, x)])
     s = b.node('Sigmoid', [ax])
     ay = y if alpha == 1.0 else b.node('Mul', [y, _scalar(b, alpha, y)])
@@ -217,7 +217,7 @@ def mish_grad(b, node, gys):
 
 @gradient('Gelu')
 def gelu_grad(b, node, gys):
-    approximate = b.attr(node, 'approximate', 'none')
+    approximate = b.attr(node, 'approximate')
     return [b.node('GeluGrad', [gys[0], node.input[0]], 1, domain=CUSTOM_DOMAIN,
                    approximate=None if approximate == 'none' else approximate)]
 

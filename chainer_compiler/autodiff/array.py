@@ -79,7 +79,7 @@ def concat_grad(b, node, gys):
     gy, = gys
     if len(node.input) == 1:
         return [gy]
-    axis = _axis(b.attr(node, 'axis', 1), len(b.dims(node.output[0])))
+    axis = _axis(b.attr(node, 'axis'), len(b.dims(node.output[0])))
     sizes = [b.dim_of(x, axis) for x in node.input]
     outputs = [b.fresh('concat_grad') for _ in sizes]
     if all(isinstance(s, int) for s in sizes):
@@ -95,7 +95,7 @@ def concat_grad(b, node, gys):
 @gradient('Split')
 def split_grad(b, node, gys):
     x = node.input[0]
-    axis = _axis(b.attr(node, 'axis', 0), len(b.dims(x)))
+    axis = _axis(b.attr(node, 'axis'), len(b.dims(x)))
     pieces = []
     for y, gy in zip(node.output, gys):
         pieces.append(gy if gy is not None else b.zeros_like(y))
@@ -127,7 +127,7 @@ def gather_grad(b, node, gys):
     if not _static(b, data):
         return [_moved_back(b, node, gy, data), None]
     shape = list(b.shape(data))
-    axis = _axis(b.attr(node, 'axis', 0), len(shape))
+    axis = _axis(b.attr(node, 'axis'), len(shape))
     return [_custom(b, 'GatherGrad', [gy, indices], axis=axis, shape=shape), None]
 
 
@@ -138,7 +138,7 @@ def gather_elements_grad(b, node, gys):
     if not _static(b, data):
         return [_moved_back(b, node, gy, data), None]
     shape = list(b.shape(data))
-    axis = _axis(b.attr(node, 'axis', 0), len(shape))
+    axis = _axis(b.attr(node, 'axis'), len(shape))
     return [_custom(b, 'GatherElementsGrad', [gy, indices], axis=axis, shape=shape), None]
 
 
@@ -149,7 +149,7 @@ def gather_nd_grad(b, node, gys):
     if not _static(b, data):
         return [_moved_back(b, node, gy, data), None]
     return [_custom(b, 'GatherNDGrad', [gy, indices], shape=list(b.shape(data)),
-                    batch_dims=b.attr(node, 'batch_dims', 0)), None]
+                    batch_dims=b.attr(node, 'batch_dims')), None]
 
 
 @gradient('Compress')
@@ -175,11 +175,12 @@ def scatter_grad(b, node, gys):
     (reduction 'none') or as is ('add'); updates: the gradient gathered."""
     gy, = gys
     data, indices, updates = node.input
-    reduction = b.attr(node, 'reduction', 'none')
+    # Scatter (opsets 9 and 10) has no reduction: it overwrites.
+    reduction = b.attr(node, 'reduction') or 'none'
     if reduction not in ('none', 'add'):
         raise GradientError('gradient of %s with reduction %r' % (node.op_type, reduction))
     nd = node.op_type == 'ScatterND'
-    attrs = {} if nd else {'axis': b.attr(node, 'axis', 0)}
+    attrs = {} if nd else {'axis': b.attr(node, 'axis')}
     gathered = b.node('GatherND' if nd else 'GatherElements', [gy, indices], 1, **attrs)
     if reduction == 'add':
         return [gy, None, gathered]
@@ -195,7 +196,7 @@ def top_k_grad(b, node, gys):
     gy = gys[0]
     x = node.input[0]
     shape = list(b.shape(x))
-    axis = _axis(b.attr(node, 'axis', -1), len(shape))
+    axis = _axis(b.attr(node, 'axis'), len(shape))
     gx = _custom(b, 'GatherElementsGrad', [gy, node.output[1]], axis=axis, shape=shape)
     return [gx] + [None] * (len(node.input) - 1)
 
@@ -230,10 +231,10 @@ def tile_grad(b, node, gys):
 def pad_grad(b, node, gys):
     gy, = gys
     x = node.input[0]
-    mode = b.attr(node, 'mode', 'constant')
+    mode = b.attr(node, 'mode')
     rest = [None] * (len(node.input) - 1)
     if b.version(node) < 11:
-        pads = b.attr(node, 'pads', b.attr(node, 'paddings'))
+        pads = b.attr(node, 'pads') or b.attr(node, 'paddings')  # Pad-1: paddings
         if mode == 'constant':
             attrs = {'pads': [-p for p in pads]} if b.opset >= 2 else {
                 'paddings': [-p for p in pads]}
@@ -272,7 +273,7 @@ def where_grad(b, node, gys):
 def trilu_grad(b, node, gys):
     gy, = gys
     inputs = [gy] + list(node.input[1:2])
-    return [b.node('Trilu', inputs, 1, upper=b.attr(node, 'upper', 1))] + \
+    return [b.node('Trilu', inputs, 1, upper=b.attr(node, 'upper'))] + \
         [None] * (len(node.input) - 1)
 
 
@@ -280,8 +281,8 @@ def trilu_grad(b, node, gys):
 def reverse_sequence_grad(b, node, gys):
     gy, = gys
     return [b.node('ReverseSequence', [gy, node.input[1]], 1,
-                   batch_axis=b.attr(node, 'batch_axis', 1),
-                   time_axis=b.attr(node, 'time_axis', 0)), None]
+                   batch_axis=b.attr(node, 'batch_axis'),
+                   time_axis=b.attr(node, 'time_axis')), None]
 
 
 # -- casts -----------------------------------------------------------------
@@ -314,7 +315,7 @@ def cast_like_grad(b, node, gys):
 def depth_to_space_grad(b, node, gys):
     gy, = gys
     blocksize = b.attr(node, 'blocksize')
-    if b.attr(node, 'mode', 'DCR') == 'DCR':
+    if b.attr(node, 'mode') == 'DCR':
         return [b.node('SpaceToDepth', [gy], 1, blocksize=blocksize)]
     n, c, h, w = b.shape(node.input[0])
     blocks = b.reshape(gy, [n, c // blocksize ** 2, h, blocksize, w, blocksize])
@@ -347,7 +348,7 @@ def resize_grad(b, node, gys):
         attrs = {name: b.attr(node, name) for name in _RESIZE_ATTRS}
         inputs = [gy] + [optional_input(node, i) for i in range(1, 4)]
         return [_custom(b, 'ResizeGrad', inputs, shape=shape, **attrs)] + rest
-    mode = b.attr(node, 'mode', 'nearest')
+    mode = b.attr(node, 'mode')
     if len(node.input) > 1:
         scales = node.input[1]
     elif b.attr(node, 'scales') is not None:

@@ -26,9 +26,9 @@ def _conv_attributes(b, node):
     x_shape = b.dims(node.input[0])
     n = len(x_shape) - 2
     kernel = list(b.shape(node.input[1])[2:])
-    strides = list(b.attr(node, 'strides', None) or [1] * n)
-    dilations = list(b.attr(node, 'dilations', None) or [1] * n)
-    return x_shape, n, kernel, b.attr(node, 'group', 1), strides, dilations
+    strides = list(b.attr(node, 'strides') or [1] * n)
+    dilations = list(b.attr(node, 'dilations') or [1] * n)
+    return x_shape, n, kernel, b.attr(node, 'group'), strides, dilations
 
 
 @gradient('Conv')
@@ -53,7 +53,7 @@ def _conv_input_grad(b, node, gy, x_shape, kernel, group, strides, dilations):
     """(Conv's input gradient, its resolved pads) when x's size is static."""
     n = len(kernel)
     window = window_geometry(x_shape[2:], kernel, strides, dilations,
-                             b.attr(node, 'pads', None), b.attr(node, 'auto_pad', 'NOTSET'))
+                             b.attr(node, 'pads'), b.attr(node, 'auto_pad'))
     pads = list(window.pads_begin + window.pads_end)
     # Input rows after the last full window get no gradient: output_padding
     # makes ConvTranspose's result exactly as large as x.
@@ -74,12 +74,12 @@ def _conv_input_grad_dynamic(b, node, gy, kernel, group, strides, dilations):
     Explicit pads only (SAME padding depends on the size)."""
     x, w = node.input[:2]
     n = len(kernel)
-    auto_pad = b.attr(node, 'auto_pad', 'NOTSET')
+    auto_pad = b.attr(node, 'auto_pad')
     if auto_pad not in ('NOTSET', 'VALID') or b.opset < 11:
         raise GradientError('the gradient of %s (auto_pad %s) for %s, whose size is known '
                             'only at run time, needs explicit pads and opset 11'
                             % (node.name or node.op_type, auto_pad, x))
-    pads = list(b.attr(node, 'pads', None) or [0] * (2 * n)) if auto_pad == 'NOTSET' \
+    pads = list(b.attr(node, 'pads') or [0] * (2 * n)) if auto_pad == 'NOTSET' \
         else [0] * (2 * n)
     spread = b.node('ConvTranspose', [gy, w], 1, kernel_shape=list(kernel), strides=strides,
                     dilations=dilations, pads=pads[:n] + [0] * n, group=group)
@@ -94,9 +94,9 @@ def _conv_transpose_pads(b, node, in_shape, kernel, strides, dilations):
     """(begin, end, output spatial shape) of a ConvTranspose, resolved by
     the runtime kernel's own rule."""
     return conv_transpose_padding(
-        in_shape, kernel, strides, dilations, b.attr(node, 'output_padding', None),
-        b.attr(node, 'output_shape', None), b.attr(node, 'auto_pad', 'NOTSET'),
-        b.attr(node, 'pads', None))
+        in_shape, kernel, strides, dilations, b.attr(node, 'output_padding'),
+        b.attr(node, 'output_shape'), b.attr(node, 'auto_pad'),
+        b.attr(node, 'pads'))
 
 
 @gradient('ConvTranspose')

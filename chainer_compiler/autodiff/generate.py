@@ -21,6 +21,7 @@ from ..onnx_graph import (
     value_info,
     value_types,
 )
+from ..runtime.ops.registry import fill_defaults
 from .registry import GradientError, forward_rewrite_for, rule_for
 
 GRAD_PREFIX = 'grad/'
@@ -127,14 +128,15 @@ class BackwardBuilder(GraphBuilder):
         opset: the since_version of its schema, as kernels are keyed."""
         return schema_version(node, {'': self.opset})
 
-    @staticmethod
-    def attr(node, name, default=None):
-        """Attribute ``name`` of forward ``node`` (``default`` when absent)."""
+    def attr(self, node, name):
+        """Attribute ``name`` of forward ``node``: as written, else the
+        default its kernel declares at the node's schema version (the one
+        place a default is stated: registry.fill_defaults), else None."""
         for a in node.attribute:
             if a.name == name:
                 value = helper.get_attribute_value(a)
                 return value.decode() if isinstance(value, bytes) else value
-        return default
+        return fill_defaults(node.op_type, node.domain, self.version(node), {}).get(name)
 
     def reshape_like(self, x, name):
         """``x`` reshaped to the shape of forward value ``name``."""

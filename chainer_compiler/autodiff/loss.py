@@ -37,7 +37,7 @@ def forward_output(b, node, index, dtype, shape, hint):
 
 def _loss_attrs(b, node):
     return {'ignore_index': b.attr(node, 'ignore_index'),
-            'reduction': b.attr(node, 'reduction', 'mean')}
+            'reduction': b.attr(node, 'reduction')}
 
 
 @gradient('SoftmaxCrossEntropyLoss')

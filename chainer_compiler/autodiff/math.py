@@ -68,9 +68,9 @@ def _unbroadcast(b, node, grad, i):
     element-wise ``node``, summed back to that input's shape; handles the
     explicit ``broadcast``/``axis`` attributes of opsets < 7."""
     x = node.input[i]
-    if b.version(node) < 7 and i > 0 and b.attr(node, 'broadcast', 0):
+    if b.version(node) < 7 and i > 0 and b.attr(node, 'broadcast'):
         out_shape, shape = b.shape(node.output[0]), b.shape(x)
-        axis = b.attr(node, 'axis', None)
+        axis = b.attr(node, 'axis')
         if axis is not None and len(shape) < len(out_shape):
             axis %= len(out_shape)
             aligned = shape + (1,) * (len(out_shape) - axis - len(shape))
@@ -508,8 +508,8 @@ def reduce_prod_grad(b, node, x, gy, kept):
 def cumsum_grad(b, node, gys):
     # The adjoint of a cumulative sum runs the other way.
     x, axis = node.input
-    reverse = b.attr(node, 'reverse', 0)
-    exclusive = b.attr(node, 'exclusive', 0)
+    reverse = b.attr(node, 'reverse')
+    exclusive = b.attr(node, 'exclusive')
     gx = b.node('CumSum', [gys[0], axis], exclusive=exclusive or None,
                 reverse=None if reverse else 1)
     return [gx, None]
@@ -590,10 +590,10 @@ def gemm_grad(b, node, gys):
     gy, = gys
     a, w = node.input[:2]
     c = optional_input(node, 2)
-    alpha = b.attr(node, 'alpha', 1.0)
-    beta = b.attr(node, 'beta', 1.0)
-    trans_a = b.attr(node, 'transA', 0)
-    trans_b = b.attr(node, 'transB', 0)
+    alpha = b.attr(node, 'alpha')
+    beta = b.attr(node, 'beta')
+    trans_a = b.attr(node, 'transA')
+    trans_b = b.attr(node, 'transB')
     alpha_attr = None if alpha == 1.0 else alpha
     ga = gw = gc = None
     if _is_float(b, a):

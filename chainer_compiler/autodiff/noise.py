@@ -29,11 +29,11 @@ def dropout_grad(b, node, gys):
             return [gy] + others
         mask = forward_output(b, node, 1, numpy.bool_, b.dims(x), 'mask')
         inputs = [gy, mask, optional_input(node, 1), node.input[2]]
-    elif version >= 7 or b.attr(node, 'is_test', 0):  # no training mode: identity
+    elif version >= 7 or b.attr(node, 'is_test'):  # no training mode: identity
         return [gy] + others
     else:  # opsets 1-6 train unless is_test; the mask has the data's type
         mask = forward_output(b, node, 1, b.dtype(x), b.dims(x), 'mask')
-        ratio = b.constant(numpy.float32(b.attr(node, 'ratio', 0.5)), hint='ratio')
+        ratio = b.constant(numpy.float32(b.attr(node, 'ratio')), hint='ratio')
         inputs = [gy, mask, ratio, b.constant(numpy.bool_(True), hint='training_mode')]
     return [b.node('DropoutGrad', inputs, 1, domain=CUSTOM_DOMAIN)] + others
 
@@ -44,7 +44,7 @@ def dropout_training_grad(b, node, gys):
     gy = gys[0]
     if gy is None:
         return [None]
-    ratio = b.attr(node, 'ratio', 0.5)
+    ratio = b.attr(node, 'ratio')
     inputs = [gy, node.output[1], b.constant(numpy.float32(ratio), hint='ratio'),
               b.constant(numpy.bool_(True), hint='training_mode')]
     return [b.node('DropoutGrad', inputs, 1, domain=CUSTOM_DOMAIN)]

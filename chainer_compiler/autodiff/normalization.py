@@ -37,10 +37,10 @@ def batch_normalization_grad(b, node, gys):
     if gy is None:  # only the running statistics are used
         return [None] * len(node.input)
     x, scale, _, mean, var = node.input
-    attrs = dict(domain=CUSTOM_DOMAIN, epsilon=float(b.attr(node, 'epsilon', 1e-5)),
-                 spatial=b.attr(node, 'spatial', None))
-    if batch_norm_trains(b.version(node), len(node.output), b.attr(node, 'training_mode', 0),
-                         b.attr(node, 'is_test', 0)):
+    attrs = dict(domain=CUSTOM_DOMAIN, epsilon=float(b.attr(node, 'epsilon')),
+                 spatial=b.attr(node, 'spatial'))
+    if batch_norm_trains(b.version(node), len(node.output), b.attr(node, 'training_mode'),
+                         b.attr(node, 'is_test')):
         inputs = [x, scale, gy] + _saved(b, node.output[3:5])
         gx, g_scale, g_b = b.node('BatchNormalizationGrad', inputs, 3, training=1, **attrs)
         return [gx, g_scale, g_b, None, None]
@@ -59,8 +59,8 @@ def layer_normalization_grad(b, node, gys):
     inputs = [x, scale, gy]
     inputs += _saved(b, node.output[1:3])
     gx, g_scale = b.node('LayerNormalizationGrad', inputs, 2, domain=CUSTOM_DOMAIN,
-                         axis=b.attr(node, 'axis', -1),
-                         epsilon=float(b.attr(node, 'epsilon', 1e-5)))
+                         axis=b.attr(node, 'axis'),
+                         epsilon=float(b.attr(node, 'epsilon')))
     grads = [gx, g_scale]
     if optional_input(node, 2):
         bias = node.input[2]
@@ -71,7 +71,7 @@ def layer_normalization_grad(b, node, gys):
 def _group_norm_grad(b, node, gy, num_groups):
     x, scale = node.input[:2]
     grads = b.node('GroupNormalizationGrad', [x, scale, gy], 3, domain=CUSTOM_DOMAIN,
-                   num_groups=num_groups, epsilon=float(b.attr(node, 'epsilon', 1e-5)))
+                   num_groups=num_groups, epsilon=float(b.attr(node, 'epsilon')))
     return grads[:len(node.input)]
 
 
@@ -101,8 +101,8 @@ def lp_normalization_grad(b, node, gys):
     p = 2 and sign(x) for p = 1 (a zero norm divides by 1, as forward)."""
     gy, = gys
     x, y = node.input[0], node.output[0]
-    p = b.attr(node, 'p', 2)
-    axes = [b.attr(node, 'axis', -1) % len(b.dims(x))]
+    p = b.attr(node, 'p')
+    axes = [b.attr(node, 'axis') % len(b.dims(x))]
     dtype = b.dtype(x)
     norm = b.reduce('ReduceL2' if p == 2 else 'ReduceL1', x, axes, keepdims=True)
     zero = b.constant(numpy.zeros((), dtype), hint='zero')

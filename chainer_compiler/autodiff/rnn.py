@@ -52,8 +52,8 @@ def _recurrent_grad(b, node, gys):
     grad_op, n_states, grad_inputs = _GRADS[node.op_type]
     inputs = list(node.input) + [''] * (_N_INPUTS[node.op_type] - len(node.input))
     X, R = inputs[0], inputs[2]
-    layout = b.attr(node, 'layout', 0)
-    directions = 2 if b.attr(node, 'direction', 'forward') == 'bidirectional' else 1
+    layout = b.attr(node, 'layout')
+    directions = 2 if b.attr(node, 'direction') == 'bidirectional' else 1
     hidden = b.attr(node, 'hidden_size') or b.dims(R)[-1]
     x_shape = b.dims(X)
     steps, batch = (x_shape[1], x_shape[0]) if layout else (x_shape[0], x_shape[1])

@@ -79,7 +79,7 @@ def sequence_erase_grad(b, node, gys):
 def concat_from_sequence_grad(b, node, gys):
     gy, = gys
     seq = node.input[0]
-    axis, new_axis = b.attr(node, 'axis'), b.attr(node, 'new_axis', 0)
+    axis, new_axis = b.attr(node, 'axis'), b.attr(node, 'new_axis')
     if new_axis:  # stacked: split back into slices of one, the axis dropped
         return [b.node('SplitToSequence', [gy], axis=axis, keepdims=0)]
     # Concatenated: split back into the elements' sizes along the axis.
@@ -93,8 +93,8 @@ def concat_from_sequence_grad(b, node, gys):
 @gradient('SplitToSequence')
 def split_to_sequence_grad(b, node, gys):
     gy, = gys
-    axis = b.attr(node, 'axis', 0)
+    axis = b.attr(node, 'axis')
     # Parts lost their axis only when split into ones with keepdims=0.
-    squeezed = not optional_input(node, 1) and not b.attr(node, 'keepdims', 1)
+    squeezed = not optional_input(node, 1) and not b.attr(node, 'keepdims')
     grads = [b.node('ConcatFromSequence', [gy], axis=axis, new_axis=int(squeezed))]
     return grads + [None] * (len(node.input) - 1)

@@ -14,9 +14,17 @@ import onnx
 from onnx import helper
 
 from ..onnx_builder import GraphBuilder
-from ..onnx_graph import all_nodes, numpy_dtype, opset_versions, optional_input, walk_graphs
+from ..onnx_graph import (
+    all_nodes,
+    numpy_dtype,
+    opset_versions,
+    optional_input,
+    schema_version,
+    walk_graphs,
+)
+from ..runtime.ops.noise import DROPOUT_RATIO
 from ..runtime.ops.opset_rules import batch_norm_trains
-from ..runtime.ops.registry import CUSTOM_DOMAIN
+from ..runtime.ops.registry import CUSTOM_DOMAIN, fill_defaults
 
 
 def to_training_mode(model, decays=None):
@@ -42,14 +50,14 @@ def to_training_mode(model, decays=None):
                 updated = stat + '/updated'
                 latest[stat] = builder.fresh(updated) if stat in latest else \
                     builder.reserve(updated)
-            attrs = {a.name: helper.get_attribute_value(a) for a in node.attribute
-                     if a.name in ('epsilon', 'spatial')}
+            # spatial (opsets < 9) as written: the training form keeps it.
+            spatial = {a.name: a.i for a in node.attribute if a.name == 'spatial'}
             first = len(builder.nodes)
             builder.batch_normalization_training(
                 inputs, [node.output[0], latest[mean], latest[var]],
-                epsilon=attrs.pop('epsilon', 1e-5), momentum=decays.get(mean, 0.9),
+                epsilon=_attributes(node, opset)['epsilon'], momentum=decays.get(mean, 0.9),
                 unbiased_count=_count_per_channel(node, types, model),
-                stat_dtype=numpy_dtype(_tensor_type(var, types, model).elem_type), **attrs)
+                stat_dtype=numpy_dtype(_tensor_type(var, types, model).elem_type), **spatial)
             for i, added in enumerate(builder.nodes[first:]):
                 added.name = node.name if i == 0 else '%s/%s' % (node.name, added.name)
             nodes.extend(builder.nodes[first:])
@@ -112,9 +120,16 @@ def _is_inference_batch_norm(node, opset):
     training-mode BatchNormalization stays as it is)."""
     if node.op_type != 'BatchNormalization' or node.domain not in ('', 'ai.onnx'):
         return False
-    attrs = {a.name: helper.get_attribute_value(a) for a in node.attribute}
-    return not batch_norm_trains(opset, len(node.output), attrs.get('training_mode', 0),
-                                 attrs.get('is_test', 0))
+    attrs = _attributes(node, opset)
+    return not batch_norm_trains(opset, len(node.output), **{
+        name: attrs[name] for name in ('training_mode', 'is_test') if name in attrs})
+
+
+def _attributes(node, opset):
+    """``node``'s attributes with the defaults of its kernel at its schema
+    version filled in (registry.fill_defaults): no default restated here."""
+    return fill_defaults(node.op_type, node.domain, schema_version(node, {'': opset}),
+                         {a.name: helper.get_attribute_value(a) for a in node.attribute})
 
 
 def _count_per_channel(node, types, model):
@@ -154,13 +169,13 @@ def _same_type(name, info, model, like):
 
 
 def _dropout_ratio(node, model):
-    for a in node.attribute:
-        if a.name == 'ratio':
-            return float(a.f)
+    attrs = _attributes(node, opset_versions(model).get('', 1))
+    if 'ratio' in attrs:  # an attribute before opset 12
+        return float(attrs['ratio'])
     if optional_input(node, 1):
         init = next((t for t in model.graph.initializer if t.name == node.input[1]), None)
         if init is None:
             raise ValueError('Dropout %s: the ratio must be a constant to compile for training'
                              % node.name)
         return float(onnx.numpy_helper.to_array(init))
-    return 0.5
+    return DROPOUT_RATIO

@@ -26,6 +26,11 @@ def _float_dtype(dtype, default=numpy.float32):
 
 # -- Dropout ----------------------------------------------------------------------
 
+#: Dropout's ratio when no attribute or input gives one (ONNX's default):
+#: the kernels' own, and what a pass that reads a ratio falls back to.
+DROPOUT_RATIO = 0.5
+
+
 def _dropout(xp, data, ratio, training, seed, n_outputs, mask_dtype):
     """Output (and, if asked for, the keep-mask) of Dropout.
 
@@ -47,26 +52,26 @@ def _dropout(xp, data, ratio, training, seed, n_outputs, mask_dtype):
 
 
 @kernel('Dropout', versions=(1, 6), recompute=False, random=True, view_of=0)
-def dropout_v1(xp, data, *, ratio=0.5, is_test=0, consumed_inputs=None, n_outputs=1):
+def dropout_v1(xp, data, *, ratio=DROPOUT_RATIO, is_test=0, consumed_inputs=None, n_outputs=1):
     # Opsets 1 and 6 train unless is_test is set; the mask has data's type.
     return _dropout(xp, data, ratio, not is_test, None, n_outputs, data.dtype)
 
 
 @kernel('Dropout', versions=(7, 9))
-def dropout_v7(xp, data, *, ratio=0.5, n_outputs=1):
+def dropout_v7(xp, data, *, ratio=DROPOUT_RATIO, n_outputs=1):
     # Opsets 7 to 11 have no training mode: Dropout is the identity.
     return _dropout(xp, data, ratio, False, None, n_outputs, data.dtype)
 
 
 @kernel('Dropout', versions=(10, 11))
-def dropout_v10(xp, data, *, ratio=0.5, n_outputs=1):
+def dropout_v10(xp, data, *, ratio=DROPOUT_RATIO, n_outputs=1):
     return _dropout(xp, data, ratio, False, None, n_outputs, numpy.bool_)
 
 
 @kernel('Dropout', versions=(12, LATEST))
 def dropout(xp, data, ratio=None, training_mode=None, *, seed=None, n_outputs=1):
     training = training_mode is not None and bool(training_mode)
-    ratio = 0.5 if ratio is None else float(ratio)
+    ratio = DROPOUT_RATIO if ratio is None else float(ratio)
     return _dropout(xp, data, ratio, training, seed, n_outputs, numpy.bool_)
 
 
@@ -128,7 +133,7 @@ def _dropout_training_types(inputs, attributes):
 
 @kernel('DropoutTraining', domain=CUSTOM_DOMAIN, outputs=('y', 'mask'), random=True,
         types=_dropout_training_types)
-def dropout_training(xp, x, *, ratio=0.5):
+def dropout_training(xp, x, *, ratio=DROPOUT_RATIO):
     """Chainer's training-mode dropout: y = x * mask / (1 - ratio), with
     mask ~ Bernoulli(1 - ratio); returns (y, mask) so the gradient reuses
     the mask."""
@@ -148,7 +153,7 @@ def dropout_grad(xp, gy, mask, ratio=None, training_mode=None):
     data's type): ``gy * mask / (1 - ratio)`` in training mode, ``gy``
     otherwise.  ``ratio`` and ``training_mode`` as Dropout-12 takes them."""
     training = training_mode is not None and bool(training_mode)
-    ratio = 0.5 if ratio is None else float(ratio)
+    ratio = DROPOUT_RATIO if ratio is None else float(ratio)
     if not training or ratio == 0:
         return gy
     scale = gy.dtype.type(1 / (1 - ratio) if ratio < 1 else 0)
