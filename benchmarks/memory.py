@@ -166,10 +166,11 @@ def compiler_kwargs(policy, chen_predicted):
 
 
 def compiled_step(model, onnx_file, policy, kwargs, **runtime_kwargs):
-    """(the compiled copy of ``model``, its SGD training step ``step(x, t)``)."""
+    """(the compiled copy of ``model``, its SGD training step ``step(x, t)``),
+    on the NumPy VM unless ``runtime_kwargs`` name a backend."""
     compiled = chainer_compiler.compile_onnx(
         copy.deepcopy(model), onnx_file, computation_order=policy.order,
-        compiler_kwargs=kwargs, runtime_kwargs=runtime_kwargs)
+        compiler_kwargs=kwargs, runtime_kwargs={'backend': 'numpy', **runtime_kwargs})
     return compiled, optimizer_update_step(compiled, 'sgd')
 
 

@@ -23,6 +23,7 @@ import traceback
 
 from . import MissingExtraError, __version__, _missing_extra
 from .errors import InvalidModelError, InvalidTestDataError, UnsupportedOperatorsError
+from .runtime.backend import BACKENDS
 from .runtime.errors import RuntimeVMError
 from .runtime.executor import Executor
 from .runtime.files import end_on_closed_stdout, same_file
@@ -169,10 +170,11 @@ def _parser():
     run.add_argument('--atol', type=tolerance, default=None, help='absolute tolerance (--test)')
     run.add_argument('--iterations', type=_bounded(int, 1, math.inf, 'an integer >= 1'),
                      default=1, help='timed runs; prints mean and best milliseconds')
-    run.add_argument('--backend', choices=['numpy', 'cupy', 'native'], default=None,
-                     help='default: cupy when CuPy and a GPU are present, else numpy; native: '
-                          'the model compiled to C with the local C compiler (float32, static '
-                          'shapes; cached, see docs/runtime.md)')
+    run.add_argument('--backend', choices=BACKENDS, default='auto',
+                     help='auto (default): native when a C compiler is present and it covers '
+                          'every operator, else numpy (never cupy; -v says which and why); '
+                          'native: the model compiled to C with the local C compiler (static '
+                          'shapes; cached, see docs/native.md); cupy: the GPU')
     run.add_argument('--threads', type=_bounded(int, 1, math.inf, 'an integer >= 1'),
                      default=None, help='threads of the native backend, at most 256 (default: '
                      '$CHAINER_COMPILER_THREADS, else one per CPU this process may use)')

@@ -68,7 +68,10 @@ def compile_onnx(model, onnx_file, used_translator='onnx_chainer', dump_onnx=Fal
     TypeError naming it, one that does not fit the policy a ValueError.
     ``runtime_kwargs`` go to the VM's Executor (trace, check_nans, backend):
     an unknown name is a TypeError naming it, an unknown or unavailable
-    backend a BackendUnavailableError, both raised by this call.
+    backend a BackendUnavailableError, both raised by this call.  The
+    backend is by default 'auto' (default_backend_of: native when a C
+    compiler is present and covers the program, else NumPy), 'cupy' for a
+    model on the GPU.
     An input the file declares as a sequence (a list argument exported by
     the ch2o translator) is a list or tuple of arrays or Variables, and a
     sequence output comes back as a list of Variables; under
@@ -129,6 +132,7 @@ class CompiledModel(chainer.Chain):
         self.compiler_options = CompilerOptions.from_kwargs(
             compiler_kwargs, computation_order=computation_order)
         self.runtime_kwargs = dict(runtime_kwargs or {})
+        self.runtime_kwargs.setdefault('backend', default_backend_of(model))
         self.dump_onnx = dump_onnx
         self._proto = load_onnx(onnx_file)
         recorded = recorded_translator(self._proto)
@@ -416,6 +420,13 @@ class CompiledModel(chainer.Chain):
         link, attr = self._persistents[name]
         target = getattr(link, attr)
         target[...] = value
+
+
+def default_backend_of(model):
+    """The backend the bridges run ``model`` on when runtime_kwargs name
+    none: 'cupy' when its arrays live on the GPU, else 'auto' (which never
+    chooses CuPy: the caller's arrays are on the host)."""
+    return 'cupy' if model.xp is not numpy else 'auto'
 
 
 #: The largest size compile_onnx compiles for when a file says its symbolic

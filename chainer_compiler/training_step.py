@@ -19,7 +19,12 @@ import numpy
 from chainer.dataset import convert
 from chainer.training.updaters import StandardUpdater
 
-from .compiled_model import SIGNATURE_CACHE_SIZE, _check_runtime_kwargs, bind_initializers
+from .compiled_model import (
+    SIGNATURE_CACHE_SIZE,
+    _check_runtime_kwargs,
+    bind_initializers,
+    default_backend_of,
+)
 from .exporting import write_onnx
 from .frontend import load_onnx
 from .pipeline import CompilerOptions
@@ -65,7 +70,8 @@ def compile_training_step(model, optimizer, inputs, runtime_kwargs=None, dump_on
     update, so it is refused (NotImplementedError), as is anything else the
     compiled step would not reproduce; ``compile_onnx`` trains those.
     Returns a TrainingStep: call it with a batch to train on it.
-    ``runtime_kwargs`` go to the VM's Executor; ``dump_onnx`` is a path to
+    ``runtime_kwargs`` go to the VM's Executor (the backend by default
+    'auto', 'cupy' for a model on the GPU: compile_onnx's); ``dump_onnx`` is a path to
     write the compiled step's ONNX graph to.  ``computation_order`` and
     ``compiler_kwargs`` are compile_onnx's: the recompute policy and the
     compiler options (pipeline.CompilerOptions); in the one program, the
@@ -112,7 +118,7 @@ class TrainingStep:
         self._n_inputs = len(inputs)
         self._options = options
         runtime_kwargs = dict(runtime_kwargs)
-        runtime_kwargs.setdefault('backend', 'cupy' if model.xp is not numpy else 'numpy')
+        runtime_kwargs.setdefault('backend', default_backend_of(model))
         self._runtime_kwargs = runtime_kwargs
         #: The batch signature ((shape, dtype) per input) -> its _CompiledStep,
         #: least recently used first.

@@ -2,11 +2,14 @@
 
     python -m chainer_compiler.runtime PROGRAM.npz [-i IN.npz | -i X.npy ...]
         [-o OUT.npz] [--symbolic-dims NAME=SIZE,...] [--iterations N] [--seed S] [--trace]
+        [--backend auto|numpy|native|cupy] [--threads N]
 
 Runs on the arrays of ``-i`` (an .npz keyed by input name, or one .npy per
 input in declaration order), else on random inputs of the declared shapes
 (symbolic dimensions sized by ``--symbolic-dims``, else 1); prints each
 output's dtype and shape and with ``-o`` writes the outputs to an .npz.
+The backend is by default 'auto': the Program compiled to C when a C
+compiler is present and covers it, else NumPy (``-v`` says which and why).
 Proves a compiled model needs neither Chainer nor ONNX where it is shipped.
 Exit status 0 on success; 2 on any error, reported as one line on stderr
 (with ``--debug``, as a traceback); with no arguments, the help on stderr
@@ -18,6 +21,7 @@ import logging
 import os
 import sys
 
+from .backend import BACKENDS
 from .errors import RuntimeVMError
 from .executor import Executor
 from .files import end_on_closed_stdout, same_file
@@ -49,8 +53,8 @@ def main(argv=None):
         # NAME, not __name__: run with -m, this module is __main__.
         logging.getLogger(NAME).info('loaded program %s (%d instructions) from %s',
                                      program.name, len(program.instructions), args.program)
-        run_on_files(program, lambda: Executor(program, backend='numpy', trace=args.trace),
-                     args)
+        run_on_files(program, lambda: Executor(program, backend=args.backend,
+                                               trace=args.trace, threads=args.threads), args)
         print('modules loaded: chainer=%s onnx=%s'
               % ('chainer' in sys.modules, 'onnx' in sys.modules))
         sys.stdout.flush()  # a closed pipe raises here, not at exit
@@ -91,6 +95,13 @@ def _parser():
                         help='seed of the random inputs, 0 to 2**32 - 1 (default 0)')
     parser.add_argument('--trace', action='store_true',
                         help='print each instruction, its shapes and time to stderr')
+    parser.add_argument('--backend', choices=BACKENDS, default='auto',
+                        help='auto (default): native when a C compiler is present and it '
+                             'covers every operator, else numpy; native: compiled to C '
+                             '(static shapes); cupy: the GPU')
+    parser.add_argument('--threads', type=_int_in(1, None), default=None,
+                        help='threads of the native backend, at most 256 (default: '
+                             '$CHAINER_COMPILER_THREADS, else one per CPU this process may use)')
     parser.add_argument('--debug', action='store_true',
                         help='show the traceback of an error')
     parser.add_argument('--version', action='version', version='%(prog)s ' + _version())

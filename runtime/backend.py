@@ -2,7 +2,8 @@
 
 ``numpy`` is always there; ``cupy`` needs the optional CuPy extra and a GPU;
 ``native`` (host NumPy arrays in and out) needs a C compiler
-(runtime/native/library.py).
+(runtime/native/library.py); ``auto`` is native when it can run the
+Program, else numpy (runtime/native/auto.py), never cupy.
 """
 import numpy
 
@@ -27,9 +28,13 @@ def cupy_unavailable_reason():
     return None
 
 
+#: The backend names an Executor takes (None too: default_backend).
+BACKENDS = ('auto', 'numpy', 'native', 'cupy')
+
+
 def get_array_module(backend):
-    """The ``xp`` module for a backend name ('numpy', 'cupy' or 'native')."""
-    if backend in ('numpy', 'native'):
+    """The ``xp`` module for a backend name (one of BACKENDS)."""
+    if backend in ('numpy', 'native', 'auto'):
         return numpy
     if backend == 'cupy':
         reason = cupy_unavailable_reason()
@@ -37,8 +42,8 @@ def get_array_module(backend):
             raise BackendUnavailableError('backend cupy is unavailable: ' + reason)
         import cupy
         return cupy
-    raise BackendUnavailableError("unknown backend %r (expected 'numpy', 'cupy' or "
-                                  "'native')" % (backend,))
+    raise BackendUnavailableError('unknown backend %r (expected one of %s)'
+                                  % (backend, ', '.join(map(repr, BACKENDS))))
 
 
 def default_backend():

@@ -16,6 +16,7 @@ host values check their inputs, so a Program without any pays nothing.
 """
 import contextlib
 import functools
+import logging
 import sys
 import time
 from collections.abc import Mapping, Sequence
@@ -36,12 +37,13 @@ from .backend import (
 )
 from .errors import InputValidationError, KernelError, NonFiniteError, RuntimeVMError
 from .host_memory import keep_freed_memory
-from .native.library import NativeRun
 from .profiling import Tracer, describe_value
 from .program import NO_REGISTER, Program
 from .signatures import validate_inputs, validate_outputs
 from .straight_line import StraightLineRun
 from .validation import validate_program
+
+_log = logging.getLogger(__name__)
 
 
 class _Step:
@@ -75,8 +77,11 @@ class Executor:
     """Runs ``program``.
 
     Options: ``backend`` ('numpy', 'cupy', 'native' for the Program compiled
-    to C with a local C compiler, or None for CuPy when CuPy and a GPU are
-    present, else NumPy), ``trace`` (print op, shapes and time of
+    to C with a local C compiler, 'auto' for native when it can run the
+    Program, else NumPy (native/auto.py; one INFO log line says which and
+    why, and a native build that fails falls back to NumPy with a
+    WARNING), or None for CuPy when CuPy and a GPU are present, else
+    NumPy), ``trace`` (print op, shapes and time of
     every instruction to stderr), ``tracer`` (a Tracer collecting the same
     events, e.g. for Chrome tracing; on backend 'native', timed in C by a
     profiling build of the library), ``check_nans`` (raise NonFiniteError naming the first
@@ -104,8 +109,6 @@ class Executor:
         self.program = program
         self.backend = backend or default_backend()
         self.xp = get_array_module(self.backend)
-        if self.backend == 'numpy':
-            keep_freed_memory()
         if tracer is None and trace:
             tracer = Tracer(stream=sys.stderr)
         # The native backend times its instructions in C (a profiling build).
@@ -115,7 +118,10 @@ class Executor:
             raise BackendUnavailableError("backend 'native' does not support %s; use backend "
                                           "'numpy' or 'cupy' for them" % ', '.join(instrumented))
         # The C library replaces the kernels: none are bound for it.
-        self._native = NativeRun(program, tracer, threads) if self.backend == 'native' else None
+        self._native = self._native_run(tracer, instrumented, threads) if self.backend in (
+            'native', 'auto') else None
+        if self.backend == 'numpy':
+            keep_freed_memory()
         self.tracer = tracer
         self.check_nans = check_nans
         self.validate_inputs = validate_inputs
@@ -138,6 +144,27 @@ class Executor:
         self._array_types = (self.xp.ndarray, numpy.ndarray)
         self._validated: list | None = None  # the input signature last validated
         self._straight_line: StraightLineRun | None = None  # generated on the first plain run
+
+    def _native_run(self, tracer, instrumented, threads):
+        """The NativeRun of backend 'native', or of 'auto' when it chooses
+        native (self.backend becomes the choice); None when 'auto' runs the
+        VM.  The native package is imported only here, when it is used."""
+        from .native.library import NativeRun, native_threads
+        threads = native_threads(threads)  # a bad count is an error whichever runs
+        if self.backend == 'native':
+            return NativeRun(self.program, tracer, threads)
+        from .native.auto import choose_backend
+        self.backend, why = choose_backend(self.program, instrumented)
+        _log.info('backend auto: %s (%s)', self.backend, why)
+        if self.backend == 'numpy':
+            return None
+        try:
+            return NativeRun(self.program, tracer, threads)
+        except RuntimeVMError as e:  # the C refused something, or the build failed
+            _log.warning('backend auto: native failed, running on numpy instead: %s',
+                         ' '.join(str(e).split()))
+            self.backend = 'numpy'
+            return None
 
     # -- binding ---------------------------------------------------------
     def _bind(self, index, inst):

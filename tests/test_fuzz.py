@@ -395,7 +395,7 @@ def test_mutated_test_data_sets(scratch, data, name):
     with confined(folder), contextlib.redirect_stderr(stderr), \
             contextlib.redirect_stdout(io.StringIO()):
         _outcome(lambda: load_test_cases(str(folder)))
-        status = cli_main(['run', '--test', str(folder)])
+        status = cli_main(['run', '--test', str(folder), '--backend', 'numpy'])
     err = stderr.getvalue()
     assert status in (0, 1, 2)
     if status:
@@ -411,4 +411,4 @@ def test_unmutated_seeds_are_accepted(tmp_path, name):
     _compile_and_run(SEEDS[name], check=True)
     _run_program_file(_program_file(name, tmp_path))
     _test_dir(tmp_path, name)
-    assert cli_main(['run', '--test', str(tmp_path)]) == 0
+    assert cli_main(['run', '--test', str(tmp_path), '--backend', 'numpy']) == 0

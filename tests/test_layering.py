@@ -208,8 +208,11 @@ def test_the_cycle_check_sees_imports_in_function_bodies(tmp_path):
 
 NATIVE = 'chainer_compiler.runtime.native'
 #: What the VM core and the kernels may import from the native backend: its
-#: runner (the Executor's backend='native'); the compiler to C stays behind it.
-NATIVE_ENTRY = {NATIVE + '.library', NATIVE + '.library.NativeRun'}
+#: runner (the Executor's backend='native') with its thread count, and
+#: backend='auto''s choice; the compiler to C stays behind them.
+NATIVE_ENTRY = {NATIVE + '.library', NATIVE + '.library.NativeRun',
+                NATIVE + '.library.native_threads', NATIVE + '.auto',
+                NATIVE + '.auto.choose_backend'}
 
 
 def _in_native(name):

@@ -63,9 +63,9 @@ def _relu_program(tmp_path):
 
 def test_the_runtime_command_line_says_what_it_loads_with_v(tmp_path, capsys):
     path = _relu_program(tmp_path)
-    assert runtime_main([path]) == 0
+    assert runtime_main([path, '--backend', 'numpy']) == 0
     assert 'chainer_compiler' not in capsys.readouterr().err
-    assert runtime_main(['-v', path]) == 0
+    assert runtime_main(['-v', path, '--backend', 'numpy']) == 0
     assert ('chainer_compiler.runtime: loaded program main (1 instructions) from %s' % path
             in capsys.readouterr().err)
 

@@ -26,7 +26,7 @@ RELU_TEST = os.path.join(node_tests_dir(), 'test_relu')
 
 
 def test_run_test_passes_on_good_data(capsys):
-    assert main(['run', '--test', RELU_TEST]) == 0
+    assert main(['run', '--test', RELU_TEST, '--backend', 'numpy']) == 0
     assert 'test_relu: OK' in capsys.readouterr().out
 
 
@@ -36,7 +36,7 @@ def test_run_test_fails_on_broken_data_and_names_the_output(tmp_path, capsys):
     path = broken / 'test_data_set_0' / 'output_0.pb'
     expected = numpy_helper.to_array(onnx.load_tensor(str(path)))
     onnx.save_tensor(numpy_helper.from_array(expected + 1, 'y'), str(path))
-    assert main(['run', '--test', str(broken)]) == 1
+    assert main(['run', '--test', str(broken), '--backend', 'numpy']) == 1
     err = capsys.readouterr().err
     assert "FAILED" in err and "output 'y'" in err and 'test_data_set_0' in err
 
@@ -47,8 +47,8 @@ def test_run_test_tolerances_are_honoured(tmp_path):
     path = nudged / 'test_data_set_0' / 'output_0.pb'
     expected = numpy_helper.to_array(onnx.load_tensor(str(path)))
     onnx.save_tensor(numpy_helper.from_array(expected + 1e-3, 'y'), str(path))
-    assert main(['run', '--test', str(nudged)]) == 1
-    assert main(['run', '--test', str(nudged), '--atol', '1e-2']) == 0
+    assert main(['run', '--test', str(nudged), '--backend', 'numpy']) == 1
+    assert main(['run', '--test', str(nudged), '--atol', '1e-2', '--backend', 'numpy']) == 0
 
 
 def test_run_test_missing_directory_is_an_error(tmp_path, capsys):
@@ -69,7 +69,7 @@ def test_run_onnx_with_all_options(tmp_path, capsys):
     assert 'Conv' in captured.err  # the trace
     assert json.loads(trace.read_text())['traceEvents']
     assert load_program(str(saved)).instructions[0].op == 'Conv'
-    assert main(['run', '--program', str(saved)]) == 0
+    assert main(['run', '--program', str(saved), '--backend', 'numpy']) == 0
 
 
 def test_cupy_backend_without_gpu_is_a_clear_error(capsys):
@@ -104,7 +104,7 @@ def test_conformance_exits_with_status_1_when_a_test_fails(monkeypatch, capsys):
     assert '0 passed, 1 failed, 0 unsupported of 1 node tests' in capsys.readouterr().out
 
 
-@pytest.mark.parametrize('argv', [['run', '--program', 'PROGRAM', '--dump'],
+@pytest.mark.parametrize('argv', [['run', '--program', 'PROGRAM', '--dump', '--backend', 'numpy'],
                                   ['conformance', '-k', '^test_relu$']])
 def test_a_closed_stdout_ends_the_command_quietly(tmp_path, argv):
     """``chainer-compiler ... | head``: head exits, the next write fails."""

@@ -13,6 +13,10 @@ import chainer_compiler
 from chainer_compiler.runtime import InputValidationError, NonFiniteError
 from chainer_compiler.runtime.backend import BackendUnavailableError
 
+#: These tests check the bridge, not the backend: the NumPy VM, where the
+#: default ('auto') would build C for each model.
+ON_THE_VM = {'backend': 'numpy'}
+
 X = numpy.random.RandomState(0).uniform(-1, 1, (4, 6)).astype(numpy.float32)
 T = numpy.array([0, 1, 2, 1], numpy.int32)
 
@@ -48,7 +52,8 @@ def _twin(model, fresh):
 
 def test_gradients_and_running_averages_match_chainer(tmp_path):
     model, path = _exported(tmp_path)
-    compiled = chainer_compiler.compile_onnx(_twin(model, Net()), path, 'onnx_chainer')
+    compiled = chainer_compiler.compile_onnx(_twin(model, Net()), path, 'onnx_chainer',
+                                             runtime_kwargs=ON_THE_VM)
     for m in (model, compiled):
         m.cleargrads()
         F.softmax_cross_entropy(m(X), T).backward()
@@ -67,7 +72,7 @@ def test_a_batch_normalization_link_called_twice_trains_as_in_chainer(tmp_path):
     """Both calls update the running averages, the second from the first's result."""
     model, path = _exported(tmp_path, _BatchNormTwice())
     compiled = chainer_compiler.compile_onnx(_twin(model, _BatchNormTwice()), path,
-                                             'onnx_chainer')
+                                             'onnx_chainer', runtime_kwargs=ON_THE_VM)
     for m in (model, compiled):
         m.cleargrads()
         F.softmax_cross_entropy(m(X), T).backward()
@@ -79,7 +84,8 @@ def test_a_batch_normalization_link_called_twice_trains_as_in_chainer(tmp_path):
 
 def test_evaluation_runs_the_inference_program(tmp_path):
     model, path = _exported(tmp_path)
-    compiled = chainer_compiler.compile_onnx(_twin(model, Net()), path, 'onnx_chainer')
+    compiled = chainer_compiler.compile_onnx(_twin(model, Net()), path, 'onnx_chainer',
+                                             runtime_kwargs=ON_THE_VM)
     with chainer.using_config('train', False):
         y = compiled(X)
         numpy.testing.assert_allclose(y.array, model(X).array, rtol=1e-5, atol=1e-6)
@@ -89,7 +95,7 @@ def test_evaluation_runs_the_inference_program(tmp_path):
 def test_parameters_are_the_models_own_under_the_same_paths(tmp_path):
     model, path = _exported(tmp_path)
     fresh = _twin(model, Net())
-    compiled = chainer_compiler.compile_onnx(fresh, path, 'onnx_chainer')
+    compiled = chainer_compiler.compile_onnx(fresh, path, 'onnx_chainer', runtime_kwargs=ON_THE_VM)
     assert sorted(n for n, _ in compiled.namedparams()) == sorted(n for n, _ in fresh.namedparams())
     assert all(p is q for (_, p), (_, q) in zip(sorted(compiled.namedparams()),
                                               sorted(fresh.namedparams())))
@@ -115,14 +121,15 @@ def test_uninitialized_parameters_take_the_files_shapes(tmp_path):
     _, path = _exported(tmp_path)
     fresh = Net()
     assert fresh.l1.W.array is None
-    compiled = chainer_compiler.compile_onnx(fresh, path, 'onnx_chainer')
+    compiled = chainer_compiler.compile_onnx(fresh, path, 'onnx_chainer', runtime_kwargs=ON_THE_VM)
     assert fresh.l1.W.shape == (5, 6)
     compiled(X)
 
 
 def test_dropout_is_random_in_training_and_off_in_evaluation(tmp_path):
     model, path = _exported(tmp_path, Net(dropout=0.5))
-    compiled = chainer_compiler.compile_onnx(_twin(model, Net(dropout=0.5)), path, 'onnx_chainer')
+    compiled = chainer_compiler.compile_onnx(_twin(model, Net(dropout=0.5)), path, 'onnx_chainer',
+                                             runtime_kwargs=ON_THE_VM)
     with chainer.using_config('train', False):
         numpy.testing.assert_allclose(compiled(X).array, model(X).array, rtol=1e-5, atol=1e-6)
     first, second = compiled(X).array, compiled(X).array
@@ -134,7 +141,7 @@ def test_recompute_policy_gives_the_same_gradients(tmp_path):
     grads = []
     for order in (None, 'gt'):
         compiled = chainer_compiler.compile_onnx(_twin(model, Net()), path, 'onnx_chainer',
-                                                 computation_order=order)
+                                                 computation_order=order, runtime_kwargs=ON_THE_VM)
         F.softmax_cross_entropy(compiled(X), T).backward()
         grads.append(compiled.l1.W.grad)
     numpy.testing.assert_allclose(grads[1], grads[0], rtol=1e-5, atol=1e-7)
@@ -144,12 +151,13 @@ def test_unknown_recompute_policy_is_a_clear_error(tmp_path):
     model, path = _exported(tmp_path)
     with pytest.raises(ValueError, match="unknown computation_order 'fastest'"):
         chainer_compiler.compile_onnx(_twin(model, Net()), path, 'onnx_chainer',
-                                      computation_order='fastest')
+                                      computation_order='fastest', runtime_kwargs=ON_THE_VM)
 
 
 def test_wrong_batch_size_names_fixed_batch_dataset(tmp_path):
     model, path = _exported(tmp_path)
-    compiled = chainer_compiler.compile_onnx(_twin(model, Net()), path, 'onnx_chainer')
+    compiled = chainer_compiler.compile_onnx(_twin(model, Net()), path, 'onnx_chainer',
+                                             runtime_kwargs=ON_THE_VM)
     with pytest.raises(InputValidationError, match='batch size 3.*batch size 4.*FixedBatchDataset'):
         compiled(X[:3])
 
@@ -158,7 +166,8 @@ def test_wrong_batch_size_names_fixed_batch_dataset(tmp_path):
 def test_inputs_are_checked_again_after_an_accepted_batch(tmp_path, train):
     # A signature once accepted is not checked again; another one still is.
     model, path = _exported(tmp_path)
-    compiled = chainer_compiler.compile_onnx(_twin(model, Net()), path, 'onnx_chainer')
+    compiled = chainer_compiler.compile_onnx(_twin(model, Net()), path, 'onnx_chainer',
+                                             runtime_kwargs=ON_THE_VM)
     with chainer.using_config('train', train):
         compiled(X)
         compiled(X)
@@ -170,7 +179,8 @@ def test_inputs_are_checked_again_after_an_accepted_batch(tmp_path, train):
 
 def test_wrong_input_count_and_dtype_are_clear_errors(tmp_path):
     model, path = _exported(tmp_path)
-    compiled = chainer_compiler.compile_onnx(_twin(model, Net()), path, 'onnx_chainer')
+    compiled = chainer_compiler.compile_onnx(_twin(model, Net()), path, 'onnx_chainer',
+                                             runtime_kwargs=ON_THE_VM)
     with pytest.raises(TypeError, match='takes 1 input'):
         compiled(X, X)
     with pytest.raises(InputValidationError, match='dtype float64, expected float32'):
@@ -181,7 +191,8 @@ def test_wrong_input_count_and_dtype_are_clear_errors(tmp_path):
 @pytest.mark.parametrize('train', [True, False], ids=['training', 'evaluation'])
 def test_refused_calls_change_nothing(tmp_path, train):
     model, path = _exported(tmp_path)
-    compiled = chainer_compiler.compile_onnx(_twin(model, Net()), path, 'onnx_chainer')
+    compiled = chainer_compiler.compile_onnx(_twin(model, Net()), path, 'onnx_chainer',
+                                             runtime_kwargs=ON_THE_VM)
     before = {name: numpy.copy(value) for name, value in _state(compiled)}
     with chainer.using_config('train', train):
         for bad in (X.tolist(), None, 1.0, X.astype(numpy.float64), X[:3], X[:, :4],
@@ -211,7 +222,7 @@ def test_a_file_that_does_not_match_the_model_is_refused(tmp_path):
                 self.l2 = L.Linear(5, 7)
 
     with pytest.raises(chainer_compiler.ModelMismatchError, match=r'/l2/W.*\(3, 5\).*\(7, 5\)'):
-        chainer_compiler.compile_onnx(Wider(), path, 'onnx_chainer')
+        chainer_compiler.compile_onnx(Wider(), path, 'onnx_chainer', runtime_kwargs=ON_THE_VM)
 
     class Renamed(chainer.Chain):
         def __init__(self):
@@ -220,7 +231,7 @@ def test_a_file_that_does_not_match_the_model_is_refused(tmp_path):
                 self.other = L.Linear(6, 3)
 
     with pytest.raises(chainer_compiler.ModelMismatchError, match='/l1/W: the model has no such'):
-        chainer_compiler.compile_onnx(Renamed(), path, 'onnx_chainer')
+        chainer_compiler.compile_onnx(Renamed(), path, 'onnx_chainer', runtime_kwargs=ON_THE_VM)
 
 
 class _FirstLayer(chainer.Chain):
@@ -249,7 +260,7 @@ def test_a_file_lacking_the_models_parameters_is_refused(tmp_path, exported, mis
     _, path = _exported(tmp_path, exported())
     fresh = Net()
     with pytest.raises(chainer_compiler.ModelMismatchError) as info:
-        chainer_compiler.compile_onnx(fresh, path, 'onnx_chainer')
+        chainer_compiler.compile_onnx(fresh, path, 'onnx_chainer', runtime_kwargs=ON_THE_VM)
     lines = str(info.value).splitlines()
     assert lines[0] == '%s does not match the model Net:' % path
     # Each parameter and persistent array, not BatchNormalization's counter N.
@@ -271,7 +282,7 @@ def test_every_mismatch_is_listed_in_one_error(tmp_path):
                 self.l1.W.array = self.l1.W.array.astype(numpy.float64)
 
     with pytest.raises(chainer_compiler.ModelMismatchError) as info:
-        chainer_compiler.compile_onnx(Other(), path, 'onnx_chainer')
+        chainer_compiler.compile_onnx(Other(), path, 'onnx_chainer', runtime_kwargs=ON_THE_VM)
     assert str(info.value).splitlines()[1:] == [
         '  /bn/extra: missing in the file',
         '  /l1/W: the file has float32 (5, 6), the model float64 (5, 6)',
@@ -291,7 +302,7 @@ def test_unused_parameters_travel_in_the_file(tmp_path):
     with pytest.warns(UserWarning, match='not used by the exported graph: /unused/W'):
         _, path = _exported(tmp_path, WithUnused())
     fresh = WithUnused()
-    compiled = chainer_compiler.compile_onnx(fresh, path, 'onnx_chainer')
+    compiled = chainer_compiler.compile_onnx(fresh, path, 'onnx_chainer', runtime_kwargs=ON_THE_VM)
     fresh.cleargrads()
     F.sum(compiled(X)).backward()
     assert fresh.l1.W.grad is not None and fresh.unused.W.grad is None  # as Chainer leaves it
@@ -299,16 +310,18 @@ def test_unused_parameters_travel_in_the_file(tmp_path):
 
 def test_a_missing_file_is_a_clear_error(tmp_path):
     with pytest.raises(chainer_compiler.InvalidModelError, match='nope.onnx does not exist'):
-        chainer_compiler.compile_onnx(Net(), str(tmp_path / 'nope.onnx'), 'onnx_chainer')
+        chainer_compiler.compile_onnx(Net(), str(tmp_path / 'nope.onnx'), 'onnx_chainer',
+                                      runtime_kwargs=ON_THE_VM)
 
 
 def test_a_file_from_another_translator_is_refused_naming_both(tmp_path):
     model, path = _exported(tmp_path)
     with pytest.raises(ValueError, match="net.onnx was exported by translator 'onnx_chainer'"
                                          ".*used_translator='ch2o'"):
-        chainer_compiler.compile_onnx(_twin(model, Net()), path, 'ch2o')
+        chainer_compiler.compile_onnx(_twin(model, Net()), path, 'ch2o', runtime_kwargs=ON_THE_VM)
     with pytest.raises(ValueError, match="unknown translator 'tf2onnx'"):
-        chainer_compiler.compile_onnx(_twin(model, Net()), path, 'tf2onnx')
+        chainer_compiler.compile_onnx(_twin(model, Net()), path, 'tf2onnx',
+                                      runtime_kwargs=ON_THE_VM)
 
 
 def test_a_file_that_records_no_translator_is_accepted(tmp_path):
@@ -316,7 +329,8 @@ def test_a_file_that_records_no_translator_is_accepted(tmp_path):
     proto = onnx.load(path)
     del proto.metadata_props[:]  # as another tool would write it
     onnx.save(proto, path)
-    compiled = chainer_compiler.compile_onnx(_twin(model, Net()), path, 'ch2o')
+    compiled = chainer_compiler.compile_onnx(_twin(model, Net()), path, 'ch2o',
+                                             runtime_kwargs=ON_THE_VM)
     with chainer.using_config('train', False):
         numpy.testing.assert_allclose(compiled(X).array, model(X).array, rtol=1e-5, atol=1e-6)
 
@@ -324,7 +338,7 @@ def test_a_file_that_records_no_translator_is_accepted(tmp_path):
 def test_dump_onnx_writes_forward_and_backward_graphs(tmp_path, capsys):
     model, path = _exported(tmp_path)
     compiled = chainer_compiler.compile_onnx(_twin(model, Net()), path, 'onnx_chainer',
-                                             dump_onnx=True)
+                                             dump_onnx=True, runtime_kwargs=ON_THE_VM)
     compiled(X)
     for part in ('forward', 'backward'):
         dumped = onnx.load(str(tmp_path / ('net.%s.onnx' % part)))
@@ -359,7 +373,7 @@ def test_compile_exports_and_compiles_in_one_call():
     model = Net()
     with chainer.using_config('train', False):
         model(X)
-    compiled = chainer_compiler.compile(model, [X])
+    compiled = chainer_compiler.compile(model, [X], runtime_kwargs=ON_THE_VM)
     F.softmax_cross_entropy(compiled(X), T).backward()
     assert model.l1.W.grad is not None
 
@@ -421,7 +435,8 @@ def test_trainer_snapshots_resume_a_compiled_model(tmp_path):
     data = chainer.datasets.TupleDataset(numpy.tile(X, (2, 1)), numpy.tile(T, 2))
 
     def trainer_for(out):
-        compiled = chainer_compiler.compile_onnx(_twin(model, Net()), path, 'onnx_chainer')
+        compiled = chainer_compiler.compile_onnx(_twin(model, Net()), path, 'onnx_chainer',
+                                                 runtime_kwargs=ON_THE_VM)
         optimizer = chainer.optimizers.Adam()
         optimizer.setup(L.Classifier(compiled))
         iterator = chainer.iterators.SerialIterator(data, 4, shuffle=False)
@@ -460,7 +475,8 @@ def _count_compiles(monkeypatch):
 def test_compile_onnx_compiles_at_the_call_and_batches_do_not(tmp_path, monkeypatch):
     model, path = _exported(tmp_path)
     counts = _count_compiles(monkeypatch)
-    compiled = chainer_compiler.compile_onnx(_twin(model, Net()), path, 'onnx_chainer')
+    compiled = chainer_compiler.compile_onnx(_twin(model, Net()), path, 'onnx_chainer',
+                                             runtime_kwargs=ON_THE_VM)
     assert counts == {'training': 1, 'inference': 1}
     F.softmax_cross_entropy(compiled(X), T).backward()
     with chainer.using_config('train', False):
@@ -472,7 +488,7 @@ def test_compile_onnx_logs_what_it_compiles(tmp_path, caplog):
     model, path = _exported(tmp_path)
     with caplog.at_level('INFO', logger='chainer_compiler'):
         chainer_compiler.compile_onnx(_twin(model, Net()), path, 'onnx_chainer',
-                                      computation_order='gt')
+                                      computation_order='gt', runtime_kwargs=ON_THE_VM)
     messages = [r.getMessage() for r in caplog.records]
     assert any(m.startswith('compiled the training programs of %s in ' % path)
                for m in messages), messages
@@ -486,6 +502,7 @@ def test_a_budget_below_the_least_peak_is_refused_by_the_call(tmp_path):
     with pytest.raises(ValueError, match="memory_budget 64 bytes is below the smallest peak "
                                          "computation_order 'gt' reaches"):
         chainer_compiler.compile_onnx(fresh, path, 'onnx_chainer', computation_order='gt',
-                                      compiler_kwargs={'memory_budget': 64})
+                                      compiler_kwargs={'memory_budget': 64},
+                                      runtime_kwargs=ON_THE_VM)
     for name, value in _state(fresh):
         numpy.testing.assert_array_equal(value, before[name], err_msg=name)

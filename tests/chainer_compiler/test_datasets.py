@@ -8,6 +8,10 @@ from chainer import training
 import chainer_compiler
 from tests.models import MLP
 
+#: These tests check the bridge, not the backend: the NumPy VM, where the
+#: default ('auto') would build C for each model.
+ON_THE_VM = {'backend': 'numpy'}
+
 
 def _data(n, label_dtype=numpy.int32):
     rng = numpy.random.RandomState(0)
@@ -54,7 +58,8 @@ def test_training_step_updater_trains_on_padded_batches(tmp_path):
     optimizer = chainer.optimizers.SGD()
     optimizer.setup(model)
     x, t = chainer.dataset.concat_examples([train[i] for i in range(8)])
-    step = chainer_compiler.compile_training_step(model, optimizer, (x, t))
+    step = chainer_compiler.compile_training_step(model, optimizer, (x, t),
+                                                  runtime_kwargs=ON_THE_VM)
     iterator = chainer.iterators.SerialIterator(train, 8, shuffle=False)
     updater = chainer_compiler.TrainingStepUpdater(iterator, step)
     training.Trainer(updater, (2, 'epoch'), out=str(tmp_path)).run()

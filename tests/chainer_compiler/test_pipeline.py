@@ -16,6 +16,10 @@ from chainer_compiler.errors import UnsupportedOperatorsError
 from chainer_compiler.runtime.executor import Executor
 from chainer_compiler.training import OptimizerUpdate, compile_step_program, compile_training
 
+#: These tests check the bridge, not the backend: the NumPy VM, where the
+#: default ('auto') would build C for each model.
+ON_THE_VM = {'backend': 'numpy'}
+
 DOC = os.path.join(os.path.dirname(__file__), '..', '..', 'docs', 'pipeline.md')
 
 
@@ -158,7 +162,7 @@ def test_compiler_kwargs_reach_the_pipeline(tmp_path):
     results = []
     for kwargs in ({}, {'fold_constants': False}):
         compiled = chainer_compiler.compile_onnx(model, path, compiler_kwargs=kwargs,
-                                                 dump_onnx=True)
+                                                 dump_onnx=True, runtime_kwargs=ON_THE_VM)
         results.append(compiled(X).array)
         forward = onnx.load(str(tmp_path / 'scaled.forward.onnx'))
         assert ('Exp' in {n.op_type for n in forward.graph.node}) == bool(kwargs)
@@ -172,10 +176,12 @@ def test_an_unknown_compiler_option_is_named(tmp_path):
     model = _Scaled()
     path = chainer_compiler.export(model, [X], str(tmp_path / 'scaled.onnx'))
     with pytest.raises(TypeError, match="unknown compiler option.*'fold_constant'"):
-        chainer_compiler.compile_onnx(model, path, compiler_kwargs={'fold_constant': False})
+        chainer_compiler.compile_onnx(model, path, compiler_kwargs={'fold_constant': False},
+                                      runtime_kwargs=ON_THE_VM)
     with pytest.raises(TypeError, match="'computation_order' given twice"):
         chainer_compiler.compile_onnx(model, path, computation_order='chen',
-                                      compiler_kwargs={'computation_order': 'chen'})
+                                      compiler_kwargs={'computation_order': 'chen'},
+                                      runtime_kwargs=ON_THE_VM)
 
 
 def test_emitted_programs_are_validated(monkeypatch):

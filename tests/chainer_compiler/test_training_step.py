@@ -22,6 +22,10 @@ from chainer_compiler.runtime.ops.registry import lookup
 from chainer_compiler.runtime.validation import validate_program
 from tests.models import MLP, LeNet5
 
+#: These tests check the bridge, not the backend: the NumPy VM, where the
+#: default ('auto') would build C for each model.
+ON_THE_VM = {'backend': 'numpy'}
+
 OPTIMIZERS = [
     lambda: chainer.optimizers.SGD(lr=0.1),
     lambda: chainer.optimizers.MomentumSGD(lr=0.05, momentum=0.8),
@@ -70,7 +74,8 @@ def test_steps_match_chainer(make_optimizer):
     x, t = _batch((784,))
     plain, plain_opt, compiled, compiled_opt = _twins(MLP(32, 10), x, make_optimizer)
     arrays = [p.array for _, p in sorted(compiled.namedparams())]
-    step = chainer_compiler.compile_training_step(compiled, compiled_opt, (x, t))
+    step = chainer_compiler.compile_training_step(compiled, compiled_opt, (x, t),
+                                                  runtime_kwargs=ON_THE_VM)
     for i in range(3):
         xi, ti = _batch((784,), seed=i)
         plain_opt.update(plain, xi, ti)
@@ -85,7 +90,8 @@ def test_batch_normalization_statistics_and_conv_match_chainer():
     x, t = _batch((1, 28, 28), batch=4)
     make = lambda: chainer.optimizers.MomentumSGD(lr=0.01)  # noqa: E731
     plain, plain_opt, compiled, compiled_opt = _twins(LeNet5(batch_norm=True), x, make)
-    step = chainer_compiler.compile_training_step(compiled, compiled_opt, (x, t))
+    step = chainer_compiler.compile_training_step(compiled, compiled_opt, (x, t),
+                                                  runtime_kwargs=ON_THE_VM)
     for _ in range(2):
         plain_opt.update(plain, x, t)
         step(x, t)
@@ -99,7 +105,8 @@ def _compiled_classifier(x, t, optimizer, n_out=10):
     """A small Classifier, its optimizer and its compiled training step."""
     model = L.Classifier(MLP(16, n_out))
     optimizer.setup(model)
-    return model, chainer_compiler.compile_training_step(model, optimizer, (x, t))
+    return model, chainer_compiler.compile_training_step(model, optimizer, (x, t),
+                                                         runtime_kwargs=ON_THE_VM)
 
 
 def test_reports_what_the_classifier_reports():
@@ -143,7 +150,8 @@ def test_dump_onnx_writes_the_steps_graph(tmp_path):
     model = L.Classifier(MLP(16, 10))
     optimizer = chainer.optimizers.SGD()
     optimizer.setup(model)
-    chainer_compiler.compile_training_step(model, optimizer, (x, t), dump_onnx=path)
+    chainer_compiler.compile_training_step(model, optimizer, (x, t), dump_onnx=path,
+                                           runtime_kwargs=ON_THE_VM)
     assert 'SGDUpdate' in {node.op_type for node in onnx.load(str(path)).graph.node}
     assert os.listdir(tmp_path) == ['step.onnx']  # written whole, no temporary file left
 
@@ -159,8 +167,10 @@ def test_a_wrong_sample_shape_is_a_clear_error():
 def test_refused_calls_change_no_state():
     x, t = _batch((784,))
     refused, refused_opt, clean, clean_opt = _twins(MLP(16, 10), x, chainer.optimizers.Adam)
-    step = chainer_compiler.compile_training_step(refused, refused_opt, (x, t))
-    clean_step = chainer_compiler.compile_training_step(clean, clean_opt, (x, t))
+    step = chainer_compiler.compile_training_step(refused, refused_opt, (x, t),
+                                                  runtime_kwargs=ON_THE_VM)
+    clean_step = chainer_compiler.compile_training_step(clean, clean_opt, (x, t),
+                                                        runtime_kwargs=ON_THE_VM)
     bad_calls = [((x[:4], t), InputValidationError, "input_1' has batch=8 on axis 0, but "
                                                     "input 'input_0' has batch=4"),
                  ((x.astype(numpy.float64), t), InputValidationError, 'dtype float64'),
@@ -243,7 +253,7 @@ def test_unsupported_optimizers_are_named(optimizer_class, message):
     optimizer = optimizer_class()
     optimizer.setup(model)
     with pytest.raises(NotImplementedError, match=message):
-        chainer_compiler.compile_training_step(model, optimizer, (x, t))
+        chainer_compiler.compile_training_step(model, optimizer, (x, t), runtime_kwargs=ON_THE_VM)
 
 
 def test_an_update_rule_of_another_class_is_refused():
@@ -255,7 +265,7 @@ def test_an_update_rule_of_another_class_is_refused():
     with pytest.raises(NotImplementedError,
                        match='parameter /predictor/l2/W is updated by _SignRule, but the '
                              'compiled step implements SGDRule only; use compile_onnx'):
-        chainer_compiler.compile_training_step(model, optimizer, (x, t))
+        chainer_compiler.compile_training_step(model, optimizer, (x, t), runtime_kwargs=ON_THE_VM)
 
 
 def test_optimizer_hooks_and_foreign_optimizers_are_refused():
@@ -265,11 +275,11 @@ def test_optimizer_hooks_and_foreign_optimizers_are_refused():
     optimizer.setup(model)
     optimizer.add_hook(chainer.optimizer_hooks.WeightDecay(1e-4))
     with pytest.raises(NotImplementedError, match='WeightDecay'):
-        chainer_compiler.compile_training_step(model, optimizer, (x, t))
+        chainer_compiler.compile_training_step(model, optimizer, (x, t), runtime_kwargs=ON_THE_VM)
     other = chainer.optimizers.SGD()
     other.setup(L.Classifier(MLP(16, 10)))
     with pytest.raises(ValueError, match='not set up on this model'):
-        chainer_compiler.compile_training_step(model, other, (x, t))
+        chainer_compiler.compile_training_step(model, other, (x, t), runtime_kwargs=ON_THE_VM)
 
 
 def test_frozen_links_are_not_updated():
@@ -278,7 +288,8 @@ def test_frozen_links_are_not_updated():
     optimizer = chainer.optimizers.SGD(lr=0.5)
     optimizer.setup(model)
     model.predictor.l1.disable_update()
-    step = chainer_compiler.compile_training_step(model, optimizer, (x, t))
+    step = chainer_compiler.compile_training_step(model, optimizer, (x, t),
+                                                  runtime_kwargs=ON_THE_VM)
     frozen = model.predictor.l1.W.array.copy()
     before = model.predictor.l3.W.array.copy()
     step(x, t)
@@ -299,7 +310,8 @@ def test_a_link_the_forward_never_uses_is_left_alone():
     optimizer = chainer.optimizers.SGD()
     optimizer.setup(model)
     with pytest.warns(UserWarning, match='never initialized .*: /predictor/spare/W'):
-        step = chainer_compiler.compile_training_step(model, optimizer, (x, t))
+        step = chainer_compiler.compile_training_step(model, optimizer, (x, t),
+                                                      runtime_kwargs=ON_THE_VM)
     step(x, t)
     assert model.predictor.spare.W.array is None
 
@@ -309,7 +321,8 @@ def test_the_step_reads_no_parameter_after_its_in_place_update():
     model = L.Classifier(MLP(16, 10))
     optimizer = chainer.optimizers.Adam()
     optimizer.setup(model)
-    program = chainer_compiler.compile_training_step(model, optimizer, (x, t)).program
+    program = chainer_compiler.compile_training_step(model, optimizer, (x, t),
+                                                     runtime_kwargs=ON_THE_VM).program
     validate_program(program, 'the step')  # the Executor it built did so too
     # A program that still reads a parameter after its update is refused.
     index, update = next((i, inst) for i, inst in enumerate(program.instructions)

@@ -56,7 +56,8 @@ def test_runtime_main_runs_a_saved_program(tmp_path, mlp_model):
     path = str(tmp_path / 'mlp.npz')
     save_program(build_program(mlp_model), path)
     out = subprocess.run([sys.executable, '-m', 'chainer_compiler.runtime', path,
-                          '--iterations', '3'], capture_output=True, text=True)
+                          '--iterations', '3', '--backend', 'numpy'], capture_output=True,
+                         text=True)
     assert out.returncode == 0, out.stderr
     assert 'output y: float32[2, 4]' in out.stdout
     assert '3 iterations: mean' in out.stdout

@@ -38,7 +38,8 @@ def _one_error_line(capsys):
 
 
 def test_runs_a_program(tmp_path, capsys):
-    assert main([_save(tmp_path, _relu()), '--iterations', '2', '--seed', '7']) == 0
+    assert main([_save(tmp_path, _relu()), '--iterations', '2', '--seed', '7',
+                 '--backend', 'numpy']) == 0
     assert 'output y: float32[2, 3]' in capsys.readouterr().out
 
 
