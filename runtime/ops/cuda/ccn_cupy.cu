@@ -22,7 +22,7 @@ __device__ double ccn_block_sum(double v, double *shared)
 {
     shared[threadIdx.x] = v;
     __syncthreads();
-    for (int half = blockDim.x / 2; half > 0; half /= 2) {
+    for (unsigned half = blockDim.x / 2; half > 0; half /= 2) {
         if (threadIdx.x < half)
             shared[threadIdx.x] += shared[threadIdx.x + half];
         __syncthreads();
@@ -185,15 +185,12 @@ extern "C" __global__ void ccn_im2col_2d(const float *x, float *cols, int n, int
                                          int sw, int dh, int dw, int ph, int pw, float fill,
                                          int batch_inner)
 {
-    const int row = blockIdx.x, kx = row % kw, ky = (row / kw) % kh;
-    int b, ch;
-    if (batch_inner) {
-        b = (row / (kw * kh)) % n;
-        ch = row / (kw * kh * n);
-    } else {
-        ch = (row / (kw * kh)) % c;
-        b = row / (kw * kh * c);
-    }
+    /* The row's (image, channel, tap): the image is the innermost of the
+     * four with batch_inner, the outermost without. */
+    const int row = blockIdx.x, inner = batch_inner ? n : 1, tap = row / inner;
+    const int kx = tap % kw, ky = (tap / kw) % kh;
+    const int ch = batch_inner ? tap / (kw * kh) : (tap / (kw * kh)) % c;
+    const int b = batch_inner ? row % n : tap / (kw * kh * c);
     const float *image = x + (b * c + ch) * h * w;
     float *out = cols + row * oh * ow;
     for (int p = threadIdx.x; p < oh * ow; p += blockDim.x) {

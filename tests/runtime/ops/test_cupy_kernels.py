@@ -1,8 +1,12 @@
 """The CuPy backend's raw CUDA kernels and direct cuBLAS calls
-(runtime/ops/cupy_kernels.py).  How each cuBLAS call reads its operands is
-checked here against a column-major reference on the host; the kernels
-themselves run where CuPy and a GPU are (benchmarks/gpu/run_gpu_checks.py
-runs this file and the whole runtime suite there on CuPy)."""
+(runtime/ops/cupy_kernels.py).  Without a GPU, the CUDA source is compiled
+for the host (cuda_on_host.h) and each kernel runs one thread per block, and
+how each cuBLAS call reads its operands is checked against a column-major
+reference; on a GPU (benchmarks/gpu/run_gpu_checks.py runs the runtime's
+tests on CuPy) the same tests run the kernels there."""
+import contextlib
+import ctypes
+import pathlib
 import re
 import shutil
 import subprocess
@@ -88,10 +92,6 @@ def test_the_cuda_source_compiles_without_warnings(tmp_path):
     assert done.returncode == 0 and 'warning' not in done.stderr, done.stderr
 
 
-_NO_CUPY = cupy_unavailable_reason()
-on_cupy = pytest.mark.skipif(_NO_CUPY is not None, reason='needs CuPy and a GPU: %s' % _NO_CUPY)
-
-
 def _batch_norm_reference(x, scale, b, mean, var, gy, eps=1e-5, momentum=0.9):
     """BatchNormalization's training outputs and its gradients (with the
     batch statistics, and with them held fixed), in float64 on the host:
@@ -113,74 +113,133 @@ def _batch_norm_reference(x, scale, b, mean, var, gy, eps=1e-5, momentum=0.9):
     return forward, {1: (training, g_scale, g_b), 0: (gy * a, g_scale, g_b)}
 
 
-@on_cupy
-@pytest.mark.parametrize('shape', [(4, 3, 20, 21), (8, 16, 7, 7), (5, 2, 1, 1), (3, 4, 9)])
-def test_raw_batch_norm_kernels_compute_batch_normalization(shape):
-    import cupy
+class _HostXp:
+    """NumPy standing in for CuPy (``xp is not numpy``) in cupy_kernels'
+    Python, whose kernel launches run the CUDA source compiled for the host."""
+
+    def __getattr__(self, name):
+        return getattr(np, name)
+
+
+@contextlib.contextmanager
+def _kernels_on_host(folder):
+    """cupy_kernels with its CUDA source compiled by g++ (cuda_on_host.h):
+    each launch runs every block in turn, one thread each."""
+    library = folder / 'kernels.so'
+    header = pathlib.Path(__file__).with_name('cuda_on_host.h')
+    subprocess.run([shutil.which('g++'), '-x', 'c++', '-include', str(header), '-shared',
+                    '-fPIC', '-O1', '-ffp-contract=off', '-o', str(library),
+                    str(cupy_kernels._SOURCE)], check=True)
+    lib = ctypes.CDLL(str(library))
+    types = {np.dtype(np.int32): ctypes.c_int, np.dtype(np.float32): ctypes.c_float}
+
+    def kernel(name):
+        function = getattr(lib, name)
+
+        def launch(grid, block, args):
+            argv = [a.ctypes.data_as(ctypes.c_void_p) if isinstance(a, np.ndarray)
+                    else types[a.dtype](a) for a in args]
+            for b in range(grid[0]):
+                lib.ccn_host_block(b, grid[0])
+                function(*argv)
+        return launch
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(cupy_kernels, '_kernel', kernel)
+        yield
+
+
+_NO_CUPY = cupy_unavailable_reason()
+
+
+@pytest.fixture(scope='module', params=['host', 'cupy'])
+def device(request, tmp_path_factory):
+    """(xp, to the device, to the host): the kernels compiled for the host
+    (their index arithmetic, layouts and formulas), or on a GPU with CuPy
+    (its threads, reductions and launches too)."""
+    if request.param == 'cupy':
+        if _NO_CUPY is not None:
+            pytest.skip('needs CuPy and a GPU: %s' % _NO_CUPY)
+        import cupy
+        yield cupy, cupy.asarray, cupy.asnumpy
+        return
+    if shutil.which('g++') is None:
+        pytest.skip('no g++ to compile the CUDA source for the host')
+    with _kernels_on_host(tmp_path_factory.mktemp('cuda')):
+        yield _HostXp(), np.asarray, np.asarray
+
+
+@pytest.mark.parametrize('shape', [(4, 3, 5, 6), (8, 16, 7, 7), (3, 2, 1, 1), (2, 4, 9)])
+def test_the_batch_norm_kernels_compute_batch_normalization(device, shape):
+    xp, put, get = device
     rng = np.random.default_rng(0)
     x, gy = (rng.standard_normal(shape).astype(np.float32) for _ in range(2))
     scale, b, mean, var = (rng.random(shape[1]).astype(np.float32) + 0.5 for _ in range(4))
     forward, gradients = _batch_norm_reference(x, scale, b, mean, var, gy)
-    on_gpu = [cupy.asarray(a) for a in (x, scale, b, mean, var, gy)]
-    got = nz.batch_normalization_v1(cupy, *on_gpu[:5], n_outputs=5)
+    got = nz.batch_normalization_v1(xp, *map(put, (x, scale, b, mean, var)), n_outputs=5)
     for want, have in zip(forward, got):
-        np.testing.assert_allclose(cupy.asnumpy(have), want, rtol=1e-5, atol=1e-5)
-    saved = got[3:]
-    for statistics in ((), saved):  # recomputed from X, and the forward's
+        np.testing.assert_allclose(get(have), want, rtol=1e-5, atol=1e-5)
+    for statistics in ((), got[3:]):  # recomputed from X, and the forward's
         for training in (1, 0):
-            have = nz.batch_normalization_grad(cupy, on_gpu[0], on_gpu[1], on_gpu[5],
-                                               *statistics, training=training)
+            have = nz.batch_normalization_grad(xp, put(x), put(scale), put(gy), *statistics,
+                                               training=training)
             for want, value in zip(gradients[training], have):
-                np.testing.assert_allclose(cupy.asnumpy(value), want, rtol=1e-4, atol=1e-4)
+                np.testing.assert_allclose(get(value), want, rtol=1e-4, atol=1e-4)
 
 
-@on_cupy
-@pytest.mark.parametrize('case', list(_operands()))
-def test_cublas_products_equal_numpys(case):
-    import cupy
-    a, b = _operands()[case]
-    got = cupy_kernels.matmul(cupy, cupy.asarray(a), cupy.asarray(b))
-    np.testing.assert_allclose(cupy.asnumpy(got), a.astype(np.float64) @ b, rtol=1e-5, atol=1e-5)
+def _window(stride, pad, dilation):
+    return connection.window_geometry((11, 10), (3, 4), (stride, stride), (dilation, dilation),
+                                      (pad, pad, pad, pad))
 
 
-@on_cupy
-def test_raw_col2im_equals_the_sliced_sums():
-    import cupy
-    window = connection.window_geometry((9, 8), (3, 2), (2, 1), (1, 2), (1, 0, 2, 1))
+_WINDOWS = [(1, 1, 1), (2, 3, 1), (2, 0, 2)]
+
+
+@pytest.mark.parametrize('stride, pad, dilation', _WINDOWS)
+def test_the_im2col_kernel_gives_both_column_layouts(device, stride, pad, dilation):
+    xp, put, get = device
+    x = np.random.default_rng(2).standard_normal((2, 3, 11, 10)).astype(np.float32)
+    window = _window(stride, pad, dilation)
+    expected = connection.im2col(np, x, window, fill=-1.5)
+    got = cupy_kernels.im2col_2d(xp, put(x), window, fill=-1.5)
+    np.testing.assert_array_equal(get(got), expected)
+    got = cupy_kernels.im2col_2d(xp, put(x), window, fill=-1.5, batch_inner=True)
+    np.testing.assert_array_equal(get(got), np.moveaxis(expected, 0, 3))
+
+
+@pytest.mark.parametrize('stride, pad, dilation', _WINDOWS)
+def test_the_col2im_kernel_sums_every_tap(device, stride, pad, dilation):
+    xp, put, get = device
+    window = _window(stride, pad, dilation)
     cols = np.random.default_rng(1).standard_normal(
         (2, 3) + window.kernel + window.out).astype(np.float32)
-    expected = np.zeros((2, 3, 9, 8))
-    for tap, src, dst in connection.tap_slices(window, (9, 8)):
+    expected = np.zeros((2, 3, 11, 10), np.float32)  # the xp code's sums, tap by tap
+    for tap, src, dst in connection.tap_slices(window, (11, 10)):
         if src is not None:
             expected[dst] += cols[(slice(None), slice(None)) + tap][src]
-    got = cupy_kernels.col2im_2d(cupy, cupy.asarray(cols), (9, 8), window)
-    np.testing.assert_allclose(cupy.asnumpy(got), expected, rtol=1e-6, atol=1e-6)
+    got = cupy_kernels.col2im_2d(xp, put(cols), (11, 10), window)
+    np.testing.assert_array_equal(get(got), expected)
 
 
-@on_cupy
-@pytest.mark.parametrize('stride, pad, dilation', [(1, 1, 1), (2, 3, 1), (2, 0, 2)])
-def test_raw_im2col_gives_convolutions_columns(stride, pad, dilation):
-    import cupy
-    x = np.random.default_rng(2).standard_normal((2, 3, 11, 10)).astype(np.float32)
-    window = connection.window_geometry((11, 10), (3, 4), (stride, stride),
-                                        (dilation, dilation), (pad, pad, pad, pad))
-    expected = connection.im2col(np, x, window, fill=-1.5)
-    got = cupy_kernels.im2col_2d(cupy, cupy.asarray(x), window, fill=-1.5)
-    np.testing.assert_array_equal(cupy.asnumpy(got), expected)
-    batch_inner = cupy_kernels.im2col_2d(cupy, cupy.asarray(x), window, fill=-1.5,
-                                         batch_inner=True)
-    np.testing.assert_array_equal(cupy.asnumpy(batch_inner),
-                                  np.moveaxis(expected, 0, 3))
-
-
-@on_cupy
-def test_raw_relu_grad_and_sgd_update_equal_the_xp_arithmetic():
-    import cupy
+def test_the_relu_grad_and_sgd_kernels_equal_the_xp_arithmetic(device):
+    xp, put, get = device
     rng = np.random.default_rng(3)
     y, gy, param, grad = (rng.standard_normal(1000).astype(np.float32) for _ in range(4))
     gy[:10] = np.nan
-    got = cupy_kernels.relu_grad(cupy, cupy.asarray(y), cupy.asarray(gy))
-    np.testing.assert_array_equal(cupy.asnumpy(got), gy * (y > 0))
-    on_gpu = cupy.asarray(param)
-    assert cupy_kernels.sgd_update(cupy, on_gpu, cupy.asarray(grad), 0.1)
-    np.testing.assert_array_equal(cupy.asnumpy(on_gpu), param - np.float32(0.1) * grad)
+    got = cupy_kernels.relu_grad(xp, put(y), put(gy))
+    np.testing.assert_array_equal(get(got), gy * (y > 0))
+    expected = param - np.float32(0.1) * grad
+    param = put(param)
+    assert cupy_kernels.sgd_update(xp, param, put(grad), 0.1)
+    np.testing.assert_array_equal(get(param), expected)
+
+
+@pytest.mark.parametrize('case', list(_operands()))
+def test_cublas_products_equal_numpys(case):
+    if _NO_CUPY is not None:
+        pytest.skip('needs CuPy and a GPU: %s' % _NO_CUPY)
+    import cupy
+    a, b = _operands()[case]
+    got = cupy_kernels.matmul(cupy, cupy.asarray(a), cupy.asarray(b))
+    np.testing.assert_allclose(cupy.asnumpy(got), a.astype(np.float64) @ b, rtol=1e-5,
+                               atol=1e-5)
