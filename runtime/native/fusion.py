@@ -12,6 +12,8 @@ when C is emitted (emit_c.py calls ``fuse`` first).
   instruction's ``activation`` attribute (``activation_alpha`` for
   LeakyRelu's slope), which the kernels apply as they store the product;
   a Gemm so fused becomes FusedGemm, as in the VM's own fusion.
+* A Sigmoid read only by a Mul of its own input (SiLU as exported:
+  ``x * Sigmoid(x)``) becomes one Swish in the Mul's place.
 * An SGDUpdate of a float32 parameter whose gradient is a Gemm without C
   (and without transB) that nothing else reads becomes one GemmSGDUpdate
   in the SGDUpdate's place: the product goes straight into the parameter,
@@ -90,6 +92,8 @@ class _Fuser:
                 changed |= self._fold_batch_norm(i)
             if inst.op in ('Conv', 'Gemm', 'MatMul'):
                 changed |= self._fuse_activation(i)
+            if inst.op == 'Sigmoid':
+                changed |= self._fuse_swish(i)
             fused = self.insts[i]
             if fused is not None and fused.op == 'Gemm':
                 changed |= self._fuse_sgd_update(i)
@@ -230,6 +234,29 @@ class _Fuser:
         if inst.op == 'Gemm':
             new = dataclasses.replace(new, op='FusedGemm', domain=CUSTOM_DOMAIN, version=1)
         self._replace(i, new, j)
+        return True
+
+    def _fuse_swish(self, i: int) -> bool:
+        """Make Sigmoid ``i`` and the Mul that alone reads it, by the
+        Sigmoid's own input, one Swish (SiLU, x * sigmoid(x), as exporters
+        write it): one pass over the tensor instead of two."""
+        sigmoid = self.insts[i]
+        assert sigmoid is not None
+        s, x = sigmoid.outputs[0], sigmoid.inputs[0]
+        users = self.readers.get(s, [])
+        j = users[0] if len(users) == 1 and s not in self.outputs else None
+        mul = None if j is None else self.insts[j]
+        if j is None or mul is None or mul.op != 'Mul' or mul.domain not in _DEFAULT_DOMAINS \
+                or sorted(mul.inputs) != sorted((x, s)):
+            return False
+        # At the Mul's place, where x is still alive.
+        name = '+'.join(n for n in (sigmoid.name, mul.name) if n)
+        self.insts[j] = dataclasses.replace(
+            sigmoid, op='Swish', name=name, attrs={'alpha': 1.0}, outputs=mul.outputs,
+            frees=tuple(r for r in sigmoid.frees + mul.frees if r != s))
+        self.insts[i] = None
+        self.readers[x] = [k for k in self.readers[x] if k != i]
+        del self.readers[s]
         return True
 
     def _fuse_sgd_update(self, i: int) -> bool:

@@ -1,9 +1,50 @@
 /* Activation family: the element-wise functions of one float tensor
  * (ccn_unary_*), Softmax and LogSoftmax, and the gradient of Relu. */
+/* The loops below select between results (x < 0 ? ... : ...); GCC's
+ * default -ftrapping-math keeps such loops scalar, for floating-point
+ * exception flags nobody reads.  The values are the same. */
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC optimize("no-trapping-math")
+#endif
 #include <math.h>
+#include <stdint.h>
 #include <tgmath.h> /* exp, erf... of a float are expf, erff... */
 
 #include "ccn_activation.h"
+
+/* e^v for float v, as a polynomial after range reduction (Cephes' expf,
+ * within 2 ulp of libm's; 0 below the smallest normal result) that the
+ * compiler inlines and vectorises, where libm's expf is a call per
+ * element.  float64 keeps libm's exp. */
+static inline float exp_poly(float v)
+{
+    const float lo = -87.3365447505531f, hi = 88.3762626647949f;
+    /* Clamped so that the reduction stays finite, for NaN too. */
+    const float x = v < hi ? (v > lo ? v : lo) : hi;
+    /* floor(t): t + 128 is positive for such x, and truncates. */
+    const float t = x * 1.44269504088896341f + 0.5f;
+    const int32_t k = (int32_t)(t + 128.0f) - 128;
+    const float n = (float)k;
+    const float r = x - n * 0.693359375f + n * 2.12194440e-4f;
+    const float p = (((((1.9875691500e-4f * r + 1.3981999507e-3f) * r + 8.3334519073e-3f) * r +
+                       4.1665795894e-2f) * r + 1.6666665459e-1f) * r + 5.0000001201e-1f) *
+                        r * r + r + 1.0f;
+    union { int32_t i; float f; } scale = { (k + 127) << 23 };
+    return v > lo ? (v < hi ? p * scale.f : INFINITY) : v == v ? 0.0f : v;
+}
+
+/* The sigmoids: e^-|v| never overflows; mirrored for negative v. */
+static inline float sigmoid_float32(float v)
+{
+    const float e = exp_poly(-fabsf(v)), r = 1.0f / (1.0f + e);
+    return v >= 0 ? r : e * r;
+}
+
+static inline double sigmoid_float64(double v)
+{
+    const double e = exp(-fabs(v));
+    return v >= 0 ? 1.0 / (1.0 + e) : e / (1.0 + e);
+}
 
 /* One loop per function, so that each one vectorises where it can; v is
  * x[i] and every constant is of the element type elem, as in the NumPy
@@ -17,7 +58,8 @@
 
 #define CCN_CLAMP01(E) ((E) < 0 ? (elem)0 : (E) > 1 ? (elem)1 : (E))
 
-#define CCN_UNARY(NAME, T)                                                    \
+/* ccn_unary_<T>, with SIGMOID that of T. */
+#define CCN_UNARY(NAME, T, SIGMOID)                                           \
 void NAME(enum ccn_unary_op op, long n, double alpha, double beta,            \
           const T *x, T *y)                                                   \
 {                                                                             \
@@ -50,9 +92,8 @@ void NAME(enum ccn_unary_op op, long n, double alpha, double beta,            \
     case CCN_ATANH: CCN_MAP(atanh(v))                                         \
     case CCN_RELU: CCN_MAP(v > 0 ? v : (elem)0)                               \
     case CCN_LEAKY_RELU: CCN_MAP(v >= 0 ? v : a * v)                          \
-    /* exp of -|v| never overflows; mirrored for negative inputs. */          \
-    case CCN_SIGMOID:                                                         \
-        CCN_MAP(v >= 0 ? (elem)1 / ((elem)1 + exp(-v)) : exp(v) / ((elem)1 + exp(v))) \
+    case CCN_SIGMOID: CCN_MAP(SIGMOID(v))                                     \
+    case CCN_SWISH: CCN_MAP(v * SIGMOID(a * v))                               \
     case CCN_TANH: CCN_MAP(tanh(v))                                           \
     /* log(1 + e^v) = max(v, 0) + log1p(e^-|v|): no overflow. */              \
     case CCN_SOFTPLUS: CCN_MAP((v > 0 ? v : (elem)0) + log1p(exp(-fabs(v))))  \
@@ -77,8 +118,8 @@ void NAME(enum ccn_unary_op op, long n, double alpha, double beta,            \
     }                                                                         \
 }
 
-CCN_UNARY(ccn_unary_float32, float)
-CCN_UNARY(ccn_unary_float64, double)
+CCN_UNARY(ccn_unary_float32, float, sigmoid_float32)
+CCN_UNARY(ccn_unary_float64, double, sigmoid_float64)
 
 void ccn_softmax(long outer, long len, long inner, int log_softmax, const float *x, float *y)
 {

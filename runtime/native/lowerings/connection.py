@@ -15,6 +15,7 @@ from ...ops.fusion_rules import epilogue_alpha, epilogue_ops
 from ...ops.registry import CUSTOM_DOMAIN
 from ..cformat import CStruct, cfloat
 from ..lowering import Refuse, Step, lowers, unit_height, window
+from .depthwise import depthwise_scratch, depthwise_step, is_depthwise
 from .winograd import (
     MIN_FILTER_GRADIENT_WIDTH,
     winograd_grad_filter_step,
@@ -277,6 +278,10 @@ def conv(em, inst) -> Step:
     OH, OW = win.out
     geometry = conv_geometry(N, C, (H, W), M, (OH, OW), (KH, KW), group, win.strides,
                              win.dilations, win.pads_begin)
+    if is_depthwise(C, M, group):
+        scratch = depthwise_scratch(sx, win.out, (KH, KW), win.strides, win.dilations,
+                                    win.pads_begin)
+        return depthwise_step(em, inst, geometry, (N, M, OH, OW), scratch, (act, act_alpha))
     tiles = winograd_tiles(N, C, M, (OH, OW), (KH, KW), win.strides, win.dilations, group)
     if tiles is not None:
         return winograd_step(em, inst, geometry, sx, M, (OH, OW), tiles, 'filters',

@@ -231,3 +231,31 @@ def test_batch_norm_gradient_reads_the_forward_statistics():
     feed = [_rand(rng, *shape) * 2 + 1, _rand(rng, *shape), _rand(rng, *shape),
             _rand(rng, c) + 1.5, _rand(rng, c), _rand(rng, c), _rand(rng, c) + 1.5]
     check_native(model, feed, onnxruntime_check=False)
+
+
+@pytest.mark.native_build
+def test_silu_becomes_one_swish():
+    """x * Sigmoid(x) (SiLU as exporters write it, either operand order) is
+    one Swish in the Mul's place; a Sigmoid read elsewhere too, or a Mul of
+    another tensor (squeeze-and-excitation's gate), is left alone.  Values
+    from tiny to overflowing, infinities and NaN, as the NumPy VM's."""
+    node = helper.make_node
+    nodes = [node('Sigmoid', ['x'], ['s1']), node('Mul', ['x', 's1'], ['y1']),
+             node('Sigmoid', ['x'], ['s2']), node('Mul', ['s2', 'x'], ['y2']),
+             node('Sigmoid', ['x'], ['s3']), node('Mul', ['s3', 'g'], ['y3']),
+             node('Sigmoid', ['x'], ['s4']), node('Mul', ['x', 's4'], ['y4'])]
+    shape = [4, 100]
+    model = make_model(nodes, [('x', F32, shape), ('g', F32, shape)],
+                       [(y, F32, shape) for y in ('y1', 'y2', 'y3', 'y4', 's4')])
+    fused = fuse(build_program(model))
+    assert [inst.op for inst in fused.instructions] == [
+        'Swish', 'Swish', 'Sigmoid', 'Mul', 'Sigmoid', 'Mul']
+    x = numpy.concatenate([numpy.linspace(-120, 120, 390, dtype=F32),
+                           F32([0, -0.0, 1e-30, -1e-30, 88.5, -88.5, 87.3, -87.4,
+                                numpy.inf, -numpy.inf])])
+    x = numpy.concatenate([x, numpy.linspace(-3, 3, 400 - x.size, dtype=F32)]).reshape(shape)
+    check_native(model, [x, numpy.ones(shape, F32)], rtol=1e-6, atol=1e-30,
+                 onnxruntime_check=False)
+    nan = numpy.full(shape, numpy.nan, F32)
+    for y in Executor(build_program(model), backend='native').run_positional([nan, nan]):
+        assert numpy.isnan(y).all()
