@@ -26,16 +26,21 @@ _INT_MAX = 2 ** 31 - 1
 #: slower on a GPU); a grid-stride loop's last step must not overflow.
 _MAX_ELEMENTS = _INT_MAX - _MAX_GRID * _BLOCK
 
-_module = None
+#: The compiled kernels by name (RawModule.get_function costs microseconds
+#: a call, and a training step launches hundreds).
+_FUNCTIONS: dict = {}
 _ONE, _ZERO = numpy.ones(1, numpy.float32), numpy.zeros(1, numpy.float32)
 
 
 def _kernel(name):
-    global _module
-    if _module is None:
-        import cupy
-        _module = cupy.RawModule(code=_SOURCE.read_text(), options=('-std=c++11',))
-    return _module.get_function(name)
+    function = _FUNCTIONS.get(name)
+    if function is None:
+        if 'module' not in _FUNCTIONS:
+            import cupy
+            _FUNCTIONS['module'] = cupy.RawModule(code=_SOURCE.read_text(),
+                                                  options=('-std=c++11',))
+        function = _FUNCTIONS[name] = _FUNCTIONS['module'].get_function(name)
+    return function
 
 
 def _applies(xp, *arrays):
