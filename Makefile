@@ -92,6 +92,7 @@ bench: $(STAMP)
 	-$(MAKE) bench-torch-env
 	$(PY) benchmarks/export_speed.py
 	$(PY) benchmarks/ch2o_sequence.py
+	$(PY) benchmarks/dynamic_shapes.py
 	$(PY) benchmarks/bench.py --torch-python $(TORCH_VENV)/bin/python
 	$(PY) benchmarks/bench.py --torch-python $(TORCH_VENV)/bin/python --training-only \
 		--optimizer adam --accuracy --models 784-100-100 '10 layers' --out result/bench-adam
