@@ -1,21 +1,29 @@
 """Peak memory against step time for each recompute policy
 (``compile_onnx(..., computation_order=...)``) on ResNet-50, VGG16, a
-100-layer MLP and a deep plain CNN.
+100-layer MLP and a deep plain CNN, on the NumPy VM and the native backend.
 
     python benchmarks/memory.py [--models KEY ...] [--policies POLICY ...]
+                                [--backends numpy native] [--optimizer NAME]
                                 [--steps N] [--seconds S] [--batch N] [--quick]
-                                [--out benchmarks/out/memory.png]
+                                [--no-rss] [--out benchmarks/out/memory.png]
 
 A POLICY is a ``computation_order`` name ('none' for None) with an
 optional memory budget after a colon: a fraction of None's predicted peak
 ('gt:0.5'), or 'chen', chen's predicted peak in bytes (so 'gt:chen' is gt
 at chen's budget, the equal-budget comparison; it needs 'chen' earlier in
 the list).  For each model and policy one training step (forward, softmax
-cross entropy, backward, SGD update) runs with the VM tracking memory,
-giving the measured peak (``peak_bytes``) beside the memory model's
-prediction (``predicted_peak_bytes``); then untracked copies of every
-policy are timed, one step of each per round (timing.py), for as many
-rounds as fill ``--seconds``, for the median step time; gt against chen
+cross entropy, backward, the ``--optimizer``'s update) runs with the VM tracking memory,
+giving the VM's count (``peak_bytes``) beside the memory model's
+prediction (``predicted_peak_bytes``).  The real peak is what the process
+holds: tracemalloc (NumPy reports every array it allocates to it, the
+native arenas among them) from before the compiled copy is made to the end
+of its second step, so parameters, optimizer state, Chainer's arrays and
+kernel scratch count too; the parameters, their gradients and the
+optimizer state are given apart, and "above parameters" is the rest.  Each
+row also runs in a fresh process for its peak RSS (``--no-rss`` skips it).
+Then the same copies of every policy and backend are timed, one step of
+each per round (timing.py), for as many rounds as fill ``--seconds``, for
+the median step time; gt against chen
 at chen's budget is judged round by round, on the median difference.  A
 per-operator time split of None against gt (the VM's Tracer) says where
 the time goes, and the issue's targets are checked.
@@ -24,11 +32,15 @@ Writes the plot to ``--out`` and the report as .md and .csv beside it.
 import argparse
 import copy
 import csv
+import json
 import math
 import os
+import resource
 import statistics
+import subprocess
 import sys
 import tempfile
+import tracemalloc
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -36,7 +48,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import models  # noqa: E402
 from bench import batch_data, initialized_model  # noqa: E402
 from timing import interleaved_samples, timed  # noqa: E402
-from training_candidates import optimizer_update_step  # noqa: E402
+from training_candidates import OPTIMIZERS, optimizer_update_step  # noqa: E402
 
 import chainer_compiler  # noqa: E402
 from chainer_compiler.runtime import Tracer  # noqa: E402
@@ -58,10 +70,15 @@ PROFILE_STEPS = 3
 #: (model keys, limit): gt's measured peak at most this fraction of None's,
 #: gt's step time at most (1 + limit) times None's, chen's peak at most
 #: this fraction of None's.
-GT_PEAK = (('resnet50', 'plaincnn'), 0.50)
-GT_TIME = (('resnet50', 'plaincnn'), 0.30)
-CHEN_PEAK = (('resnet50', 'plaincnn'), 0.60)
+GT_PEAK = (('resnet50', 'plaincnn', 'mlp100'), 0.50)
+GT_TIME = (('resnet50', 'plaincnn', 'mlp100'), 0.30)
+CHEN_PEAK = (('resnet50', 'plaincnn', 'mlp100'), 0.60)
 MLP_GT_PEAK = (('mlp100',), 0.25)
+#: The tracemalloc domain NumPy reports its arrays' data in (NPY_TRACE_DOMAIN).
+NUMPY_TRACE_DOMAIN = 389047
+#: The memory model's prediction within this fraction of the real peak.
+PREDICTION_ERROR = 0.02
+BACKENDS = ('numpy', 'native')
 
 
 @dataclass
@@ -80,14 +97,14 @@ class ModelCase:
 
 
 MODELS = {
-    'resnet50': ModelCase('ResNet-50', 'width 64', models.ResNet50, (3, 64, 64), 8,
+    'resnet50': ModelCase('ResNet-50', 'width 64', models.ResNet50, (3, 64, 64), 64,
                           lambda: models.ResNet50(width=4, blocks=(1, 1, 1, 1)), (3, 32, 32)),
     'vgg16': ModelCase('VGG16', 'fc 4096', models.VGG16, (3, 64, 64), 8,
                        lambda: models.VGG16(width=4, fc_width=16, image_size=32), (3, 32, 32)),
     'mlp100': ModelCase('MLP, 100 layers', 'width 128', models.deep_mlp, (784,), 1024,
                         lambda: models.deep_mlp(depth=10, n_in=16, width=8), (16,), 4),
-    'plaincnn': ModelCase('plain CNN', '30 conv-BN-ReLU blocks of 32', models.DeepPlainCNN,
-                          (3, 32, 32), 8,
+    'plaincnn': ModelCase('plain CNN', '12 conv-BN-ReLU blocks of 32',
+                          lambda: models.DeepPlainCNN(depth=12, channels=32), (3, 32, 32), 32,
                           lambda: models.DeepPlainCNN(depth=3, channels=4), (3, 8, 8)),
 }
 
@@ -117,7 +134,12 @@ class Policy:
 
 @dataclass
 class Row:
-    """One model under one policy; ``error`` says why it has no figures."""
+    """One model under one policy on one backend; ``error`` says why it has
+    no figures.  ``measured`` is the VM's count (NumPy only), ``real`` the
+    process's peak of live bytes (tracemalloc), ``held`` what it holds
+    between steps (parameters, optimizer state, gradients, native arenas),
+    ``rss`` the peak RSS of a fresh process running the row and
+    ``rss_steps`` how much of it the steps added."""
     model: str
     label: str
     policy: Policy
@@ -128,6 +150,33 @@ class Row:
     samples: list | None = None  # seconds of each timed step, one per round
     error: str | None = None
     none: 'Row | None' = None  # the same model's row without recompute, for the ratios
+    backend: str = 'numpy'
+    real: int | None = None
+    held: int | None = None
+    grad_bytes: int = 0
+    state_bytes: int = 0
+    rss: int | None = None
+    rss_steps: int | None = None
+
+    @property
+    def key(self):
+        """The row's name among the timed candidates."""
+        return '%s/%s' % (self.backend, self.policy.name)
+
+    @property
+    def peak(self):
+        """The peak the targets judge: the real one, else the VM's count."""
+        return self.real if self.real is not None else self.measured
+
+    def above_parameters(self):
+        """The peak less the parameters and the optimizer state (bytes)."""
+        return None if self.peak is None else self.peak - self.param_bytes - self.state_bytes
+
+    def prediction_error(self):
+        """(predicted - real) / real, or None."""
+        if self.predicted is None or not self.real:
+            return None
+        return self.predicted / self.real - 1
 
     @property
     def ms(self):
@@ -135,16 +184,16 @@ class Row:
         return None if not self.samples else statistics.median(self.samples) * 1e3
 
     def fraction_of_none(self):
-        if self.none is None or self.measured is None or self.none.measured is None:
+        if self.none is None or self.peak is None or self.none.peak is None:
             return None
-        return self.measured / self.none.measured
+        return self.peak / self.none.peak
 
     def fraction_above_parameters(self):
         """The peak less the parameters, as a fraction of None's: what
         recomputation can act on."""
-        if self.none is None or self.measured is None or self.none.measured is None:
+        if self.none is None or self.peak is None or self.none.peak is None:
             return None
-        return (self.measured - self.param_bytes) / (self.none.measured - self.param_bytes)
+        return self.above_parameters() / self.none.above_parameters()
 
     def extra_time(self):
         if self.none is None or self.ms is None or self.none.ms is None:
@@ -165,50 +214,126 @@ def compiler_kwargs(policy, chen_predicted):
     return {'memory_budget': policy.budget}
 
 
-def compiled_step(model, onnx_file, policy, kwargs, **runtime_kwargs):
-    """(the compiled copy of ``model``, its SGD training step ``step(x, t)``),
-    on the NumPy VM unless ``runtime_kwargs`` name a backend."""
+def compiled_step(model, onnx_file, policy, kwargs, optimizer='sgd', **runtime_kwargs):
+    """(the compiled copy of ``model``, its training step ``step(x, t)`` with
+    ``optimizer``), on the NumPy VM unless ``runtime_kwargs`` name a backend."""
     compiled = chainer_compiler.compile_onnx(
         copy.deepcopy(model), onnx_file, computation_order=policy.order,
         compiler_kwargs=kwargs, runtime_kwargs={'backend': 'numpy', **runtime_kwargs})
-    return compiled, optimizer_update_step(compiled, 'sgd')
+    return compiled, optimizer_update_step(compiled, optimizer)
 
 
 def measure_memory(row, model, onnx_file, kwargs, x, t):
-    """Fill ``row``'s measured and predicted peak from one tracked step."""
+    """Fill ``row``'s VM count (NumPy: one tracked step) and predicted peak."""
+    if row.backend != 'numpy':  # the native backend keeps no count
+        return
     compiled, step = compiled_step(model, onnx_file, row.policy, kwargs, track_memory=True)
     step(x, t)
     row.measured = compiled.peak_bytes()
     row.predicted = compiled.predicted_peak_bytes()
 
 
+def measure_real(row, model, onnx_file, kwargs, x, t, optimizer):
+    """Fill ``row``'s real peak of live bytes and what makes it: tracemalloc
+    from before the compiled copy of ``model`` exists (its parameters, the
+    native arenas) to the end of its second step (the first one makes the
+    optimizer state).  The Python objects compiling left (programs, graphs)
+    are not counted: only NumPy's domain, where its arrays' data is, as the
+    step starts.  Returns the step, to be timed."""
+    tracemalloc.start()
+    try:
+        compiled, step = compiled_step(model, onnx_file, row.policy, kwargs, optimizer,
+                                       backend=row.backend)
+        step(x, t)
+        row.held = sum(trace.size for trace in tracemalloc.take_snapshot().traces
+                       if trace.domain == NUMPY_TRACE_DOMAIN)
+        objects = tracemalloc.get_traced_memory()[0] - row.held
+        tracemalloc.reset_peak()
+        step(x, t)
+        row.real = tracemalloc.get_traced_memory()[1] - objects
+    finally:
+        tracemalloc.stop()
+    params = list(compiled.params())
+    row.grad_bytes = sum(p.grad.nbytes for p in params if p.grad is not None)
+    row.state_bytes = sum(v.nbytes for p in params
+                          for v in (p.update_rule.state or {}).values()
+                          if hasattr(v, 'nbytes'))
+    if row.predicted is None:
+        row.predicted = compiled.predicted_peak_bytes()
+    return step
+
+
+def measure_rss(row, onnx_file, kwargs, args):
+    """Fill ``row``'s peak RSS from a fresh process running two of its steps
+    (rss_child)."""
+    command = [sys.executable, os.path.abspath(__file__), '--rss-child', json.dumps({
+        'model': row.model, 'policy': row.policy.name, 'backend': row.backend,
+        'kwargs': kwargs, 'onnx': onnx_file, 'quick': args.quick, 'batch': args.batch,
+        'optimizer': args.optimizer})]
+    done = subprocess.run(command, capture_output=True, text=True)
+    if done.returncode != 0:
+        print('rss: %s %s failed: %s' % (row.label, row.key, done.stderr.strip()[-500:]),
+              file=sys.stderr)
+        return
+    result = json.loads(done.stdout.strip().splitlines()[-1])
+    row.rss, row.rss_steps = result['peak'], result['peak'] - result['before_steps']
+
+
+def _max_rss():
+    """This process's peak RSS in bytes (Linux reports KiB)."""
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+
+
+def rss_child(spec):
+    """In a fresh process: compile one row and run two steps; print the peak
+    RSS before the steps and after them as JSON."""
+    case = MODELS[spec['model']]
+    make, shape, batch = _size(case, spec['quick'], spec['batch'])
+    x, t = batch_data(shape, batch)
+    model = initialized_model(make, x)
+    _, step = compiled_step(model, spec['onnx'], Policy.parse(spec['policy']), spec['kwargs'],
+                            spec['optimizer'], backend=spec['backend'])
+    before = _max_rss()
+    step(x, t)
+    step(x, t)
+    print(json.dumps({'before_steps': before, 'peak': _max_rss()}))
+
+
+def _size(case, quick, batch):
+    """(constructor, input shape, batch size) of ``case`` as run."""
+    make, shape, own = ((case.quick_make, case.quick_shape, case.quick_batch) if quick
+                        else (case.make, case.shape, case.batch))
+    return make, shape, batch or own
+
+
 def bench_model(key, policies, args, work):
     """The rows of one model: memory per policy, then interleaved timing.
     Also returns (model, ONNX file, x, t) for profile_ops."""
     case = MODELS[key]
-    make, shape, batch = ((case.quick_make, case.quick_shape, case.quick_batch) if args.quick
-                          else (case.make, case.shape, case.batch))
-    batch = args.batch or batch
+    make, shape, batch = _size(case, args.quick, args.batch)
     label = '%s, %s, %s, batch %d' % (case.name, 'tiny' if args.quick else case.size,
                                       'x'.join(map(str, shape)), batch)
     x, t = batch_data(shape, batch)
     model = initialized_model(make, x)
     onnx_file = os.path.join(work, '%s.onnx' % key)
     chainer_compiler.export(model, [x], onnx_file)
-    rows = [Row(key, label, policy, param_bytes=sum(p.array.nbytes for p in model.params()))
-            for policy in policies]
-    chen_predicted = measure_rows(rows, model, onnx_file, x, t)
-    steps = {row.policy.name: compiled_step(model, onnx_file, row.policy,
-                                            compiler_kwargs(row.policy, chen_predicted))[1]
-             for row in rows if row.error is None}
+    param_bytes = sum(p.array.nbytes for p in model.params())
+    rows, steps = [], {}
+    for backend in args.backends:
+        mine = [Row(key, label, policy, param_bytes=param_bytes, backend=backend)
+                for policy in policies]
+        steps.update(measure_rows(mine, model, onnx_file, x, t, args))
+        none = next((r for r in mine if r.policy.order is None and r.error is None), None)
+        for row in mine:
+            row.none = none
+        rows += mine
     calls = {name: (lambda step=step: step(x, t)) for name, step in steps.items()}
     rounds = timing_rounds(calls, args)
-    print('timing: %s, %d policies, %d rounds ...' % (label, len(steps), rounds), file=sys.stderr)
+    print('timing: %s, %d rows, %d rounds ...' % (label, len(steps), rounds), file=sys.stderr)
     samples = interleaved_samples(calls, budget_s=0.0, min_reps=rounds, max_reps=rounds,
                                   rounds=rounds)
-    none = next((r for r in rows if r.policy.order is None and r.error is None), None)
     for row in rows:
-        row.samples, row.none = samples.get(row.policy.name), none
+        row.samples = samples.get(row.key)
     return rows, (model, onnx_file, x, t)
 
 
@@ -222,23 +347,28 @@ def timing_rounds(calls, args):
     return max(args.steps, min(MAX_ROUNDS, math.ceil(args.seconds / max(round_s, 1e-6))))
 
 
-def measure_rows(rows, model, onnx_file, x, t):
-    """Measure each row's peak (measure_memory), in order; a row whose
-    policy cannot compile gets the reason as its ``error``.  Returns chen's
-    predicted peak (None when chen did not run), which 'chen' budgets take."""
+def measure_rows(rows, model, onnx_file, x, t, args):
+    """Measure each row's peaks (measure_memory, measure_real, measure_rss),
+    in order; a row whose policy cannot compile gets the reason as its
+    ``error``.  'chen' budgets take chen's predicted peak.  Returns {row
+    key: its compiled step} for timing."""
     chen_predicted = None
+    steps = {}
     for row in rows:
-        print('memory: %s, %s ...' % (row.label, row.policy.name), file=sys.stderr)
+        print('memory: %s, %s ...' % (row.label, row.key), file=sys.stderr)
         try:
             kwargs = compiler_kwargs(row.policy, chen_predicted)
             row.budget_bytes = kwargs.get('memory_budget')
             measure_memory(row, model, onnx_file, kwargs, x, t)
+            steps[row.key] = measure_real(row, model, onnx_file, kwargs, x, t, args.optimizer)
         except ValueError as e:  # a budget no order reaches, or no chen run to take it from
             row.error = str(e).splitlines()[0]
             continue
+        if args.rss:
+            measure_rss(row, onnx_file, kwargs, args)
         if row.policy.name == 'chen':
             chen_predicted = row.predicted
-    return chen_predicted
+    return steps
 
 
 def profile_ops(setup, policies, steps=2):
@@ -291,34 +421,52 @@ def _budget(row):
     return '%.2f of None' % row.policy.budget
 
 
+#: The table's columns after model, backend, policy and budget.
+COLUMNS = ('predicted MiB', 'VM count MiB', 'real MiB', 'predicted / real', 'parameters MiB',
+           'optimizer state MiB', 'gradients MiB', 'held between steps MiB',
+           'above parameters MiB', '% of None', 'above parameters, % of None',
+           'peak RSS MiB (steps add)', 'step ms', '+% time')
+
+
 def table(rows):
     """The markdown table of every row."""
-    lines = ['| model | policy | budget | predicted MiB | measured MiB | parameters MiB | '
-             '% of None | step ms | +% time |', '|---|---|---|---|---|---|---|---|---|']
+    lines = ['| model | backend | policy | budget | %s |' % ' | '.join(COLUMNS),
+             '|---|---|---|---|%s' % ('---|' * len(COLUMNS))]
     for row in rows:
         if row.error:
-            cells = ['**not run**: %s' % row.error.replace('|', '/')] + [''] * 5
+            cells = ['**not run**: %s' % row.error.replace('|', '/')] + [''] * (len(COLUMNS) - 1)
         else:
-            cells = [_mib(row.predicted), _mib(row.measured), _mib(row.param_bytes),
-                     _percent(row.fraction_of_none()),
+            error = row.prediction_error()
+            cells = [_mib(row.predicted), _mib(row.measured), _mib(row.real),
+                     'n/a' if error is None else '%.3f' % (1 + error), _mib(row.param_bytes),
+                     _mib(row.state_bytes), _mib(row.grad_bytes), _mib(row.held),
+                     _mib(row.above_parameters()), _percent(row.fraction_of_none()),
+                     _percent(row.fraction_above_parameters()),
+                     'n/a' if row.rss is None else '%s (%s)' % (_mib(row.rss),
+                                                                 _mib(row.rss_steps)),
                      'n/a' if row.ms is None else '%.1f' % row.ms,
                      _percent(row.extra_time(), signed=True)]
-        lines.append('| %s | %s | %s | %s |' % (row.label, row.policy.name, _budget(row),
-                                                ' | '.join(cells)))
+        lines.append('| %s | %s | %s | %s | %s |' % (row.label, row.backend, row.policy.name,
+                                                     _budget(row), ' | '.join(cells)))
     return '\n'.join(lines)
 
 
-def _find(rows, model, policy):
+def _find(rows, model, policy, backend='numpy'):
     return next((r for r in rows if r.model == model and r.policy.name == policy
-                 and r.error is None), None)
+                 and r.backend == backend and r.error is None), None)
 
 
-def _ratio_target(rows, target, policy, what):
+def _name(key, backend):
+    """A model's name in the targets: the NumPy VM's rows plain."""
+    return MODELS[key].name + ('' if backend == 'numpy' else ' (%s)' % backend)
+
+
+def _ratio_target(rows, target, policy, what, backend='numpy'):
     """PASS/MISS lines of ``policy``'s peak or time ratio to None's."""
     keys, limit = target
     lines = []
     for key in keys:
-        row = _find(rows, key, policy)
+        row = _find(rows, key, policy, backend)
         if row is None:
             continue
         if what == 'peak':
@@ -328,7 +476,8 @@ def _ratio_target(rows, target, policy, what):
                 _percent(value), _percent(row.fraction_above_parameters()))
             # A budget is the policy too: the lowest budgeted row that ran counts.
             budgeted = [r for r in rows if r.model == key and r.error is None
-                        and r.policy.order == policy and isinstance(r.policy.budget, float)]
+                        and r.backend == backend and r.policy.order == policy
+                        and isinstance(r.policy.budget, float)]
             lowest = min(budgeted, key=Row.fraction_of_none, default=None)
             if lowest is not None and lowest.fraction_of_none() < value:
                 measured = '%s with memory_budget %g (%s time); %s without a budget' % (
@@ -341,7 +490,7 @@ def _ratio_target(rows, target, policy, what):
             measured = _percent(value, signed=True)
             # Without a budget gt takes the least peak whatever it costs; at
             # the peak target's budget it trades the rest back for time.
-            budgeted = _find(rows, key, '%s:%g' % (policy, GT_PEAK[1]))
+            budgeted = _find(rows, key, '%s:%g' % (policy, GT_PEAK[1]), backend)
             if (budgeted is not None and budgeted.fraction_of_none() <= GT_PEAK[1]
                     and budgeted.extra_time() < value):
                 measured = '%s with memory_budget %g (%s of the peak); %s at its least peak ' \
@@ -351,22 +500,50 @@ def _ratio_target(rows, target, policy, what):
                         _percent(row.fraction_of_none()))
                 value = budgeted.extra_time()
         met = value is not None and value <= limit
-        lines.append('%s: %s, %s: %s' % ('PASS' if met else 'MISS', name, MODELS[key].name,
+        lines.append('%s: %s, %s: %s' % ('PASS' if met else 'MISS', name, _name(key, backend),
                                          measured))
     return lines
 
 
 def targets(rows):
-    """The issue's targets, as PASS/MISS lines computed from ``rows``."""
-    lines = (_ratio_target(rows, GT_PEAK, 'gt', 'peak') + _ratio_target(rows, GT_TIME, 'gt', 'time')
-             + _ratio_target(rows, CHEN_PEAK, 'chen', 'peak')
-             + _ratio_target(rows, MLP_GT_PEAK, 'gt', 'peak'))
+    """The issue's targets, as PASS/MISS lines computed from ``rows``, for
+    each backend that ran."""
+    lines = []
+    for backend in dict.fromkeys(r.backend for r in rows):
+        lines += (_ratio_target(rows, GT_PEAK, 'gt', 'peak', backend)
+                  + _ratio_target(rows, GT_TIME, 'gt', 'time', backend)
+                  + _ratio_target(rows, CHEN_PEAK, 'chen', 'peak', backend)
+                  + _ratio_target(rows, MLP_GT_PEAK, 'gt', 'peak', backend)
+                  + _chen_budget_targets(rows, backend))
+    lines += prediction_targets(rows)
+    return lines
+
+
+def prediction_targets(rows):
+    """PASS/MISS lines: the memory model's prediction within
+    PREDICTION_ERROR of the real peak, for the rows that have both."""
+    lines = []
+    for row in rows:
+        error = row.prediction_error()
+        if row.error is None and error is not None:
+            lines.append('%s: predicted within %.0f%% of the real peak, %s, %s: %s MiB '
+                         'predicted, %s MiB real (%+.1f%%)'
+                         % ('PASS' if abs(error) <= PREDICTION_ERROR else 'MISS',
+                            100 * PREDICTION_ERROR, _name(row.model, row.backend),
+                            row.policy.name, _mib(row.predicted), _mib(row.real), 100 * error))
+    return lines
+
+
+def _chen_budget_targets(rows, backend):
+    """PASS/MISS lines: gt at chen's budget no slower than chen."""
+    lines = []
     for key in dict.fromkeys(r.model for r in rows):
-        chen = _find(rows, key, 'chen')
-        gt = next((r for r in rows if r.model == key and r.policy.name == 'gt:chen'), None)
+        chen = _find(rows, key, 'chen', backend)
+        gt = next((r for r in rows if r.model == key and r.backend == backend
+                   and r.policy.name == 'gt:chen'), None)
         if chen is None or chen.ms is None or gt is None:
             continue
-        name = 'gt no slower than chen at chen\'s budget, %s' % MODELS[key].name
+        name = 'gt no slower than chen at chen\'s budget, %s' % _name(key, backend)
         if gt.error or gt.ms is None:  # gt cannot even compile under chen's peak
             lines.append('MISS: %s: gt not run: %s' % (name, gt.error))
             continue
@@ -423,24 +600,31 @@ def time_summary(split, totals):
 def write_csv(rows, path):
     with open(path, 'w', newline='') as f:
         writer = csv.writer(f)
-        writer.writerow(['model', 'policy', 'budget_bytes', 'predicted_bytes', 'measured_bytes',
-                         'parameter_bytes', 'fraction_of_none', 'step_ms', 'extra_time',
-                         'error'])
+        writer.writerow(['model', 'backend', 'policy', 'budget_bytes', 'predicted_bytes',
+                         'measured_bytes', 'real_bytes', 'parameter_bytes',
+                         'optimizer_state_bytes', 'gradient_bytes', 'held_bytes',
+                         'above_parameters_bytes', 'fraction_of_none',
+                         'fraction_above_parameters', 'peak_rss_bytes', 'rss_steps_bytes',
+                         'step_ms', 'extra_time', 'error'])
         for r in rows:
-            writer.writerow([r.label, r.policy.name, r.budget_bytes, r.predicted, r.measured,
-                             r.param_bytes, r.fraction_of_none(), r.ms, r.extra_time(),
-                             r.error or ''])
+            writer.writerow([r.label, r.backend, r.policy.name, r.budget_bytes, r.predicted,
+                             r.measured, r.real, r.param_bytes, r.state_bytes, r.grad_bytes,
+                             r.held, r.above_parameters(), r.fraction_of_none(),
+                             r.fraction_above_parameters(), r.rss, r.rss_steps, r.ms,
+                             r.extra_time(), r.error or ''])
 
 
 def chart(rows, path):
     """One panel per model: peak MiB against step ms, a colour per policy,
-    filled circles measured, hollow squares predicted."""
+    filled circles the real peak (NumPy; triangles native), hollow squares
+    predicted."""
     import matplotlib
     matplotlib.use('Agg')  # files only: no display here
     import matplotlib.pyplot as plt
 
     keys = list(dict.fromkeys(r.model for r in rows))
     policies = list(dict.fromkeys(r.policy.name for r in rows))
+    markers = {'numpy': 'o', 'native': '^'}
     palette = plt.get_cmap('tab10')
     colours = {policy: palette(i % palette.N) for i, policy in enumerate(policies)}
     columns = min(2, len(keys))
@@ -453,17 +637,18 @@ def chart(rows, path):
         mine = [r for r in rows if r.model == key and r.error is None and r.ms is not None]
         for r in mine:
             colour = colours[r.policy.name]
-            ax.plot([r.ms], [r.measured / MiB], 'o', color=colour, label=r.policy.name)
+            ax.plot([r.ms], [r.peak / MiB], markers.get(r.backend, 'o'), color=colour,
+                    label=r.key)
             # Larger, so that a prediction equal to the measurement rings it.
             ax.plot([r.ms], [r.predicted / MiB], 's', markersize=11, markerfacecolor='none',
                     color=colour)
-            ax.plot([r.ms, r.ms], [r.measured / MiB, r.predicted / MiB], ':', color=colour)
+            ax.plot([r.ms, r.ms], [r.peak / MiB, r.predicted / MiB], ':', color=colour)
         if mine:
             ax.axhline(mine[0].param_bytes / MiB, color='grey', linewidth=0.8, linestyle='--',
                        label='parameters')
         ax.set_title(mine[0].label if mine else MODELS[key].name, fontsize=9)
         ax.set_xlabel('median step time (ms)')
-        ax.set_ylabel('peak memory (MiB): ● measured, □ predicted')
+        ax.set_ylabel('peak memory (MiB): ● real (▲ native), □ predicted')
         ax.set_ylim(bottom=0)
         ax.legend(fontsize=7)
     fig.tight_layout()
@@ -474,10 +659,17 @@ def chart(rows, path):
 def markdown(rows, profile_label, split, totals):
     """The whole report: the table, the targets, the time split."""
     parts = ['## Peak memory and step time per recompute policy', '',
-             'Measured: `peak_bytes()` of one tracked training step (forward, softmax cross '
-             'entropy, backward, SGD update); predicted: `predicted_peak_bytes()`; the '
-             'parameters are part of both. A budget is a fraction of None\'s predicted peak, '
-             'or chen\'s predicted peak. Step time: median over untracked steps, policies '
+             'One training step: forward, softmax cross entropy, backward, optimizer update. '
+             'Predicted: `predicted_peak_bytes()` (the memory model); VM count: '
+             '`peak_bytes()` of a tracked step (NumPy only); real: the peak of live bytes '
+             'tracemalloc saw over the second step of a fresh compiled copy, everything it '
+             'holds included (parameters, optimizer state, gradients, native arenas, '
+             'Chainer\'s arrays, kernel scratch); held between steps: what it holds after '
+             'a step; above parameters: the real peak less the parameters and optimizer '
+             'state; peak RSS: a fresh process compiling the row and running two steps (in '
+             'brackets: what the steps added above compiling). % of None and the targets '
+             'judge the real peak. A budget is a fraction of None\'s predicted peak, or '
+             'chen\'s predicted peak. Step time: median over steps, every policy and backend '
              'interleaved.', '', table(rows), '', '## Targets', '']
     parts += ['- %s' % line for line in targets(rows)] or ['(none of the targeted rows ran)']
     parts += ['', '## Where the time goes: %s' % profile_label, '',
@@ -504,9 +696,19 @@ def main(argv=None):
                         help='the batch size of every model (default: each model\'s own)')
     parser.add_argument('--quick', action='store_true',
                         help='tiny variants of the models (a smoke run)')
+    parser.add_argument('--backends', nargs='+', choices=BACKENDS, default=list(BACKENDS),
+                        help='where the compiled programs run (default: both)')
+    parser.add_argument('--optimizer', choices=sorted(OPTIMIZERS), default='momentum',
+                        help='the optimizer of the training step (default: momentum, which '
+                             'keeps a state as large as the parameters)')
+    parser.add_argument('--no-rss', dest='rss', action='store_false',
+                        help='skip the fresh process per row that measures peak RSS')
+    parser.add_argument('--rss-child', help=argparse.SUPPRESS)
     parser.add_argument('--out', default=DEFAULT_OUT,
                         help='the plot (PNG); the .md and .csv reports go beside it')
     args = parser.parse_args(argv)
+    if args.rss_child:
+        return rss_child(json.loads(args.rss_child))
     if args.steps < 2:
         parser.error('--steps must be at least 2')
     if args.batch is not None and args.batch < 1:

@@ -1,0 +1,37 @@
+"""benchmarks/memory.py's real peaks: tracemalloc's live bytes of a whole
+training step with the parameters, gradients and optimizer state apart,
+the peak RSS of a fresh process, and the prediction judged against them."""
+import os
+import sys
+
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), '..', '..', 'benchmarks'))
+import memory  # noqa: E402
+
+
+def test_a_row_has_its_real_peak_and_its_parts(tmp_path):
+    rows = memory.main(['--quick', '--models', 'mlp100', '--policies', 'none', 'gt',
+                        '--backends', 'numpy', '--steps', '2', '--seconds', '0',
+                        '--out', str(tmp_path / 'memory.png')])
+    for row in rows:
+        params = row.param_bytes
+        # Momentum keeps one velocity per parameter; backward made one gradient each.
+        assert row.state_bytes == row.grad_bytes == params > 0
+        # Between steps the process holds the parameters, their velocities
+        # and gradients; the step's peak holds them and its activations.
+        assert row.held >= 3 * params and row.real > row.held
+        assert row.above_parameters() == row.real - 2 * params
+        assert row.rss > 0 and 0 <= row.rss_steps < row.rss
+    assert (tmp_path / 'memory.csv').read_text().count('\n') == 3
+
+
+def test_the_prediction_is_judged_against_the_real_peak():
+    row = memory.Row('plaincnn', 'cnn', memory.Policy.parse('gt'), predicted=99, real=100)
+    other = memory.Row('plaincnn', 'cnn', memory.Policy.parse('gt'), predicted=60, real=100,
+                       backend='native')
+    assert memory.prediction_targets([row, other]) == [
+        'PASS: predicted within 2% of the real peak, plain CNN, gt: 9.4e-05 MiB predicted, '
+        '9.5e-05 MiB real (-1.0%)',
+        'MISS: predicted within 2% of the real peak, plain CNN (native), gt: 5.7e-05 MiB '
+        'predicted, 9.5e-05 MiB real (-40.0%)']
+    # The VM's count stands in for a real peak not measured.
+    assert memory.Row('m', 'm', row.policy, measured=7).peak == 7
