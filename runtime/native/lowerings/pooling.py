@@ -45,8 +45,8 @@ def pool(em, inst) -> Step:
         em.only_first_output(inst, 'Indices')
         kernel_fn, geometry = 'ccn_maxpool2d', pool_geometry(N * C, (H, W), win)
     else:
-        if win.dilations != (1, 1):
-            raise Refuse('AveragePool with dilations is not supported')
+        if win.dilations != (1, 1):  # which ccn_avgpool2d lacks
+            return _pool3d(em, inst, sx, kernel)
         kernel_fn = 'ccn_avgpool2d'
         geometry = pool_geometry(N * C, (H, W), win, int(a.get('count_include_pad', 0)))
 
@@ -62,16 +62,20 @@ POOL3D_GEOMETRY = CStruct('ccn_pool3d_geometry', (
 
 
 def _pool3d(em, inst, sx, kernel) -> Step:
-    """A 3-D MaxPool or AveragePool as ccn_pool3d."""
+    """A 3-D MaxPool or AveragePool as ccn_pool3d, or a 2-D one with a
+    unit depth."""
     a = inst.attrs
     win = window(a, sx[2:], kernel, int(a['ceil_mode']))
     if inst.op == 'MaxPool':
         em.only_first_output(inst, 'Indices')
+
+    def axes(values, unit=1):
+        return (unit,) * (5 - len(sx)) + tuple(values)
     geometry = POOL3D_GEOMETRY.literal(**{  # 'in' is a Python keyword
-        'planes': sx[0] * sx[1], 'in': tuple(sx[2:]), 'out': tuple(win.out),
-        'kernel': tuple(win.kernel), 'stride': tuple(win.strides),
-        'dil': tuple(win.dilations), 'pad_begin': tuple(win.pads_begin),
-        'pad_end': tuple(win.pads_end), 'count_include_pad': int(a.get('count_include_pad', 0))})
+        'planes': sx[0] * sx[1], 'in': axes(sx[2:]), 'out': axes(win.out),
+        'kernel': axes(win.kernel), 'stride': axes(win.strides), 'dil': axes(win.dilations),
+        'pad_begin': axes(win.pads_begin, 0), 'pad_end': axes(win.pads_end, 0),
+        'count_include_pad': int(a.get('count_include_pad', 0))})
 
     def render(ref, scratch):
         return ['ccn_pool3d(%s,' % geometry,

@@ -192,12 +192,12 @@ def test_pack_panels_layout(rows):
 
 
 def test_refusals(tmp_path):
-    """An activation the epilogue does not know, and a 1-D convolution."""
+    """An activation the epilogue does not know, and a 4-D convolution."""
     rng = numpy.random.RandomState(5)
     model = make_model([helper.make_node('Conv', ['x', 'w'], ['y'])],
-                       [('x', F32, [1, 2, 5])], [('y', F32, [1, 3, 3])],
-                       {'w': _rand(rng, 3, 2, 3)})
-    with pytest.raises(UnsupportedNativeOpsError, match='only 2-D convolution'):
+                       [('x', F32, [1, 2, 3, 3, 3, 5])], [('y', F32, [1, 3, 1, 1, 1, 3])],
+                       {'w': _rand(rng, 3, 2, 3, 3, 3, 3)})
+    with pytest.raises(UnsupportedNativeOpsError, match='only 1-D, 2-D and 3-D convolution'):
         emit_c(build_program(model), tmp_path)
     model = make_model([helper.make_node('Gemm', ['a', 'w'], ['y'])],
                        [('a', F32, [2, 3])], [('y', F32, [2, 4])], {'w': _rand(rng, 3, 4)})

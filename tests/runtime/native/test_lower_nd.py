@@ -36,6 +36,7 @@ def test_one_and_three_dimensional_convolution_and_pooling():
         helper.make_node('AveragePool', ['x'], ['p1'], kernel_shape=[4], pads=[1, 2],
                          count_include_pad=1),
         helper.make_node('AveragePool', ['x'], ['p2'], kernel_shape=[3], pads=[1, 1]),
+        helper.make_node('AveragePool', ['x'], ['p3'], kernel_shape=[3], dilations=[2]),
         helper.make_node('GlobalMaxPool', ['x'], ['g0']),
         helper.make_node('GlobalMaxPool', ['v'], ['g1']),
         helper.make_node('GlobalAveragePool', ['v'], ['g2']),
@@ -65,8 +66,8 @@ def test_one_and_three_dimensional_convolution_and_pooling():
                         ('d1', f32, (2, 6, 13)), ('e0', f32, (2, 6, 5, 3, 4)),
                         ('e1', f32, (2, 6, 3, 5, 6)), ('q0', f32, (2, 4, 3, 3, 4)),
                         ('q1', f32, (2, 4, 5, 6, 6)), ('q2', f32, (2, 4, 5, 3, 4)),
-                        ('q3', f32, (2, 4, 4, 6, 6))],
-                       inits, opset=13)
+                        ('q3', f32, (2, 4, 4, 6, 6)), ('p3', f32, (2, 4, 7))],
+                       inits, opset=19)
     x = rng.randn(2, 4, 11).astype(f32)
     v = rng.randn(2, 3, 2, 3, 4).astype(f32)
     v3 = rng.randn(2, 4, 5, 6, 7).astype(f32)
