@@ -155,7 +155,8 @@ def test_inputs_naming_one_dimension_must_agree_and_the_error_names_it(tmp_path)
     x = numpy.ones((4, 3), 'f')
     path = chainer_compiler.export(_TwoInputs(), [x, x], str(tmp_path / 'm.onnx'),
                                    dynamic_axes='batch')
-    compiled = chainer_compiler.compile_onnx(_TwoInputs(), path)
+    compiled = chainer_compiler.compile_onnx(_TwoInputs(), path,
+                                             runtime_kwargs={'backend': 'numpy'})
     with chainer.using_config('train', False):
         assert compiled(numpy.ones((6, 3), 'f'), numpy.ones((6, 3), 'f')).shape == (6, 3)
         with pytest.raises(InputValidationError, match="input_1' has batch=5 on axis 0, but "
@@ -167,7 +168,7 @@ def test_a_file_of_fixed_shapes_names_dynamic_axes_for_another_batch(tmp_path):
     from chainer_compiler.runtime.errors import InputValidationError
     plain = _initialized(MLP(8, 3), numpy.zeros((4, 5), 'f'))
     path = chainer_compiler.export(plain, [numpy.zeros((4, 5), 'f')], str(tmp_path / 'm.onnx'))
-    compiled = chainer_compiler.compile_onnx(plain, path)
+    compiled = chainer_compiler.compile_onnx(plain, path, runtime_kwargs={'backend': 'numpy'})
     with chainer.using_config('train', False), \
             pytest.raises(InputValidationError, match="dynamic_axes='batch'.*FixedBatchDataset"):
         compiled(numpy.ones((3, 5), 'f'))
@@ -229,3 +230,43 @@ def test_training_step_refuses_a_batch_whose_inputs_disagree_naming_the_dimensio
         step(numpy.ones((6, 4), 'f'), numpy.zeros(6, 'i'))
     assert optimizer.t == 0
     assert all((p.array == b).all() for p, b in zip(model.params(), before))
+
+
+# -- emit-c --------------------------------------------------------------------
+def _foreign_symbolic_model(path):
+    """A file as other exporters write it: batch and sequence symbolic,
+    reshaped through Shape -> Gather -> Concat -> Reshape."""
+    from onnx import TensorProto, helper
+
+    nodes = [helper.make_node('Shape', ['x'], ['shape']),
+             helper.make_node('Gather', ['shape', 'zero'], ['n'], axis=0),
+             helper.make_node('Concat', ['n', 'minus_one'], ['target'], axis=0),
+             helper.make_node('Reshape', ['x', 'target'], ['flat']),
+             helper.make_node('Relu', ['flat'], ['y'])]
+    graph = helper.make_graph(
+        nodes, 'foreign',
+        [helper.make_tensor_value_info('x', TensorProto.FLOAT, ['batch', 'seq', 4])],
+        [helper.make_tensor_value_info('y', TensorProto.FLOAT, ['batch', None])],
+        [helper.make_tensor('zero', TensorProto.INT64, [1], [0]),
+         helper.make_tensor('minus_one', TensorProto.INT64, [1], [-1])])
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid('', 17)]), path)
+    return path
+
+
+def test_emit_c_sizes_symbolic_dimensions_with_symbolic_dims(tmp_path, capsys):
+    from chainer_compiler.cli import main
+    path = _foreign_symbolic_model(str(tmp_path / 'foreign.onnx'))
+    for batch, seq in ((2, 3), (5, 7)):
+        out = tmp_path / ('c%d' % batch)
+        assert main(['emit-c', path, '-o', str(out),
+                     '--symbolic-dims', 'batch=%d,seq=%d' % (batch, seq)]) == 0
+        header = (out / 'model.h').read_text()
+        assert '#define MODEL_INPUT_0_SHAPE {%d, %d, 4}' % (batch, seq) in header
+        assert '#define MODEL_OUTPUT_0_SHAPE {%d, %d}' % (batch, 4 * seq) in header
+    capsys.readouterr()
+    assert main(['emit-c', path, '-o', str(tmp_path / 'x'), '--symbolic-dims', 'time=3']) == 2
+    assert 'no input has the symbolic dimension time (the inputs have: batch, seq)' \
+        in capsys.readouterr().err
+    assert main(['emit-c', path, '-o', str(tmp_path / 'y')]) == 2
+    assert 'emit-c --symbolic-dims NAME=SIZE' in capsys.readouterr().err
+    assert not (tmp_path / 'x').exists() and not (tmp_path / 'y').exists()
