@@ -208,7 +208,8 @@ def _parser():
     emit = sub.add_parser('emit-c', parents=[verbose],
                           help='write a model as C sources with a Makefile')
     emit.add_argument('model', metavar='FILE',
-                      help='ONNX model (.onnx) or saved Program (.npz), static shapes only')
+                      help='ONNX model (.onnx) or saved Program (.npz), static shapes only '
+                           '(--symbolic-dims fixes those of an ONNX model)')
     emit.add_argument('-o', dest='output', metavar='DIR', required=True,
                       help='folder for NAME.h, NAME.c, NAME_weights.c, kernels, main.c, '
                            'Makefile (`make -C DIR` builds DIR/NAME and DIR/libNAME.so)')
@@ -218,6 +219,8 @@ def _parser():
                            'NAME_run; file: NAME_weights.bin, loaded by NAME_create (much '
                            'faster to compile for large models); auto (default): embed up to '
                            '1 MiB of weights, else file')
+    emit.add_argument('--symbolic-dims', type=_symbolic_dims, metavar='NAME=SIZE,...',
+                      help="an ONNX model's symbolic dimensions: the C is for these sizes")
     emit.set_defaults(handler=_emit_c)
     return parser
 
@@ -232,10 +235,21 @@ def _emit_c(args):
     check_model_name(args.name)  # before the work of loading the model
     start = time.perf_counter()
     if args.model.endswith('.npz'):
+        if args.symbolic_dims:
+            raise CommandLineError('--symbolic-dims sizes the symbolic dimensions of an ONNX '
+                                   'model; %s is a saved Program' % args.model)
         program = load_program(args.model)
     else:
         from .pipeline import build_program
-        program = build_program(args.model)
+        model = args.model
+        if args.symbolic_dims:
+            from .exporting import with_sizes
+            from .frontend import load_onnx
+            try:
+                model = with_sizes(load_onnx(model), args.symbolic_dims, model)
+            except ValueError as e:  # a symbol no input has
+                raise CommandLineError(str(e)) from e
+        program = build_program(model)
     load = time.perf_counter() - start
     result = emit_c(program, args.output, args.name, weights=args.weights, keep=[args.model])
     weights = ('weights embedded as C literals' if result.weights is None else

@@ -18,7 +18,14 @@ import onnx
 
 from .autodiff.registry import GradientError
 from .errors import BackwardReleasedError, ModelMismatchError
-from .exporting import TRACED_SIZES_KEY, TRANSLATORS, export, recorded_translator, write_onnx
+from .exporting import (
+    TRACED_SIZES_KEY,
+    TRANSLATORS,
+    export,
+    recorded_translator,
+    with_sizes,
+    write_onnx,
+)
 from .frontend import load_onnx
 from .memory_model import compiled_peak_parts, compiled_training_peak
 from .onnx_graph import numpy_dtype, tensor_signature, value_kind
@@ -30,7 +37,6 @@ from .runtime.errors import InputValidationError
 from .runtime.executor import Executor
 from .runtime.program import NO_REGISTER, ValueInfo
 from .runtime.signatures import scalars_as_arrays, validate_inputs
-from .shapes import infer_shapes
 from .training import compile_training
 from .translators.onnx_chainer.naming import named_arrays
 
@@ -241,7 +247,7 @@ class CompiledModel(chainer.Chain):
     def _proto_for(self, sizes):
         """The file's model with its symbolic dimensions set to ``sizes``:
         programs are compiled for one concrete signature."""
-        return _specialized(self._proto, dict(sizes), self.onnx_file) if sizes else self._proto
+        return with_sizes(self._proto, dict(sizes), self.onnx_file) if sizes else self._proto
 
     def _training_programs(self, sizes, inputs_needing_grad):
         """Forward/backward executors for the symbolic ``sizes``, compiled on
@@ -457,20 +463,6 @@ def _signature_of(values):
 
 def _describe_sizes(sizes):
     return ' for %s' % ', '.join('%s=%d' % item for item in sizes) if sizes else ''
-
-
-def _specialized(proto, sizes, source):
-    """A copy of ``proto`` (from ``source``) whose graph inputs and outputs
-    have the symbolic dimensions of ``sizes`` ({symbol: size}) set to those
-    sizes, and its value types inferred again for them."""
-    copy = onnx.ModelProto()
-    copy.CopyFrom(proto)
-    del copy.graph.value_info[:]
-    for value in list(copy.graph.input) + list(copy.graph.output):
-        for dim in value.type.tensor_type.shape.dim:
-            if dim.dim_param in sizes:
-                dim.dim_value = sizes[dim.dim_param]
-    return infer_shapes(copy, source)
 
 
 def _check_runtime_kwargs(kwargs):

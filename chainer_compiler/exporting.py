@@ -11,6 +11,7 @@ from onnx import helper, numpy_helper
 from . import __version__
 from .runtime.files import atomic_write
 from .runtime.validation import is_symbol
+from .shapes import infer_shapes
 
 TRANSLATORS = ('onnx_chainer', 'ch2o')
 
@@ -288,6 +289,30 @@ def _generalize_constants(graph, probe, describe):
 
 def _short(value):
     return 'absent' if value is None else numpy.array2string(numpy.asarray(value), threshold=8)
+
+
+def with_sizes(model_proto, sizes, source='<model>'):
+    """A copy of ``model_proto`` whose graph inputs and outputs have the
+    symbolic dimensions named in ``sizes`` ({symbol: size}) set to those
+    sizes, its value types inferred again for them: a model of symbolic
+    shapes made one of a concrete signature, to compile (compile_onnx,
+    ``emit-c --symbolic-dims``).  A symbol no input declares is a
+    ValueError naming the ones they do; ``source`` names the model in
+    errors of shape inference (InvalidModelError)."""
+    copy = onnx.ModelProto()
+    copy.CopyFrom(model_proto)
+    declared = {d.dim_param for v in copy.graph.input for d in v.type.tensor_type.shape.dim
+                if d.dim_param}
+    unknown = sorted(set(sizes) - declared)
+    if unknown:
+        raise ValueError('%s: no input has the symbolic dimension %s (the inputs have: %s)'
+                         % (source, ', '.join(unknown), ', '.join(sorted(declared)) or 'none'))
+    del copy.graph.value_info[:]  # inferred for the symbols: inferred again below
+    for value in list(copy.graph.input) + list(copy.graph.output):
+        for dim in value.type.tensor_type.shape.dim:
+            if dim.dim_param in sizes:
+                dim.dim_value = sizes[dim.dim_param]
+    return infer_shapes(copy, source)
 
 
 def _record_provenance(model_proto, translator):

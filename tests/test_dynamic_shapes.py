@@ -270,3 +270,16 @@ def test_emit_c_sizes_symbolic_dimensions_with_symbolic_dims(tmp_path, capsys):
     assert main(['emit-c', path, '-o', str(tmp_path / 'y')]) == 2
     assert 'emit-c --symbolic-dims NAME=SIZE' in capsys.readouterr().err
     assert not (tmp_path / 'x').exists() and not (tmp_path / 'y').exists()
+
+
+def test_compile_onnx_runs_a_foreign_file_of_symbolic_batch_and_sequence(tmp_path):
+    path = _foreign_symbolic_model(str(tmp_path / 'foreign.onnx'))
+    compiled = chainer_compiler.compile_onnx(chainer.Chain(), path,
+                                             runtime_kwargs={'backend': 'numpy'})
+    assert not compiled._signatures  # the file does not say its sizes: compiled when used
+    with chainer.using_config('train', False):
+        for shape in ((2, 3, 4), (5, 7, 4), (2, 3, 4)):
+            x = numpy.random.RandomState(0).uniform(-1, 1, shape).astype('f')
+            numpy.testing.assert_array_equal(compiled(x).array,
+                                             numpy.maximum(x, 0).reshape(shape[0], -1))
+    assert len(compiled._signatures) == 2

@@ -566,7 +566,8 @@ class _Lowerer:
                                   % (v.name, v.dtype or v.kind, ', '.join(C_TYPES)))
         if v.shape is None or not all(isinstance(d, int) and d >= 0 for d in v.shape):
             raise NativeEmitError("input '%s' has shape %s, not a static one; the C backend "
-                                  'needs every shape fixed (export with concrete input shapes)'
+                                  'needs every shape fixed (export with concrete input shapes, '
+                                  'or size them: emit-c --symbolic-dims NAME=SIZE)'
                                   % (v.name, None if v.shape is None else list(v.shape)))
         if len(v.shape) > MAX_RANK:
             raise NativeEmitError("input '%s' has rank %d; at most %d is supported"
