@@ -97,6 +97,11 @@ bench: $(STAMP)
 	$(PY) benchmarks/bench.py --torch-python $(TORCH_VENV)/bin/python --training-only \
 		--optimizer adam --accuracy --models 784-100-100 '10 layers' --out result/bench-adam
 	$(PY) benchmarks/compile_onnx_floor.py
+	# Models of torchvision, timm and transformers as PyTorch's two exporters
+	# write them (exported into result/foreign/ once): native against
+	# onnxruntime, into benchmarks/out/foreign_models.md (about an hour).
+	$(PY) benchmarks/foreign_models.py --torch-python $(TORCH_VENV)/bin/python \
+		--refusals benchmarks/out/foreign_refusals.txt
 
 # Peak memory (predicted and measured) against step time of each recompute
 # policy on ResNet-50, VGG16, a 100-layer MLP and a deep plain CNN: prints
@@ -110,11 +115,19 @@ bench-memory: $(STAMP)
 bench-imagenet: $(STAMP)
 	$(PY) benchmarks/imagenet_multi.py
 
-bench-torch-env: $(TORCH_VENV)/.installed
+# The stamp's name changes with what it installs, so an older venv is completed.
+bench-torch-env: $(TORCH_VENV)/.installed-zoo
 
-$(TORCH_VENV)/.installed:
+$(TORCH_VENV)/.installed-zoo:
 	test -x $(TORCH_VENV)/bin/python || $(PYTHON) -m venv $(TORCH_VENV)
 	$(TORCH_VENV)/bin/pip install --quiet torch==2.13.0 numpy
+	# The exporters and the model zoos of benchmarks/foreign_models.py.
+	# torchvision 0.28.0 is the release for torch 2.13 (its wheel is a CUDA
+	# build: foreign_export.py declares its C++ ops before importing it);
+	# --no-deps so nothing swaps the CPU torch for a multi-GB CUDA one.
+	$(TORCH_VENV)/bin/pip install --quiet --no-deps torchvision==0.28.0
+	$(TORCH_VENV)/bin/pip install --quiet pillow timm==1.0.29 transformers==4.57.6 \
+		onnx==1.23.1 onnxscript==0.7.2 onnxruntime==1.30.0
 	touch $@
 
 clean:

@@ -114,10 +114,11 @@ def _emit(program, build, timeout_s):
     build.emit_s, build.arena_bytes, build.failure = results.get()
 
 
-def _make(directory, timeout_s):
-    """(exit status, stderr) of ``make -C directory``; None when it ran past
-    ``timeout_s``, and then the whole build (its compilers too) is stopped."""
-    with subprocess.Popen(['make', '-s', '-C', directory] + list(MAKE_VARIABLES),
+def _make(directory, timeout_s, make_variables=MAKE_VARIABLES):
+    """(exit status, stderr) of ``make -C directory make_variables``; None
+    when it ran past ``timeout_s``, and then the whole build (its compilers
+    too) is stopped."""
+    with subprocess.Popen(['make', '-s', '-C', directory] + list(make_variables),
                           stdout=subprocess.DEVNULL,
                           stderr=subprocess.PIPE, text=True, start_new_session=True) as make:
         try:
@@ -129,9 +130,9 @@ def _make(directory, timeout_s):
     return make.returncode, stderr
 
 
-def _compile(build, timeout_s):
-    """``make -C DIRECTORY MAKE_VARIABLES``."""
-    done, seconds = timed(lambda: _make(build.directory, timeout_s))
+def _compile(build, timeout_s, make_variables=MAKE_VARIABLES):
+    """``make -C DIRECTORY make_variables``."""
+    done, seconds = timed(lambda: _make(build.directory, timeout_s, make_variables))
     if done is None:
         build.failure, build.timed_out = 'make took over %g s (stopped)' % timeout_s, True
         return
@@ -143,14 +144,15 @@ def _compile(build, timeout_s):
     build.compile_s, build.executable = seconds, os.path.join(build.directory, 'model')
 
 
-def build_executable(program, directory, timeout_s):
+def build_executable(program, directory, timeout_s, make_variables=MAKE_VARIABLES):
     """Emit ``program`` as C into ``directory`` and build it with its
-    Makefile, each step stopped after ``timeout_s`` seconds.  Never raises
-    for a Program the native backend refuses: NativeBuild says how far it got."""
+    Makefile and ``make_variables`` (() for the Makefile's defaults), each
+    step stopped after ``timeout_s`` seconds.  Never raises for a Program
+    the native backend refuses: NativeBuild says how far it got."""
     build = NativeBuild(directory)
     _emit(program, build, timeout_s)
     if build.failure is None:
-        _compile(build, timeout_s)
+        _compile(build, timeout_s, make_variables)
     return build
 
 
