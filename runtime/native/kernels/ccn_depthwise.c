@@ -1,9 +1,9 @@
 /* Depthwise family: a convolution with one group per channel as KH*KW
- * multiply-adds per output, row by row.  im2col would copy each input
- * KH*KW times for a product of depth KH*KW with one output row: slower
- * than the arithmetic it feeds. */
+ * multiply-adds per output, summed in registers.  im2col would copy each
+ * input KH*KW times for a product of depth KH*KW with one output row:
+ * slower than the arithmetic it feeds. */
 /* ISO C mode (-std=c99) turns GCC's contraction of a * b + c into fused
- * multiply-adds off; the row loops want them. */
+ * multiply-adds off; the tap loops want them. */
 #if defined(__GNUC__) && !defined(__clang__)
 #pragma GCC optimize("fp-contract=fast")
 #endif
@@ -13,10 +13,49 @@
 #include "ccn_depthwise.h"
 #include "ccn_threads.h"
 
-/* out[o] = b + the KH x KW taps of in at o, for o < n: a stride-1
- * convolution of a plane padded to rows PW wide, computed over whole
- * padded rows (their last PW - OW outputs unused) so that the loop is
- * long enough to vectorise well even for narrow planes. */
+/* How a convolution runs (see ccn_depthwise_scratch). */
+enum { STRIDE1, PHASES, GENERAL };
+
+/* A convolution's plan: its way, the padded plane (PH x PW), whether the
+ * input is copied into it, the rows the tap loops run over (`rows` of
+ * `row` floats: OH, and PW or QW = ceil(PW/2)) and the scratch per plane. */
+typedef struct {
+    int way, copies;
+    long PH, PW, rows, row, per_plane;
+} plan;
+
+static long extent(long in, long pad, long out, long stride, long kernel, long dil)
+{
+    const long reach = (out - 1) * stride + (kernel - 1) * dil + 1;
+    return in + pad > reach ? in + pad : reach;
+}
+
+static plan plan_of(const ccn_conv_geometry *g)
+{
+    plan p;
+    p.PH = extent(g->in_h, g->pad_top, g->out_h, g->stride_h, g->kernel_h, g->dil_h);
+    p.PW = extent(g->in_w, g->pad_left, g->out_w, g->stride_w, g->kernel_w, g->dil_w);
+    p.copies = g->pad_top || g->pad_left || p.PH > g->in_h || p.PW > g->in_w;
+    p.way = g->stride_h == 1 && g->stride_w == 1 ? STRIDE1
+            : g->stride_h == 2 && g->stride_w == 2 && g->dil_h == 1 && g->dil_w == 1 ? PHASES
+            : GENERAL;
+    p.rows = g->out_h;
+    p.row = p.way == PHASES ? (p.PW + 1) / 2 : p.PW;
+    p.per_plane = p.way == STRIDE1 ? p.copies * p.PH * p.PW + p.rows * p.row
+                  : p.way == PHASES ? 4 * ((p.PH + 1) / 2) * p.row + p.rows * p.row
+                  : p.copies * p.PH * p.PW;
+    return p;
+}
+
+long ccn_depthwise_scratch(const ccn_conv_geometry *g)
+{
+    return g->batch * g->in_channels * plan_of(g).per_plane;
+}
+
+/* out[o] = b + the KH x KW taps at o of the stride-1 plane in (rows PW
+ * apart), for o < n: whole padded rows, their last PW - OW outputs
+ * unused.  Called with KH and KW constant the taps unroll and their
+ * weights stay in registers. */
 static inline void flat_taps(long KH, long KW, long dh, long dw, long n, long PW,
                              const float *in, const float *wc, float b, float *restrict out)
 {
@@ -29,54 +68,104 @@ static inline void flat_taps(long KH, long KW, long dh, long dw, long n, long PW
     }
 }
 
-/* The same for any stride, row by row into out (OW wide). */
-static inline void row_taps(long KH, long KW, long sh, long sw, long dh, long dw, long OH,
-                            long OW, long PW, const float *in, const float *wc, float b,
-                            float *restrict out)
+/* The same for stride 2 from the four phases of the padded plane (QS
+ * floats apart, rows QW apart): tap (kh, kw) of output (oh, ow) is
+ * element (oh + kh/2, ow + kw/2) of phase (kh % 2, kw % 2), so each tap
+ * is a fixed offset from o = oh * QW + ow. */
+static inline void phase_taps(long KH, long KW, long n, long QW, long QS, const float *q,
+                              const float *wc, float b, float *restrict out)
 {
+    for (long o = 0; o < n; o++) {
+        float s = b;
+        for (long kh = 0; kh < KH; kh++)
+            for (long kw = 0; kw < KW; kw++)
+                s += wc[kh * KW + kw] *
+                     q[((kh & 1) * 2 + (kw & 1)) * QS + o + (kh >> 1) * QW + (kw >> 1)];
+        out[o] = s;
+    }
+}
+
+/* Any stride and dilation, output by output. */
+static void general_taps(const ccn_conv_geometry *g, long PW, const float *in, const float *wc,
+                         float b, float *out)
+{
+    CCN_CONV_LOCALS(g);
+    (void)N, (void)C, (void)H, (void)W, (void)M, (void)group, (void)pad_top, (void)pad_left;
     for (long oh = 0; oh < OH; oh++)
         for (long ow = 0; ow < OW; ow++) {
-            const float *at = in + oh * sh * PW + ow * sw;
+            const float *at = in + oh * stride_h * PW + ow * stride_w;
             float s = b;
             for (long kh = 0; kh < KH; kh++)
                 for (long kw = 0; kw < KW; kw++)
-                    s += wc[kh * KW + kw] * at[kh * dh * PW + kw * dw];
+                    s += wc[kh * KW + kw] * at[kh * dil_h * PW + kw * dil_w];
             out[oh * OW + ow] = s;
         }
 }
 
-/* One channel's plane in (rows PW apart, padded) into out, with the
- * common sizes (3x3 and 5x5, strides 1 and 2, no dilation) as constants
- * so that the taps unroll and their weights stay in registers.  rows is
- * scratch of OH * PW floats for a stride-1 one. */
-static void plane(const ccn_conv_geometry *g, long PW, const float *in, const float *wc,
+/* The padded plane of input plane in (H x W) at pad (PH x PW); with
+ * phases, split into its four phases instead, each QH x QW, QS apart. */
+static void pad_plane(const ccn_conv_geometry *g, const plan *p, const float *in, float *pad)
+{
+    const long H = g->in_h, W = g->in_w, pt = g->pad_top, pl = g->pad_left;
+    if (p->way != PHASES) {
+        memset(pad, 0, (size_t)(p->PH * p->PW) * sizeof(float));
+        for (long h = 0; h < H; h++)
+            memcpy(pad + (h + pt) * p->PW + pl, in + h * W, (size_t)W * sizeof(float));
+        return;
+    }
+    const long QW = p->row, QS = (p->PH + 1) / 2 * QW;
+    memset(pad, 0, (size_t)(4 * QS) * sizeof(float));
+    for (long h = 0; h < H; h++) {
+        const long r = h + pt;
+        float *row = pad + (r & 1) * 2 * QS + (r >> 1) * QW;
+        /* Column c = w + pl goes to phase c % 2, column c / 2: the even
+         * columns of the input row to one phase, the odd to the other. */
+        for (long k = 0; k < 2; k++) {
+            const long c0 = (pl + k) & 1;  /* the phase of columns w = k, k + 2, ... */
+            float *to = row + c0 * QS + (k + pl) / 2;
+            const float *from = in + h * W + k;
+            for (long j = 0; 2 * j + k < W; j++)
+                to[j] = from[2 * j];
+        }
+    }
+}
+
+/* One channel's plane in (padded as plan p says, unless it needs no copy)
+ * into out, with the common sizes (3x3 and 5x5, no dilation) constant.
+ * rows is the plane's scratch for whole padded rows of outputs. */
+static void plane(const ccn_conv_geometry *g, const plan *p, const float *in, const float *wc,
                   float b, float *out, float *rows)
 {
-    const long KH = g->kernel_h, KW = g->kernel_w, OH = g->out_h, OW = g->out_w;
-    const long sh = g->stride_h, sw = g->stride_w, dh = g->dil_h, dw = g->dil_w;
-    const int square = KH == KW && dh == 1 && dw == 1;
-    if (sh == 1 && sw == 1) {
-        const long n = (OH - 1) * PW + OW;
-        if (square && KH == 3)
-            flat_taps(3, 3, 1, 1, n, PW, in, wc, b, rows);
-        else if (square && KH == 5)
-            flat_taps(5, 5, 1, 1, n, PW, in, wc, b, rows);
-        else
-            flat_taps(KH, KW, dh, dw, n, PW, in, wc, b, rows);
-        for (long oh = 0; oh < OH; oh++)
-            memcpy(out + oh * OW, rows + oh * PW, (size_t)OW * sizeof(float));
-    } else if (square && sh == 2 && sw == 2 && KH == 3) {
-        row_taps(3, 3, 2, 2, 1, 1, OH, OW, PW, in, wc, b, out);
-    } else if (square && sh == 2 && sw == 2 && KH == 5) {
-        row_taps(5, 5, 2, 2, 1, 1, OH, OW, PW, in, wc, b, out);
-    } else {
-        row_taps(KH, KW, sh, sw, dh, dw, OH, OW, PW, in, wc, b, out);
+    const long KH = g->kernel_h, KW = g->kernel_w, OW = g->out_w;
+    const long n = (p->rows - 1) * p->row + OW;
+    const int k3 = KH == 3 && KW == 3, k5 = KH == 5 && KW == 5;
+    if (p->way == GENERAL) {
+        general_taps(g, p->PW, in, wc, b, out);
+        return;
     }
+    if (p->way == PHASES) {
+        const long QS = (p->PH + 1) / 2 * p->row;
+        if (k3)
+            phase_taps(3, 3, n, p->row, QS, in, wc, b, rows);
+        else if (k5)
+            phase_taps(5, 5, n, p->row, QS, in, wc, b, rows);
+        else
+            phase_taps(KH, KW, n, p->row, QS, in, wc, b, rows);
+    } else if (k3 && g->dil_h == 1 && g->dil_w == 1) {
+        flat_taps(3, 3, 1, 1, n, p->PW, in, wc, b, rows);
+    } else if (k5 && g->dil_h == 1 && g->dil_w == 1) {
+        flat_taps(5, 5, 1, 1, n, p->PW, in, wc, b, rows);
+    } else {
+        flat_taps(KH, KW, g->dil_h, g->dil_w, n, p->PW, in, wc, b, rows);
+    }
+    for (long oh = 0; oh < p->rows; oh++)
+        memcpy(out + oh * OW, rows + oh * p->row, (size_t)OW * sizeof(float));
 }
 
 /* The arguments of ccn_conv2d_depthwise, for its planes' task. */
 typedef struct {
     const ccn_conv_geometry *g;
+    plan p;
     int act;
     float act_alpha;
     const float *x, *w, *bias;
@@ -87,26 +176,20 @@ typedef struct {
 static void depthwise_range(void *context, long begin, long end)
 {
     const depthwise_call *a = context;
-    CCN_CONV_LOCALS(a->g);
-    const long PH = CCN_DEPTHWISE_PADDED_H(a->g), PW = CCN_DEPTHWISE_PADDED_W(a->g);
-    const int copy = CCN_DEPTHWISE_COPIES(a->g);
-    const long rows = stride_h == 1 && stride_w == 1 ? OH * PW : 0;
-    (void)N, (void)M, (void)group, (void)dil_h, (void)dil_w;
-    for (long p = begin; p < end; p++) {
-        /* Scratch per plane: its padded copy, then its padded rows. */
-        float *own = a->scratch ? a->scratch + p * (copy * PH * PW + rows) : NULL;
-        const float *in = a->x + p * H * W;
-        float *out = a->y + p * OH * OW;
-        if (copy) {
-            memset(own, 0, (size_t)(PH * PW) * sizeof(float));
-            for (long h = 0; h < H; h++)
-                memcpy(own + (h + pad_top) * PW + pad_left, in + h * W,
-                       (size_t)W * sizeof(float));
+    const ccn_conv_geometry *g = a->g;
+    const long C = g->in_channels, S = g->out_h * g->out_w, taps = g->kernel_h * g->kernel_w;
+    /* Scratch per plane: the padded plane (or its phases), then the rows. */
+    const long padded = a->p.per_plane - (a->p.way == GENERAL ? 0 : a->p.rows * a->p.row);
+    for (long i = begin; i < end; i++) {
+        float *own = a->scratch ? a->scratch + i * a->p.per_plane : NULL;
+        const float *in = a->x + i * g->in_h * g->in_w;
+        if (padded) {
+            pad_plane(g, &a->p, in, own);
             in = own;
         }
-        plane(a->g, PW, in, a->w + (p % C) * KH * KW, a->bias ? a->bias[p % C] : 0.0f, out,
-              own ? own + copy * PH * PW : NULL);
-        ccn_activate(OH * OW, out, a->act, a->act_alpha);
+        plane(g, &a->p, in, a->w + (i % C) * taps, a->bias ? a->bias[i % C] : 0.0f,
+              a->y + i * S, own ? own + padded : NULL);
+        ccn_activate(S, a->y + i * S, a->act, a->act_alpha);
     }
 }
 
@@ -115,9 +198,10 @@ void ccn_conv2d_depthwise(const ccn_conv_geometry *geometry, int act, float act_
                           float *scratch)
 {
     const ccn_conv_geometry *g = geometry;
+    const plan p = plan_of(g);
     assert(g->group == g->in_channels && g->out_channels == g->in_channels);
-    assert(scratch != NULL || CCN_DEPTHWISE_SCRATCH(g) == 0);
-    depthwise_call a = {g, act, act_alpha, x, w, bias, y, scratch};
+    assert(scratch != NULL || p.per_plane == 0);
+    depthwise_call a = {g, p, act, act_alpha, x, w, bias, y, scratch};
     const long planes = g->batch * g->in_channels;
     ccn_parallel_for(planes, planes * g->out_h * g->out_w * g->kernel_h * g->kernel_w,
                      depthwise_range, &a);

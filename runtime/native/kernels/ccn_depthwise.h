@@ -8,36 +8,23 @@
 
 CCN_BEGIN_DECLS
 
-/* The rows and columns of a padded input plane: the padding before,
- * the input, and zeros after as far as the last tap reaches (at least the
- * input's own size). */
-#define CCN_DEPTHWISE_EXTENT(in, pad, out, stride, kernel, dil)                  \
-    ((in) + (pad) > ((out) - 1) * (stride) + ((kernel) - 1) * (dil) + 1          \
-         ? (in) + (pad)                                                          \
-         : ((out) - 1) * (stride) + ((kernel) - 1) * (dil) + 1)
-#define CCN_DEPTHWISE_PADDED_H(g) \
-    CCN_DEPTHWISE_EXTENT((g)->in_h, (g)->pad_top, (g)->out_h, (g)->stride_h, (g)->kernel_h, (g)->dil_h)
-#define CCN_DEPTHWISE_PADDED_W(g) \
-    CCN_DEPTHWISE_EXTENT((g)->in_w, (g)->pad_left, (g)->out_w, (g)->stride_w, (g)->kernel_w, (g)->dil_w)
-
-/* Whether the input needs a padded copy: it has padding, or the taps
- * reach past it. */
-#define CCN_DEPTHWISE_COPIES(g)                                                   \
-    ((g)->pad_top || (g)->pad_left || CCN_DEPTHWISE_PADDED_H(g) > (g)->in_h ||    \
-     CCN_DEPTHWISE_PADDED_W(g) > (g)->in_w)
-/* Floats of ccn_conv2d_depthwise's scratch, per plane (batch *
- * in_channels of them): the padded copy, PADDED_H * PADDED_W if it
- * COPIES, plus out_h * PADDED_W padded output rows for stride 1. */
-#define CCN_DEPTHWISE_SCRATCH(g)                                                  \
-    ((g)->batch * (g)->in_channels *                                              \
-     ((CCN_DEPTHWISE_COPIES(g) ? CCN_DEPTHWISE_PADDED_H(g) * CCN_DEPTHWISE_PADDED_W(g) : 0) + \
-      ((g)->stride_h == 1 && (g)->stride_w == 1 ? (g)->out_h * CCN_DEPTHWISE_PADDED_W(g) : 0)))
+/* Floats of scratch ccn_conv2d_depthwise needs for `geometry`
+ * (lowerings/depthwise.py's depthwise_scratch computes the same), per
+ * plane (batch * in_channels of them), with the plane padded to PH x PW
+ * (the padding before, the input, and zeros after as far as the last tap
+ * reaches): stride 1, the padded copy (unless the convolution has no
+ * padding and its taps stay inside) and OH rows of PW outputs; stride 2
+ * without dilation, the padded plane split into its four phases (even
+ * and odd rows and columns: 4 x ceil(PH/2) x ceil(PW/2)) and OH rows of
+ * ceil(PW/2) outputs; anything else, the padded copy if any. */
+long ccn_depthwise_scratch(const ccn_conv_geometry *geometry);
 
 /* The convolution `geometry` (group == in_channels == out_channels) of x
  * by (C, 1, KH, KW) weights w plus bias (may be NULL), then activation
  * act (CCN_ACT_*, act_alpha its LeakyRelu slope): each output sums its
- * KH*KW taps in registers, without im2col.  scratch holds
- * CCN_DEPTHWISE_SCRATCH floats (NULL when that is 0). */
+ * KH*KW taps in registers, without im2col, over whole padded rows so
+ * that the loops are long however narrow the plane.  scratch holds
+ * ccn_depthwise_scratch(geometry) floats (NULL when that is 0). */
 void ccn_conv2d_depthwise(const ccn_conv_geometry *geometry, int act, float act_alpha,
                           const float *x, const float *w, const float *bias, float *y,
                           float *scratch);

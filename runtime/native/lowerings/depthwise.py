@@ -14,20 +14,28 @@ def is_depthwise(channels_in, channels_out, group) -> bool:
 
 
 def _extent(size, pad, out, stride, kernel, dilation) -> int:
-    """CCN_DEPTHWISE_EXTENT of ccn_depthwise.h: the rows (columns) of a
-    padded plane."""
+    """The rows (columns) of a padded plane: the padding before, the
+    input, zeros as far as the last tap reaches."""
     return max(size + pad, (out - 1) * stride + (kernel - 1) * dilation + 1)
 
 
 def depthwise_scratch(x_shape, out_size, kernel, strides, dilations, pads_begin) -> int:
-    """CCN_DEPTHWISE_SCRATCH of ccn_depthwise.h: per plane, the padded copy
-    of the input (when it has padding or the taps reach past it) and, for
-    stride 1, the padded output rows."""
+    """ccn_depthwise_scratch of ccn_depthwise.h: per plane, for stride 1
+    the padded copy of the input (unless nothing pads it) and rows of
+    padded width; for stride 2 without dilation the padded plane's four
+    phases and rows of half its width; else the padded copy, if any."""
     N, C, H, W = x_shape
     PH, PW = (_extent(x_shape[2 + d], pads_begin[d], out_size[d], strides[d], kernel[d],
                       dilations[d]) for d in (0, 1))
     copies = any(pads_begin) or PH > H or PW > W
-    return N * C * (PH * PW * copies + (out_size[0] * PW if tuple(strides) == (1, 1) else 0))
+    if tuple(strides) == (1, 1):
+        per_plane = copies * PH * PW + out_size[0] * PW
+    elif tuple(strides) == (2, 2) and tuple(dilations) == (1, 1):
+        half = (PW + 1) // 2
+        per_plane = 4 * ((PH + 1) // 2) * half + out_size[0] * half
+    else:
+        per_plane = copies * PH * PW
+    return N * C * per_plane
 
 
 def depthwise_step(em, inst, geometry, out_shape, scratch, act) -> Step:

@@ -3,6 +3,9 @@ direct kernel of ccn_depthwise.c against the NumPy VM and onnxruntime, for
 the unrolled sizes (3x3 and 5x5, strides 1 and 2) and the general code
 (other kernels, mixed strides, dilation, asymmetric and no padding), with
 and without bias, run-time weights and a fused activation."""
+import os
+import subprocess
+
 import numpy
 import pytest
 from onnx import helper
@@ -97,4 +100,40 @@ def test_scratch_covers_the_padded_planes_and_rows():
         == 2 * 3 * (10 * 12 + 8 * 12)
     # No padding and taps inside: no copy, only the rows for stride 1.
     assert depthwise_scratch((1, 4, 6, 6), (4, 4), (3, 3), (1, 1), (1, 1), (0, 0)) == 4 * 4 * 6
-    assert depthwise_scratch((1, 4, 7, 7), (3, 3), (3, 3), (2, 2), (1, 1), (0, 0)) == 0
+    # Stride 2: four 4 x 4 phases of the 7 x 7 plane and 3 rows of 4.
+    assert depthwise_scratch((1, 4, 7, 7), (3, 3), (3, 3), (2, 2), (1, 1), (0, 0)) \
+        == 4 * (4 * 4 * 4 + 3 * 4)
+
+
+@pytest.mark.native_build
+def test_the_scratch_is_what_the_kernel_computes(tmp_path):
+    # The emitter sizes the scratch, the kernel carves it up: both
+    # formulas must agree, for every case of the model above.
+    kernels = os.path.join(os.path.dirname(emit_c.__code__.co_filename), 'kernels')
+    lines = []
+    for kernel, strides, pads, dilations, _, shape in CASES:
+        out = [_out(shape[2 + d], kernel[d], strides[d], pads[d] + pads[d + 2], dilations[d])
+               for d in (0, 1)]
+        lines.append('{%d, %d, %d, %d, %d, %d, %d, %d, %d, %d, %d, %d, %d, %d, %d, %d},' % (
+            shape[0], shape[1], shape[2], shape[3], shape[1], out[0], out[1], kernel[0],
+            kernel[1], shape[1], strides[0], strides[1], dilations[0], dilations[1], pads[0],
+            pads[1]))
+    source = tmp_path / 'scratch.c'
+    source.write_text('#include <stdio.h>\n#include "ccn_depthwise.h"\n'
+                      'static const ccn_conv_geometry cases[] = {%s};\n'
+                      'int main(void) { for (unsigned i = 0; i < sizeof cases / sizeof *cases; '
+                      'i++) printf("%%ld\\n", ccn_depthwise_scratch(&cases[i])); return 0; }\n'
+                      % '\n'.join(lines))
+    program = str(tmp_path / 'scratch')
+    subprocess.run(['cc', '-std=c99', '-pthread', '-I', kernels, str(source)]
+                   + [os.path.join(kernels, 'ccn_%s.c' % f)
+                      for f in ('depthwise', 'gemm', 'threads')]
+                   + ['-o', program, '-lm'], check=True)
+    got = [int(v) for v in subprocess.run([program], check=True, capture_output=True,
+                                          text=True).stdout.split()]
+    want = []
+    for kernel, strides, pads, dilations, _, shape in CASES:
+        out = [_out(shape[2 + d], kernel[d], strides[d], pads[d] + pads[d + 2], dilations[d])
+               for d in (0, 1)]
+        want.append(depthwise_scratch(shape, out, kernel, strides, dilations, pads[:2]))
+    assert got == want
