@@ -1,15 +1,16 @@
 """The memory model: the peak bytes a training step's programs hold, predicted
 from static shapes, as the VM counts them.
 
-The VM (runtime/executor.py, ``track_memory``) counts the bytes of its live
-registers: the constants and inputs from the start, each instruction's
-outputs once it runs, less what the instruction frees.  Code generation
+The VM (runtime/executor.py, ``track_memory``) counts the bytes of the
+arrays its live registers hold, a view as the array it views: the
+constants and inputs from the start, each instruction's outputs once it
+runs, less what the instruction frees.  Code generation
 (codegen.insert_frees) frees a register after its last read, and a value
 nobody reads right after it is made; constants and program outputs are
-never freed.  ``peak`` replays exactly that rule over value names, with each
-value's size from its static dtype and shape (for compiled Programs, the
-types the compiler gave their registers: program_sizes), so a prediction
-and a measurement count the same bytes.  A training step runs two programs:
+never freed.  ``peak`` replays exactly that rule, with each value's size
+from its static dtype and shape: for compiled Programs over registers, with
+the types the compiler gave them (Program.types) and their records' view_of
+(program_schedule), so a prediction and a measurement count the same bytes.  A training step runs two programs:
 the forward one holds the values it retains for backward as outputs until
 it ends, the backward one takes them as inputs and frees each after its
 last read; the step's peak is the larger of the two programs' peaks.
@@ -23,6 +24,7 @@ import numpy
 from onnx import helper
 
 from .onnx_graph import SequenceType, reads, value_types
+from .runtime.ops.registry import operator_record
 from .shapes import infer_shapes
 
 
@@ -57,7 +59,8 @@ class Schedule:
     """One program as the memory model sees it: the values live when it
     starts (``inputs``; ``constants`` among them are never freed), its
     steps in order as (values read, values written), and its ``outputs``
-    (never freed)."""
+    (never freed).  Values are value names (graph_schedule) or registers
+    (program_schedule); a missing optional value is not listed."""
     inputs: list
     constants: set
     steps: list
@@ -74,8 +77,7 @@ class Schedule:
         last = {}
         for index, (read, written) in enumerate(self.steps):
             for name in list(read) + list(written):
-                if name:
-                    last[name] = index
+                last[name] = index
         frees = {}
         for name, index in last.items():
             if name not in keep:
@@ -84,8 +86,8 @@ class Schedule:
         live = sum(size(name) for name in names)
         peak, at_peak = live, set(names)
         for index, (_, written) in enumerate(self.steps):
-            names.update(name for name in written if name)
-            live += sum(size(name) for name in written if name)
+            names.update(written)
+            live += sum(size(name) for name in written)
             if live > peak:
                 peak, at_peak = live, set(names)
             freed = frees.get(index, ())
@@ -113,16 +115,46 @@ def graph_schedule(nodes, inputs, constants, outputs):
                     {alias.get(name, name) for name in outputs})
 
 
-def program_schedule(program):
-    """The Schedule of a runtime Program, by its registers' value names."""
-    def name(register):
-        return program.register_names.get(register, '%%%d' % register)
+def views(program):
+    """{register: the register whose array it views} of ``program`` (a
+    runtime Program), each to the register that made the array: output 0
+    of an instruction whose OpRecord says it may be a view of an input
+    (view_of), when the registers' types say it is one (the same dtype: a
+    Cast to another copies) and the op draws nothing (training-mode Dropout
+    makes a new array)."""
+    base = {}
+    for inst in program.instructions:
+        record = operator_record(inst.op, inst.domain)
+        if record is None or record.view_of is None or record.random \
+                or record.view_of >= len(inst.inputs) or not inst.outputs:
+            continue
+        source, view = inst.inputs[record.view_of], inst.outputs[0]
+        given, made = program.types.get(source), program.types.get(view)
+        if source >= 0 and view >= 0 and given is not None and made is not None \
+                and given.dtype is not None and given.dtype == made.dtype:
+            base[view] = base.get(source, source)
+    return base
 
-    steps = [([name(r) for r in inst.inputs + inst.captures if r >= 0],
-              [name(r) for r in inst.outputs if r >= 0]) for inst in program.instructions]
-    constants = {name(r) for r in program.constants}
-    return Schedule([v.name for v in program.inputs] + sorted(constants), constants, steps,
-                    {v.name for v in program.outputs})
+
+def program_schedule(program, shared=None):
+    """The Schedule of a runtime Program over its registers.  A view makes
+    no bytes of its own: its reads count as reads of the register it views
+    (views), whose array lives until both are freed.  ``shared``: {input
+    register: input register} for inputs the caller passes as views of
+    other inputs (the retained values of a training step's backward)."""
+    base = dict(shared or {})
+    base.update(views(program))
+
+    def storage(registers):
+        return [base.get(r, r) for r in registers if r >= 0]
+
+    steps = [(storage(inst.inputs + inst.captures),
+              [r for r in inst.outputs if r >= 0 and r not in base])
+             for inst in program.instructions]
+    constants = set(program.constants)
+    inputs = [v.register for v in program.inputs if v.register not in base]
+    return Schedule(inputs + sorted(constants), constants, steps,
+                    set(storage(v.register for v in program.outputs)))
 
 
 def training_schedules(forward_graph, backward):
@@ -167,7 +199,7 @@ def training_peak(schedules, known):
 
 
 def program_sizes(program):
-    """{value name: bytes} of the registers of ``program`` (a runtime
+    """{register: bytes} of the registers of ``program`` (a runtime
     Program) whose size is static: constants by their arrays, other values
     by the type the compiler gave their register (Program.types)."""
     known = {}
@@ -175,10 +207,17 @@ def program_sizes(program):
         if t.kind == 'tensor' and t.dtype is not None:
             size = value_bytes((numpy.dtype(t.dtype), t.shape))
             if size is not None:
-                known[program.register_name(register)] = size
+                known[register] = size
     for register, value in program.constants.items():
-        known[program.register_name(register)] = getattr(value, 'nbytes', 0)
+        known[register] = getattr(value, 'nbytes', 0)
     return known
+
+
+def program_peak(program, shared=None):
+    """The predicted peak of ``program`` alone, as the VM counts it:
+    (bytes, the registers live at its first moment)."""
+    known = program_sizes(program)
+    return program_schedule(program, shared).live_at_peak(lambda r: known.get(r, 0))
 
 
 def compiled_training_peak(programs):
@@ -195,23 +234,36 @@ def compiled_peak_parts(programs):
     ``params``: weights and running statistics), 'gradients' (the backward
     program's outputs), 'retained' (other values forward retains for
     backward), 'other' (values made and freed inside the program)}."""
-    # The retained values are in both programs, under the same names.
-    known = program_sizes(programs.forward)
-    known.update(program_sizes(programs.backward))
-
-    def size(name):
-        return known.get(name, 0)
-
-    runs = {name: program_schedule(program).live_at_peak(size)
-            for name, program in (('forward', programs.forward),
-                                  ('backward', programs.backward))}
+    forward, backward = programs.forward, programs.backward
+    runs = {'forward': program_peak(forward),
+            'backward': program_peak(backward, _retained_views(forward, backward))}
     which = max(runs, key=lambda name: runs[name][0])
     total, live = runs[which]
+    program = forward if which == 'forward' else backward
+    # The parts by the names the two programs declare for their inputs and
+    # outputs (the retained values are outputs of one, inputs of the other).
+    declared = {v.name: v.register for v in program.inputs + program.outputs}
     kinds = {'parameters': set(programs.params),
-             'gradients': {v.name for v in programs.backward.outputs},
+             'gradients': {v.name for v in backward.outputs},
              'retained': set(programs.retained) - set(programs.params)}
+    known = program_sizes(program)
     parts = {'total': total, 'program': which}
     for kind, names in kinds.items():
-        parts[kind] = sum(size(n) for n in live & names)
+        registers = {declared[n] for n in names if n in declared}
+        parts[kind] = sum(known.get(r, 0) for r in live & registers)
     parts['other'] = total - sum(parts[k] for k in kinds)
     return parts
+
+
+def _retained_views(forward, backward):
+    """{backward input register: backward input register} for the retained
+    values forward outputs as views of other retained values (views)."""
+    base = views(forward)
+    made = {v.register: v.name for v in forward.outputs}
+    by_name = {v.name: v.register for v in backward.inputs}
+    shared = {}
+    for v in forward.outputs:
+        source = made.get(base.get(v.register))
+        if source in by_name and v.name in by_name:
+            shared[by_name[v.name]] = by_name[source]
+    return shared

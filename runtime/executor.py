@@ -322,7 +322,7 @@ class Executor:
             ', '.join(describe_value(a) for a in args), type(error).__name__, error))
 
     def _run_instrumented(self, regs):
-        live_bytes = sum(_nbytes(v) for v in regs) if self.track_memory else 0
+        live = _LiveArrays(regs) if self.track_memory else None
         tracer = self.tracer
         for step in self._steps:
             args = [regs[r] for r in step.inputs]
@@ -341,11 +341,10 @@ class Executor:
                               start, time.perf_counter())
             if self.check_nans:
                 self._check_finite(step, step.outputs, regs)
-            if self.track_memory:  # an output no register takes is dropped at once
-                live_bytes += sum(_nbytes(v) for r, v in zip(step.outputs, produced)
-                                  if r != NO_REGISTER)
-                self.peak_bytes = max(self.peak_bytes, live_bytes)
-                live_bytes -= sum(_nbytes(regs[r]) for r in step.frees)
+            if live is not None:  # an output no register takes is dropped at once
+                live.add(v for r, v in zip(step.outputs, produced) if r != NO_REGISTER)
+                self.peak_bytes = max(self.peak_bytes, live.bytes)
+                live.drop(regs[r] for r in step.frees)
             for r in step.frees:
                 regs[r] = None
 
@@ -403,10 +402,41 @@ def _to_device(xp, value):
     return to_backend(xp, value)
 
 
-def _nbytes(value):
-    if isinstance(value, list):
-        return sum(_nbytes(v) for v in value)
-    return getattr(value, 'nbytes', 0)
+class _LiveArrays:
+    """The bytes of the arrays live registers hold (track_memory), each
+    array once: a view counts as the array it views, for as long as any
+    register holds either, as the process really holds it."""
+
+    def __init__(self, values):
+        self.bytes = 0
+        self._held = {}  # id of an array -> [the array, registers holding it]
+        self.add(values)
+
+    def add(self, values):
+        for array in _arrays(values):
+            held = self._held.setdefault(id(array), [array, 0])
+            held[1] += 1
+            self.bytes += array.nbytes if held[1] == 1 else 0
+
+    def drop(self, values):
+        for array in _arrays(values):
+            held = self._held[id(array)]
+            held[1] -= 1
+            if not held[1]:
+                del self._held[id(array)]
+                self.bytes -= array.nbytes
+
+
+def _arrays(values):
+    """The arrays that hold ``values``' data: a view's base, the elements
+    of a sequence."""
+    for value in values:
+        if isinstance(value, list):
+            yield from _arrays(value)
+        elif hasattr(value, 'nbytes'):
+            while hasattr(getattr(value, 'base', None), 'nbytes'):
+                value = value.base
+            yield value
 
 
 class _Body:

@@ -72,6 +72,27 @@ def test_an_output_no_register_takes_is_not_counted():
         executor.peak_bytes == (2 * 256 + 2 * 16) * 4  # x, scale, y and inv_std
 
 
+def test_a_view_counts_as_the_array_it_views():
+    # Flatten's output is a view of Relu's (OpRecord.view_of): one array,
+    # held while either register is.  Cast to float64 has the same record
+    # fact, but its register's dtype says it is a copy.
+    nodes = [helper.make_node('Relu', ['x'], ['a']),
+             helper.make_node('Flatten', ['a'], ['f'], axis=0),
+             helper.make_node('Cast', ['a'], ['c'], to=TensorProto.DOUBLE)]
+    graph = helper.make_graph(
+        nodes, 'g', [helper.make_tensor_value_info('x', TensorProto.FLOAT, [16, 16])],
+        [helper.make_tensor_value_info('a', TensorProto.FLOAT, [16, 16]),
+         helper.make_tensor_value_info('f', TensorProto.FLOAT, [1, 256]),
+         helper.make_tensor_value_info('c', TensorProto.DOUBLE, [16, 16])])
+    program = build_program(helper.make_model(graph,
+                                              opset_imports=[helper.make_opsetid('', 17)]))
+    executor = Executor(program, backend='numpy', track_memory=True)
+    outputs = executor.run({'x': numpy.ones((16, 16), numpy.float32)})
+    assert outputs['f'].base is outputs['a']
+    # a (and its view f) and c: 1024 + 2048 bytes, not 1024 more for f.
+    assert memory_model.program_peak(program)[0] == executor.peak_bytes == 3 * 1024
+
+
 @pytest.fixture(scope='module')
 def tmp(tmp_path_factory):
     return str(tmp_path_factory.mktemp('memory'))
@@ -90,8 +111,9 @@ def test_the_prediction_matches_the_measured_peak(tmp, kind, order, kwargs):
 def test_the_peak_counts_the_values_retained_between_the_programs(tmp):
     compiled = _step('mlp', tmp)[0]
     state = compiled._training_states()[0]
-    retained = memory_model.program_sizes(state.programs.forward)
-    held = sum(retained[name] for name in state.programs.retained)
+    forward = state.programs.forward
+    sizes = memory_model.program_sizes(forward)
+    held = sum(sizes[v.register] for v in forward.outputs if v.name in state.programs.retained)
     # Both programs hold every retained value at once: forward at its end,
     # backward at its start.
     assert compiled.peak_bytes() >= held
