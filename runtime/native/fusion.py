@@ -7,7 +7,7 @@ when C is emitted (emit_c.py calls ``fuse`` first).
   channel, ``s = scale / sqrt(var + eps)``, the weight's output channel is
   scaled by ``s`` and the bias becomes ``(bias - mean) * s + B``.
 * An activation whose record says ``epilogue`` (Relu, LeakyRelu, Sigmoid,
-  Tanh) that is the only reader of a Conv,
+  Tanh, HardSwish) that is the only reader of a Conv,
   Gemm or MatMul output (not itself a program output) becomes that
   instruction's ``activation`` attribute (``activation_alpha`` for
   LeakyRelu's slope), which the kernels apply as they store the product;

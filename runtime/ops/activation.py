@@ -101,7 +101,7 @@ def hard_sigmoid(xp, x, *, alpha=0.2, beta=0.5, consumed_inputs=None):
     return xp.clip(_const(x, alpha) * x + _const(x, beta), _const(x, 0), _const(x, 1))
 
 
-@kernel('HardSwish')
+@kernel('HardSwish', epilogue=True)
 def hard_swish(xp, x):
     return x * xp.clip(x / _const(x, 6) + _const(x, 0.5), _const(x, 0), _const(x, 1))
 

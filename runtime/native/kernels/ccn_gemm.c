@@ -158,6 +158,12 @@ static void activate_row(long n, float *restrict c, int act, float act_alpha)
         for (long j = 0; j < n; j++)
             c[j] = tanhf(c[j]);
         break;
+    case CCN_ACT_HARD_SWISH:  /* x * clip(x / 6 + 1/2, 0, 1), as the NumPy kernel */
+        for (long j = 0; j < n; j++) {
+            const float h = c[j] / 6.0f + 0.5f;
+            c[j] *= h < 0.0f ? 0.0f : h > 1.0f ? 1.0f : h;
+        }
+        break;
     default:
         break;
     }

@@ -8,7 +8,10 @@
 CCN_BEGIN_DECLS
 
 /* Activations a product applies as it stores its results (epilogue). */
-enum { CCN_ACT_NONE, CCN_ACT_RELU, CCN_ACT_LEAKY_RELU, CCN_ACT_SIGMOID, CCN_ACT_TANH };
+enum {
+    CCN_ACT_NONE, CCN_ACT_RELU, CCN_ACT_LEAKY_RELU, CCN_ACT_SIGMOID, CCN_ACT_TANH,
+    CCN_ACT_HARD_SWISH
+};
 
 /* C[m, n] = beta * bias[m * bias_rs + n * bias_cs] for an M x N C; bias NULL
  * gives zeros.  A broadcast axis of the bias has stride 0. */

@@ -259,3 +259,23 @@ def test_silu_becomes_one_swish():
     nan = numpy.full(shape, numpy.nan, F32)
     for y in Executor(build_program(model), backend='native').run_positional([nan, nan]):
         assert numpy.isnan(y).all()
+
+
+@pytest.mark.native_build
+def test_hard_swish_is_an_epilogue():
+    """HardSwish (MobileNetV3's activation) after a Conv, a depthwise Conv
+    and a Gemm is applied as each stores its result."""
+    rng = numpy.random.RandomState(7)
+    node = helper.make_node
+    nodes = [node('Conv', ['x', 'w'], ['c']), node('HardSwish', ['c'], ['h']),
+             node('Conv', ['h', 'dw', 'db'], ['d'], group=6, pads=[1, 1, 1, 1]),
+             node('HardSwish', ['d'], ['y1']),
+             node('Gemm', ['a', 'g'], ['p'], transB=1), node('HardSwish', ['p'], ['y2'])]
+    inits = {'w': _rand(rng, 6, 3, 1, 1) * 8, 'dw': _rand(rng, 6, 1, 3, 3) * 4,
+             'db': _rand(rng, 6), 'g': _rand(rng, 5, 7) * 4}
+    inputs = [('x', F32, [1, 3, 5, 5]), ('a', F32, [4, 7])]
+    model = make_model(nodes, inputs, [('y1', F32, [1, 6, 5, 5]), ('y2', F32, [4, 5])], inits,
+                       opset=14)
+    assert _ops(fuse(build_program(model))) == [
+        ('Conv', 'HardSwish'), ('Conv', 'HardSwish'), ('FusedGemm', 'HardSwish')]
+    check_native(model, [_rand(rng, *s) for _, _, s in inputs], atol=1e-5)

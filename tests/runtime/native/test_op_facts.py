@@ -102,7 +102,7 @@ def test_every_epilogue_activation_has_a_c_enum_and_a_lowering():
     headers = glob.glob(os.path.join(os.path.dirname(fusion.__file__), 'kernels', '*.h'))
     enums = {e for h in headers for e in re.findall(r'CCN_ACT_\w+', open(h).read())}
     epilogues = fusion.epilogue_ops()
-    assert set(epilogues) == {'Relu', 'LeakyRelu', 'Sigmoid', 'Tanh'}
+    assert set(epilogues) == {'Relu', 'LeakyRelu', 'Sigmoid', 'Tanh', 'HardSwish'}
     for op in epilogues:
         assert activation_enum(op) in enums and op in native_operators()
 
