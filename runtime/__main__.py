@@ -1,4 +1,4 @@
-"""Run a saved Program with NumPy alone:
+"""Run a saved Program with NumPy alone (and a C compiler when there is one):
 
     python -m chainer_compiler.runtime PROGRAM.npz [-i IN.npz | -i X.npy ...]
         [-o OUT.npz] [--symbolic-dims NAME=SIZE,...] [--iterations N] [--seed S] [--trace]
