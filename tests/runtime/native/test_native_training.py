@@ -358,8 +358,11 @@ def test_a_bad_batch_after_good_ones_is_still_refused():
     model, optimizer, step = _trained(model, 'adam', batches[:2], 'native')
     before = copy.deepcopy(_state(model, optimizer))
     x, t = batches[2]
-    with pytest.raises(InputValidationError, match=r'\(4, 20\), expected \(8, 20\)'):
-        step(x[:4], t[:4])
+    with pytest.raises(InputValidationError, match=r"\(8, 10\), expected \('batch', 20\)"):
+        step(x[:, :10], t)
+    with pytest.raises(InputValidationError, match="has batch=8 on axis 0, but input "
+                                                   "'input_0' has batch=4"):
+        step(x[:4], t)
     with pytest.raises(InputValidationError, match='dtype float64'):
         step(x.astype(numpy.float64), t)
     with pytest.raises(InputValidationError, match='must be an array.*got list'):
