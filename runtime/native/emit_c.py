@@ -263,6 +263,25 @@ _RESERVED_PREFIXES = ('ccn', 'pthread', 'posix', 'timer', 'sem', 'thrd', 'tss', 
                       'omp', 'cblas')
 
 
+#: The x86-64 levels the default build of an emitted Makefile also compiles
+#: the products for (ccn_gemm_v<level>.c, -march=x86-64-v<level>); the
+#: baseline build runs the best one the CPU has.
+GEMM_LEVELS = (3, 4)
+#: An exported function definition of a kernel file (at the start of a line).
+_C_DEFINITION = re.compile(r'^(?:[A-Za-z_]\w*[ *]+)+?(\w*ccn_\w+)\(', re.M)
+
+
+def gemm_variant(text: str, level: int) -> str:
+    """The text of ccn_gemm.c (``text``, symbols prefixed) as the build for
+    x86-64 level ``level``: every function it exports renamed with the
+    suffix _v<level>, so that the builds link into one program."""
+    names = {m.group(1) for m in _C_DEFINITION.finditer(text)
+             if not m.group(0).startswith('static')}
+    pattern = re.compile(r'\b(%s)\b' % '|'.join(sorted(names)))
+    return ('/* ccn_gemm.c for x86-64-v%d (emit_c.gemm_variant): its functions end in _v%d. */\n'
+            % (level, level) + pattern.sub(r'\1_v%d' % level, text))
+
+
 def check_model_name(name: str) -> None:
     """Raise NativeEmitError unless ``name`` can name an emitted model: a C
     identifier of at most MAX_NAME_LENGTH characters, not starting with an
@@ -855,6 +874,9 @@ class _Renderer:
         for filename in headers + ['ccn_%s.c' % f for f in families]:
             with open(os.path.join(KERNEL_DIR, filename), encoding='utf-8') as f:
                 texts[filename] = prefix_kernel_symbols(f.read(), self.name)
+        if 'gemm' in families:
+            for level in GEMM_LEVELS:
+                texts['ccn_gemm_v%d.c' % level] = gemm_variant(texts['ccn_gemm.c'], level)
         return Rendered(texts, self.layout, self.weights, families)
 
     def families(self) -> list[str]:
@@ -1329,6 +1351,12 @@ class _Renderer:
             'BLASLIBS := $(CBLAS_LIBS)',
             'endif',
             'ARCH ?=',
+            # Without ARCH, on x86-64: the products for x86-64-v3 and -v4 too.
+            'ifeq ($(ARCH),)',
+            "GEMM_VARIANTS := $(shell $(CC) -dumpmachine 2>/dev/null | grep -q '^x86_64' && "
+            "printf 'int main(void){return 0;}\\n' | $(CC) -march=x86-64-v4 -x c - "
+            '-o /dev/null 2>/dev/null && echo yes)',
+            'endif',
             'PROFILE ?= 0',
             'ifeq ($(PROFILE),1)',
             'PROFILEFLAGS := -DCCN_PROFILE',
@@ -1340,6 +1368,11 @@ class _Renderer:
             '$(PROFILEFLAGS)',
             'LDLIBS = $(BLASLIBS) -lm',
             'OBJS = %s' % objs,
+            ] + ([
+                'ifeq ($(GEMM_VARIANTS),yes)',
+                'OBJS += %s' % ' '.join('ccn_gemm_v%d.o' % v for v in GEMM_LEVELS),
+                'ALL_CFLAGS += -DCCN_GEMM_VARIANTS',
+                'endif'] if 'gemm' in families else []) + [
             '',
             'all: %s lib%s.so lib%s.a' % (n, n, n),
             '',
@@ -1356,6 +1389,10 @@ class _Renderer:
             '%.o: %.c ' + ' '.join(headers + ['%s.h' % n]),
             '\t$(CC) $(ALL_CFLAGS) -c -o $@ $<',
             '',
+            ] + [line for v in GEMM_LEVELS if 'gemm' in families for line in (
+                'ccn_gemm_v%d.o: ccn_gemm_v%d.c %s' % (v, v, ' '.join(headers)),
+                '\t$(CC) $(ALL_CFLAGS) -UCCN_GEMM_VARIANTS -march=x86-64-v%d -c -o $@ $<' % v,
+                '')] + [
             'clean:',
             '\trm -f *.o %s lib%s.so lib%s.a' % (n, n, n),
             '',

@@ -450,6 +450,8 @@ def _kernel_object(cache: _Cache, setup: list[str], key: list[str], name: str,
     return path
 
 
+#: emit_c's builds of a kernel file for an x86-64 level (gemm_variant).
+_VARIANT = re.compile(r'ccn_\w+_v\d+\.c\Z')
 #: The libraries this process loaded, by the SHA-256 of their content.
 _LOADED: dict[str, ctypes.CDLL] = {}
 #: The thread count last set in each loaded library (by id: never unloaded).
@@ -506,8 +508,9 @@ def load_library(program: Program, profile: bool = False
                     'native library cache %s %s: the library of program %s is built in a '
                     'temporary folder and not cached' % (cache.root, cache.why_not,
                                                           program.name)), stacklevel=2)
-            objects = [_kernel_object(cache, setup, key, n, files)
-                       for n in sorted(files) if n.startswith('ccn_') and n.endswith('.c')]
+            # (-march=native: the Makefile's builds for other levels are not needed)
+            objects = [_kernel_object(cache, setup, key, n, files) for n in sorted(files)
+                       if n.startswith('ccn_') and n.endswith('.c') and not _VARIANT.match(n)]
             model = sorted(n for n in files if n.endswith('.c') and n != 'main.c'
                            and not n.startswith('ccn_'))
             built = os.path.join(work, 'lib%s.so' % NAME)

@@ -26,6 +26,10 @@
  * (ccn_parallel_for in ccn_threads.h): below it, waking the other threads
  * costs more than it saves. */
 #define CCN_PARALLEL_WORK (1L << 18)
+/* Multiply-adds of a matrix product that count as one element of work
+ * (vectorised and from cache, they cost much less than an element of a
+ * memory-bound loop). */
+#define CCN_MACS_PER_WORK 16
 
 /* CCN_PARALLEL_FOR(work, loop): the `for` statement `loop` (the rest of
  * the arguments: commas in it are fine) on the calling thread.  C has no

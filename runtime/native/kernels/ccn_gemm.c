@@ -92,16 +92,6 @@
 #define CCN_ALWAYS_INLINE static inline
 #endif
 
-/* Multiply-adds below which a product stays on one thread: under about
- * 40 us of work the second thread gains little, and on a shared machine
- * it is sometimes descheduled, stalling the region (LeNet-5's training
- * step took 2.3 ms or 3.7 ms from run to run with 2^18 here, 2.3 ms
- * steadily with this). */
-#define CCN_PARALLEL_MACS (1L << 22)
-/* Floats of B from which ccn_gemm_bt's dot products (a few rows of A, so
- * bound by reading B) are split between threads: each core then streams
- * half of B (2x faster on a 784 x 1000 layer at batch 1). */
-#define CCN_PARALLEL_B_FLOATS (1L << 18)
 /* Multiply-adds from which a CBLAS build hands the product over. */
 #define CCN_CBLAS_MACS (1L << 16)
 
@@ -559,6 +549,48 @@ static void gemm_serial(long M, long N, long K, const a_operand *A, long row0,
     }
 }
 
+/* Multi-versioning.  The default build of an emitted Makefile on x86-64
+ * compiles this file twice more, with -march=x86-64-v3 and -v4 and every
+ * function it exports renamed with a suffix (ccn_gemm_serial_core_v3...;
+ * emit_c.gemm_variant), and this build, with CCN_GEMM_VARIANTS, runs the
+ * products on the best of them this CPU has: the micro-kernels' tiles and
+ * vectors are chosen for the instruction set at compile time. */
+void ccn_gemm_serial_core(long M, long N, long K, const a_operand *A, long row0,
+                          const b_operand *B, long col0, float *C, long ldc, int set, int act,
+                          float act_alpha)
+{
+    gemm_serial(M, N, K, A, row0, B, col0, C, ldc, set, act, act_alpha);
+}
+
+#ifdef CCN_GEMM_VARIANTS
+typedef void serial_fn(long, long, long, const a_operand *, long, const b_operand *, long,
+                       float *, long, int, int, float);
+serial_fn ccn_gemm_serial_core_v3, ccn_gemm_serial_core_v4;
+
+/* 4, 3 or 0: the x86-64 level of the best build this CPU runs (asked once;
+ * libgcc's answer includes the OS's support of the wider registers). */
+static int best_level(void)
+{
+    static int level = -1;
+    int known = __atomic_load_n(&level, __ATOMIC_RELAXED);
+    if (known < 0) {
+        __builtin_cpu_init();
+        const int v3 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
+                       __builtin_cpu_supports("bmi2");
+        known = v3 && __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+                        __builtin_cpu_supports("avx512dq") && __builtin_cpu_supports("avx512vl")
+                    ? 4 : v3 ? 3 : 0;
+        __atomic_store_n(&level, known, __ATOMIC_RELAXED);
+    }
+    return known;
+}
+
+#define GEMM_SERIAL (best_level() == 4 ? ccn_gemm_serial_core_v4 \
+                     : best_level() == 3 ? ccn_gemm_serial_core_v3 : gemm_serial)
+#else
+#define GEMM_SERIAL gemm_serial
+#endif
+
 #ifdef CCN_CBLAS
 /* The product through cblas_sgemm (C += alpha A B, = when set), then the
  * activation. */
@@ -590,10 +622,10 @@ static void gemm_tiles(void *context, long begin, long end)
     const gemm_part *g = context;
     const long lo = min_long(g->len, begin * g->unit), hi = min_long(g->len, end * g->unit);
     if (g->by_rows)
-        gemm_serial(hi - lo, g->N, g->K, g->A, lo, g->B, 0, g->C + lo * g->ldc, g->ldc, g->set,
+        GEMM_SERIAL(hi - lo, g->N, g->K, g->A, lo, g->B, 0, g->C + lo * g->ldc, g->ldc, g->set,
                     g->act, g->act_alpha);
     else
-        gemm_serial(g->M, hi - lo, g->K, g->A, 0, g->B, lo, g->C + lo, g->ldc, g->set, g->act,
+        GEMM_SERIAL(g->M, hi - lo, g->K, g->A, 0, g->B, lo, g->C + lo, g->ldc, g->set, g->act,
                     g->act_alpha);
 }
 
@@ -602,19 +634,19 @@ static void gemm_tiles(void *context, long begin, long end)
 static void gemm_any(long M, long N, long K, const a_operand *A, const b_operand *B, float *C,
                      long ldc, int set, int act, float act_alpha)
 {
-    if (M * N * K < CCN_PARALLEL_MACS) {
-        gemm_serial(M, N, K, A, 0, B, 0, C, ldc, set, act, act_alpha);
-        return;
-    }
     /* Split the longer side, counted in micro-kernel tiles (columns when
      * M is small, as a few rows do not pack).  Disjoint parts of C: no
      * synchronisation. */
     const int by_rows = M >= CCN_SMALL_M && (M + CCN_MR - 1) / CCN_MR >
                                                 (N + CCN_NR - 1) / CCN_NR;
-    const long row_unit = A->panels != NULL ? CCN_PANEL_ROWS : CCN_MR;
-    const long unit = by_rows ? row_unit : CCN_NR, len = by_rows ? M : N;
+    /* Units that are whole tiles of every build (CCN_GEMM_VARIANTS). */
+    const long unit = by_rows ? CCN_PANEL_ROWS : CCN_STRIP_COLS, len = by_rows ? M : N;
     gemm_part part = {M, N, K, unit, len, ldc, A, B, C, by_rows, set, act, act_alpha};
-    ccn_parallel_for((len + unit - 1) / unit, M * N * K, gemm_tiles, &part);
+    /* On one thread below 2^22 multiply-adds (CCN_MACS_PER_WORK): under
+     * about 40 us of work the second thread gains little (LeNet-5's
+     * training step took 2.3 or 3.7 ms from run to run with 2^18 on
+     * OpenMP, 2.3 ms steadily with this). */
+    ccn_parallel_for((len + unit - 1) / unit, M * N * K / CCN_MACS_PER_WORK, gemm_tiles, &part);
 }
 
 /* ccn_gemm_ex (set 0) and ccn_gemm_set (set 1). */
@@ -669,7 +701,7 @@ void ccn_gemm_one_thread(long M, long N, long K, const float *A, long lda, const
 {
     const a_operand a = {A, lda, 1, 1.0f, NULL, 0};
     const b_operand b = {B, ldb, NULL, 0};
-    gemm_serial(M, N, K, &a, 0, &b, 0, C, ldc, set, CCN_ACT_NONE, 0.0f);
+    GEMM_SERIAL(M, N, K, &a, 0, &b, 0, C, ldc, set, CCN_ACT_NONE, 0.0f);
 }
 
 void ccn_activate(long n, float *x, int act, float act_alpha)
@@ -753,6 +785,24 @@ static void gemm_bt_range(long n0, long n1, long M, long K, const float *A, long
     activate_block(M, n1 - n0, C + n0, ldc, act, act_alpha);
 }
 
+/* gemm_bt_range, exported for the multi-versioned build (as
+ * ccn_gemm_serial_core). */
+void ccn_gemm_bt_core(long n0, long n1, long M, long K, const float *A, long a_rs,
+                      const float *Bt, float alpha, float *C, long ldc, int act, float act_alpha)
+{
+    gemm_bt_range(n0, n1, M, K, A, a_rs, Bt, alpha, C, ldc, act, act_alpha);
+}
+
+#ifdef CCN_GEMM_VARIANTS
+typedef void bt_fn(long, long, long, long, const float *, long, const float *, float, float *,
+                   long, int, float);
+bt_fn ccn_gemm_bt_core_v3, ccn_gemm_bt_core_v4;
+#define GEMM_BT (best_level() == 4 ? ccn_gemm_bt_core_v4 \
+                 : best_level() == 3 ? ccn_gemm_bt_core_v3 : gemm_bt_range)
+#else
+#define GEMM_BT gemm_bt_range
+#endif
+
 /* gemm_bt_range over groups of four columns, for ccn_parallel_for. */
 typedef struct {
     long N, M, K;
@@ -769,8 +819,8 @@ typedef struct {
 static void gemm_bt_quads(void *context, long begin, long end)
 {
     const gemm_bt_part *g = context;
-    gemm_bt_range(min_long(g->N, begin * 4), min_long(g->N, end * 4), g->M, g->K, g->A, g->a_rs,
-                  g->Bt, g->alpha, g->C, g->ldc, g->act, g->act_alpha);
+    GEMM_BT(min_long(g->N, begin * 4), min_long(g->N, end * 4), g->M, g->K, g->A, g->a_rs,
+            g->Bt, g->alpha, g->C, g->ldc, g->act, g->act_alpha);
 }
 
 void ccn_gemm_bt(const ccn_gemm_geometry *g, const float *A, const float *Bt, float alpha,
@@ -779,11 +829,10 @@ void ccn_gemm_bt(const ccn_gemm_geometry *g, const float *A, const float *Bt, fl
     const long M = g->M, N = g->N, K = g->K, a_rs = g->a_rs, ldc = g->ldc;
     const int act = g->act;
     const float act_alpha = g->act_alpha;
-    if (N * K < CCN_PARALLEL_B_FLOATS) {
-        gemm_bt_range(0, N, M, K, A, a_rs, Bt, alpha, C, ldc, act, act_alpha);
-        return;
-    }
-    /* Ranges of whole groups of four rows of Bt. */
+    /* Ranges of whole groups of four rows of Bt.  The work is the floats
+     * of B: a few rows of A make the dot products bound by reading B, which
+     * each core then streams a part of (2x faster on a 784 x 1000 layer at
+     * batch 1 with two threads). */
     gemm_bt_part part = {N, M, K, A, a_rs, Bt, alpha, C, ldc, act, act_alpha};
     ccn_parallel_for((N + 3) / 4, N * K, gemm_bt_quads, &part);
 }

@@ -35,8 +35,13 @@
  * us) before it sleeps: a model's loops follow each other within
  * microseconds, and waking a sleeping thread costs about as much. */
 #define CCN_SPIN 4000
-/* Polls before a caller waiting for claimed chunks yields its CPU (to the
- * late worker, when they share one). */
+/* Polls between two sched_yield calls of a spinning thread: on a CPU that
+ * other processes want, a spinning worker would take time from them and
+ * from the caller's serial code; with nothing else to run, a yield returns
+ * at once. */
+#define CCN_YIELD_EVERY 32
+/* Polls before a caller waiting for claimed chunks starts yielding its
+ * CPU (to the late worker, when they share one). */
 #define CCN_WAIT_SPIN 64
 
 #define GEN(t) ((t) >> 32)
@@ -47,7 +52,7 @@ static struct {
     pthread_mutex_t lock; /* with `wake`: sleeping workers; `started` */
     pthread_cond_t wake;
     int threads;  /* atomic: threads per loop, the caller included; 0 until set */
-    int started;  /* workers created, under `lock` */
+    int started;  /* atomic: workers created (written under `lock`) */
     int sleepers; /* atomic: workers waiting on `wake` */
     int busy;     /* atomic: a loop is running */
     /* The running loop, written by its caller before it publishes the
@@ -60,10 +65,14 @@ static struct {
     long done;                 /* atomic: chunks the workers finished */
 } pool = {PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0};
 
-static void pause_briefly(void)
+/* One poll's wait: a pause, and a yield every CCN_YIELD_EVERY polls. */
+static void pause_briefly(long poll)
 {
+    if (poll % CCN_YIELD_EVERY == CCN_YIELD_EVERY - 1)
+        sched_yield();
 #if defined(__x86_64__) || defined(__i386__)
-    __builtin_ia32_pause();
+    else
+        __builtin_ia32_pause();
 #endif
 }
 
@@ -99,7 +108,7 @@ static void *worker(void *arg)
     for (;;) {
         unsigned long long t = __atomic_load_n(&pool.ticket, __ATOMIC_ACQUIRE);
         for (long spin = 0; spin < CCN_SPIN && GEN(t) == seen; spin++) {
-            pause_briefly();
+            pause_briefly(spin);
             t = __atomic_load_n(&pool.ticket, __ATOMIC_ACQUIRE);
         }
         if (GEN(t) == seen || index >= __atomic_load_n(&pool.threads, __ATOMIC_RELAXED)) {
@@ -150,6 +159,9 @@ static void install_fork_handler(void)
  * (the loops then run on fewer threads).  Returns how many run. */
 static int start_workers(int workers)
 {
+    const int started = __atomic_load_n(&pool.started, __ATOMIC_ACQUIRE);
+    if (started >= workers)
+        return started;
     pthread_once(&fork_handler, install_fork_handler);
     pthread_mutex_lock(&pool.lock);
     while (pool.started < workers) {
@@ -164,11 +176,11 @@ static int start_workers(int workers)
         pthread_attr_destroy(&attr);
         if (failed)
             break;
-        pool.started++;
+        __atomic_store_n(&pool.started, pool.started + 1, __ATOMIC_RELEASE);
     }
-    const int started = pool.started;
+    const int now = pool.started;
     pthread_mutex_unlock(&pool.lock);
-    return started;
+    return now;
 }
 
 static int machine_threads(void)
@@ -213,7 +225,8 @@ void ccn_parallel_for(long count, long work, ccn_task task, void *context)
         task(context, 0, count);
         return;
     }
-    const int workers = start_workers(threads - 1);
+    const int started = start_workers(threads - 1);
+    const int workers = started < threads - 1 ? started : threads - 1;
     const long most = (long)(workers + 1) * CCN_CHUNKS_PER_THREAD;
     const long chunks = count < most ? count : most;
     if (workers == 0) {
@@ -236,7 +249,7 @@ void ccn_parallel_for(long count, long work, ccn_task task, void *context)
     const long others = chunks - run_chunks(pool.generation);
     for (long spin = 0; __atomic_load_n(&pool.done, __ATOMIC_ACQUIRE) != others; spin++) {
         if (spin < CCN_WAIT_SPIN)
-            pause_briefly();
+            pause_briefly(spin);
         else
             sched_yield();
     }

@@ -220,15 +220,18 @@ void ccn_conv2d_winograd(const ccn_conv_geometry *geometry, const ccn_winograd_p
                   .pad_top = pad_top, .pad_left = pad_left, .ld = ld, .x = x, .w = w,
                   .bias = bias, .weights = weights, .act = act, .act_alpha = act_alpha,
                   .U = transformed ? NULL : scratch, .V = V, .M = M, .y = y};
-    /* Every stage is parallel when the whole convolution is large. */
-    const long work = N * I * O * OH * OW;
+    (void)N;
+    /* Each stage's work: the 16 elements it writes per filter or tile and
+     * channel, or its products' multiply-adds, of which CCN_MACS_PER_WORK
+     * make one element's work. */
     if (!transformed)
-        ccn_parallel_for(O, work, transform_filters, &c);
+        ccn_parallel_for(O, 16 * O * I, transform_filters, &c);
     for (c.row0 = 0; c.row0 < tile_rows; c.row0 += block_rows) {
         c.rows = block_rows < tile_rows - c.row0 ? block_rows : tile_rows - c.row0;
-        ccn_parallel_for(c.rows * I, work, transform_patches, &c);
-        ccn_parallel_for(16, work, multiply_planes, &c);
-        ccn_parallel_for(c.rows * O, work, transform_outputs, &c);
+        const long tiles_now = c.rows * TW;
+        ccn_parallel_for(c.rows * I, 16 * tiles_now * I, transform_patches, &c);
+        ccn_parallel_for(16, 16 * O * I * tiles_now / CCN_MACS_PER_WORK, multiply_planes, &c);
+        ccn_parallel_for(c.rows * O, 16 * tiles_now * O, transform_outputs, &c);
     }
 }
 
@@ -336,12 +339,13 @@ void ccn_conv2d_grad_filter_winograd(const ccn_conv_geometry *geometry,
     winograd c = {.I = I, .H = H, .W = W, .O = O, .OH = OH, .OW = OW, .TH = TH, .TW = TW,
                   .pad_top = pad_top, .pad_left = pad_left, .ld = ld, .x = x, .gy = gy,
                   .V = V, .GY = GY, .GYt = GYt, .dUt = dUt, .gw = gw};
-    const long work = N * I * O * OH * OW;
     for (c.row0 = 0; c.row0 < tile_rows; c.row0 += block_rows) {
         c.rows = block_rows < tile_rows - c.row0 ? block_rows : tile_rows - c.row0;
-        ccn_parallel_for(c.rows * I, work, transform_patches, &c);
-        ccn_parallel_for(c.rows * O, work, transform_gradients, &c);
-        ccn_parallel_for(16, work, multiply_gradient_planes, &c);
+        const long count = c.rows * TW;
+        ccn_parallel_for(c.rows * I, 16 * count * I, transform_patches, &c);
+        ccn_parallel_for(c.rows * O, 16 * count * O, transform_gradients, &c);
+        ccn_parallel_for(16, 16 * O * I * count / CCN_MACS_PER_WORK, multiply_gradient_planes,
+                         &c);
     }
-    ccn_parallel_for(O, work, transform_filter_gradients, &c);
+    ccn_parallel_for(O, 16 * O * I, transform_filter_gradients, &c);
 }
