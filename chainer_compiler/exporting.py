@@ -76,7 +76,8 @@ def export(model, inputs, filename=None, translator='onnx_chainer', opset_versio
 
     model_proto = translate(inputs)
     if dynamic_axes is not None:
-        _make_dynamic(model_proto, dynamic_axes, inputs, translate)
+        _make_dynamic(model_proto, dynamic_axes, inputs,
+                      lambda probe: _keeping_state(model, translate, probe))
     _record_provenance(model_proto, translator)
     if filename is not None:
         write_onnx(model_proto, filename)
@@ -206,6 +207,20 @@ def _dynamic_axes(dynamic_axes, inputs, outputs):
     return axes
 
 
+def _keeping_state(model, translate, inputs):
+    """``translate(inputs)``, ``model``'s persistent arrays as they were
+    before (a training-mode trace updates running averages): the second
+    trace of dynamic_axes changes nothing the first one did not."""
+    from .translators.onnx_chainer.naming import named_arrays
+    saved = [(a.link, a.attribute, a.value.copy()) for a in named_arrays(model)
+             if not a.is_parameter]
+    try:
+        return translate(inputs)
+    finally:
+        for link, attribute, value in saved:
+            getattr(link, attribute)[...] = value
+
+
 def _resized_inputs(inputs, resized):
     """``inputs`` (export's argument) with the arrays at the positions of
     ``resized`` ({position: {axis: size}}) grown to those sizes by
@@ -254,6 +269,8 @@ def _generalize_constants(graph, probe, describe):
     others = {t.name: t for t in probe.initializer}
     for tensor in graph.initializer:
         other = others.get(tensor.name)
+        if tensor.name.startswith('/') and other is not None and other.dims == tensor.dims:
+            continue  # a parameter or persistent array: running averages may differ
         value = numpy_helper.to_array(tensor)
         if other is None or not numpy.array_equal(value, numpy_helper.to_array(other)) \
                 or value.shape != tuple(other.dims):
@@ -274,8 +291,8 @@ def _generalize_constants(graph, probe, describe):
             differing = numpy.flatnonzero(value != other) if is_target else ()
             if len(differing) != 1:
                 raise ValueError("dynamic_axes: %s is a constant computed from the symbolic "
-                                 "sizes (%s in the trace, %s at %s): compute it in the model "
-                                 "from the arrays' shapes, or export with fixed sizes"
+                                 "sizes (%s in the trace, %s at %s), which the file would get "
+                                 "wrong at other sizes: export with fixed sizes"
                                  % (where, _short(value), _short(other), describe))
             checked.add(name)
     unchecked = sorted(set(changed) - checked)

@@ -83,6 +83,22 @@ def test_what_cannot_be_symbolic_is_refused_naming_it(tmp_path, model, dynamic_a
     assert not path.exists()
 
 
+def test_a_refused_training_mode_export_updates_the_running_averages_once(tmp_path):
+    """train=True: BatchNormalization's unbiased variance factor m/(m-1) is
+    computed from the batch, so it is refused; the second trace leaves the
+    running averages as one export does."""
+    x = _images(4)
+    once = _initialized(LeNet5(batch_norm=True), x)
+    twice = copy.deepcopy(once)
+    chainer_compiler.export(once, [x], str(tmp_path / 'a.onnx'), train=True)
+    with pytest.raises(ValueError, match=r"node 'Mul_\d+' \(Mul\) input 1 is a constant "
+                                         'computed from the symbolic sizes'):
+        chainer_compiler.export(twice, [x], str(tmp_path / 'b.onnx'), train=True,
+                                dynamic_axes='batch')
+    numpy.testing.assert_array_equal(twice.bn1.avg_mean, once.bn1.avg_mean)
+    numpy.testing.assert_array_equal(twice.bn2.avg_var, once.bn2.avg_var)
+
+
 # -- compile_onnx --------------------------------------------------------------
 def _labels(batch, seed=0):
     return numpy.random.RandomState(seed).randint(0, 10, batch).astype(numpy.int32)
