@@ -42,6 +42,7 @@ import tempfile
 import threading
 import time
 import warnings
+import weakref
 
 import numpy
 
@@ -589,7 +590,9 @@ class NativeRun:
             if shape == () and k not in self._updated:
                 buffer = numpy.zeros((), dtype=dtype)
                 self._scalars[k] = (buffer, buffer.ctypes.data)
-        self._seen: list[tuple[numpy.ndarray, int, tuple, numpy.dtype, bool] | None] = \
+        # (Weak: an input the caller let go, such as a retained value
+        # backward has read, must not outlive the call here.)
+        self._seen: list[tuple[weakref.ref, int, tuple, numpy.dtype, bool] | None] = \
             [None] * len(program.inputs)
         #: Output -> the input whose array it is (not a 0-d one: its buffer
         #: is reused at every call).
@@ -618,7 +621,7 @@ class NativeRun:
             # dtype can be reassigned in place): checked when first seen,
             # and C-contiguous since.
             seen = seen_arrays[k]
-            if seen is not None and seen[0] is value and value.shape == seen[2] and \
+            if seen is not None and seen[0]() is value and value.shape == seen[2] and \
                     value.dtype is seen[3] and not (seen[4] and not value.flags.writeable):
                 pointers.append(seen[1])
                 passed.append(value)
@@ -645,7 +648,8 @@ class NativeRun:
             pointers.append(_address(a))
             passed.append(a)
             if a is value:
-                seen_arrays[k] = (a, pointers[-1], shape, a.dtype, k in self._updated)
+                seen_arrays[k] = (weakref.ref(a), pointers[-1], shape, a.dtype,
+                                  k in self._updated)
         # Drawn as the NumPy VM's DropoutTraining draws its mask, from the
         # same global generator and in program order (runtime/ops/noise.py).
         for shape in self._uniform_shapes:

@@ -55,3 +55,22 @@ def test_a_second_backward_is_a_clear_error(exported):
     # backward, so what they hold after the error is Chainer's doing.)
     with pytest.raises(BackwardReleasedError, match='ran backward already.*forward pass again'):
         loss.backward()
+
+
+@pytest.mark.native_build
+def test_native_backward_holds_less_with_recompute_and_frees_what_it_read(exported):
+    """On the native backend, backward holds its arena and the retained
+    values: fewer retained values under gt outweigh the replays its arena
+    makes room for; and once backward has run, none of them is held."""
+    held = {}
+    for order in (None, 'gt'):
+        loss, step, y = _forward(exported, order, backend='native')
+        elsewhere = {id(p.array) for p in exported[0].params()} | {id(exported[2]), id(y.array)}
+        mine = [v for v in step.retained if id(v) not in elsewhere]
+        held[order] = step.state.backward._native._arena.nbytes + sum(v.nbytes for v in mine)
+        retained = [weakref.ref(v) for v in mine]
+        del mine
+        loss.backward()
+        gc.collect()
+        assert [r for r in retained if r() is not None] == []
+    assert held['gt'] < held[None]
