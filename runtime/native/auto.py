@@ -40,7 +40,8 @@ def choose_backend(program: Program, instruments=()) -> tuple[str, str]:
     for v in program.inputs:
         if v.kind != 'tensor' or str(v.dtype) not in C_TYPES or v.shape is None or \
                 not all(isinstance(d, int) for d in v.shape):
-            return 'numpy', "input '%s' is not a tensor of static shape and a C dtype" % v.name
+            # %r: a name is the Program's text, kept to one line of the log.
+            return 'numpy', 'input %r is not a tensor of static shape and a C dtype' % v.name
     missing = unlowered(program)
     if missing:
         return 'numpy', 'no native lowering for %s' % ', '.join(missing)

@@ -14,7 +14,14 @@ from onnx import TensorProto, helper
 
 from chainer_compiler.cli import main as cli_main
 from chainer_compiler.pipeline import build_program
-from chainer_compiler.runtime import Executor, get_array_module, save_program
+from chainer_compiler.runtime import (
+    Executor,
+    Instruction,
+    Program,
+    ValueInfo,
+    get_array_module,
+    save_program,
+)
 from chainer_compiler.runtime.__main__ import main as runtime_main
 from chainer_compiler.runtime.backend import BackendUnavailableError
 from chainer_compiler.runtime.errors import NativeBuildError
@@ -103,6 +110,15 @@ def test_auto_runs_numpy_for_a_symbolic_input_shape(caplog):
     assert executor.backend == 'numpy'
     assert _auto_lines(caplog) == [('INFO', "backend auto: numpy (input 'x' is not a tensor of "
                                             'static shape and a C dtype)')]
+
+
+def test_a_programs_input_name_stays_on_the_log_line():
+    _compiler()
+    program = Program(instructions=[Instruction('Relu', (0,), (1,), version=14)],
+                      inputs=[ValueInfo('x\nforged', 0, 'tensor', 'float32', ('n', 3))],
+                      outputs=[ValueInfo('y', 1)], num_registers=2)
+    backend, why = choose_backend(program)
+    assert backend == 'numpy' and '\n' not in why and "'x\\nforged'" in why
 
 
 def test_a_failing_native_build_falls_back_to_numpy_with_a_warning(mlp_model, monkeypatch,
