@@ -45,8 +45,9 @@ def choose_backend(program: Program, instruments=()) -> tuple[str, str]:
     missing = unlowered(program)
     if missing:
         return 'numpy', 'no native lowering for %s' % ', '.join(missing)
-    return 'native', '%s found, all %d instructions lowered' % (compiler,
-                                                                len(program.instructions))
+    count = len(program.instructions)
+    return 'native', '%s found, all %d instruction%s lowered' % (compiler, count,
+                                                                 '' if count == 1 else 's')
 
 
 def unlowered(program: Program) -> list[str]:
