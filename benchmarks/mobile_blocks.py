@@ -9,7 +9,6 @@ native per-operator profile with --profile); ``mobile_blocks_model()`` is
 the model for other benchmarks and the tests."""
 import argparse
 import math
-import os
 import sys
 import time
 
@@ -121,7 +120,6 @@ def main(argv=None):
     parser.add_argument('--batch', type=int, default=1)
     parser.add_argument('--profile', action='store_true')
     args = parser.parse_args(argv)
-    os.environ['OMP_NUM_THREADS'] = '1'
     import onnxruntime
 
     from chainer_compiler import build_program
@@ -137,7 +135,7 @@ def main(argv=None):
     session = onnxruntime.InferenceSession(model.SerializeToString(), options,
                                            providers=['CPUExecutionProvider'])
     program = build_program(model)
-    native = Executor(program, backend='native')
+    native = Executor(program, backend='native', threads=1)
     expected = session.run(None, {'x': x})[0]
     got = next(iter(native.run({'x': x}).values()))
     numpy.testing.assert_allclose(got, expected, rtol=1e-3, atol=1e-3)
@@ -149,7 +147,7 @@ def main(argv=None):
     if args.profile:
         tracer = Tracer()
         fused = fuse(program).instructions
-        traced = Executor(program, backend='native', tracer=tracer)
+        traced = Executor(program, backend='native', tracer=tracer, threads=1)
         for _ in range(50):
             traced.run({'x': x})
         fastest = {}
