@@ -231,7 +231,7 @@ KERNEL_TESTS = [
     'tests/runtime/native/test_lower_array.py', 'tests/runtime/native/test_lower_connection.py',
     'tests/runtime/native/test_lower_normalization.py',
     'tests/runtime/native/test_lower_deconvolution.py',
-    'tests/runtime/native/test_lower_winograd.py',
+    'tests/runtime/native/test_lower_winograd.py', 'tests/runtime/native/test_lower_depthwise.py',
     'tests/runtime/native/test_native_training_kernels.py',
     '-k', 'not test_native_training_kernels or test_optimizer_update_in_place or '
           'test_a_label_out_of_range or test_slice_grad or test_gather_grad',
