@@ -79,3 +79,46 @@ void ccn_deconv2d(const ccn_conv_geometry *geometry, const ccn_conv_plan *plan, 
         }
     }
 }
+
+/* y[m] += every row (m, kd, kh, kw) of col, each input position's value
+ * added at the output position its tap lands on (dropped outside). */
+static void col2im3d(const ccn_conv3d_geometry *g, long channels, const float *col, float *y)
+{
+    const long *in = g->in, *out = g->out, *K = g->kernel;
+    const long V = in[0] * in[1] * in[2], taps = K[0] * K[1] * K[2];
+    for (long row = 0; row < channels * taps; ++row) {
+        const long tap[3] = {row / (K[1] * K[2]) % K[0], row / K[2] % K[1], row % K[2]};
+        float *ym = y + row / taps * out[0] * out[1] * out[2];
+        for (long v = 0; v < V; ++v) {
+            const long at[3] = {v / (in[1] * in[2]), v / in[2] % in[1], v % in[2]};
+            long offset = 0, inside = 1;
+            for (int a = 0; a < 3; ++a) {
+                const long o = at[a] * g->stride[a] - g->pad_begin[a] + tap[a] * g->dil[a];
+                inside &= o >= 0 && o < out[a];
+                offset = offset * out[a] + o;
+            }
+            if (inside)
+                ym[offset] += col[row * V + v];
+        }
+    }
+}
+
+void ccn_deconv3d(const ccn_conv3d_geometry *g, const float *x, const float *w,
+                  const float *bias, float *y, float *col)
+{
+    const long Cg = g->in_channels / g->group, Mg = g->out_channels / g->group;
+    const long taps = g->kernel[0] * g->kernel[1] * g->kernel[2];
+    const long V = g->in[0] * g->in[1] * g->in[2], S = g->out[0] * g->out[1] * g->out[2];
+    /* col = W_g^T x_g: W_g is (Cg, Mg * taps), read transposed by strides. */
+    const ccn_gemm_geometry product = {.M = Mg * taps, .N = V, .K = Cg, .a_rs = 1,
+                                       .a_cs = Mg * taps, .ldb = V, .ldc = V,
+                                       .act = CCN_ACT_NONE, .act_alpha = 0.0f};
+    for (long n = 0; n < g->batch; ++n)
+        for (long grp = 0; grp < g->group; ++grp) {
+            float *yg = y + (n * g->out_channels + grp * Mg) * S;
+            ccn_gemm_init(Mg, S, yg, bias ? bias + grp * Mg : NULL, 1, 0, 1.0f);
+            ccn_gemm_set(&product, w + grp * Cg * Mg * taps,
+                         x + (n * g->in_channels + grp * Cg) * V, 1.0f, col);
+            col2im3d(g, Mg, col, yg);
+        }
+}

@@ -19,5 +19,13 @@ CCN_BEGIN_DECLS
 void ccn_deconv2d(const ccn_conv_geometry *geometry, const ccn_conv_plan *plan, const float *x,
                   const float *w, const float *bias, float *y, float *col);
 
+/* 3-D transposed convolution, as ccn_deconv2d in three axes: geometry->in
+ * is x's spatial size, ->out y's, pad_begin the crop at the start (may be
+ * negative); image by image and group by group, one product into ``col``
+ * ((out_channels / group) * kernel volume * input volume floats), whose
+ * columns are then added where their taps land. */
+void ccn_deconv3d(const ccn_conv3d_geometry *geometry, const float *x, const float *w,
+                  const float *bias, float *y, float *col);
+
 CCN_END_DECLS
 #endif /* CCN_DECONVOLUTION_H */

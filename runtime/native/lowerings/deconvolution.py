@@ -1,8 +1,16 @@
-"""ConvTranspose (1-D and 2-D) as calls into ccn_deconvolution.c, which multiplies
+"""ConvTranspose (1-D, 2-D and 3-D) as calls into ccn_deconvolution.c, which multiplies
 with ccn_gemm.c."""
+import math
+
 from ...ops.connection import conv_transpose_padding
 from ..lowering import Refuse, Step, lowers, unit_height
-from .connection import CONV_PLAN, GRAD_COLUMNS, conv_geometry, images_per_product
+from .connection import (
+    CONV3D_GEOMETRY,
+    CONV_PLAN,
+    GRAD_COLUMNS,
+    conv_geometry,
+    images_per_product,
+)
 from .winograd import winograd_step, winograd_tiles
 
 _AUTO_PADS = ('NOTSET', 'SAME_UPPER', 'SAME_LOWER', 'VALID')
@@ -14,10 +22,11 @@ def conv_transpose(em, inst) -> Step:
     sx, sw = em.shape(inst, 0), em.shape(inst, 1)
     if len(sx) == len(sw) == 3:  # 1-D: a unit height
         return unit_height(conv_transpose, em, inst, lifted=(0, 1))
+    if len(sx) == len(sw) == 5:
+        return _conv_transpose3d(em, inst, sx, sw)
     if len(sx) != 4 or len(sw) != 4:
-        raise Refuse('only 1-D and 2-D transposed convolution (3-D or 4-D input and weight) '
-                     'is supported, '
-                     'got %s and %s' % (list(sx), list(sw)))
+        raise Refuse('only 1-D, 2-D and 3-D transposed convolution (3-D to 5-D input and '
+                     'weight) is supported, got %s and %s' % (list(sx), list(sw)))
     N, C, H, W = sx
     Cw, Mg, KH, KW = sw
     group = int(a['group'])
@@ -61,15 +70,16 @@ def conv_transpose(em, inst) -> Step:
 
 
 def _geometry(a, spatial, kernel):
-    """(strides, dilations, crop at the start, output size) of a 2-D
-    ConvTranspose, each a pair, by the ONNX rules (shared with the NumPy
-    kernel); a malformed or impossible attribute refused."""
-    auto_pad = a.get('auto_pad', 'NOTSET')
+    """(strides, dilations, crop at the start, output size) of a 2-D or
+    3-D ConvTranspose, each one entry per spatial axis, by the ONNX rules
+    (shared with the NumPy kernel); a malformed or impossible attribute
+    refused."""
+    auto_pad, n = a.get('auto_pad', 'NOTSET'), len(spatial)
     if auto_pad not in _AUTO_PADS:
         raise Refuse('auto_pad %r is not one of %s' % (auto_pad, ', '.join(_AUTO_PADS)))
     pairs = {}
-    for name, default, size in (('strides', 1, 2), ('dilations', 1, 2), ('pads', 0, 4),
-                                ('output_padding', 0, 2)):
+    for name, default, size in (('strides', 1, n), ('dilations', 1, n), ('pads', 0, 2 * n),
+                                ('output_padding', 0, n)):
         value = tuple(int(v) for v in a.get(name) or (default,) * size)
         if len(value) != size:
             raise Refuse('%s %s does not have %d entries' % (name, list(value), size))
@@ -77,12 +87,40 @@ def _geometry(a, spatial, kernel):
     if min(pairs['strides'] + pairs['dilations']) < 1:
         raise Refuse('strides and dilations must be positive')
     output_shape = tuple(int(v) for v in a.get('output_shape') or ())
-    if output_shape and len(output_shape) not in (2, 4):
-        raise Refuse('output_shape %s is neither 2 spatial sizes nor a 4-D shape'
-                     % list(output_shape))
+    if output_shape and len(output_shape) not in (n, n + 2):
+        raise Refuse('output_shape %s is neither %d spatial sizes nor a %d-D shape'
+                     % (list(output_shape), n, n + 2))
     begin, _, out = conv_transpose_padding(spatial, kernel, pairs['strides'],
                                            pairs['dilations'], pairs['output_padding'],
                                            output_shape, auto_pad, pairs['pads'])
     if min(out) < 1:
         raise Refuse('the output would have spatial shape %s' % list(out))
     return pairs['strides'], pairs['dilations'], tuple(begin), tuple(out)
+
+
+def _conv_transpose3d(em, inst, sx, sw) -> Step:
+    """A 3-D ConvTranspose as ccn_deconv3d (one product and col2im per
+    image and group)."""
+    a = inst.attrs
+    (N, C), (Cw, Mg), group = sx[:2], sw[:2], int(a['group'])
+    if group < 1 or C % group or Cw != C:
+        raise Refuse('group=%d does not fit input %s and weight %s'
+                     % (group, list(sx), list(sw)))
+    if a.get('kernel_shape') is not None and tuple(a['kernel_shape']) != tuple(sw[2:]):
+        raise Refuse('kernel_shape %s differs from the weight' % list(a['kernel_shape']))
+    M, has_bias = Mg * group, em.has(inst, 2)
+    if has_bias and em.shape(inst, 2) != (M,):
+        raise Refuse('bias shape %s is not (%d,)' % (list(em.shape(inst, 2)), M))
+    strides, dilations, begin, out = _geometry(a, sx[2:], sw[2:])
+    geometry = CONV3D_GEOMETRY.literal(**{  # 'in' is a Python keyword
+        'batch': N, 'in_channels': C, 'out_channels': M, 'group': group, 'in': tuple(sx[2:]),
+        'out': out, 'kernel': tuple(sw[2:]), 'stride': strides, 'dil': dilations,
+        'pad_begin': begin})
+
+    def render(ref, scratch):
+        return ['ccn_deconv3d(%s,' % geometry,
+                '             %s, %s, %s, %s, %s);' % (
+                    ref(inst.inputs[0]), ref(inst.inputs[1]),
+                    ref(inst.inputs[2]) if has_bias else 'NULL', ref(inst.outputs[0]), scratch)]
+    return Step('deconvolution', [(N, M) + out], render,
+                scratch=max(1, Mg * math.prod(sw[2:]) * math.prod(sx[2:])), also=('gemm',))

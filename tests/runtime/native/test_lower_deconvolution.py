@@ -90,11 +90,11 @@ def test_weight_and_bias_as_inputs_1x1():
 def test_refusals():
     nodes = [helper.make_node('ConvTranspose', ['x3', 'w3'], ['y1']),
              helper.make_node('ConvTranspose', ['x', 'w'], ['y2'], group=2)]
-    model = make_model(nodes, [('x3', F, (1, 2, 3, 3, 5)), ('w3', F, (2, 2, 3, 3, 3)),
+    model = make_model(nodes, [('x3', F, (1, 2, 2, 2, 2, 2)), ('w3', F, (2, 2, 1, 1, 1, 1)),
                                ('x', F, (1, 3, 4, 4)), ('w', F, (3, 2, 3, 3))],
-                       [('y1', F, (1, 2, 5, 5, 7)), ('y2', F, (1, 4, 6, 6))])
+                       [('y1', F, (1, 2, 2, 2, 2, 2)), ('y2', F, (1, 4, 6, 6))])
     with pytest.raises(UnsupportedNativeOpsError) as e:
-        check_native(model, [_rand(1, 2, 3, 3, 5), _rand(2, 2, 3, 3, 3), _rand(1, 3, 4, 4),
-                             _rand(3, 2, 3, 3)])
-    assert 'only 1-D and 2-D transposed convolution' in str(e.value)
+        check_native(model, [_rand(1, 2, 2, 2, 2, 2), _rand(2, 2, 1, 1, 1, 1),
+                             _rand(1, 3, 4, 4), _rand(3, 2, 3, 3)])
+    assert 'only 1-D, 2-D and 3-D transposed convolution' in str(e.value)
     assert 'group=2 does not fit' in str(e.value)

@@ -16,7 +16,7 @@ def test_one_and_three_dimensional_convolution_and_pooling():
     inits = {'w': rng.randn(6, 4, 3).astype(f32), 'b': rng.randn(6).astype(f32),
              'wg': rng.randn(6, 2, 5).astype(f32), 'wt': rng.randn(4, 6, 3).astype(f32),
              'bt': rng.randn(6).astype(f32), 'w3': rng.randn(6, 2, 3, 3, 3).astype(f32),
-             'b3': rng.randn(6).astype(f32),
+             'b3': rng.randn(6).astype(f32), 'wt3': rng.randn(4, 3, 2, 3, 3).astype(f32),
              'scale': rng.rand(6).astype(f32) + 0.5, 'shift': rng.randn(6).astype(f32),
              'mean': rng.randn(6).astype(f32), 'var': rng.rand(6).astype(f32) + 0.5}
     nodes = [
@@ -47,6 +47,10 @@ def test_one_and_three_dimensional_convolution_and_pooling():
                          pads=[0, 1, 1, 0, 2, 0]),
         helper.make_node('BatchNormalization', ['s3', 'scale', 'shift', 'mean', 'var'], ['t3']),
         helper.make_node('Relu', ['t3'], ['e1']),
+        helper.make_node('ConvTranspose', ['v3', 'wt3', 'b3'], ['f0'], group=2,
+                         strides=[1, 2, 3], pads=[1, 0, 1, 0, 1, 2], output_padding=[0, 1, 2]),
+        helper.make_node('ConvTranspose', ['v3', 'wt3'], ['f1'], group=2, dilations=[2, 1, 1],
+                         output_shape=[6, 7, 9]),
         helper.make_node('MaxPool', ['v3'], ['q0'], kernel_shape=[2, 2, 2], strides=[2, 2, 2],
                          ceil_mode=1),
         helper.make_node('AveragePool', ['v3'], ['q1'], kernel_shape=[3, 2, 3],
@@ -66,7 +70,8 @@ def test_one_and_three_dimensional_convolution_and_pooling():
                         ('d1', f32, (2, 6, 13)), ('e0', f32, (2, 6, 5, 3, 4)),
                         ('e1', f32, (2, 6, 3, 5, 6)), ('q0', f32, (2, 4, 3, 3, 4)),
                         ('q1', f32, (2, 4, 5, 6, 6)), ('q2', f32, (2, 4, 5, 3, 4)),
-                        ('q3', f32, (2, 4, 4, 6, 6)), ('p3', f32, (2, 4, 7))],
+                        ('q3', f32, (2, 4, 4, 6, 6)), ('p3', f32, (2, 4, 7)),
+                        ('f0', f32, (2, 6, 5, 13, 20)), ('f1', f32, (2, 6, 6, 7, 9))],
                        inits, opset=19)
     x = rng.randn(2, 4, 11).astype(f32)
     v = rng.randn(2, 3, 2, 3, 4).astype(f32)
