@@ -7,7 +7,7 @@ when C is emitted (emit_c.py calls ``fuse`` first).
   channel, ``s = scale / sqrt(var + eps)``, the weight's output channel is
   scaled by ``s`` and the bias becomes ``(bias - mean) * s + B``.
 * An activation whose record says ``epilogue`` (Relu, LeakyRelu, Sigmoid,
-  Tanh, HardSwish) that is the only reader of a Conv,
+  Tanh, HardSwish), or a Clip from 0 to a constant (ReLU6), that is the only reader of a Conv,
   Gemm or MatMul output (not itself a program output) becomes that
   instruction's ``activation`` attribute (``activation_alpha`` for
   LeakyRelu's slope), which the kernels apply as they store the product;
@@ -31,7 +31,7 @@ import dataclasses
 
 import numpy
 
-from ..ops.fusion_rules import epilogue_alpha, epilogue_ops
+from ..ops.fusion_rules import clip_epilogue, epilogue_alpha, product_epilogues
 from ..ops.opset_rules import batch_norm_trains
 from ..ops.registry import CUSTOM_DOMAIN, fill_defaults, lookup, operator_record
 from ..program import NO_REGISTER, Instruction, Program
@@ -224,10 +224,17 @@ class _Fuser:
         j = self._sole_reader(inst.outputs[0])
         act = None if j is None else self.insts[j]
         if j is None or act is None or act.domain not in _DEFAULT_DOMAINS \
-                or act.op not in epilogue_ops() or 'activation' in inst.attrs:
+                or act.op not in product_epilogues() or 'activation' in inst.attrs:
             return False
         attrs = dict(inst.attrs, activation=act.op)
-        if 'alpha' in lookup(act.op, act.domain, act.version).attribute_types:
+        if act.op == 'Clip':
+            bound = clip_epilogue(act.version, act.attrs, {
+                k: self.constants.get(r) for k, r in enumerate(act.inputs)
+                if k > 0 and r != NO_REGISTER})
+            if bound is None:
+                return False
+            attrs['activation_alpha'] = bound
+        elif 'alpha' in lookup(act.op, act.domain, act.version).attribute_types:
             attrs['activation_alpha'] = epilogue_alpha(act.op, act.attrs)
         new = dataclasses.replace(inst, outputs=(act.outputs[0],) + inst.outputs[1:],
                                   attrs=attrs)

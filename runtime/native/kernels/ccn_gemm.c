@@ -154,6 +154,10 @@ static void activate_row(long n, float *restrict c, int act, float act_alpha)
             c[j] *= h < 0.0f ? 0.0f : h > 1.0f ? 1.0f : h;
         }
         break;
+    case CCN_ACT_CLIP:  /* NaN stays NaN, as NumPy's clip leaves it */
+        for (long j = 0; j < n; j++)
+            c[j] = c[j] < 0.0f ? 0.0f : c[j] > act_alpha ? act_alpha : c[j];
+        break;
     default:
         break;
     }

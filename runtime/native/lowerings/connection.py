@@ -2,7 +2,8 @@
 kernel calls.
 
 Each of them may carry an ``activation`` attribute ('Relu', 'LeakyRelu'
-with ``activation_alpha``, 'Sigmoid', 'Tanh', 'HardSwish'): FusedGemm has it from the
+with ``activation_alpha``, 'Sigmoid', 'Tanh', 'HardSwish', 'Clip' from 0 to
+``activation_alpha``): FusedGemm has it from the
 VM's own fusion, and runtime/native/fusion.py sets it on Conv, Gemm and
 MatMul when it folds a following activation into them.  The kernels apply
 it as they store their results (the GEMM's epilogue)."""
@@ -11,7 +12,7 @@ import re
 
 import numpy
 
-from ...ops.fusion_rules import epilogue_alpha, epilogue_ops
+from ...ops.fusion_rules import epilogue_alpha, product_epilogues
 from ...ops.registry import CUSTOM_DOMAIN
 from ..cformat import CStruct, cfloat
 from ..lowering import Refuse, Step, lowers, unit_height, window
@@ -72,8 +73,8 @@ def activation(inst) -> tuple[str, float]:
     name = inst.attrs.get('activation')
     if name is None and inst.op != 'FusedGemm':
         return 'CCN_ACT_NONE', 0.0
-    if name not in epilogue_ops():
-        raise Refuse('activation %r is not one of %s' % (name, ', '.join(epilogue_ops())))
+    if name not in product_epilogues():
+        raise Refuse('activation %r is not one of %s' % (name, ', '.join(product_epilogues())))
     return activation_enum(name), float(inst.attrs.get('activation_alpha',
                                                        epilogue_alpha(name, {})))
 

@@ -279,3 +279,31 @@ def test_hard_swish_is_an_epilogue():
     assert _ops(fuse(build_program(model))) == [
         ('Conv', 'HardSwish'), ('Conv', 'HardSwish'), ('FusedGemm', 'HardSwish')]
     check_native(model, [_rand(rng, *s) for _, _, s in inputs], atol=1e-5)
+
+
+@pytest.mark.native_build
+def test_relu6_is_an_epilogue():
+    """Clip from 0 to a constant (ReLU6, as exporters write it: bounds as
+    constant inputs) after a Conv, a depthwise Conv and a Gemm is applied as
+    each stores its result; a Clip from another lower bound, or to a
+    computed upper one, stays an instruction of its own."""
+    rng = numpy.random.RandomState(8)
+    node = helper.make_node
+    nodes = [node('Conv', ['x', 'w'], ['c']), node('Clip', ['c', 'zero', 'six'], ['h']),
+             node('Conv', ['h', 'dw'], ['d'], group=6, pads=[1, 1, 1, 1]),
+             node('Clip', ['d', 'zero', 'six'], ['y1']),
+             node('Gemm', ['a', 'g'], ['p'], transB=1), node('Clip', ['p', 'zero'], ['y2']),
+             node('Gemm', ['a', 'g'], ['q'], transB=1), node('Clip', ['q', 'one', 'six'], ['y3']),
+             node('Gemm', ['a', 'g'], ['r'], transB=1), node('Clip', ['r', 'zero', 'top'], ['y4'])]
+    inits = {'w': _rand(rng, 6, 3, 1, 1) * 8, 'dw': _rand(rng, 6, 1, 3, 3) * 4,
+             'g': _rand(rng, 5, 7) * 4, 'zero': F32(0), 'six': F32(6), 'one': F32(-1)}
+    inputs = [('x', F32, [1, 3, 5, 5]), ('a', F32, [4, 7]), ('top', F32, [])]
+    outputs = [('y1', F32, [1, 6, 5, 5])] + [(y, F32, [4, 5]) for y in ('y2', 'y3', 'y4')]
+    model = make_model(nodes, inputs, outputs, inits)
+    fused = fuse(build_program(model))
+    assert _ops(fused) == [('Conv', 'Clip'), ('Conv', 'Clip'), ('FusedGemm', 'Clip'),
+                           ('Gemm', None), ('Clip', None), ('Gemm', None), ('Clip', None)]
+    assert [inst.attrs['activation_alpha'] for inst in fused.instructions[:3]] == [6, 6, numpy.inf]
+    # C takes only constant bounds: the values without the last Clip.
+    model = make_model(nodes[:-2], inputs[:2], outputs[:-1], inits)
+    check_native(model, [_rand(rng, *s) for _, _, s in inputs[:2]], atol=1e-5)
