@@ -8,7 +8,14 @@
  * this one; once it holds a chunk, the loop cannot end (its caller waits
  * for every chunk to be `done`), so the task and context it reads stay
  * valid.  The caller claims chunks like the workers, then waits only for
- * those that others claimed and have not finished. */
+ * those that others claimed and have not finished.
+ *
+ * A worker that the OS deschedules while it holds a chunk still makes the
+ * caller wait, until it runs again (milliseconds, when another process
+ * wants the CPU).  So when the caller waited for the others longer than it
+ * worked itself, the next loops run on the caller alone for a while
+ * (`backoff`: doubled each time it recurs, halved by each loop that runs
+ * well), then the threads are tried again. */
 #if defined(__linux__) && !defined(_GNU_SOURCE)
 #define _GNU_SOURCE /* sched_getaffinity, CPU_COUNT */
 #endif
@@ -26,6 +33,7 @@
 #include <pthread.h>
 #include <sched.h>
 #include <stdint.h>
+#include <time.h>
 #include <unistd.h>
 
 /* Chunks per thread: a thread that runs late leaves small pieces that the
@@ -43,6 +51,11 @@
 /* Polls before a caller waiting for claimed chunks starts yielding its
  * CPU (to the late worker, when they share one). */
 #define CCN_WAIT_SPIN 64
+
+/* The shortest and the longest time the loops run serially after a loop
+ * whose caller waited longer than it worked. */
+#define CCN_BACKOFF_MIN_NS 1000000LL
+#define CCN_BACKOFF_MAX_NS 256000000LL
 
 #define GEN(t) ((t) >> 32)
 #define CHUNKS(t) ((long)(((t) >> 16) & 0xffff))
@@ -63,7 +76,17 @@ static struct {
     unsigned long long generation;
     unsigned long long ticket; /* atomic: generation, chunks, next chunk */
     long done;                 /* atomic: chunks the workers finished */
-} pool = {PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0};
+    /* Contention, read and written by the caller holding `busy`: loops
+     * start serially before serial_until (CLOCK_MONOTONIC ns). */
+    long long backoff, serial_until;
+} pool = {PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0};
+
+static long long now_ns(void)
+{
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (long long)t.tv_sec * 1000000000LL + t.tv_nsec;
+}
 
 /* One poll's wait: a pause, and a yield every CCN_YIELD_EVERY polls. */
 static void pause_briefly(long poll)
@@ -225,11 +248,12 @@ void ccn_parallel_for(long count, long work, ccn_task task, void *context)
         task(context, 0, count);
         return;
     }
+    const long long start = now_ns();
     const int started = start_workers(threads - 1);
     const int workers = started < threads - 1 ? started : threads - 1;
     const long most = (long)(workers + 1) * CCN_CHUNKS_PER_THREAD;
     const long chunks = count < most ? count : most;
-    if (workers == 0) {
+    if (workers == 0 || start < pool.serial_until) {
         __atomic_store_n(&pool.busy, 0, __ATOMIC_RELEASE);
         task(context, 0, count);
         return;
@@ -247,11 +271,20 @@ void ccn_parallel_for(long count, long work, ccn_task task, void *context)
         pthread_mutex_unlock(&pool.lock);
     }
     const long others = chunks - run_chunks(pool.generation);
+    const long long worked = now_ns();
     for (long spin = 0; __atomic_load_n(&pool.done, __ATOMIC_ACQUIRE) != others; spin++) {
         if (spin < CCN_WAIT_SPIN)
             pause_briefly(spin);
         else
             sched_yield();
+    }
+    const long long end = now_ns();
+    if (end - worked > worked - start) {
+        const long long doubled = pool.backoff ? 2 * pool.backoff : CCN_BACKOFF_MIN_NS;
+        pool.backoff = doubled < CCN_BACKOFF_MAX_NS ? doubled : CCN_BACKOFF_MAX_NS;
+        pool.serial_until = end + pool.backoff;
+    } else {
+        pool.backoff /= 2;
     }
     __atomic_store_n(&pool.busy, 0, __ATOMIC_RELEASE);
 }

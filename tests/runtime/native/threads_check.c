@@ -62,6 +62,20 @@ static void note_thread(void *context, long begin, long end)
     nanosleep(&pause, NULL);
 }
 
+/* Chunks that take 100 ms on threads other than the caller, as if the OS
+ * had descheduled the worker holding them. */
+static void slow_elsewhere(void *context, long begin, long end)
+{
+    helpers *h = context;
+    (void)begin;
+    (void)end;
+    if (!pthread_equal(pthread_self(), h->caller)) {
+        __atomic_add_fetch(&h->others, 1, __ATOMIC_RELAXED);
+        const struct timespec pause = {0, 100000000};
+        nanosleep(&pause, NULL);
+    }
+}
+
 /* A second caller running loops while the main thread does. */
 static void *other_caller(void *arg)
 {
@@ -128,8 +142,13 @@ int main(void)
         /* The workers take part (the calling thread does not do it all). */
         ccn_set_threads(4);
         helpers h = {pthread_self(), 0};
-        for (int round = 0; round < 100 && h.others == 0; round++)
+        const struct timespec moment = {0, 1000000};
+        /* Up to several seconds: on a loaded machine, a loop whose worker
+         * the OS delayed makes the next ones serial (up to 256 ms). */
+        for (int round = 0; round < 5000 && h.others == 0; round++) {
+            nanosleep(&moment, NULL);
             ccn_parallel_for(64, CCN_PARALLEL_WORK, note_thread, &h);
+        }
         check(h.others > 0, "workers run chunks", h.others, 0);
         /* Two callers at once: one runs on the pool, the other alone. */
         long *z = malloc(4096 * sizeof *z);
@@ -144,6 +163,16 @@ int main(void)
                 break;
             }
         free(z);
+        /* A caller that waited for the others longer than it worked runs
+         * the next loop alone. */
+        helpers slow = {pthread_self(), 0}, after = {pthread_self(), 0};
+        for (int round = 0; round < 5000 && slow.others == 0; round++) {
+            nanosleep(&moment, NULL);
+            ccn_parallel_for(64, CCN_PARALLEL_WORK, slow_elsewhere, &slow);
+        }
+        ccn_parallel_for(64, CCN_PARALLEL_WORK, note_thread, &after);
+        check(slow.others > 0 && after.others == 0, "serial after a long wait", slow.others,
+              after.others);
     }
     free(hits);
     free(y);
