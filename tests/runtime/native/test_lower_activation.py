@@ -1,0 +1,31 @@
+"""The activation family's C kernels against the NumPy VM where they take
+their own way: Softmax and LogSoftmax (the exponential by a vectorised
+polynomial, the sum in running partial sums, rows split between threads),
+over the last axis and an inner one."""
+import numpy
+import pytest
+from onnx import helper
+
+from .helpers import check_native, make_model
+
+F32 = numpy.float32
+
+
+@pytest.mark.native_build
+def test_softmax_and_log_softmax_equal_the_vm():
+    rng = numpy.random.RandomState(9)
+    node = helper.make_node
+    # An attention's scores (3 heads of 197 x 197, split between threads),
+    # and rows over an inner axis.
+    nodes = [node('Softmax', ['s'], ['p']), node('LogSoftmax', ['s'], ['lp']),
+             node('Softmax', ['x'], ['q'], axis=1), node('LogSoftmax', ['x'], ['lq'], axis=1)]
+    scores = (rng.standard_normal((1, 3, 197, 197)) * 8).astype(F32)
+    scores[0, 0, 0, :] = 80.0             # equal large values: the maximum subtracted
+    scores[0, 0, 1, :5] = [-1e30, 88, -88, 0, 1e-30]
+    x = (rng.standard_normal((4, 21, 3)) * 30).astype(F32)
+    model = make_model(nodes, [('s', F32, list(scores.shape)), ('x', F32, list(x.shape))],
+                       [('p', F32, list(scores.shape)), ('lp', F32, list(scores.shape)),
+                        ('q', F32, list(x.shape)), ('lq', F32, list(x.shape))])
+    # A log-probability near 0 is -log(1 + tiny): one rounding of the sum, in
+    # another order than NumPy's, moves it by about 1e-7.
+    check_native(model, [scores, x], rtol=1e-5, atol=1e-6)
