@@ -221,6 +221,11 @@ def _parser():
                            '1 MiB of weights, else file')
     emit.add_argument('--symbolic-dims', type=_symbolic_dims, metavar='NAME=SIZE,...',
                       help="an ONNX model's symbolic dimensions: the C is for these sizes")
+    emit.add_argument('--max', type=_symbolic_dims, metavar='NAME=VALUE',
+                      help='an ONNX model\'s symbolic batch (the first axis of every input and '
+                           'output): the C takes 1 to VALUE samples (NAME_run_n), running the '
+                           'program of one sample on each; refused unless no instruction '
+                           'mixes the samples')
     emit.set_defaults(handler=_emit_c)
     return parser
 
@@ -234,24 +239,17 @@ def _emit_c(args):
     from .runtime.native.emit_c import check_model_name
     check_model_name(args.name)  # before the work of loading the model
     start = time.perf_counter()
+    max_batch = None
     if args.model.endswith('.npz'):
-        if args.symbolic_dims:
-            raise CommandLineError('--symbolic-dims sizes the symbolic dimensions of an ONNX '
-                                   'model; %s is a saved Program' % args.model)
+        if args.symbolic_dims or args.max:
+            raise CommandLineError('--symbolic-dims and --max size the symbolic dimensions of '
+                                   'an ONNX model; %s is a saved Program' % args.model)
         program = load_program(args.model)
     else:
-        from .pipeline import build_program
-        model = args.model
-        if args.symbolic_dims:
-            from .exporting import with_sizes
-            from .frontend import load_onnx
-            try:
-                model = with_sizes(load_onnx(model), args.symbolic_dims, model)
-            except ValueError as e:  # a symbol no input has
-                raise CommandLineError(str(e)) from e
-        program = build_program(model)
+        program, max_batch = _emit_c_programs(args)
     load = time.perf_counter() - start
-    result = emit_c(program, args.output, args.name, weights=args.weights, keep=[args.model])
+    result = emit_c(program, args.output, args.name, weights=args.weights, keep=[args.model],
+                    max_batch=max_batch)
     weights = ('weights embedded as C literals' if result.weights is None else
                'weights %d bytes in %s_weights.bin' % (result.weights.nbytes, args.name))
     removed = '' if not result.removed else '; removed %d files of the earlier emit-c (%s)' % (
@@ -262,6 +260,37 @@ def _emit_c(args):
     print('emit-c: %s' % ', '.join('%s %.2f s' % phase for phase in
                                    [('load', load)] + result.phases), file=sys.stderr)
     return 0
+
+
+def _emit_c_programs(args):
+    """The Program emit-c writes for an ONNX model, sized by --symbolic-dims,
+    and with --max the batch's MaxBatch (the Program is then one sample's)."""
+    from .pipeline import build_program
+    from .runtime.native.batched import MAX_BATCH_LIMIT, PROBE_SIZES, MaxBatch
+    sizes = dict(args.symbolic_dims or {})
+    if args.max and len(args.max) != 1:
+        raise CommandLineError('--max takes one symbol (the batch), got %s' % ', '.join(args.max))
+    symbol = next(iter(args.max or {}), None)
+    if symbol is not None and not 1 <= args.max[symbol] <= MAX_BATCH_LIMIT:
+        raise CommandLineError('--max %s=%d: the maximum must be 1 to %d'
+                               % (symbol, args.max[symbol], MAX_BATCH_LIMIT))
+    if symbol in sizes:
+        raise CommandLineError('%s is given by both --symbolic-dims and --max' % symbol)
+    if not sizes and symbol is None:
+        return build_program(args.model), None
+    from .exporting import with_sizes
+    from .frontend import load_onnx
+    proto = load_onnx(args.model)
+
+    def program(extra):
+        try:
+            return build_program(with_sizes(proto, {**sizes, **extra}, args.model))
+        except ValueError as e:  # a symbol no input has
+            raise CommandLineError(str(e)) from e
+    if symbol is None:
+        return program({}), None
+    return program({symbol: 1}), MaxBatch(symbol, args.max[symbol], tuple(
+        (size, program({symbol: size})) for size in PROBE_SIZES))
 
 
 def _check_output_paths(args):

@@ -43,10 +43,11 @@ from ..profiling import trace_event_fields
 from ..program import NO_REGISTER, Instruction, Program, RegisterType, ValueInfo
 from . import lowerings  # noqa: F401  (registers every lowering)
 from .arena import Buffer, aligned, plan_arena
+from .batched import MAX_BATCH_LIMIT, MaxBatch, NotSeparableError, check_separable
 from .cformat import C_TYPES, NPY_DESCR, Shape, clist, cliteral, cstring, shape_text
 from .folding import fold
 from .fusion import fuse, written_inputs
-from .lowering import FLOAT32, Refuse, Step, Unknown, lowering_for, with_defaults
+from .lowering import FLOAT32, Refuse, Step, Unknown, at, lowering_for, with_defaults
 from .weights import WeightsLayout, layout
 from .weights import block as weights_block
 from .weights import write_file as write_weights_file
@@ -130,7 +131,7 @@ EMBED_MAX_BYTES = 1 << 20
 
 
 def emit_c(program: Program, directory: str | os.PathLike, name: str = 'model',
-           weights: str = 'auto', keep=()) -> EmitResult:
+           weights: str = 'auto', keep=(), max_batch: MaxBatch | None = None) -> EmitResult:
     """Write the C sources, kernels and Makefile of ``program`` into
     ``directory`` (created if missing) under the model name ``name`` (see
     check_model_name), with the constants embedded as C literals
@@ -148,12 +149,20 @@ def emit_c(program: Program, directory: str | os.PathLike, name: str = 'model',
     when it is one of the paths ``keep`` (e.g. the model file read), or when
     the folder's manifest is damaged.  Each file is written whole under a
     temporary name and renamed into place.  Logs each phase at INFO on the
-    ``chainer_compiler.emit_c`` logger; EmitResult.phases has their times."""
+    ``chainer_compiler.emit_c`` logger; EmitResult.phases has their times.
+
+    With ``max_batch`` (emit-c --max), ``program`` is the model for one
+    sample and the C also runs 1 to ``max_batch.maximum`` samples
+    (NAME_run_n); the model lowered at the sizes of ``max_batch.probes``
+    must keep its samples apart (batched.check_separable), else
+    NativeEmitError names the instruction that mixes them."""
     if weights not in WEIGHTS_MODES:
         raise NativeEmitError('weights=%r: expected one of %s'
                               % (weights, ', '.join(WEIGHTS_MODES)))
     check_model_name(name)
-    c = NativeCompilation(program, name, weights, os.fspath(directory), keep)
+    if max_batch is not None:
+        _check_max_batch(program, max_batch, name)
+    c = NativeCompilation(program, name, weights, os.fspath(directory), keep, max_batch)
     for stage, passes in NATIVE_BACKEND:
         start = time.perf_counter()
         for run_pass in passes:
@@ -161,6 +170,27 @@ def emit_c(program: Program, directory: str | os.PathLike, name: str = 'model',
         c.phases.append((stage, time.perf_counter() - start))
     assert c.result is not None
     return c.result
+
+
+def _check_max_batch(program: Program, max_batch: MaxBatch, name: str) -> None:
+    """Refuse ``max_batch`` (emit_c) unless its maximum is in range, the
+    model at its probe sizes keeps its samples apart
+    (batched.check_separable) and ``program`` is that model for one sample."""
+    what = 'emit-c --max %s=%d' % (max_batch.symbol, max_batch.maximum)
+    if not 1 <= max_batch.maximum <= MAX_BATCH_LIMIT:
+        raise NativeEmitError('%s: the maximum must be 1 to %d' % (what, MAX_BATCH_LIMIT))
+    probes = [(size, lower(fuse(with_defaults(p)), name)) for size, p in max_batch.probes]
+    try:
+        check_separable(probes, max_batch.symbol)
+    except NotSeparableError as e:
+        raise NativeEmitError('%s: the samples of a batch are not independent: %s; emit it '
+                              'for one size instead (--symbolic-dims)' % (what, e)) from None
+    structure = [(i.op, i.inputs, i.outputs) for i in program.instructions]
+    if any(not v.shape or v.shape[0] != 1 for v in program.inputs) or any(
+            structure != [(i.op, i.inputs, i.outputs) for i in p.instructions]
+            for _, p in max_batch.probes):
+        raise NativeEmitError('%s: the program to emit is not the model for one sample'
+                              % what)
 
 
 @dataclass
@@ -174,6 +204,7 @@ class NativeCompilation:
     weights: str
     directory: str
     keep: Any = ()
+    max_batch: MaxBatch | None = None
     lowered: 'Lowered | None' = None
     arena: 'ArenaPlan | None' = None
     rendered: 'Rendered | None' = None
@@ -233,7 +264,7 @@ def render_files(c: NativeCompilation) -> None:
     """Render NAME.h, NAME.c, NAME_weights.c, main.c, the Makefile and the
     kernels' sources, every kernel symbol prefixed with NAME_."""
     assert c.lowered is not None and c.arena is not None
-    c.rendered = render(c.lowered, c.arena, c.weights)
+    c.rendered = render(c.lowered, c.arena, c.weights, c.max_batch)
 
 
 def write_files(c: NativeCompilation) -> None:
@@ -708,7 +739,9 @@ class ArenaPlan:
     """Where plan() puts every value: a program output's buffer
     (``output_of``: register -> output position), the same memory as
     another value (``alias_of``: a view, or a result written over an input
-    read for the last time), or an arena offset (``offsets`` of each of
+    read for the last time), a block of another value (``placed``: register
+    -> (container, element offset), a Concat's input written where the
+    Concat would copy it), or an arena offset (``offsets`` of each of
     ``buffers``, in ``arena_bytes``); the outputs copied at the end
     (``final_copies``: output position, register), the inputs updated in
     place (writable in C) and the outputs that are inputs
@@ -721,6 +754,7 @@ class ArenaPlan:
     buffers: list[Buffer]
     offsets: dict
     arena_bytes: int
+    placed: dict[int, tuple[int, int]] = field(default_factory=dict)
 
 
 def plan(lowered: Lowered) -> ArenaPlan:
@@ -754,6 +788,7 @@ def plan(lowered: Lowered) -> ArenaPlan:
                 root = alias_of.get(r, r)
                 last_use[root] = i
     _share_in_place(lowered, alias_of, output_of, produced, last_use)
+    placed, first_use = _place_parts(lowered, alias_of, output_of, produced, last_use)
     # Inputs written in place are the caller's own arrays, writable in C.
     updated_inputs = sorted({
         lowered.input_of[root] for inst, step in zip(p.instructions, lowered.steps)
@@ -769,14 +804,47 @@ def plan(lowered: Lowered) -> ArenaPlan:
         and lowered.dtypes[root] == lowered.dtypes[p.outputs[k].register]}
     buffers = []
     for r, i in produced.items():
-        if r not in output_of:
-            buffers.append(Buffer(r, lowered.nbytes(r), i, max(i, last_use.get(r, i))))
+        if r not in output_of and r not in placed:
+            buffers.append(Buffer(r, lowered.nbytes(r), first_use[r],
+                                  max(i, last_use.get(r, i))))
     for i, step in enumerate(lowered.steps):
         if step is not None and step.scratch:
             buffers.append(Buffer(('scratch', i), 4 * step.scratch, i, i))
     offsets, arena_bytes = plan_arena(buffers)
     return ArenaPlan(output_of, final_copies, alias_of, updated_inputs, in_place_outputs,
-                     buffers, offsets, arena_bytes)
+                     buffers, offsets, arena_bytes, placed)
+
+
+def _place_parts(lowered: Lowered, alias_of: dict, output_of: dict, produced: dict,
+                 last_use: dict) -> tuple[dict[int, tuple[int, int]], dict[int, int]]:
+    """Let the producers of an instruction's parts (Step.parts: the inputs
+    of a Concat that are contiguous blocks of its output) write them
+    straight into its output, which then copies nothing: ({root: (container,
+    element offset)}, {register: first instruction its memory is live}).
+
+    A part qualifies when it is an intermediate value (not an input, a
+    constant or a program output) read for the last time by that
+    instruction, and no other input of it shares its memory: it then holds
+    its block from its producer to the Concat and the Concat's value holds
+    it after, so the block is never written for anything else.  The
+    container's buffer is live from its first part's producer on; a
+    container may be a part of a later Concat (DenseNet's chains)."""
+    placed: dict[int, tuple[int, int]] = {}
+    first_use = dict(produced)
+    for i, (inst, step) in enumerate(zip(lowered.program.instructions, lowered.steps)):
+        if step is None or not step.parts or inst.outputs[0] not in produced:
+            continue
+        out = inst.outputs[0]
+        roots = [alias_of.get(r, r) for r in inst.inputs]
+        for k, offset in step.parts:
+            root = roots[k]
+            if root in produced and root not in output_of and root not in placed and \
+                    last_use.get(root) == i and roots.count(root) == 1 and \
+                    lowered.dtypes[root] == lowered.dtypes[out] and \
+                    lowered.nbytes(root) == lowered.nbytes(inst.inputs[k]):
+                placed[root] = (out, offset)
+                first_use[out] = min(first_use[out], first_use[root])
+    return placed, first_use
 
 
 def _share_in_place(lowered: Lowered, alias_of: dict, output_of: dict, produced: dict,
@@ -821,18 +889,21 @@ class Rendered:
     families: list[str]
 
 
-def render(lowered: Lowered, arena: ArenaPlan, weights_mode: str) -> Rendered:
+def render(lowered: Lowered, arena: ArenaPlan, weights_mode: str,
+           max_batch: MaxBatch | None = None) -> Rendered:
     """The files of ``lowered`` with the memory of ``arena``, the constants
     embedded as literals (``weights_mode`` 'embed') or in a weights file
     ('file'): NAME.h, NAME.c, NAME_weights.c, main.c, the Makefile and the
-    kernels' sources, every ``ccn_*`` symbol renamed ``NAME_ccn_*``."""
-    return _Renderer(lowered, arena, weights_mode).render()
+    kernels' sources, every ``ccn_*`` symbol renamed ``NAME_ccn_*``; with
+    ``max_batch``, NAME_run_n too (emit_c)."""
+    return _Renderer(lowered, arena, weights_mode, max_batch).render()
 
 
 class _Renderer:
     """Renders one model's files (render)."""
 
-    def __init__(self, lowered: Lowered, arena: ArenaPlan, weights_mode: str):
+    def __init__(self, lowered: Lowered, arena: ArenaPlan, weights_mode: str,
+                 max_batch: MaxBatch | None = None):
         # The rendering methods read the lowering's and the plan's results
         # under these names; rendering adds the constants it names to a
         # copy of the lowering's arrays.
@@ -845,7 +916,9 @@ class _Renderer:
         self.alias_of, self.updated_inputs = arena.alias_of, arena.updated_inputs
         self.in_place_outputs, self.buffers = arena.in_place_outputs, arena.buffers
         self.offsets, self.arena_bytes = arena.offsets, arena.arena_bytes
+        self.placed = arena.placed
         self.layout: WeightsLayout | None = None
+        self.max_batch = max_batch
 
     def nbytes(self, r: int) -> int:
         return self.lowered.nbytes(r)
@@ -889,6 +962,9 @@ class _Renderer:
     def ref(self, r: int) -> str:
         """The C expression of register ``r``'s data."""
         r = self.alias_of.get(r, r)
+        if r in self.placed:  # a block of a Concat's output (plan)
+            container, offset = self.placed[r]
+            return at(self.ref(container), offset)
         if r in self.input_of:
             return 'in_%d' % self.input_of[r]
         if r in self.consts:
@@ -934,7 +1010,8 @@ class _Renderer:
                ' * Inputs and outputs are arrays in C (row-major) order with the dtypes',
                ' * (float32: float, float64: double, int64: int64_t, int32: int32_t,',
                ' * bool: uint8_t) and static shapes below; they must not overlap.',
-               ' *'] + self._in_place_doc() + self._api_doc() + self._status_doc() + [' */']
+               ' *'] + self._in_place_doc() + self._api_doc() + self._batch_doc() + \
+            self._status_doc() + [' */']
         lines = doc + ['#ifndef %s_H' % up, '#define %s_H' % up, '',
                        '#include <stddef.h>', '#include <stdint.h>', '',
                        '#ifdef __cplusplus', 'extern "C" {', '#endif', '',
@@ -949,6 +1026,13 @@ class _Renderer:
                        '#define %s_ARENA_BYTES %dUL' % (up, self.arena_bytes),
                        '/* Highest rank of an input or output. */',
                        '#define %s_MAX_RANK %d' % (up, self._max_rank()), '']
+        if self.max_batch is not None:
+            lines += ['/* %s_run_n takes 1 to %s_MAX_BATCH samples of the batch named'
+                      % (self.name, up),
+                      ' * %s_BATCH_SYMBOL; other counts return %s_STATUS_BATCH. */' % (up, up),
+                      '#define %s_MAX_BATCH %d' % (up, self.max_batch.maximum),
+                      '#define %s_BATCH_SYMBOL %s' % (up, cstring(self.max_batch.symbol)),
+                      '#define %s_STATUS_BATCH %d' % (up, self._batch_status()), '']
         lines += self._tensor_macros('INPUT', ins) + self._tensor_macros('OUTPUT', outs)
         lines += ['typedef struct {',
                   '    const char *name;   /* the value\'s name in the graph */',
@@ -1001,6 +1085,33 @@ class _Renderer:
         lines = [' * ' + line for paragraph in text for line in textwrap.wrap(paragraph, 76)]
         return lines + [' *'] if lines else []
 
+    def _batch_status(self) -> int:
+        """NAME_run_n's status for a count of samples out of range."""
+        return FIRST_FAILURE + len(self._failures())
+
+    def _batch_doc(self) -> list[str]:
+        """What the header says about NAME_run_n (emit-c --max)."""
+        if self.max_batch is None:
+            return []
+        n, up, m = self.name, self.name.upper(), self.max_batch
+        model = '' if self.layout is None else 'model, '
+        # The symbol is the model's text: only in the string literal
+        # NAME_BATCH_SYMBOL, never in this comment.
+        text = ('Batches (emit-c --max, up to %d samples of the batch %s_BATCH_SYMBOL): the '
+                'shapes below are those of one sample, the '
+                'first axis of every input and output being 1. %s_run_n(%sn, ...) and '
+                '%s_run_n_v(%sn, in, out) take n samples, 1 to %s_MAX_BATCH (%d), of every '
+                'input and output, one after the other in C order (sample k of input i starts '
+                'k * %s_INPUT_i_SIZE elements in), and run the one-sample program on each in '
+                'turn: the results equal the batched model\'s because emit-c checked that '
+                'no instruction mixes samples (no batch statistics, no reduction, '
+                'concatenation or transposition across the first axis). Another n returns '
+                '%s_STATUS_BATCH (%d) before anything is read. %s_ARENA_BYTES is one '
+                "sample's arena: the samples reuse it."
+                % (m.maximum, up, n, model, n, model, up, m.maximum, up, up,
+                   self._batch_status(), up))
+        return [' * ' + line for line in textwrap.wrap(text, 76)] + [' *']
+
     def _status_doc(self) -> list[str]:
         """What the header says about the run functions' other statuses."""
         lines = [' * %s_status_message(status) describes a status in one line.' % self.name]
@@ -1037,7 +1148,8 @@ class _Renderer:
         if self.layout is None:
             return ['int %s_run(%s);' % (n, self._params()),
                     'int %s_run_arena(%s);' % (n, ', '.join(['void *arena'] + params)),
-                    'int %s_run_v(const void *const *inputs, void *const *outputs);' % n]
+                    'int %s_run_v(const void *const *inputs, void *const *outputs);' % n
+                    ] + self._batch_declarations()
         return ['/* The default name of the weights file, and its block size in bytes. */',
                 '#define %s_WEIGHTS_FILE "%s"' % (up, _weights_file(self.name)),
                 '#define %s_WEIGHTS_BYTES %dUL' % (up, self.layout.nbytes), '',
@@ -1049,7 +1161,48 @@ class _Renderer:
                 'void *const *outputs);' % (n, n),
                 'void %s_destroy(%s_model *model);' % (n, n),
                 'int %s_run_arena(%s);' % (n, ', '.join(['void *arena', 'const void *weights']
-                                                         + params))]
+                                                         + params))] + self._batch_declarations()
+
+    def _batch_declarations(self) -> list[str]:
+        """NAME_run_n and NAME_run_n_v (emit-c --max), after NAME_run's
+        arguments: the model (weights in a file) and the count of samples."""
+        if self.max_batch is None:
+            return []
+        n = self.name
+        model = [] if self.layout is None else ['%s_model *model' % n]
+        params = [p for p in self._params().split(', ') if p != 'void']
+        return ['int %s_run_n(%s);' % (n, ', '.join(model + ['long n'] + params)),
+                'int %s_run_n_v(%s);' % (n, ', '.join(model + [
+                    'long n', 'const void *const *inputs', 'void *const *outputs']))]
+
+    def _batch_c(self) -> list[str]:
+        """The definitions of _batch_declarations: NAME_run on each sample."""
+        if self.max_batch is None:
+            return []
+        n, up = self.name, self.name.upper()
+        model = [] if self.layout is None else ['model']
+        rows = ['in_%d + k * %s_INPUT_%d_SIZE' % (i, up, i) for i in range(len(self.p.inputs))]
+        rows += ['out_%d + k * %s_OUTPUT_%d_SIZE' % (i, up, i)
+                 for i in range(len(self.p.outputs))]
+        null_checks = ['!%s' % a for a in self._args().split(', ') if a]
+        run_n, run_n_v = self._batch_declarations()
+        return [run_n[:-1], '{',
+                '    /* The count first: a refused call reads nothing. */',
+                '    if (n < 1 || n > %s_MAX_BATCH)' % up,
+                '        return %s_STATUS_BATCH;' % up] + (
+            ['    if (%s)' % ' || '.join(null_checks), '        return 1;'] if null_checks
+            else []) + [
+                '    for (long k = 0; k < n; k++) {',
+                '        const int status = %s_run(%s);' % (n, ', '.join(model + rows)),
+                '        if (status != 0)',
+                '            return status;',
+                '    }',
+                '    return 0;', '}', '',
+                run_n_v[:-1], '{',
+                '    (void)inputs;', '    (void)outputs;',
+                '    return %s_run_n(%s);' % (
+                    n, ', '.join(a for a in model + ['n', self._vector_call()] if a)),
+                '}', '']
 
     def _max_rank(self) -> int:
         return max([1] + [len(self.shapes[v.register]) for v in self.p.inputs + self.p.outputs])
@@ -1149,6 +1302,7 @@ class _Renderer:
             lines += ['int %s_run_v(const void *const *inputs, void *const *outputs)' % n, '{',
                       '    (void)inputs;', '    (void)outputs;',
                       '    return %s_run(%s);' % (n, self._vector_call()), '}', '']
+        lines += self._batch_c()
         lines += ['int %s_set_threads(int threads)' % n, '{',
                   '    return ccn_set_threads(threads);', '}', '']
         return '\n'.join(lines + self._status_message_c() + self._profile_events_c())
@@ -1204,7 +1358,10 @@ class _Renderer:
         return ['const char *%s_status_message(int status)' % self.name, '{',
                 '    switch (status) {', '    case 0:', '        return "success";',
                 '    case 1:', '        return "a NULL pointer for an input, an output, the '
-                'arena or the weights";'] + cases + [
+                'arena or the weights";'] + cases + ([
+                '    case %s_STATUS_BATCH:' % self.name.upper(),
+                '        return "a count of samples out of range: 1 to %d";'
+                % self.max_batch.maximum] if self.max_batch is not None else []) + [
                 '    default:', '        return "not a status of this model";', '    }', '}', '']
 
     def _instruction_comment(self, i: int, inst: Instruction, step: Step | None) -> str:

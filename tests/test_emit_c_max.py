@@ -1,0 +1,158 @@
+"""emit-c --max NAME=VALUE (issue 33): C that takes 1 to VALUE samples of a
+symbolic batch, refused for a model whose samples are not independent."""
+import ctypes
+import os
+import re
+import shutil
+import subprocess
+
+import chainer
+import numpy
+import onnx
+import pytest
+from onnx import TensorProto, helper
+
+import chainer_compiler
+from chainer_compiler.cli import main
+from chainer_compiler.exporting import with_sizes
+from chainer_compiler.pipeline import build_program
+from chainer_compiler.runtime.executor import Executor
+from tests.models import MLP, LeNet5
+from tests.runtime.native.helpers import make_folder
+
+
+def _exported(tmp_path, model, sample_shape):
+    x = numpy.zeros((8,) + sample_shape, 'f')
+    numpy.random.seed(0)
+    with chainer.using_config('train', False):
+        model(x)
+    return chainer_compiler.export(model, [x], str(tmp_path / 'm.onnx'), dynamic_axes='batch')
+
+
+def _vm(path, x):
+    """The NumPy VM's output for ``x``, compiled at its batch size."""
+    program = build_program(with_sizes(onnx.load(path), {'batch': len(x)}))
+    return next(iter(Executor(program).run([x]).values()))
+
+
+def _graph_model(path, nodes, inputs, initializers=(), output=('batch', 4)):
+    graph = helper.make_graph(
+        nodes, 'g', [helper.make_tensor_value_info(n, TensorProto.FLOAT, s) for n, s in inputs],
+        [helper.make_tensor_value_info('y', TensorProto.FLOAT, output)], list(initializers))
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid('', 17)]), path)
+    return path
+
+
+_X = [('x', ['batch', 4])]
+_INT = helper.make_tensor
+
+
+@pytest.mark.parametrize('nodes, inputs, initializers, message', [
+    ([helper.make_node('ReduceMean', ['x'], ['r'], axes=[0], keepdims=0),
+      helper.make_node('Add', ['x', 'r'], ['y'])], _X, (),
+     'ReduceMean.*: output 0 has shape \\[4\\] at batch=2 and \\[4\\] at batch=3: every '
+     'value computed at run time needs batch as its first axis'),
+    ([helper.make_node('Softmax', ['x'], ['y'], axis=0)], _X, (),
+     'Softmax.* works along the batch axis'),
+    ([helper.make_node('Slice', ['x', 's', 'e', 'a', 'st'], ['y'])], _X,
+     [_INT('s', TensorProto.INT64, [1], [-1]), _INT('e', TensorProto.INT64, [1], [-2 ** 62]),
+      _INT('a', TensorProto.INT64, [1], [0]), _INT('st', TensorProto.INT64, [1], [-1])],
+     'Slice.* slices the batch axis'),
+    # x * N: one sample alone would multiply by 1.
+    ([helper.make_node('Shape', ['x'], ['shape'], end=1),
+      helper.make_node('Cast', ['shape'], ['n'], to=TensorProto.FLOAT),
+      helper.make_node('Mul', ['x', 'n'], ['y'])], _X, (),
+     'Mul.* reads input 1, which is computed from the batch size batch'),
+    ([helper.make_node('Add', ['x', 'z'], ['y'])], _X + [('z', [4])], (),
+     "input 1 \\('z'\\) has shape \\[4\\]"),
+])
+def test_a_model_whose_samples_mix_is_refused_naming_the_instruction(tmp_path, capsys, nodes,
+                                                                     inputs, initializers,
+                                                                     message):
+    path = _graph_model(str(tmp_path / 'm.onnx'), nodes, inputs, initializers)
+    assert main(['emit-c', path, '-o', str(tmp_path / 'out'), '--max', 'batch=8']) == 2
+    err = capsys.readouterr().err
+    assert len(err.strip().splitlines()) == 1, err
+    assert 'emit-c --max batch=8: the samples of a batch are not independent' in err
+    assert re.search(message, err), err
+    assert not (tmp_path / 'out').exists()
+
+
+@pytest.mark.parametrize('extra, message', [
+    (['--max', 'batch=0'], '--max batch=0: the maximum must be 1 to 1048576'),
+    (['--max', 'batch=4,seq=2'], '--max takes one symbol (the batch), got batch, seq'),
+    (['--max', 'batch=4', '--symbolic-dims', 'batch=2'],
+     'batch is given by both --symbolic-dims and --max'),
+    (['--max', 'time=4'], 'no input has the symbolic dimension time'),
+])
+def test_bad_max_options_are_refused_before_any_work(tmp_path, capsys, extra, message):
+    path = _graph_model(str(tmp_path / 'm.onnx'), [helper.make_node('Relu', ['x'], ['y'])], _X)
+    assert main(['emit-c', path, '-o', str(tmp_path / 'out')] + extra) == 2
+    assert message in capsys.readouterr().err
+    assert not (tmp_path / 'out').exists()
+
+
+def test_a_cnn_with_batch_normalization_is_emitted_for_one_sample(tmp_path):
+    """Convolutions, inference BatchNormalization, pooling and the
+    Shape -> Reshape of the exported Linear keep the samples apart."""
+    path = _exported(tmp_path, LeNet5(batch_norm=True), (1, 28, 28))
+    assert main(['emit-c', path, '-o', str(tmp_path / 'out'), '--max', 'batch=16']) == 0
+    header = (tmp_path / 'out' / 'model.h').read_text()
+    assert '#define MODEL_INPUT_0_SHAPE {1, 1, 28, 28}' in header
+    assert '#define MODEL_MAX_BATCH 16' in header
+    assert '#define MODEL_BATCH_SYMBOL "batch"' in header
+    assert 'int model_run_n(long n, const float *in_0, float *out_0);' in header
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(shutil.which('make') is None or
+                    not (shutil.which('cc') or shutil.which('gcc')),
+                    reason='no C compiler or make on PATH')
+def test_executable_and_library_take_any_batch_up_to_the_maximum(tmp_path):
+    """One build: the executable and NAME_run_n at batches 1, 5 and 13 equal
+    the NumPy VM at those sizes; 14 is refused (status 2, the library's
+    MODEL_STATUS_BATCH) with nothing written."""
+    path = _exported(tmp_path, MLP(32, 10), (12,))
+    out = tmp_path / 'out'
+    assert main(['emit-c', path, '-o', str(out), '--max', 'batch=13',
+                 '--weights', 'file']) == 0
+    make_folder(out)
+    for batch in (1, 5, 13):
+        x = numpy.random.RandomState(batch).uniform(-1, 1, (batch, 12)).astype('f')
+        numpy.save(tmp_path / 'x.npy', x)
+        subprocess.run([str(out / 'model'), '-o', str(tmp_path / 'res'),
+                        str(tmp_path / 'x.npy')], check=True)
+        (result,) = os.listdir(tmp_path / 'res')
+        numpy.testing.assert_allclose(numpy.load(tmp_path / 'res' / result), _vm(path, x),
+                                      rtol=1e-5, atol=1e-6, err_msg='batch %d' % batch)
+    numpy.save(tmp_path / 'x14.npy', numpy.zeros((14, 12), 'f'))
+    done = subprocess.run([str(out / 'model'), '-o', str(tmp_path / 'r14'),
+                           str(tmp_path / 'x14.npy')], capture_output=True, text=True)
+    assert done.returncode == 2
+    assert 'shape (14, 12) does not match input \'input_0\' of shape (1, 12) with a first ' \
+        'axis of 1 to 13' in done.stderr
+    assert not (tmp_path / 'r14').exists()
+
+    lib = ctypes.CDLL(str(out / 'libmodel.so'))
+    lib.model_create.restype = ctypes.c_void_p
+    lib.model_status_message.restype = ctypes.c_char_p
+    error = ctypes.create_string_buffer(300)
+    model = lib.model_create(str(out / 'model_weights.bin').encode(), error, 300)
+    assert model, error.value
+    x = numpy.random.RandomState(7).uniform(-1, 1, (7, 12)).astype('f')
+    y = numpy.full((14, 10), 42, 'f')
+
+    def run_n(n):
+        return lib.model_run_n(ctypes.c_void_p(model), ctypes.c_long(n),
+                               x.ctypes.data_as(ctypes.c_void_p),
+                               y.ctypes.data_as(ctypes.c_void_p))
+    assert run_n(7) == 0
+    numpy.testing.assert_allclose(y[:7], _vm(path, x), rtol=1e-5, atol=1e-6)
+    assert (y[7:] == 42).all()
+    for n in (0, 14):
+        status = run_n(n)
+        assert status == int(re.search(r'#define MODEL_STATUS_BATCH (\d+)',
+                                       (out / 'model.h').read_text()).group(1))
+        assert lib.model_status_message(status) == \
+            b'a count of samples out of range: 1 to 13'
+    lib.model_destroy(ctypes.c_void_p(model))
