@@ -17,6 +17,7 @@ from chainer_compiler.runtime.native import fusion
 from chainer_compiler.runtime.native.folding import fold
 from chainer_compiler.runtime.native.lowering import native_operators
 from chainer_compiler.runtime.native.lowerings.connection import activation_enum
+from chainer_compiler.runtime.ops.fusion_rules import epilogue_ops, product_epilogues
 from chainer_compiler.runtime.ops.registry import records
 from chainer_compiler.runtime.program import Instruction
 from tests.runtime.native.helpers import make_model
@@ -101,9 +102,9 @@ def test_a_copying_operator_is_not_a_view():
 def test_every_epilogue_activation_has_a_c_enum_and_a_lowering():
     headers = glob.glob(os.path.join(os.path.dirname(fusion.__file__), 'kernels', '*.h'))
     enums = {e for h in headers for e in re.findall(r'CCN_ACT_\w+', open(h).read())}
-    epilogues = fusion.epilogue_ops()
-    assert set(epilogues) == {'Relu', 'LeakyRelu', 'Sigmoid', 'Tanh', 'HardSwish'}
-    for op in epilogues:
+    assert set(epilogue_ops()) == {'Relu', 'LeakyRelu', 'Sigmoid', 'Tanh', 'HardSwish'}
+    # Clip from 0 too (ReLU6), which fusion takes by its bounds.
+    for op in product_epilogues():
         assert activation_enum(op) in enums and op in native_operators()
 
 
