@@ -74,7 +74,8 @@ def test_the_vm_and_native_fusions_read_one_epilogue_rule_set():
     from chainer_compiler.runtime.native.lowerings import connection
     from chainer_compiler.runtime.ops import fusion_rules
     from chainer_compiler.runtime.ops.registry import CUSTOM_DOMAIN, lookup
-    assert fusion.epilogue_ops is connection.epilogue_ops is fusion_rules.epilogue_ops
+    assert fusion.product_epilogues is connection.product_epilogues \
+        is fusion_rules.product_epilogues
     fused_gemm = lookup('FusedGemm', CUSTOM_DOMAIN).fn
     a = numpy.ones((2, 2), numpy.float32)
     for op in fusion_rules.epilogue_ops():
