@@ -77,10 +77,9 @@ class Tracer:
         each)."""
         # perf_counter and CLOCK_MONOTONIC may differ by a constant.
         shift = time.perf_counter() - time.clock_gettime_ns(time.CLOCK_MONOTONIC) / 1e9
-        for k, (index, inputs, outputs) in enumerate(profiled):
-            self.record_described(program.name, index, program.instructions[index], inputs,
-                                  outputs, marks_ns[k] / 1e9 + shift,
-                                  marks_ns[k + 1] / 1e9 + shift)
+        for k, (index, inst, inputs, outputs) in enumerate(profiled):
+            self.record_described(program.name, index, inst, inputs, outputs,
+                                  marks_ns[k] / 1e9 + shift, marks_ns[k + 1] / 1e9 + shift)
 
     def write_chrome_tracing(self, path):
         """Write the kept events to ``path`` (atomically) as Chrome tracing JSON."""

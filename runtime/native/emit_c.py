@@ -113,10 +113,12 @@ class EmitResult:
     #: the files of the folder's earlier emit-c run that this one removed
     removed: list[str] = field(default_factory=list)
     #: per instruction a build with -DCCN_PROFILE (make PROFILE=1) times,
-    #: in order: its index in the Program and the descriptions of its
-    #: inputs and outputs ('float32[2, 3]', as the Tracer's); instructions
-    #: evaluated at emit time take no time and are not listed
-    profiled: list[tuple[int, list[str], list[str]]] = field(default_factory=list)
+    #: in order: its index in the Program after native fusion, the
+    #: instruction itself (fusion renumbers, so the caller's Program cannot
+    #: name it) and the descriptions of its inputs and outputs
+    #: ('float32[2, 3]', as the Tracer's); instructions evaluated at emit
+    #: time take no time and are not listed
+    profiled: list[tuple[int, Instruction, list[str], list[str]]] = field(default_factory=list)
 
 #: Where the constants go: 'embed' (C literals in NAME_weights.c), 'file'
 #: (NAME_weights.bin, loaded by NAME_create; weights.py) or 'auto' (embed
@@ -1290,7 +1292,7 @@ class _Renderer:
         instruction's Chrome-trace event's name and args (json.dumps:
         ASCII, escaped for JSON, then for C)."""
         events = ['    %s,' % cstring(json.dumps(trace_event_fields(self.p, i, ins, outs))[1:-1])
-                  for i, ins, outs in _profiled(self.lowered)]
+                  for i, _, ins, outs in _profiled(self.lowered)]
         return ['const char *const %s_profile_events[%s_PROFILED + 1] = {'
                 % (self.name, self.name.upper())] + events + ['    NULL', '};', '']
 
@@ -1520,13 +1522,13 @@ def _weights_file(name: str) -> str:
     return '%s_weights.bin' % name
 
 
-def _profiled(lowered: Lowered) -> list[tuple[int, list[str], list[str]]]:
-    """EmitResult.profiled: (index, inputs, outputs) of each instruction
-    that runs, its values described as the Tracer describes them."""
+def _profiled(lowered: Lowered) -> list[tuple[int, Instruction, list[str], list[str]]]:
+    """EmitResult.profiled: (index, instruction, inputs, outputs) of each
+    instruction that runs, its values described as the Tracer describes them."""
     def described(regs) -> list[str]:
         return ['%s%s' % (lowered.dtypes[r], list(lowered.shapes[r])) if r in lowered.shapes
                 else 'none' for r in regs]
-    return [(i, described(inst.inputs), described(inst.outputs))
+    return [(i, inst, described(inst.inputs), described(inst.outputs))
             for i, (inst, step) in enumerate(zip(lowered.program.instructions, lowered.steps))
             if step is not None]
 

@@ -250,3 +250,25 @@ def test_native_backend_traces_each_instruction(tmp_path):
     assert cli_main(['run', '--program', str(tmp_path / 'm.npz'), '--backend', 'native',
                      '--chrome-tracing', str(path)]) == 0
     assert [e['name'] for e in json.loads(path.read_text())['traceEvents']] == ['Add', 'Relu']
+
+
+@pytest.mark.slow
+@needs_cc
+def test_native_trace_names_the_instructions_native_fusion_leaves(tmp_path):
+    """Before: the native run's events were named by instruction index in
+    the caller's Program, so once fusion took Relu into the Gemm, the Add
+    after it was recorded as 'Relu'; now each event names the instruction
+    that ran."""
+    graph = helper.make_graph(
+        [helper.make_node('Gemm', ['x', 'w'], ['t']), helper.make_node('Relu', ['t'], ['r']),
+         helper.make_node('Add', ['r', 'c'], ['y'])], 'g',
+        [helper.make_tensor_value_info('x', TensorProto.FLOAT, [2, 3])],
+        [helper.make_tensor_value_info('y', TensorProto.FLOAT, [2, 3])],
+        [numpy_helper.from_array(numpy.eye(3, dtype=numpy.float32), 'w'),
+         numpy_helper.from_array(numpy.ones(3, dtype=numpy.float32), 'c')])
+    path = tmp_path / 'fused.onnx'
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid('', 17)]), path)
+    tracer = Tracer()
+    Executor(build_program(str(path)), backend='native', tracer=tracer).run_positional([X])
+    names = [e['name'] for e in tracer.events]
+    assert names[-1] == 'Add' and 'Relu' not in names and len(names) == 2, names
