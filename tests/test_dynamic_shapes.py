@@ -10,6 +10,7 @@ import onnx
 import pytest
 
 import chainer_compiler
+from benchmarks import models as bench_models
 from tests.models import MLP, LeNet5
 
 
@@ -99,6 +100,34 @@ def test_a_refused_training_mode_export_updates_the_running_averages_once(tmp_pa
     numpy.testing.assert_array_equal(twice.bn2.avg_var, once.bn2.avg_var)
 
 
+class TransformerBlock(chainer.Chain):
+    """A Transformer encoder block over (batch, time, width): one attention
+    head (batched MatMul, Softmax), residual and LayerNormalization, a ReLU
+    MLP, residual and LayerNormalization; the mean over time classifies."""
+
+    def __init__(self, width=8, n_out=10):
+        super().__init__()
+        with self.init_scope():
+            self.qkv = L.Linear(width, 3 * width)
+            self.proj = L.Linear(width, width)
+            self.norm1 = L.LayerNormalization(width)
+            self.mlp1 = L.Linear(width, 2 * width)
+            self.mlp2 = L.Linear(2 * width, width)
+            self.norm2 = L.LayerNormalization(width)
+            self.out = L.Linear(width, n_out)
+
+    def forward(self, x):
+        n, t, d = x.shape
+        rows = F.reshape(x, (n * t, d))
+        q, k, v = (F.reshape(part, (n, t, d))
+                   for part in F.split_axis(self.qkv(rows), 3, axis=1))
+        attention = F.softmax(F.matmul(q, k, transb=True) / numpy.sqrt(d), axis=2)
+        mixed = F.reshape(F.matmul(attention, v), (n * t, d))
+        h = self.norm1(rows + self.proj(mixed))
+        h = self.norm2(h + self.mlp2(F.relu(self.mlp1(h))))
+        return self.out(F.mean(F.reshape(h, (n, t, d)), axis=1))
+
+
 # -- compile_onnx --------------------------------------------------------------
 def _labels(batch, seed=0):
     return numpy.random.RandomState(seed).randint(0, 10, batch).astype(numpy.int32)
@@ -108,12 +137,14 @@ def _labels(batch, seed=0):
 @pytest.mark.parametrize('make_model, shape', [
     (lambda: MLP(32, 10), (12,)),
     (lambda: LeNet5(batch_norm=True), (1, 28, 28)),
-])
+    (TransformerBlock, (6, 8)),
+], ids=['mlp', 'lenet5', 'transformer'])
 def test_compile_onnx_trains_and_infers_at_every_batch_size_as_chainer(tmp_path, make_model,
-                                                                       shape, backend):
+                                                                       shape, backend, request):
     """Exported once at batch 8, compiled once: batches 1, 5, 8 and 13 (a
     partial last batch needs no padding) give Chainer's outputs, gradients
     and running averages."""
+    _no_native_layer_norm_gradient(make_model, backend, request)
     x8 = numpy.zeros((8,) + shape, 'f')
     plain = _initialized(make_model(), x8)
     path = chainer_compiler.export(plain, [x8], str(tmp_path / 'm.onnx'), dynamic_axes='batch')
@@ -139,6 +170,38 @@ def test_compile_onnx_trains_and_infers_at_every_batch_size_as_chainer(tmp_path,
         with chainer.using_config('train', False):
             numpy.testing.assert_allclose(compiled(x).array, plain(x).array,
                                           rtol=1e-4, atol=1e-5)
+
+
+def _no_native_layer_norm_gradient(make_model, backend, request):
+    """The Transformer block's backward on the native backend fails (strict
+    xfail, so that a C kernel of LayerNormalizationGrad turns it into a
+    failure to update); its inference runs natively
+    (test_a_transformer_block_infers_natively_at_every_batch_size)."""
+    from chainer_compiler.runtime.native import UnsupportedNativeOpsError
+    if make_model is TransformerBlock and backend == 'native':
+        request.applymarker(pytest.mark.xfail(
+            raises=UnsupportedNativeOpsError, strict=True,
+            reason='no C kernel for LayerNormalizationGrad'))
+
+
+@pytest.mark.slow
+def test_a_transformer_block_infers_natively_at_every_batch_size(tmp_path):
+    """The symbolic file's inference program, compiled per batch size as
+    compile_onnx does (exporting.with_sizes), runs in C as Chainer."""
+    from chainer_compiler.exporting import with_sizes
+    from chainer_compiler.pipeline import build_program
+    from chainer_compiler.runtime.executor import Executor
+    x8 = numpy.zeros((8, 6, 8), 'f')
+    plain = _initialized(TransformerBlock(), x8)
+    path = chainer_compiler.export(plain, [x8], str(tmp_path / 'm.onnx'), dynamic_axes='batch')
+    for batch in (5, 13):
+        x = numpy.random.RandomState(batch).uniform(-1, 1, (batch, 6, 8)).astype('f')
+        program = build_program(with_sizes(onnx.load(path), {'batch': batch}))
+        with chainer.using_config('train', False):
+            expected = plain(x).array
+        (y,) = Executor(program, backend='native').run([x]).values()
+        numpy.testing.assert_allclose(y, expected, rtol=1e-4, atol=1e-5,
+                                      err_msg='batch %d' % batch)
 
 
 def test_new_signatures_compile_once_and_the_cache_is_bounded(tmp_path, monkeypatch):
@@ -198,11 +261,18 @@ def test_a_file_of_fixed_shapes_names_dynamic_axes_for_another_batch(tmp_path):
     # gradients are rounding noise: MomentumSGD (also with a state).
     (lambda: LeNet5(batch_norm=True), (1, 28, 28),
      lambda: chainer.optimizers.MomentumSGD(lr=0.01)),
-])
+    # The key's bias has a zero gradient (softmax ignores a shift shared by
+    # all keys): rounding noise that Adam would scale up.
+    (TransformerBlock, (6, 8), lambda: chainer.optimizers.MomentumSGD(lr=0.01)),
+    # One sequence per batch row: the trace itself changes with the batch
+    # (test_an_nstep_lstm_over_batch_rows_cannot_be_exported_symbolic).
+    (lambda: bench_models.LSTMClassifier(n_in=4, hidden=5), (3, 4), chainer.optimizers.Adam),
+], ids=['mlp', 'lenet5', 'transformer', 'nstep_lstm'])
 def test_training_step_updates_as_chainer_at_every_batch_size(make_model, shape, make_optimizer,
-                                                              backend):
+                                                              backend, request):
     """Compiled on a batch of 8, the step takes 1, 5, 8 and 13 (and 5 again:
     the optimizer's state carries over between signatures, never made anew)."""
+    _no_native_layer_norm_gradient(make_model, backend, request)
     x8 = numpy.zeros((8,) + shape, 'f')
     plain = L.Classifier(_initialized(make_model(), x8))
     twin = copy.deepcopy(plain)
@@ -228,6 +298,17 @@ def test_training_step_updates_as_chainer_at_every_batch_size(make_model, shape,
                 numpy.testing.assert_allclose(getattr(other, attr), getattr(link, attr),
                                               rtol=1e-5, atol=1e-6, err_msg=name + attr)
     assert twin_opt.t == plain_opt.t
+
+
+def test_an_nstep_lstm_over_batch_rows_cannot_be_exported_symbolic(tmp_path):
+    """NStepLSTM reads a list of one sequence per row: its graph has a node
+    per row, so a file cannot hold every batch (compile_training_step
+    traces each new batch instead)."""
+    model = bench_models.LSTMClassifier(n_in=4, hidden=5)
+    with pytest.raises(ValueError, match="dynamic_axes: node 0 'Gather_0' .* the model's "
+                                         'control flow or attributes depend on them'):
+        chainer_compiler.export(model, [numpy.zeros((8, 3, 4), 'f')],
+                                str(tmp_path / 'm.onnx'), dynamic_axes='batch')
 
 
 def test_training_step_refuses_a_batch_whose_inputs_disagree_naming_the_dimension():
