@@ -30,6 +30,7 @@ the time goes, and the issue's targets are checked.
 Writes the plot to ``--out`` and the report as .md and .csv beside it.
 """
 import argparse
+import contextlib
 import copy
 import csv
 import json
@@ -280,7 +281,13 @@ def measure_rss(row, onnx_file, kwargs, args):
 
 
 def _max_rss():
-    """This process's peak RSS in bytes (Linux reports KiB)."""
+    """This process's peak RSS in bytes: Linux's VmHWM, of this program
+    alone (ru_maxrss also keeps the peak of the process it was forked
+    from), else ru_maxrss (KiB on Linux)."""
+    with contextlib.suppress(OSError), open('/proc/self/status') as f:
+        for line in f:
+            if line.startswith('VmHWM:'):
+                return int(line.split()[1]) * 1024
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
 
 
