@@ -9,10 +9,21 @@ then the steady inference time against a model whose file was exported at
 that very batch (the target: within 5%; the two run the same program, so
 a difference is the machine's noise).  Then the same for a compiled
 training step (Classifier, SGD): the first step of a new batch size traces
-the model again and compiles (and builds) its step.  Prints Markdown tables.
+the model again and compiles (and builds) its step.
+
+Last, a file PyTorch exports with ``dynamic_axes`` (batch and sequence
+symbolic, reshaped through Shape -> Gather -> Concat -> Reshape), made in
+the benchmark venv (``make bench-torch-env``; skipped without it), runs in
+compile_onnx at several batch and sequence sizes on both backends and, with
+``emit-c --max batch=16 --symbolic-dims seq=7``, as an executable taking any
+batch up to 16; every result is checked against PyTorch's.  Prints Markdown
+tables.
 """
+import contextlib
 import copy
+import io
 import os
+import subprocess
 import sys
 import tempfile
 import time
@@ -23,9 +34,42 @@ from models import LeNet5
 from timing import time_interleaved
 
 from chainer_compiler import compile_onnx, compile_training_step, export
+from chainer_compiler.cli import main as cli_main
 
 EXPORT_BATCH = 8
 BATCHES = (1, 32)
+HERE = os.path.dirname(os.path.abspath(__file__))
+TORCH_PYTHON = os.path.join(HERE, '..', '.venv-torch', 'bin', 'python')
+#: (batch, sequence length) of the PyTorch check; emit-c --max fixes the
+#: sequence at the middle one and takes batches up to TORCH_MAX_BATCH.
+TORCH_SIZES = ((1, 4), (5, 7), (13, 3), (1, 7), (13, 7))
+TORCH_SEQ, TORCH_MAX_BATCH = 7, 16
+#: Run by TORCH_PYTHON: an attention block over (batch, seq, 8) exported with
+#: dynamic batch and sequence, and PyTorch's outputs at TORCH_SIZES.
+_TORCH_EXPORT = '''
+import sys, numpy, torch
+torch.manual_seed(0)
+class Block(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.qkv, self.proj = torch.nn.Linear(8, 24), torch.nn.Linear(8, 8)
+        self.norm, self.out = torch.nn.LayerNorm(8), torch.nn.Linear(8, 3)
+    def forward(self, x):
+        n, t = x.size(0), x.size(1)
+        q, k, v = self.qkv(x).view(n, t, 3, 8).unbind(2)
+        a = torch.softmax(q @ k.transpose(1, 2) / 8 ** 0.5, dim=-1)
+        return self.out(self.norm(x + self.proj(a @ v)).mean(1))
+model = Block().eval()
+torch.onnx.export(model, (torch.zeros(2, 5, 8),), sys.argv[1], input_names=['x'],
+                  output_names=['y'], opset_version=17, dynamo=False,
+                  dynamic_axes={'x': {0: 'batch', 1: 'seq'}, 'y': {0: 'batch'}})
+arrays = {}
+for n, t in %r:
+    x = torch.randn(n, t, 8)
+    arrays['x_%%d_%%d' %% (n, t)] = x.numpy()
+    arrays['y_%%d_%%d' %% (n, t)] = model(x).detach().numpy()
+numpy.savez(sys.argv[2], **arrays)
+''' % (TORCH_SIZES,)
 
 
 def _images(batch):
@@ -63,7 +107,53 @@ def main():
                     backend, batch, first - times['dynamic'] / 1e3, times['dynamic'],
                     times['fixed'], times['dynamic'] / times['fixed']))
         _training_steps(model)
+        _torch_export(folder)
     return 0
+
+
+def _torch_export(folder):
+    """The PyTorch check (module docstring): raises AssertionError on a
+    result that differs from PyTorch's."""
+    print()
+    if not os.path.exists(TORCH_PYTHON):
+        print('PyTorch export with dynamic_axes: skipped, %s is missing (make bench-torch-env)'
+              % TORCH_PYTHON)
+        return
+    path, expected = os.path.join(folder, 'torch.onnx'), os.path.join(folder, 'torch.npz')
+    subprocess.run([TORCH_PYTHON, '-W', 'ignore::DeprecationWarning', '-c', _TORCH_EXPORT,
+                    path, expected], check=True)
+    arrays = numpy.load(expected)
+    print('| PyTorch dynamic_axes file | batch | seq | first call (s) | max abs diff |')
+    print('|---|---|---|---|---|')
+    for backend in ('numpy', 'native'):
+        compiled = compile_onnx(chainer.Chain(), path, runtime_kwargs={'backend': backend})
+        for n, t in TORCH_SIZES:
+            start = time.perf_counter()
+            y = compiled(arrays['x_%d_%d' % (n, t)]).array
+            first = time.perf_counter() - start
+            diff = float(abs(y - arrays['y_%d_%d' % (n, t)]).max())
+            print('| compile_onnx, %s | %d | %d | %.2f | %.1e |' % (backend, n, t, first, diff))
+            assert diff < 1e-4, (backend, n, t, diff)
+    out = os.path.join(folder, 'torch_c')
+    start = time.perf_counter()
+    said = io.StringIO()
+    with contextlib.redirect_stdout(said), contextlib.redirect_stderr(said):
+        status = cli_main(['emit-c', path, '-o', out, '--max', 'batch=%d' % TORCH_MAX_BATCH,
+                           '--symbolic-dims', 'seq=%d' % TORCH_SEQ])
+    assert status == 0, said.getvalue()
+    subprocess.run(['make', '-s', '-C', out], check=True, capture_output=True)
+    build = time.perf_counter() - start
+    for n, t in TORCH_SIZES:
+        if t != TORCH_SEQ:
+            continue
+        numpy.save(os.path.join(folder, 'x.npy'), arrays['x_%d_%d' % (n, t)])
+        subprocess.run([os.path.join(out, 'model'), '-o', os.path.join(folder, 'y'),
+                        os.path.join(folder, 'x.npy')], check=True)
+        diff = float(abs(numpy.load(os.path.join(folder, 'y', 'y.npy'))
+                         - arrays['y_%d_%d' % (n, t)]).max())
+        print('| emit-c --max batch=%d (emit and build %.1f s) | %d | %d | | %.1e |'
+              % (TORCH_MAX_BATCH, build, n, t, diff))
+        assert diff < 1e-4, ('emit-c', n, t, diff)
 
 
 def _training_steps(predictor):
