@@ -97,6 +97,9 @@ bench: $(STAMP)
 	$(PY) benchmarks/bench.py --torch-python $(TORCH_VENV)/bin/python --training-only \
 		--optimizer adam --accuracy --models 784-100-100 '10 layers' --out result/bench-adam
 	$(PY) benchmarks/compile_onnx_floor.py
+	# The native backend's threads on a shared CPU: 1 and default threads,
+	# quiet and beside a busy process, against onnxruntime.
+	$(PY) benchmarks/threads_contention.py
 	# Models of torchvision, timm and transformers as PyTorch's two exporters
 	# write them (exported into result/foreign/ once): native against
 	# onnxruntime, into benchmarks/out/foreign_models.md (about an hour).

@@ -14,8 +14,8 @@
  * caller wait, until it runs again (milliseconds, when another process
  * wants the CPU).  So when the caller waited for the others longer than it
  * worked itself, the next loops run on the caller alone for a while
- * (`backoff`: doubled each time it recurs, halved by each loop that runs
- * well), then the threads are tried again. */
+ * (`backoff`: doubled each time it recurs, an eighth shorter after each
+ * loop that runs well), then the threads are tried again. */
 #if defined(__linux__) && !defined(_GNU_SOURCE)
 #define _GNU_SOURCE /* sched_getaffinity, CPU_COUNT */
 #endif
@@ -53,9 +53,11 @@
 #define CCN_WAIT_SPIN 64
 
 /* The shortest and the longest time the loops run serially after a loop
- * whose caller waited longer than it worked. */
+ * whose caller waited longer than it worked, and more than CCN_STALL_NS
+ * (a thread that runs late by less is not one the OS descheduled). */
+#define CCN_STALL_NS 100000LL
 #define CCN_BACKOFF_MIN_NS 1000000LL
-#define CCN_BACKOFF_MAX_NS 256000000LL
+#define CCN_BACKOFF_MAX_NS 1000000000LL
 
 #define GEN(t) ((t) >> 32)
 #define CHUNKS(t) ((long)(((t) >> 16) & 0xffff))
@@ -279,12 +281,14 @@ void ccn_parallel_for(long count, long work, ccn_task task, void *context)
             sched_yield();
     }
     const long long end = now_ns();
-    if (end - worked > worked - start) {
-        const long long doubled = pool.backoff ? 2 * pool.backoff : CCN_BACKOFF_MIN_NS;
-        pool.backoff = doubled < CCN_BACKOFF_MAX_NS ? doubled : CCN_BACKOFF_MAX_NS;
+    if (end - worked > worked - start && end - worked > CCN_STALL_NS) {
+        const long long doubled = 2 * pool.backoff;
+        pool.backoff = doubled < CCN_BACKOFF_MIN_NS   ? CCN_BACKOFF_MIN_NS
+                       : doubled > CCN_BACKOFF_MAX_NS ? CCN_BACKOFF_MAX_NS
+                                                      : doubled;
         pool.serial_until = end + pool.backoff;
     } else {
-        pool.backoff /= 2;
+        pool.backoff -= pool.backoff / 8;
     }
     __atomic_store_n(&pool.busy, 0, __ATOMIC_RELEASE);
 }

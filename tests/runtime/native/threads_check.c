@@ -62,7 +62,7 @@ static void note_thread(void *context, long begin, long end)
     nanosleep(&pause, NULL);
 }
 
-/* Chunks that take 100 ms on threads other than the caller, as if the OS
+/* Chunks that take 20 ms on threads other than the caller, as if the OS
  * had descheduled the worker holding them. */
 static void slow_elsewhere(void *context, long begin, long end)
 {
@@ -71,7 +71,7 @@ static void slow_elsewhere(void *context, long begin, long end)
     (void)end;
     if (!pthread_equal(pthread_self(), h->caller)) {
         __atomic_add_fetch(&h->others, 1, __ATOMIC_RELAXED);
-        const struct timespec pause = {0, 100000000};
+        const struct timespec pause = {0, 20000000};
         nanosleep(&pause, NULL);
     }
 }
@@ -144,7 +144,7 @@ int main(void)
         helpers h = {pthread_self(), 0};
         const struct timespec moment = {0, 1000000};
         /* Up to several seconds: on a loaded machine, a loop whose worker
-         * the OS delayed makes the next ones serial (up to 256 ms). */
+         * the OS delayed makes the next ones serial (up to 1 s). */
         for (int round = 0; round < 5000 && h.others == 0; round++) {
             nanosleep(&moment, NULL);
             ccn_parallel_for(64, CCN_PARALLEL_WORK, note_thread, &h);
@@ -164,15 +164,18 @@ int main(void)
             }
         free(z);
         /* A caller that waited for the others longer than it worked runs
-         * the next loop alone. */
+         * the next loops alone, longer each time it recurs: after 8 such
+         * loops, for 128 ms (longer than a loaded machine's pauses). */
         helpers slow = {pthread_self(), 0}, after = {pthread_self(), 0};
-        for (int round = 0; round < 5000 && slow.others == 0; round++) {
+        int stalls = 0;
+        for (int round = 0; round < 5000 && stalls < 8; round++) {
+            const int before = slow.others;
             nanosleep(&moment, NULL);
             ccn_parallel_for(64, CCN_PARALLEL_WORK, slow_elsewhere, &slow);
+            stalls += slow.others > before;
         }
         ccn_parallel_for(64, CCN_PARALLEL_WORK, note_thread, &after);
-        check(slow.others > 0 && after.others == 0, "serial after a long wait", slow.others,
-              after.others);
+        check(stalls == 8 && after.others == 0, "serial after long waits", stalls, after.others);
     }
     free(hits);
     free(y);

@@ -1,0 +1,172 @@
+"""The native backend's threads on a shared CPU: a ResNet-18 (ImageNet
+shapes, built with onnx.helper, random weights) and a small CNN at batch 1,
+with one thread and with the default thread count (one per CPU this
+process may use), on a quiet machine and with one competing busy process
+(a child running ``while 1: pass``), against onnxruntime with the same
+``intra_op_num_threads``.
+
+``python benchmarks/threads_contention.py [--budget SECONDS] [--models NAME ...]``
+prints the table (median milliseconds per run) and, for each model, whether
+the default threads were slower than one thread under contention, which
+they must never be.  The candidates of one condition are timed round by
+round, interleaved (benchmarks/timing.py)."""
+import argparse
+import contextlib
+import os
+import subprocess
+import sys
+
+import numpy
+import onnxruntime
+from onnx import helper, numpy_helper
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+from benchmarks.timing import time_interleaved  # noqa: E402
+from chainer_compiler.pipeline import build_program  # noqa: E402
+from chainer_compiler.runtime.executor import Executor  # noqa: E402
+from chainer_compiler.runtime.native.library import machine_threads  # noqa: E402
+
+
+class _Graph:
+    """Nodes and random weights of a CNN, named in order."""
+
+    def __init__(self):
+        self.rng = numpy.random.default_rng(0)
+        self.nodes, self.weights = [], []
+
+    def _name(self, prefix):
+        return '%s_%d' % (prefix, len(self.nodes) + len(self.weights))
+
+    def weight(self, array):
+        name = self._name('w')
+        self.weights.append(numpy_helper.from_array(array.astype(numpy.float32), name))
+        return name
+
+    def node(self, op, inputs, **attrs):
+        out = self._name(op.lower())
+        self.nodes.append(helper.make_node(op, inputs, [out], **attrs))
+        return out
+
+    def conv_bn(self, x, c_in, c_out, k, stride=1, relu=True):
+        """Conv (He-initialised, no bias), an inference BatchNormalization and
+        a Relu, as exporters write a ResNet's layers."""
+        w = self.weight(self.rng.standard_normal((c_out, c_in, k, k)) * (2 / (c_in * k * k)) ** .5)
+        y = self.node('Conv', [x, w], kernel_shape=[k, k], strides=[stride, stride],
+                      pads=[k // 2] * 4)
+        bn = [self.weight(self.rng.uniform(0.5, 1.5, c_out)), self.weight(self.rng.uniform(
+            -.1, .1, c_out)), self.weight(self.rng.uniform(-.1, .1, c_out)),
+            self.weight(self.rng.uniform(0.5, 1.5, c_out))]
+        y = self.node('BatchNormalization', [y] + bn)
+        return self.node('Relu', [y]) if relu else y
+
+    def model(self, x_shape, out, classes):
+        f32 = helper.np_dtype_to_tensor_dtype(numpy.dtype(numpy.float32))
+        graph = helper.make_graph(self.nodes, 'cnn',
+                                  [helper.make_tensor_value_info('x', f32, x_shape)],
+                                  [helper.make_tensor_value_info(out, f32, [x_shape[0], classes])],
+                                  self.weights)
+        return helper.make_model(graph, opset_imports=[helper.make_opsetid('', 13)])
+
+
+def resnet18(batch=1, size=224, classes=1000):
+    """torchvision's ResNet-18 layer for layer."""
+    g = _Graph()
+    y = g.conv_bn('x', 3, 64, 7, stride=2)
+    y = g.node('MaxPool', [y], kernel_shape=[3, 3], strides=[2, 2], pads=[1, 1, 1, 1])
+    c_in = 64
+    for c_out, stride in ((64, 1), (128, 2), (256, 2), (512, 2)):
+        for block in range(2):
+            s = stride if block == 0 else 1
+            h = g.conv_bn(y, c_in, c_out, 3, stride=s)
+            h = g.conv_bn(h, c_out, c_out, 3, relu=False)
+            short = g.conv_bn(y, c_in, c_out, 1, stride=s, relu=False) if (
+                s != 1 or c_in != c_out) else y
+            y = g.node('Relu', [g.node('Add', [h, short])])
+            c_in = c_out
+    y = g.node('Flatten', [g.node('GlobalAveragePool', [y])])
+    y = g.node('Gemm', [y, g.weight(g.rng.standard_normal((512, classes)) * 512 ** -.5)])
+    return g.model([batch, 3, size, size], y, classes)
+
+
+def small_cnn(batch=1, size=32, classes=10):
+    """Three 3x3 convolutions (32, 64, 128 channels) with pooling and a
+    classifier: CIFAR-sized."""
+    g = _Graph()
+    y, c_in = 'x', 3
+    for c_out in (32, 64, 128):
+        y = g.conv_bn(y, c_in, c_out, 3)
+        y = g.node('MaxPool', [y], kernel_shape=[2, 2], strides=[2, 2])
+        c_in = c_out
+    y = g.node('Flatten', [y])
+    y = g.node('Gemm', [y, g.weight(g.rng.standard_normal((128 * (size // 8) ** 2, classes))
+                                    * 0.01)])
+    return g.model([batch, 3, size, size], y, classes)
+
+
+MODELS = {'resnet18': resnet18, 'small-cnn': small_cnn}
+
+
+@contextlib.contextmanager
+def busy_neighbour(on):
+    """One child process spinning on a CPU while the block runs (when ``on``)."""
+    child = subprocess.Popen([sys.executable, '-c', 'while 1: pass']) if on else None
+    try:
+        yield
+    finally:
+        if child is not None:
+            child.kill()
+            child.wait()
+
+
+def candidates(model, x, threads):
+    """name -> zero-argument callable: native and onnxruntime at each count."""
+    program = build_program(model)
+    calls = {}
+    for t in threads:
+        run = Executor(program, backend='native', threads=t).run_positional
+        calls['native %d' % t] = lambda run=run: run([x])
+    for t in threads:
+        options = onnxruntime.SessionOptions()
+        options.intra_op_num_threads = options.inter_op_num_threads = t
+        session = onnxruntime.InferenceSession(model.SerializeToString(), options,
+                                               providers=['CPUExecutionProvider'])
+        calls['onnxruntime %d' % t] = lambda s=session: s.run(None, {'x': x})
+    return calls
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__.split('\n\n')[0])
+    parser.add_argument('--budget', type=float, default=3.0,
+                        help='seconds of timed runs per candidate and condition (default 3)')
+    parser.add_argument('--models', nargs='+', choices=sorted(MODELS), default=sorted(MODELS))
+    args = parser.parse_args(argv)
+    default = machine_threads()
+    threads = sorted({1, default})
+    print('threads: 1 and %d (this process may use %d CPUs); median ms per run at batch 1'
+          % (default, default))
+    header = ['model', 'neighbour'] + ['%s %d' % (kind, t) for kind in ('native', 'onnxruntime')
+                                       for t in threads] + ['native %d / 1' % default]
+    print(' | '.join(header))
+    missed = []
+    for name in args.models:
+        model = MODELS[name]()
+        shape = [d.dim_value for d in model.graph.input[0].type.tensor_type.shape.dim]
+        x = numpy.random.default_rng(1).standard_normal(shape).astype(numpy.float32)
+        calls = candidates(model, x, threads)
+        for busy in (False, True):
+            with busy_neighbour(busy):
+                ms = time_interleaved(calls, budget_s=args.budget)
+            ratio = ms['native %d' % default] / ms['native 1']
+            print(' | '.join([name, 'busy' if busy else 'none'] +
+                             ['%.2f' % ms[c] for c in calls] + ['%.2f' % ratio]), flush=True)
+            if busy and ratio > 1.0:
+                missed.append('%s: %d threads %.2fx one thread\'s time with a busy neighbour'
+                              % (name, default, ratio))
+    print('\n'.join(missed) or 'under contention, %d threads were never slower than one'
+          % default)
+    return 0
+
+
+if __name__ == '__main__':
+    sys.exit(main())
