@@ -90,8 +90,9 @@ def test_a_bad_argument_is_refused_before_anything_is_built(monkeypatch, threads
     def no_build(*args, **kwargs):
         raise AssertionError('built a library for a refused thread count')
     monkeypatch.setattr(library, 'load_library', no_build)
-    with pytest.raises(ConfigurationError, match=re.escape('threads=%r' % (threads,))):
-        Executor(_tiny_program(), backend='native', threads=threads)
+    for backend in ('native', 'auto'):  # auto refuses it whichever backend it picks
+        with pytest.raises(ConfigurationError, match=re.escape('threads=%r' % (threads,))):
+            Executor(_tiny_program(), backend=backend, threads=threads)
 
 
 def test_the_machine_count_follows_affinity_and_the_cgroup_quota(monkeypatch, tmp_path):
