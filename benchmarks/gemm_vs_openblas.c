@@ -20,6 +20,10 @@ static double now_s(void)
 
 int main(void)
 {
+    /* The pool's thread count, as the executables take it. */
+    const char *threads = getenv("CHAINER_COMPILER_THREADS");
+    if (threads && ccn_set_threads(atoi(threads)) != 0)
+        return 2;
     /* MLP layers at batch 1 and 32; im2col products of ResNet convolutions. */
     static const long shapes[][3] = {{1, 1000, 784}, {32, 1000, 1000}, {64, 3136, 576},
                                      {256, 196, 2304}, {512, 49, 4608}, {128, 1024, 1024}};

@@ -16,12 +16,14 @@ KERNELS = os.path.join(HERE, os.pardir, 'runtime', 'native', 'kernels')
 
 
 def build(folder):
-    """The harness, compiled as the in-Python library is (-O3 -march=native, OpenMP)."""
+    """The harness, compiled as the in-Python library is (-O3 -march=native, the
+    thread pool)."""
     import scipy_openblas32 as openblas
     exe = os.path.join(folder, 'gemm_vs_openblas')
-    subprocess.run(['cc', '-O3', '-march=native', '-std=c99', '-fopenmp', '-I', KERNELS,
+    subprocess.run(['cc', '-O3', '-march=native', '-std=c99', '-pthread', '-I', KERNELS,
                     '-I', openblas.get_include_dir(), os.path.join(HERE, 'gemm_vs_openblas.c'),
-                    os.path.join(KERNELS, 'ccn_gemm.c'), '-L', openblas.get_lib_dir(),
+                    os.path.join(KERNELS, 'ccn_gemm.c'), os.path.join(KERNELS, 'ccn_threads.c'),
+                    '-L', openblas.get_lib_dir(),
                     '-l' + openblas.get_library(), '-Wl,-rpath,' + openblas.get_lib_dir(),
                     '-lm', '-o', exe], check=True)
     return exe
@@ -38,7 +40,8 @@ def main():
               '| OpenBLAS / native |')
         print('|---|---|---|---|---|---|---|')
         for threads in ('1', str(os.cpu_count())):
-            env = dict(os.environ, OMP_NUM_THREADS=threads, OPENBLAS_NUM_THREADS=threads)
+            env = dict(os.environ, CHAINER_COMPILER_THREADS=threads,
+                       OPENBLAS_NUM_THREADS=threads)
             out = subprocess.run([exe], env=env, capture_output=True, text=True, check=True)
             for line in out.stdout.splitlines():
                 m, n, k, ours, ours_gf, theirs, theirs_gf = line.split()
