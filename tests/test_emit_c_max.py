@@ -17,7 +17,7 @@ from chainer_compiler.cli import main
 from chainer_compiler.exporting import with_sizes
 from chainer_compiler.pipeline import build_program
 from chainer_compiler.runtime.executor import Executor
-from tests.models import MLP, LeNet5
+from tests.models import LeNet5
 from tests.runtime.native.helpers import make_folder
 
 
@@ -109,27 +109,29 @@ def test_a_cnn_with_batch_normalization_is_emitted_for_one_sample(tmp_path):
                     not (shutil.which('cc') or shutil.which('gcc')),
                     reason='no C compiler or make on PATH')
 def test_executable_and_library_take_any_batch_up_to_the_maximum(tmp_path):
-    """One build: the executable and NAME_run_n at batches 1, 5 and 13 equal
-    the NumPy VM at those sizes; 14 is refused (status 2, the library's
-    MODEL_STATUS_BATCH) with nothing written."""
-    path = _exported(tmp_path, MLP(32, 10), (12,))
+    """One build of the Transformer block (T rows per sample inside): the
+    executable and NAME_run_n at batches 1, 5 and 13 equal the NumPy VM at
+    those sizes; 14 is refused (status 2, the library's MODEL_STATUS_BATCH)
+    with nothing written."""
+    from tests.test_dynamic_shapes import TransformerBlock
+    path = _exported(tmp_path, TransformerBlock(), (6, 8))
     out = tmp_path / 'out'
     assert main(['emit-c', path, '-o', str(out), '--max', 'batch=13',
                  '--weights', 'file']) == 0
     make_folder(out)
     for batch in (1, 5, 13):
-        x = numpy.random.RandomState(batch).uniform(-1, 1, (batch, 12)).astype('f')
+        x = numpy.random.RandomState(batch).uniform(-1, 1, (batch, 6, 8)).astype('f')
         numpy.save(tmp_path / 'x.npy', x)
         subprocess.run([str(out / 'model'), '-o', str(tmp_path / 'res'),
                         str(tmp_path / 'x.npy')], check=True)
         (result,) = os.listdir(tmp_path / 'res')
         numpy.testing.assert_allclose(numpy.load(tmp_path / 'res' / result), _vm(path, x),
                                       rtol=1e-5, atol=1e-6, err_msg='batch %d' % batch)
-    numpy.save(tmp_path / 'x14.npy', numpy.zeros((14, 12), 'f'))
+    numpy.save(tmp_path / 'x14.npy', numpy.zeros((14, 6, 8), 'f'))
     done = subprocess.run([str(out / 'model'), '-o', str(tmp_path / 'r14'),
                            str(tmp_path / 'x14.npy')], capture_output=True, text=True)
     assert done.returncode == 2
-    assert 'shape (14, 12) does not match input \'input_0\' of shape (1, 12) with a first ' \
+    assert 'shape (14, 6, 8) does not match input \'input_0\' of shape (1, 6, 8) with a first ' \
         'axis of 1 to 13' in done.stderr
     assert not (tmp_path / 'r14').exists()
 
@@ -139,7 +141,7 @@ def test_executable_and_library_take_any_batch_up_to_the_maximum(tmp_path):
     error = ctypes.create_string_buffer(300)
     model = lib.model_create(str(out / 'model_weights.bin').encode(), error, 300)
     assert model, error.value
-    x = numpy.random.RandomState(7).uniform(-1, 1, (7, 12)).astype('f')
+    x = numpy.random.RandomState(7).uniform(-1, 1, (7, 6, 8)).astype('f')
     y = numpy.full((14, 10), 42, 'f')
 
     def run_n(n):
@@ -156,3 +158,13 @@ def test_executable_and_library_take_any_batch_up_to_the_maximum(tmp_path):
         assert lib.model_status_message(status) == \
             b'a count of samples out of range: 1 to 13'
     lib.model_destroy(ctypes.c_void_p(model))
+
+
+def test_a_transformer_block_folding_time_into_rows_keeps_its_samples_apart(tmp_path):
+    """The block reshapes (N, T, D) to (N * T, D) for its Linear layers:
+    T rows per sample, still one block each; attention is a batched MatMul,
+    softmax and LayerNormalization work along the last axis."""
+    from tests.test_dynamic_shapes import TransformerBlock
+    path = _exported(tmp_path, TransformerBlock(), (6, 8))
+    assert main(['emit-c', path, '-o', str(tmp_path / 'out'), '--max', 'batch=4']) == 0
+    assert '#define MODEL_INPUT_0_SHAPE {1, 6, 8}' in (tmp_path / 'out' / 'model.h').read_text()

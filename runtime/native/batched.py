@@ -7,11 +7,12 @@ contiguous in C order).  That is the batched program only when every
 sample's results depend on that sample alone: check_separable proves it
 from the model lowered at two batch sizes (PROBE_SIZES), before anything is
 written.  Every value computed at run time must have the batch as its first
-axis at both sizes (so no instruction sums, concatenates or transposes
-across samples), a value computed from the batch size may only size a
-reshape or an expansion, and every instruction must be one that keeps the
-rows of its first axis apart (SEPARABLE, with the conditions on its axis
-attributes below).  Anything else is refused with one error naming the
+axis at both sizes, or c rows per sample inside the model (so no
+instruction sums, concatenates or transposes across samples), a value
+computed from the batch size may only size a reshape, an expansion or a
+tiling, and every instruction must be one that keeps the rows of its first
+axis apart (_ELEMENTWISE, _PER_SAMPLE, and _mixing's conditions on the
+axis attributes of the others).  Anything else is refused with one error naming the
 instruction; training steps and random draws are refused whole.
 """
 from dataclasses import dataclass
@@ -82,21 +83,30 @@ def check_separable(probes, symbol: str) -> None:
         low_a.consts[r].shape == low_b.consts[r].shape
         and numpy.array_equal(low_a.consts[r], low_b.consts[r]))}
 
-    def batch_major(r: int) -> bool:
+    def rows_per_sample(r: int) -> int:
+        """c when ``r``'s first axis is c rows per sample (c * the batch at
+        both sizes, the other axes fixed), else 0."""
         sa, sb = low_a.shapes[r], low_b.shapes[r]
-        return len(sa) == len(sb) >= 1 and sa[0] == a and sb[0] == b and sa[1:] == sb[1:]
+        if len(sa) != len(sb) or not sa or sa[1:] != sb[1:] or sa[0] % a or sb[0] % b:
+            return 0
+        return sa[0] // a if sa[0] // a == sb[0] // b else 0
 
-    def check(r: int, what: str) -> None:
-        if not batch_major(r):
+    def check(r: int, what: str, exact: bool = True) -> None:
+        # An intermediate value may hold c rows per sample (a Reshape of
+        # (N, T, D) to (N * T, D)): each sample's rows stay one block.
+        rows = rows_per_sample(r)
+        if not rows or exact and rows != 1:
             raise NotSeparableError('%s has shape %s at %s=%d and %s at %s=%d: every value '
-                                    'computed at run time needs %s as its first axis' % (
+                                    'computed at run time needs %s as its first axis%s' % (
                                         what, list(low_a.shapes[r]), symbol, a,
-                                        list(low_b.shapes[r]), symbol, b, symbol))
+                                        list(low_b.shapes[r]), symbol, b, symbol,
+                                        '' if exact else ' (or a multiple of it)'))
 
     for k, v in enumerate(p.inputs):
         check(v.register, 'input %d (%r)' % (k, v.name))
     for k, v in enumerate(p.outputs):
         check(v.register, 'output %d (%r)' % (k, v.name))
+
     for i, (inst, step) in enumerate(zip(p.instructions, low_a.steps)):
         if step is None:  # evaluated at emit time: its readers are checked
             continue
@@ -112,11 +122,11 @@ def check_separable(probes, symbol: str) -> None:
                                         'size %s: one sample would see 1 there' % (where, k,
                                                                                    symbol))
             if r not in low_a.consts:
-                check(r, '%s: input %d' % (where, k))
+                check(r, '%s: input %d' % (where, k), exact=False)
                 runtime.append(k)
         for k, r in enumerate(inst.outputs):
             if r != NO_REGISTER:
-                check(r, '%s: output %d' % (where, k))
+                check(r, '%s: output %d' % (where, k), exact=False)
         reason = _mixing(inst, runtime, low_a)
         if reason:
             raise NotSeparableError('%s %s' % (where, reason))
@@ -133,6 +143,7 @@ def _mixing(inst: Instruction, runtime: list[int], low) -> str | None:
         return value + rank if value < 0 else value
 
     def const(k: int):
+        """Input ``k`` (axes, pads...) as a list, None when absent."""
         if k < len(inst.inputs) and inst.inputs[k] != NO_REGISTER:
             return low.consts[inst.inputs[k]].reshape(-1).tolist()
         return None
@@ -142,6 +153,8 @@ def _mixing(inst: Instruction, runtime: list[int], low) -> str | None:
     if op == 'BatchNormalization':
         return None if len([r for r in inst.outputs if r != NO_REGISTER]) == 1 and \
             not attrs.get('training_mode', 0) else 'computes batch statistics (training mode)'
+    if (op in _REDUCTIONS or op in ('Slice', 'Pad')) and any(k > 0 for k in runtime):
+        return 'takes its axes, starts or pads at run time'
     if op in ('Gemm', 'FusedGemm'):
         return 'multiplies by a run-time B or transposes A' if 1 in runtime or \
             attrs.get('transA', 0) else None
