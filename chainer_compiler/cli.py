@@ -209,7 +209,8 @@ def _parser():
                           help='write a model as C sources with a Makefile')
     emit.add_argument('model', metavar='FILE',
                       help='ONNX model (.onnx) or saved Program (.npz), static shapes only '
-                           '(--symbolic-dims fixes those of an ONNX model)')
+                           '(--symbolic-dims fixes those of an ONNX model, --max bounds its '
+                           'batch)')
     emit.add_argument('-o', dest='output', metavar='DIR', required=True,
                       help='folder for NAME.h, NAME.c, NAME_weights.c, kernels, main.c, '
                            'Makefile (`make -C DIR` builds DIR/NAME and DIR/libNAME.so)')
