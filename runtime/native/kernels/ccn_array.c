@@ -53,52 +53,102 @@ static void copy_run(size_t elem, long n, const unsigned char *x, long xs,
 }
 #undef CCN_COPY_RUN
 
+/* ccn_strided_copy: its rows [begin, end). */
+typedef struct {
+    size_t elem;
+    int rank;
+    const long *shape;
+    const void *x;
+    const long *x_strides;
+    void *y;
+    const long *y_strides;
+} strided_copy_call;
+
+static void strided_copy_range(void *context, long begin, long end)
+{
+    const strided_copy_call *a = context;
+    size_t elem = a->elem;
+    int rank = a->rank;
+    const long *shape = a->shape;
+    const void *x = a->x;
+    const long *x_strides = a->x_strides;
+    void *y = a->y;
+    const long *y_strides = a->y_strides;
+    const long n = shape[rank - 1];
+    const long e = (long)elem;
+    if (n == 0)
+        return;
+    for (long r = begin; r < end; r++) {
+        const unsigned char *xr =
+            (const unsigned char *)x + row_offset(r, rank, shape, x_strides) * e;
+        unsigned char *yr = (unsigned char *)y + row_offset(r, rank, shape, y_strides) * e;
+        copy_run(elem, n, xr, x_strides[rank - 1], yr, y_strides[rank - 1]);
+    }
+}
+
 void ccn_strided_copy(size_t elem, int rank, const long *shape,
                       const void *x, const long *x_strides,
                       void *y, const long *y_strides)
 {
-    const long rows = row_count(rank, shape), n = shape[rank - 1];
-    const long e = (long)elem;
-    if (n == 0)
-        return;
-    CCN_PARALLEL_FOR(rows * n,
-        for (long r = 0; r < rows; ++r) {
-            const unsigned char *xr =
-                (const unsigned char *)x + row_offset(r, rank, shape, x_strides) * e;
-            unsigned char *yr = (unsigned char *)y + row_offset(r, rank, shape, y_strides) * e;
-            copy_run(elem, n, xr, x_strides[rank - 1], yr, y_strides[rank - 1]);
-        }
-    );
+    strided_copy_call a = {elem, rank, shape, x, x_strides, y, y_strides};
+    const long rows = row_count(rank, shape);
+    ccn_parallel_for(rows, rows * shape[rank - 1], strided_copy_range, &a);
 }
 
-void ccn_table_copy(size_t elem, int rank, const long *shape, const long *tables,
-                    const void *x, const long *x_strides, const void *fill, void *y)
+/* ccn_table_copy: its rows [begin, end). */
+typedef struct {
+    size_t elem;
+    int rank;
+    const long *shape;
+    const long *tables;
+    const void *x;
+    const long *x_strides;
+    const void *fill;
+    void *y;
+} table_copy_call;
+
+static void table_copy_range(void *context, long begin, long end)
 {
-    const long rows = row_count(rank, shape), n = shape[rank - 1];
+    const table_copy_call *a = context;
+    size_t elem = a->elem;
+    int rank = a->rank;
+    const long *shape = a->shape;
+    const long *tables = a->tables;
+    const void *x = a->x;
+    const long *x_strides = a->x_strides;
+    const void *fill = a->fill;
+    void *y = a->y;
+    const long n = shape[rank - 1];
     const long e = (long)elem;
     /* The last axis's table follows the tables of the others. */
     long last = 0;
     for (int k = 0; k < rank - 1; ++k)
         last += shape[k];
-    CCN_PARALLEL_FOR(rows * n,
-        for (long r = 0; r < rows; ++r) {
-            unsigned char *yr = (unsigned char *)y + r * n * e;
-            /* Source offset of the row, or -1 when an outer axis is padding. */
-            long offset = 0, rest = r, table = last;
-            for (int k = rank - 2; k >= 0 && offset >= 0; --k) {
-                table -= shape[k];
-                const long source = tables[table + rest % shape[k]];
-                offset = source < 0 ? -1 : offset + source * x_strides[k];
-                rest /= shape[k];
-            }
-            for (long i = 0; i < n; ++i) {
-                const long source = tables[last + i];
-                const void *from = offset < 0 || source < 0 ? fill
-                    : (const unsigned char *)x + (offset + source * x_strides[rank - 1]) * e;
-                memcpy(yr + i * e, from, elem);
-            }
+    for (long r = begin; r < end; r++) {
+        unsigned char *yr = (unsigned char *)y + r * n * e;
+        /* Source offset of the row, or -1 when an outer axis is padding. */
+        long offset = 0, rest = r, table = last;
+        for (int k = rank - 2; k >= 0 && offset >= 0; --k) {
+            table -= shape[k];
+            const long source = tables[table + rest % shape[k]];
+            offset = source < 0 ? -1 : offset + source * x_strides[k];
+            rest /= shape[k];
         }
-    );
+        for (long i = 0; i < n; ++i) {
+            const long source = tables[last + i];
+            const void *from = offset < 0 || source < 0 ? fill
+                : (const unsigned char *)x + (offset + source * x_strides[rank - 1]) * e;
+            memcpy(yr + i * e, from, elem);
+        }
+    }
+}
+
+void ccn_table_copy(size_t elem, int rank, const long *shape, const long *tables,
+                    const void *x, const long *x_strides, const void *fill, void *y)
+{
+    table_copy_call a = {elem, rank, shape, tables, x, x_strides, fill, y};
+    const long rows = row_count(rank, shape);
+    ccn_parallel_for(rows, rows * shape[rank - 1], table_copy_range, &a);
 }
 
 /* The index entry i, read as int32 or int64. */
@@ -186,26 +236,56 @@ void ccn_resize_axis(long outer, long in_len, long out_len, long inner, int taps
     );
 }
 
+/* ccn_where: its rows [begin, end). */
+typedef struct {
+    size_t elem;
+    int rank;
+    const long *shape;
+    const uint8_t *cond;
+    const long *cond_strides;
+    const void *x;
+    const long *x_strides;
+    const void *y;
+    const long *y_strides;
+    void *out;
+} where_call;
+
+static void where_range(void *context, long begin, long end)
+{
+    const where_call *a = context;
+    size_t elem = a->elem;
+    int rank = a->rank;
+    const long *shape = a->shape;
+    const uint8_t *cond = a->cond;
+    const long *cond_strides = a->cond_strides;
+    const void *x = a->x;
+    const long *x_strides = a->x_strides;
+    const void *y = a->y;
+    const long *y_strides = a->y_strides;
+    void *out = a->out;
+    const long n = shape[rank - 1];
+    const long e = (long)elem;
+    const long cs = cond_strides[rank - 1], xs = x_strides[rank - 1], ys = y_strides[rank - 1];
+    for (long r = begin; r < end; r++) {
+        const uint8_t *cr = cond + row_offset(r, rank, shape, cond_strides);
+        const unsigned char *xr =
+            (const unsigned char *)x + row_offset(r, rank, shape, x_strides) * e;
+        const unsigned char *yr =
+            (const unsigned char *)y + row_offset(r, rank, shape, y_strides) * e;
+        unsigned char *outr = (unsigned char *)out + r * n * e;
+        for (long i = 0; i < n; ++i)
+            memcpy(outr + i * e, cr[i * cs] ? xr + i * xs * e : yr + i * ys * e, elem);
+    }
+}
+
 void ccn_where(size_t elem, int rank, const long *shape,
                const uint8_t *cond, const long *cond_strides,
                const void *x, const long *x_strides,
                const void *y, const long *y_strides, void *out)
 {
-    const long rows = row_count(rank, shape), n = shape[rank - 1];
-    const long e = (long)elem;
-    const long cs = cond_strides[rank - 1], xs = x_strides[rank - 1], ys = y_strides[rank - 1];
-    CCN_PARALLEL_FOR(rows * n,
-        for (long r = 0; r < rows; ++r) {
-            const uint8_t *cr = cond + row_offset(r, rank, shape, cond_strides);
-            const unsigned char *xr =
-                (const unsigned char *)x + row_offset(r, rank, shape, x_strides) * e;
-            const unsigned char *yr =
-                (const unsigned char *)y + row_offset(r, rank, shape, y_strides) * e;
-            unsigned char *outr = (unsigned char *)out + r * n * e;
-            for (long i = 0; i < n; ++i)
-                memcpy(outr + i * e, cr[i * cs] ? xr + i * xs * e : yr + i * ys * e, elem);
-        }
-    );
+    where_call a = {elem, rank, shape, cond, cond_strides, x, x_strides, y, y_strides, out};
+    const long rows = row_count(rank, shape);
+    ccn_parallel_for(rows, rows * shape[rank - 1], where_range, &a);
 }
 
 /* Numbers convert as C converts them, except that bool is x != 0 and that

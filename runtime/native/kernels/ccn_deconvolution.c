@@ -4,6 +4,70 @@
 #include "ccn_deconvolution.h"
 #include "ccn_gemm.h"
 
+/* col2im: its (image, channel) pairs [begin, end). */
+typedef struct {
+    long nb, M, H, W, KH, KW, OH, OW, sh, sw, dh, dw, pt, pl;
+    const float *col;
+    long ldc;
+    const float *bias;
+    float *y;
+    long y_stride;
+} col2im_call;
+
+static void col2im_range(void *context, long begin, long end)
+{
+    const col2im_call *a = context;
+    long M = a->M;
+    long H = a->H;
+    long W = a->W;
+    long KH = a->KH;
+    long KW = a->KW;
+    long OH = a->OH;
+    long OW = a->OW;
+    long sh = a->sh;
+    long sw = a->sw;
+    long dh = a->dh;
+    long dw = a->dw;
+    long pt = a->pt;
+    long pl = a->pl;
+    const float *col = a->col;
+    long ldc = a->ldc;
+    const float *bias = a->bias;
+    float *y = a->y;
+    long y_stride = a->y_stride;
+    for (long im = begin; im < end; im++) {
+        const long i = im / M, m = im % M;
+        float *out = y + i * y_stride + m * OH * OW;
+        const float b = bias ? bias[m] : 0.0f;
+        for (long s = 0; s < OH * OW; s++)
+            out[s] = b;
+        for (long kh = 0; kh < KH; kh++)
+            for (long kw = 0; kw < KW; kw++) {
+                const float *row = col + ((m * KH + kh) * KW + kw) * ldc + i * H * W;
+                /* Input columns [lo, hi) land inside the output, the same
+                 * for every row: the inner loop has no test (and, at stride
+                 * 1, vectorises). */
+                const long first = kw * dw - pl;  /* ow of w = 0 */
+                const long lo = first >= 0 ? 0 : (-first + sw - 1) / sw;
+                long hi = OW - first <= 0 ? 0 : (OW - first + sw - 1) / sw;
+                hi = hi < W ? hi : W;
+                for (long h = 0; h < H; h++) {
+                    const long oh = h * sh - pt + kh * dh;
+                    if (oh < 0 || oh >= OH)
+                        continue;
+                    float *restrict o = out + oh * OW;
+                    const float *restrict r = row + h * W;
+                    if (sw == 1)
+                        for (long w = lo; w < hi; w++)
+                            o[w + first] += r[w];
+                    else
+                        for (long w = lo; w < hi; w++)
+                            o[w * sw + first] += r[w];
+                }
+            }
+    }
+}
+
 /* For each of nb images i and output channel m:
  * y_i[m, oh, ow] = bias[m] + the sum of col[(m, kh, kw), i*S + (h, w)] over
  * the taps (h*sh - pt + kh*dh, w*sw - pl + kw*dw) = (oh, ow); col's rows
@@ -15,39 +79,9 @@ static void col2im(long nb, long M, long H, long W, long KH, long KW, long OH, l
                    long sh, long sw, long dh, long dw, long pt, long pl, const float *col,
                    long ldc, const float *bias, float *y, long y_stride)
 {
-    CCN_PARALLEL_FOR(nb * M * KH * KW * OH * OW,
-        for (long im = 0; im < nb * M; im++) {
-            const long i = im / M, m = im % M;
-            float *out = y + i * y_stride + m * OH * OW;
-            const float b = bias ? bias[m] : 0.0f;
-            for (long s = 0; s < OH * OW; s++)
-                out[s] = b;
-            for (long kh = 0; kh < KH; kh++)
-                for (long kw = 0; kw < KW; kw++) {
-                    const float *row = col + ((m * KH + kh) * KW + kw) * ldc + i * H * W;
-                    /* Input columns [lo, hi) land inside the output, the same
-                     * for every row: the inner loop has no test (and, at stride
-                     * 1, vectorises). */
-                    const long first = kw * dw - pl;  /* ow of w = 0 */
-                    const long lo = first >= 0 ? 0 : (-first + sw - 1) / sw;
-                    long hi = OW - first <= 0 ? 0 : (OW - first + sw - 1) / sw;
-                    hi = hi < W ? hi : W;
-                    for (long h = 0; h < H; h++) {
-                        const long oh = h * sh - pt + kh * dh;
-                        if (oh < 0 || oh >= OH)
-                            continue;
-                        float *restrict o = out + oh * OW;
-                        const float *restrict r = row + h * W;
-                        if (sw == 1)
-                            for (long w = lo; w < hi; w++)
-                                o[w + first] += r[w];
-                        else
-                            for (long w = lo; w < hi; w++)
-                                o[w * sw + first] += r[w];
-                    }
-                }
-        }
-    );
+    col2im_call a = {nb, M, H, W, KH, KW, OH, OW, sh, sw, dh, dw, pt, pl, col, ldc, bias, y,
+                     y_stride};
+    ccn_parallel_for(nb * M, nb * M * KH * KW * OH * OW, col2im_range, &a);
 }
 
 void ccn_deconv2d(const ccn_conv_geometry *geometry, const ccn_conv_plan *plan, const float *x,

@@ -111,6 +111,62 @@ CCN_ROW_FN(row_bool, uint8_t, CCN_COMPARE_CASES CCN_LOGIC_CASES)
 /* Elements of y a thread takes at a time in broadcast. */
 #define BROADCAST_PIECE 16384L
 
+/* broadcast's pieces [begin, end), with what the pieces share. */
+typedef struct {
+    row_fn row;
+    enum ccn_binary_op op;
+    int rank;
+    const long *shape, *a_strides, *b_strides;
+    const char *a, *b;
+    char *y;
+    size_t size, y_size;
+    long n, as, bs, rows, rows_per_piece, cols, pieces_per_row;
+} broadcast_part;
+
+static void broadcast_pieces(void *context, long begin, long end)
+{
+    const broadcast_part *c = context;
+    const row_fn row = c->row;
+    const enum ccn_binary_op op = c->op;
+    const int rank = c->rank;
+    const long *shape = c->shape, *a_strides = c->a_strides, *b_strides = c->b_strides;
+    const char *a = c->a, *b = c->b;
+    char *y = c->y;
+    const size_t size = c->size, y_size = c->y_size;
+    const long n = c->n, as = c->as, bs = c->bs, rows = c->rows;
+    const long rows_per_piece = c->rows_per_piece, cols = c->cols;
+    const long pieces_per_row = c->pieces_per_row;
+    for (long p = begin; p < end; p++) {
+        const long r0 = rows_per_piece > 1 ? p * rows_per_piece : p / pieces_per_row;
+        const long r1 = rows_per_piece > 1 ? (r0 + rows_per_piece < rows ? r0 + rows_per_piece
+                                                                        : rows) : r0 + 1;
+        const long c0 = rows_per_piece > 1 ? 0 : p % pieces_per_row * cols;
+        const long len = n - c0 < cols ? n - c0 : cols;
+        long index[CCN_MAX_RANK] = {0};
+        long ao = 0, bo = 0, rest = r0;
+        for (int d = rank - 2; d >= 0; d--) {
+            index[d] = rest % shape[d];
+            rest /= shape[d];
+            ao += index[d] * a_strides[d];
+            bo += index[d] * b_strides[d];
+        }
+        for (long r = r0; r < r1; r++) {
+            row(op, len, a + (ao + c0 * as) * size, as, b + (bo + c0 * bs) * size, bs,
+                y + (r * n + c0) * y_size);
+            for (int d = rank - 2; d >= 0; d--) {
+                index[d]++;
+                ao += a_strides[d];
+                bo += b_strides[d];
+                if (index[d] < shape[d])
+                    break;
+                ao -= index[d] * a_strides[d];
+                bo -= index[d] * b_strides[d];
+                index[d] = 0;
+            }
+        }
+    }
+}
+
 /* Runs row over every row along the last axis of y; size and y_size are
  * the element sizes of the inputs and of y.  Large outputs are cut into
  * pieces of whole rows (or of one long row) that the threads share; each
@@ -134,37 +190,9 @@ static void broadcast(row_fn row, enum ccn_binary_op op, int rank, const long *s
     const long pieces_per_row = (n + cols - 1) / cols;
     const long pieces = rows_per_piece > 1 ? (rows + rows_per_piece - 1) / rows_per_piece
                                            : rows * pieces_per_row;
-    CCN_PARALLEL_FOR(rows * n,
-        for (long p = 0; p < pieces; p++) {
-            const long r0 = rows_per_piece > 1 ? p * rows_per_piece : p / pieces_per_row;
-            const long r1 = rows_per_piece > 1 ? (r0 + rows_per_piece < rows ? r0 + rows_per_piece
-                                                                            : rows) : r0 + 1;
-            const long c0 = rows_per_piece > 1 ? 0 : p % pieces_per_row * cols;
-            const long len = n - c0 < cols ? n - c0 : cols;
-            long index[CCN_MAX_RANK] = {0};
-            long ao = 0, bo = 0, rest = r0;
-            for (int d = rank - 2; d >= 0; d--) {
-                index[d] = rest % shape[d];
-                rest /= shape[d];
-                ao += index[d] * a_strides[d];
-                bo += index[d] * b_strides[d];
-            }
-            for (long r = r0; r < r1; r++) {
-                row(op, len, a + (ao + c0 * as) * size, as, b + (bo + c0 * bs) * size, bs,
-                    y + (r * n + c0) * y_size);
-                for (int d = rank - 2; d >= 0; d--) {
-                    index[d]++;
-                    ao += a_strides[d];
-                    bo += b_strides[d];
-                    if (index[d] < shape[d])
-                        break;
-                    ao -= index[d] * a_strides[d];
-                    bo -= index[d] * b_strides[d];
-                    index[d] = 0;
-                }
-            }
-        }
-    );
+    broadcast_part part = {row, op, rank, shape, a_strides, b_strides, a, b, y, size, y_size,
+                           n, as, bs, rows, rows_per_piece, cols, pieces_per_row};
+    ccn_parallel_for(pieces, rows * n, broadcast_pieces, &part);
 }
 
 #define CCN_BINARY(NAME, ROW, T)                                              \

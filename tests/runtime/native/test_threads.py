@@ -112,7 +112,8 @@ def test_the_machine_count_follows_affinity_and_the_cgroup_quota(monkeypatch, tm
 def _parallel_model():
     """Kernels whose loops are large enough for the pool: a Winograd and an
     im2col convolution, pooling, the GEMM by rows and a Gemm at batch 1
-    (ccn_gemm_bt's dot products)."""
+    (ccn_gemm_bt's dot products); a transposition, broadcasting arithmetic
+    and comparison, Where, and a transposed convolution (col2im)."""
     rng = numpy.random.RandomState(0)
 
     def r(*shape):  # values near 1 through the layers
@@ -127,21 +128,32 @@ def _parallel_model():
          node('Flatten', ['p'], ['f']),
          node('Gemm', ['f', 'w3'], ['y']),
          node('ReduceMean', ['f'], ['m'], axes=[0], keepdims=1),
-         node('Gemm', ['m', 'w4'], ['z'])],
-        [('x', numpy.float32, [2, 16, 32, 32])],
-        [('y', numpy.float32, [2, 512]), ('z', numpy.float32, [1, 1024])],
+         node('Gemm', ['m', 'w4'], ['z']),
+         node('Transpose', ['u'], ['t'], perm=[0, 2, 3, 1]),
+         node('Add', ['u', 'ub'], ['s']),
+         node('Greater', ['s', 'zero'], ['g']),
+         node('Where', ['g', 's', 'u'], ['wh']),
+         node('ConvTranspose', ['v', 'wt'], ['ct'], strides=[2, 2])],
+        [('x', numpy.float32, [2, 16, 32, 32]), ('u', numpy.float32, [4, 64, 32, 32]),
+         ('v', numpy.float32, [1, 64, 16, 16])],
+        [('y', numpy.float32, [2, 512]), ('z', numpy.float32, [1, 1024]),
+         ('t', numpy.float32, [4, 32, 32, 64]), ('wh', numpy.float32, [4, 64, 32, 32]),
+         ('ct', numpy.float32, [1, 32, 33, 33])],
         {'w1': r(32, 16, 3, 3), 'b1': r(32), 'w2': r(32, 32, 5, 5), 'w3': r(2048, 512),
-         'w4': r(2048, 1024)})
+         'w4': r(2048, 1024), 'ub': r(64, 1, 1), 'zero': numpy.float32(0),
+         'wt': r(64, 32, 3, 3)})
 
 
 @pytest.mark.native_build
 def test_results_are_the_same_on_1_to_8_threads():
     program = build_program(_parallel_model())
-    x = numpy.random.RandomState(1).uniform(-1, 1, (2, 16, 32, 32)).astype(numpy.float32)
-    want = Executor(program, backend='numpy').run_positional([x])
+    rng = numpy.random.RandomState(1)
+    inputs = [rng.uniform(-1, 1, shape).astype(numpy.float32)
+              for shape in ((2, 16, 32, 32), (4, 64, 32, 32), (1, 64, 16, 16))]
+    want = Executor(program, backend='numpy').run_positional(inputs)
     first = None
     for threads in range(1, 9):
-        got = Executor(program, backend='native', threads=threads).run_positional([x])
+        got = Executor(program, backend='native', threads=threads).run_positional(inputs)
         for v, g, w in zip(program.outputs, got, want):
             numpy.testing.assert_allclose(g, w, rtol=RTOL, atol=ATOL, err_msg=v.name)
         # Each element is computed the same way however the loops are split.
