@@ -159,6 +159,33 @@ static long index_at(const void *indices, int index_bytes, long i)
     return (long)((const int64_t *)indices)[i];
 }
 
+/* ccn_gather's and ccn_gather_nd's copies: a run of `run` bytes per index
+ * (per tuple of `depth` indices into dims, blocks of `block` elements per
+ * batch entry, for GatherND). */
+typedef struct {
+    long dim, n;
+    int index_bytes, depth;
+    const long *dims;
+    long block;
+    size_t elem, run;
+    const void *x, *indices;
+    void *y;
+} gather_call;
+
+/* ccn_gather's outer slices [begin, end). */
+static void gather_range(void *context, long begin, long end)
+{
+    const gather_call *g = context;
+    for (long o = begin; o < end; ++o) {
+        for (long j = 0; j < g->n; ++j) {
+            long i = index_at(g->indices, g->index_bytes, j);
+            i = i < 0 ? i + g->dim : i;
+            memcpy((unsigned char *)g->y + (size_t)(o * g->n + j) * g->run,
+                   (const unsigned char *)g->x + (size_t)(o * g->dim + i) * g->run, g->run);
+        }
+    }
+}
+
 int ccn_gather(size_t elem, long outer, long dim, long inner, const void *x,
                long n, const void *indices, int index_bytes, void *y)
 {
@@ -168,18 +195,26 @@ int ccn_gather(size_t elem, long outer, long dim, long inner, const void *x,
         if (i < -dim || i >= dim)
             return 1;
     }
-    const size_t run = (size_t)inner * elem;
-    CCN_PARALLEL_FOR(outer * n * inner,
-        for (long o = 0; o < outer; ++o) {
-            for (long j = 0; j < n; ++j) {
-                long i = index_at(indices, index_bytes, j);
-                i = i < 0 ? i + dim : i;
-                memcpy((unsigned char *)y + (size_t)(o * n + j) * run,
-                       (const unsigned char *)x + (size_t)(o * dim + i) * run, run);
-            }
-        }
-    );
+    gather_call g = {dim, n, index_bytes, 0, NULL, 0, elem, (size_t)inner * elem, x, indices, y};
+    ccn_parallel_for(outer, outer * n * inner, gather_range, &g);
     return 0;
+}
+
+/* ccn_gather_nd's index tuples [begin, end). */
+static void gather_nd_range(void *context, long begin, long end)
+{
+    const gather_call *g = context;
+    for (long j = begin; j < end; ++j) {
+        long offset = 0; /* in runs of ``inner`` elements */
+        for (int k = 0; k < g->depth; ++k) {
+            const long i = index_at(g->indices, g->index_bytes, j * g->depth + k);
+            offset = offset * g->dims[k] + (i < 0 ? i + g->dims[k] : i);
+        }
+        memcpy((unsigned char *)g->y + (size_t)j * g->run,
+               (const unsigned char *)g->x + (size_t)(j / g->n * g->block) * g->elem +
+                   offset * g->run,
+               g->run);
+    }
 }
 
 int ccn_gather_nd(size_t elem, long batch, int depth, const long *dims, long inner,
@@ -194,46 +229,66 @@ int ccn_gather_nd(size_t elem, long batch, int depth, const long *dims, long inn
                 return 1;
         }
     }
-    const size_t run = (size_t)inner * elem;
-    CCN_PARALLEL_FOR(batch * n * inner,
-        for (long j = 0; j < batch * n; ++j) {
-            long offset = 0; /* in runs of ``inner`` elements */
-            for (int k = 0; k < depth; ++k) {
-                const long i = index_at(indices, index_bytes, j * depth + k);
-                offset = offset * dims[k] + (i < 0 ? i + dims[k] : i);
-            }
-            memcpy((unsigned char *)y + (size_t)j * run,
-                   (const unsigned char *)x + (size_t)(j / n * block) * elem + offset * run,
-                   run);
-        }
-    );
+    gather_call g = {0, n, index_bytes, depth, dims, block, elem, (size_t)inner * elem, x,
+                     indices, y};
+    ccn_parallel_for(batch * n, batch * n * inner, gather_nd_range, &g);
     return 0;
+}
+
+/* ccn_resize_axis: its outer slices [begin, end). */
+typedef struct {
+    long outer;
+    long in_len;
+    long out_len;
+    long inner;
+    int taps;
+    const int32_t *index;
+    const float *weight;
+    const uint8_t *outside;
+    float fill;
+    const float *x;
+    float *y;
+} resize_axis_call;
+
+static void resize_axis_range(void *context, long begin, long end)
+{
+    const resize_axis_call *a = context;
+    long in_len = a->in_len;
+    long out_len = a->out_len;
+    long inner = a->inner;
+    int taps = a->taps;
+    const int32_t *index = a->index;
+    const float *weight = a->weight;
+    const uint8_t *outside = a->outside;
+    float fill = a->fill;
+    const float *x = a->x;
+    float *y = a->y;
+    for (long o = begin; o < end; o++) {
+        const float *xo = x + o * in_len * inner;
+        for (long j = 0; j < out_len; ++j) {
+            float *yj = y + (o * out_len + j) * inner;
+            const int32_t *at = index + j * taps;
+            const float *w = weight + j * taps;
+            if (outside && outside[j]) {
+                for (long i = 0; i < inner; ++i)
+                    yj[i] = fill;
+                continue;
+            }
+            for (long i = 0; i < inner; ++i)
+                yj[i] = w[0] * xo[at[0] * inner + i];
+            for (int t = 1; t < taps; ++t)
+                for (long i = 0; i < inner; ++i)
+                    yj[i] += w[t] * xo[at[t] * inner + i];
+        }
+    }
 }
 
 void ccn_resize_axis(long outer, long in_len, long out_len, long inner, int taps,
                      const int32_t *index, const float *weight, const uint8_t *outside,
                      float fill, const float *x, float *y)
 {
-    CCN_PARALLEL_FOR(outer * out_len * inner * taps,
-        for (long o = 0; o < outer; ++o) {
-            const float *xo = x + o * in_len * inner;
-            for (long j = 0; j < out_len; ++j) {
-                float *yj = y + (o * out_len + j) * inner;
-                const int32_t *at = index + j * taps;
-                const float *w = weight + j * taps;
-                if (outside && outside[j]) {
-                    for (long i = 0; i < inner; ++i)
-                        yj[i] = fill;
-                    continue;
-                }
-                for (long i = 0; i < inner; ++i)
-                    yj[i] = w[0] * xo[at[0] * inner + i];
-                for (int t = 1; t < taps; ++t)
-                    for (long i = 0; i < inner; ++i)
-                        yj[i] += w[t] * xo[at[t] * inner + i];
-            }
-        }
-    );
+    resize_axis_call a = {outer, in_len, out_len, inner, taps, index, weight, outside, fill, x, y};
+    ccn_parallel_for(outer, outer * out_len * inner * taps, resize_axis_range, &a);
 }
 
 /* ccn_where: its rows [begin, end). */
@@ -288,17 +343,29 @@ void ccn_where(size_t elem, int rank, const long *shape,
     ccn_parallel_for(rows, rows * shape[rank - 1], where_range, &a);
 }
 
+/* A cast's arrays, for ccn_parallel_for. */
+typedef struct {
+    const void *x;
+    void *y;
+} cast_call;
+
 /* Numbers convert as C converts them, except that bool is x != 0 and that
  * a float whose truncation an integer type cannot hold (NaN, infinities,
  * out of range) becomes that type's minimum, as NumPy's casts give on x86:
  * C leaves that conversion undefined. */
-#define CCN_CAST_DEFINE(FROM, FROM_T, TO, TO_T)                     \
-    void ccn_cast_##FROM##_##TO(long n, const FROM_T *x, TO_T *y)   \
-    {                                                               \
-        CCN_PARALLEL_FOR(n,                                         \
-            for (long i = 0; i < n; ++i)                            \
-                y[i] = CCN_CAST_##TO(TO_T, x[i], CCN_FLOAT_##FROM); \
-        );                                                          \
+#define CCN_CAST_DEFINE(FROM, FROM_T, TO, TO_T)                               \
+    static void cast_##FROM##_##TO(void *context, long begin, long end)      \
+    {                                                                         \
+        const cast_call *c = context;                                         \
+        const FROM_T *x = c->x;                                               \
+        TO_T *y = c->y;                                                       \
+        for (long i = begin; i < end; ++i)                                    \
+            y[i] = CCN_CAST_##TO(TO_T, x[i], CCN_FLOAT_##FROM);               \
+    }                                                                         \
+    void ccn_cast_##FROM##_##TO(long n, const FROM_T *x, TO_T *y)             \
+    {                                                                         \
+        cast_call c = {x, y};                                                 \
+        ccn_parallel_for(n, n, cast_##FROM##_##TO, &c);                       \
     }
 #define CCN_FLOAT_float32 1
 #define CCN_FLOAT_float64 1

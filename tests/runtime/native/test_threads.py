@@ -113,7 +113,8 @@ def _parallel_model():
     """Kernels whose loops are large enough for the pool: a Winograd and an
     im2col convolution, pooling, the GEMM by rows and a Gemm at batch 1
     (ccn_gemm_bt's dot products); a transposition, broadcasting arithmetic
-    and comparison, Where, and a transposed convolution (col2im)."""
+    and comparison, Where, a transposed convolution (col2im), Gather, Cast
+    and Resize."""
     rng = numpy.random.RandomState(0)
 
     def r(*shape):  # values near 1 through the layers
@@ -133,15 +134,20 @@ def _parallel_model():
          node('Add', ['u', 'ub'], ['s']),
          node('Greater', ['s', 'zero'], ['g']),
          node('Where', ['g', 's', 'u'], ['wh']),
-         node('ConvTranspose', ['v', 'wt'], ['ct'], strides=[2, 2])],
+         node('ConvTranspose', ['v', 'wt'], ['ct'], strides=[2, 2]),
+         node('Gather', ['u', 'idx'], ['ug'], axis=1),
+         node('Cast', ['u'], ['uc'], to=11),
+         node('Resize', ['u', '', 'scales'], ['ur'], mode='linear')],
         [('x', numpy.float32, [2, 16, 32, 32]), ('u', numpy.float32, [4, 64, 32, 32]),
          ('v', numpy.float32, [1, 64, 16, 16])],
         [('y', numpy.float32, [2, 512]), ('z', numpy.float32, [1, 1024]),
          ('t', numpy.float32, [4, 32, 32, 64]), ('wh', numpy.float32, [4, 64, 32, 32]),
-         ('ct', numpy.float32, [1, 32, 33, 33])],
+         ('ct', numpy.float32, [1, 32, 33, 33]), ('ug', numpy.float32, [4, 64, 32, 32]),
+         ('uc', numpy.float64, [4, 64, 32, 32]), ('ur', numpy.float32, [4, 64, 64, 64])],
         {'w1': r(32, 16, 3, 3), 'b1': r(32), 'w2': r(32, 32, 5, 5), 'w3': r(2048, 512),
          'w4': r(2048, 1024), 'ub': r(64, 1, 1), 'zero': numpy.float32(0),
-         'wt': r(64, 32, 3, 3)})
+         'wt': r(64, 32, 3, 3), 'idx': rng.permutation(64).astype(numpy.int64),
+         'scales': numpy.array([1, 1, 2, 2], numpy.float32)})
 
 
 @pytest.mark.native_build
