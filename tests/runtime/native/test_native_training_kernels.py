@@ -203,6 +203,10 @@ CONV_CASES = [
     # by gy transposed.
     ((5, 4, 16, 32), (3, 3), 4, {'pads': [1, 1, 1, 1], 'group': 2}),
     ((5, 2, 16, 32), (3, 3), 64, {'pads': [1, 1, 1, 1]}),
+    # Full tiles either way (96 output channels, K = 288) and gw larger
+    # than the columns (96 > 3 x 25 pixels): gy times the three images'
+    # columns transposed, as a ResNet's last stage goes.
+    ((3, 32, 5, 5), (3, 3), 96, {'pads': [1, 1, 1, 1]}),
 ]
 
 
