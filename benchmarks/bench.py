@@ -29,6 +29,7 @@ import inference_candidates as inference  # noqa: E402
 import models  # noqa: E402
 import report  # noqa: E402
 import training_candidates as training  # noqa: E402
+from foreign_models import _busy_neighbour as busy_neighbour  # noqa: E402
 from numpy_reference import numpy_step  # noqa: E402
 from timing import time_interleaved  # noqa: E402
 
@@ -53,6 +54,9 @@ INFERENCE_MODELS = [(name, constructor, shape, (1, 32))
                     for name, constructor, _, shape, _ in MODELS] + [
     ('ResNet-50', lambda: L.ResNet50Layers(pretrained_model=None), (3, 224, 224), (1,)),
 ]
+#: The training candidates timed again beside one competing busy process
+#: (issue 31's training targets hold on a shared CPU too), as '<impl>_busy'.
+BUSY_IMPLS = ('chainer', 'compiled_step_native', 'pytorch')
 
 def batch_data(shape, batch, seed=0):
     rng = numpy.random.RandomState(seed)
@@ -111,6 +115,14 @@ def bench_training(name, constructor, spec, shape, batch, args):
         notes['pytorch'] = str(e)
     try:
         times = time_interleaved(steps, budget_s=args.budget)
+        neighbour = busy_neighbour()
+        try:
+            busy = time_interleaved({i: steps[i] for i in BUSY_IMPLS if i in steps},
+                                    budget_s=args.budget)
+        finally:
+            neighbour.kill()
+            neighbour.wait()
+        times.update({'%s_busy' % impl: ms for impl, ms in busy.items()})
     finally:
         if torch_step is not None:
             torch_step.close()
