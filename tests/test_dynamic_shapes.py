@@ -140,11 +140,10 @@ def _labels(batch, seed=0):
     (TransformerBlock, (6, 8)),
 ], ids=['mlp', 'lenet5', 'transformer'])
 def test_compile_onnx_trains_and_infers_at_every_batch_size_as_chainer(tmp_path, make_model,
-                                                                       shape, backend, request):
+                                                                       shape, backend):
     """Exported once at batch 8, compiled once: batches 1, 5, 8 and 13 (a
     partial last batch needs no padding) give Chainer's outputs, gradients
     and running averages."""
-    _no_native_layer_norm_gradient(make_model, backend, request)
     x8 = numpy.zeros((8,) + shape, 'f')
     plain = _initialized(make_model(), x8)
     path = chainer_compiler.export(plain, [x8], str(tmp_path / 'm.onnx'), dynamic_axes='batch')
@@ -170,18 +169,6 @@ def test_compile_onnx_trains_and_infers_at_every_batch_size_as_chainer(tmp_path,
         with chainer.using_config('train', False):
             numpy.testing.assert_allclose(compiled(x).array, plain(x).array,
                                           rtol=1e-4, atol=1e-5)
-
-
-def _no_native_layer_norm_gradient(make_model, backend, request):
-    """The Transformer block's backward on the native backend fails (strict
-    xfail, so that a C kernel of LayerNormalizationGrad turns it into a
-    failure to update); its inference runs natively
-    (test_a_transformer_block_infers_natively_at_every_batch_size)."""
-    from chainer_compiler.runtime.native import UnsupportedNativeOpsError
-    if make_model is TransformerBlock and backend == 'native':
-        request.applymarker(pytest.mark.xfail(
-            raises=UnsupportedNativeOpsError, strict=True,
-            reason='no C kernel for LayerNormalizationGrad'))
 
 
 @pytest.mark.slow
@@ -269,10 +256,9 @@ def test_a_file_of_fixed_shapes_names_dynamic_axes_for_another_batch(tmp_path):
     (lambda: bench_models.LSTMClassifier(n_in=4, hidden=5), (3, 4), chainer.optimizers.Adam),
 ], ids=['mlp', 'lenet5', 'transformer', 'nstep_lstm'])
 def test_training_step_updates_as_chainer_at_every_batch_size(make_model, shape, make_optimizer,
-                                                              backend, request):
+                                                              backend):
     """Compiled on a batch of 8, the step takes 1, 5, 8 and 13 (and 5 again:
     the optimizer's state carries over between signatures, never made anew)."""
-    _no_native_layer_norm_gradient(make_model, backend, request)
     x8 = numpy.zeros((8,) + shape, 'f')
     plain = L.Classifier(_initialized(make_model(), x8))
     twin = copy.deepcopy(plain)

@@ -1,7 +1,7 @@
 /* Normalization family: BatchNormalization (inference, training and its
  * gradient),
- * LayerNormalization and InstanceNormalization (one row standardization
- * kernel) and LRN. */
+ * LayerNormalization (and its gradient) and InstanceNormalization (one row
+ * standardization kernel) and LRN. */
 #include <math.h>
 
 #include "ccn_normalization.h"
@@ -20,6 +20,24 @@ void ccn_batchnorm(long N, long C, long S, float epsilon, const float *x, const 
                 out[s] = in[s] * k + d;
         }
     }
+}
+
+/* The mean and 1 / sqrt(var + epsilon) of the S values at in (population
+ * variance; 0 for no values).  Two passes with double sums: the centred
+ * variance does not lose digits to cancellation when the mean is large. */
+static void row_moments(long S, const float *in, float epsilon, float *mean, float *inv_std)
+{
+    double sum = 0.0;
+    for (long i = 0; i < S; i++)
+        sum += in[i];
+    const float m = S ? (float)(sum / (double)S) : 0.0f;
+    double squares = 0.0;
+    for (long i = 0; i < S; i++) {
+        const double d = (double)(in[i] - m);
+        squares += d * d;
+    }
+    *mean = m;
+    *inv_std = 1.0f / sqrtf((S ? (float)(squares / (double)S) : 0.0f) + epsilon);
 }
 
 /* ccn_standardize: its rows [begin, end). */
@@ -51,18 +69,8 @@ static void standardize_range(void *context, long begin, long end)
     for (long r = begin; r < end; r++) {
         const float *in = x + r * S;
         float *out = y + r * S;
-        /* Two passes with double sums: the centred variance does not lose
-         * digits to cancellation when the mean is large. */
-        double sum = 0.0;
-        for (long i = 0; i < S; i++)
-            sum += in[i];
-        const float m = S ? (float)(sum / (double)S) : 0.0f;
-        double squares = 0.0;
-        for (long i = 0; i < S; i++) {
-            const double d = (double)(in[i] - m);
-            squares += d * d;
-        }
-        const float inv = 1.0f / sqrtf((S ? (float)(squares / (double)S) : 0.0f) + epsilon);
+        float m, inv;
+        row_moments(S, in, epsilon, &m, &inv);
         if (mean)
             mean[r] = m;
         if (inv_std)
@@ -212,8 +220,9 @@ static void channel_moments(long N, long C, long S, long c, const float *x, doub
     *var = v > 0.0 ? v : 0.0;
 }
 
-/* The BatchNormalization kernels read X two or three times per element:
- * their parallel threshold counts that work, not only X's size. */
+/* The BatchNormalization kernels (and LayerNormalization's gradient) read X
+ * two or three times per element: their parallel threshold counts that
+ * work, not only X's size. */
 #define BN_PASSES 3
 
 /* ccn_batchnorm_training: its channels [begin, end). */
@@ -376,4 +385,107 @@ void ccn_batchnorm_grad(long N, long C, long S, float epsilon, int training, con
     batchnorm_grad_call a = {N, C, S, epsilon, training, x, scale, gy, mean, var, gx, gscale,
                              gbias, gmean, gvar};
     ccn_parallel_for(C, BN_PASSES * N * C * S, batchnorm_grad_range, &a);
+}
+
+/* ccn_layernorm_grad: its rows [begin, end) (gx) or its blocks of
+ * LN_GRAD_COLUMNS columns [begin, end) (gscale). */
+typedef struct {
+    long R;
+    long S;
+    long period;
+    float epsilon;
+    const float *x;
+    const float *scale;
+    const float *gy;
+    const float *mean;
+    const float *inv_std;
+    float *gx;
+    float *gscale;
+    float *stats;
+} layernorm_grad_call;
+
+static void layernorm_grad_rows(void *context, long begin, long end)
+{
+    const layernorm_grad_call *a = context;
+    const long S = a->S;
+    for (long r = begin; r < end; r++) {
+        const float *restrict in = a->x + r * S, *restrict g = a->gy + r * S;
+        const float *restrict sc = a->scale + (r % a->period) * S;
+        float m, inv;
+        if (a->mean) {
+            m = a->mean[r];
+            inv = a->inv_std[r];
+        } else {
+            row_moments(S, in, a->epsilon, &m, &inv);
+            a->stats[r] = m;
+            a->stats[a->R + r] = inv;
+        }
+        /* With gs = gy * scale, the gradient wrt xhat = (x - m) * inv:
+         * gx = (gs - mean(gs) - xhat * mean(gs * xhat)) * inv. */
+        double lane_g[SUM_LANES] = {0}, lane_gx[SUM_LANES] = {0};
+        long i = 0;
+        for (; i + SUM_LANES <= S; i += SUM_LANES)
+            for (int j = 0; j < SUM_LANES; j++) {
+                const float gs = g[i + j] * sc[i + j];
+                lane_g[j] += gs;
+                lane_gx[j] += (double)gs * ((in[i + j] - m) * inv);
+            }
+        for (; i < S; i++) {
+            const float gs = g[i] * sc[i];
+            lane_g[0] += gs;
+            lane_gx[0] += (double)gs * ((in[i] - m) * inv);
+        }
+        double sum_g = 0.0, sum_gx = 0.0;
+        for (int j = 0; j < SUM_LANES; j++) {
+            sum_g += lane_g[j];
+            sum_gx += lane_gx[j];
+        }
+        const float mean_g = S ? (float)(sum_g / (double)S) : 0.0f;
+        const float mean_gx = S ? (float)(sum_gx / (double)S) : 0.0f;
+        float *restrict out = a->gx + r * S;
+        for (i = 0; i < S; i++)
+            out[i] = (g[i] * sc[i] - mean_g - (in[i] - m) * inv * mean_gx) * inv;
+    }
+}
+
+/* Columns one task of the gscale pass sums at once, a double each: every
+ * row is read in runs of this many floats. */
+#define LN_GRAD_COLUMNS 64
+
+static void layernorm_gscale_blocks(void *context, long begin, long end)
+{
+    const layernorm_grad_call *a = context;
+    const long R = a->R, S = a->S, period = a->period;
+    for (long c = begin * LN_GRAD_COLUMNS; c < S && c < end * LN_GRAD_COLUMNS;
+         c += LN_GRAD_COLUMNS) {
+        const long n = S - c < LN_GRAD_COLUMNS ? S - c : LN_GRAD_COLUMNS;
+        for (long p = 0; p < period; p++) {
+            double sum[LN_GRAD_COLUMNS] = {0};
+            for (long r = p; r < R; r += period) {
+                const float *restrict in = a->x + r * S + c, *restrict g = a->gy + r * S + c;
+                const float m = a->mean[r], inv = a->inv_std[r];
+                for (long j = 0; j < n; j++)
+                    sum[j] += (double)g[j] * ((in[j] - m) * inv);
+            }
+            for (long j = 0; j < n; j++)
+                a->gscale[p * S + c + j] = (float)sum[j];
+        }
+    }
+}
+
+void ccn_layernorm_grad(long R, long S, long period, float epsilon, const float *x,
+                        const float *scale, const float *gy, const float *mean,
+                        const float *inv_std, float *gx, float *gscale, float *stats)
+{
+    layernorm_grad_call a = {R, S, period, epsilon, x, scale, gy, mean, inv_std, gx, gscale,
+                             mean ? NULL : stats};
+    ccn_parallel_for(R, BN_PASSES * R * S, layernorm_grad_rows, &a);
+    if (!gscale)
+        return;
+    if (!mean && R > 0) { /* no rows: stats may be NULL */
+        a.mean = stats;
+        a.inv_std = stats + R;
+    }
+    ccn_parallel_for((S + LN_GRAD_COLUMNS - 1) / LN_GRAD_COLUMNS, R * S,
+                     layernorm_gscale_blocks, &a);
 }

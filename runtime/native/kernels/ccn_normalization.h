@@ -1,6 +1,6 @@
 /* ccn_normalization.h: Normalization family: BatchNormalization (inference,
  * training and its gradient),
- * LayerNormalization, InstanceNormalization and LRN. */
+ * LayerNormalization (and its gradient), InstanceNormalization and LRN. */
 #ifndef CCN_NORMALIZATION_H
 #define CCN_NORMALIZATION_H
 
@@ -47,6 +47,17 @@ typedef struct {
 void ccn_standardize(long R, long S, float epsilon, const float *x, const float *scale,
                      const float *bias, ccn_param_layout layout, float *y, float *mean,
                      float *inv_std);
+
+/* Gradient of ccn_standardize's y = xhat * scale + bias over R rows of S
+ * elements (LayerNormalization's, scale laid out as there: period 1 or R,
+ * row stride S, inner stride 1) from x and gy: gx, and gscale[p * S + i] =
+ * the sum of gy * xhat at element i of the rows r with r % period = p
+ * (gscale may be NULL: not computed).  The statistics are mean and inv_std
+ * (1 / sqrt(var + epsilon)) per row, or (NULL) recomputed into stats, 2 * R
+ * floats of scratch. */
+void ccn_layernorm_grad(long R, long S, long period, float epsilon, const float *x,
+                        const float *scale, const float *gy, const float *mean,
+                        const float *inv_std, float *gx, float *gscale, float *stats);
 
 /* dst = src broadcast to shape (rank <= CCN_MAX_RANK): src is read at
  * element strides src_strides (0 along broadcast axes). */

@@ -1,6 +1,7 @@
 """BatchNormalization (inference, training, and its gradient, this
-project's BatchNormalizationGrad), LayerNormalization, InstanceNormalization
-and LRN as calls into ccn_normalization.c."""
+project's BatchNormalizationGrad), LayerNormalization (and this project's
+LayerNormalizationGrad), InstanceNormalization and LRN as calls into
+ccn_normalization.c."""
 import math
 
 import numpy
@@ -11,6 +12,7 @@ from ...program import NO_REGISTER
 from ..cformat import cfloat, clist
 from ..lowering import Refuse, Step, lowers
 from .math import broadcast_strides
+from .reduction import reduce_lines
 
 
 @lowers('BatchNormalization')
@@ -105,42 +107,16 @@ def instance_norm(em, inst) -> Step:
 @lowers('LayerNormalization')
 def layer_norm(em, inst) -> Step:
     a = inst.attrs
-    sx = em.shape(inst, 0)
-    rank = len(sx)
-    axis = int(a['axis'])
-    if not -rank <= axis < rank:
-        raise Refuse('axis %d is out of range for rank %d' % (axis, rank))
-    axis %= rank
     if int(a['stash_type']) != 1:
         raise Refuse('stash_type %s is not supported (only 1, float32)' % a['stash_type'])
-    rows, size = math.prod(sx[:axis]), math.prod(sx[axis:])
     params = [1] + ([2] if em.has(inst, 2) else [])  # Scale is required, B optional
-    for k in params:
-        _check_unidirectional(em.shape(inst, k), sx, k)
-    # Scale and B are read per row (period 1) unless one varies along an
-    # axis before `axis`: then both are laid out in X's full shape.
-    full = any(_fit(em.shape(inst, k), rank)[i] != 1 for k in params for i in range(axis))
-    target = sx if full else sx[axis:]
-    layouts = {k: _param_layout(em, inst, k, target) for k in params}
-    scratch = sum(math.prod(target) for lay in layouts.values() if lay[0] == 'expand')
+    sx, axis, full, target, layouts = _layer_norm_geometry(em, inst, params)
+    rows, size = math.prod(sx[:axis]), math.prod(sx[axis:])
     stats = [r != NO_REGISTER for r in inst.outputs[1:3]]
-    stat_shape = sx[:axis] + (1,) * (rank - axis)
+    stat_shape = sx[:axis] + (1,) * (len(sx) - axis)
 
     def render(ref, scratch_name):
-        lines, names, offset = [], {}, 0
-        for k, (kind, value) in layouts.items():
-            if kind == 'expand':
-                dst = '%s + %d' % (scratch_name, offset)
-                offset += math.prod(target)
-                lines += ['{',
-                          '    static const long shape[] = %s, strides[] = %s;'
-                          % (clist(target), clist(value)),
-                          '    ccn_broadcast_copy(%d, shape, %s, strides, %s);'
-                          % (len(target), ref(inst.inputs[k]), dst),
-                          '}']
-                names[k] = dst
-            else:
-                names[k] = value or ref(inst.inputs[k])
+        lines, names = _expand_params(inst, layouts, target, ref, scratch_name)
         outs = [ref(r) if present else 'NULL'
                 for r, present in zip(inst.outputs[1:3], stats)] + ['NULL'] * (2 - len(stats))
         lines.append('ccn_standardize(%d, %d, %s, %s, %s, %s, (ccn_param_layout){%d, %d, 1}, '
@@ -149,7 +125,55 @@ def layer_norm(em, inst) -> Step:
                                        rows if full else 1, size, ref(inst.outputs[0]), *outs))
         return lines
     shapes = [sx] + [stat_shape if present else None for present in stats]
-    return Step('normalization', shapes, render, scratch=scratch,
+    return Step('normalization', shapes, render, scratch=_expanded_size(layouts, target),
+                dtypes=['float32'] * len(shapes))
+
+
+@lowers(CUSTOM_DOMAIN + '::LayerNormalizationGrad')
+def layer_norm_grad(em, inst) -> Step:
+    """gX and gscale (Scale's shape) from X, Scale, gY and the forward's
+    saved Mean and InvStdDev, or without them (recomputed)."""
+    sx, axis, full, target, layouts = _layer_norm_geometry(em, inst, [1])
+    if em.shape(inst, 2) != sx:
+        raise Refuse('gradient of shape %s, not %s' % (list(em.shape(inst, 2)), list(sx)))
+    rows, size = math.prod(sx[:axis]), math.prod(sx[axis:])
+    given = em.has(inst, 3)
+    if given != em.has(inst, 4):
+        raise Refuse('mean and inv_std must be given together')
+    stat_shape = sx[:axis] + (1,) * (len(sx) - axis)
+    for k in (3, 4) if given else ():
+        if em.shape(inst, k) != stat_shape:
+            raise Refuse('input %d has shape %s, not %s'
+                         % (k, list(em.shape(inst, k)), list(stat_shape)))
+    scale_shape = em.shape(inst, 1)
+    wanted = len(inst.outputs) > 1 and inst.outputs[1] != NO_REGISTER
+    # The kernel sums gscale in the target layout; a smaller Scale takes
+    # the sum of that over the axes it broadcasts along.
+    fitted = _fit(scale_shape, len(target))
+    summed = [d for d, n in enumerate(target) if fitted[d] == 1 and n != 1] if wanted else []
+    expanded = _expanded_size(layouts, target)
+    sums = math.prod(target) if summed else 0
+
+    def render(ref, scratch_name):
+        lines, names = _expand_params(inst, layouts, target, ref, scratch_name)
+        gscale = ref(inst.outputs[1]) if wanted else 'NULL'
+        if summed:
+            gscale = '%s + %d' % (scratch_name, expanded)
+        stats = [ref(inst.inputs[k]) for k in (3, 4)] if given else ['NULL', 'NULL']
+        # No rows need no statistics (and may have no scratch).
+        recomputed = ('NULL' if given or not rows
+                      else '%s + %d' % (scratch_name, expanded + sums))
+        lines.append('ccn_layernorm_grad(%d, %d, %d, %s, %s, %s, %s, %s, %s, %s, %s, %s);'
+                     % (rows, size, rows if full else 1, cfloat(float(inst.attrs['epsilon'])),
+                        ref(inst.inputs[0]), names[1], ref(inst.inputs[2]), *stats,
+                        ref(inst.outputs[0]), gscale, recomputed))
+        if summed:
+            lines += reduce_lines('CCN_REDUCE_SUM', 'float32', target, summed, gscale,
+                                  ref(inst.outputs[1]))
+        return lines
+    shapes = [sx] + ([scale_shape] if wanted else [None] * (len(inst.outputs) - 1))
+    return Step('normalization', shapes, render, also=('reduction',) if summed else (),
+                scratch=expanded + sums + (0 if given else 2 * rows),
                 dtypes=['float32'] * len(shapes))
 
 
@@ -198,6 +222,49 @@ def _check_unidirectional(shape, sx, k):
                                    zip(_fit(shape, len(sx)), sx)):
         raise Refuse('input %d of shape %s does not broadcast to X %s'
                      % (k, list(shape), list(sx)))
+
+
+def _layer_norm_geometry(em, inst, params):
+    """X's shape, the axis (non-negative), whether the parameters
+    ``params`` (input indices) are laid out in X's full shape (one varies
+    along an axis before the axis) rather than per row, that target shape,
+    and the _param_layout of each parameter."""
+    sx = em.shape(inst, 0)
+    rank = len(sx)
+    axis = int(inst.attrs['axis'])
+    if not -rank <= axis < rank:
+        raise Refuse('axis %d is out of range for rank %d' % (axis, rank))
+    axis %= rank
+    for k in params:
+        _check_unidirectional(em.shape(inst, k), sx, k)
+    full = any(_fit(em.shape(inst, k), rank)[i] != 1 for k in params for i in range(axis))
+    target = sx if full else sx[axis:]
+    return sx, axis, full, target, {k: _param_layout(em, inst, k, target) for k in params}
+
+
+def _expanded_size(layouts, target):
+    """Floats of scratch that _expand_params copies parameters into."""
+    return sum(math.prod(target) for kind, _ in layouts.values() if kind == 'expand')
+
+
+def _expand_params(inst, layouts, target, ref, scratch_name):
+    """The lines that copy the parameters laid out 'expand' to the start of
+    scratch, and the C name of every parameter in the target layout."""
+    lines, names, offset = [], {}, 0
+    for k, (kind, value) in layouts.items():
+        if kind == 'expand':
+            dst = '%s + %d' % (scratch_name, offset)
+            offset += math.prod(target)
+            lines += ['{',
+                      '    static const long shape[] = %s, strides[] = %s;'
+                      % (clist(target), clist(value)),
+                      '    ccn_broadcast_copy(%d, shape, %s, strides, %s);'
+                      % (len(target), ref(inst.inputs[k]), dst),
+                      '}']
+            names[k] = dst
+        else:
+            names[k] = value or ref(inst.inputs[k])
+    return lines, names
 
 
 def _param_layout(em, inst, k, target):

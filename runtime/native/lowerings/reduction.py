@@ -45,24 +45,32 @@ def reduce(em, inst) -> Step:
     sx = em.shape(inst, 0, dtypes=FLOATS)
     dtype = em.dtype(inst, 0)
     axes = _reduced_axes(em, inst, len(sx))
-    strides = [math.prod(sx[k + 1:]) for k in range(len(sx))]
-    kept = [k for k in range(len(sx)) if k not in axes]
     if inst.attrs['keepdims']:
         out = tuple(1 if k in axes else d for k, d in enumerate(sx))
     else:
-        out = tuple(sx[k] for k in kept)
+        out = tuple(d for k, d in enumerate(sx) if k not in axes)
 
     def render(ref, scratch):
-        return ['{',
-                '    static const long kept_shape[] = %s, kept_strides[] = %s;'
-                % (clist(sx[k] for k in kept), clist(strides[k] for k in kept)),
-                '    static const long shape[] = %s, strides[] = %s;'
-                % (clist(sx[k] for k in axes), clist(strides[k] for k in axes)),
-                '    ccn_reduce_%s(%s, %d, kept_shape, kept_strides, %d, shape, strides, %s, %s);'
-                % (dtype, _REDUCTIONS[inst.op], len(kept), len(axes), ref(inst.inputs[0]),
-                   ref(inst.outputs[0])),
-                '}']
+        return reduce_lines(_REDUCTIONS[inst.op], dtype, sx, axes, ref(inst.inputs[0]),
+                             ref(inst.outputs[0]))
     return Step('reduction', [out], render)
+
+
+def reduce_lines(op: str, dtype: str, sx, axes, x: str, y: str) -> list[str]:
+    """The C that reduces the C-order array ``x`` of shape ``sx`` over
+    ``axes`` (sorted) with ``op`` (a CCN_REDUCE_* name) into ``y`` (from a
+    lowering of another family too, whose Step then names 'reduction' in
+    ``also``)."""
+    strides = [math.prod(sx[k + 1:]) for k in range(len(sx))]
+    kept = [k for k in range(len(sx)) if k not in axes]
+    return ['{',
+            '    static const long kept_shape[] = %s, kept_strides[] = %s;'
+            % (clist(sx[k] for k in kept), clist(strides[k] for k in kept)),
+            '    static const long shape[] = %s, strides[] = %s;'
+            % (clist(sx[k] for k in axes), clist(strides[k] for k in axes)),
+            '    ccn_reduce_%s(%s, %d, kept_shape, kept_strides, %d, shape, strides, %s, %s);'
+            % (dtype, op, len(kept), len(axes), x, y),
+            '}']
 
 
 @lowers('ArgMax', 'ArgMin')

@@ -1,12 +1,18 @@
-"""Native lowerings of LRN, LayerNormalization, InstanceNormalization and
-inference BatchNormalization, checked against the NumPy VM and onnxruntime."""
+"""Native lowerings of LRN, LayerNormalization (and its gradient),
+InstanceNormalization and inference BatchNormalization, checked against the
+NumPy VM and onnxruntime."""
+from dataclasses import replace
+
 import numpy
 import pytest
 from onnx import helper
 
+from chainer_compiler.pipeline import build_program
+from chainer_compiler.runtime.executor import Executor
 from chainer_compiler.runtime.native.emit_c import UnsupportedNativeOpsError
+from chainer_compiler.runtime.program import NO_REGISTER
 
-from .helpers import check_native, make_model
+from .helpers import ATOL, RTOL, check_native, make_model
 
 F = numpy.float32
 
@@ -101,6 +107,70 @@ def test_layer_norm_refusals(tmp_path):
     with pytest.raises(UnsupportedNativeOpsError) as e:
         check_native(model, [_rand(2, 3), _rand(3), _rand(2, 2)])
     assert 'stash_type 11' in str(e.value) and 'does not broadcast' in str(e.value)
+
+
+def _grad_node(inputs, outputs, **attrs):
+    return helper.make_node('LayerNormalizationGrad', inputs, outputs,
+                            domain='org.chainer_compiler', **attrs)
+
+
+@pytest.mark.native_build
+def test_layer_norm_grad():
+    # The Transformer's case (axis -1, the forward's saved statistics); any
+    # axis with the statistics recomputed; a Scale broadcast along normalized
+    # axes (constant, and a graph input), or varying along a leading axis
+    # (full layout); gscale unread; an empty batch (gscale zeros); rows
+    # enough for the thread pool (CCN_PARALLEL_WORK), on 1 and 3 threads.
+    x = _rand(2, 3, 4, 5) * 4 + 7  # a large mean tests the centred statistics
+    nodes = [helper.make_node('LayerNormalization', ['x', 's1'], ['y1', 'm1', 'v1']),
+             _grad_node(['x', 's1', 'gy', 'm1', 'v1'], ['gx1', 'gs1']),
+             _grad_node(['x', 's2', 'gy'], ['gx2', 'gs2'], axis=1, epsilon=1e-3),
+             _grad_node(['x', 'sc', 'gy'], ['gx3', 'gs3'], axis=-2),
+             _grad_node(['x', 's', 'gy'], ['gx4', 'gs4'], axis=-3),
+             _grad_node(['x', 'sl', 'gy'], ['gx5', 'gs5'], axis=2),
+             _grad_node(['x', 's1', 'gy'], ['gx6', 'unread'], axis=-1),
+             _grad_node(['e', 's4', 'ge'], ['gx7', 'gs7'], axis=1),
+             _grad_node(['big', 's5', 'gbig'], ['gx8', 'gs8'])]
+    inits = {'s1': _rand(5, seed=1), 's2': _rand(3, 4, 5, seed=2), 'sc': _rand(4, 1, seed=3),
+             's4': _rand(4, seed=4), 's5': _rand(200, seed=5)}
+    inputs = {'x': x, 's': _rand(1, 4, 1, seed=6), 'sl': _rand(3, 1, 5, seed=7),
+              'gy': _rand(*x.shape, seed=8), 'e': _rand(0, 4), 'ge': _rand(0, 4),
+              'big': _rand(1400, 200, seed=9), 'gbig': _rand(1400, 200, seed=10)}
+    outputs = [('gx%d' % k, F, x.shape) for k in range(1, 7)] + [
+        ('gs1', F, (5,)), ('gs2', F, (3, 4, 5)), ('gs3', F, (4, 1)), ('gs4', F, (1, 4, 1)),
+        ('gs5', F, (3, 1, 5)), ('gx7', F, (0, 4)), ('gs7', F, (4,)), ('gx8', F, (1400, 200)),
+        ('gs8', F, (200,))]
+    model = make_model(nodes, [(n, F, a.shape) for n, a in inputs.items()], outputs, inits,
+                       opset=17, custom=True)
+    program = build_program(model)
+    # ONNX requires both outputs; a Program may omit gscale (not computed).
+    program.instructions = [
+        replace(i, outputs=(i.outputs[0], NO_REGISTER),
+                frees=tuple(r for r in i.frees if r != i.outputs[1]))
+        if program.register_name(i.outputs[-1]) == 'unread' else i
+        for i in program.instructions]
+    want = Executor(program, backend='numpy').run_positional(list(inputs.values()))
+    for threads in (1, 3):
+        got = Executor(program, backend='native', threads=threads).run_positional(
+            list(inputs.values()))
+        for v, g, w in zip(program.outputs, got, want):
+            assert g.shape == w.shape, v.name
+            numpy.testing.assert_allclose(g, w, rtol=RTOL, atol=ATOL, err_msg=v.name)
+        assert not got[[v.name for v in program.outputs].index('gs7')].any()
+
+
+def test_layer_norm_grad_refusals():
+    nodes = [_grad_node(['x', 's', 'gy', 'm'], ['gx1', 'gs1']),
+             _grad_node(['x', 's', 'gz'], ['gx2', 'gs2'])]
+    model = make_model(nodes, [('x', F, (2, 3)), ('s', F, (3,)), ('gy', F, (2, 3)),
+                               ('m', F, (2, 1)), ('gz', F, (3, 2))],
+                       [('gx1', F, (2, 3)), ('gs1', F, (3,)), ('gx2', F, (2, 3)),
+                        ('gs2', F, (3,))], opset=17, custom=True)
+    with pytest.raises(UnsupportedNativeOpsError) as e:
+        check_native(model, [_rand(2, 3), _rand(3), _rand(2, 3), _rand(2, 1), _rand(3, 2)],
+                     onnxruntime_check=False)
+    assert 'mean and inv_std must be given together' in str(e.value)
+    assert 'gradient of shape [3, 2], not [2, 3]' in str(e.value)
 
 
 @pytest.mark.native_build

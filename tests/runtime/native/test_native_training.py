@@ -467,6 +467,31 @@ def test_nstep_lstm_steps_match_numpy_backend_and_chainer():
     _assert_native_matches(model, 'adam', batches, 'NStepLSTM')
 
 
+class LayerNormMLP(chainer.Chain):
+    """A Transformer block's normalizations, small: LayerNormalization of a
+    Linear layer's output and of a residual sum."""
+
+    def __init__(self):
+        super().__init__()
+        with self.init_scope():
+            self.fc1 = L.Linear(6, 8)
+            self.norm1 = L.LayerNormalization(8)
+            self.fc2 = L.Linear(8, 8)
+            self.norm2 = L.LayerNormalization(8)
+            self.out = L.Linear(8, 3)
+
+    def forward(self, x):
+        h = self.norm1(self.fc1(x))
+        return self.out(self.norm2(h + F.relu(self.fc2(h))))
+
+
+@pytest.mark.native_build
+def test_layer_normalization_steps_match_numpy_backend_and_chainer():
+    """Three Adam steps: LayerNormalizationGrad in C."""
+    model, batches = _classifier_and_batches(LayerNormMLP, (5, 6), 3)
+    _assert_native_matches(model, 'adam', batches, 'LayerNormalization')
+
+
 @pytest.mark.parametrize('make', [
     # Narrow, one bottleneck block per stage; 64x64 inputs keep the last
     # stage's BatchNormalization over more than a couple of values (at 32x32
