@@ -15,7 +15,9 @@ from tests.runtime.test_line_budget import RUNTIME, _total
 #: to list them all.
 #: + 30: the Makefile's builds of the products for x86-64-v3 and -v4
 #: (emit_c.gemm_variant and its rules).
-NATIVE_BUDGET = 3800 + 60 + 50 + 275 + 30
+#: + 50: LayerNormalization's gradient (lowerings/normalization.py), for a
+#: Transformer block's training on native (issue 33).
+NATIVE_BUDGET = 3800 + 60 + 50 + 275 + 30 + 50
 
 
 def test_the_native_backend_stays_within_its_budget():
