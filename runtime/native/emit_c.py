@@ -47,7 +47,7 @@ from .batched import MAX_BATCH_LIMIT, MaxBatch, NotSeparableError, check_separab
 from .cformat import C_TYPES, NPY_DESCR, Shape, clist, cliteral, cstring, shape_text
 from .folding import fold
 from .fusion import fuse, written_inputs
-from .lowering import FLOAT32, Refuse, Step, Unknown, lowering_for, with_defaults
+from .lowering import FLOAT32, Refuse, Step, Unknown, at, lowering_for, with_defaults
 from .weights import WeightsLayout, layout
 from .weights import block as weights_block
 from .weights import write_file as write_weights_file
@@ -741,7 +741,9 @@ class ArenaPlan:
     """Where plan() puts every value: a program output's buffer
     (``output_of``: register -> output position), the same memory as
     another value (``alias_of``: a view, or a result written over an input
-    read for the last time), or an arena offset (``offsets`` of each of
+    read for the last time), a block of another value (``placed``: register
+    -> (container, element offset), a Concat's input written where the
+    Concat would copy it), or an arena offset (``offsets`` of each of
     ``buffers``, in ``arena_bytes``); the outputs copied at the end
     (``final_copies``: output position, register), the inputs updated in
     place (writable in C) and the outputs that are inputs
@@ -754,6 +756,7 @@ class ArenaPlan:
     buffers: list[Buffer]
     offsets: dict
     arena_bytes: int
+    placed: dict[int, tuple[int, int]] = field(default_factory=dict)
 
 
 def plan(lowered: Lowered) -> ArenaPlan:
@@ -787,6 +790,7 @@ def plan(lowered: Lowered) -> ArenaPlan:
                 root = alias_of.get(r, r)
                 last_use[root] = i
     _share_in_place(lowered, alias_of, output_of, produced, last_use)
+    placed, first_use = _place_parts(lowered, alias_of, output_of, produced, last_use)
     # Inputs written in place are the caller's own arrays, writable in C.
     updated_inputs = sorted({
         lowered.input_of[root] for inst, step in zip(p.instructions, lowered.steps)
@@ -802,14 +806,47 @@ def plan(lowered: Lowered) -> ArenaPlan:
         and lowered.dtypes[root] == lowered.dtypes[p.outputs[k].register]}
     buffers = []
     for r, i in produced.items():
-        if r not in output_of:
-            buffers.append(Buffer(r, lowered.nbytes(r), i, max(i, last_use.get(r, i))))
+        if r not in output_of and r not in placed:
+            buffers.append(Buffer(r, lowered.nbytes(r), first_use[r],
+                                  max(i, last_use.get(r, i))))
     for i, step in enumerate(lowered.steps):
         if step is not None and step.scratch:
             buffers.append(Buffer(('scratch', i), 4 * step.scratch, i, i))
     offsets, arena_bytes = plan_arena(buffers)
     return ArenaPlan(output_of, final_copies, alias_of, updated_inputs, in_place_outputs,
-                     buffers, offsets, arena_bytes)
+                     buffers, offsets, arena_bytes, placed)
+
+
+def _place_parts(lowered: Lowered, alias_of: dict, output_of: dict, produced: dict,
+                 last_use: dict) -> tuple[dict[int, tuple[int, int]], dict[int, int]]:
+    """Let the producers of an instruction's parts (Step.parts: the inputs
+    of a Concat that are contiguous blocks of its output) write them
+    straight into its output, which then copies nothing: ({root: (container,
+    element offset)}, {register: first instruction its memory is live}).
+
+    A part qualifies when it is an intermediate value (not an input, a
+    constant or a program output) read for the last time by that
+    instruction (a value it reads twice lies in its last block and is
+    copied to the others): it then holds its block from its producer to
+    the Concat and the Concat's value holds it after, so the block is never
+    written for anything else.  The container's buffer is live from its
+    first part's producer on; a container may be a part of a later Concat
+    (DenseNet's chains)."""
+    placed: dict[int, tuple[int, int]] = {}
+    first_use = dict(produced)
+    for i, (inst, step) in enumerate(zip(lowered.program.instructions, lowered.steps)):
+        if step is None or not step.parts or inst.outputs[0] not in produced:
+            continue
+        out = inst.outputs[0]
+        roots = [alias_of.get(r, r) for r in inst.inputs]
+        for k, offset in step.parts:
+            root = roots[k]
+            if root in produced and root not in output_of and last_use.get(root) == i and \
+                    lowered.dtypes[root] == lowered.dtypes[out] and \
+                    lowered.nbytes(root) == lowered.nbytes(inst.inputs[k]):
+                placed[root] = (out, offset)
+                first_use[out] = min(first_use[out], first_use[root])
+    return placed, first_use
 
 
 def _share_in_place(lowered: Lowered, alias_of: dict, output_of: dict, produced: dict,
@@ -881,6 +918,7 @@ class _Renderer:
         self.alias_of, self.updated_inputs = arena.alias_of, arena.updated_inputs
         self.in_place_outputs, self.buffers = arena.in_place_outputs, arena.buffers
         self.offsets, self.arena_bytes = arena.offsets, arena.arena_bytes
+        self.placed = arena.placed
         self.layout: WeightsLayout | None = None
         self.max_batch = max_batch
 
@@ -926,6 +964,9 @@ class _Renderer:
     def ref(self, r: int) -> str:
         """The C expression of register ``r``'s data."""
         r = self.alias_of.get(r, r)
+        if r in self.placed:  # a block of a Concat's output (plan)
+            container, offset = self.placed[r]
+            return at(self.ref(container), offset)
         if r in self.input_of:
             return 'in_%d' % self.input_of[r]
         if r in self.consts:

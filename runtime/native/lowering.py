@@ -56,7 +56,11 @@ class Step:
     rendering calls.  A kernel that can refuse its inputs at run time
     returns nonzero then: its lines ``return CCN_FAILED;`` (the run's status
     for this instruction, which the emitter defines), and ``error`` says
-    what went wrong, as the NumPy VM's exception would ("IndexError: ...")."""
+    what went wrong, as the NumPy VM's exception would ("IndexError: ...").
+    ``parts`` lists (input k, element offset) where input k is one
+    contiguous block of output 0 (a Concat at batch 1): the planner may have
+    input k's producer write it there, and the rendering then copies
+    nothing for it (``ref`` of the input is ``at(ref(output 0), offset)``)."""
     family: str
     shapes: list[Shape | None]
     render: Render
@@ -66,6 +70,13 @@ class Step:
     dtypes: list[str | None] | None = None
     in_place: tuple[int, ...] = ()
     error: str = ''
+    parts: tuple[tuple[int, int], ...] = ()
+
+
+def at(pointer: str, offset: int) -> str:
+    """The C expression of ``pointer`` advanced by ``offset`` elements, one
+    primary expression (it may be indexed or cast)."""
+    return pointer if offset == 0 else '(%s + %d)' % (pointer, offset)
 
 
 def lowers(*ops: str):

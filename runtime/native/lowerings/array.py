@@ -28,7 +28,7 @@ from ...ops.opset_rules import axes_are_input
 from ...ops.registry import operator_record
 from ...program import NO_REGISTER
 from ..cformat import C_TYPES, clist, cliteral
-from ..lowering import ANY_DTYPE, Refuse, Step, lowers
+from ..lowering import ANY_DTYPE, Refuse, Step, at, lowers
 from .math import broadcast_strides
 
 INDEX_DTYPES = ('int32', 'int64')
@@ -61,11 +61,6 @@ def dtype_itemsize(dtype: str) -> int:
 def c_strides(shape) -> list[int]:
     """Element strides of a C-order array of ``shape``."""
     return [math.prod(shape[k + 1:]) for k in range(len(shape))]
-
-
-def _at(pointer: str, offset: int) -> str:
-    """The C expression of ``pointer`` advanced by ``offset`` elements."""
-    return pointer if offset == 0 else '(%s) + %d' % (pointer, offset)
 
 
 def coalesce(shape, strides: list[list[int]]):
@@ -104,7 +99,7 @@ def _copy_step(em, inst, out, x_strides, offset=0) -> Step:
     elem = dtype_itemsize(em.dtype(inst, 0))
 
     def render(ref, scratch):
-        return _strided_copy(elem, out, _at(ref(inst.inputs[0]), offset), x_strides,
+        return _strided_copy(elem, out, at(ref(inst.inputs[0]), offset), x_strides,
                              ref(inst.outputs[0]), c_strides(out))
     return Step('array', [tuple(out)], render)
 
@@ -127,12 +122,15 @@ def reshape_like(em, inst) -> Step:
     return view(em, inst, out)
 
 
-def view(em, inst, out) -> Step:
+def view(em, inst, out, same_order: bool = False) -> Step:
     """Output 0 is input 0's data under the shape ``out``: it shares the
-    input's memory when the operator's record allows (view_of) unless it is
-    a program output, which must land in the caller's buffer."""
+    input's memory when the operator's record allows (view_of), or when
+    ``same_order`` says the elements keep their order (a Transpose moving
+    only axes of size 1), unless it is a program output, which must land in
+    the caller's buffer."""
     record = operator_record(inst.op, inst.domain)
-    alias = record is not None and record.view_of == 0 and not em.is_output(inst.outputs[0])
+    alias = (same_order or record is not None and record.view_of == 0) and \
+        not em.is_output(inst.outputs[0])
     nbytes = em.nbytes(inst.inputs[0])
 
     def render(ref, scratch):
@@ -209,8 +207,13 @@ def transpose(em, inst) -> Step:
     perm = [int(p) for p in inst.attrs.get('perm') or range(len(sx) - 1, -1, -1)]
     if sorted(perm) != list(range(len(sx))):
         raise Refuse('perm %s is not a permutation of the %d axes' % (perm, len(sx)))
+    out = tuple(sx[p] for p in perm)
+    if sorted(p for p in perm if sx[p] != 1) == [p for p in perm if sx[p] != 1]:
+        return view(em, inst, out, same_order=True)
     xs = c_strides(sx)
-    return _copy_step(em, inst, tuple(sx[p] for p in perm), [xs[p] for p in perm])
+    # Channel shuffle's Reshape -> Transpose -> Reshape: two views around one
+    # copy, whose contiguous runs (H * W elements) coalesce moves whole.
+    return _copy_step(em, inst, out, [xs[p] for p in perm])
 
 
 def slice_ranges(sx, starts, ends, axes, steps) -> list[range]:
@@ -283,7 +286,7 @@ def split(em, inst) -> Step:
         lines = []
         for r, shape, begin in zip(inst.outputs, shapes, begins):
             if r != NO_REGISTER:
-                lines += _strided_copy(elem, shape, _at(ref(inst.inputs[0]), begin * xs[axis]),
+                lines += _strided_copy(elem, shape, at(ref(inst.inputs[0]), begin * xs[axis]),
                                        xs, ref(r), c_strides(shape))
         return lines
     return Step('array', list(shapes), render)
@@ -302,15 +305,22 @@ def concat(em, inst) -> Step:
         raise Refuse('shapes %s differ off axis %d' % ([list(s) for s in shapes], axis))
     out = shapes[0][:axis] + (sum(s[axis] for s in shapes),) + shapes[0][axis + 1:]
     elem, ys = dtype_itemsize(dtypes.pop()), c_strides(out)
+    offsets = [sum(s[axis] for s in shapes[:k]) * ys[axis] for k in range(len(shapes))]
+    # With one block per outer index (batch 1, or axis 0) each input is one
+    # contiguous block of the output, which its producer may write itself.
+    parts = tuple((k, offsets[k]) for k, s in enumerate(shapes)
+                  if math.prod(out[:axis]) == 1 and math.prod(s))
 
     def render(ref, scratch):
-        lines, begin = [], 0
-        for r, shape in zip(inst.inputs, shapes):
-            lines += _strided_copy(elem, shape, ref(r), c_strides(shape),
-                                   _at(ref(inst.outputs[0]), begin * ys[axis]), ys)
-            begin += shape[axis]
+        lines = []
+        for r, shape, offset in zip(inst.inputs, shapes, offsets):
+            target = at(ref(inst.outputs[0]), offset)
+            if ref(r) == target:  # the planner put it there (Step.parts)
+                lines.append('/* %%%d is already in place */' % r)
+            else:
+                lines += _strided_copy(elem, shape, ref(r), c_strides(shape), target, ys)
         return lines
-    return Step('array', [out], render)
+    return Step('array', [out], render, parts=parts)
 
 
 @lowers('Expand')
