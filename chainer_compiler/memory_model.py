@@ -10,10 +10,11 @@ nobody reads right after it is made; constants and program outputs are
 never freed.  ``peak`` replays exactly that rule, with each value's size
 from its static dtype and shape: for compiled Programs over registers, with
 the types the compiler gave them (Program.types) and their records' view_of
-(program_schedule), so a prediction and a measurement count the same bytes.  A training step runs two programs:
-the forward one holds the values it retains for backward as outputs until
-it ends, the backward one takes them as inputs and frees each after its
-last read; the step's peak is the larger of the two programs' peaks.
+(program_schedule), so a prediction and a measurement count the same bytes.
+A training step runs two programs: the forward one holds the values it
+retains for backward as outputs until it ends, the backward one takes them
+as inputs and frees each after its last read; the step's peak is the
+larger of the two programs' peaks.
 
 Values whose size the shapes do not tell (sequences, unknown dimensions)
 count as nothing.

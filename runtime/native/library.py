@@ -621,8 +621,9 @@ class NativeRun:
             # dtype can be reassigned in place): checked when first seen,
             # and C-contiguous since.
             seen = seen_arrays[k]
-            if seen is not None and seen[0]() is value and value.shape == seen[2] and \
-                    value.dtype is seen[3] and not (seen[4] and not value.flags.writeable):
+            if seen is not None and seen[0]() is value and value is not None and \
+                    value.shape == seen[2] and value.dtype is seen[3] and \
+                    not (seen[4] and not value.flags.writeable):
                 pointers.append(seen[1])
                 passed.append(value)
                 continue
