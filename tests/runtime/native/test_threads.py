@@ -191,3 +191,11 @@ def test_the_executable_takes_threads_from_its_option_or_the_variable(tmp_path):
         done = run(*args, variable=variable)
         assert done.returncode == 2 and named in done.stderr, (args, variable, done.stderr)
         assert len(done.stderr.strip().splitlines()) == 1 and '1 to 256' in done.stderr
+
+
+def test_the_thread_limit_is_the_same_in_python_and_c():
+    def define(path, name):
+        with open(os.path.join(KERNEL_DIR, path)) as f:
+            return int(re.search(r'#define %s (\d+)' % name, f.read()).group(1))
+    assert library.MAX_THREADS == define('ccn_threads.h', 'CCN_MAX_THREADS') == \
+        define('main.c.in', 'MAX_THREADS')
