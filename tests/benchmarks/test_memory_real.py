@@ -4,10 +4,13 @@ the peak RSS of a fresh process, and the prediction judged against them."""
 import os
 import sys
 
+import pytest
+
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), '..', '..', 'benchmarks'))
 import memory  # noqa: E402
 
 
+@pytest.mark.slow  # two fresh processes import Chainer and compile (peak RSS)
 def test_a_row_has_its_real_peak_and_its_parts(tmp_path):
     rows = memory.main(['--quick', '--models', 'mlp100', '--policies', 'none', 'gt',
                         '--backends', 'numpy', '--steps', '2', '--seconds', '0',
