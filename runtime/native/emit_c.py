@@ -762,8 +762,10 @@ class ArenaPlan:
 def plan(lowered: Lowered) -> ArenaPlan:
     """Decide where every value of ``lowered`` lives: the caller's input or
     output buffer, a weight, an alias of another value, or an arena
-    offset (arena.py)."""
+    offset (arena.py).  Raises NativeEmitError for a Program that writes a
+    register twice or writes an input (_check_single_writes)."""
     p = lowered.program
+    _check_single_writes(lowered)
     output_of: dict[int, int] = {}
     final_copies: list[tuple[int, int]] = []  # (output index, register)
     alias_of: dict[int, int] = {}
@@ -815,6 +817,24 @@ def plan(lowered: Lowered) -> ArenaPlan:
     offsets, arena_bytes = plan_arena(buffers)
     return ArenaPlan(output_of, final_copies, alias_of, updated_inputs, in_place_outputs,
                      buffers, offsets, arena_bytes, placed)
+
+
+def _check_single_writes(lowered: Lowered) -> None:
+    """Refuse a Program (made by hand, or a damaged file: validation allows
+    it) whose instructions write a register twice or write a program input:
+    each value gets one buffer sized for one shape, so a second write of
+    another size would run past it, and an input is the caller's array."""
+    p, written = lowered.program, {}
+    for i, inst in enumerate(p.instructions):
+        for r in inst.outputs:
+            if r in lowered.input_of or r in written:
+                raise NativeEmitError(
+                    '%s writes register %%%d, which %s; the C backend needs every value '
+                    'written once (a compiled Program does so)' % (
+                        p.describe_instruction(i), r, 'is a program input'
+                        if r in lowered.input_of else 'instruction %d wrote' % written[r]))
+            if r != NO_REGISTER:
+                written[r] = i
 
 
 def _place_parts(lowered: Lowered, alias_of: dict, output_of: dict, produced: dict,

@@ -6,8 +6,11 @@ block of its output: the planner lets the input's producer write it there
 (ArenaPlan.placed) when nothing else needs the value, and the Concat copies
 nothing for it.  The property test replays random plans in Python, byte by
 byte at the planned offsets, against the NumPy VM, without building C; the
-built models check the C itself.
+built models check the C itself.  The planner gives each value one buffer,
+so a Program writing a register twice (or writing an input) is refused.
 """
+import dataclasses
+
 import numpy
 import pytest
 from hypothesis import given, settings
@@ -16,7 +19,14 @@ from onnx import helper
 
 from chainer_compiler.pipeline import build_program
 from chainer_compiler.runtime.executor import Executor
-from chainer_compiler.runtime.native.emit_c import NATIVE_BACKEND, NativeCompilation, plan, render
+from chainer_compiler.runtime.native.emit_c import (
+    NATIVE_BACKEND,
+    NativeCompilation,
+    NativeEmitError,
+    emit_c,
+    plan,
+    render,
+)
 
 from .helpers import check_native, make_model
 
@@ -301,3 +311,29 @@ def test_channel_shuffle_is_one_copy_and_a_unit_transpose_a_view():
 @pytest.mark.parametrize('batch, groups', [(1, 2), (2, 4)])
 def test_channel_shuffle_equals_the_vm(batch, groups):
     check_native(*_shuffle_block(batch, groups))
+
+
+# -- one buffer per value ---------------------------------------------------------
+@pytest.mark.parametrize('case', ['twice', 'input'])
+def test_a_program_writing_a_register_twice_or_an_input_is_refused(tmp_path, case):
+    """Validation allows a hand-made Program to write a register again; the
+    planner sizes one buffer per register, so Concat's 512 bytes would run
+    past the 256 planned for the later Neg (a heap overflow before), and an
+    input is the caller's array."""
+    model = make_model([helper.make_node('Concat', ['x', 'x'], ['a'], axis=1),
+                        helper.make_node('Abs', ['a'], ['s']),
+                        helper.make_node('Neg', ['x'], ['b']),
+                        helper.make_node('Add', ['b', 'b'], ['y'])],
+                       [('x', 'float32', (1, 64))],
+                       [('y', 'float32', (1, 64)), ('s', 'float32', (1, 128))])
+    program = build_program(model)
+    concat, _, neg, add = program.instructions
+    target = concat.outputs[0] if case == 'twice' else program.inputs[0].register
+    program = dataclasses.replace(program, types={}, instructions=[
+        concat, _, dataclasses.replace(neg, outputs=(target,), frees=()),
+        dataclasses.replace(add, inputs=(target, target), frees=(target,))])
+    with pytest.raises(NativeEmitError, match=r"instruction 2 \(Neg, node 'Neg_2'\) writes "
+                       'register %%%d, which %s' % (target, 'instruction 0 wrote'
+                                                    if case == 'twice' else 'is a program input')):
+        emit_c(program, tmp_path / 'c')
+    assert not (tmp_path / 'c').exists()
