@@ -13,6 +13,7 @@ from chainer_compiler.pipeline import build_program
 from chainer_compiler.runtime.native.emit_c import emit_c
 from chainer_compiler.runtime.native.lowerings.winograd import (
     BLOCK_FLOATS,
+    MAX_BLOCK_TILES,
     MAX_WIDTH,
     MIN_CHANNELS,
     MIN_FILTER_GRADIENT_WIDTH,
@@ -110,7 +111,14 @@ def test_conv_grad_filter_through_winograd(tmp_path):
 
 def test_which_convolutions_go_to_winograd():
     args = dict(kernel=(3, 3), strides=(1, 1), dilations=(1, 1), group=1)
-    assert winograd_tiles(8, C, C, (32, 32), **args) == BLOCK_FLOATS // (16 * 2 * C * 16) * 16
+    # Blocks of whole rows of tiles, at most MAX_BLOCK_TILES of them (64
+    # channels at 32x32: 8 rows of 16, where BLOCK_FLOATS would allow 32),
+    # fewer when BLOCK_FLOATS says (512 channels: 4 rows), one row when a
+    # row is longer.
+    assert winograd_tiles(8, C, C, (32, 32), **args) == MAX_BLOCK_TILES == 8 * 16
+    assert winograd_tiles(8, 512, 512, (32, 32), **args) == \
+        BLOCK_FLOATS // (16 * 1024 * 16) * 16 == 4 * 16
+    assert winograd_tiles(8, C, C, (2, 2 * MAX_BLOCK_TILES + 2), **args) == MAX_BLOCK_TILES + 1
     # Whole rows of tiles, at most all of them.
     assert winograd_tiles(1, C, C, (2, MIN_WIDTH), **args) == MIN_WIDTH // 2
     for changed in [dict(kernel=(5, 5)), dict(strides=(2, 2)), dict(dilations=(2, 2)),
