@@ -38,6 +38,7 @@ import collections
 import json
 import os
 import re
+import signal
 import statistics
 import subprocess
 import sys
@@ -307,14 +308,21 @@ def run_worker(kind, args, model, exporter, threads=1, batch=1, timeout_s=1800, 
             '--threads', str(threads or 0), '--budget', str(args.budget)] + list(extra)
     if args.refusals_only:
         argv.append('--refusals-only')
-    try:
-        done = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=timeout_s)
-    except subprocess.TimeoutExpired:
-        return {'failure': '%s worker ran over %d s' % (kind, timeout_s)}
-    if done.returncode != 0:
-        lines = done.stderr.strip().splitlines() or ['exit status %d' % done.returncode]
+    # Its own process group: stopping it stops its busy neighbour too.
+    with subprocess.Popen(argv, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                          text=True, start_new_session=True) as worker:
+        try:
+            stdout, stderr = worker.communicate(timeout=timeout_s)
+        except BaseException as e:  # the time limit, or the user's Ctrl-C
+            os.killpg(worker.pid, signal.SIGKILL)
+            worker.communicate()
+            if not isinstance(e, subprocess.TimeoutExpired):
+                raise
+            return {'failure': '%s worker ran over %d s' % (kind, timeout_s)}
+    if worker.returncode != 0:
+        lines = stderr.strip().splitlines() or ['exit status %d' % worker.returncode]
         return {'failure': lines[-1][:300]}
-    return json.loads(done.stdout.strip().splitlines()[-1])
+    return json.loads(stdout.strip().splitlines()[-1])
 
 
 def exported(args):
