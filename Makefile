@@ -102,7 +102,7 @@ bench: $(STAMP)
 	$(PY) benchmarks/threads_contention.py
 	# Models of torchvision, timm and transformers as PyTorch's two exporters
 	# write them (exported into result/foreign/ once): native against
-	# onnxruntime, into benchmarks/out/foreign_models.md (about an hour).
+	# onnxruntime, into benchmarks/out/foreign_models.md (an hour or more).
 	$(PY) benchmarks/foreign_models.py --torch-python $(TORCH_VENV)/bin/python \
 		--refusals benchmarks/out/foreign_refusals.txt
 
