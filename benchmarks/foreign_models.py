@@ -20,7 +20,7 @@ count is read when the native library and onnxruntime start):
   outputs are compared with onnxruntime's.
 - time: native and onnxruntime (and the VM, one thread, quiet, batch 1) on
   the TorchScript export of each model (--time-exporters), at batch 1 and
-  32, with one thread each and with default threads, each quiet and with one
+  (LARGE_BATCH's models) 32, with one thread each and with default threads, each quiet and with one
   competing busy process: medians of timed calls after warm-up, native
   first and onnxruntime last in each setting (onnxruntime's workers spin
   after a run and would starve the native threads' next call).
@@ -70,6 +70,13 @@ MODELS = ('resnet18', 'resnet50', 'vgg11', 'mobilenet_v2', 'mobilenet_v3_small',
           'mobilenet_v3_large', 'mnasnet0_5', 'regnet_y_400mf', 'convnext_tiny', 'lcnet_050',
           'lraspp', 'albert')
 QUICK = ('resnet18', 'mobilenet_v2', 'bert')
+#: The models exported and timed at the batch sizes above 1 (--batches):
+#: at batch 32 the segmentation models, VGG-11 and Whisper take seconds a
+#: call on one thread, minutes a setting.
+LARGE_BATCH = ('resnet18', 'resnet50', 'mobilenet_v2', 'mobilenet_v3_small', 'mnasnet1_0',
+               'efficientnet_b0', 'ghostnet_100', 'mixnet_s', 'efficientnet_lite0',
+               'mobilevit_xxs', 'deit_tiny', 'bert', 'distilbert', 'vit', 'lstm',
+               'shufflenet_v2', 'squeezenet1_1')
 #: Single-input CNNs whose emitted executable is built and timed.
 EXECUTABLES = ('resnet18', 'mobilenet_v2', 'efficientnet_b0')
 #: Thread settings: None is the default of each (the machine's cores).
@@ -335,13 +342,17 @@ def exported(args):
 
 
 def export_stage(args):
-    command = ['nice', '-n', '10', args.torch_python, os.path.join(HERE, 'foreign_export.py'),
-               args.dir, '--models'] + args.models + ['--batches'] + [str(b) for b in args.batches]
     if not os.path.exists(args.torch_python):
         print('export: %s missing (make bench-torch-env); using the files in %s'
               % (args.torch_python, args.dir), file=sys.stderr)
         return
-    subprocess.run(command, check=False)
+    export = ['nice', '-n', '10', args.torch_python, os.path.join(HERE, 'foreign_export.py'),
+              args.dir, '--models']
+    subprocess.run(export + args.models + ['--batches', '1'], check=False)
+    large = [b for b in args.batches if b > 1]
+    models = [m for m in args.models if m in LARGE_BATCH]
+    if large and models:
+        subprocess.run(export + models + ['--batches'] + [str(b) for b in large], check=False)
 
 
 def _ok(manifest, name, exporter, batch):
@@ -378,7 +389,8 @@ def time_stage(args, manifest, accepted):
             [e for e in EXPORTERS if _ok(manifest, name, e, 1)][:1]
         for exporter in exporters:
             for batch in args.batches:
-                if not _ok(manifest, name, exporter, batch) or (name, exporter) in refused:
+                if not _ok(manifest, name, exporter, batch) or (name, exporter) in refused \
+                        or (batch > 1 and name not in LARGE_BATCH):
                     continue
                 row = {'model': name, 'exporter': exporter, 'batch': batch, 'ms': {}}
                 for threads in THREADS:
