@@ -264,17 +264,17 @@ def profile_worker(args):
     tracer = Tracer(max_events=None)
     executor = Executor(program, backend='native', tracer=tracer)
     executor.run(inputs)
-    tracer.events.clear()
-    tracer._totals.clear()
+    tracer.events.clear()  # the warm-up's
     for _ in range(args.runs):
         executor.run(inputs)
     per_instruction = collections.defaultdict(list)
+    native_ops = collections.Counter()
     for event in tracer.events:
         per_instruction[(event['name'], json.dumps(event.get('args', {}), sort_keys=True))] \
             .append(event['dur'] / 1e3)
+        native_ops[event['name']] += event['dur'] / 1e3 / args.runs
     layers = sorted(((statistics.mean(d), name, json.loads(a))
                      for (name, a), d in per_instruction.items()), key=lambda t: -t[0])
-    native_ops = {op: ms / args.runs for op, _, ms in tracer.summary()}
     with tempfile.TemporaryDirectory() as directory:
         options = onnxruntime.SessionOptions()
         options.intra_op_num_threads = options.inter_op_num_threads = 1
@@ -291,7 +291,7 @@ def profile_worker(args):
     for event in events:
         if event.get('cat') == 'Node' and event['name'].endswith('_kernel_time'):
             ort_ops[event['args']['op_name']] += event['dur'] / 1e3 / (args.runs + 1)
-    return {'layers': layers[:12], 'native_ops': native_ops, 'ort_ops': dict(ort_ops)}
+    return {'layers': layers[:12], 'native_ops': dict(native_ops), 'ort_ops': dict(ort_ops)}
 
 
 WORKERS = {'accept': accept_worker, 'time': time_worker, 'executable': executable_worker,
