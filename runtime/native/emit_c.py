@@ -824,7 +824,8 @@ def _check_single_writes(lowered: Lowered) -> None:
     it) whose instructions write a register twice or write a program input:
     each value gets one buffer sized for one shape, so a second write of
     another size would run past it, and an input is the caller's array."""
-    p, written = lowered.program, {}
+    p = lowered.program
+    written: dict[int, int] = {}  # register -> the instruction that wrote it
     for i, inst in enumerate(p.instructions):
         for r in inst.outputs:
             if r in lowered.input_of or r in written:
