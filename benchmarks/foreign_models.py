@@ -81,9 +81,9 @@ LARGE_BATCH = ('resnet18', 'resnet50', 'mobilenet_v2', 'mobilenet_v3_small', 'mn
 EXECUTABLES = ('resnet18', 'mobilenet_v2', 'efficientnet_b0')
 #: Thread settings: None is the default of each (the machine's cores).
 THREADS = (1, None)
-#: The environment variables that set the native backend's thread count
-#: (OpenMP's, and the project's own where the build has it).
-THREAD_VARIABLES = ('OMP_NUM_THREADS', 'CHAINER_COMPILER_THREADS')
+#: The environment variables that set the native backend's thread count:
+#: its thread pool's, and OpenMP's (what the kernels used before the pool).
+THREAD_VARIABLES = ('CHAINER_COMPILER_THREADS', 'OMP_NUM_THREADS')
 #: Outputs agree when the largest difference is at most this fraction of
 #: the reference's largest magnitude (random weights: outputs of any scale).
 RELATIVE_TOLERANCE = 1e-3
@@ -533,7 +533,8 @@ def timing_markdown(rows):
             lines.append('| batch %d, %s | %s | %s |' % (batch, label.replace('b1 ', ''),
                                                           _fmt(median), _fmt(worst)))
     median, worst = _median([ratio(r, 'vm', 'quiet_threads_1') for r in rows])
-    lines.append('| VM, batch 1, 1T | %s | %s |' % (_fmt(median), _fmt(worst)))
+    if median is not None:
+        lines.append('| VM, batch 1, 1T | %s | %s |' % (_fmt(median), _fmt(worst)))
     return lines
 
 
