@@ -4,8 +4,9 @@ Convolution is computed by im2col: a strided *view* of the padded input holds
 every receptive field, one reshape copies it into a matrix and one batched
 matmul per group does the arithmetic.  ConvTranspose is the adjoint: a matmul
 into columns, then col2im, a scatter-add done as one sliced ``+=`` per kernel
-tap (no ``add.at``).  The window geometry, ``im2col`` and ``col2im`` are
-shared with the pooling family.
+tap (no ``add.at``).  On NumPy, columns larger than COLUMN_BYTES and the
+result are made a chunk of images at a time.  The window geometry,
+``im2col`` and ``col2im`` are shared with the pooling family.
 """
 import itertools
 import math
@@ -122,6 +123,36 @@ def col2im(xp, cols, image_shape, window):
     return image
 
 
+#: NumPy copies a convolution's receptive fields into columns (nine times
+#: the input for a 3x3 kernel) that the VM neither counts nor plans; where
+#: they would exceed this many bytes and the result's size, the batch is
+#: taken a chunk of images at a time, so the scratch stays within the
+#: larger of the two (issue 34).  Each image's GEMM is the one it had.
+COLUMN_BYTES = 4 * 2 ** 20
+
+
+def _images_per_chunk(xp, n_batch, image_bytes, result_bytes):
+    """How many images at a time keep their columns (``image_bytes``
+    each) within COLUMN_BYTES or ``result_bytes``: the whole batch on CuPy
+    (its kernels and memory pool), or where they all fit."""
+    if xp is not numpy or image_bytes * n_batch <= max(COLUMN_BYTES, result_bytes):
+        return n_batch
+    return max(1, max(COLUMN_BYTES, result_bytes) // image_bytes)
+
+
+def _by_images(x, per, compute):
+    """``compute(x)`` with x's batch taken ``per`` images at a time, the
+    results written into one array."""
+    if per >= len(x):
+        return compute(x)
+    first = compute(x[:per])
+    y = numpy.empty((len(x),) + first.shape[1:], first.dtype)
+    y[:per] = first
+    for start in range(per, len(x), per):
+        y[start:start + per] = compute(x[start:start + per])
+    return y
+
+
 def _add_bias(y, b):
     if b is not None:
         y += b.reshape((-1,) + (1,) * (y.ndim - 2))
@@ -161,11 +192,22 @@ def _grouped_conv(xp, cols, w, group, out_shape):
 def conv(xp, x, w, b=None, *, auto_pad='NOTSET', dilations=None, group=1,
          kernel_shape=None, pads=None, strides=None):
     window = window_geometry(x.shape[2:], w.shape[2:], strides, dilations, pads, auto_pad)
-    cols = None if xp is numpy else cupy_kernels.im2col_2d(xp, x, window)
-    if cols is None:
-        cols = im2col(xp, x, window)
-    cols = cols.reshape(cols.shape[:2] + (-1, math.prod(window.out)))
-    return _add_bias(_grouped_conv(xp, cols, w, group, window.out), b)
+
+    def convolve(x):
+        cols = None if xp is numpy else cupy_kernels.im2col_2d(xp, x, window)
+        if cols is None:
+            cols = im2col(xp, x, window)
+        cols = cols.reshape(cols.shape[:2] + (-1, math.prod(window.out)))
+        return _grouped_conv(xp, cols, w, group, window.out)
+
+    n_out = math.prod(window.out)
+    # An unpadded 1x1 kernel at stride 1 reads x as it is: no columns.
+    copies = (any(k != 1 for k in window.kernel) or any(s != 1 for s in window.strides)
+              or any(window.pads_begin) or any(window.pads_end))
+    image_bytes = x.shape[1] * math.prod(window.kernel) * n_out * x.itemsize if copies else 0
+    per = _images_per_chunk(xp, x.shape[0], image_bytes,
+                            x.shape[0] * w.shape[0] * n_out * x.itemsize)
+    return _add_bias(_by_images(x, per, convolve), b)
 
 
 def conv_transpose_padding(in_shape, kernel_shape, strides, dilations, output_padding=None,
@@ -214,14 +256,24 @@ def conv_transpose(xp, x, w, b=None, *, auto_pad='NOTSET', dilations=None, group
     m_per_group = w.shape[1]
     # Columns (N, group, M/group * K, H*W...): the transpose of Conv's GEMM.
     w_t = w.reshape(group, channels // group, -1).transpose(0, 2, 1)
-    if group == 1:  # 2-D weights: one strided-batched GEMM on CuPy (see _grouped_conv)
-        cols = _matmul(xp, w_t[0], x.reshape(n_batch, channels, -1))
-    else:
-        cols = _matmul(xp, w_t, x.reshape(n_batch, group, channels // group, -1))
-    cols = cols.reshape((n_batch, group * m_per_group) + tuple(kernel_shape) + tuple(in_shape))
     window = Window(tuple(kernel_shape), strides, dilations, tuple(begin), tuple(end),
                     tuple(in_shape))
-    return _add_bias(col2im(xp, cols, out, window), b)
+
+    def convolve(x):
+        n_batch = x.shape[0]
+        if group == 1:  # 2-D weights: one strided-batched GEMM on CuPy (see _grouped_conv)
+            cols = _matmul(xp, w_t[0], x.reshape(n_batch, channels, -1))
+        else:
+            cols = _matmul(xp, w_t, x.reshape(n_batch, group, channels // group, -1))
+        cols = cols.reshape((n_batch, group * m_per_group) + tuple(kernel_shape)
+                            + tuple(in_shape))
+        return col2im(xp, cols, out, window)
+
+    m = group * m_per_group
+    per = _images_per_chunk(xp, n_batch,
+                            m * math.prod(kernel_shape) * math.prod(in_shape) * x.itemsize,
+                            n_batch * m * math.prod(out) * x.itemsize)
+    return _add_bias(_by_images(x, per, convolve), b)
 
 
 @kernel('Col2Im', versions=(18, LATEST))
@@ -364,14 +416,28 @@ def conv_grad_filter(xp, x, gy, *, kernel_shape, strides=None, dilations=None, p
                     pads[:n], pads[n:], tuple(gy.shape[2:]))
     n_batch, channels = x.shape[:2]
     m = gy.shape[1]
-    # Columns (C, *K, N, *O), one copy: a single GEMM per group sums over
-    # the batch and the window positions together.
-    cols = None if xp is numpy else cupy_kernels.im2col_2d(xp, x, window, batch_inner=True)
-    if cols is None:
-        cols = im2col(xp, x, window)  # (N, C, *K, *O) view
-        order = (1,) + tuple(range(2, 2 + n)) + (0,) + tuple(range(2 + n, 2 + 2 * n))
-        cols = cols.transpose(order)
-    cols = cols.reshape(group, (channels // group) * math.prod(kernel_shape), -1)
-    gy = xp.moveaxis(gy, 1, 0).reshape(group, m // group, -1)
-    gw = _matmul(xp, gy, cols.swapaxes(1, 2))
+
+    def gradient(x, gy):
+        # Columns (C, *K, N, *O), one copy: a single GEMM per group sums
+        # over the batch and the window positions together.
+        cols = None if xp is numpy else cupy_kernels.im2col_2d(xp, x, window, batch_inner=True)
+        if cols is None:
+            cols = im2col(xp, x, window)  # (N, C, *K, *O) view
+            order = (1,) + tuple(range(2, 2 + n)) + (0,) + tuple(range(2 + n, 2 + 2 * n))
+            cols = cols.transpose(order)
+        cols = cols.reshape(group, (channels // group) * math.prod(kernel_shape), -1)
+        gy = xp.moveaxis(gy, 1, 0).reshape(group, m // group, -1)
+        return _matmul(xp, gy, cols.swapaxes(1, 2))
+
+    per = _images_per_chunk(xp, n_batch, channels * math.prod(kernel_shape)
+                            * math.prod(window.out) * x.itemsize, 0)
+    if per >= n_batch:
+        gw = gradient(x, gy)
+    else:
+        # The chunks' sums are added in at least single precision and
+        # rounded once, as one GEMM over the batch would be.
+        wide = numpy.promote_types(x.dtype, numpy.float32)
+        gw = sum(gradient(x[i:i + per].astype(wide, copy=False),
+                          gy[i:i + per].astype(wide, copy=False))
+                 for i in range(0, n_batch, per)).astype(x.dtype, copy=False)
     return gw.reshape((m, channels // group) + kernel_shape)
