@@ -11,9 +11,9 @@ A POLICY is a ``computation_order`` name ('none' for None) with an
 optional memory budget after a colon: a fraction of None's predicted peak
 ('gt:0.5'), or 'chen', chen's predicted peak in bytes (so 'gt:chen' is gt
 at chen's budget, the equal-budget comparison; it needs 'chen' earlier in
-the list).  For each model and policy one training step (forward, softmax
-cross entropy, backward, the ``--optimizer``'s update) runs with the VM tracking memory,
-giving the VM's count (``peak_bytes``) beside the memory model's
+the list).  For each model and policy one training step (``cleargrads()``,
+forward, softmax cross entropy, backward, the ``--optimizer``'s update)
+runs with the VM tracking memory, giving the VM's count (``peak_bytes``) beside the memory model's
 prediction (``predicted_peak_bytes``).  The real peak is what the process
 holds: tracemalloc (NumPy reports every array it allocates to it, the
 native arenas among them) from before the compiled copy is made to the end
@@ -217,11 +217,19 @@ def compiler_kwargs(policy, chen_predicted):
 
 def compiled_step(model, onnx_file, policy, kwargs, optimizer='sgd', **runtime_kwargs):
     """(the compiled copy of ``model``, its training step ``step(x, t)`` with
-    ``optimizer``), on the NumPy VM unless ``runtime_kwargs`` name a backend."""
+    ``optimizer``), on the NumPy VM unless ``runtime_kwargs`` name a backend.
+    The step clears the gradients before the forward, as a memory-conscious
+    user does: Chainer's ``Optimizer.update`` clears them only after it, so
+    the last step's gradients would live through the forward."""
     compiled = chainer_compiler.compile_onnx(
         copy.deepcopy(model), onnx_file, computation_order=policy.order,
         compiler_kwargs=kwargs, runtime_kwargs={'backend': 'numpy', **runtime_kwargs})
-    return compiled, optimizer_update_step(compiled, optimizer)
+    update = optimizer_update_step(compiled, optimizer)
+
+    def step(x, t):
+        compiled.cleargrads()
+        return update(x, t)
+    return compiled, step
 
 
 def measure_memory(row, model, onnx_file, kwargs, x, t):
@@ -666,7 +674,9 @@ def chart(rows, path):
 def markdown(rows, profile_label, split, totals):
     """The whole report: the table, the targets, the time split."""
     parts = ['## Peak memory and step time per recompute policy', '',
-             'One training step: forward, softmax cross entropy, backward, optimizer update. '
+             'One training step: `cleargrads()`, forward, softmax cross entropy, backward, '
+             'optimizer update (gradients cleared before the forward, not after it as '
+             '`Optimizer.update` does, so the last step\'s do not live through it). '
              'Predicted: `predicted_peak_bytes()` (the memory model); VM count: '
              '`peak_bytes()` of a tracked step (NumPy only); real: the peak of live bytes '
              'tracemalloc saw over the second step of a fresh compiled copy, everything it '

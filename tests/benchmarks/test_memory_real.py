@@ -38,3 +38,25 @@ def test_the_prediction_is_judged_against_the_real_peak():
         'predicted, 9.5e-05 MiB real (-40.0%)']
     # The VM's count stands in for a real peak not measured.
     assert memory.Row('m', 'm', row.policy, measured=7).peak == 7
+
+
+def test_the_step_clears_the_gradients_before_the_forward(tmp_path):
+    # Chainer's Optimizer.update clears them after the forward: the last
+    # step's gradients would be held through it and counted in its peak.
+    case = memory.MODELS['mlp100']
+    x, t = memory.batch_data(case.quick_shape, case.quick_batch)
+    model = memory.initialized_model(case.quick_make, x)
+    onnx_file = str(tmp_path / 'mlp.onnx')
+    memory.chainer_compiler.export(model, [x], onnx_file)
+    compiled, step = memory.compiled_step(model, onnx_file, memory.Policy.parse('none'), {},
+                                          'momentum')
+    step(x, t)
+    assert all(p.grad is not None for p in compiled.params())
+    forward, seen = compiled.forward, []
+
+    def spy(*args):
+        seen.append([p.grad for p in compiled.params()])
+        return forward(*args)
+    compiled.forward = spy
+    step(x, t)
+    assert len(seen) == 1 and all(grad is None for grad in seen[0])
