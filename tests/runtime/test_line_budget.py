@@ -13,8 +13,10 @@ CORE_BUDGET = 1300
 #: `chainer-compiler run`: arguments, input files and random inputs, logging.
 COMMAND_LINE = ('__main__.py', 'random_inputs.py', 'logs.py')
 COMMAND_LINE_BUDGET = 350
-#: The same for runtime/ops/*.py, the kernels.
-KERNEL_BUDGET = 4200
+#: The same for runtime/ops/*.py, the kernels.  + 100: the CuPy backend's
+#: raw CUDA kernels and direct cuBLAS calls (cupy_kernels.py) and NumPy's
+#: convolutions in chunks of images (a bounded im2col).
+KERNEL_BUDGET = 4200 + 100
 
 _LAYOUT = {tokenize.COMMENT, tokenize.NL, tokenize.NEWLINE, tokenize.INDENT,
            tokenize.DEDENT, tokenize.ENCODING, tokenize.ENDMARKER}

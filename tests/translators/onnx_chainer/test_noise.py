@@ -114,7 +114,9 @@ def test_gaussian_samples(opset):
     ln_var = numpy.full((200, 100), numpy.log(0.25), dtype=numpy.float32)
     proto = export_model(FunctionModel(F.gaussian), (mean, ln_var), opset_version=opset)
     for y, in _run_both(proto, [mean, ln_var], onnxruntime_too=opset <= ORT_HAS_RANDOM_UNTIL):
-        assert abs(y.mean() - 2.0) < 0.01
+        # 20,000 draws: the mean's standard error is 0.0035 and the standard
+        # deviation's 0.0025; four of them bound a correct sampler.
+        assert abs(y.mean() - 2.0) < 0.015
         assert abs(y.std() - 0.5) < 0.01
 
 
