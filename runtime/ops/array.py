@@ -710,6 +710,29 @@ def _interpolation_matrix(coords, in_len, scale, mode, cubic_coeff_a, exclude_ou
     return matrix
 
 
+def resize_axes(in_shape, out_shape, scales, roi, mode, transform, nearest_mode,
+                cubic_coeff_a=-0.75, exclude_outside=0, antialias=0):
+    """Resize one axis at a time: for each axis it changes, in order,
+    (axis, source, out_of_range): ``source`` the input index each output
+    reads (mode 'nearest') or the (in_len, out_len) matrix the axis is
+    multiplied by; ``out_of_range`` (tf_crop_and_resize only, else None) the
+    outputs whose source lies outside the input.  The VM's kernel and the
+    native lowering's tables both come from here."""
+    for axis, (in_len, out_len, scale) in enumerate(zip(in_shape, out_shape, scales)):
+        if in_len == out_len and scale == 1 and transform != 'tf_crop_and_resize':
+            continue
+        coords = _source_coordinates(transform, out_len, in_len, scale,
+                                     roi[axis] if roi is not None else None)
+        if mode == 'nearest':
+            rounding = nearest_mode(scale) if callable(nearest_mode) else nearest_mode
+            source = _nearest_indices(coords, rounding, in_len)
+        else:
+            source = _interpolation_matrix(coords, in_len, scale, mode, cubic_coeff_a,
+                                           exclude_outside, antialias)
+        yield axis, source, ((coords < 0) | (coords > in_len - 1)
+                             if transform == 'tf_crop_and_resize' else None)
+
+
 def _resize(xp, x, out_shape, scales, *, mode='nearest', transform='half_pixel',
             nearest_mode='round_prefer_floor', cubic_coeff_a=-0.75, exclude_outside=0,
             extrapolation_value=0.0, antialias=0, roi=None):
@@ -719,23 +742,17 @@ def _resize(xp, x, out_shape, scales, *, mode='nearest', transform='half_pixel',
     work = x.dtype if x.dtype.kind == 'f' and x.dtype.itemsize >= 4 else numpy.float32
     y = x if mode == 'nearest' else x.astype(work)
     outside = None
-    for axis, (in_len, out_len, scale) in enumerate(zip(x.shape, out_shape, scales)):
-        if in_len == out_len and scale == 1 and transform != 'tf_crop_and_resize':
-            continue
-        coords = _source_coordinates(transform, out_len, in_len, scale,
-                                     roi[axis] if roi is not None else None)
+    for axis, source, out_of_range in resize_axes(
+            x.shape, out_shape, scales, roi, mode, transform, nearest_mode, cubic_coeff_a,
+            exclude_outside, antialias):
         if mode == 'nearest':
-            rounding = nearest_mode(scale) if callable(nearest_mode) else nearest_mode
-            y = xp.take(y, xp.asarray(_nearest_indices(coords, rounding, in_len)), axis=axis)
+            y = xp.take(y, xp.asarray(source), axis=axis)
         else:
-            matrix = _interpolation_matrix(coords, in_len, scale, mode, cubic_coeff_a,
-                                           exclude_outside, antialias)
             moved = xp.moveaxis(y, axis, -1)
-            y = xp.moveaxis(xp.matmul(moved, xp.asarray(matrix, dtype=work)), -1, axis)
-        if transform == 'tf_crop_and_resize':
-            out_of_range = (coords < 0) | (coords > in_len - 1)
+            y = xp.moveaxis(xp.matmul(moved, xp.asarray(source, dtype=work)), -1, axis)
+        if out_of_range is not None:
             shape = [1] * x.ndim
-            shape[axis] = out_len
+            shape[axis] = len(out_of_range)
             mask = xp.asarray(out_of_range.reshape(shape))
             outside = mask if outside is None else outside | mask
     if outside is not None:

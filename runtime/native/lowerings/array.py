@@ -16,14 +16,7 @@ from typing import Literal
 
 import numpy
 
-from ...ops.array import (
-    _CAST_V1_TYPES,
-    _interpolation_matrix,
-    _legacy_nearest_rounding,
-    _nearest_indices,
-    _source_coordinates,
-    resize_plan,
-)
+from ...ops.array import _CAST_V1_TYPES, _legacy_nearest_rounding, resize_axes, resize_plan
 from ...ops.opset_rules import axes_are_input
 from ...ops.registry import operator_record
 from ...program import NO_REGISTER
@@ -551,24 +544,18 @@ def resize_tables(in_shape, out_shape, scales, roi, mode, transform, nearest_mod
     NumPy kernel's order and from its own helpers: index and weight are
     [out_len, taps] (int32, float32), outside a bool [out_len] or None."""
     tables = []
-    for axis, (in_len, out_len, scale) in enumerate(zip(in_shape, out_shape, scales)):
-        if in_len == out_len and scale == 1 and transform != 'tf_crop_and_resize':
-            continue
-        coords = _source_coordinates(transform, out_len, in_len, scale,
-                                     roi[axis] if roi is not None else None)
+    for axis, source, outside in resize_axes(in_shape, out_shape, scales, roi, mode, transform,
+                                             nearest_mode, cubic_coeff_a, exclude_outside,
+                                             antialias):
         if mode == 'nearest':
-            rounding = nearest_mode(scale) if callable(nearest_mode) else nearest_mode
-            index = _nearest_indices(coords, rounding, in_len)[:, None]
+            index = source[:, None]
             weight = numpy.ones(index.shape)
         else:
-            matrix = _interpolation_matrix(coords, in_len, scale, mode, cubic_coeff_a,
-                                           exclude_outside, antialias).T
+            matrix = source.T
             taps = max(1, int((matrix != 0).sum(axis=1).max(initial=0)))
             # Each output's non-zero weights first (zero weights pad the rows).
             index = numpy.argsort(matrix == 0, axis=1, kind='stable')[:, :taps]
             weight = numpy.take_along_axis(matrix, index, axis=1)
-        outside = ((coords < 0) | (coords > in_len - 1)) \
-            if transform == 'tf_crop_and_resize' else None
         tables.append((axis, index.astype(numpy.int32), weight.astype(numpy.float32), outside))
     return tables
 

@@ -253,6 +253,22 @@ def conv_geometry(batch, channels, in_size, out_channels, out_size, kernel, grou
         dil_h=dilations[0], dil_w=dilations[1], pad_top=pads_begin[0], pad_left=pads_begin[1])
 
 
+def _check_conv(em, inst, sx, sw) -> int:
+    """The Conv's group, after refusing a kernel_shape that is not the
+    weight's, a group that does not divide the channels, or a bias that is
+    not one value per output channel."""
+    group, M = int(inst.attrs['group']), sw[0]
+    kernel_shape = inst.attrs.get('kernel_shape')
+    if kernel_shape is not None and tuple(kernel_shape) != tuple(sw[2:]):
+        raise Refuse('kernel_shape %s differs from the weight' % list(kernel_shape))
+    if group < 1 or sx[1] % group or M % group or sw[1] * group != sx[1]:
+        raise Refuse('group=%d does not fit input %s and weight %s'
+                     % (group, list(sx), list(sw)))
+    if em.has(inst, 2) and em.shape(inst, 2) != (M,):
+        raise Refuse('bias shape %s is not (%d,)' % (list(em.shape(inst, 2)), M))
+    return group
+
+
 @lowers('Conv')
 def conv(em, inst) -> Step:
     a = inst.attrs
@@ -267,14 +283,7 @@ def conv(em, inst) -> Step:
                      'supported, got %s and %s' % (list(sx), list(sw)))
     N, C, H, W = sx
     M, Cg, KH, KW = sw
-    group = int(a['group'])
-    if a.get('kernel_shape') is not None and tuple(a['kernel_shape']) != (KH, KW):
-        raise Refuse('kernel_shape %s differs from the weight' % list(a['kernel_shape']))
-    if group < 1 or C % group or M % group or Cg * group != C:
-        raise Refuse('group=%d does not fit input %s and weight %s'
-                     % (group, list(sx), list(sw)))
-    if em.has(inst, 2) and em.shape(inst, 2) != (M,):
-        raise Refuse('bias shape %s is not (%d,)' % (list(em.shape(inst, 2)), M))
+    group = _check_conv(em, inst, sx, sw)
     win = window(a, (H, W), (KH, KW))
     OH, OW = win.out
     geometry = conv_geometry(N, C, (H, W), M, (OH, OW), (KH, KW), group, win.strides,
@@ -366,14 +375,8 @@ def conv3d(em, inst, sx, sw, act) -> Step:
     """A 3-D Conv as ccn_conv3d (im2col and one product per image and
     group); ``act`` is its epilogue (the CCN_ACT_* enum, the slope)."""
     a = inst.attrs
-    (N, C), (M, Cg), group = sx[:2], sw[:2], int(a['group'])
-    if a.get('kernel_shape') is not None and tuple(a['kernel_shape']) != tuple(sw[2:]):
-        raise Refuse('kernel_shape %s differs from the weight' % list(a['kernel_shape']))
-    if group < 1 or C % group or M % group or Cg * group != C:
-        raise Refuse('group=%d does not fit input %s and weight %s'
-                     % (group, list(sx), list(sw)))
-    if em.has(inst, 2) and em.shape(inst, 2) != (M,):
-        raise Refuse('bias shape %s is not (%d,)' % (list(em.shape(inst, 2)), M))
+    (N, C), (M, Cg) = sx[:2], sw[:2]
+    group = _check_conv(em, inst, sx, sw)
     win = window(a, sx[2:], sw[2:])
     geometry = CONV3D_GEOMETRY.literal(**{  # 'in' is a Python keyword
         'batch': N, 'in_channels': C, 'out_channels': M, 'group': group, 'in': tuple(sx[2:]),
