@@ -17,16 +17,17 @@ static void max_taps(float *best, const float *row, long W, long iw0, long KW, l
     }
 }
 
-/* ccn_maxpool2d: its planes [begin, end). */
+/* A 2-D pooling's planes [begin, end): the call of ccn_maxpool2d and
+ * ccn_avgpool2d. */
 typedef struct {
     const ccn_pool_geometry *g;
     const float *x;
     float *y;
-} maxpool2d_call;
+} pool2d_call;
 
 static void maxpool2d_range(void *context, long begin, long end)
 {
-    const maxpool2d_call *a = context;
+    const pool2d_call *a = context;
     const ccn_pool_geometry *g = a->g;
     const float *x = a->x;
     float *y = a->y;
@@ -70,7 +71,7 @@ static void maxpool2d_range(void *context, long begin, long end)
 
 void ccn_maxpool2d(const ccn_pool_geometry *g, const float *x, float *y)
 {
-    maxpool2d_call a = {g, x, y};
+    pool2d_call a = {g, x, y};
     const long work = g->planes * g->out_h * g->out_w * g->kernel_h * g->kernel_w;
     ccn_parallel_for(g->planes, work, maxpool2d_range, &a);
 }
@@ -97,16 +98,9 @@ static long avg_divisor(long oh, long ow, long H, long W, long KH, long KW, long
            taps_within(ow, stride_w, pad_left, KW, 0, W);
 }
 
-/* ccn_avgpool2d: its planes [begin, end). */
-typedef struct {
-    const ccn_pool_geometry *g;
-    const float *x;
-    float *y;
-} avgpool2d_call;
-
 static void avgpool2d_range(void *context, long begin, long end)
 {
-    const avgpool2d_call *a = context;
+    const pool2d_call *a = context;
     const ccn_pool_geometry *g = a->g;
     const float *x = a->x;
     float *y = a->y;
@@ -140,7 +134,7 @@ static void avgpool2d_range(void *context, long begin, long end)
 
 void ccn_avgpool2d(const ccn_pool_geometry *g, const float *x, float *y)
 {
-    avgpool2d_call a = {g, x, y};
+    pool2d_call a = {g, x, y};
     const long work = g->planes * g->out_h * g->out_w * g->kernel_h * g->kernel_w;
     ccn_parallel_for(g->planes, work, avgpool2d_range, &a);
 }
