@@ -980,38 +980,32 @@ def resize_grad(xp, gy, roi=None, scales=None, sizes=None, *, shape, legacy=0,
     else:
         _, all_scales, all_roi = resize_plan(shape, roi, scales, sizes, axes,
                                              keep_aspect_ratio_policy, transform)
-    g = gy
-    if transform == 'tf_crop_and_resize':
-        outside = None
-        for axis, (in_len, out_len) in enumerate(zip(shape, gy.shape)):
-            coords = _source_coordinates(transform, out_len, in_len, all_scales[axis],
-                                         all_roi[axis])
+    resized = list(resize_axes(shape, gy.shape, all_scales, all_roi, mode, transform,
+                               nearest_mode, cubic_coeff_a, exclude_outside, antialias))
+    g, outside = gy, None
+    for axis, _, out_of_range in resized:
+        if out_of_range is not None:
             view = [1] * gy.ndim
-            view[axis] = out_len
-            mask = xp.asarray(((coords < 0) | (coords > in_len - 1)).reshape(view))
+            view[axis] = len(out_of_range)
+            mask = xp.asarray(out_of_range.reshape(view))
             outside = mask if outside is None else outside | mask
+    if outside is not None:
         g = xp.where(outside, xp.zeros((), dtype=gy.dtype), g)
-    for axis, (in_len, out_len, scale) in enumerate(zip(shape, gy.shape, all_scales)):
-        if in_len == out_len and scale == 1 and transform != 'tf_crop_and_resize':
-            continue
-        coords = _source_coordinates(transform, out_len, in_len, scale,
-                                     all_roi[axis] if all_roi is not None else None)
+    for axis, source, _ in resized:
+        in_len, out_len = shape[axis], gy.shape[axis]
         if mode == 'nearest':
-            rounding = nearest_mode(scale) if callable(nearest_mode) else nearest_mode
-            index = _nearest_indices(coords, rounding, in_len)
             if in_len * out_len > _DENSE_RESIZE_GRAD_LIMIT:
                 out_shape = list(g.shape)
                 out_shape[axis] = in_len
                 out = xp.zeros(out_shape, dtype=g.dtype)
-                _add_along(xp, out, axis, xp.asarray(index), g)
+                _add_along(xp, out, axis, xp.asarray(source), g)
                 g = out
                 continue
             # A 0/1 matrix: one matmul beats a scatter-add by far.
             matrix = numpy.zeros((in_len, out_len))
-            matrix[index, numpy.arange(out_len)] = 1
+            matrix[source, numpy.arange(out_len)] = 1
         else:
-            matrix = _interpolation_matrix(coords, in_len, scale, mode, cubic_coeff_a,
-                                           exclude_outside, antialias)
+            matrix = source
         moved = xp.moveaxis(g, axis, -1)
         g = xp.moveaxis(xp.matmul(moved, xp.asarray(matrix.T, dtype=g.dtype)), -1, axis)
     return xp.ascontiguousarray(g)
