@@ -49,6 +49,25 @@ _log = logging.getLogger(__name__)
 SIGNATURE_CACHE_SIZE = 8
 
 
+class SignatureCache(OrderedDict):
+    """What was compiled for each signature, least recently used first,
+    at most SIGNATURE_CACHE_SIZE of them."""
+
+    def use(self, key, make=None, dropped=None):
+        """The value of ``key`` (made by ``make()`` when missing), now the
+        most recently used; the least recently used value beyond the size
+        goes to ``dropped``."""
+        value = self.get(key)
+        if value is None:
+            value = self[key] = make()
+            if len(self) > SIGNATURE_CACHE_SIZE:
+                evicted = self.popitem(last=False)[1]
+                if dropped is not None:
+                    dropped(evicted)
+        self.move_to_end(key)
+        return value
+
+
 def compile_onnx(model, onnx_file, used_translator='onnx_chainer', dump_onnx=False,
                  computation_order=None, compiler_kwargs=None, runtime_kwargs=None,
                  pack_parameters=False):
@@ -148,7 +167,7 @@ class CompiledModel(chainer.Chain):
         self._bind_parameters(model)
         #: The sizes of the symbolic dimensions (a sorted tuple of (symbol,
         #: size)) -> their _Signature, least recently used first.
-        self._signatures = OrderedDict()
+        self._signatures = SignatureCache()
         #: (the input signature, its sizes) last accepted (_sizes_of).
         self._last_signature = None
         self._compile_now()
@@ -234,15 +253,10 @@ class CompiledModel(chainer.Chain):
     def _signature(self, sizes):
         """The _Signature of ``sizes``, made most recently used; the least
         recently used one is dropped beyond SIGNATURE_CACHE_SIZE."""
-        signature = self._signatures.get(sizes)
-        if signature is None:
-            signature = self._signatures[sizes] = _Signature()
-            if len(self._signatures) > SIGNATURE_CACHE_SIZE:
-                _, dropped = self._signatures.popitem(last=False)
-                for executor in dropped.executors():
-                    self._accepted.pop(id(executor.program), None)
-        self._signatures.move_to_end(sizes)
-        return signature
+        def forget(dropped):
+            for executor in dropped.executors():
+                self._accepted.pop(id(executor.program), None)
+        return self._signatures.use(sizes, _Signature, forget)
 
     def _proto_for(self, sizes):
         """The file's model with its symbolic dimensions set to ``sizes``:

@@ -10,7 +10,6 @@ own state arrays are the ones trained: serializers, snapshots and
 """
 import logging
 import time
-from collections import OrderedDict
 from dataclasses import dataclass
 
 import chainer
@@ -20,7 +19,7 @@ from chainer.dataset import convert
 from chainer.training.updaters import StandardUpdater
 
 from .compiled_model import (
-    SIGNATURE_CACHE_SIZE,
+    SignatureCache,
     _check_runtime_kwargs,
     bind_initializers,
     default_backend_of,
@@ -122,7 +121,7 @@ class TrainingStep:
         self._runtime_kwargs = runtime_kwargs
         #: The batch signature ((shape, dtype) per input) -> its _CompiledStep,
         #: least recently used first.
-        self._steps = OrderedDict()
+        self._steps = SignatureCache()
         first = self._compile(inputs, dump_onnx)
         self._steps[_signature_of(inputs)] = first
         #: The data inputs as the step takes them: the example's, axis 0 the
@@ -242,21 +241,14 @@ class TrainingStep:
         # Only plain arrays are remembered: another type that passed once
         # may carry another shape next time.
         if all(type(v) is array_type for v in values):
-            step = self._steps.get(_signature_of(values))
-            if step is not None:
-                self._steps.move_to_end(_signature_of(values))
-                return step
+            signature = _signature_of(values)
+            if signature in self._steps:
+                return self._steps.use(signature)
         validate_inputs(self._declared, values, 'training_step')
         signature = _signature_of(values)
-        step = self._steps.get(signature)
-        if step is None:
-            xp = self.model.xp
-            step = self._compile([xp.zeros(shape, dtype) for shape, dtype in signature])
-            self._steps[signature] = step
-            if len(self._steps) > SIGNATURE_CACHE_SIZE:
-                self._steps.popitem(last=False)
-        self._steps.move_to_end(signature)
-        return step
+        xp = self.model.xp
+        return self._steps.use(signature, lambda: self._compile(
+            [xp.zeros(shape, dtype) for shape, dtype in signature]))
 
 
 @dataclass
