@@ -49,6 +49,7 @@ import numpy
 from ..errors import ConfigurationError, InputValidationError, KernelError, NativeBuildError
 from ..profiling import describe_value
 from ..program import Program
+from .arena_pool import POOL
 from .emit_c import EmitResult, emit_c
 
 #: The model name inside the library (its symbols are loaded RTLD_LOCAL).
@@ -534,9 +535,11 @@ _PROFILING = threading.Lock()
 
 class NativeRun:
     """``program`` as a loaded native library, called with NumPy arrays.
-    Each instance owns its arena; a lock makes concurrent calls on one
-    instance take turns (the GIL is released during a call, so different
-    instances run in parallel).  With a ``tracer`` (profiling.Tracer), the
+    Each call borrows its arena from the process's pool (arena_pool.POOL)
+    and gives it back after, so the programs of a model share one buffer
+    while concurrent calls get one each; a lock makes concurrent calls on
+    one instance take turns (the GIL is released during a call, so
+    different instances run in parallel).  With a ``tracer`` (profiling.Tracer), the
     library is a profiling build and every call records one event per
     instruction that runs.  ``threads`` is how many threads its loops run
     on (native_threads: by default $CHAINER_COMPILER_THREADS, else one per
@@ -567,11 +570,17 @@ class NativeRun:
         self._status_message.restype = ctypes.c_char_p
         self._set_threads = self._lib['%s_set_threads' % NAME]
         self._set_threads.argtypes = [ctypes.c_int]
-        # numpy's allocations are aligned well beyond the floats C asks for.
-        self._arena = _arena(program, result)
+        #: The bytes of this program's arena.
+        self.arena_bytes = max(1, result.arena_bytes)
+        # Allocated now, so that an arena too large is refused before any
+        # call, and kept in the pool while this instance lives.
+        arena = POOL.borrow(self.arena_bytes, program.name)
+        POOL.join()
+        weakref.finalize(self, POOL.leave)
+        POOL.give_back(arena)
         assert result.weights_block is not None  # emitted with weights='file'
         self._weights = result.weights_block  # the same bytes as model_weights.bin
-        self._memory = (self._arena.ctypes.data, self._weights.ctypes.data)
+        self._weights_address = self._weights.ctypes.data
         self._in_shapes = [tuple(v.shape or ()) for v in program.inputs]
         self._in_dtypes = [numpy.dtype(v.dtype) for v in program.inputs]
         self._outputs = list(zip(result.output_shapes, result.output_dtypes))
@@ -668,46 +677,30 @@ class NativeRun:
                 outputs.append(numpy.empty(out_shape, dtype=out_dtype))
                 pointers.append(_address(outputs[-1]))
         with self._lock:
-            for buffer, value in scalars:
-                buffer[()] = value
-            # The pool is the library's: instances sharing it may want
-            # other counts.
-            if _THREADS.get(id(self._lib)) != self.threads:
-                self._set_threads(self.threads)
-                _THREADS[id(self._lib)] = self.threads
-            if self._tracer is None:
-                status = self._fn(*self._memory, *pointers)
-            else:
-                with _PROFILING:
-                    self._profile(self._marks.ctypes.data)
-                    status = self._fn(*self._memory, *pointers)
-                    self._profile(None)
-                if status == 0:
-                    self._tracer.record_native(self.program, self._profiled, self._marks.tolist())
+            arena = POOL.borrow(self.arena_bytes, self.program.name)
+            try:
+                for buffer, value in scalars:
+                    buffer[()] = value
+                # The thread pool is the library's: instances sharing it may
+                # want other counts.
+                if _THREADS.get(id(self._lib)) != self.threads:
+                    self._set_threads(self.threads)
+                    _THREADS[id(self._lib)] = self.threads
+                if self._tracer is None:
+                    status = self._fn(arena[1], self._weights_address, *pointers)
+                else:
+                    with _PROFILING:
+                        self._profile(self._marks.ctypes.data)
+                        status = self._fn(arena[1], self._weights_address, *pointers)
+                        self._profile(None)
+                    if status == 0:
+                        self._tracer.record_native(self.program, self._profiled,
+                                                   self._marks.tolist())
+            finally:
+                POOL.give_back(arena)
         if status != 0:  # the message names the instruction, as the VM's would
             raise KernelError(self._status_message(status).decode('utf-8', 'replace'))
         return outputs
-
-
-def _arena(program: Program, result: EmitResult) -> numpy.ndarray:
-    """The arena of ``program``'s library.  Raises KernelError naming its
-    size, before allocating, when it is larger than this machine's memory
-    (a Program's shapes can ask for any size), or when it cannot be
-    allocated."""
-    nbytes = max(1, result.arena_bytes)
-    memory = None
-    with contextlib.suppress(ValueError, OSError, AttributeError):  # not POSIX
-        memory = os.sysconf('SC_PAGE_SIZE') * os.sysconf('SC_PHYS_PAGES')
-    error = KernelError('program %s: the native arena of %d bytes (%.3g GiB) cannot be '
-                        'allocated%s' % (program.name, nbytes, nbytes / 2**30,
-                                         '' if memory is None else ' (this machine has '
-                                         '%.3g GiB of memory)' % (memory / 2**30)))
-    if memory is not None and nbytes > memory:
-        raise error
-    try:
-        return numpy.empty(nbytes, dtype=numpy.uint8)
-    except MemoryError:
-        raise error from None
 
 
 def _address(a: numpy.ndarray) -> int:

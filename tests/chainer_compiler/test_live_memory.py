@@ -67,7 +67,7 @@ def test_native_backward_holds_less_with_recompute_and_frees_what_it_read(export
         loss, step, y = _forward(exported, order, backend='native')
         elsewhere = {id(p.array) for p in exported[0].params()} | {id(exported[2]), id(y.array)}
         mine = [v for v in step.retained if id(v) not in elsewhere]
-        held[order] = step.state.backward._native._arena.nbytes + sum(v.nbytes for v in mine)
+        held[order] = step.state.backward._native.arena_bytes + sum(v.nbytes for v in mine)
         retained = [weakref.ref(v) for v in mine]
         del mine
         loss.backward()
