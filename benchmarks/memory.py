@@ -53,6 +53,7 @@ from training_candidates import OPTIMIZERS, optimizer_update_step  # noqa: E402
 
 import chainer_compiler  # noqa: E402
 from chainer_compiler.runtime import Tracer  # noqa: E402
+from chainer_compiler.runtime.native.arena_pool import release_arenas  # noqa: E402
 
 MiB = 2 ** 20
 DEFAULT_OUT = os.path.join(os.path.dirname(os.path.abspath(__file__)), 'out', 'memory.png')
@@ -138,7 +139,8 @@ class Row:
     """One model under one policy on one backend; ``error`` says why it has
     no figures.  ``measured`` is the VM's count (NumPy only), ``real`` the
     process's peak of live bytes (tracemalloc), ``held`` what it holds
-    between steps (parameters, optimizer state, gradients, native arenas),
+    between steps (parameters, optimizer state, gradients, the native
+    arena: one buffer the model's programs share),
     ``rss`` the peak RSS of a fresh process running the row and
     ``rss_steps`` how much of it the steps added."""
     model: str
@@ -248,7 +250,11 @@ def measure_real(row, model, onnx_file, kwargs, x, t, optimizer):
     native arenas) to the end of its second step (the first one makes the
     optimizer state).  The Python objects compiling left (programs, graphs)
     are not counted: only NumPy's domain, where its arrays' data is, as the
-    step starts.  Returns the step, to be timed."""
+    step starts.  The native arenas are the process's (arena_pool.py): the
+    idle ones, which earlier rows' calls sized, are dropped first, so that
+    this row's are allocated while traced, as large as its own programs
+    ask.  Returns the step, to be timed."""
+    release_arenas()
     tracemalloc.start()
     try:
         compiled, step = compiled_step(model, onnx_file, row.policy, kwargs, optimizer,
