@@ -72,7 +72,8 @@ def _batch_norm_inference(xp, x, scale, b, mean, var, epsilon):
     dtype = _compute_dtype(x)
     a = scale.astype(dtype) / xp.sqrt(var.astype(dtype) + dtype.type(epsilon))
     shift = b.astype(dtype) - mean.astype(dtype) * a
-    y = x.astype(dtype, copy=False) * _per_channel(a, x.ndim) + _per_channel(shift, x.ndim)
+    y = x.astype(dtype, copy=False) * _per_channel(a, x.ndim)
+    y += _per_channel(shift, x.ndim)
     return y.astype(x.dtype, copy=False)
 
 
@@ -101,8 +102,12 @@ def _batch_norm_training(xp, x, scale, b, mean, var, epsilon, momentum, axes):
         return (y.reshape(x.shape), *statistics)
     dtype = _compute_dtype(x)
     centred, batch_mean, batch_var = _moments(x, axes, dtype)
-    y = centred / xp.sqrt(batch_var + dtype.type(epsilon)) \
-        * _per_channel(scale.astype(dtype), x.ndim) + _per_channel(b.astype(dtype), x.ndim)
+    # Y is made in centred's array, one operation at a time (the same ones
+    # in the same order): no temporary the size of X (issue 34).
+    y = centred
+    y /= xp.sqrt(batch_var + dtype.type(epsilon))
+    y *= _per_channel(scale.astype(dtype), x.ndim)
+    y += _per_channel(b.astype(dtype), x.ndim)
     batch_mean = batch_mean.reshape(mean.shape)
     batch_var = batch_var.reshape(var.shape)
     m = dtype.type(momentum)
@@ -279,15 +284,24 @@ def batch_normalization_grad(xp, x, scale, gy, mean=None, var=None, *, epsilon=1
         centred = x.astype(dtype, copy=False) - _per_channel(mean.astype(dtype), x.ndim)
         inv = 1 / xp.sqrt(_per_channel(var.astype(dtype), x.ndim) + dtype.type(epsilon))
     gys = gy.astype(dtype, copy=False)
-    xhat = centred * inv
+    # Two arrays the size of X, one of them the result (issue 34): xhat is
+    # made in centred's, the product with gy in the other, which then
+    # becomes gX; the operations and their order are the expression's
+    # (gys - g_b / m - xhat * (g_scale / m)) * a, so the bits are too.
+    xhat = centred
+    xhat *= inv
     g_b = gys.sum(axis=axes, keepdims=True)
-    g_scale = (gys * xhat).sum(axis=axes, keepdims=True)
+    gx = xp.multiply(gys, xhat)
+    g_scale = gx.sum(axis=axes, keepdims=True)
     a = _per_channel(scale.astype(dtype), x.ndim) * inv
     if training:
         m = dtype.type(x.size // g_b.size)
-        gx = (gys - g_b / m - xhat * (g_scale / m)) * a
+        xp.subtract(gys, g_b / m, out=gx)
+        xhat *= g_scale / m
+        gx -= xhat
+        gx *= a
     else:
-        gx = gys * a
+        xp.multiply(gys, a, out=gx)
     outs = [gx.astype(x.dtype, copy=False), g_scale.reshape(scale.shape).astype(scale.dtype),
             g_b.reshape(scale.shape).astype(scale.dtype)]
     if n_outputs > 3:

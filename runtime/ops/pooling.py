@@ -295,12 +295,19 @@ def max_pool_grad(xp, x, y, gy, *, auto_pad='NOTSET', ceil_mode=0, dilations=Non
     Chainer does.  Attributes are MaxPool's."""
     window = window_geometry(x.shape[2:], kernel_shape, strides, dilations, pads, auto_pad,
                              ceil_mode)
-    view = im2col(xp, x, window, fill=_lowest(x.dtype))
     gx = xp.zeros_like(gy, shape=x.shape)
     zero = gy.dtype.type(0)
     taken = None
-    for tap, src, dst in tap_slices(window, x.shape[2:]):
-        hit = view[(slice(None), slice(None)) + tap] == y
+    # Each tap compares the elements of x it reads in place, with no padded
+    # copy of x (issue 34); where it reads the padding, it hits where y is
+    # the padding's value, as MaxPool's padded view would.
+    for _, src, dst in tap_slices(window, x.shape[2:]):
+        if src is not None and y[src].shape == y.shape:
+            hit = x[dst] == y
+        else:
+            hit = y == _lowest(x.dtype)
+            if src is not None:
+                hit[src] = x[dst] == y[src]
         if taken is None:
             taken = hit
         else:

@@ -1,0 +1,73 @@
+"""What NumPy kernels hold beyond their inputs and outputs (issue 34): the
+batch normalizations and MaxPool's gradient work in their results' arrays,
+so their scratch is at most one array the size of X."""
+import tracemalloc
+
+import numpy as np
+import pytest
+
+from chainer_compiler.runtime.ops.normalization import batch_normalization, batch_normalization_grad
+from chainer_compiler.runtime.ops.pooling import max_pool, max_pool_grad
+
+_RNG = np.random.default_rng(0)
+
+
+def _peak(call):
+    """(result, peak bytes NumPy allocated during ``call()``)."""
+    tracemalloc.start()
+    try:
+        result = call()
+        return result, tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+
+
+# A ResNet-like activation, 4 MiB: a temporary of its size is plain in a peak.
+_X = _RNG.standard_normal((32, 32, 32, 32)).astype(np.float32)
+_GY = _RNG.standard_normal(_X.shape).astype(np.float32)
+_ONES, _ZEROS = np.ones(32, np.float32), np.zeros(32, np.float32)
+_POOL = dict(kernel_shape=[3, 3], strides=[2, 2], pads=[1, 1, 1, 1])
+_Y = max_pool(np, _X, **_POOL)
+_GY_POOL = np.ones_like(_Y)
+
+
+@pytest.mark.parametrize('name,call,arrays', [
+    # gX and one array the size of X (was 4: xhat, centred and two products)
+    ('BatchNormalizationGrad', lambda: batch_normalization_grad(np, _X, _ONES, _GY), 2),
+    ('BatchNormalizationGrad, saved statistics',
+     lambda: batch_normalization_grad(np, _X, _ONES, _GY, _ZEROS, _ONES), 2),
+    # Y and the squares of the variance (was 3)
+    ('BatchNormalization, training',
+     lambda: batch_normalization(np, _X, _ONES, _ZEROS, _ZEROS, _ONES, training_mode=1), 2),
+    # Y only (was 2)
+    ('BatchNormalization, inference',
+     lambda: batch_normalization(np, _X, _ONES, _ZEROS, _ZEROS, _ONES), 1),
+    # gX and per-tap masks and products the size of Y, a quarter of X's
+    # (was gX and a padded copy of X besides)
+    ('MaxPoolGrad', lambda: max_pool_grad(np, _X, _Y, _GY_POOL, **_POOL), 1.5),
+])
+def test_kernel_holds_at_most_its_result_and_one_array_of_x(name, call, arrays):
+    _, peak = _peak(call)
+    assert peak < arrays * _X.nbytes + 2 ** 16, '%s held %.2f arrays the size of X' % (
+        name, peak / _X.nbytes)
+
+
+def test_batch_norm_grad_computes_the_expression_in_its_order():
+    """In place, the same operations in the same order: the bits of the
+    expression written out."""
+    x, gy = _X[:4] * 3 + 1, _GY[:4]
+    scale = _RNG.standard_normal(32).astype(np.float32)
+    gx, g_scale, g_b = batch_normalization_grad(np, x, scale, gy, epsilon=1e-3)
+    axes = (0, 2, 3)
+    mean = x.mean(axis=axes, keepdims=True)
+    centred = x - mean
+    inv = 1 / np.sqrt((centred * centred).mean(axis=axes, keepdims=True) + np.float32(1e-3))
+    xhat = centred * inv
+    expected_b = gy.sum(axis=axes, keepdims=True)
+    expected_scale = (gy * xhat).sum(axis=axes, keepdims=True)
+    m = np.float32(x.size // 32)
+    expected = (gy - expected_b / m - xhat * (expected_scale / m)) * (
+        scale.reshape(-1, 1, 1) * inv)
+    np.testing.assert_array_equal(gx, expected)
+    np.testing.assert_array_equal(g_scale, expected_scale.reshape(-1))
+    np.testing.assert_array_equal(g_b, expected_b.reshape(-1))
