@@ -366,6 +366,57 @@ static void micro_kernel_tall(long kc, const float *restrict ap, long lda,
     add_tile(&acc[0][0], C, ldc, mr, nr, first, last, act, act_alpha);
 }
 
+#if defined(__GNUC__)
+/* gemv's block: c[0:nv vectors] (+)= alpha * sum_k A[k * a_cs] B[k, :], the
+ * sums in nv vector registers for the whole depth. */
+CCN_ALWAYS_INLINE void gemv_block(int nv, long K, const float *A, long a_cs, const float *B,
+                                  long ldb, float alpha, float *c, int set)
+{
+    vec acc[8], b;
+    for (int j = 0; j < nv; j++)
+        acc[j] = (vec){0};
+    for (long k = 0; k < K; k++) {
+        const float a = A[k * a_cs];
+        for (int j = 0; j < nv; j++) {
+            memcpy(&b, B + k * ldb + j * (CCN_NR / 2), sizeof b);
+            acc[j] += a * b;
+        }
+    }
+    for (int j = 0; j < nv; j++) {
+        acc[j] *= alpha;
+        if (!set) {
+            memcpy(&b, c + j * (CCN_NR / 2), sizeof b);
+            acc[j] += b;
+        }
+        memcpy(c + j * (CCN_NR / 2), &acc[j], sizeof b);
+    }
+}
+#endif
+
+/* One row of A (a batch-1 layer, a recurrent cell's step): a GEMV that
+ * keeps the sums of eight vectors of C in registers while B's rows stream
+ * past, where gemm_small_m loads and stores C at every k (1.6x slower
+ * measured on 1 x 128 by 128 x 512, the LSTM step of issue 31).  set: C =
+ * the product rather than C += it. */
+static void gemv(long N, long K, const float *A, long a_cs, const float *B, long ldb,
+                 float alpha, float *C, int set, int act, float act_alpha)
+{
+    long n = 0;
+#if defined(__GNUC__)
+    for (; n + 4 * CCN_NR <= N; n += 4 * CCN_NR)
+        gemv_block(8, K, A, a_cs, B + n, ldb, alpha, C + n, set);
+    for (; n + CCN_NR / 2 <= N; n += CCN_NR / 2)
+        gemv_block(1, K, A, a_cs, B + n, ldb, alpha, C + n, set);
+#endif
+    for (; n < N; n++) {
+        float sum = 0.0f;
+        for (long k = 0; k < K; k++)
+            sum += A[k * a_cs] * B[k * ldb + n];
+        C[n] = set ? alpha * sum : C[n] + alpha * sum;
+    }
+    activate_row(N, C, act, act_alpha);
+}
+
 /* Few rows (a batch-1 layer): every row of A against one pass over each
  * row of B, a 256-column block of C staying in L1.  Memory bound on B.
  * set: C = the product rather than C += it. */
@@ -474,6 +525,146 @@ static void gemm_shallow(long M, long N, long K, const float *A, long a_rs, long
     activate_block(M, N, C, ldc, act, act_alpha);
 }
 
+#if defined(__AVX512F__) && defined(__GNUC__)
+/* The wide tile (AVX-512): for a product whose A comes in panels and whose
+ * few columns (a late layer of one image: 7x7 or 14x14 outputs) would leave
+ * the NR-column tile part empty, the vectors run down A's columns instead,
+ * as onnxruntime's NCHWc convolutions run down the output channels: the
+ * rows of two panels (48, three vectors; one panel at the end, 24) by up
+ * to CCN_WIDE_NR columns of B, each element of B broadcast.  The columns
+ * are split into blocks of equal width, so that no tile is left part
+ * empty (512 x 49 by 4608: two thirds of the NR-column tiles' time). */
+#define CCN_WIDE 1
+#define CCN_WIDE_NR 8
+/* Depth per pass over C: the tiles add their sums to C (transposed, element
+ * by element) once per this many rows of B, CCN_KC-deep panel slices
+ * whole; the two panels' slices (192 KiB) and B's rows stay in L2. */
+#define CCN_WIDE_KC (4 * CCN_KC)
+/* Widest product that takes it (measured against the NR-column tiles at
+ * 256 rows by 2304 deep: 0.6x the time at 98 and 121 columns, 0.9x at 144,
+ * 1.0x to 1.6x at 196). */
+#define CCN_WIDE_MAX_N 160
+typedef float half_vec __attribute__((vector_size(CCN_NR / 4 * sizeof(float))));
+
+/* t[j][i] = the sum over depth [k0, k1) (whole panel slices) of A[p0 + i,
+ * k] B[k, j] for the panel at row p0 and, when pair, the next one (i < 48
+ * or 24), and j < nr. */
+CCN_ALWAYS_INLINE void wide_tile(int pair, int nr, long K, long k0, long k1,
+                                 const float *panels, long panel_rows, long p0,
+                                 const float *B, long ldb, float t[CCN_WIDE_NR][48])
+{
+    vec acc[CCN_WIDE_NR][3];
+    half_vec half[CCN_WIDE_NR];
+    for (int j = 0; j < nr; j++) {
+        acc[j][0] = acc[j][1] = acc[j][2] = (vec){0};
+        half[j] = (half_vec){0};
+    }
+    for (long ks = k0; ks < k1; ks += CCN_KC) {
+        const long kc = min_long(CCN_KC, K - ks);
+        const float *a0 = panels + ks * panel_rows + p0 * kc, *a1 = a0 + CCN_PANEL_ROWS * kc;
+        const float *b = B + ks * ldb;
+        for (long k = 0; k < kc; k++, a0 += CCN_PANEL_ROWS, a1 += CCN_PANEL_ROWS, b += ldb) {
+            vec v0, v1, v2;
+            half_vec lo, hi;
+            memcpy(&v0, a0, sizeof v0);
+            memcpy(&lo, a0 + CCN_NR / 2, sizeof lo);
+            if (pair) {
+                /* The middle vector straddles the two panels. */
+                memcpy(&hi, a1, sizeof hi);
+                v1 = __builtin_shufflevector(lo, hi, 0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11,
+                                             12, 13, 14, 15);
+                memcpy(&v2, a1 + CCN_NR / 4, sizeof v2);
+            }
+            for (int j = 0; j < nr; j++) {
+                const float bj = b[j];
+                acc[j][0] += bj * v0;
+                if (pair) {
+                    acc[j][1] += bj * v1;
+                    acc[j][2] += bj * v2;
+                } else {
+                    half[j] += bj * lo;
+                }
+            }
+        }
+    }
+    for (int j = 0; j < nr; j++) {
+        memcpy(t[j], &acc[j][0], sizeof acc[j][0]);
+        if (pair) {
+            memcpy(t[j] + CCN_NR / 2, &acc[j][1], sizeof acc[j][1]);
+            memcpy(t[j] + CCN_NR, &acc[j][2], sizeof acc[j][2]);
+        } else {
+            memcpy(t[j] + CCN_NR / 2, &half[j], sizeof half[j]);
+        }
+    }
+}
+
+/* wide_tile for a run-time width nr (1 to CCN_WIDE_NR), each width its own
+ * unrolled copy. */
+static void wide_tile_any(int pair, int nr, long K, long k0, long k1, const float *panels,
+                          long panel_rows, long p0, const float *B, long ldb,
+                          float t[CCN_WIDE_NR][48])
+{
+#define CCN_WIDE_CASE(n)                                                              \
+    case n:                                                                           \
+        if (pair)                                                                     \
+            wide_tile(1, n, K, k0, k1, panels, panel_rows, p0, B, ldb, t);            \
+        else                                                                          \
+            wide_tile(0, n, K, k0, k1, panels, panel_rows, p0, B, ldb, t);            \
+        break;
+    switch (nr) {
+    CCN_WIDE_CASE(1) CCN_WIDE_CASE(2) CCN_WIDE_CASE(3) CCN_WIDE_CASE(4)
+    CCN_WIDE_CASE(5) CCN_WIDE_CASE(6) CCN_WIDE_CASE(7) CCN_WIDE_CASE(8)
+    default: break;
+    }
+#undef CCN_WIDE_CASE
+}
+
+/* gemm_serial's product by wide tiles: C[M, N] (stride ldc) += A[row0:row0
+ * + M, K] B[K, N] (= when set), A in panels, row0 a panel's first row. */
+static void gemm_wide(long M, long N, long K, const a_operand *A, long row0, const float *B,
+                      long ldb, float *C, long ldc, int set, int act, float act_alpha)
+{
+    /* Column blocks of equal width (within one). */
+    const long blocks = (N + CCN_WIDE_NR - 1) / CCN_WIDE_NR, width = N / blocks,
+               wider = N % blocks;
+    float t[CCN_WIDE_NR][48];
+    for (long k0 = 0; k0 < K; k0 += CCN_WIDE_KC) {
+        const long k1 = min_long(K, k0 + CCN_WIDE_KC);
+        const int first = set && k0 == 0, last = k1 == K;
+        for (long m = 0; m < M; m += 2 * CCN_PANEL_ROWS) {
+            const int pair = m + CCN_PANEL_ROWS < M;
+            const long rows = min_long(M - m, 2 * CCN_PANEL_ROWS);
+            for (long blk = 0, n = 0; blk < blocks; blk++) {
+                const int nr = (int)(width + (blk < wider));
+                wide_tile_any(pair, nr, K, k0, k1, A->panels, A->panel_rows, row0 + m,
+                              B + n, ldb, t);
+                for (long i = 0; i < rows; i++) {
+                    float *c = C + (m + i) * ldc + n;
+                    for (int j = 0; j < nr; j++)
+                        c[j] = first ? t[j][i] : c[j] + t[j][i];
+                    if (last)
+                        activate_row(nr, c, act, act_alpha);
+                }
+                n += nr;
+            }
+        }
+    }
+}
+
+/* Whether gemm_wide computes the M x N product of panels with fewer wasted
+ * lanes than the NR-column tiles (or the tall ones, for few columns). */
+static int wide_fits(long M, long N)
+{
+    if (N > CCN_WIDE_MAX_N)
+        return 0;
+    const long pairs = M / (2 * CCN_PANEL_ROWS), rest = M % (2 * CCN_PANEL_ROWS);
+    const long lanes = pairs * 3 * (CCN_NR / 2) +
+                       (rest == 0 ? 0 : rest > CCN_PANEL_ROWS ? 3 * (CCN_NR / 2) : 2 * (CCN_NR / 2));
+    const long cols = N <= CCN_NR / 2 ? CCN_NR / 2 : (N + CCN_NR - 1) / CCN_NR * CCN_NR;
+    return (double)M / (double)lanes > (double)N / (double)cols;
+}
+#endif
+
 /* The kc x nr strip of B at depth k0 and column n (nr <= NR): its place in
  * B's strips, in B itself when read in place, or else packed into buf;
  * *ldbp gets the distance between its rows. */
@@ -500,6 +691,11 @@ static void gemm_serial(long M, long N, long K, const a_operand *A, long row0,
                         const b_operand *B, long col0, float *C, long ldc, int set, int act,
                         float act_alpha)
 {
+    if (M == 1 && A->panels == NULL && B->panels == NULL) {
+        gemv(N, K, A->a + row0 * A->rs, A->cs, B->b + col0, B->ldb, A->alpha, C, set, act,
+             act_alpha);
+        return;
+    }
     if (M < CCN_SMALL_M && A->panels == NULL && B->panels == NULL) {
         gemm_small_m(M, N, K, A->a + row0 * A->rs, A->rs, A->cs, B->b + col0, B->ldb,
                      A->alpha, C, ldc, set, act, act_alpha);
@@ -511,6 +707,12 @@ static void gemm_serial(long M, long N, long K, const a_operand *A, long row0,
                      A->alpha, C, ldc, set, act, act_alpha);
         return;
     }
+#ifdef CCN_WIDE
+    if (A->panels != NULL && B->panels == NULL && K > 0 && wide_fits(M, N)) {
+        gemm_wide(M, N, K, A, row0, B->b + col0, B->ldb, C, ldc, set, act, act_alpha);
+        return;
+    }
+#endif
     float apack[CCN_MC * CCN_KC];
     float bpack[CCN_KC * CCN_NR];
     const float *ap[CCN_MC / CCN_MR];

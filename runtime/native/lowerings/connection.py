@@ -269,6 +269,20 @@ def _check_conv(em, inst, sx, sw) -> int:
     return group
 
 
+def live_taps(size, out, kernel, strides, dilations, pads_begin):
+    """Per spatial axis, the range [first, last + 1) of a convolution's
+    taps that read the input at some output position (the others read only
+    padding: a 3x3 kernel dilated by 12 over a 14x14 map reads the image
+    through its centre tap alone).  An axis none of whose taps reads the
+    input keeps all of them."""
+    ranges = []
+    for n, o, k, s, d, p in zip(size, out, kernel, strides, dilations, pads_begin):
+        at = numpy.arange(o)[:, None] * s - p + numpy.arange(k)[None, :] * d
+        live = numpy.flatnonzero(((at >= 0) & (at < n)).any(axis=0))
+        ranges.append((int(live[0]), int(live[-1]) + 1) if live.size else (0, k))
+    return tuple(ranges)
+
+
 @lowers('Conv')
 def conv(em, inst) -> Step:
     a = inst.attrs
@@ -292,19 +306,33 @@ def conv(em, inst) -> Step:
         scratch = depthwise_scratch(sx, win.out, (KH, KW), win.strides, win.dilations,
                                     win.pads_begin)
         return depthwise_step(em, inst, geometry, (N, M, OH, OW), scratch, (act, act_alpha))
+    w = em.const(inst.inputs[1])
+    pads_begin = win.pads_begin
+    taps = live_taps((H, W), win.out, (KH, KW), win.strides, win.dilations, pads_begin)
+    trimmed = None
+    if w is not None and taps != ((0, KH), (0, KW)):
+        # Constant weights: the taps that only ever read padding (a dilation
+        # wider than the image) are dropped, the padding shifted to match.
+        (h0, h1), (w0, w1) = taps
+        w = numpy.asarray(w, numpy.float32)[:, :, h0:h1, w0:w1]
+        trimmed = em.constant_array('taps%d' % inst.outputs[0], w)
+        KH, KW = h1 - h0, w1 - w0
+        pads_begin = (pads_begin[0] - h0 * win.dilations[0],
+                      pads_begin[1] - w0 * win.dilations[1])
+        geometry = conv_geometry(N, C, (H, W), M, (OH, OW), (KH, KW), group, win.strides,
+                                 win.dilations, pads_begin)
     tiles = winograd_tiles(N, C, M, (OH, OW), (KH, KW), win.strides, win.dilations, group)
-    if tiles is not None:
+    if tiles is not None and trimmed is None:  # (Winograd reads the untrimmed weights)
         return winograd_step(em, inst, geometry, sx, M, (OH, OW), tiles, 'filters',
                              (act, act_alpha))
     S = OH * OW
     images = images_per_product(N, S, CONV_COLUMNS)
     # Decided here, once: the kernel trusts it (no scratch on this path).
     direct = images == 1 and (KH, KW, OH, OW) == (1, 1, H, W) and win.strides == (1, 1) \
-        and win.pads_begin == (0, 0)
+        and tuple(pads_begin) == (0, 0)
     has_bias = em.has(inst, 2)
     # Constant weights go in the panel layout, packed here once rather than
     # on every call.
-    w = em.const(inst.inputs[1])
     panels = None
     if w is not None and M // group >= PANEL_MIN_ROWS:
         mats = numpy.asarray(w, numpy.float32).reshape(group, M // group, -1)
@@ -318,7 +346,7 @@ def conv(em, inst) -> Step:
         return ['ccn_conv2d(%s,' % geometry,
                 '           %s,' % plan,
                 '           %s, %s, %s, %s, %s);' % (
-                    ref(inst.inputs[0]), panels or ref(inst.inputs[1]),
+                    ref(inst.inputs[0]), panels or trimmed or ref(inst.inputs[1]),
                     ref(inst.inputs[2]) if has_bias else 'NULL', ref(inst.outputs[0]),
                     'NULL' if direct else scratch)]
     scratch = 0 if direct else Cg * KH * KW * S * images + (M // group * S * images
