@@ -133,12 +133,15 @@ def _labels(batch, seed=0):
     return numpy.random.RandomState(seed).randint(0, 10, batch).astype(numpy.int32)
 
 
-@pytest.mark.parametrize('backend', ['numpy', pytest.param('native', marks=pytest.mark.slow)])
+@pytest.mark.parametrize('backend', ['numpy', pytest.param(
+    'native', marks=[pytest.mark.slow, pytest.mark.native_build])])
 @pytest.mark.parametrize('make_model, shape', [
     (lambda: MLP(32, 10), (12,)),
     (lambda: LeNet5(batch_norm=True), (1, 28, 28)),
     (TransformerBlock, (6, 8)),
-], ids=['mlp', 'lenet5', 'transformer'])
+    # One sequence per row: the ONNX LSTM reads the (batch, time, features) input itself.
+    (lambda: bench_models.LSTMClassifier(n_in=4, hidden=5), (3, 4)),
+], ids=['mlp', 'lenet5', 'transformer', 'nstep_lstm'])
 def test_compile_onnx_trains_and_infers_at_every_batch_size_as_chainer(tmp_path, make_model,
                                                                        shape, backend):
     """Exported once at batch 8, compiled once: batches 1, 5, 8 and 13 (a
@@ -251,8 +254,7 @@ def test_a_file_of_fixed_shapes_names_dynamic_axes_for_another_batch(tmp_path):
     # The key's bias has a zero gradient (softmax ignores a shift shared by
     # all keys): rounding noise that Adam would scale up.
     (TransformerBlock, (6, 8), lambda: chainer.optimizers.MomentumSGD(lr=0.01)),
-    # One sequence per batch row: the trace itself changes with the batch
-    # (test_an_nstep_lstm_over_batch_rows_cannot_be_exported_symbolic).
+    # One sequence per batch row, through F.separate.
     (lambda: bench_models.LSTMClassifier(n_in=4, hidden=5), (3, 4), chainer.optimizers.Adam),
 ], ids=['mlp', 'lenet5', 'transformer', 'nstep_lstm'])
 def test_training_step_updates_as_chainer_at_every_batch_size(make_model, shape, make_optimizer,
@@ -286,14 +288,49 @@ def test_training_step_updates_as_chainer_at_every_batch_size(make_model, shape,
     assert twin_opt.t == plain_opt.t
 
 
-def test_an_nstep_lstm_over_batch_rows_cannot_be_exported_symbolic(tmp_path):
-    """NStepLSTM reads a list of one sequence per row: its graph has a node
-    per row, so a file cannot hold every batch (compile_training_step
-    traces each new batch instead)."""
+def test_the_nstep_lstm_classifier_exports_for_every_batch(tmp_path):
+    """NStepLSTM reads one sequence per row of x through F.separate: the
+    ONNX LSTM reads x itself, with no node per row, so one file runs at
+    every batch size."""
+    ort = pytest.importorskip('onnxruntime')
     model = bench_models.LSTMClassifier(n_in=4, hidden=5)
+    path = chainer_compiler.export(model, [numpy.zeros((8, 3, 4), 'f')],
+                                   str(tmp_path / 'm.onnx'), dynamic_axes='batch')
+    proto = onnx.load(path)
+    onnx.checker.check_model(proto, full_check=True)
+    assert _dims(proto.graph.input[0]) == ['batch', 3, 4]
+    assert _dims(proto.graph.output[0]) == ['batch', 10]
+    session = ort.InferenceSession(path)
+    for batch in (1, 5, 13):
+        x = numpy.random.RandomState(batch).uniform(-1, 1, (batch, 3, 4)).astype('f')
+        with chainer.using_config('train', False):
+            expected = model(x).array
+        numpy.testing.assert_allclose(session.run(None, {'input_0': x})[0], expected,
+                                      rtol=1e-4, atol=1e-5)
+
+
+class _RowsOfTwoLengths(chainer.Chain):
+    """An NStepLSTM over rows of alternating lengths: a list the graph
+    holds row by row."""
+
+    def __init__(self):
+        super().__init__()
+        with self.init_scope():
+            self.lstm = L.NStepLSTM(1, 4, 5, 0.0)
+
+    def forward(self, x):
+        rows = [row[:3 - i % 2] for i, row in enumerate(F.separate(x, axis=0))]
+        hy, _, _ = self.lstm(None, None, rows)
+        return hy[-1]
+
+
+def test_sequences_of_several_lengths_cannot_be_exported_symbolic(tmp_path):
+    """Sequences of other lengths stay a list, row by row: the graph has a
+    node per row and a file cannot hold every batch (compile_training_step
+    traces each new batch instead)."""
     with pytest.raises(ValueError, match="dynamic_axes: node 0 'Gather_0' .* the model's "
                                          'control flow or attributes depend on them'):
-        chainer_compiler.export(model, [numpy.zeros((8, 3, 4), 'f')],
+        chainer_compiler.export(_RowsOfTwoLengths(), [numpy.zeros((8, 3, 4), 'f')],
                                 str(tmp_path / 'm.onnx'), dynamic_axes='batch')
 
 

@@ -285,6 +285,12 @@ def convert_permutate(ctx, call):
     # Chainer indexes x[(slice(None),) * axis + (indices,)]: a negative axis
     # permutes axis 0 there, and the export reproduces what Chainer computes.
     axis = max(int(func.axis), 0)
+    if len(indices) == call.input_arrays[0].shape[axis] and \
+            (indices == numpy.arange(len(indices))).all():
+        # L.NStep* keeps equal-length sequences in order: no constant of the
+        # batch's size, so the file takes any batch (dynamic_axes).
+        _identity(ctx, call.inputs[0], call.outputs[0])
+        return
     ctx.node('Gather', [call.inputs[0], ctx.constant(indices, hint='perm')], call.outputs,
              axis=axis)
 

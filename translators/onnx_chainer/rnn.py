@@ -29,6 +29,7 @@ import numpy
 from chainer.functions.rnn import n_step_gru as _gru_module
 from chainer.functions.rnn import n_step_lstm as _lstm_module
 from chainer.functions.rnn import n_step_rnn as _rnn_module
+from chainer.links.rnn import n_step_rnn as _link_module
 
 from .registry import converter
 
@@ -139,13 +140,18 @@ class NStepRNN(chainer.FunctionNode):
     """One whole ``n_step_*`` call recorded as a single FunctionNode (only
     while exporting, see :func:`n_step_as_single_calls`).
 
-    Inputs: hx, [cx,] ws (flattened layer-major, direction, weight),
-    bs (same), xs (time-major batches, non-increasing sizes).
+    Inputs: the given states hx[, cx], ws (flattened layer-major, direction,
+    weight), bs (same), then xs (time-major batches, non-increasing sizes)
+    or, when ``layout`` is 'batch' or 'time', the one (B, T, I) or (T, B, I)
+    tensor whose rows are the sequences (all T long).  ``zero_states``: per
+    state, the zero array the link made for it (``hx=None``; no input, as
+    ONNX leaves a zero state out) or None (an input).
     Outputs: hy, [cy,] ys[0], ..., ys[T-1].  The forward pass runs the
     original Chainer function, so the results are Chainer's own.
     """
 
-    def __init__(self, kind, original, n_layers, dropout_ratio, directions, activation):
+    def __init__(self, kind, original, n_layers, dropout_ratio, directions, activation,
+                 zero_states, layout=None):
         self.kind = kind
         self.original = original
         self.n_layers = n_layers
@@ -153,16 +159,17 @@ class NStepRNN(chainer.FunctionNode):
         self.directions = directions
         self.activation = activation
         self.n_weights = _KINDS[kind][0]
-
-    @property
-    def use_cell(self):
-        return self.kind == 'lstm'
+        self.zero_states = zero_states
+        self.layout = layout
 
     def split_inputs(self, inputs):
+        """(states, ws, bs, xs) of the node's inputs; a zero state is None."""
         n = self.n_layers * self.directions
         k = self.n_weights
-        pos = 2 if self.use_cell else 1
-        states = list(inputs[:pos])
+        states, pos = [], 0
+        for zero in self.zero_states:
+            states.append(None if zero is not None else inputs[pos])
+            pos += zero is None
         ws = [list(inputs[pos + i * k:pos + (i + 1) * k]) for i in range(n)]
         pos += n * k
         bs = [list(inputs[pos + i * k:pos + (i + 1) * k]) for i in range(n)]
@@ -170,6 +177,11 @@ class NStepRNN(chainer.FunctionNode):
         return states, ws, bs, list(inputs[pos:])
 
     def call_original(self, states, ws, bs, xs):
+        states = [z if s is None else s for s, z in zip(states, self.zero_states)]
+        if self.layout == 'batch':
+            xs = [xs[0][:, t] for t in range(xs[0].shape[1])]
+        elif self.layout == 'time':
+            xs = list(xs[0])
         bi = self.directions == 2
         if self.kind == 'lstm':
             return self.original(self.n_layers, self.dropout_ratio, states[0], states[1],
@@ -216,11 +228,59 @@ def _foldable(states, xs):
 def _fold(kind, original, n_layers, dropout_ratio, states, ws, bs, xs, use_bi_direction,
           activation=None):
     directions = 2 if use_bi_direction else 1
-    node = NStepRNN(kind, original, n_layers, dropout_ratio, directions, activation)
-    inputs = list(states) + [w for ws_i in ws for w in ws_i] + [b for bs_i in bs for b in bs_i]
-    outputs = node.apply(inputs + list(xs))
+    zeros = [_array(s) if id(s) in _link_zeros else None for s in states]
+    x, layout = _rows_source(xs)
+    node = NStepRNN(kind, original, n_layers, dropout_ratio, directions, activation, zeros,
+                    layout)
+    inputs = [s for s, z in zip(states, zeros) if z is None]
+    inputs += [w for ws_i in ws for w in ws_i] + [b for bs_i in bs for b in bs_i]
+    outputs = node.apply(inputs + (list(xs) if layout is None else [x]))
     n_states = len(states)
     return tuple(outputs[:n_states]) + (tuple(outputs[n_states:]),)
+
+
+def _rows_source(xs):
+    """(x, layout) when the time-major batches ``xs`` are, in order, the
+    rows of one tensor x, so the graph can read x itself with no node per
+    row: 'batch' when x is (B, T, I) and ``xs`` come from
+    ``F.transpose_sequence(F.separate(x, axis=0))`` (what ``L.NStep*`` makes
+    of a batch of one sequence per row, rows kept in order), 'time' when x
+    is (T, B, I) and ``xs`` is ``F.separate(x, axis=0)``.  (None, None)
+    otherwise (sequences of other lengths or origins)."""
+    rows = _separated(xs)
+    if rows is not None:
+        return rows, 'time'
+    transpose = _creator(xs[0])
+    if type(transpose).__name__ != 'TransposeSequence' or not _outputs_in_order(transpose, xs):
+        return None, None
+    x = _separated([node.get_variable() for node in transpose.inputs])
+    return (x, 'batch') if x is not None else (None, None)
+
+
+def _separated(values):
+    """The Variable x of which ``values`` are ``F.separate(x, axis=0)``, in
+    order, x of rank 3; else None."""
+    separate = _creator(values[0])
+    if type(separate).__name__ != 'Separate' or len(separate.inputs[0].shape) != 3 or \
+            separate.axis % 3 != 0 or not _outputs_in_order(separate, values) or \
+            any(v.array is None for v in values):
+        return None
+    x = separate.inputs[0].get_variable()
+    if x.array is None:  # x's Variable is gone and its node keeps no data: the rows have it
+        rows = [v.array for v in values]
+        x.array = chainer.backend.get_array_module(rows[0]).stack(rows)
+    return x
+
+
+def _creator(value):
+    return value.creator_node if isinstance(value, chainer.Variable) else None
+
+
+def _outputs_in_order(func, values):
+    """Whether ``values`` (Variables) are all of ``func``'s outputs, in order."""
+    return len(func.outputs) == len(values) and all(
+        isinstance(v, chainer.Variable) and ref() is v.node
+        for ref, v in zip(func.outputs, values))
 
 
 def _wrap_lstm(original):
@@ -259,11 +319,26 @@ def _wrap_rnn(original):
     return n_step_rnn_base
 
 
+def _wrap_init_hx(original):
+    @functools.wraps(original)
+    def init_hx(self, xs):
+        hx = original(self, xs)
+        _link_zeros[id(hx)] = hx  # kept alive: the id stays its own
+        return hx
+    return init_hx
+
+
 _PATCHES = ((_lstm_module, 'n_step_lstm_base', _wrap_lstm),
             (_gru_module, 'n_step_gru_base', _wrap_gru),
-            (_rnn_module, 'n_step_rnn_base', _wrap_rnn))
+            (_rnn_module, 'n_step_rnn_base', _wrap_rnn),
+            (_link_module.NStepRNNBase, 'init_hx', _wrap_init_hx))
 
 _active = {'folding': 0, 'unrolled': 0}
+
+#: id -> the zero states ``L.NStep*`` made for ``hx=None`` while folding:
+#: left out of the graph (ONNX's zero state), so no constant of the batch's
+#: size is recorded for them.
+_link_zeros: dict = {}
 
 
 @contextlib.contextmanager
@@ -271,8 +346,8 @@ def n_step_as_single_calls():
     """While active, every F.n_step_{lstm,bilstm,gru,bigru,rnn,birnn} call
     (and so every L.NStep* link) records one :class:`NStepRNN` FunctionNode
     instead of its unrolled primitives.  Re-entrant.  Patches module
-    globals of chainer.functions.rnn: not thread-safe, meant to wrap one
-    export."""
+    globals of chainer.functions.rnn and ``NStepRNNBase.init_hx``: not
+    thread-safe, meant to wrap one export."""
     if _active['folding']:
         _active['folding'] += 1
         try:
@@ -288,6 +363,7 @@ def n_step_as_single_calls():
         yield
     finally:
         _active['folding'] = 0
+        _link_zeros.clear()
         for module, name, original in saved:
             setattr(module, name, original)
 
@@ -308,33 +384,29 @@ def convert_n_step_rnn(ctx, call):
     func = call.func
     kind, D, L = func.kind, func.directions, func.n_layers
     (states, ws, bs, xs) = func.split_inputs(call.inputs)
-    (state_arrays, _, _, x_arrays) = func.split_inputs(call.input_arrays)
-    hx_arr = state_arrays[0]
-    H = hx_arr.shape[2]
-    dtype = hx_arr.dtype
-    sizes = [len(x) for x in x_arrays]
-    T, B = len(sizes), sizes[0]
-    seq_lens = numpy.array([sum(1 for s in sizes if s > b) for b in range(B)], numpy.int32)
+    (_, w_arrays, _, x_arrays) = func.split_inputs(call.input_arrays)
+    H = w_arrays[0][0].shape[0]  # every kind's first input weight is (H, I)
     n_states = len(states)
     out_states, out_ys = call.outputs[:n_states], call.outputs[n_states:]
+    if func.layout is None:
+        sizes = [len(x) for x in x_arrays]
+        in_size = x_arrays[0].shape[1]
+        x, lens = _padded(ctx, xs, x_arrays, sizes)
+    else:
+        # One tensor whose rows are the sequences, all T long: ONNX's
+        # (T, B, I) with no node or constant per row, so any batch size.
+        T, B, in_size = x_arrays[0].shape
+        if func.layout == 'batch':
+            T, B = B, T
+        sizes = [B] * T
+        x = xs[0] if func.layout == 'time' else _transpose(ctx, xs[0], [1, 0, 2])
+        lens = ''
+    T, B = len(sizes), sizes[0]
 
-    # Padded time-major input (T, B, I): gather the packed rows, padding
-    # positions read an appended zero row.
-    in_size = x_arrays[0].shape[1]
-    offsets = numpy.cumsum([0] + sizes)
-    total = int(offsets[-1])
-    index = numpy.full((T, B), total, numpy.int64)
-    for t, s in enumerate(sizes):
-        index[t, :s] = offsets[t] + numpy.arange(s)
-    zero = ctx.constant(numpy.zeros((1, in_size), dtype), hint='pad_row')
-    packed = ctx.node('Concat', list(xs) + [zero], axis=0)
-    x = ctx.node('Gather', [packed, ctx.constant(index, hint='pad_index')], axis=0)
-    lens = '' if (seq_lens == T).all() else ctx.constant(seq_lens, hint='sequence_lens')
-
-    # Initial states per layer: (D, B, H) slices of (L*D, B, H).
+    # Initial states per layer: (D, B, H) slices of (L*D, B, H); '' for zeros.
     def per_layer(state, hint):
-        if L == 1:
-            return [state]
+        if state is None or L == 1:
+            return [state or ''] * L
         return ctx.split(state, [D] * L, 0, [ctx.fresh(hint) for _ in range(L)])
     init = [per_layer(s, h) for s, h in zip(states, ('initial_h', 'initial_c'))]
 
@@ -346,17 +418,43 @@ def convert_n_step_rnn(ctx, call):
     y, _ = stack_layers(ctx, kind, x, ws, bs, lens, init, H, D, in_size, next_input,
                         list(out_states))
 
-    # ys[t] = the first sizes[t] rows of step t, directions concatenated.
-    flat = _layer_output(ctx, y, [T * B, D * H], D)
     valid = numpy.concatenate([t * B + numpy.arange(s) for t, s in enumerate(sizes)])
-    if T == 1:
-        ctx.node('Gather', [flat, ctx.constant(valid.astype(numpy.int64), hint='valid')],
-                 [out_ys[0]], axis=0)
+    if len(valid) == T * B:
+        # ys[t] = step t, directions concatenated: split on time, so no
+        # constant holds the batch size (a Reshape target may).
+        if T == 1:
+            _layer_output(ctx, y, [B, D * H], D, out=out_ys[0])
+            return
+        steps = ctx.split(_layer_output(ctx, y, [T, B, D * H], D), [1] * T, 0,
+                          [ctx.fresh('step') for _ in range(T)])
+        for step, out in zip(steps, out_ys):
+            ctx.squeeze(step, [0], out=out)
         return
-    if len(valid) < T * B:
-        flat = ctx.node('Gather', [flat, ctx.constant(valid.astype(numpy.int64), hint='valid')],
-                        axis=0)
+    # ys[t] = the first sizes[t] rows of step t (T > 1: a shorter sequence).
+    flat = ctx.node('Gather', [_layer_output(ctx, y, [T * B, D * H], D),
+                               ctx.constant(valid.astype(numpy.int64), hint='valid')], axis=0)
     ctx.split(flat, sizes, 0, out_ys)
+
+
+def _padded(ctx, xs, x_arrays, sizes):
+    """The padded time-major input (T, B, I) of packed batches ``xs``
+    (gathered, padding positions read an appended zero row) and its
+    sequence_lens ('' when every sequence is T long)."""
+    T, B = len(sizes), sizes[0]
+    offsets = numpy.cumsum([0] + sizes)
+    index = numpy.full((T, B), offsets[-1], numpy.int64)
+    for t, s in enumerate(sizes):
+        index[t, :s] = offsets[t] + numpy.arange(s)
+    zero = ctx.constant(numpy.zeros((1,) + x_arrays[0].shape[1:], x_arrays[0].dtype),
+                        hint='pad_row')
+    packed = ctx.node('Concat', list(xs) + [zero], axis=0)
+    x = ctx.node('Gather', [packed, ctx.constant(index, hint='pad_index')], axis=0)
+    seq_lens = numpy.array([sum(1 for s in sizes if s > b) for b in range(B)], numpy.int32)
+    return x, '' if (seq_lens == T).all() else ctx.constant(seq_lens, hint='sequence_lens')
+
+
+def _transpose(ctx, x, perm):
+    return ctx.node('Transpose', [x], perm=perm)
 
 
 def stack_layers(ctx, kind, x, ws, bs, lens, initial, hidden, directions, in_size, next_input,
@@ -417,9 +515,9 @@ def _gate_matrix(ctx, pieces, shape):
     return ctx.reshape(joined, shape)
 
 
-def _layer_output(ctx, y, shape, directions):
+def _layer_output(ctx, y, shape, directions, out=None):
     """ONNX Y (T, D, B, H) -> (.., D*H) with the directions side by side as
     Chainer concatenates them."""
     if directions == 2:
-        y = ctx.node('Transpose', [y], perm=[0, 2, 1, 3])
-    return ctx.reshape(y, shape)
+        y = _transpose(ctx, y, [0, 2, 1, 3])
+    return ctx.reshape(y, shape, out=out)

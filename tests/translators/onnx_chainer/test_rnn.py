@@ -11,11 +11,13 @@ import chainer
 import chainer.functions as F
 import chainer.links as L
 import numpy
+import onnx
 import onnxruntime
 import pytest
 
+import chainer_compiler
 from chainer_compiler.translators.onnx_chainer import export_model, rnn
-from tests.translators.onnx_chainer.helpers import check_export, op_types
+from tests.translators.onnx_chainer.helpers import FunctionModel, check_export, op_types
 
 
 def _rand(*shape, seed=0):
@@ -134,7 +136,8 @@ def test_n_step_link_folded(name, lengths):
     if 'ReLU' in name:
         assert [s.decode() for s in attrs['activations'].strings] == ['Relu'] * directions
     has_lens = len(set(LENGTHS[lengths])) > 1
-    assert (node.input[4] != '') == has_lens
+    # Trailing optional inputs are left out (hx=None: zero initial states).
+    assert (len(node.input) > 4 and node.input[4] != '') == has_lens
 
 
 @pytest.mark.parametrize('name', sorted(LINKS))
@@ -225,6 +228,80 @@ def test_n_step_as_single_calls_is_reentrant_and_restores():
         assert n_step_lstm.n_step_lstm_base is not original
     assert n_step_lstm.n_step_lstm_base is original
     assert op_types(proto).count('GRU') == 1
+
+
+# -- one sequence per row of one tensor: a file for every batch size ------------------
+
+class Rows(chainer.Chain):
+    """An L.NStep* link reading one sequence per row of a (batch, time,
+    features) tensor through F.separate (benchmarks/models.py's classifier
+    does so); returns hy[, cy] (the per-row ys list is left unread)."""
+
+    def __init__(self, name):
+        super().__init__()
+        with self.init_scope():
+            self.rnn = getattr(L, name)(2, 3, 4, 0.0)
+        self.n_states = 2 if 'LSTM' in name else 1
+
+    def forward(self, x, *states):
+        # Separating F.tanh(x): its Variable is gone when the link runs.
+        rows = list(F.separate(F.tanh(x), axis=0))
+        return tuple(self.rnn(*(states or [None] * self.n_states), rows)[:-1])
+
+
+def _export_for_every_batch(tmp_path, model, inputs, dynamic_axes):
+    """Export ``model`` on ``inputs(8)`` with ``dynamic_axes``; assert the
+    file checks, has no node per row (no Gather) and gives Chainer's
+    outputs in onnxruntime at batches 1, 5 and 13."""
+    path = chainer_compiler.export(model, inputs(8), str(tmp_path / 'm.onnx'),
+                                   dynamic_axes=dynamic_axes)
+    proto = onnx.load(path)
+    onnx.checker.check_model(proto, full_check=True)
+    assert 'Gather' not in op_types(proto)
+    session = onnxruntime.InferenceSession(path, providers=['CPUExecutionProvider'])
+    for batch in (1, 5, 13):
+        feeds = inputs(batch)
+        with chainer.using_config('train', False):
+            expected = model(*feeds)
+        actual = session.run(None, {v.name: f for v, f in zip(proto.graph.input, feeds)})
+        for e, a in zip(expected, actual):
+            numpy.testing.assert_allclose(a, e.array, rtol=1e-5, atol=1e-5,
+                                          err_msg='batch %d' % batch)
+
+
+@pytest.mark.parametrize('with_state', [False, True], ids=['zero_state', 'with_state'])
+@pytest.mark.parametrize('name', sorted(LINKS))
+def test_n_step_link_over_the_rows_of_a_tensor_exports_for_every_batch(tmp_path, name,
+                                                                       with_state):
+    """The recurrent nodes read the tensor itself (transposed to time
+    major); a zero initial state is left out and a given one passes through
+    (its permutation is the identity): no constant holds the batch size."""
+    model = Rows(name)
+    n_states = model.n_states if with_state else 0
+    shape = (2 * LINKS[name][1], 4)
+
+    def inputs(batch):
+        return [_rand(batch, 5, 3, seed=batch)] + [
+            _rand(shape[0], batch, shape[1], seed=batch + i + 1) for i in range(n_states)]
+    axes = {'input_0': {0: 'batch'}}
+    axes.update({'input_%d' % (i + 1): {1: 'batch'} for i in range(n_states)})
+    _export_for_every_batch(tmp_path, model, inputs, axes)
+
+
+def test_n_step_function_over_the_rows_of_a_time_major_tensor_exports_for_every_batch(
+        tmp_path):
+    """F.n_step_* on F.separate(x, axis=0) of a (time, batch, features) x:
+    the recurrent node reads x; ys, one tensor per step, stacked again."""
+    ws, bs = _weights('gru', 2, 2, 3, 4)
+
+    def run(x, hx):
+        hy, ys = F.n_step_bigru(2, 0.0, hx, ws, bs, list(F.separate(x, axis=0)))
+        return hy, F.stack(ys)
+
+    def inputs(batch):
+        return [_rand(5, batch, 3, seed=batch), _rand(4, batch, 4, seed=batch + 1)]
+    _export_for_every_batch(tmp_path, FunctionModel(run), inputs,
+                            {'input_0': {1: 'batch'}, 'input_1': {1: 'batch'}})
 
 
 # -- F.n_step_* called directly (time-major batches) ---------------------------------
