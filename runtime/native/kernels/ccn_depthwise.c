@@ -37,7 +37,7 @@ static plan plan_of(const ccn_conv_geometry *g)
     p.PW = extent(g->in_w, g->pad_left, g->out_w, g->stride_w, g->kernel_w, g->dil_w);
     p.copies = g->pad_top || g->pad_left || p.PH > g->in_h || p.PW > g->in_w;
     p.way = g->stride_h == 1 && g->stride_w == 1 ? STRIDE1
-            : g->stride_h == 2 && g->stride_w == 2 && g->dil_h == 1 && g->dil_w == 1 ? PHASES
+            : g->stride_h == 2 && g->stride_w == 2 ? PHASES
             : GENERAL;
     p.rows = g->out_h;
     p.row = p.way == PHASES ? (p.PW + 1) / 2 : p.PW;
@@ -52,37 +52,50 @@ long ccn_depthwise_scratch(const ccn_conv_geometry *g)
     return g->batch * g->in_channels * plan_of(g).per_plane;
 }
 
-/* out[o] = b + the KH x KW taps at o of the stride-1 plane in (rows PW
- * apart), for o < n: whole padded rows, their last PW - OW outputs
- * unused.  Called with KH and KW constant the taps unroll and their
- * weights stay in registers. */
-static inline void flat_taps(long KH, long KW, long dh, long dw, long n, long PW,
-                             const float *in, const float *wc, float b, float *restrict out)
+/* Where tap (kh, kw) of output o reads, from o.  Stride 1: padded
+ * element (oh + kh dh, ow + kw dw), rows PW apart and o = oh * PW + ow.
+ * Stride 2, from the four phases of the padded plane (QS floats apart,
+ * rows QW apart, o = oh * QW + ow): padded element (2 oh + kh dh,
+ * 2 ow + kw dw) is element (oh + kh dh / 2, ow + kw dw / 2) of phase
+ * (kh dh % 2, kw dw % 2). */
+static long tap_offset(const ccn_conv_geometry *g, const plan *p, long kh, long kw)
+{
+    const long r = kh * g->dil_h, c = kw * g->dil_w, QS = (p->PH + 1) / 2 * p->row;
+    return p->way == PHASES ? ((r & 1) * 2 + (c & 1)) * QS + (r >> 1) * p->row + (c >> 1)
+                            : r * p->row + c;
+}
+
+/* out[o] = b + the sum over the KH x KW taps t of wc[t] * in[o + off[t]],
+ * for o < n: each tap a fixed offset from o (tap_offset), over whole
+ * padded rows whose last outputs go unused.  Called with KH and KW
+ * constant the taps unroll (two loops: GCC unrolls up to 16 trips each),
+ * and the loop over o vectorises whatever the stride and dilation. */
+static inline void taps(long KH, long KW, const long *off, long n, const float *in,
+                        const float *wc, float b, float *restrict out)
 {
     for (long o = 0; o < n; o++) {
         float s = b;
         for (long kh = 0; kh < KH; kh++)
             for (long kw = 0; kw < KW; kw++)
-                s += wc[kh * KW + kw] * in[o + kh * dh * PW + kw * dw];
+                s += wc[kh * KW + kw] * in[o + off[kh * KW + kw]];
         out[o] = s;
     }
 }
 
-/* The same for stride 2 from the four phases of the padded plane (QS
- * floats apart, rows QW apart): tap (kh, kw) of output (oh, ow) is
- * element (oh + kh/2, ow + kw/2) of phase (kh % 2, kw % 2), so each tap
- * is a fixed offset from o = oh * QW + ow. */
-static inline void phase_taps(long KH, long KW, long n, long QW, long QS, const float *q,
-                              const float *wc, float b, float *restrict out)
+/* The same for other sizes, one tap at a time over all n outputs: each
+ * pass a loop that vectorises however many taps, the sum in the same
+ * order. */
+static void tap_by_tap(const ccn_conv_geometry *g, const plan *p, long n, const float *in,
+                       const float *wc, float b, float *restrict out)
 {
-    for (long o = 0; o < n; o++) {
-        float s = b;
-        for (long kh = 0; kh < KH; kh++)
-            for (long kw = 0; kw < KW; kw++)
-                s += wc[kh * KW + kw] *
-                     q[((kh & 1) * 2 + (kw & 1)) * QS + o + (kh >> 1) * QW + (kw >> 1)];
-        out[o] = s;
-    }
+    for (long o = 0; o < n; o++)
+        out[o] = b;
+    for (long kh = 0; kh < g->kernel_h; kh++)
+        for (long kw = 0; kw < g->kernel_w; kw++) {
+            const float *at = in + tap_offset(g, p, kh, kw), w = wc[kh * g->kernel_w + kw];
+            for (long o = 0; o < n; o++)
+                out[o] += w * at[o];
+        }
 }
 
 /* Any stride and dilation, output by output. */
@@ -131,32 +144,30 @@ static void pad_plane(const ccn_conv_geometry *g, const plan *p, const float *in
 }
 
 /* One channel's plane in (padded as plan p says, unless it needs no copy)
- * into out, with the common sizes (3x3 and 5x5, no dilation) constant.
- * rows is the plane's scratch for whole padded rows of outputs. */
+ * into out: the common sizes (3x3 and 5x5) with their taps unrolled
+ * whatever the stride and dilation (DeepLabV3's and LR-ASPP's 5x5 taps
+ * dilated by 2), others tap by tap.  rows is the plane's scratch for
+ * whole padded rows of outputs. */
 static void plane(const ccn_conv_geometry *g, const plan *p, const float *in, const float *wc,
                   float b, float *out, float *rows)
 {
     const long KH = g->kernel_h, KW = g->kernel_w, OW = g->out_w;
     const long n = (p->rows - 1) * p->row + OW;
-    const int k3 = KH == 3 && KW == 3, k5 = KH == 5 && KW == 5;
     if (p->way == GENERAL) {
         general_taps(g, p->PW, in, wc, b, out);
         return;
     }
-    if (p->way == PHASES) {
-        const long QS = (p->PH + 1) / 2 * p->row;
-        if (k3)
-            phase_taps(3, 3, n, p->row, QS, in, wc, b, rows);
-        else if (k5)
-            phase_taps(5, 5, n, p->row, QS, in, wc, b, rows);
+    if (KH == KW && (KH == 3 || KH == 5)) {
+        long off[25];
+        for (long kh = 0; kh < KH; kh++)
+            for (long kw = 0; kw < KW; kw++)
+                off[kh * KW + kw] = tap_offset(g, p, kh, kw);
+        if (KH == 3)
+            taps(3, 3, off, n, in, wc, b, rows);
         else
-            phase_taps(KH, KW, n, p->row, QS, in, wc, b, rows);
-    } else if (k3 && g->dil_h == 1 && g->dil_w == 1) {
-        flat_taps(3, 3, 1, 1, n, p->PW, in, wc, b, rows);
-    } else if (k5 && g->dil_h == 1 && g->dil_w == 1) {
-        flat_taps(5, 5, 1, 1, n, p->PW, in, wc, b, rows);
+            taps(5, 5, off, n, in, wc, b, rows);
     } else {
-        flat_taps(KH, KW, g->dil_h, g->dil_w, n, p->PW, in, wc, b, rows);
+        tap_by_tap(g, p, n, in, wc, b, rows);
     }
     for (long oh = 0; oh < p->rows; oh++)
         memcpy(out + oh * OW, rows + oh * p->row, (size_t)OW * sizeof(float));

@@ -23,14 +23,15 @@ def depthwise_scratch(x_shape, out_size, kernel, strides, dilations, pads_begin)
     """ccn_depthwise_scratch of ccn_depthwise.h: per plane, for stride 1
     the padded copy of the input (unless nothing pads it) and rows of
     padded width; for stride 2 without dilation the padded plane's four
-    phases and rows of half its width; else the padded copy, if any."""
+    phases (any dilation) and rows of half its width; else the padded
+    copy, if any."""
     N, C, H, W = x_shape
     PH, PW = (_extent(x_shape[2 + d], pads_begin[d], out_size[d], strides[d], kernel[d],
                       dilations[d]) for d in (0, 1))
     copies = any(pads_begin) or PH > H or PW > W
     if tuple(strides) == (1, 1):
         per_plane = copies * PH * PW + out_size[0] * PW
-    elif tuple(strides) == (2, 2) and tuple(dilations) == (1, 1):
+    elif tuple(strides) == (2, 2):
         half = (PW + 1) // 2
         per_plane = 4 * ((PH + 1) // 2) * half + out_size[0] * half
     else:

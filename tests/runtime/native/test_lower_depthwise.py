@@ -1,8 +1,8 @@
 """Depthwise convolutions (group == channels) on the native backend: the
 direct kernel of ccn_depthwise.c against the NumPy VM and onnxruntime, for
-the unrolled sizes (3x3 and 5x5, strides 1 and 2) and the general code
-(other kernels, mixed strides, dilation, asymmetric and no padding), with
-and without bias, run-time weights and a fused activation."""
+the unrolled sizes (3x3 and 5x5, strides 1 and 2, dilated or not), other
+kernels tap by tap and the general code (mixed strides), asymmetric and no
+padding, with and without bias, run-time weights and a fused activation."""
 import os
 import subprocess
 
@@ -29,6 +29,16 @@ CASES = [
     ((3, 3), (1, 1), (2, 2, 2, 2), (2, 2), True, (1, 4, 7, 8)),      # dilation
     ((7, 7), (1, 1), (3, 3, 3, 3), (1, 1), True, (1, 3, 4, 5)),      # taps past the input
     ((3, 3), (1, 1), (1, 1, 1, 1), (1, 1), True, (2, 32, 24, 24)),   # split between threads
+    # Dilated taps on the fast paths: DeepLabV3's 5x5 by 2 (padding wider
+    # than the 3x5 input: every output a border one), dilation 3, stride 2
+    # with even and odd dilation (phases), unequal dilations, odd sizes.
+    ((5, 5), (1, 1), (4, 4, 4, 4), (2, 2), True, (1, 6, 3, 5)),
+    ((5, 5), (1, 1), (4, 4, 4, 4), (2, 2), False, (1, 5, 14, 13)),
+    ((3, 3), (1, 1), (3, 3, 3, 3), (3, 3), True, (1, 4, 11, 9)),
+    ((5, 5), (2, 2), (4, 4, 4, 4), (2, 2), True, (1, 4, 13, 11)),
+    ((3, 3), (2, 2), (3, 2, 1, 3), (3, 3), True, (2, 3, 10, 9)),
+    ((3, 3), (1, 1), (2, 3, 2, 3), (2, 3), True, (1, 3, 7, 10)),
+    ((7, 7), (2, 2), (3, 3, 3, 3), (1, 2), True, (1, 3, 12, 15)),    # tap by tap, phases
 ]
 
 
@@ -103,6 +113,10 @@ def test_scratch_covers_the_padded_planes_and_rows():
     # Stride 2: four 4 x 4 phases of the 7 x 7 plane and 3 rows of 4.
     assert depthwise_scratch((1, 4, 7, 7), (3, 3), (3, 3), (2, 2), (1, 1), (0, 0)) \
         == 4 * (4 * 4 * 4 + 3 * 4)
+    # Stride 2 dilated by 2 the same way: four 9 x 9 phases of the 17 x 17
+    # plane (the last output's taps reach 2 * 6 + 2 * 2 + 1), 7 rows of 9.
+    assert depthwise_scratch((1, 4, 13, 13), (7, 7), (3, 3), (2, 2), (2, 2), (2, 2)) \
+        == 4 * (4 * 9 * 9 + 7 * 9)
 
 
 @pytest.mark.native_build
