@@ -235,12 +235,44 @@ int ccn_gather_nd(size_t elem, long batch, int depth, const long *dims, long inn
     return 0;
 }
 
+/* One axis of one Resize slice: y[j, :] (inner floats) = the sum over
+ * t < taps of weight[j * taps + t] * x[index[j * taps + t], :], for
+ * j < out_len.  With inner 1 (the last axis) each output gathers its taps;
+ * else each tap is a whole row of inner floats, and the loop over the
+ * row vectorises. */
+static void resize_pass(long out_len, long inner, int taps, const int32_t *index,
+                        const float *weight, const float *x, float *restrict y)
+{
+    if (inner == 1) {
+        /* Linear's two taps constant: the gathers vectorise. */
+        if (taps == 2) {
+            for (long j = 0; j < out_len; ++j)
+                y[j] = weight[2 * j] * x[index[2 * j]] + weight[2 * j + 1] * x[index[2 * j + 1]];
+            return;
+        }
+        for (long j = 0; j < out_len; ++j) {
+            float s = weight[j * taps] * x[index[j * taps]];
+            for (int t = 1; t < taps; ++t)
+                s += weight[j * taps + t] * x[index[j * taps + t]];
+            y[j] = s;
+        }
+        return;
+    }
+    for (long j = 0; j < out_len; ++j) {
+        float *yj = y + j * inner;
+        const int32_t *at = index + j * taps;
+        const float *w = weight + j * taps;
+        for (long i = 0; i < inner; ++i)
+            yj[i] = w[0] * x[at[0] * inner + i];
+        for (int t = 1; t < taps; ++t)
+            for (long i = 0; i < inner; ++i)
+                yj[i] += w[t] * x[at[t] * inner + i];
+    }
+}
+
 /* ccn_resize_axis: its outer slices [begin, end). */
 typedef struct {
-    long outer;
-    long in_len;
-    long out_len;
-    long inner;
+    long in_len, out_len, inner;
     int taps;
     const int32_t *index;
     const float *weight;
@@ -253,33 +285,15 @@ typedef struct {
 static void resize_axis_range(void *context, long begin, long end)
 {
     const resize_axis_call *a = context;
-    long in_len = a->in_len;
-    long out_len = a->out_len;
-    long inner = a->inner;
-    int taps = a->taps;
-    const int32_t *index = a->index;
-    const float *weight = a->weight;
-    const uint8_t *outside = a->outside;
-    float fill = a->fill;
-    const float *x = a->x;
-    float *y = a->y;
+    const long inner = a->inner;
     for (long o = begin; o < end; o++) {
-        const float *xo = x + o * in_len * inner;
-        for (long j = 0; j < out_len; ++j) {
-            float *yj = y + (o * out_len + j) * inner;
-            const int32_t *at = index + j * taps;
-            const float *w = weight + j * taps;
-            if (outside && outside[j]) {
+        float *yo = a->y + o * a->out_len * inner;
+        resize_pass(a->out_len, inner, a->taps, a->index, a->weight,
+                    a->x + o * a->in_len * inner, yo);
+        for (long j = 0; a->outside && j < a->out_len; ++j)
+            if (a->outside[j])
                 for (long i = 0; i < inner; ++i)
-                    yj[i] = fill;
-                continue;
-            }
-            for (long i = 0; i < inner; ++i)
-                yj[i] = w[0] * xo[at[0] * inner + i];
-            for (int t = 1; t < taps; ++t)
-                for (long i = 0; i < inner; ++i)
-                    yj[i] += w[t] * xo[at[t] * inner + i];
-        }
+                    yo[j * inner + i] = a->fill;
     }
 }
 
@@ -287,8 +301,50 @@ void ccn_resize_axis(long outer, long in_len, long out_len, long inner, int taps
                      const int32_t *index, const float *weight, const uint8_t *outside,
                      float fill, const float *x, float *y)
 {
-    resize_axis_call a = {outer, in_len, out_len, inner, taps, index, weight, outside, fill, x, y};
+    resize_axis_call a = {in_len, out_len, inner, taps, index, weight, outside, fill, x, y};
     ccn_parallel_for(outer, outer * out_len * inner * taps, resize_axis_range, &a);
+}
+
+/* ccn_resize_2d: its planes [begin, end). */
+typedef struct {
+    long in_h, in_w, out_h, out_w;
+    int taps_h, taps_w, columns_first;
+    const int32_t *index_h, *index_w;
+    const float *weight_h, *weight_w, *x;
+    float *y, *mid;
+} resize_2d_call;
+
+static void resize_2d_range(void *context, long begin, long end)
+{
+    const resize_2d_call *a = context;
+    const long in_h = a->in_h, in_w = a->in_w, out_h = a->out_h, out_w = a->out_w;
+    for (long o = begin; o < end; o++) {
+        const float *x = a->x + o * in_h * in_w;
+        float *y = a->y + o * out_h * out_w;
+        if (a->columns_first) {
+            float *mid = a->mid + o * in_h * out_w;
+            for (long h = 0; h < in_h; h++)
+                resize_pass(out_w, 1, a->taps_w, a->index_w, a->weight_w, x + h * in_w,
+                            mid + h * out_w);
+            resize_pass(out_h, out_w, a->taps_h, a->index_h, a->weight_h, mid, y);
+        } else {
+            float *mid = a->mid + o * out_h * in_w;
+            resize_pass(out_h, in_w, a->taps_h, a->index_h, a->weight_h, x, mid);
+            for (long h = 0; h < out_h; h++)
+                resize_pass(out_w, 1, a->taps_w, a->index_w, a->weight_w, mid + h * in_w,
+                            y + h * out_w);
+        }
+    }
+}
+
+void ccn_resize_2d(long outer, long in_h, long in_w, long out_h, long out_w, int taps_h,
+                   const int32_t *index_h, const float *weight_h, int taps_w,
+                   const int32_t *index_w, const float *weight_w, int columns_first,
+                   const float *x, float *y, float *mid)
+{
+    resize_2d_call a = {in_h, in_w, out_h, out_w, taps_h, taps_w, columns_first,
+                        index_h, index_w, weight_h, weight_w, x, y, mid};
+    ccn_parallel_for(outer, outer * out_h * out_w * (taps_h + taps_w), resize_2d_range, &a);
 }
 
 /* ccn_where: its rows [begin, end). */

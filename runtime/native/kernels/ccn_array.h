@@ -51,6 +51,18 @@ void ccn_resize_axis(long outer, long in_len, long out_len, long inner, int taps
                      const int32_t *index, const float *weight, const uint8_t *outside,
                      float fill, const float *x, float *y);
 
+/* Resize of the last two axes (float32) at once, plane by plane: x is
+ * [outer, in_h, in_w], y [outer, out_h, out_w], each axis by its tables
+ * as in ccn_resize_axis (taps_h and taps_w per output), through ``mid``
+ * (scratch of outer * in_h * out_w floats when columns_first, else outer
+ * * out_h * in_w): the rows' pass first (each tap a whole row, vectorised
+ * along it) then the columns', or the other way round when that is less
+ * work (enlarging: the columns' gathers on the in_h input rows only). */
+void ccn_resize_2d(long outer, long in_h, long in_w, long out_h, long out_w, int taps_h,
+                   const int32_t *index_h, const float *weight_h, int taps_w,
+                   const int32_t *index_w, const float *weight_w, int columns_first,
+                   const float *x, float *y, float *mid);
+
 /* Where: out[i] = cond[i] ? x[i] : y[i] over ``shape`` (C order), the
  * inputs read through broadcast strides. */
 void ccn_where(size_t elem, int rank, const long *shape,

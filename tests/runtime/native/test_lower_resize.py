@@ -5,6 +5,7 @@ aspect-ratio policy, compiled as one model with their scales, sizes and
 roi as constants (how they reach a model after folding), against the
 tests' expected outputs and the NumPy VM."""
 import os
+import re
 
 import numpy
 import onnx
@@ -13,6 +14,8 @@ from onnx import helper, numpy_helper
 
 from chainer_compiler.conformance import node_test_names, node_tests_dir
 from chainer_compiler.onnx_test_data import load_test_cases
+from chainer_compiler.pipeline import build_program
+from chainer_compiler.runtime.native.emit_c import emit_c
 
 from .helpers import check_native, make_model
 from .test_lower_array import refusal
@@ -83,3 +86,54 @@ def test_resize_refuses_computed_scales_and_unknown_modes():
     model = make_model(mode, [('x', 'float32', (1, 1, 2, 2))], [('y', 'float32', (1, 1, 4, 4))],
                        {'s': numpy.array([1, 1, 2, 2], numpy.float32)}, opset=13)
     assert "mode 'area' is not one of nearest, linear, cubic" in refusal(model)
+
+
+#: (input shape, output sizes, attributes) of image resizes: enlarging
+#: (ccn_resize_2d's columns first) and shrinking (rows first), every mode,
+#: odd sizes, a batch of planes, a 3-D input; the last resizes only the
+#: width (ccn_resize_axis's one-axis gather).
+IMAGE_RESIZES = [
+    ((2, 3, 7, 5), (2, 3, 23, 17), dict(mode='linear')),
+    ((1, 2, 29, 31), (1, 2, 8, 9), dict(mode='linear',
+                                        coordinate_transformation_mode='align_corners')),
+    ((1, 3, 5, 6), (1, 3, 11, 13), dict(mode='nearest', coordinate_transformation_mode='asymmetric',
+                                        nearest_mode='floor')),
+    ((1, 2, 6, 7), (1, 2, 13, 4), dict(mode='cubic',
+                                       coordinate_transformation_mode='pytorch_half_pixel')),
+    ((1, 1, 16, 16), (1, 1, 5, 7), dict(mode='linear', antialias=1)),
+    ((3, 7, 5), (3, 14, 9), dict(mode='linear')),
+    ((1, 2, 5, 6), (1, 2, 5, 14), dict(mode='linear')),
+]
+
+
+def _image_resizes():
+    rng = numpy.random.RandomState(3)
+    nodes, inputs, outputs, inits, feed = [], [], [], {}, []
+    for i, (shape, sizes, attrs) in enumerate(IMAGE_RESIZES):
+        inits['s%d' % i] = numpy.array(sizes, numpy.int64)
+        nodes.append(helper.make_node('Resize', ['x%d' % i, '', '', 's%d' % i], ['y%d' % i],
+                                      **attrs))
+        inputs.append(('x%d' % i, 'float32', shape))
+        outputs.append(('y%d' % i, 'float32', sizes))
+        feed.append(rng.uniform(-1, 1, shape).astype(numpy.float32))
+    return make_model(nodes, inputs, outputs, inits, opset=19), feed
+
+
+@pytest.mark.native_build
+def test_image_resizes_equal_the_vm():
+    check_native(*_image_resizes())
+
+
+def test_image_resizes_take_the_two_axis_kernel(tmp_path):
+    # Emitting only: every resize of the last two axes is one
+    # ccn_resize_2d, the columns first where that is less work (enlarging,
+    # and 6x7 to 13x4: the gathers on 6 rows, not 13); the width-only one
+    # stays one ccn_resize_axis.
+    result = emit_c(build_program(_image_resizes()[0]), str(tmp_path), 'model')
+    with open(next(p for p in result.files if p.endswith('/model.c'))) as f:
+        text = f.read()
+    calls = re.findall(r'ccn_resize_2d\((\d+), (\d+), (\d+), (\d+), (\d+), .*, (\d), \w+', text)
+    assert sorted(tuple(int(v) for v in c) for c in calls) == sorted([
+        (6, 7, 5, 23, 17, 1), (2, 29, 31, 8, 9, 0), (3, 5, 6, 11, 13, 1), (2, 6, 7, 13, 4, 1),
+        (1, 16, 16, 5, 7, 0), (3, 7, 5, 14, 9, 1)])
+    assert text.count('ccn_resize_axis(') == 1
