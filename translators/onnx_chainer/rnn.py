@@ -17,8 +17,12 @@ Two ways a recurrent network reaches ONNX:
   per-gate weight matrices stay the link's parameters (``/lstm/0/w0`` ...);
   they are reordered into ONNX's gate order by Concat/Reshape nodes.
   Variable-length sequences become a padded (T, B, I) tensor plus
-  ``sequence_lens``.  Cases the fold does not cover fall back to the
-  original function, i.e. the decomposed form.
+  ``sequence_lens``.  Sequences that are, in order, the rows of one tensor
+  (``F.separate(x, axis=0)``) are read from that tensor itself and a state
+  ``L.NStep*`` makes for ``hx=None`` is left out (ONNX's zero state): no
+  node or constant per row, so the file takes any batch (``dynamic_axes``).
+  Cases the fold does not cover fall back to the original function, i.e.
+  the decomposed form.
 """
 import contextlib
 import functools

@@ -235,18 +235,20 @@ def test_n_step_as_single_calls_is_reentrant_and_restores():
 class Rows(chainer.Chain):
     """An L.NStep* link reading one sequence per row of a (batch, time,
     features) tensor through F.separate (benchmarks/models.py's classifier
-    does so); returns hy[, cy] (the per-row ys list is left unread)."""
+    does so); returns hy[, cy], and with ``read_ys`` the per-row ys too."""
 
-    def __init__(self, name):
+    def __init__(self, name, read_ys=False):
         super().__init__()
         with self.init_scope():
             self.rnn = getattr(L, name)(2, 3, 4, 0.0)
         self.n_states = 2 if 'LSTM' in name else 1
+        self.read_ys = read_ys
 
     def forward(self, x, *states):
         # Separating F.tanh(x): its Variable is gone when the link runs.
         rows = list(F.separate(F.tanh(x), axis=0))
-        return tuple(self.rnn(*(states or [None] * self.n_states), rows)[:-1])
+        *finals, ys = self.rnn(*(states or [None] * self.n_states), rows)
+        return tuple(finals) + (tuple(ys) if self.read_ys else ())
 
 
 def _export_for_every_batch(tmp_path, model, inputs, dynamic_axes):
@@ -286,6 +288,13 @@ def test_n_step_link_over_the_rows_of_a_tensor_exports_for_every_batch(tmp_path,
     axes = {'input_0': {0: 'batch'}}
     axes.update({'input_%d' % (i + 1): {1: 'batch'} for i in range(n_states)})
     _export_for_every_batch(tmp_path, model, inputs, axes)
+
+
+@pytest.mark.parametrize('name', ['NStepBiLSTM', 'NStepGRU'])
+def test_n_step_link_over_the_rows_of_a_tensor_gives_its_ys_per_row(name):
+    """ys stays a list of one sequence per row: exported for the traced batch."""
+    with rnn.n_step_as_single_calls():
+        check_export(Rows(name, read_ys=True), [_rand(3, 5, 3)])
 
 
 def test_n_step_function_over_the_rows_of_a_time_major_tensor_exports_for_every_batch(
