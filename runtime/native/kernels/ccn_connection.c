@@ -177,6 +177,62 @@ void ccn_conv2d(const ccn_conv_geometry *geometry, const ccn_conv_plan *plan, co
     }
 }
 
+/* The outputs [*first, *last) along one axis (out of them) whose tap
+ * at offset k * dil - pad reads one of the input's n pixels. */
+static void tap_outputs(long n, long out, long stride, long offset, long *first, long *last)
+{
+    *first = offset >= 0 ? 0 : min_long(out, (-offset + stride - 1) / stride);
+    *last = n - 1 - offset < 0 ? *first : min_long(out, (n - 1 - offset) / stride + 1);
+    if (*last < *first)
+        *last = *first;
+}
+
+void ccn_conv2d_taps(const ccn_conv_geometry *geometry, int act, float act_alpha,
+                     const float *x, const float *w_taps, const float *bias, float *y,
+                     float *scratch)
+{
+    CCN_CONV_LOCALS(geometry);
+    assert(group == 1);
+    const long S = OH * OW, panel_m = ccn_panel_rows(M);
+    float *cols = scratch, *prod = scratch + C * S;
+    for (long n = 0; n < N; n++) {
+        float *yn = y + n * M * S;
+        const float *xn = x + n * C * H * W;
+        ccn_gemm_init(M, S, yn, bias, 1, 0, 1.0f);
+        for (long kh = 0; kh < KH; kh++) {
+            const long dy = kh * dil_h - pad_top;
+            long oh0, oh1;
+            tap_outputs(H, OH, stride_h, dy, &oh0, &oh1);
+            for (long kw = 0; kw < KW; kw++) {
+                const long dx = kw * dil_w - pad_left;
+                long ow0, ow1;
+                tap_outputs(W, OW, stride_w, dx, &ow0, &ow1);
+                const long rows = oh1 - oh0, width = ow1 - ow0, R = rows * width;
+                if (R == 0)
+                    continue;
+                /* The pixels the tap reads, channel by channel. */
+                for (long c = 0; c < C; c++)
+                    for (long r = 0; r < rows; r++) {
+                        const float *in = xn + (c * H + (oh0 + r) * stride_h + dy) * W + dx;
+                        float *out = cols + c * R + r * width;
+                        for (long j = 0; j < width; j++)
+                            out[j] = in[(ow0 + j) * stride_w];
+                    }
+                ccn_gemm_panels(M, R, C, w_taps + (kh * KW + kw) * panel_m * C, cols, R, prod,
+                                R, 1, CCN_ACT_NONE, 0.0f);
+                for (long m = 0; m < M; m++)
+                    for (long r = 0; r < rows; r++) {
+                        float *out = yn + m * S + (oh0 + r) * OW + ow0;
+                        const float *p = prod + m * R + r * width;
+                        for (long j = 0; j < width; j++)
+                            out[j] += p[j];
+                    }
+            }
+        }
+        ccn_activate(M * S, yn, act, act_alpha);
+    }
+}
+
 void ccn_conv2d_grad_filter(const ccn_conv_geometry *geometry, const ccn_conv_plan *plan,
                             const float *x, const float *gy, float *gw, float *col)
 {

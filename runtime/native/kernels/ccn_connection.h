@@ -52,6 +52,16 @@ typedef struct {
  * images > 1 (unused on the direct path). */
 void ccn_conv2d(const ccn_conv_geometry *geometry, const ccn_conv_plan *plan, const float *x,
                 const float *w, const float *bias, float *y, float *col);
+/* ccn_conv2d in one group, tap by tap, for a dilated convolution whose
+ * taps mostly read padding (a 3x3 kernel dilated by 12 over a 14x14 map):
+ * each tap multiplies its weights (M x C, in the panel layout of
+ * ccn_gemm.h: tap (kh, kw)'s at (kh * KW + kw) * ccn_panel_rows(M) * C)
+ * by the input pixels it reads, gathered, and adds the products to the
+ * outputs that read them; im2col's product would multiply the padding's
+ * zeros as well.  scratch holds C*OH*OW + M*OH*OW floats. */
+void ccn_conv2d_taps(const ccn_conv_geometry *geometry, int act, float act_alpha,
+                     const float *x, const float *w_taps, const float *bias, float *y,
+                     float *scratch);
 /* Gradient of ccn_conv2d's weights (ConvGradFilter): gw (M, C/group, KH,
  * KW) = the sum over the N images of gy's (M/group) x OH*OW rows times the
  * im2col columns of x, group by group, plan->images images per product

@@ -40,6 +40,10 @@ BT_DEEP_DEPTH = 256
 #: Columns a convolution's product should have at least: below, several
 #: images share one product so the weights are read once for all of them.
 CONV_COLUMNS = 256
+#: A dilated convolution with constant weights whose (tap, output) pairs
+#: read the input less than this share of the time (the rest padding) runs
+#: tap by tap (ccn_conv2d_taps) rather than as im2col's product.
+TAPS_SHARE = 0.5
 #: The same for the products of a convolution's gradients (ConvGradFilter's
 #: depth, ConvTranspose's columns), whose other operands are not packed at
 #: emit time: each product reads or writes the whole weight gradient.
@@ -269,18 +273,34 @@ def _check_conv(em, inst, sx, sw) -> int:
     return group
 
 
+def _tap_reads(size, out, kernel, strides, dilations, pads_begin):
+    """Per spatial axis of a convolution, how many output positions each
+    tap reads the input at (rather than padding)."""
+    reads = []
+    for n, o, k, s, d, p in zip(size, out, kernel, strides, dilations, pads_begin):
+        at = numpy.arange(o)[:, None] * s - p + numpy.arange(k)[None, :] * d
+        reads.append(((at >= 0) & (at < n)).sum(axis=0))
+    return reads
+
+
 def live_taps(size, out, kernel, strides, dilations, pads_begin):
     """Per spatial axis, the range [first, last + 1) of a convolution's
     taps that read the input at some output position (the others read only
-    padding: a 3x3 kernel dilated by 12 over a 14x14 map reads the image
+    padding: a 3x3 kernel dilated by 24 over a 14x14 map reads the image
     through its centre tap alone).  An axis none of whose taps reads the
     input keeps all of them."""
     ranges = []
-    for n, o, k, s, d, p in zip(size, out, kernel, strides, dilations, pads_begin):
-        at = numpy.arange(o)[:, None] * s - p + numpy.arange(k)[None, :] * d
-        live = numpy.flatnonzero(((at >= 0) & (at < n)).any(axis=0))
+    for k, counts in zip(kernel, _tap_reads(size, out, kernel, strides, dilations, pads_begin)):
+        live = numpy.flatnonzero(counts)
         ranges.append((int(live[0]), int(live[-1]) + 1) if live.size else (0, k))
     return tuple(ranges)
+
+
+def image_share(size, out, kernel, strides, dilations, pads_begin) -> float:
+    """The share of a 2-D convolution's (tap, output) pairs that read the
+    input: what of im2col's product is not padding's zeros."""
+    rows, cols = _tap_reads(size, out, kernel, strides, dilations, pads_begin)
+    return float(rows.sum() * cols.sum()) / (kernel[0] * kernel[1] * out[0] * out[1])
 
 
 @lowers('Conv')
@@ -321,6 +341,10 @@ def conv(em, inst) -> Step:
                       pads_begin[1] - w0 * win.dilations[1])
         geometry = conv_geometry(N, C, (H, W), M, (OH, OW), (KH, KW), group, win.strides,
                                  win.dilations, pads_begin)
+    if w is not None and group == 1 and win.dilations != (1, 1) and image_share(
+            (H, W), win.out, (KH, KW), win.strides, win.dilations, pads_begin) < TAPS_SHARE:
+        return conv_taps(em, inst, geometry, numpy.asarray(w, numpy.float32),
+                         (N, C, M, OH, OW), (act, act_alpha))
     tiles = winograd_tiles(N, C, M, (OH, OW), (KH, KW), win.strides, win.dilations, group)
     if tiles is not None and trimmed is None:  # (Winograd reads the untrimmed weights)
         return winograd_step(em, inst, geometry, sx, M, (OH, OW), tiles, 'filters',
@@ -352,6 +376,24 @@ def conv(em, inst) -> Step:
     scratch = 0 if direct else Cg * KH * KW * S * images + (M // group * S * images
                                                             if images > 1 else 0)
     return Step('connection', [(N, M, OH, OW)], render, scratch=scratch, also=('gemm',))
+
+
+def conv_taps(em, inst, geometry, w, sizes, act) -> Step:
+    """A dilated Conv as ccn_conv2d_taps, tap by tap over the pixels each
+    reads: ``w`` its constant (M, C, KH, KW) weights, ``sizes`` (N, C, M,
+    OH, OW), ``act`` the epilogue (CCN_ACT_* enum, slope)."""
+    N, C, M, OH, OW = sizes
+    taps = em.constant_array('tappanels%d' % inst.outputs[0], numpy.concatenate(
+        [pack_panels(w[:, :, kh, kw]) for kh in range(w.shape[2]) for kw in range(w.shape[3])]))
+    has_bias = em.has(inst, 2)
+
+    def render(ref, scratch):
+        return ['ccn_conv2d_taps(%s, %s, %s,' % (geometry, act[0], cfloat(act[1])),
+                '                %s, %s, %s, %s, %s);' % (
+                    ref(inst.inputs[0]), taps, ref(inst.inputs[2]) if has_bias else 'NULL',
+                    ref(inst.outputs[0]), scratch)]
+    return Step('connection', [(N, M, OH, OW)], render, scratch=(C + M) * OH * OW,
+                also=('gemm',))
 
 
 @lowers(CUSTOM_DOMAIN + '::ConvGradFilter')

@@ -1,14 +1,19 @@
 """Convolutions of small maps on the native backend (issue 31): the wide
 tiles of ccn_gemm.c that run the vectors down the output channels when a
-product has few columns (one image of 7x7 outputs; AVX-512 builds), and
-dilated taps that fall only in the padding, dropped at emit time."""
+product has few columns (one image of 7x7 outputs; AVX-512 builds);
+dilated taps that fall only in the padding, dropped at emit time; and
+dilated convolutions whose taps mostly read padding, run tap by tap."""
 import numpy
 import pytest
 from onnx import helper
 
 from chainer_compiler.pipeline import build_program
 from chainer_compiler.runtime.native.emit_c import emit_c
-from chainer_compiler.runtime.native.lowerings.connection import live_taps
+from chainer_compiler.runtime.native.lowerings.connection import (
+    TAPS_SHARE,
+    image_share,
+    live_taps,
+)
 
 from .helpers import check_native, make_model
 
@@ -89,3 +94,24 @@ def test_wide_tiles():
                ('y3', F32, [2, 66, 11, 11])]
     model = make_model(nodes, inputs, outputs, inits)
     check_native(model, [_rand(rng, *s) for _, _, s in inputs], atol=1e-3)
+
+
+@pytest.mark.native_build
+def test_dilated_conv_tap_by_tap(tmp_path):
+    """3x3 dilated by 12 over 14x14 (DeepLabV3's ASPP; each outer tap reads
+    2 rows or columns) with a bias and a fused ReLU; dilated by 6 at stride
+    2 over 9x9 with uneven padding, no bias, two images."""
+    assert image_share((14, 14), (14, 14), (3, 3), (1, 1), (12, 12), (12, 12)) < TAPS_SHARE
+    rng = numpy.random.RandomState(2)
+    node = helper.make_node
+    nodes = [node('Conv', ['x', 'w1', 'b1'], ['c1'], dilations=[12, 12], pads=[12] * 4),
+             node('Relu', ['c1'], ['y1']),
+             node('Conv', ['x9', 'w2'], ['y2'], dilations=[6, 6], strides=[2, 2],
+                  pads=[6, 5, 6, 7])]
+    inits = {'w1': _rand(rng, 30, 40, 3, 3), 'b1': _rand(rng, 30),
+             'w2': _rand(rng, 6, 8, 3, 3)}
+    inputs = [('x', F32, [1, 40, 14, 14]), ('x9', F32, [2, 8, 9, 9])]
+    outputs = [('y1', F32, [1, 30, 14, 14]), ('y2', F32, [2, 6, 5, 5])]
+    model = make_model(nodes, inputs, outputs, inits)
+    assert _code(model, tmp_path).count('ccn_conv2d_taps(') == 2
+    check_native(model, [_rand(rng, *s) for _, _, s in inputs], atol=1e-4)
