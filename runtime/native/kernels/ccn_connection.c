@@ -130,6 +130,48 @@ static void fill_bias(long M, long S, const float *bias, float *y, long ldy)
     ccn_parallel_for(M, M * S, fill_bias_rows, &part);
 }
 
+/* Floats of im2col columns written at a time for one image: a large
+ * image's columns (ResNet's first layer, 147 rows of 12544) are made and
+ * multiplied a block of output rows at a time, so that the product packs
+ * them from L2 rather than from memory. */
+#define CCN_CONV_CHUNK_FLOATS (1L << 18)
+
+/* One group of one image of ccn_conv2d by im2col, block of output rows by
+ * block: x, w (the group's weights, as the plan says), bias (or NULL)
+ * and y at the group's first channel. */
+static void conv_rows(const ccn_conv_geometry *geometry, const ccn_conv_plan *plan,
+                      const float *x, const float *w, const float *bias, float *y, float *col)
+{
+    CCN_CONV_LOCALS(geometry);
+    const long Cg = C / group, Mg = M / group, K = Cg * KH * KW, S = OH * OW;
+    /* Whole rows, at least 256 columns (a product narrower than that
+     * leaves the tiles part empty). */
+    long rows = CCN_CONV_CHUNK_FLOATS / (K * OW);
+    if (rows * OW < 256)
+        rows = (256 + OW - 1) / OW;
+    (void)N;
+    for (long oh0 = 0; oh0 < OH; oh0 += rows) {
+        const long r = min_long(rows, OH - oh0), ld = r * OW;
+        float *out = y + oh0 * OW;
+        /* Output row oh0 + i reads the input as row i of an input whose
+         * padding before is pad_top - oh0 * stride_h. */
+        im2col_images(1, Cg, H, W, KH, KW, r, OW, stride_h, stride_w, dil_h, dil_w,
+                      pad_top - oh0 * stride_h, pad_left, x, C * H * W, col, ld);
+        /* The product adds to the bias, or without one sets the output. */
+        if (bias)
+            fill_bias(Mg, ld, bias, out, S);
+        if (plan->w_panels)
+            ccn_gemm_panels(Mg, ld, K, w, col, ld, out, S, bias == NULL, plan->act,
+                            plan->act_alpha);
+        else
+            (bias ? ccn_gemm_ex : ccn_gemm_set)(
+                &(const ccn_gemm_geometry){.M = Mg, .N = ld, .K = K, .a_rs = K, .a_cs = 1,
+                                           .ldb = ld, .ldc = S, .act = plan->act,
+                                           .act_alpha = plan->act_alpha},
+                w, col, 1.0f, out);
+    }
+}
+
 void ccn_conv2d(const ccn_conv_geometry *geometry, const ccn_conv_plan *plan, const float *x,
                 const float *w, const float *bias, float *y, float *col)
 {
@@ -153,6 +195,12 @@ void ccn_conv2d(const ccn_conv_geometry *geometry, const ccn_conv_plan *plan, co
         for (long g = 0; g < group; g++) {
             const float *bg = bias ? bias + g * Mg : NULL;
             const float *cols = direct ? x + (n0 * C + g * Cg) * H * W : col;
+            if (nb == 1 && !direct) {
+                conv_rows(geometry, plan, x + (n0 * C + g * Cg) * H * W,
+                          w + g * (w_panels ? ccn_panel_rows(Mg) : Mg) * K, bg,
+                          y + (n0 * M + g * Mg) * S, col);
+                continue;
+            }
             if (!direct)
                 im2col_images(nb, Cg, H, W, KH, KW, OH, OW, stride_h, stride_w, dil_h, dil_w,
                               pad_top, pad_left, x + (n0 * C + g * Cg) * H * W, C * H * W,
