@@ -14,7 +14,8 @@ at chen's budget, the equal-budget comparison; it needs 'chen' earlier in
 the list).  For each model and policy one training step (``cleargrads()``,
 forward, softmax cross entropy, backward, the ``--optimizer``'s update)
 runs with the VM tracking memory, giving the VM's count (``peak_bytes``) beside the memory model's
-prediction (``predicted_peak_bytes``).  The real peak is what the process
+prediction (``predicted_peak_bytes``); the predicted real peak is the model's
+``predicted_process_peak_bytes`` with the optimizer's state.  The real peak is what the process
 holds: tracemalloc (NumPy reports every array it allocates to it, the
 native arenas among them) from before the compiled copy is made to the end
 of its second step, so parameters, optimizer state, Chainer's arrays and
@@ -147,7 +148,8 @@ class Row:
     label: str
     policy: Policy
     budget_bytes: int | None = None
-    predicted: int | None = None
+    predicted: int | None = None  # of the real peak, the optimizer's state included
+    planned: int | None = None  # the VM's count as predicted: what budgets are in
     measured: int | None = None
     param_bytes: int = 0
     samples: list | None = None  # seconds of each timed step, one per round
@@ -235,13 +237,13 @@ def compiled_step(model, onnx_file, policy, kwargs, optimizer='sgd', **runtime_k
 
 
 def measure_memory(row, model, onnx_file, kwargs, x, t):
-    """Fill ``row``'s VM count (NumPy: one tracked step) and predicted peak."""
+    """Fill ``row``'s VM count (NumPy: one tracked step) and its prediction."""
     if row.backend != 'numpy':  # the native backend keeps no count
         return
     compiled, step = compiled_step(model, onnx_file, row.policy, kwargs, track_memory=True)
     step(x, t)
     row.measured = compiled.peak_bytes()
-    row.predicted = compiled.predicted_peak_bytes()
+    row.planned = compiled.predicted_peak_bytes()
 
 
 def measure_real(row, model, onnx_file, kwargs, x, t, optimizer):
@@ -273,8 +275,11 @@ def measure_real(row, model, onnx_file, kwargs, x, t, optimizer):
     row.state_bytes = sum(v.nbytes for p in params
                           for v in (p.update_rule.state or {}).values()
                           if hasattr(v, 'nbytes'))
-    if row.predicted is None:
-        row.predicted = compiled.predicted_peak_bytes()
+    if row.planned is None:
+        row.planned = compiled.predicted_peak_bytes()
+    # The process's peak as the memory model predicts it (parameters held,
+    # kernel scratch) with the optimizer's state, which the model does not see.
+    row.predicted = compiled.predicted_process_peak_bytes() + row.state_bytes
     return step
 
 
@@ -388,7 +393,7 @@ def measure_rows(rows, model, onnx_file, x, t, args):
         if args.rss:
             measure_rss(row, onnx_file, kwargs, args)
         if row.policy.name == 'chen':
-            chen_predicted = row.predicted
+            chen_predicted = row.planned
     return steps
 
 
@@ -683,7 +688,9 @@ def markdown(rows, profile_label, split, totals):
              'One training step: `cleargrads()`, forward, softmax cross entropy, backward, '
              'optimizer update (gradients cleared before the forward, not after it as '
              '`Optimizer.update` does, so the last step\'s do not live through it). '
-             'Predicted: `predicted_peak_bytes()` (the memory model); VM count: '
+             'Predicted: the real peak as the memory model predicts it '
+             '(`predicted_process_peak_bytes()`: the VM\'s count with the parameters held '
+             'and each kernel\'s scratch) plus the optimizer state; VM count: '
              '`peak_bytes()` of a tracked step (NumPy only); real: the peak of live bytes '
              'tracemalloc saw over the second step of a fresh compiled copy, everything it '
              'holds included (parameters, optimizer state, gradients, native arenas, '
@@ -691,9 +698,9 @@ def markdown(rows, profile_label, split, totals):
              'a step; above parameters: the real peak less the parameters and optimizer '
              'state; peak RSS: a fresh process compiling the row and running two steps (in '
              'brackets: what the steps added above compiling). % of None and the targets '
-             'judge the real peak. A budget is a fraction of None\'s predicted peak, or '
-             'chen\'s predicted peak. Step time: median over steps, every policy and backend '
-             'interleaved.', '', table(rows), '', '## Targets', '']
+             'judge the real peak. A budget is a fraction of None\'s predicted VM count '
+             '(`predicted_peak_bytes()`), or chen\'s. Step time: median over steps, every '
+             'policy and backend interleaved.', '', table(rows), '', '## Targets', '']
     parts += ['- %s' % line for line in targets(rows)] or ['(none of the targeted rows ran)']
     parts += ['', '## Where the time goes: %s' % profile_label, '',
               'Kernel time per step from the VM\'s Tracer (tracing slows the step a little).',

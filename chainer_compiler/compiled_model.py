@@ -27,7 +27,7 @@ from .exporting import (
     write_onnx,
 )
 from .frontend import load_onnx
-from .memory_model import compiled_peak_parts, compiled_training_peak
+from .memory_model import compiled_peak_parts, compiled_process_peak, compiled_training_peak
 from .onnx_graph import numpy_dtype, tensor_signature, value_kind
 from .parameter_pack import ParameterPack
 from .passes.training_mode import to_training_mode
@@ -339,6 +339,14 @@ class CompiledModel(chainer.Chain):
         gradients, retained values and other values at that moment)."""
         parts = [compiled_peak_parts(state.programs) for state in self._training_states()]
         return max(parts, key=lambda p: p['total'], default=None)
+
+    def predicted_process_peak_bytes(self):
+        """The memory model's prediction of what the process holds at the
+        peak of a training step on NumPy, the optimizer's state aside
+        (memory_model.compiled_process_peak: the parameters and inputs
+        throughout, and the kernels' temporaries)."""
+        return max((compiled_process_peak(state.programs)
+                    for state in self._training_states()), default=0)
 
     def computation_order_steps(self):
         """The recompute order the training programs compiled so far run

@@ -66,6 +66,9 @@ class Schedule:
     constants: set
     steps: list
     outputs: set
+    #: The bytes each step's kernel holds while it runs beyond what it reads
+    #: and writes (OpRecord.scratch), one per step; None: none counted.
+    scratch: list | None = None
 
     def peak(self, size):
         """The most bytes live at once, ``size(name)`` giving each value's
@@ -89,8 +92,9 @@ class Schedule:
         for index, (_, written) in enumerate(self.steps):
             names.update(written)
             live += sum(size(name) for name in written)
-            if live > peak:
-                peak, at_peak = live, set(names)
+            running = live + (self.scratch[index] if self.scratch else 0)
+            if running > peak:
+                peak, at_peak = running, set(names)
             freed = frees.get(index, ())
             names.difference_update(freed)
             live -= sum(size(name) for name in freed)
@@ -137,12 +141,14 @@ def views(program):
     return base
 
 
-def program_schedule(program, shared=None):
+def program_schedule(program, shared=None, held=(), scratch=False):
     """The Schedule of a runtime Program over its registers.  A view makes
     no bytes of its own: its reads count as reads of the register it views
     (views), whose array lives until both are freed.  ``shared``: {input
     register: input register} for inputs the caller passes as views of
-    other inputs (the retained values of a training step's backward)."""
+    other inputs (the retained values of a training step's backward).
+    ``held``: input registers whose arrays the caller keeps (never freed);
+    ``scratch``: count each kernel's temporaries (instruction_scratch)."""
     base = dict(shared or {})
     base.update(views(program))
 
@@ -154,8 +160,28 @@ def program_schedule(program, shared=None):
              for inst in program.instructions]
     constants = set(program.constants)
     inputs = [v.register for v in program.inputs if v.register not in base]
-    return Schedule(inputs + sorted(constants), constants, steps,
-                    set(storage(v.register for v in program.outputs)))
+    return Schedule(inputs + sorted(constants), constants | set(storage(held)), steps,
+                    set(storage(v.register for v in program.outputs)),
+                    [instruction_scratch(program, inst) for inst in program.instructions]
+                    if scratch else None)
+
+
+def instruction_scratch(program, inst):
+    """The bytes the NumPy kernel of ``inst`` holds while it runs beyond its
+    inputs and outputs (OpRecord.scratch, from the registers' types): im2col
+    columns, batch normalization's temporaries; 0 when undeclared."""
+    record = operator_record(inst.op, inst.domain)
+    if record is None:
+        return 0
+
+    def typed(registers):
+        entries = []
+        for r in registers:
+            t = program.types.get(r) if r >= 0 else None
+            entries.append(None if t is None or t.kind != 'tensor' or t.dtype is None
+                           else (numpy.dtype(t.dtype), t.shape))
+        return entries
+    return record.scratch_bytes(typed(inst.inputs), typed(inst.outputs), inst.attrs)
 
 
 def training_schedules(forward_graph, backward):
@@ -214,11 +240,13 @@ def program_sizes(program):
     return known
 
 
-def program_peak(program, shared=None):
+def program_peak(program, shared=None, held=(), scratch=False):
     """The predicted peak of ``program`` alone, as the VM counts it:
-    (bytes, the registers live at its first moment)."""
+    (bytes, the registers live at its first moment).  ``held`` and
+    ``scratch`` as program_schedule's: what the process holds besides."""
     known = program_sizes(program)
-    return program_schedule(program, shared).live_at_peak(lambda r: known.get(r, 0))
+    return program_schedule(program, shared, held, scratch).live_at_peak(
+        lambda r: known.get(r, 0))
 
 
 def compiled_training_peak(programs):
@@ -226,6 +254,25 @@ def compiled_training_peak(programs):
     forward and backward Programs as emitted, with the sizes their
     registers' types give (program_sizes)."""
     return compiled_peak_parts(programs)['total']
+
+
+def compiled_process_peak(programs):
+    """The predicted peak of what a process running compiled
+    training.TrainingPrograms on NumPy holds, the optimizer's state aside:
+    the VM's count (program_peak), except that the forward program's
+    inputs (parameters, data) stay for the whole step, since the model and
+    the caller keep the arrays the VM lets go after their last read, and
+    that each instruction adds its kernel's temporaries (OpRecord.scratch)."""
+    forward, backward = programs.forward, programs.backward
+    caller = {v.name: v.register for v in forward.inputs}
+    known = program_sizes(forward)
+    peak = program_peak(forward, held=caller.values(), scratch=True)[0]
+    given = {v.name: v.register for v in backward.inputs}
+    held = [given[name] for name in caller if name in given]
+    # What backward does not take, the caller holds beside it.
+    beside = sum(known.get(r, 0) for name, r in caller.items() if name not in given)
+    return max(peak, beside + program_peak(backward, _retained_views(forward, backward), held,
+                                           scratch=True)[0])
 
 
 def compiled_peak_parts(programs):

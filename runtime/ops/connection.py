@@ -15,7 +15,7 @@ from collections import namedtuple
 import numpy
 
 from . import cupy_kernels
-from .registry import LATEST, input_times_input, kernel, output_times_input
+from .registry import LATEST, elements, input_times_input, kernel, output_times_input
 
 #: A sliding window over the spatial axes: every field is a tuple with one
 #: entry per spatial axis.  Window position ``o`` and kernel tap ``k`` read
@@ -62,17 +62,22 @@ def window_geometry(in_shape, kernel_shape, strides=None, dilations=None, pads=N
     return Window(kernel_shape, strides, dilations, tuple(begin), tuple(end), tuple(out))
 
 
+def _pad_widths(window, spatial):
+    """(before, after) per spatial axis: how much im2col pads an input of
+    spatial shape ``spatial`` by for every window to fit."""
+    widths = []
+    for i, size in enumerate(spatial):
+        reach = ((window.out[i] - 1) * window.strides[i]
+                 + (window.kernel[i] - 1) * window.dilations[i] + 1)
+        widths.append((window.pads_begin[i], max(0, reach - window.pads_begin[i] - size)))
+    return widths
+
+
 def im2col(xp, x, window, fill=0):
     """Every receptive field of ``x`` (N, C, *spatial) as a strided view of
     shape (N, C, *kernel, *out).  ``x`` is padded with ``fill`` first where the
     windows reach outside it (the only copy made)."""
-    n = len(window.kernel)
-    widths = []
-    for i in range(n):
-        reach = ((window.out[i] - 1) * window.strides[i]
-                 + (window.kernel[i] - 1) * window.dilations[i] + 1)
-        widths.append((window.pads_begin[i],
-                       max(0, reach - window.pads_begin[i] - x.shape[2 + i])))
+    widths = _pad_widths(window, x.shape[2:])
     if any(b or e for b, e in widths):
         # xp.pad is general and slow (tens of microseconds): fill, then copy in.
         padded = xp.full(x.shape[:2] + tuple(size + b + e for size, (b, e) in
@@ -153,6 +158,94 @@ def _by_images(x, per, compute):
     return y
 
 
+def _typed(value):
+    """A scratch rule's ``(dtype, shape)`` with both known, with the dtype's
+    item size, else None."""
+    if value is None or value[0] is None or elements(value) is None:
+        return None
+    return value[1], numpy.dtype(value[0]).itemsize
+
+
+def _padded_bytes(shape, itemsize, window):
+    """The bytes of im2col's padded copy of one image of x (N, C, *spatial),
+    0 when it makes none."""
+    widths = _pad_widths(window, shape[2:])
+    if not any(b or e for b, e in widths):
+        return 0
+    return shape[1] * math.prod(s + b + e for s, (b, e) in zip(shape[2:], widths)) * itemsize
+
+
+def _chunked_scratch(n_batch, per, columns, beside, product):
+    """The scratch of a kernel taking ``per`` of ``n_batch`` images at a
+    time (_by_images), with a chunk's ``columns``, what is ``beside`` them
+    and its ``product`` (the result's share) in bytes per image: the first
+    chunk runs before the result exists, the others beside it and the
+    first chunk's product, kept until the result is made."""
+    if per >= n_batch:
+        return per * (columns + beside)
+    chunk = columns + max(beside, product)
+    return max(per * chunk - n_batch * product,
+               per * product + min(per, n_batch - per) * chunk)
+
+
+def _conv_chunks(xp, shape, itemsize, window, m):
+    """(column bytes per image, images per chunk) of Conv on x of ``shape``
+    with ``m`` output channels."""
+    n_out = math.prod(window.out)
+    # An unpadded 1x1 kernel at stride 1 reads x as it is: no columns.
+    copies = (any(k != 1 for k in window.kernel) or any(s != 1 for s in window.strides)
+              or any(window.pads_begin) or any(window.pads_end))
+    image_bytes = shape[1] * math.prod(window.kernel) * n_out * itemsize if copies else 0
+    return image_bytes, _images_per_chunk(xp, shape[0], image_bytes,
+                                          shape[0] * m * n_out * itemsize)
+
+
+def _conv_scratch(inputs, outputs, attributes):
+    """Conv's columns, made from a padded copy of x (per chunk of images)."""
+    x, w = _typed(inputs[0]), _typed(inputs[1]) if len(inputs) > 1 else None
+    if x is None or w is None:
+        return None
+    (shape, itemsize), m = x, w[0][0]
+    window = window_geometry(shape[2:], w[0][2:], attributes.get('strides'),
+                             attributes.get('dilations'), attributes.get('pads'),
+                             attributes.get('auto_pad', 'NOTSET'))
+    columns, per = _conv_chunks(numpy, shape, itemsize, window, m)
+    padded = _padded_bytes(shape, itemsize, window) if columns else 0
+    return _chunked_scratch(shape[0], per, columns, padded,
+                            m * math.prod(window.out) * itemsize)
+
+
+def _transpose_chunks(xp, shape, itemsize, m, kernel_shape, out):
+    """Images per chunk of ConvTranspose on x of ``shape`` with ``m``
+    output channels and spatial output ``out``."""
+    return _images_per_chunk(xp, shape[0],
+                             m * math.prod(kernel_shape) * math.prod(shape[2:]) * itemsize,
+                             shape[0] * m * math.prod(out) * itemsize)
+
+
+def _conv_transpose_scratch(inputs, outputs, attributes):
+    """ConvTranspose's columns (its GEMM's product) beside the image
+    col2im adds them into, per chunk of images; a 1x1 kernel's columns are
+    the image."""
+    x, w = _typed(inputs[0]), _typed(inputs[1]) if len(inputs) > 1 else None
+    if x is None or w is None:
+        return None
+    (shape, itemsize), kernel_shape = x, w[0][2:]
+    n = len(kernel_shape)
+    m = attributes.get('group', 1) * w[0][1]
+    begin, _, out = conv_transpose_padding(
+        shape[2:], kernel_shape, attributes.get('strides') or (1,) * n,
+        attributes.get('dilations') or (1,) * n, attributes.get('output_padding'),
+        attributes.get('output_shape'), attributes.get('auto_pad', 'NOTSET'),
+        attributes.get('pads'))
+    per = _transpose_chunks(numpy, shape, itemsize, m, kernel_shape, out)
+    columns = m * math.prod(kernel_shape) * math.prod(shape[2:]) * itemsize
+    if tuple(shape[2:]) == tuple(out) and all(k == 1 for k in kernel_shape) \
+            and not any(begin):
+        return _chunked_scratch(shape[0], per, 0, 0, columns)
+    return _chunked_scratch(shape[0], per, columns, 0, m * math.prod(out) * itemsize)
+
+
 def _add_bias(y, b):
     if b is not None:
         y += b.reshape((-1,) + (1,) * (y.ndim - 2))
@@ -188,7 +281,8 @@ def _grouped_conv(xp, cols, w, group, out_shape):
     return y.reshape((n_batch, m) + tuple(out_shape))
 
 
-@kernel('Conv', cost=output_times_input(1, slice(1, None)))
+@kernel('Conv', cost=output_times_input(1, slice(1, None)),
+        scratch=_conv_scratch)
 def conv(xp, x, w, b=None, *, auto_pad='NOTSET', dilations=None, group=1,
          kernel_shape=None, pads=None, strides=None):
     window = window_geometry(x.shape[2:], w.shape[2:], strides, dilations, pads, auto_pad)
@@ -200,13 +294,7 @@ def conv(xp, x, w, b=None, *, auto_pad='NOTSET', dilations=None, group=1,
         cols = cols.reshape(cols.shape[:2] + (-1, math.prod(window.out)))
         return _grouped_conv(xp, cols, w, group, window.out)
 
-    n_out = math.prod(window.out)
-    # An unpadded 1x1 kernel at stride 1 reads x as it is: no columns.
-    copies = (any(k != 1 for k in window.kernel) or any(s != 1 for s in window.strides)
-              or any(window.pads_begin) or any(window.pads_end))
-    image_bytes = x.shape[1] * math.prod(window.kernel) * n_out * x.itemsize if copies else 0
-    per = _images_per_chunk(xp, x.shape[0], image_bytes,
-                            x.shape[0] * w.shape[0] * n_out * x.itemsize)
+    per = _conv_chunks(xp, x.shape, x.itemsize, window, w.shape[0])[1]
     return _add_bias(_by_images(x, per, convolve), b)
 
 
@@ -241,7 +329,8 @@ def conv_transpose_padding(in_shape, kernel_shape, strides, dilations, output_pa
     return begin, end, out
 
 
-@kernel('ConvTranspose', cost=input_times_input(0, 1, slice(1, None)))
+@kernel('ConvTranspose', cost=input_times_input(0, 1, slice(1, None)),
+        scratch=_conv_transpose_scratch)
 def conv_transpose(xp, x, w, b=None, *, auto_pad='NOTSET', dilations=None, group=1,
                    kernel_shape=None, output_padding=None, output_shape=None, pads=None,
                    strides=None):
@@ -269,10 +358,7 @@ def conv_transpose(xp, x, w, b=None, *, auto_pad='NOTSET', dilations=None, group
                             + tuple(in_shape))
         return col2im(xp, cols, out, window)
 
-    m = group * m_per_group
-    per = _images_per_chunk(xp, n_batch,
-                            m * math.prod(kernel_shape) * math.prod(in_shape) * x.itemsize,
-                            n_batch * m * math.prod(out) * x.itemsize)
+    per = _transpose_chunks(xp, x.shape, x.itemsize, group * m_per_group, kernel_shape, out)
     return _add_bias(_by_images(x, per, convolve), b)
 
 
@@ -390,6 +476,34 @@ def tap_slices(window, image_shape):
             yield tap, (Ellipsis,) + tuple(src), (Ellipsis,) + tuple(dst)
 
 
+def _grad_filter_window(kernel_shape, strides, dilations, pads, gy_shape):
+    """ConvGradFilter's Window: explicit pads, gy's spatial shape."""
+    n = len(kernel_shape)
+    pads = tuple(pads or (0,) * (2 * n))
+    return Window(tuple(kernel_shape), tuple(strides or (1,) * n),
+                  tuple(dilations or (1,) * n), pads[:n], pads[n:], tuple(gy_shape[2:]))
+
+
+def _grad_filter_columns(shape, itemsize, window):
+    """The column bytes of one image of ConvGradFilter's x of ``shape``."""
+    return shape[1] * math.prod(window.kernel) * math.prod(window.out) * itemsize
+
+
+def _conv_grad_filter_scratch(inputs, outputs, attributes):
+    """A chunk's columns, beside the padded copy of x they are made from,
+    then beside the chunk's gy laid out for the GEMM."""
+    x, gy = _typed(inputs[0]), _typed(inputs[1]) if len(inputs) > 1 else None
+    if x is None or gy is None:
+        return None
+    (shape, itemsize), gy_shape = x, gy[0]
+    window = _grad_filter_window(attributes['kernel_shape'], attributes.get('strides'),
+                                 attributes.get('dilations'), attributes.get('pads'), gy_shape)
+    columns = _grad_filter_columns(shape, itemsize, window)
+    per = _images_per_chunk(numpy, shape[0], columns, 0)
+    return per * (columns + max(_padded_bytes(shape, itemsize, window),
+                                math.prod(gy_shape[1:]) * itemsize))
+
+
 def _conv_grad_filter_types(inputs, attributes):
     """ConvGradFilter's type rule: (M, C / group, *kernel_shape) in x's
     type, M from gy (N, M, ...), C from x (N, C, ...)."""
@@ -402,6 +516,7 @@ def _conv_grad_filter_types(inputs, attributes):
 
 
 @kernel('ConvGradFilter', domain=CUSTOM_DOMAIN, outputs=('gW',), types=_conv_grad_filter_types,
+        scratch=_conv_grad_filter_scratch,
         attributes=dict.fromkeys(('kernel_shape', 'strides', 'dilations', 'pads'), 'ints'))
 def conv_grad_filter(xp, x, gy, *, kernel_shape, strides=None, dilations=None, pads=None,
                      group=1):
@@ -409,11 +524,9 @@ def conv_grad_filter(xp, x, gy, *, kernel_shape, strides=None, dilations=None, p
     of gy (N, M, *out) times the receptive fields of x (N, C, *in); returns
     (M, C / group, *kernel_shape).  ``pads`` are explicit (begin..., end...);
     the window positions are gy's spatial shape."""
-    n = len(kernel_shape)
     kernel_shape = tuple(kernel_shape)
-    pads = tuple(pads or (0,) * (2 * n))
-    window = Window(kernel_shape, tuple(strides or (1,) * n), tuple(dilations or (1,) * n),
-                    pads[:n], pads[n:], tuple(gy.shape[2:]))
+    n = len(kernel_shape)
+    window = _grad_filter_window(kernel_shape, strides, dilations, pads, gy.shape)
     n_batch, channels = x.shape[:2]
     m = gy.shape[1]
 
@@ -429,8 +542,7 @@ def conv_grad_filter(xp, x, gy, *, kernel_shape, strides=None, dilations=None, p
         gy = xp.moveaxis(gy, 1, 0).reshape(group, m // group, -1)
         return _matmul(xp, gy, cols.swapaxes(1, 2))
 
-    per = _images_per_chunk(xp, n_batch, channels * math.prod(kernel_shape)
-                            * math.prod(window.out) * x.itemsize, 0)
+    per = _images_per_chunk(xp, n_batch, _grad_filter_columns(x.shape, x.itemsize, window), 0)
     if per >= n_batch:
         gw = gradient(x, gy)
     else:

@@ -10,7 +10,7 @@ import numpy
 
 from . import cupy_kernels
 from .opset_rules import batch_norm_trains
-from .registry import LATEST, kernel, per_element
+from .registry import LATEST, elements, kernel, per_element
 
 # ONNX TensorProto element types allowed for stash_type.
 _STASH_DTYPES = {1: numpy.dtype(numpy.float32), 10: numpy.dtype(numpy.float16),
@@ -129,10 +129,31 @@ def _batch_norm_cost(inputs, outputs):
     return (_TRAINING_COST if len(outputs) > 1 else _INFERENCE_COST)(inputs, outputs)
 
 
+def _arrays_of_x(same, wider):
+    """The scratch rule "``same`` (X in the computing type), else
+    ``wider`` arrays the size of X in the computing type": NumPy's batch
+    normalizations work in their result's array (see the kernels)."""
+    def scratch(inputs, outputs, attributes):
+        size = elements(inputs[0])
+        if size is None or inputs[0][0] is None:
+            return None
+        dtype = numpy.promote_types(inputs[0][0], numpy.float32)
+        return (same if dtype == inputs[0][0] else wider) * size * dtype.itemsize
+    return scratch
+
+
+def _batch_norm_scratch(inputs, outputs, attributes):
+    """Training (see _batch_norm_cost): the squares of the variance;
+    float16 also its copy in float32 and the result before its rounding."""
+    rule = _arrays_of_x(1, 3) if len(outputs) > 1 else _arrays_of_x(0, 2)
+    return rule(inputs, outputs, attributes)
+
+
 # Replayable in training too: the kernel is pure (the running averages are
 # outputs), and a replay's recomputed averages are dead in the backward
 # program, so only the forward program's update is stored.
-@kernel('BatchNormalization', versions=(1, 13), cost=_batch_norm_cost)
+@kernel('BatchNormalization', versions=(1, 13), cost=_batch_norm_cost,
+        scratch=_batch_norm_scratch)
 def batch_normalization_v1(xp, x, scale, b, mean, var, *, epsilon=1e-5, momentum=0.9,
                            is_test=0, spatial=1, consumed_inputs=None, n_outputs=1):
     """Before opset 14 the mode is implied (opset_rules.batch_norm_trains,
@@ -258,7 +279,8 @@ from .registry import CUSTOM_DOMAIN, like  # noqa: E402
 
 
 @kernel('BatchNormalizationGrad', domain=CUSTOM_DOMAIN,
-        outputs=('gX', 'gscale', 'gB', 'gmean', 'gvar'), types=like(0, 1, 1, 3, 4))
+        outputs=('gX', 'gscale', 'gB', 'gmean', 'gvar'), types=like(0, 1, 1, 3, 4),
+        scratch=_arrays_of_x(1, 3))
 def batch_normalization_grad(xp, x, scale, gy, mean=None, var=None, *, epsilon=1e-5,
                              training=1, spatial=1, n_outputs=3):
     """Gradients of BatchNormalization wrt X, scale and B (and, with five

@@ -280,14 +280,23 @@ def roi_align_10(xp, x, rois, batch_indices, *, mode='avg', output_height=1, out
 # -- gradient kernels (custom domain) -------------------------------------------
 
 from .connection import col2im, tap_slices  # noqa: E402
-from .registry import CUSTOM_DOMAIN, like, shaped_by  # noqa: E402
+from .registry import CUSTOM_DOMAIN, elements, like, shaped_by  # noqa: E402
 
 #: The attributes of the pooling gradients that default to None.
 _WINDOW_ATTRIBUTES = dict.fromkeys(('dilations', 'kernel_shape', 'pads', 'strides'), 'ints')
 
 
+def _max_pool_grad_scratch(inputs, outputs, attributes):
+    """Two masks (which taps hit, which were taken) and a product of gy,
+    each the size of y."""
+    size = elements(inputs[1])
+    if size is None or inputs[2] is None or inputs[2][0] is None:
+        return None
+    return size * (2 + numpy.dtype(inputs[2][0]).itemsize)
+
+
 @kernel('MaxPoolGrad', domain=CUSTOM_DOMAIN, outputs=('gx',), types=like(0),
-        attributes=_WINDOW_ATTRIBUTES)
+        attributes=_WINDOW_ATTRIBUTES, scratch=_max_pool_grad_scratch)
 def max_pool_grad(xp, x, y, gy, *, auto_pad='NOTSET', ceil_mode=0, dilations=None,
                   kernel_shape=None, pads=None, strides=None):
     """Gradient of MaxPool: each window's gy goes to the input element that

@@ -64,6 +64,14 @@ class OpRecord:
     #: shapes do not tell.  Undeclared:
     #: ELEMENTWISE units per output element (see work()).
     cost: Callable | None = None
+    #: The temporaries of one run on NumPy: ``scratch(inputs, outputs,
+    #: attributes)``, with ``(dtype, shape)`` per input and output (None
+    #: when unknown or omitted, as in the type rules below) and the node's
+    #: attributes, gives the most bytes the kernel holds at once beyond its
+    #: inputs and outputs, or None when the types do not tell; what the
+    #: memory model adds to the VM's count for the process's peak.
+    #: Undeclared: none (a result is its only array).
+    scratch: Callable | None = None
     #: Positions of the inputs whose arrays the kernel overwrites (the
     #: optimizer updates); validate_program refuses a read of them afterwards.
     in_place: tuple[int, ...] | None = None
@@ -116,6 +124,12 @@ class OpRecord:
         if known is not None:
             return known
         return ELEMENTWISE * sum(_elements(shape) or 0 for shape in outputs)
+
+    def scratch_bytes(self, inputs, outputs, attributes):
+        """The bytes of the temporaries of one run (see scratch): 0 when
+        undeclared or when the types do not tell."""
+        known = self.scratch(inputs, outputs, attributes) if self.scratch is not None else None
+        return known or 0
 
     @property
     def recomputable(self):
@@ -201,7 +215,7 @@ def kernel(op, *, domain='', versions=(1, LATEST), **facts):
 
     ``versions`` is an inclusive range of ONNX schema versions.  ``facts``
     declare the operator's OpRecord fields (``recompute``, ``cost``,
-    ``in_place``, ``gradient``, ``host_only``, ``random``, ``view_of``,
+    ``scratch``, ``in_place``, ``gradient``, ``host_only``, ``random``, ``view_of``,
     ``epilogue``, ``outputs``, ``types``, ``attributes``).
     """
     domain = normalize_domain(domain)
@@ -246,8 +260,8 @@ def kernel(op, *, domain='', versions=(1, LATEST), **facts):
 
 
 #: The OpRecord fields @kernel declares.
-_FACTS = ('recompute', 'cost', 'in_place', 'gradient', 'host_only', 'random', 'view_of',
-          'epilogue', 'outputs', 'types', 'attributes')
+_FACTS = ('recompute', 'cost', 'scratch', 'in_place', 'gradient', 'host_only', 'random',
+          'view_of', 'epilogue', 'outputs', 'types', 'attributes')
 
 
 #: (type of an attribute's default, the type(s) its values must have).
@@ -481,6 +495,12 @@ def shaped_by(attribute, type_of=0):
         source = given[type_of] if type_of < len(given) else None
         return [None if source is None else (source[0], tuple(attributes[attribute]))]
     return types
+
+
+def elements(value):
+    """The element count of an input's or output's ``(dtype, shape)`` in a
+    type or scratch rule, or None when its shape is not known."""
+    return None if value is None else _elements(value[1])
 
 
 def dim(value, axis):

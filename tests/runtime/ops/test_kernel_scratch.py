@@ -1,13 +1,16 @@
 """What NumPy kernels hold beyond their inputs and outputs (issue 34): the
 batch normalizations and MaxPool's gradient work in their results' arrays,
-so their scratch is at most one array the size of X."""
+so their scratch is at most one array the size of X, and the kernels with
+large temporaries declare them (OpRecord.scratch) for the memory model."""
 import tracemalloc
 
 import numpy as np
 import pytest
 
+from chainer_compiler.runtime.ops.connection import conv, conv_grad_filter, conv_transpose
 from chainer_compiler.runtime.ops.normalization import batch_normalization, batch_normalization_grad
 from chainer_compiler.runtime.ops.pooling import max_pool, max_pool_grad
+from chainer_compiler.runtime.ops.registry import CUSTOM_DOMAIN, operator_record
 
 _RNG = np.random.default_rng(0)
 
@@ -71,3 +74,42 @@ def test_batch_norm_grad_computes_the_expression_in_its_order():
     np.testing.assert_array_equal(gx, expected)
     np.testing.assert_array_equal(g_scale, expected_scale.reshape(-1))
     np.testing.assert_array_equal(g_b, expected_b.reshape(-1))
+
+
+def _typed(a):
+    return (a.dtype, a.shape)
+
+
+_W3, _W1 = _RNG.standard_normal((32, 32, 3, 3)).astype(np.float32), \
+    _RNG.standard_normal((64, 32, 1, 1)).astype(np.float32)
+_PADS = dict(pads=[1, 1, 1, 1])
+
+
+@pytest.mark.parametrize('op,domain,fn,args,attrs', [
+    # the whole batch's columns, then in chunks of images
+    ('Conv', '', conv, [_X[:4], _W3], _PADS),
+    ('Conv', '', conv, [_X, _W3], _PADS),
+    ('Conv', '', conv, [_X, _W1], dict(strides=[2, 2])),
+    ('ConvTranspose', '', conv_transpose, [_X, _W3], _PADS),
+    ('ConvGradFilter', CUSTOM_DOMAIN, conv_grad_filter, [_X, _GY],
+     dict(kernel_shape=[3, 3], **_PADS)),
+    ('BatchNormalization', '', batch_normalization, [_X, _ONES, _ZEROS, _ZEROS, _ONES],
+     dict(training_mode=1)),
+    ('BatchNormalizationGrad', CUSTOM_DOMAIN, batch_normalization_grad, [_X, _ONES, _GY], {}),
+    ('BatchNormalizationGrad', CUSTOM_DOMAIN, batch_normalization_grad,
+     [_X.astype(np.float16), _ONES, _GY.astype(np.float16)], {}),
+    ('MaxPoolGrad', CUSTOM_DOMAIN, max_pool_grad, [_X, _Y, _GY_POOL],
+     dict(kernel_shape=[3, 3], strides=[2, 2], **_PADS)),
+])
+def test_declared_scratch_is_what_the_kernel_holds(op, domain, fn, args, attrs):
+    """OpRecord.scratch, which the memory model adds to the VM's count, is
+    the kernel's peak beyond its inputs and outputs: at least that, at most
+    the outputs' bytes more (a chunked kernel's first chunk runs before
+    its result exists), to a few percent."""
+    outputs, peak = _peak(lambda: fn(np, *args, **attrs))
+    outputs = outputs if isinstance(outputs, tuple) else (outputs,)
+    made = sum(o.nbytes for o in outputs)
+    declared = operator_record(op, domain).scratch_bytes(
+        [_typed(a) for a in args], [_typed(o) for o in outputs], attrs)
+    slack = 0.05 * (peak - made) + 2 ** 17
+    assert peak - made - slack <= declared <= peak + slack, (declared, peak - made)
