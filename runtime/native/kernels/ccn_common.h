@@ -11,6 +11,7 @@
 #ifndef CCN_COMMON_H
 #define CCN_COMMON_H
 
+#include <math.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -45,6 +46,50 @@
 
 /* Largest rank the broadcasting and strided kernels handle. */
 #define CCN_MAX_RANK 8
+
+/* float32 e^v, sigmoid and tanh written as polynomials after range
+ * reduction (Cephes' expf and tanhf, within 3 ulp of the exact values,
+ * tests/runtime/native/test_recurrent_fast_paths.py): the compiler
+ * inlines and vectorises them, where libm's are a call per element (the
+ * gates of a recurrent cell spent three quarters of their time there).
+ * A file that uses them in loops with selects also wants GCC's
+ * no-trapping-math (see ccn_activation.c). */
+static inline float ccn_exp_poly(float v)
+{
+    const float lo = -87.3365447505531f, hi = 88.3762626647949f;
+    /* Clamped so that the reduction stays finite, for NaN too. */
+    const float x = v < hi ? (v > lo ? v : lo) : hi;
+    /* floor(t): t + 128 is positive for such x, and truncates. */
+    const float t = x * 1.44269504088896341f + 0.5f;
+    const int32_t k = (int32_t)(t + 128.0f) - 128;
+    const float n = (float)k;
+    const float r = x - n * 0.693359375f + n * 2.12194440e-4f;
+    const float p = (((((1.9875691500e-4f * r + 1.3981999507e-3f) * r + 8.3334519073e-3f) * r +
+                       4.1665795894e-2f) * r + 1.6666665459e-1f) * r + 5.0000001201e-1f) *
+                        r * r + r + 1.0f;
+    union { int32_t i; float f; } scale = { (k + 127) << 23 };
+    /* 0 below the smallest normal result, infinite from Cephes' MAXLOGF (a
+     * little before float32 overflows); NaN stays NaN. */
+    return v > lo ? (v < hi ? p * scale.f : INFINITY) : v == v ? 0.0f : v;
+}
+
+/* e^-|v| never overflows; mirrored for negative v. */
+static inline float ccn_sigmoid_poly(float v)
+{
+    const float e = ccn_exp_poly(-fabsf(v)), r = 1.0f / (1.0f + e);
+    return v >= 0.0f ? r : e * r;
+}
+
+/* An odd polynomial below 0.625, where 1 - 2 / (e^2|v| + 1) would lose
+ * the low bits; the sign put back by a select (NaN stays NaN). */
+static inline float ccn_tanh_poly(float v)
+{
+    const float a = fabsf(v), z = v * v;
+    const float small = ((((-5.70498872745e-3f * z + 2.06390887954e-2f) * z - 5.37397155531e-2f)
+                          * z + 1.33314422036e-1f) * z - 3.33332819422e-1f) * z * v + v;
+    const float large = 1.0f - 2.0f / (ccn_exp_poly(a + a) + 1.0f);
+    return a < 0.625f ? small : (v < 0.0f ? -large : v > 0.0f ? large : v);
+}
 
 #endif /* CCN_COMMON_H */
 

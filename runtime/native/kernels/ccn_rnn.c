@@ -1,20 +1,16 @@
 /* RNN family: RNN, GRU and LSTM, and their gradients (below).  Per
- * direction, the input projection X W^T + Wb of every step is one matrix
- * product; each step then adds h R^T + Rb (one more product, two for GRU)
- * and applies the cell to the rows whose sequence is still running. */
-#include <math.h>
-
+ * direction, the input projection X W^T + Wb + Rb of every step is one
+ * matrix product; each step then adds h R^T (one more product, a GEMV at
+ * batch 1; GRU's second one adds Rb_h) and applies the cell to the rows
+ * whose sequence is still running, one loop per gate block whose sigmoid
+ * and tanh are the vectorised polynomials of ccn_common.h. */
+/* The cells' loops select (the clip, the sigmoid's mirror); GCC's default
+ * -ftrapping-math keeps such loops scalar (see ccn_activation.c). */
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC optimize("no-trapping-math")
+#endif
 #include "ccn_gemm.h"
 #include "ccn_rnn.h"
-
-/* Written so that exp never overflows. */
-static float sigmoid(float x)
-{
-    if (x >= 0.0f)
-        return 1.0f / (1.0f + expf(-x));
-    const float e = expf(x);
-    return e / (1.0f + e);
-}
 
 /* Comparisons (not fminf/fmaxf) so that NaN stays NaN. */
 static float clipped(float x, float clip)
@@ -54,23 +50,32 @@ static long state_offset(const ccn_rnn_call *c, long d, long b)
 static void rnn_row(long H, float clip, const float *xg, const float *rg, float *h)
 {
     for (long j = 0; j < H; j++)
-        h[j] = tanhf(clipped(xg[j] + rg[j], clip));
+        h[j] = ccn_tanh_poly(clipped(xg[j] + rg[j], clip));
 }
 
-/* LSTM, gates i, o, f, c; peep (i, o, f) may be NULL. */
-static void lstm_row(long H, float clip, const float *xg, const float *rg, const float *peep,
-                     float *h, float *c)
+/* LSTM, gates i, o, f, c; peep (i, o, f) may be NULL.  The peepholes
+ * are added to the pre-activations in rg (scratch) in loops of their own,
+ * so that the cell's loops have no branch and vectorise: o's peephole
+ * reads the new c, hence two loops. */
+static void lstm_row(long H, float clip, const float *restrict xg, float *restrict rg,
+                     const float *restrict peep, float *restrict h, float *restrict c)
 {
+    if (peep)
+        for (long j = 0; j < H; j++) {
+            rg[j] += peep[j] * c[j];
+            rg[2 * H + j] += peep[2 * H + j] * c[j];
+        }
     for (long j = 0; j < H; j++) {
-        const float pi = peep ? peep[j] : 0.0f, po = peep ? peep[H + j] : 0.0f;
-        const float pf = peep ? peep[2 * H + j] : 0.0f;
-        const float i = sigmoid(clipped(xg[j] + rg[j] + pi * c[j], clip));
-        const float f = sigmoid(clipped(xg[2 * H + j] + rg[2 * H + j] + pf * c[j], clip));
-        const float cand = tanhf(clipped(xg[3 * H + j] + rg[3 * H + j], clip));
+        const float i = ccn_sigmoid_poly(clipped(xg[j] + rg[j], clip));
+        const float f = ccn_sigmoid_poly(clipped(xg[2 * H + j] + rg[2 * H + j], clip));
+        const float cand = ccn_tanh_poly(clipped(xg[3 * H + j] + rg[3 * H + j], clip));
         c[j] = f * c[j] + i * cand;
-        const float o = sigmoid(clipped(xg[H + j] + rg[H + j] + po * c[j], clip));
-        h[j] = o * tanhf(c[j]);
     }
+    if (peep)
+        for (long j = 0; j < H; j++)
+            rg[H + j] += peep[H + j] * c[j];
+    for (long j = 0; j < H; j++)
+        h[j] = ccn_sigmoid_poly(clipped(xg[H + j] + rg[H + j], clip)) * ccn_tanh_poly(c[j]);
 }
 
 /* GRU, first half: the z and r gates (overwriting their pre-activations in
@@ -80,7 +85,7 @@ static void gru_gates(long H, float clip, int lbr, const float *xg, float *rg, c
                       float *hin)
 {
     for (long j = 0; j < 2 * H; j++)
-        rg[j] = sigmoid(clipped(xg[j] + rg[j], clip));
+        rg[j] = ccn_sigmoid_poly(clipped(xg[j] + rg[j], clip));
     for (long j = 0; j < H; j++)
         hin[j] = lbr ? h[j] : rg[H + j] * h[j];
 }
@@ -91,7 +96,8 @@ static void gru_update(long H, float clip, int lbr, const float *xg, const float
 {
     for (long j = 0; j < H; j++) {
         const float z = zr[j], r = zr[H + j];
-        const float cand = tanhf(clipped(xg[2 * H + j] + (lbr ? r * rh[j] : rh[j]), clip));
+        const float cand =
+            ccn_tanh_poly(clipped(xg[2 * H + j] + (lbr ? r * rh[j] : rh[j]), clip));
         h[j] = (1.0f - z) * cand + z * h[j];
     }
 }
@@ -108,8 +114,13 @@ static void run_direction(const ccn_rnn_call *c, long d, int reverse, float *pro
     const float *rt = c->rt + d * H * GH;
     const float *peep = c->peep ? c->peep + d * 3 * H : NULL;
 
-    /* X is contiguous whatever the layout: one product for every step. */
-    ccn_gemm_init(T * B, GH, proj, wb, 0, 1, 1.0f);
+    /* X is contiguous whatever the layout: one product for every step,
+     * whose bias is Wb + Rb (but GRU's Rb_h, which r may multiply): the
+     * steps' products then need no bias of their own. */
+    if (wb != NULL)
+        for (long j = 0; j < GH; j++)
+            rec[j] = wb[j] + (j < n_rec ? rb[j] : 0.0f);
+    ccn_gemm_init(T * B, GH, proj, wb ? rec : NULL, 0, 1, 1.0f);
     ccn_gemm(T * B, GH, I, c->x, I, 1, c->wt + d * I * GH, 1.0f, proj);
     for (long b = 0; b < B; b++)
         for (long j = 0; j < H; j++) {
@@ -117,8 +128,12 @@ static void run_direction(const ccn_rnn_call *c, long d, int reverse, float *pro
             cs[b * H + j] = c->c0 ? c->c0[state_offset(c, d, b) + j] : 0.0f;
         }
     for (long s = 0; s < T; s++) {
-        ccn_gemm_init(B, n_rec, rec, rb, 0, 1, 1.0f);
-        ccn_gemm(B, n_rec, H, h, H, 1, rt, 1.0f, rec);
+        /* At batch 1 a GEMV, bound by reading R^T (from L2 after the first
+         * step). */
+        ccn_gemm_set(&(const ccn_gemm_geometry){.M = B, .N = n_rec, .K = H, .a_rs = H,
+                                                .a_cs = 1, .ldb = n_rec, .ldc = n_rec,
+                                                .act = CCN_ACT_NONE},
+                     h, rt, 1.0f, rec);
         if (gru) {
             for (long b = 0; b < B; b++) {
                 const long n = seq_len(c, b);
@@ -191,7 +206,7 @@ void ccn_rnn(const ccn_rnn_call *call, float *scratch)
 static float gate(float pre, float clip, int tanh_act, float *slope)
 {
     const float z = clipped(pre, clip);
-    const float a = tanh_act ? tanhf(z) : sigmoid(z);
+    const float a = tanh_act ? ccn_tanh_poly(z) : ccn_sigmoid_poly(z);
     const float inside = (pre >= -clip && pre <= clip) ? 1.0f : 0.0f;
     *slope = (tanh_act ? 1.0f - a * a : a * (1.0f - a)) * inside;
     return a;
@@ -248,8 +263,8 @@ static void grad_products(const ccn_rnn_grad_call *g, long d, int reverse,
                 w->hs, rt, 1.0f, w->rec);
     for (long k = 0; k < rows; k++)
         for (long j = 0; j < H; j++) {
-            const float r = sigmoid(clipped(w->proj[k * GH + H + j] + w->rec[k * GH + H + j],
-                                            c->clip));
+            const float r = ccn_sigmoid_poly(
+                clipped(w->proj[k * GH + H + j] + w->rec[k * GH + H + j], c->clip));
             w->rh[k * H + j] = c->linear_before_reset ? w->hs[k * H + j] : r * w->hs[k * H + j];
         }
     ccn_gemm_ex(&(const ccn_gemm_geometry){.M = rows, .N = H, .K = H, .a_rs = H, .a_cs = 1,
@@ -271,12 +286,12 @@ static void lstm_cells(const ccn_rnn_call *c, long d, int reverse, const grad_bu
                     break;
                 const long k = x_row(c, t, b);
                 const float *p = w->proj + k * GH, *r = w->rec + k * GH;
-                const float i = sigmoid(clipped(p[j] + r[j] + (peep ? peep[j] * cell : 0.0f),
-                                                c->clip));
-                const float f = sigmoid(clipped(p[2 * H + j] + r[2 * H + j]
-                                                + (peep ? peep[2 * H + j] * cell : 0.0f),
-                                                c->clip));
-                const float cand = tanhf(clipped(p[3 * H + j] + r[3 * H + j], c->clip));
+                const float i = ccn_sigmoid_poly(
+                    clipped(p[j] + r[j] + (peep ? peep[j] * cell : 0.0f), c->clip));
+                const float f = ccn_sigmoid_poly(
+                    clipped(p[2 * H + j] + r[2 * H + j] + (peep ? peep[2 * H + j] * cell : 0.0f),
+                            c->clip));
+                const float cand = ccn_tanh_poly(clipped(p[3 * H + j] + r[3 * H + j], c->clip));
                 w->cprev[k * H + j] = cell;
                 cell = f * cell + i * cand;
                 w->cnew[k * H + j] = cell;
@@ -300,7 +315,7 @@ static void lstm_grad_row(const ccn_rnn_call *c, const float *peep, float *gpeep
         const float o = gate(p[H + j] + r[H + j] + po * cn, c->clip, 0, &so);
         const float f = gate(p[2 * H + j] + r[2 * H + j] + pf * cp, c->clip, 0, &sf);
         const float cand = gate(p[3 * H + j] + r[3 * H + j], c->clip, 1, &sc);
-        const float hc = tanhf(cn);
+        const float hc = ccn_tanh_poly(cn);
         const float dpo = dh[j] * hc * so;
         const float dcn = dc[j] + dh[j] * o * (1.0f - hc * hc) + dpo * po;
         const float dpf = dcn * cp * sf, dpi = dcn * cand * si;
