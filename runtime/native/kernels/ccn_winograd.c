@@ -169,15 +169,21 @@ static void transform_output_row(long OH, long OW, long TW, long y0, const float
 }
 
 /* M[xi] = U[xi] V[xi] for the block (O x rows * TW), xi in [begin, end).
- * U is w itself when the filters come transformed. */
+ * U is w itself, in panels, when the filters come transformed (the
+ * product, called from a task of the pool, runs on this thread alone). */
 static void multiply_planes(void *context, long begin, long end)
 {
     const winograd *c = context;
-    const float *U = c->U ? c->U : c->w;
-    const long up = plane(c->O * c->I), vp = plane(c->I * c->ld), mp = plane(c->O * c->ld);
-    for (long xi = begin; xi < end; xi++)
-        ccn_gemm_one_thread(c->O, c->rows * c->TW, c->I, U + xi * up, c->I, c->V + xi * vp,
-                            c->ld, c->M + xi * mp, c->ld, 1);
+    const long vp = plane(c->I * c->ld), mp = plane(c->O * c->ld);
+    for (long xi = begin; xi < end; xi++) {
+        if (c->U == NULL)
+            ccn_gemm_panels(c->O, c->rows * c->TW, c->I,
+                            c->w + xi * plane(ccn_panel_rows(c->O) * c->I), c->V + xi * vp,
+                            c->ld, c->M + xi * mp, c->ld, 1, CCN_ACT_NONE, 0.0f);
+        else
+            ccn_gemm_one_thread(c->O, c->rows * c->TW, c->I, c->U + xi * plane(c->O * c->I),
+                                c->I, c->V + xi * vp, c->ld, c->M + xi * mp, c->ld, 1);
+    }
 }
 
 /* The outputs of the block's (tile row, output channel) pairs [begin,

@@ -14,7 +14,8 @@ CCN_BEGIN_DECLS
  * ConvTranspose's (I, O, 3, 3), read rotated half a turn (so that the
  * gradient of a convolution's input is this convolution of the output's
  * gradient); or transformed already (constant weights, at emit time): 16
- * planes of O x I, each G g G^T's element, CCN_WINOGRAD_SKEW floats
+ * planes, each G g G^T's element as an O x I matrix in the panel layout of
+ * ccn_gemm.h (ccn_panel_rows(O) * I floats), CCN_WINOGRAD_SKEW floats
  * after one another. */
 enum { CCN_WINOGRAD_FILTERS, CCN_WINOGRAD_ROTATED, CCN_WINOGRAD_TRANSFORMED };
 /* Floats of scratch ccn_conv2d_winograd needs for I input and O output

@@ -74,12 +74,14 @@ _G = numpy.array([[1, 0, 0], [0.5, 0.5, 0.5], [0.5, -0.5, 0.5], [0, 0, 1]], nump
 
 def transformed_filters(w) -> numpy.ndarray:
     """Constant (O, I, 3, 3) weights in the layout
-    CCN_WINOGRAD_TRANSFORMED of ccn_winograd.h: 16 planes of O x I, each
-    an element of G g G^T, SKEW floats after one another."""
+    CCN_WINOGRAD_TRANSFORMED of ccn_winograd.h: 16 planes, each an element
+    of G g G^T as an O x I matrix in the panel layout of ccn_gemm.h (the
+    products read it as it lies), SKEW floats after one another."""
+    from .connection import pack_panels  # (connection imports this module)
     w = numpy.asarray(w, numpy.float32)
     out_channels, in_channels = w.shape[:2]
-    u = numpy.einsum('ar,oirs,bs->aboi', _G, w, _G).reshape(16, out_channels * in_channels)
-    return numpy.pad(u, ((0, 0), (0, SKEW))).reshape(-1)
+    u = numpy.einsum('ar,oirs,bs->aboi', _G, w, _G).reshape(16, out_channels, in_channels)
+    return numpy.concatenate([numpy.pad(pack_panels(plane), (0, SKEW)) for plane in u])
 
 
 def winograd_step(em, inst, geometry, x_shape, channels_out, out_size, tiles, weights,
