@@ -14,6 +14,13 @@ when C is emitted (emit_c.py calls ``fuse`` first).
   a Gemm so fused becomes FusedGemm, as in the VM's own fusion.
 * A Sigmoid read only by a Mul of its own input (SiLU as exported:
   ``x * Sigmoid(x)``) becomes one Swish in the Mul's place.
+* GELU written out as element-wise nodes around an Erf or a Tanh (BERT's
+  ``x * 0.5 * (1 + erf(x / sqrt 2))``, GPT-2's and ALBERT's tanh
+  approximation with ``Pow(x, 3)``: five to nine passes over the tensor)
+  becomes one Gelu (opset 20) in the last node's place, when those nodes
+  compute GELU from one input and scalar constants alone: the VM's own
+  kernels evaluate them on sample points against Gelu's, so any order
+  or spelling of the formula is recognised and nothing else is.
 * An SGDUpdate of a float32 parameter whose gradient is a Gemm without C
   (and without transB) that nothing else reads becomes one GemmSGDUpdate
   in the SGDUpdate's place: the product goes straight into the parameter,
@@ -37,6 +44,15 @@ from ..ops.registry import CUSTOM_DOMAIN, fill_defaults, lookup, operator_record
 from ..program import NO_REGISTER, Instruction, Program
 
 _DEFAULT_DOMAINS = ('', 'ai.onnx')
+
+#: The element-wise ops a written-out GELU is made of, the most nodes one
+#: may have (GPT-2's tanh form has nine) and after the Erf or Tanh (three).
+_GELU_PARTS = ('Add', 'Sub', 'Mul', 'Div', 'Pow', 'Erf', 'Tanh')
+_GELU_MAX_NODES, _GELU_MAX_AFTER = 12, 4
+#: Where a candidate is compared with Gelu: both forms and their
+#: difference (up to 2e-4 of GELU's value) lie in [-5, 5].
+_GELU_SAMPLES = numpy.linspace(-5.0, 5.0, 81)
+_GELU_VERSION = 20  # the first with Gelu
 _BATCH_NORM_GRAD = CUSTOM_DOMAIN + '::BatchNormalizationGrad'
 
 
@@ -94,6 +110,8 @@ class _Fuser:
                 changed |= self._fuse_activation(i)
             if inst.op == 'Sigmoid':
                 changed |= self._fuse_swish(i)
+            if inst.op in ('Erf', 'Tanh'):
+                changed |= self._fuse_gelu(i)
             fused = self.insts[i]
             if fused is not None and fused.op == 'Gemm':
                 changed |= self._fuse_sgd_update(i)
@@ -265,6 +283,112 @@ class _Fuser:
         self.readers[x] = [k for k in self.readers[x] if k != i]
         del self.readers[s]
         return True
+
+    def _fuse_gelu(self, i: int) -> bool:
+        """Make the nodes computing GELU around Erf or Tanh ``i`` one Gelu:
+        the value they end in is found along the sole readers of ``i``'s
+        output (the farthest that works), what it is computed from by
+        walking back to the one input read more than once (x)."""
+        chain = [self.insts[i].outputs[0]]
+        while len(chain) <= _GELU_MAX_AFTER:
+            users = self.readers.get(chain[-1], [])
+            reader = self.insts[users[0]] if len(users) == 1 else None
+            if chain[-1] in self.outputs or reader is None or not self._gelu_part(reader):
+                break
+            chain.append(reader.outputs[0])
+        for end in reversed(chain):
+            cone = self._gelu_cone(end)
+            approximate = None if cone is None else self._gelu_form(*cone, end)
+            if approximate is not None:
+                self._replace_by_gelu(cone[0], cone[1], end, approximate)
+                return True
+        return False
+
+    def _gelu_part(self, inst: Instruction) -> bool:
+        """Whether ``inst`` may be a node of a written-out GELU: a
+        default-domain element-wise op of _GELU_PARTS whose constant
+        inputs are single numbers."""
+        return inst.domain in _DEFAULT_DOMAINS and inst.op in _GELU_PARTS \
+            and len(inst.outputs) == 1 and all(
+                numpy.size(self.constants[r]) == 1 for r in inst.inputs if r in self.constants)
+
+    def _gelu_cone(self, end: int) -> tuple[int, list[int]] | None:
+        """(x, the indices in order of the instructions computing ``end``
+        from x and constants), or None when it is computed from more than
+        one value.  A value read more than once, or made by anything but a
+        _gelu_part, is an input of the cone (so a value the cone makes is
+        read only inside it)."""
+        indices: set[int] = set()
+        leaves, stack = set(), [end]
+        while stack:
+            r = stack.pop()
+            if r in self.constants:
+                continue
+            k = self.producer.get(r)
+            inst = None if k is None else self.insts[k]
+            if inst is None or inst.outputs[:1] != (r,) or not self._gelu_part(inst) \
+                    or (r != end and (len(self.readers.get(r, [])) != 1 or r in self.outputs)):
+                leaves.add(r)
+            elif k not in indices:
+                if len(indices) == _GELU_MAX_NODES:
+                    return None
+                indices.add(k)
+                stack.extend(inst.inputs)
+        if len(leaves) != 1 or not indices:
+            return None
+        x = leaves.pop()
+        # A constant of higher rank than x would broadcast x up.
+        kind = self.p.types.get(x)
+        rank = None if kind is None or kind.shape is None else len(kind.shape)
+        if kind is None or kind.dtype not in ('float32', 'float64') or rank is None or any(
+                numpy.ndim(self.constants[r]) > rank
+                for k in indices for r in self.insts[k].inputs if r in self.constants):
+            return None
+        return x, sorted(indices)
+
+    def _gelu_form(self, x: int, indices: list[int], end: int) -> str | None:
+        """Gelu's ``approximate`` ('none' or 'tanh') whose values the
+        instructions ``indices`` compute from x at _GELU_SAMPLES, in
+        float64 by the VM's kernels; None when neither's."""
+        values = {x: _GELU_SAMPLES}
+        for k in indices:
+            inst = self.insts[k]
+            assert inst is not None
+            args = [values[r] if r in values else
+                    numpy.asarray(self.constants[r], dtype=numpy.float64) for r in inst.inputs]
+            out = lookup(inst.op, inst.domain, inst.version).evaluate(args, inst.attrs, 1)
+            if out is None or numpy.shape(out[0]) != _GELU_SAMPLES.shape:
+                return None
+            values[inst.outputs[0]] = out[0]
+        gelu = lookup('Gelu', '', _GELU_VERSION)
+        for approximate in ('none', 'tanh'):
+            want = gelu.evaluate([_GELU_SAMPLES], {'approximate': approximate}, 1)
+            # float32 constants (0.7978846 for sqrt(2 / pi)) are within 1e-7.
+            if want is not None and numpy.allclose(values[end], want[0], rtol=1e-6, atol=1e-9):
+                return approximate
+        return None
+
+    def _replace_by_gelu(self, x: int, indices: list[int], end: int, approximate: str):
+        """One Gelu of x into ``end`` at the last of ``indices`` (where x
+        must still be alive: its free moves there if it came earlier)."""
+        last = indices[-1]
+        frees = []
+        for k in range(indices[0], last + 1):
+            inst = self.insts[k]
+            if inst is not None and x in inst.frees:
+                frees.append(x)
+                self.insts[k] = dataclasses.replace(
+                    inst, frees=tuple(r for r in inst.frees if r != x))
+        names = [self.insts[k].name for k in indices]
+        self.insts[last] = Instruction(
+            op='Gelu', inputs=(x,), outputs=(end,), name='+'.join(n for n in names if n),
+            attrs=fill_defaults('Gelu', '', _GELU_VERSION, {'approximate': approximate}),
+            version=_GELU_VERSION, frees=tuple(frees))
+        for k in indices[:-1]:
+            for r in self.insts[k].outputs:
+                self.readers.pop(r, None)
+            self.insts[k] = None
+        self.readers[x] = [k for k in self.readers[x] if k not in indices] + [last]
 
     def _fuse_sgd_update(self, i: int) -> bool:
         """Make the SGDUpdate that alone reads Gemm ``i``'s product (its

@@ -13,38 +13,51 @@
 #include "ccn_activation.h"
 #include "ccn_threads.h"
 
-/* e^v for float v, as a polynomial after range reduction (Cephes' expf,
- * within 2 ulp of libm's; 0 below the smallest normal result) that the
- * compiler inlines and vectorises, where libm's expf is a call per
- * element.  float64 keeps libm's exp. */
-static inline float exp_poly(float v)
-{
-    const float lo = -87.3365447505531f, hi = 88.3762626647949f;
-    /* Clamped so that the reduction stays finite, for NaN too. */
-    const float x = v < hi ? (v > lo ? v : lo) : hi;
-    /* floor(t): t + 128 is positive for such x, and truncates. */
-    const float t = x * 1.44269504088896341f + 0.5f;
-    const int32_t k = (int32_t)(t + 128.0f) - 128;
-    const float n = (float)k;
-    const float r = x - n * 0.693359375f + n * 2.12194440e-4f;
-    const float p = (((((1.9875691500e-4f * r + 1.3981999507e-3f) * r + 8.3334519073e-3f) * r +
-                       4.1665795894e-2f) * r + 1.6666665459e-1f) * r + 5.0000001201e-1f) *
-                        r * r + r + 1.0f;
-    union { int32_t i; float f; } scale = { (k + 127) << 23 };
-    return v > lo ? (v < hi ? p * scale.f : INFINITY) : v == v ? 0.0f : v;
-}
-
-/* The sigmoids: e^-|v| never overflows; mirrored for negative v. */
+/* The sigmoids (float64 keeps libm's exp). */
 static inline float sigmoid_float32(float v)
 {
-    const float e = exp_poly(-fabsf(v)), r = 1.0f / (1.0f + e);
-    return v >= 0 ? r : e * r;
+    return ccn_sigmoid_poly(v);
 }
 
 static inline double sigmoid_float64(double v)
 {
     const double e = exp(-fabs(v));
     return v >= 0 ? 1.0 / (1.0 + e) : e / (1.0 + e);
+}
+
+/* float32 erf as a rational function of v on [-4, 4] (Eigen's and XLA's;
+ * within 8 ulp of erf, +-1 beyond, where float32's erf is): inlined and
+ * vectorised, where libm's erff is a call per element (GELU in BERT and
+ * ConvNeXt).  NaN stays NaN. */
+static inline float erf_poly(float v)
+{
+    const float x = v < 4.0f ? (v > -4.0f ? v : -4.0f) : 4.0f, z = x * x;
+    const float p = ((((((-2.72614225801306e-10f * z + 2.77068142495902e-08f) * z -
+                         2.10102402082508e-06f) * z - 5.69250639462346e-05f) * z -
+                       7.34990630326855e-04f) * z - 2.95459980854025e-03f) * z -
+                     1.60960333262415e-02f) * x;
+    const float q = (((-1.45660718464996e-05f * z - 2.13374055278905e-04f) * z -
+                      1.68282697438203e-03f) * z - 7.37332916720468e-03f) * z -
+                    1.42647390514189e-02f;
+    return v == v ? p / q : v;
+}
+
+/* Tanh and erf of each type: the polynomials for float32, libm's for
+ * float64.  GELU's 1 + erf(v / sqrt 2) is erfc(-v / sqrt 2) for float64
+ * (accurate where it is tiny); for float32 the difference is below 1e-7
+ * of v. */
+#define tanh_float32 ccn_tanh_poly
+#define tanh_float64 tanh
+#define erf_float32 erf_poly
+#define erf_float64 erf
+static inline float gelu_float32(float v)
+{
+    return 0.5f * v * (1.0f + erf_poly(v * 0.70710678118654752f));
+}
+
+static inline double gelu_float64(double v)
+{
+    return 0.5 * v * erfc(-v * 0.70710678118654752);
 }
 
 /* One loop per function, so that each one vectorises where it can; v is
@@ -59,8 +72,8 @@ static inline double sigmoid_float64(double v)
 
 #define CCN_CLAMP01(E) ((E) < 0 ? (elem)0 : (E) > 1 ? (elem)1 : (E))
 
-/* ccn_unary_<T>, with SIGMOID that of T. */
-#define CCN_UNARY(NAME, T, SIGMOID)                                           \
+/* ccn_unary_<T>, with SIGMOID, TANH, ERF and GELU those of T. */
+#define CCN_UNARY(NAME, T, SIGMOID, TANH, ERF, GELU)                          \
 void NAME(enum ccn_unary_op op, long n, double alpha, double beta,            \
           const T *x, T *y)                                                   \
 {                                                                             \
@@ -79,7 +92,7 @@ void NAME(enum ccn_unary_op op, long n, double alpha, double beta,            \
     case CCN_ROUND: CCN_MAP(nearbyint(v))                                     \
     /* Zero and NaN are their own sign. */                                    \
     case CCN_SIGN: CCN_MAP(v > 0 ? (elem)1 : v < 0 ? (elem)-1 : v)            \
-    case CCN_ERF: CCN_MAP(erf(v))                                             \
+    case CCN_ERF: CCN_MAP(ERF(v))                                             \
     case CCN_SIN: CCN_MAP(sin(v))                                             \
     case CCN_COS: CCN_MAP(cos(v))                                             \
     case CCN_TAN: CCN_MAP(tan(v))                                             \
@@ -95,7 +108,7 @@ void NAME(enum ccn_unary_op op, long n, double alpha, double beta,            \
     case CCN_LEAKY_RELU: CCN_MAP(v >= 0 ? v : a * v)                          \
     case CCN_SIGMOID: CCN_MAP(SIGMOID(v))                                     \
     case CCN_SWISH: CCN_MAP(v * SIGMOID(a * v))                               \
-    case CCN_TANH: CCN_MAP(tanh(v))                                           \
+    case CCN_TANH: CCN_MAP(TANH(v))                                           \
     /* log(1 + e^v) = max(v, 0) + log1p(e^-|v|): no overflow. */              \
     case CCN_SOFTPLUS: CCN_MAP((v > 0 ? v : (elem)0) + log1p(exp(-fabs(v))))  \
     case CCN_SOFTSIGN: CCN_MAP(v / ((elem)1 + fabs(v)))                       \
@@ -108,23 +121,21 @@ void NAME(enum ccn_unary_op op, long n, double alpha, double beta,            \
     case CCN_HARD_SIGMOID: CCN_MAP(CCN_CLAMP01(a * v + b))                    \
     case CCN_HARD_SWISH: CCN_MAP(v * CCN_CLAMP01(v / (elem)6 + (elem)0.5))    \
     case CCN_THRESHOLDED_RELU: CCN_MAP(v > a ? v : (elem)0)                   \
-    /* 1 + erf(v/sqrt 2) as erfc(-v/sqrt 2): accurate where it is tiny. */    \
-    case CCN_GELU:                                                            \
-        CCN_MAP((elem)0.5 * v * erfc(-v * (elem)0.70710678118654752))         \
+    case CCN_GELU: CCN_MAP(GELU(v))                                           \
     case CCN_GELU_TANH:                                                       \
-        CCN_MAP((elem)0.5 * v * ((elem)1 + tanh((elem)0.79788456080286536 *   \
+        CCN_MAP((elem)0.5 * v * ((elem)1 + TANH((elem)0.79788456080286536 *   \
                                           (v + (elem)0.044715 * v * v * v)))) \
     /* min, max: the lower bound first, so that min > max gives max. */       \
     case CCN_CLIP: CCN_MAP(v < a ? (a > b ? b : a) : v > b ? b : v)           \
     }                                                                         \
 }
 
-CCN_UNARY(ccn_unary_float32, float, sigmoid_float32)
-CCN_UNARY(ccn_unary_float64, double, sigmoid_float64)
+CCN_UNARY(ccn_unary_float32, float, sigmoid_float32, tanh_float32, erf_float32, gelu_float32)
+CCN_UNARY(ccn_unary_float64, double, sigmoid_float64, tanh_float64, erf_float64, gelu_float64)
 
 /* Softmax (or its log) of the len values at in, stride apart, into out
  * (stride apart too).  e^(x - max) is written to out first, by the
- * vectorised exp_poly, then summed in 16 running sums, which also keeps
+ * vectorised ccn_exp_poly, then summed in 16 running sums, which also keeps
  * a long sum from losing its small terms. */
 static inline void softmax_row(long len, long stride, int log_softmax, const float *in,
                                float *out)
@@ -146,7 +157,7 @@ static inline void softmax_row(long len, long stride, int log_softmax, const flo
     for (long k = 0; k < 16; k++)
         top = tops[k] > top ? tops[k] : top;
     for (i = 0; i < len; i++)
-        out[i * stride] = exp_poly(in[i * stride] - top);
+        out[i * stride] = ccn_exp_poly(in[i * stride] - top);
     float sums[16] = {0.0f}, sum = 0.0f;
     i = 0;
     for (; i + 16 <= len; i += 16)

@@ -1,0 +1,123 @@
+"""GELU written out as element-wise nodes (runtime/native/fusion.py's
+_fuse_gelu) becomes one Gelu instruction, and the float32 Tanh, Erf and
+Gelu kernels (polynomials in ccn_activation.c) stay accurate."""
+import math
+
+import numpy
+import pytest
+from onnx import helper, numpy_helper
+
+from chainer_compiler.pipeline import build_program
+from chainer_compiler.runtime.native.fusion import fuse
+
+from .helpers import check_native, make_model
+
+F32 = numpy.float32
+SHAPE = [2, 3, 8]
+node = helper.make_node
+
+
+def _consts(**values):
+    return {name: numpy.array(v, F32) for name, v in values.items()}
+
+
+#: BERT's (TorchScript) erf form, written as transformers does.
+ERF_FORM = [node('Div', ['x', 'sqrt2'], ['d']), node('Erf', ['d'], ['e']),
+            node('Add', ['e', 'one'], ['e1']), node('Mul', ['x', 'e1'], ['m']),
+            node('Mul', ['m', 'half'], ['y'])]
+#: GPT-2's and ALBERT's tanh approximation, as their exports write it.
+TANH_FORM = [node('Mul', ['x', 'half'], ['h']), node('Pow', ['x', 'three'], ['p']),
+             node('Mul', ['p', 'k'], ['pk']), node('Add', ['x', 'pk'], ['a']),
+             node('Mul', ['a', 'c'], ['ac']), node('Tanh', ['ac'], ['t']),
+             node('Add', ['t', 'one'], ['t1']), node('Mul', ['h', 't1'], ['y'])]
+#: The erf form another way round: half first, by 1/sqrt 2 as a Mul,
+#: constants on the left.
+ERF_OTHER_ORDER = [node('Mul', ['half', 'x'], ['h']), node('Mul', ['rsqrt2', 'x'], ['d']),
+                   node('Erf', ['d'], ['e']), node('Add', ['one', 'e'], ['e1']),
+                   node('Mul', ['e1', 'h'], ['y'])]
+CONSTS = _consts(sqrt2=math.sqrt(2), rsqrt2=1 / math.sqrt(2), one=1, half=0.5, three=3,
+                 k=0.044715, c=math.sqrt(2 / math.pi))
+
+
+def _model(nodes, outputs=('y',)):
+    """x0 -> Neg (so that x is made by an instruction) -> ``nodes``."""
+    nodes = [node('Neg', ['x0'], ['x'])] + list(nodes)
+    used = {i for n in nodes for i in n.input}
+    return make_model(nodes, [('x0', F32, SHAPE)], [(o, F32, SHAPE) for o in outputs],
+                      {n: v for n, v in CONSTS.items() if n in used})
+
+
+def _ops(program):
+    return [(i.op, i.attrs.get('approximate')) for i in program.instructions]
+
+
+@pytest.mark.parametrize('nodes, approximate', [(ERF_FORM, 'none'), (TANH_FORM, 'tanh'),
+                                                (ERF_OTHER_ORDER, 'none')])
+def test_written_out_gelu_becomes_one_instruction(nodes, approximate):
+    fused = fuse(build_program(_model(nodes)))
+    assert _ops(fused) == [('Neg', None), ('Gelu', approximate)]
+    gelu = fused.instructions[1]
+    assert gelu.inputs == fused.instructions[0].outputs and gelu.version == 20
+    assert gelu.frees == gelu.inputs  # x's last read is the Gelu's
+
+
+def test_what_is_not_gelu_is_left_alone():
+    """A wrong constant (0.6 for 0.5), an intermediate value that is also
+    an output, or a second variable input: the nodes stay as they are."""
+    wrong = [n if n.output != ['y'] else node('Mul', ['m', 'c6'], ['y']) for n in ERF_FORM]
+    two_inputs = [n if n.output != ['m'] else node('Mul', ['x0', 'e1'], ['m'])
+                  for n in ERF_FORM]
+    models = [_model(wrong), _model(ERF_FORM, outputs=('y', 'e')), _model(two_inputs)]
+    models[0].graph.initializer.append(numpy_helper.from_array(numpy.array(0.6, F32), 'c6'))
+    for model in models:
+        program = build_program(model)
+        assert 'Gelu' not in [op for op, _ in _ops(fuse(program))]
+
+
+@pytest.mark.native_build
+def test_fused_gelu_computes_what_the_nodes_do():
+    """Both forms side by side, the tanh one with x read by a Neg after
+    its last read inside the form (x's free moves to the Gelu): native
+    equals the VM running the nodes."""
+    erf = [helper.make_node(n.op_type, list(n.input), ['erf_' + o for o in n.output])
+           for n in ERF_FORM]
+    for n in erf:  # its own values, still reading x and the constants
+        n.input[:] = [i if i == 'x' or i in CONSTS else 'erf_' + i for i in n.input]
+    tanh = list(TANH_FORM[:4]) + [node('Neg', ['x'], ['n'])] + list(TANH_FORM[4:])
+    model = _model(erf + tanh, outputs=('erf_y', 'n', 'y'))
+    fused = fuse(build_program(model))
+    assert _ops(fused) == [('Neg', None), ('Gelu', 'none'), ('Neg', None), ('Gelu', 'tanh')]
+    x = fused.instructions[0].outputs[0]
+    assert x not in fused.instructions[2].frees and x in fused.instructions[3].frees
+    check_native(model, [numpy.linspace(-6, 6, math.prod(SHAPE), dtype=F32).reshape(SHAPE)])
+
+
+@pytest.mark.native_build
+@pytest.mark.filterwarnings('ignore:invalid value')  # GELU of -inf: -inf * 0
+def test_float32_tanh_erf_gelu_are_accurate():
+    """The vectorised polynomials against float64 math: within 1e-6 of
+    the value (erf within 8 float32 ulp), NaN stays NaN, +-inf saturate."""
+    x = numpy.concatenate([numpy.linspace(-12, 12, 4801), [0.0, -0.0, 1e-30, -1e-8, 3e-4,
+                                                           numpy.inf, -numpy.inf, numpy.nan]])
+    x = x.astype(F32)
+    nodes = [node('Tanh', ['x'], ['t']), node('Erf', ['x'], ['e']),
+             node('Gelu', ['x'], ['g']), node('Gelu', ['x'], ['gt'], approximate='tanh')]
+    model = make_model(nodes, [('x', F32, [x.size])],
+                       [(o, F32, [x.size]) for o in ('t', 'e', 'g', 'gt')], opset=20)
+    tanh, erf, gelu, gelu_tanh = check_native(model, [x])
+    wide = x.astype(numpy.float64)
+    exact_erf = numpy.array([math.erf(v) for v in wide])
+    c = math.sqrt(2 / math.pi)
+    finite = numpy.isfinite(wide)
+    for got, want, atol in (
+            (tanh, numpy.tanh(wide), 0),
+            (erf, exact_erf, 0),
+            (gelu, 0.5 * wide * (1 + numpy.array([math.erf(v / math.sqrt(2)) for v in wide])),
+             1e-6),
+            (gelu_tanh, 0.5 * wide * (1 + numpy.tanh(c * (wide + 0.044715 * wide ** 3))),
+             1e-6)):
+        numpy.testing.assert_allclose(got[finite], want[finite], rtol=1e-6, atol=atol)
+        assert numpy.isnan(got[-1])
+    assert tanh[-3:-1].tolist() == [1, -1] and erf[-3:-1].tolist() == [1, -1]
+    assert tanh[x.size - 8:x.size - 6].tolist() == [0, 0]  # +-0
+    assert tanh[x.size - 6] == F32(1e-30)  # tiny values are their own tanh
