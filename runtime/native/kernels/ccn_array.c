@@ -307,8 +307,7 @@ void ccn_resize_axis(long outer, long in_len, long out_len, long inner, int taps
 
 /* ccn_resize_2d: its planes [begin, end). */
 typedef struct {
-    long in_h, in_w, out_h, out_w;
-    int taps_h, taps_w, columns_first;
+    const ccn_resize_2d_geometry *g;
     const int32_t *index_h, *index_w;
     const float *weight_h, *weight_w, *x;
     float *y, *mid;
@@ -317,34 +316,35 @@ typedef struct {
 static void resize_2d_range(void *context, long begin, long end)
 {
     const resize_2d_call *a = context;
-    const long in_h = a->in_h, in_w = a->in_w, out_h = a->out_h, out_w = a->out_w;
+    const ccn_resize_2d_geometry *g = a->g;
+    const long in_h = g->in_h, in_w = g->in_w, out_h = g->out_h, out_w = g->out_w;
     for (long o = begin; o < end; o++) {
         const float *x = a->x + o * in_h * in_w;
         float *y = a->y + o * out_h * out_w;
-        if (a->columns_first) {
+        if (g->columns_first) {
             float *mid = a->mid + o * in_h * out_w;
             for (long h = 0; h < in_h; h++)
-                resize_pass(out_w, 1, a->taps_w, a->index_w, a->weight_w, x + h * in_w,
+                resize_pass(out_w, 1, g->taps_w, a->index_w, a->weight_w, x + h * in_w,
                             mid + h * out_w);
-            resize_pass(out_h, out_w, a->taps_h, a->index_h, a->weight_h, mid, y);
+            resize_pass(out_h, out_w, g->taps_h, a->index_h, a->weight_h, mid, y);
         } else {
             float *mid = a->mid + o * out_h * in_w;
-            resize_pass(out_h, in_w, a->taps_h, a->index_h, a->weight_h, x, mid);
+            resize_pass(out_h, in_w, g->taps_h, a->index_h, a->weight_h, x, mid);
             for (long h = 0; h < out_h; h++)
-                resize_pass(out_w, 1, a->taps_w, a->index_w, a->weight_w, mid + h * in_w,
+                resize_pass(out_w, 1, g->taps_w, a->index_w, a->weight_w, mid + h * in_w,
                             y + h * out_w);
         }
     }
 }
 
-void ccn_resize_2d(long outer, long in_h, long in_w, long out_h, long out_w, int taps_h,
-                   const int32_t *index_h, const float *weight_h, int taps_w,
-                   const int32_t *index_w, const float *weight_w, int columns_first,
+void ccn_resize_2d(const ccn_resize_2d_geometry *geometry, const int32_t *index_h,
+                   const float *weight_h, const int32_t *index_w, const float *weight_w,
                    const float *x, float *y, float *mid)
 {
-    resize_2d_call a = {in_h, in_w, out_h, out_w, taps_h, taps_w, columns_first,
-                        index_h, index_w, weight_h, weight_w, x, y, mid};
-    ccn_parallel_for(outer, outer * out_h * out_w * (taps_h + taps_w), resize_2d_range, &a);
+    const ccn_resize_2d_geometry *g = geometry;
+    resize_2d_call a = {g, index_h, index_w, weight_h, weight_w, x, y, mid};
+    ccn_parallel_for(g->outer, g->outer * g->out_h * g->out_w * (g->taps_h + g->taps_w),
+                     resize_2d_range, &a);
 }
 
 /* ccn_where: its rows [begin, end). */

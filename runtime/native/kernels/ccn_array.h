@@ -58,9 +58,12 @@ void ccn_resize_axis(long outer, long in_len, long out_len, long inner, int taps
  * * out_h * in_w): the rows' pass first (each tap a whole row, vectorised
  * along it) then the columns', or the other way round when that is less
  * work (enlarging: the columns' gathers on the in_h input rows only). */
-void ccn_resize_2d(long outer, long in_h, long in_w, long out_h, long out_w, int taps_h,
-                   const int32_t *index_h, const float *weight_h, int taps_w,
-                   const int32_t *index_w, const float *weight_w, int columns_first,
+typedef struct {
+    long outer, in_h, in_w, out_h, out_w;
+    int taps_h, taps_w, columns_first;
+} ccn_resize_2d_geometry;
+void ccn_resize_2d(const ccn_resize_2d_geometry *geometry, const int32_t *index_h,
+                   const float *weight_h, const int32_t *index_w, const float *weight_w,
                    const float *x, float *y, float *mid);
 
 /* Where: out[i] = cond[i] ? x[i] : y[i] over ``shape`` (C order), the

@@ -20,7 +20,7 @@ from ...ops.array import _CAST_V1_TYPES, _legacy_nearest_rounding, resize_axes, 
 from ...ops.opset_rules import axes_are_input
 from ...ops.registry import operator_record
 from ...program import NO_REGISTER
-from ..cformat import C_TYPES, clist, cliteral
+from ..cformat import C_TYPES, CStruct, clist, cliteral
 from ..lowering import ANY_DTYPE, Refuse, Step, at, lowers
 from .math import broadcast_strides
 
@@ -602,6 +602,11 @@ def resize(em, inst) -> Step:
     return Step('array', [tuple(out)], render, scratch=half * buffers)
 
 
+#: ccn_resize_2d's sizes (ccn_array.h).
+RESIZE_2D_GEOMETRY = CStruct('ccn_resize_2d_geometry', (
+    'outer', 'in_h', 'in_w', 'out_h', 'out_w', 'taps_h', 'taps_w', 'columns_first'))
+
+
 def _resize_2d(em, inst, sx, out, tables) -> Step:
     """Resize of the last two axes (an image's height and width) as one
     ccn_resize_2d: plane by plane, each plane's intermediate in cache,
@@ -614,6 +619,9 @@ def _resize_2d(em, inst, sx, out, tables) -> Step:
                      < out_h * in_w * taps_h + 2 * out_h * out_w * taps_w)
     outer = math.prod(sx[:-2])
     mid = outer * (in_h * out_w if columns_first else out_h * in_w)
+    geometry = RESIZE_2D_GEOMETRY.literal(outer=outer, in_h=in_h, in_w=in_w, out_h=out_h,
+                                          out_w=out_w, taps_h=taps_h, taps_w=taps_w,
+                                          columns_first=columns_first)
     h, w = ([em.constant_array('resize%d_%d_%s' % (inst.outputs[0], axis, kind), table)
              for kind, table in (('i', index), ('w', weight))]
             for axis, index, weight in ((len(sx) - 2, index_h, weight_h),
@@ -622,9 +630,9 @@ def _resize_2d(em, inst, sx, out, tables) -> Step:
     def render(ref, scratch):
         if math.prod(out) == 0:
             return ['/* empty: nothing to resize */']
-        return ['ccn_resize_2d(%d, %d, %d, %d, %d, %d, %s, %s, %d, %s, %s, %d, %s, %s, %s);' % (
-            outer, in_h, in_w, out_h, out_w, taps_h, *h, taps_w, *w, columns_first,
-            ref(inst.inputs[0]), ref(inst.outputs[0]), scratch)]
+        return ['ccn_resize_2d(%s,' % geometry,
+                '              %s, %s, %s, %s, %s, %s, %s);' % (
+                    *h, *w, ref(inst.inputs[0]), ref(inst.outputs[0]), scratch)]
     return Step('array', [tuple(out)], render, scratch=mid)
 
 

@@ -12,6 +12,7 @@ from onnx import helper
 from chainer_compiler.pipeline import build_program
 from chainer_compiler.runtime.native.cformat import CStruct
 from chainer_compiler.runtime.native.emit_c import KERNEL_DIR, MAX_RANK, emit_c
+from chainer_compiler.runtime.native.lowerings import array as native_array
 from chainer_compiler.runtime.native.lowerings import connection, pooling, winograd
 from chainer_compiler.runtime.native.lowerings import math as native_math
 
@@ -54,6 +55,7 @@ def _define(name, *files):
     (connection.CONV3D_GEOMETRY, 'ccn_connection.h'),
     (connection.GEMM_GEOMETRY, 'ccn_gemm.h'),
     (connection.MATMUL_BATCH, 'ccn_gemm.h'),
+    (native_array.RESIZE_2D_GEOMETRY, 'ccn_array.h'),
 ], ids=lambda v: getattr(v, 'ctype', v))
 def test_structs_list_the_fields_of_their_header(struct, header):
     assert struct.fields == _struct_fields(header, struct.ctype)

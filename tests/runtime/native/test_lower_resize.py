@@ -132,7 +132,9 @@ def test_image_resizes_take_the_two_axis_kernel(tmp_path):
     result = emit_c(build_program(_image_resizes()[0]), str(tmp_path), 'model')
     with open(next(p for p in result.files if p.endswith('/model.c'))) as f:
         text = f.read()
-    calls = re.findall(r'ccn_resize_2d\((\d+), (\d+), (\d+), (\d+), (\d+), .*, (\d), \w+', text)
+    calls = re.findall(r'ccn_resize_2d\(&\(const \w*ccn_resize_2d_geometry\)\{\.outer = (\d+), '
+                       r'\.in_h = (\d+), \.in_w = (\d+), \.out_h = (\d+), \.out_w = (\d+), '
+                       r'.*?\.columns_first = (\d)\}', text)
     assert sorted(tuple(int(v) for v in c) for c in calls) == sorted([
         (6, 7, 5, 23, 17, 1), (2, 29, 31, 8, 9, 0), (3, 5, 6, 11, 13, 1), (2, 6, 7, 13, 4, 1),
         (1, 16, 16, 5, 7, 0), (3, 7, 5, 14, 9, 1)])
