@@ -225,11 +225,12 @@ static void pack_b(long kc, long nr, const float *B, long ldb, float *restrict b
             memcpy(bp + k * CCN_NR, B + k * ldb, CCN_NR * sizeof(float));
         return;
     }
-    for (long k = 0; k < kc; k++) {
-        memcpy(bp + k * CCN_NR, B + k * ldb, (size_t)nr * sizeof(float));
-        for (long j = nr; j < CCN_NR; j++)
-            bp[k * CCN_NR + j] = 0.0f;
-    }
+    /* A part strip element by element (masked vector loads where the ISA
+     * has them): a copy of nr floats became `rep movsq`, whose start-up
+     * took a sixth of a 512 x 49 by 4608 product. */
+    for (long k = 0; k < kc; k++)
+        for (long j = 0; j < CCN_NR; j++)
+            bp[k * CCN_NR + j] = j < nr ? B[k * ldb + j] : 0.0f;
 }
 
 /* The B operand of a product: row-major with rows ldb apart, or (panels
