@@ -26,14 +26,29 @@ static int64_t ipow(int64_t base, int64_t e)
     return (int64_t)result;
 }
 
-/* One loop per operation (GCC's -O3 versions it for unit strides, so it
- * vectorises); u and v are the operands, of type elem. */
+/* One loop per operation; u and v are the operands, of type elem.  Unit
+ * strides, and one operand the same along the row (stride 0: a scalar, a
+ * bias or a per-channel scale), have loops of their own that vectorise
+ * (GCC's versioning for unit strides does not cover a stride of 0). */
+#define CCN_ROW_LOOP(R, EXPR, U, V)                                           \
+    for (long i = 0; i < n; i++) {                                            \
+        const elem u = (U), v = (V);                                          \
+        out[i] = (R)(EXPR);                                                   \
+    }
+
 #define CCN_ROW(R, EXPR)                                                      \
     {                                                                         \
         R *out = y;                                                           \
-        for (long i = 0; i < n; i++) {                                        \
-            const elem u = a[i * as], v = b[i * bs];                          \
-            out[i] = (R)(EXPR);                                               \
+        if (as == 1 && bs == 1) {                                             \
+            CCN_ROW_LOOP(R, EXPR, a[i], b[i])                                 \
+        } else if (as == 1 && bs == 0) {                                      \
+            const elem b0 = b[0];                                             \
+            CCN_ROW_LOOP(R, EXPR, a[i], b0)                                   \
+        } else if (as == 0 && bs == 1) {                                      \
+            const elem a0 = a[0];                                             \
+            CCN_ROW_LOOP(R, EXPR, a0, b[i])                                   \
+        } else {                                                              \
+            CCN_ROW_LOOP(R, EXPR, a[i * as], b[i * bs])                       \
         }                                                                     \
     }                                                                         \
     break;
