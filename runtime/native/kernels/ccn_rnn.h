@@ -38,7 +38,7 @@ typedef struct {
 } ccn_rnn_call;
 
 /* Runs ``call``; scratch holds seq*batch*G*hidden + batch*G*hidden +
- * 3*batch*hidden floats.  Steps past a sequence's length keep the state and
+ * 3*batch*hidden + G*hidden floats.  Steps past a sequence's length keep the state and
  * write zeros to Y; the reverse direction reverses each sequence within its
  * own length. */
 void ccn_rnn(const ccn_rnn_call *call, float *scratch);

@@ -28,7 +28,7 @@ def recurrent(em, inst) -> Step:
     rec = _Recurrence(em, inst, inst.op)
     # The kernel's own scratch (see ccn_rnn.h), then W^T and R^T when
     # they are transposed at run time.
-    scratch = rec.place_weights(rec.T * rec.B * rec.GH + rec.B * rec.GH + 3 * rec.B * rec.H)
+    scratch = rec.place_weights((rec.T * rec.B + rec.B + 1) * rec.GH + 3 * rec.B * rec.H)
     present = [k < len(inst.outputs) and inst.outputs[k] != NO_REGISTER for k in range(3)]
 
     def render(ref, s):
