@@ -22,20 +22,36 @@ void ccn_batchnorm(long N, long C, long S, float epsilon, const float *x, const 
     }
 }
 
+/* The sum of the S values EXPR(in[i]) (a double expression of v) in 8
+ * running double sums, which vectorise where one sum's chain of dependent
+ * additions would not. */
+#define ROW_SUM(RESULT, S, in, EXPR)                                          \
+    do {                                                                      \
+        double sums_[8] = {0.0}, sum_ = 0.0;                                  \
+        long i_ = 0;                                                          \
+        for (; i_ + 8 <= (S); i_ += 8)                                        \
+            for (int k_ = 0; k_ < 8; k_++) {                                  \
+                const float v = (in)[i_ + k_];                                \
+                sums_[k_] += (EXPR);                                          \
+            }                                                                 \
+        for (; i_ < (S); i_++) {                                              \
+            const float v = (in)[i_];                                         \
+            sum_ += (EXPR);                                                   \
+        }                                                                     \
+        for (int k_ = 0; k_ < 8; k_++)                                        \
+            sum_ += sums_[k_];                                                \
+        (RESULT) = sum_;                                                      \
+    } while (0)
+
 /* The mean and 1 / sqrt(var + epsilon) of the S values at in (population
  * variance; 0 for no values).  Two passes with double sums: the centred
  * variance does not lose digits to cancellation when the mean is large. */
 static void row_moments(long S, const float *in, float epsilon, float *mean, float *inv_std)
 {
-    double sum = 0.0;
-    for (long i = 0; i < S; i++)
-        sum += in[i];
+    double sum, squares;
+    ROW_SUM(sum, S, in, (double)v);
     const float m = S ? (float)(sum / (double)S) : 0.0f;
-    double squares = 0.0;
-    for (long i = 0; i < S; i++) {
-        const double d = (double)(in[i] - m);
-        squares += d * d;
-    }
+    ROW_SUM(squares, S, in, (double)(v - m) * (double)(v - m));
     *mean = m;
     *inv_std = 1.0f / sqrtf((S ? (float)(squares / (double)S) : 0.0f) + epsilon);
 }
@@ -77,7 +93,11 @@ static void standardize_range(void *context, long begin, long end)
             inv_std[r] = inv;
         const long p = (r % layout.period) * layout.row_stride, is = layout.inner_stride;
         const float *sc = scale + p;
-        if (bias) {
+        if (bias && is == 1) { /* LayerNormalization's: a loop that vectorises */
+            const float *b = bias + p;
+            for (long i = 0; i < S; i++)
+                out[i] = (in[i] - m) * inv * sc[i] + b[i];
+        } else if (bias) {
             const float *b = bias + p;
             for (long i = 0; i < S; i++)
                 out[i] = (in[i] - m) * inv * sc[i * is] + b[i * is];
