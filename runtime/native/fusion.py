@@ -12,6 +12,10 @@ when C is emitted (emit_c.py calls ``fuse`` first).
   instruction's ``activation`` attribute (``activation_alpha`` for
   LeakyRelu's slope), which the kernels apply as they store the product;
   a Gemm so fused becomes FusedGemm, as in the VM's own fusion.
+* An Add of a constant bias along the last axis that alone reads a MatMul
+  by a constant 2-D B (a Linear layer as exported: BERT, ConvNeXt) becomes
+  that MatMul's third input, which its product starts from (before any
+  activation fused after it).
 * A Sigmoid read only by a Mul of its own input (SiLU as exported:
   ``x * Sigmoid(x)``) becomes one Swish in the Mul's place.
 * GELU written out as element-wise nodes around an Erf or a Tanh (BERT's
@@ -106,6 +110,8 @@ class _Fuser:
                 continue
             if inst.op in ('Conv', 'Gemm'):
                 changed |= self._fold_batch_norm(i)
+            if inst.op == 'MatMul':
+                changed |= self._fuse_bias(i)
             if inst.op in ('Conv', 'Gemm', 'MatMul'):
                 changed |= self._fuse_activation(i)
             if inst.op == 'Sigmoid':
@@ -234,6 +240,35 @@ class _Fuser:
             return w, beta * bias.astype(numpy.float64) * scale
         except ValueError:  # the bias does not broadcast to the channels
             return None
+
+    def _fuse_bias(self, i: int) -> bool:
+        """Make the Add of a constant bias (N values along the last axis)
+        that alone reads MatMul ``i``'s product by a constant K x N B its
+        third input."""
+        inst = self.insts[i]
+        assert inst is not None
+        m = inst.outputs[0]
+        users = self.readers.get(m, [])
+        j = users[0] if len(users) == 1 and m not in self.outputs else None
+        add = None if j is None else self.insts[j]
+        weight = self._const(inst, 1)
+        if j is None or add is None or add.op != 'Add' or add.domain not in _DEFAULT_DOMAINS \
+                or add.version < 7 or len(add.inputs) != 2 or len(inst.inputs) != 2 \
+                or weight is None or weight.ndim != 2 or 'activation' in inst.attrs:
+            return False
+        k = 1 if add.inputs[0] == m else 0
+        bias = self._const(add, k)
+        kind = self.p.types.get(inst.inputs[0])
+        rank = None if kind is None or kind.shape is None else len(kind.shape)
+        # A bias of more dims than the product's would broadcast it up.
+        if bias is None or bias.size != weight.shape[1] or rank is None or rank < 2 \
+                or bias.ndim > rank or bias.shape[-1:] != weight.shape[1:]:
+            return False
+        # Add is commutative: the product first, as _replace expects.
+        self.insts[j] = dataclasses.replace(add, inputs=(m, add.inputs[k]))
+        self._replace(i, dataclasses.replace(inst, inputs=inst.inputs + (add.inputs[k],),
+                                             outputs=add.outputs), j)
+        return True
 
     def _fuse_activation(self, i: int) -> bool:
         """Make the activation reading product ``i`` its epilogue."""

@@ -191,13 +191,21 @@ def matmul(em, inst) -> Step:
         strips = em.constant_array('strips%d' % inst.outputs[0], pack_panels(
             numpy.asarray(b_const, numpy.float32).reshape(K, N).T, STRIP_COLS))
 
+    # A bias of N values (runtime/native/fusion.py makes the Add after a
+    # product by a constant B the third input): the product starts from it.
+    bias = inst.inputs[2] if len(inst.inputs) > 2 else None
+    if bias is not None and (not (dots or strips) or math.prod(em.shape(inst, 2)) != N):
+        raise Refuse('a MatMul bias needs a constant B and %d values' % N)
+
     # Row-major A and C; B N x K for the dot products, else K x N.
     geometry = GEMM_GEOMETRY.literal(M=rows if flat else M, N=N, K=K, a_rs=K, a_cs=1,
                                      ldb=K if dots else N, ldc=N, act=act, act_alpha=act_alpha)
 
     def render(ref, scratch):
         a, b, y = ref(inst.inputs[0]), ref(inst.inputs[1]), ref(inst.outputs[0])
-        init = 'ccn_gemm_init(%d, %d, %s, NULL, 0, 0, 0.0f);' % (rows, N, y)
+        init = 'ccn_gemm_init(%d, %d, %s, %s, 0, %d, %s);' % (
+            rows, N, y, ref(bias) if bias is not None else 'NULL', bias is not None,
+            cfloat(1.0 if bias is not None else 0.0))
         if dots:
             return [init, 'ccn_gemm_bt(%s,' % geometry, '    %s, %s, 1.0f, %s);' % (a, bt, y)]
         if strips:

@@ -1,6 +1,7 @@
-"""GELU written out as element-wise nodes (runtime/native/fusion.py's
-_fuse_gelu) becomes one Gelu instruction, and the float32 Tanh, Erf and
-Gelu kernels (polynomials in ccn_activation.c) stay accurate."""
+"""The native fusions of transformer blocks (runtime/native/fusion.py): GELU
+written out as element-wise nodes becomes one Gelu instruction, a Linear
+layer's bias Add the MatMul's third input; the float32 Tanh, Erf and Gelu
+kernels (polynomials in ccn_activation.c) stay accurate."""
 import math
 
 import numpy
@@ -121,3 +122,41 @@ def test_float32_tanh_erf_gelu_are_accurate():
     assert tanh[-3:-1].tolist() == [1, -1] and erf[-3:-1].tolist() == [1, -1]
     assert tanh[x.size - 8:x.size - 6].tolist() == [0, 0]  # +-0
     assert tanh[x.size - 6] == F32(1e-30)  # tiny values are their own tanh
+
+
+def _linear_model(a_shape, bias, then=(), b_first=False, weight='w'):
+    """y = (a @ w + bias) followed by the nodes ``then`` (reading 'h')."""
+    add = node('Add', ['bias', 'm'] if b_first else ['m', 'bias'], ['h' if then else 'y'])
+    out = list(numpy.broadcast_shapes(tuple(a_shape[:-1]) + (4,), numpy.shape(bias)))
+    inits = {'bias': numpy.asarray(bias, F32), 'w': numpy.linspace(-1, 1, 24, dtype=F32)
+             .reshape(6, 4)}
+    inputs = [('a', F32, list(a_shape))] + ([('wi', F32, [6, 4])] if weight == 'wi' else [])
+    return make_model([node('MatMul', ['a', weight], ['m']), add] + list(then), inputs,
+                      [('y', F32, out)], inits)
+
+
+@pytest.mark.native_build
+def test_linear_bias_becomes_the_matmuls_third_input():
+    """A (N,) and a (1, 1, N) bias, either side of the Add, many rows (the
+    packed product) and few (dot products), with a Relu after: one MatMul
+    each, equal to the VM's."""
+    rng = numpy.random.RandomState(5)
+    bias = numpy.arange(4, dtype=F32) - 1.5
+    cases = [((2, 5, 6), bias, (), False), ((1, 2, 6), bias.reshape(1, 1, 4), (), True),
+             ((3, 6), bias, (node('Relu', ['h'], ['y']),), False)]
+    for shape, b, then, b_first in cases:
+        model = _linear_model(shape, b, then, b_first)
+        fused = fuse(build_program(model))
+        assert [(i.op, len(i.inputs), i.attrs.get('activation')) for i in fused.instructions] \
+            == [('MatMul', 3, 'Relu' if then else None)]
+        check_native(model, [rng.uniform(-1, 1, shape).astype(F32)])
+
+
+def test_what_is_not_a_linear_bias_is_left_alone():
+    """A bias varying along the rows, one of more dims than the product
+    (it broadcasts the result up), or a B that is not a constant."""
+    models = [_linear_model((5, 6), numpy.ones((5, 4))),
+              _linear_model((5, 6), numpy.ones((1, 1, 4))),
+              _linear_model((5, 6), numpy.ones(4), weight='wi')]
+    for model in models:
+        assert [i.op for i in fuse(build_program(model)).instructions] == ['MatMul', 'Add']
