@@ -78,7 +78,8 @@ def copied_bytes(program) -> tuple[int, int]:
     """Bytes the native C of ``program`` copies for its Concats and
     Transposes (what the planner could not write in place), and its arena's
     size."""
-    from chainer_compiler.runtime.native.emit_c import NATIVE_BACKEND, NativeCompilation, plan
+    from chainer_compiler.runtime.native.emit_c import NATIVE_BACKEND, NativeCompilation
+    from chainer_compiler.runtime.native.plan import plan
     c = NativeCompilation(program, 'm', 'file', '/nonexistent/not-written')
     for stage, passes in NATIVE_BACKEND:
         if stage == 'plan':

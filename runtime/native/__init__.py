@@ -6,6 +6,8 @@ arena), ``NAME_weights.c`` (the constants), the kernel sources it needs,
 ``main.c`` (a command line reading and writing .npy files) and a Makefile.
 library.py builds the same C into a cached shared library for
 ``Executor(backend='native')``; auto.py decides ``backend='auto'``.
+emit_c.py runs the backend's stages: lower.py (folding and the
+lowerings), plan.py (the arena) and render.py (the files' text);
 lowering.py is the interface between the emitter and the per-family
 lowerings in lowerings/.
 
@@ -15,6 +17,7 @@ loads the emitter: ``emit_c`` stays an eager export, because once the
 submodule of the same name is imported it would shadow a lazy one.
 """
 from .arena import plan_arena
-from .emit_c import EmitResult, NativeEmitError, UnsupportedNativeOpsError, emit_c
+from .emit_c import EmitResult, emit_c
+from .errors import NativeEmitError, UnsupportedNativeOpsError
 
 __all__ = ['EmitResult', 'NativeEmitError', 'UnsupportedNativeOpsError', 'emit_c', 'plan_arena']

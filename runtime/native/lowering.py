@@ -1,5 +1,5 @@
 """How one Program instruction becomes C: the interface between the
-emitter (emit_c.py) and the per-family lowerings (lowerings/).
+emitter (lower.py, render.py) and the per-family lowerings (lowerings/).
 
 A lowering is a function ``(emitter, instruction) -> Step`` registered for
 one or more ONNX operators with ``@lowers``, which attaches it to their
@@ -13,7 +13,7 @@ the arena is planned.
 A rendering writes C from numbers (through cformat), its own words and
 ``ref``, never from text of the Program: a string attribute is looked up in
 the lowering's own table and the table's entry is written; names stay out
-(emit_c.py puts the input and output names in tables, as cformat.cstring
+(render.py puts the input and output names in tables, as cformat.cstring
 literals).  tests/runtime/native/test_emit_c_injection.py checks that names
 and string attributes change nothing in the C outside string literals.
 """

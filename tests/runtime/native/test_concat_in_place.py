@@ -1,5 +1,5 @@
 """Concat written in place by its producers, and channel shuffle's
-Transpose (runtime/native/emit_c.py's plan, lowerings/array.py).
+Transpose (runtime/native/plan.py, lowerings/array.py).
 
 At batch 1 each input of a Concat along the channels is one contiguous
 block of its output: the planner lets the input's producer write it there
@@ -19,14 +19,10 @@ from onnx import helper
 
 from chainer_compiler.pipeline import build_program
 from chainer_compiler.runtime.executor import Executor
-from chainer_compiler.runtime.native.emit_c import (
-    NATIVE_BACKEND,
-    NativeCompilation,
-    NativeEmitError,
-    emit_c,
-    plan,
-    render,
-)
+from chainer_compiler.runtime.native import NativeEmitError, emit_c
+from chainer_compiler.runtime.native.emit_c import NATIVE_BACKEND, NativeCompilation
+from chainer_compiler.runtime.native.plan import plan
+from chainer_compiler.runtime.native.render import render
 
 from .helpers import check_native, make_model
 

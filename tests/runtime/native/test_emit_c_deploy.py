@@ -19,7 +19,8 @@ from chainer_compiler.cli import main as cli_main
 from chainer_compiler.pipeline import build_program
 from chainer_compiler.runtime.executor import Executor
 from chainer_compiler.runtime.native import NativeEmitError, emit_c
-from chainer_compiler.runtime.native.emit_c import MANIFEST, prefix_kernel_symbols
+from chainer_compiler.runtime.native.emit_c import MANIFEST
+from chainer_compiler.runtime.native.render import prefix_kernel_symbols
 from chainer_compiler.runtime.profiling import Tracer
 from chainer_compiler.runtime.serialization import save_program
 from tests.runtime.native.helpers import CLEAN_ENV

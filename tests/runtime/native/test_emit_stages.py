@@ -7,13 +7,9 @@ import numpy
 from onnx import TensorProto, helper
 
 from chainer_compiler.pipeline import build_program
-from chainer_compiler.runtime.native.emit_c import (
-    NATIVE_BACKEND,
-    NativeCompilation,
-    emit_c,
-    plan,
-    render,
-)
+from chainer_compiler.runtime.native.emit_c import NATIVE_BACKEND, NativeCompilation, emit_c
+from chainer_compiler.runtime.native.plan import plan
+from chainer_compiler.runtime.native.render import render
 from tests.conftest import make_model
 
 

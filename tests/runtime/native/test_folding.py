@@ -9,7 +9,7 @@ from onnx import TensorProto, helper
 
 from chainer_compiler.pipeline import build_program
 from chainer_compiler.runtime.limits import MAX_FOLDED_ELEMENTS, may_fold
-from chainer_compiler.runtime.native.emit_c import UnsupportedNativeOpsError, emit_c
+from chainer_compiler.runtime.native import UnsupportedNativeOpsError, emit_c
 from chainer_compiler.runtime.native.folding import fold
 from chainer_compiler.runtime.program import Instruction
 from tests.conftest import make_model

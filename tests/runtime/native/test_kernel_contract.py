@@ -10,11 +10,13 @@ import pytest
 from onnx import helper
 
 from chainer_compiler.pipeline import build_program
+from chainer_compiler.runtime.native import emit_c
 from chainer_compiler.runtime.native.cformat import CStruct
-from chainer_compiler.runtime.native.emit_c import KERNEL_DIR, MAX_RANK, emit_c
+from chainer_compiler.runtime.native.lower import MAX_RANK
 from chainer_compiler.runtime.native.lowerings import array as native_array
 from chainer_compiler.runtime.native.lowerings import connection, pooling, winograd
 from chainer_compiler.runtime.native.lowerings import math as native_math
+from chainer_compiler.runtime.native.render import KERNEL_DIR
 
 from .helpers import make_model
 

@@ -7,7 +7,7 @@ import pytest
 from onnx import helper
 
 from chainer_compiler.pipeline import build_program
-from chainer_compiler.runtime.native.emit_c import UnsupportedNativeOpsError, emit_c
+from chainer_compiler.runtime.native import UnsupportedNativeOpsError, emit_c
 from chainer_compiler.runtime.native.lowerings.connection import (
     PANEL_DEPTH,
     PANEL_ROWS,

@@ -5,7 +5,7 @@ import numpy
 import pytest
 from onnx import helper
 
-from chainer_compiler.runtime.native.emit_c import UnsupportedNativeOpsError
+from chainer_compiler.runtime.native import UnsupportedNativeOpsError
 
 from .helpers import check_native, make_model
 

@@ -9,7 +9,7 @@ from onnx import helper
 
 from chainer_compiler.pipeline import build_program
 from chainer_compiler.runtime.executor import Executor
-from chainer_compiler.runtime.native.emit_c import UnsupportedNativeOpsError
+from chainer_compiler.runtime.native import UnsupportedNativeOpsError
 from chainer_compiler.runtime.program import NO_REGISTER
 
 from .helpers import ATOL, RTOL, check_native, make_model

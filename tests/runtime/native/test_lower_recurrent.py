@@ -7,7 +7,7 @@ import pytest
 from onnx import helper
 
 from chainer_compiler.pipeline import build_program
-from chainer_compiler.runtime.native.emit_c import UnsupportedNativeOpsError, emit_c
+from chainer_compiler.runtime.native import UnsupportedNativeOpsError, emit_c
 from chainer_compiler.translators.onnx_chainer import export_model, rnn
 from tests.runtime.native.helpers import check_native, make_model
 from tests.translators.onnx_chainer.test_models_sequence import BiLSTMClassifier, _sequences

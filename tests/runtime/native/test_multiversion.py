@@ -1,5 +1,5 @@
 """The emitted Makefile's default build: the products (ccn_gemm.c) also
-built for x86-64-v3 and -v4 (emit_c.gemm_variant), the best one this CPU
+built for x86-64-v3 and -v4 (render.gemm_variant), the best one this CPU
 runs chosen at run time."""
 import os
 import platform
@@ -10,11 +10,11 @@ import pytest
 from onnx import helper
 
 from chainer_compiler.pipeline import build_program
-from chainer_compiler.runtime.native.emit_c import (
+from chainer_compiler.runtime.native import emit_c
+from chainer_compiler.runtime.native.render import (
     _C_DEFINITION,
     GEMM_LEVELS,
     KERNEL_DIR,
-    emit_c,
     gemm_variant,
     prefix_kernel_symbols,
 )

@@ -20,8 +20,8 @@ from chainer_compiler.pipeline import build_program
 from chainer_compiler.runtime.errors import KernelError
 from chainer_compiler.runtime.executor import Executor
 from chainer_compiler.runtime.native import emit_c
-from chainer_compiler.runtime.native.emit_c import KERNEL_DIR, output_file_names
 from chainer_compiler.runtime.native.library import NativeRun
+from chainer_compiler.runtime.native.render import KERNEL_DIR, output_file_names
 from tests.runtime.native.helpers import CLEAN_ENV, make_folder, make_model
 
 CC = shutil.which('cc') or shutil.which('gcc')

@@ -13,8 +13,8 @@ from onnx import helper
 from chainer_compiler.pipeline import build_program
 from chainer_compiler.runtime.errors import ConfigurationError
 from chainer_compiler.runtime.executor import Executor
-from chainer_compiler.runtime.native import library
-from chainer_compiler.runtime.native.emit_c import KERNEL_DIR, emit_c
+from chainer_compiler.runtime.native import emit_c, library
+from chainer_compiler.runtime.native.render import KERNEL_DIR
 from tests.runtime.native.helpers import ATOL, CLEAN_ENV, RTOL, make_folder, make_model
 
 CC = shutil.which('gcc') or shutil.which('clang')
