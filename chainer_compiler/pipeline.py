@@ -27,8 +27,11 @@ Where things plug in:
   NativeCompilation): it lives in the runtime, so that a saved Program
   compiles to C where only the runtime is installed, and reads the same
   fusion rules as the VM's ``fuse`` (runtime/ops/fusion_rules.py).
+  PIPELINES imports it when its stages are first asked for, so that
+  importing the compiler loads none of the native emitter.
 """
 import dataclasses
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 import numpy
@@ -42,7 +45,6 @@ from .frontend import load_onnx, source_name
 from .onnx_graph import all_nodes, opset_versions, schema_version, value_info
 from .passes import constant_folding, dead_code, expand_functions, vm_fusion
 from .passes.type_inference import infer_with_outer_constants, pin_loop_types
-from .runtime.native.emit_c import NATIVE_BACKEND
 from .runtime.ops.registry import CUSTOM_DOMAIN, has_kernel
 from .runtime.validation import validate_program
 from .shapes import infer_graph_types, infer_shapes
@@ -366,8 +368,8 @@ SIMPLIFY = ('simplify', (load, params_to_inputs, expand, fold, remove_dead_code,
 #: The VM's backend: the stages that turn optimized graphs into Programs.
 VM_BACKEND = (('lower', (fuse,)), ('emit', (emit, validate)))
 
-#: Kind of program -> its stages, in order: (stage name, passes in order).
-PIPELINES = {
+#: The compiler's kinds of program -> their stages (PIPELINES).
+_COMPILER_KINDS = {
     'inference': (SIMPLIFY,) + VM_BACKEND,
     'training': (SIMPLIFY, ('autodiff', (
         infer_types, differentiate, apply_recompute, split_forward_backward, fold,
@@ -375,9 +377,29 @@ PIPELINES = {
     'training_step': (SIMPLIFY, ('autodiff', (
         infer_types, differentiate, apply_recompute, join_backward, add_optimizer_update, fold,
         check_kernels))) + VM_BACKEND,
-    # The native backend, after any of the above (a Program in, C out).
-    'native': NATIVE_BACKEND,
 }
+
+
+class _Pipelines(Mapping):
+    """PIPELINES: the compiler's kinds, then 'native', the native backend
+    after any of them (a Program in, C out), whose stages are the native
+    emitter's own: imported when asked for, not with this module."""
+
+    def __getitem__(self, kind):
+        if kind == 'native':
+            from .runtime.native.emit_c import NATIVE_BACKEND
+            return NATIVE_BACKEND
+        return _COMPILER_KINDS[kind]
+
+    def __iter__(self):
+        return iter((*_COMPILER_KINDS, 'native'))
+
+    def __len__(self):
+        return len(_COMPILER_KINDS) + 1
+
+
+#: Kind of program -> its stages, in order: (stage name, passes in order).
+PIPELINES = _Pipelines()
 #: Kinds whose passes take a Program (emitted by the kinds above), not a model.
 PROGRAM_KINDS = ('native',)
 

@@ -1,5 +1,7 @@
 import importlib
 import os
+import subprocess
+import sys
 
 import chainer
 import chainer.functions as F
@@ -42,7 +44,8 @@ def test_the_native_kind_is_what_emit_c_runs(tmp_path, monkeypatch):
     # in order, and its stages are emit-c's phases.
     # (the package's emit_c is the function; the module is imported by name)
     native = importlib.import_module('chainer_compiler.runtime.native.emit_c')
-    assert pipeline.PIPELINES['native'] is native.NATIVE_BACKEND
+    stages = pipeline.PIPELINES['native']
+    assert stages is native.NATIVE_BACKEND
     ran = []
 
     def spy(run_pass):
@@ -60,11 +63,23 @@ def test_the_native_kind_is_what_emit_c_runs(tmp_path, monkeypatch):
         [numpy_helper.from_array(numpy.ones((3, 4), numpy.float32), 'W')])
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid('', 13)])
     result = native.emit_c(pipeline.build_program(model), tmp_path / 'c', 'm')
-    stages = pipeline.PIPELINES['native']
     assert ran == [p.__name__ for _, passes in stages for p in passes]
     assert [name for name, _ in result.phases] == [name for name, _ in stages]
     with pytest.raises(ValueError, match="kind 'native' compiles a Program"):
         pipeline.run('native', model)
+
+
+def test_importing_the_compiler_loads_no_native_emitter():
+    # PIPELINES imports the native backend's stages when they are asked for
+    # (a fresh process: this one has loaded the emitter already).
+    code = ('import sys; import chainer_compiler.pipeline as p; '
+            'loaded = lambda: sorted(m for m in sys.modules if ".runtime.native" in m); '
+            'print(loaded()); p.PIPELINES["native"]; print(loaded())')
+    out = subprocess.run([sys.executable, '-c', code], capture_output=True, text=True,
+                         check=True).stdout.splitlines()
+    assert out[0] == '[]'
+    assert 'chainer_compiler.runtime.native.emit_c' in out[1]
+    assert 'chainer_compiler.runtime.native.lowerings' in out[1]
 
 
 def test_the_vm_and_native_fusions_read_one_epilogue_rule_set():
