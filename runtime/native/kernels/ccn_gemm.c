@@ -540,7 +540,8 @@ static void gemm_shallow(long M, long N, long K, const float *A, long a_rs, long
     activate_block(M, N, C, ldc, act, act_alpha);
 }
 
-#if defined(__AVX512F__) && defined(__GNUC__)
+/* (__builtin_shufflevector: GCC 12 and clang.) */
+#if defined(__AVX512F__) && (defined(__clang__) || (defined(__GNUC__) && __GNUC__ >= 12))
 /* The wide tile (AVX-512): for a product whose A comes in panels and whose
  * few columns (a late layer of one image: 7x7 or 14x14 outputs) would leave
  * the NR-column tile part empty, the vectors run down A's columns instead,
