@@ -30,7 +30,9 @@ def operators_page():
         'do not edit. A kernel runs on NumPy and CuPy; *gradient* is the rule',
         '(`chainer_compiler/autodiff/<family>.py`), or "none" where the record says the outputs',
         'carry no gradient; *C* is the lowering of the native backend',
-        '(`runtime/native/lowerings/`). *Facts*: what other stages read of the record.',
+        '(`runtime/native/lowerings/`). *Facts*: what other stages read of the record',
+        "(*samples*: how it treats the rows of the first axis, a batch's samples, for emit-c",
+        '--max: `OpRecord.samples`).',
         '',
         '| operator | domain | family | kernel | gradient | C | facts |',
         '|---|---|---|---|---|---|---|',
@@ -42,6 +44,10 @@ def operators_page():
                                        ('in place', r.in_place)) if on]
         if r.view_of is not None:
             facts.append('view of input %d' % r.view_of)
+        if r.samples is not None:
+            facts.append('samples %s' % r.samples.replace('_', ' '))
+        if r.shape_input is not None:
+            facts.append('shape from input %d' % r.shape_input)
         lines.append('| %s | %s | %s | %s | %s | %s | %s |' % (
             r.op, r.domain or 'ai.onnx', family or '—', 'yes' if family else '—',
             gradient or '—', 'yes' if 'native' in r.stages else '—', ', '.join(facts) or '—'))

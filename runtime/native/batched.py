@@ -10,21 +10,20 @@ written.  Every value computed at run time must have the batch as its first
 axis at both sizes, or c rows per sample inside the model (so no
 instruction sums, concatenates or transposes across samples), a value
 computed from the batch size may only size a reshape, an expansion or a
-tiling, and every instruction must be one that keeps the rows of its first
-axis apart (_ELEMENTWISE, _PER_SAMPLE, and _mixing's conditions on the
-axis attributes of the others).  Anything else is refused with one error naming the
-instruction; training steps and random draws are refused whole.
+tiling (the input its operator's record names ``shape_input``), and every
+instruction must be one that keeps the rows of its first axis apart: its
+record's ``samples`` (runtime/ops/registry.py) says how its operator
+treats them, and _mixing checks the axes it works along and the operators
+whose attributes decide.  Anything else is refused with one error naming
+the instruction; training steps and random draws are refused whole.
 """
 from dataclasses import dataclass
 
 import numpy
 
+from ..ops.registry import OpRecord, operator_record
 from ..program import NO_REGISTER, Instruction
 from .fusion import written_inputs
-from .lowerings.activation import _UNARY
-from .lowerings.math import _ARITHMETIC, _BOOLEAN, _VARIADIC
-from .lowerings.reduction import _REDUCTIONS
-from .lowerings.rnn import _CELLS
 
 #: The two batch sizes the model is lowered at to check it: two sizes tell a
 #: batch axis from a fixed one, and neither is 1 (which broadcasts).
@@ -33,21 +32,6 @@ PROBE_SIZES = (2, 3)
 #: samples of every input and output.
 MAX_BATCH_LIMIT = 1 << 20
 
-#: Operators that compute each element from the same position of their
-#: inputs (broadcasting a constant at most): rows never mix.
-_ELEMENTWISE = frozenset(_UNARY) | frozenset(_ARITHMETIC) | frozenset(_BOOLEAN) | \
-    frozenset(_VARIADIC) | {'Pow', 'PRelu', 'Where', 'Not', 'Cast', 'CastLike', 'IsNaN',
-                            'IsInf', 'Identity', 'Dropout', 'Swish'}
-#: Operators that treat the first axis as the batch by definition (inference
-#: BatchNormalization is checked apart), or that only reshape rows whose
-#: first axis the shape check has kept.
-_PER_SAMPLE = frozenset({'Conv', 'ConvTranspose', 'MaxPool', 'AveragePool', 'GlobalAveragePool',
-                         'GlobalMaxPool', 'LRN', 'InstanceNormalization', 'Reshape', 'Flatten',
-                         'Squeeze', 'Unsqueeze', 'Expand', 'Tile', 'SoftmaxCrossEntropyLoss'}
-                        | set(_CELLS))
-#: (operator, input position) that a value computed from the batch size may
-#: feed: a target shape, which is 1 for one sample where it is N for N.
-SHAPE_OPERANDS = frozenset({('Reshape', 1), ('Expand', 1), ('Tile', 1)})
 
 
 class NotSeparableError(ValueError):
@@ -111,13 +95,15 @@ def check_separable(probes, symbol: str) -> None:
         if step is None:  # evaluated at emit time: its readers are checked
             continue
         where = 'instruction %s' % p.describe_instruction(i)
+        record = _record(inst)
         if written_inputs(inst):
             raise NotSeparableError('%s updates its inputs in place (a training step)' % where)
         runtime = []
         for k, r in enumerate(inst.inputs):
             if r == NO_REGISTER:
                 continue
-            if r in sized and (inst.op, k) not in SHAPE_OPERANDS:
+            # A target shape is 1 for one sample where it is N for N.
+            if r in sized and k != record.shape_input:
                 raise NotSeparableError('%s reads input %d, which is computed from the batch '
                                         'size %s: one sample would see 1 there' % (where, k,
                                                                                    symbol))
@@ -127,15 +113,23 @@ def check_separable(probes, symbol: str) -> None:
         for k, r in enumerate(inst.outputs):
             if r != NO_REGISTER:
                 check(r, '%s: output %d' % (where, k), exact=False)
-        reason = _mixing(inst, runtime, low_a)
+        reason = _mixing(inst, record, runtime, low_a)
         if reason:
             raise NotSeparableError('%s %s' % (where, reason))
 
 
-def _mixing(inst: Instruction, runtime: list[int], low) -> str | None:
-    """Why ``inst`` may mix the samples of its batch (the rows of the first
-    axis of its run-time inputs ``runtime``), or None when it cannot."""
-    op, attrs = inst.op, inst.attrs
+def _record(inst: Instruction) -> OpRecord:
+    """``inst``'s operator's record (an empty one, declaring nothing, for
+    an operator no stage knows)."""
+    return operator_record(inst.op, inst.domain) or OpRecord(inst.op, inst.domain)
+
+
+def _mixing(inst: Instruction, record: OpRecord, runtime: list[int], low) -> str | None:
+    """Why ``inst`` (of the operator of ``record``) may mix the samples of
+    its batch (the rows of the first axis of its run-time inputs
+    ``runtime``), or None when it cannot.  Its attributes are filled with
+    their defaults (emit_c lowers the probes after with_defaults)."""
+    op, attrs, samples = inst.op, inst.attrs, record.samples
     rank = len(low.shapes[inst.inputs[0]])
 
     def axis(name: str, default: int) -> int:
@@ -148,12 +142,12 @@ def _mixing(inst: Instruction, runtime: list[int], low) -> str | None:
             return low.consts[inst.inputs[k]].reshape(-1).tolist()
         return None
 
-    if op in _ELEMENTWISE or op in _PER_SAMPLE:
+    if samples in ('elementwise', 'per_sample'):
         return None
     if op == 'BatchNormalization':
         return None if len([r for r in inst.outputs if r != NO_REGISTER]) == 1 and \
             not attrs.get('training_mode', 0) else 'computes batch statistics (training mode)'
-    if (op in _REDUCTIONS or op in ('Slice', 'Pad')) and any(k > 0 for k in runtime):
+    if (samples == 'reduction' or op in ('Slice', 'Pad')) and any(k > 0 for k in runtime):
         return 'takes its axes, starts or pads at run time'
     if op in ('Gemm', 'FusedGemm'):
         return 'multiplies by a run-time B or transposes A' if 1 in runtime or \
@@ -164,17 +158,13 @@ def _mixing(inst: Instruction, runtime: list[int], low) -> str | None:
             else 'contracts over the batch axis'
     if op == 'Transpose':
         return None if list(attrs.get('perm', ()))[:1] == [0] else 'moves the batch axis'
-    if op in ('Softmax', 'LogSoftmax', 'ArgMax', 'ArgMin', 'Concat', 'Split',
-              'LayerNormalization'):
-        default = {'Softmax': -1 if inst.version >= 13 else 1,
-                   'LogSoftmax': -1 if inst.version >= 13 else 1,
-                   'LayerNormalization': -1}.get(op, 0)
-        return None if axis('axis', default) != 0 else 'works along the batch axis'
+    if samples == 'along_axis':
+        return None if axis('axis', 0) != 0 else 'works along the batch axis'
     if op == 'Gather':
         if 0 in runtime and (axis('axis', 0) == 0 or 1 in runtime):
             return 'gathers along the batch axis or by run-time indices'
         return None
-    if op in _REDUCTIONS:
+    if samples == 'reduction':
         axes = attrs.get('axes', const(1))
         if axes is None or not axes:
             return None if attrs.get('noop_with_empty_axes', 0) and axes is not None \

@@ -19,17 +19,18 @@ def _const(x, value):
 
 # -- rectifiers and friends ---------------------------------------------------
 
-@kernel('Relu', cost=per_element(12), epilogue=True)  # maximum with a scalar: 10 to 15 measured
+@kernel('Relu', cost=per_element(12),  # maximum with a scalar: 10 to 15 measured
+        epilogue=True, samples='elementwise')
 def relu(xp, x, *, consumed_inputs=None):
     return xp.maximum(x, _const(x, 0))
 
 
-@kernel('LeakyRelu', epilogue=True)
+@kernel('LeakyRelu', epilogue=True, samples='elementwise')
 def leaky_relu(xp, x, *, alpha=0.01, consumed_inputs=None):
     return xp.where(x >= 0, x, x * _const(x, alpha))
 
 
-@kernel('PRelu', versions=(7, LATEST))
+@kernel('PRelu', versions=(7, LATEST), samples='elementwise')
 def prelu(xp, x, slope):
     # slope broadcasts unidirectionally to x (numpy-style broadcasting).
     return xp.where(x >= 0, x, x * slope.astype(x.dtype, copy=False))
@@ -43,29 +44,29 @@ def prelu_v1(xp, x, slope, *, consumed_inputs=None):
     return prelu(xp, x, slope)
 
 
-@kernel('ThresholdedRelu')
+@kernel('ThresholdedRelu', samples='elementwise')
 def thresholded_relu(xp, x, *, alpha=1.0):
     return xp.where(x > _const(x, alpha), x, _const(x, 0))
 
 
-@kernel('Elu')
+@kernel('Elu', samples='elementwise')
 def elu(xp, x, *, alpha=1.0, consumed_inputs=None):
     return xp.where(x > 0, x, _const(x, alpha) * xp.expm1(xp.minimum(x, _const(x, 0))))
 
 
-@kernel('Selu')
+@kernel('Selu', samples='elementwise')
 def selu(xp, x, *, alpha=1.6732632423543772, gamma=1.0507009873554805, consumed_inputs=None):
     negative = _const(x, alpha) * xp.expm1(xp.minimum(x, _const(x, 0)))
     return _const(x, gamma) * xp.where(x > 0, x, negative)
 
 
-@kernel('Celu')
+@kernel('Celu', samples='elementwise')
 def celu(xp, x, *, alpha=1.0):
     a = _const(x, alpha)
     return xp.maximum(x, _const(x, 0)) + xp.minimum(_const(x, 0), a * xp.expm1(x / a))
 
 
-@kernel('Shrink')
+@kernel('Shrink', samples='elementwise')
 def shrink(xp, x, *, bias=0.0, lambd=0.5):
     # Also defined for integer tensors: the attributes are cast like CastLike does.
     b, lam = _const(x, bias), _const(x, lambd)
@@ -86,42 +87,43 @@ def _softplus(xp, x):
     return xp.maximum(x, _const(x, 0)) + xp.log1p(xp.exp(-xp.abs(x)))
 
 
-@kernel('Sigmoid', cost=per_element(200), epilogue=True)  # 170 to 250 measured
+@kernel('Sigmoid', cost=per_element(200), epilogue=True,  # 170 to 250 measured
+        samples='elementwise')
 def sigmoid(xp, x, *, consumed_inputs=None):
     return _sigmoid(xp, x)
 
 
-@kernel('Tanh', epilogue=True)
+@kernel('Tanh', epilogue=True, samples='elementwise')
 def tanh(xp, x, *, consumed_inputs=None):
     return xp.tanh(x)
 
 
-@kernel('HardSigmoid')
+@kernel('HardSigmoid', samples='elementwise')
 def hard_sigmoid(xp, x, *, alpha=0.2, beta=0.5, consumed_inputs=None):
     return xp.clip(_const(x, alpha) * x + _const(x, beta), _const(x, 0), _const(x, 1))
 
 
-@kernel('HardSwish', epilogue=True)
+@kernel('HardSwish', epilogue=True, samples='elementwise')
 def hard_swish(xp, x):
     return x * xp.clip(x / _const(x, 6) + _const(x, 0.5), _const(x, 0), _const(x, 1))
 
 
-@kernel('Softplus')
+@kernel('Softplus', samples='elementwise')
 def softplus(xp, x):
     return _softplus(xp, x)
 
 
-@kernel('Softsign')
+@kernel('Softsign', samples='elementwise')
 def softsign(xp, x):
     return x / (_const(x, 1) + xp.abs(x))
 
 
-@kernel('Mish')
+@kernel('Mish', samples='elementwise')
 def mish(xp, x):
     return x * xp.tanh(_softplus(xp, x))
 
 
-@kernel('Swish')
+@kernel('Swish', samples='elementwise')
 def swish(xp, x, *, alpha=1.0):
     return x * _sigmoid(xp, _const(x, alpha) * x)
 
@@ -137,7 +139,7 @@ def _erfc(xp, z):
     return t * xp.exp(poly - z * z)
 
 
-@kernel('Gelu', versions=(20, LATEST))
+@kernel('Gelu', versions=(20, LATEST), samples='elementwise')
 def gelu(xp, x, *, approximate='none'):
     if approximate == 'tanh':
         inner = _const(x, math.sqrt(2 / math.pi)) * (x + _const(x, 0.044715) * x * x * x)
@@ -192,7 +194,7 @@ def softmax_v1(xp, x, *, axis=1):
     return _coerced(_softmax, xp, x, axis)
 
 
-@kernel('Softmax', versions=(13, LATEST))
+@kernel('Softmax', versions=(13, LATEST), samples='along_axis')
 def softmax(xp, x, *, axis=-1):
     return _softmax(xp, x, *softmax_axes(13, x.ndim, axis))
 
@@ -202,7 +204,7 @@ def log_softmax_v1(xp, x, *, axis=1):
     return _coerced(log_softmax_along, xp, x, axis)
 
 
-@kernel('LogSoftmax', versions=(13, LATEST))
+@kernel('LogSoftmax', versions=(13, LATEST), samples='along_axis')
 def log_softmax(xp, x, *, axis=-1):
     return log_softmax_along(xp, x, *softmax_axes(13, x.ndim, axis))
 
@@ -212,7 +214,7 @@ def hardmax_v1(xp, x, *, axis=1):
     return _coerced(_hardmax, xp, x, axis)
 
 
-@kernel('Hardmax', versions=(13, LATEST))
+@kernel('Hardmax', versions=(13, LATEST), samples='along_axis')
 def hardmax(xp, x, *, axis=-1):
     return _hardmax(xp, x, *softmax_axes(13, x.ndim, axis))
 

@@ -65,7 +65,7 @@ def _wrap_indices(xp, indices, dim):
 NO_COPY = per_element(0)
 
 
-@kernel('Identity', cost=NO_COPY, view_of=0)
+@kernel('Identity', cost=NO_COPY, view_of=0, samples='elementwise')
 def identity(xp, x):
     return x
 
@@ -121,12 +121,12 @@ def reshape_v1(xp, data, *, shape=(), consumed_inputs=None):
     return _reshape(data, shape, 0)
 
 
-@kernel('Reshape', versions=(5, LATEST))
+@kernel('Reshape', versions=(5, LATEST), samples='per_sample', shape_input=1)
 def reshape(xp, data, shape, *, allowzero=0):
     return _reshape(data, _ints(shape), allowzero)
 
 
-@kernel('Flatten', cost=NO_COPY, view_of=0)
+@kernel('Flatten', cost=NO_COPY, view_of=0, samples='per_sample')
 def flatten(xp, x, *, axis=1):
     axis = _axis(axis, x.ndim)
     return x.reshape(math.prod(x.shape[:axis]), math.prod(x.shape[axis:]))
@@ -160,7 +160,7 @@ def squeeze_v1(xp, data, *, axes=None):
     return _squeeze(xp, data, axes)
 
 
-@kernel('Squeeze', versions=(axes_input_since('Squeeze'), LATEST))
+@kernel('Squeeze', versions=(axes_input_since('Squeeze'), LATEST), samples='per_sample')
 def squeeze(xp, data, axes=None):
     return _squeeze(xp, data, _ints(axes))
 
@@ -171,12 +171,12 @@ def unsqueeze_v1(xp, data, *, axes):
     return _unsqueeze(xp, data, axes)
 
 
-@kernel('Unsqueeze', versions=(axes_input_since('Unsqueeze'), LATEST))
+@kernel('Unsqueeze', versions=(axes_input_since('Unsqueeze'), LATEST), samples='per_sample')
 def unsqueeze(xp, data, axes):
     return _unsqueeze(xp, data, _ints(axes))
 
 
-@kernel('Concat')
+@kernel('Concat', samples='along_axis')
 def concat(xp, *inputs, axis=1):
     return _module(xp, *inputs).concatenate(inputs, axis=axis)
 
@@ -217,7 +217,7 @@ def split_v13(xp, x, split=None, *, axis=0, n_outputs):
     return _split(x, axis, _ints(split), n_outputs)
 
 
-@kernel('Split', versions=(18, LATEST))
+@kernel('Split', versions=(18, LATEST), samples='along_axis')
 def split(xp, x, split=None, *, axis=0, num_outputs=None, n_outputs):
     return _split(x, axis, _ints(split), num_outputs or n_outputs)
 
@@ -389,7 +389,7 @@ def pad(xp, data, pads, constant_value=None, axes=None, *, mode='constant'):
     return _pad(xp, data, pads, mode, value)
 
 
-@kernel('Expand', versions=(8, LATEST))
+@kernel('Expand', versions=(8, LATEST), samples='per_sample', shape_input=1)
 def expand(xp, x, shape):
     target = numpy.broadcast_shapes(x.shape, tuple(_ints(shape)))
     return _module(xp, x).broadcast_to(x, target).copy()
@@ -402,12 +402,12 @@ def tile_v1(xp, x, tiles, axis):
     return _module(xp, x).tile(x, reps)
 
 
-@kernel('Tile', versions=(6, LATEST))
+@kernel('Tile', versions=(6, LATEST), samples='per_sample', shape_input=1)
 def tile(xp, x, repeats):
     return _module(xp, x).tile(x, _ints(repeats))
 
 
-@kernel('Where', versions=(9, LATEST))
+@kernel('Where', versions=(9, LATEST), samples='elementwise')
 def where(xp, condition, x, y):
     return _module(xp, x, y).where(condition, x, y)
 
@@ -482,7 +482,7 @@ def _cast(xp, x, to, saturate=1, round_mode='up'):
     return x.astype(to)
 
 
-@kernel('Cast', versions=(1, 5), view_of=0)
+@kernel('Cast', versions=(1, 5), view_of=0, samples='elementwise')
 def cast_v1(xp, input, *, to):
     return _cast(xp, input, _CAST_V1_TYPES[to])
 
@@ -492,7 +492,7 @@ def cast(xp, input, *, to, saturate=1, round_mode='up'):
     return _cast(xp, input, to, saturate, round_mode)
 
 
-@kernel('CastLike', versions=(15, LATEST), view_of=0)
+@kernel('CastLike', versions=(15, LATEST), view_of=0, samples='elementwise')
 def cast_like(xp, input, target_type, *, saturate=1, round_mode='up'):
     return _cast(xp, input, target_type.dtype, saturate, round_mode)
 

@@ -282,7 +282,7 @@ def _grouped_conv(xp, cols, w, group, out_shape):
 
 
 @kernel('Conv', cost=output_times_input(1, slice(1, None)),
-        scratch=_conv_scratch)
+        scratch=_conv_scratch, samples='per_sample')
 def conv(xp, x, w, b=None, *, auto_pad='NOTSET', dilations=None, group=1,
          kernel_shape=None, pads=None, strides=None):
     window = window_geometry(x.shape[2:], w.shape[2:], strides, dilations, pads, auto_pad)
@@ -330,7 +330,7 @@ def conv_transpose_padding(in_shape, kernel_shape, strides, dilations, output_pa
 
 
 @kernel('ConvTranspose', cost=input_times_input(0, 1, slice(1, None)),
-        scratch=_conv_transpose_scratch)
+        scratch=_conv_transpose_scratch, samples='per_sample')
 def conv_transpose(xp, x, w, b=None, *, auto_pad='NOTSET', dilations=None, group=1,
                    kernel_shape=None, output_padding=None, output_shape=None, pads=None,
                    strides=None):

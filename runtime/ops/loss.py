@@ -58,7 +58,7 @@ def negative_log_likelihood_loss(xp, input, target, weight=None, *, ignore_index
     return _nll(xp, input, target, weight, ignore_index, reduction)
 
 
-@kernel('SoftmaxCrossEntropyLoss', versions=(12, LATEST))
+@kernel('SoftmaxCrossEntropyLoss', versions=(12, LATEST), samples='per_sample')
 def softmax_cross_entropy_loss(xp, scores, labels, weights=None, *, ignore_index=None,
                                reduction='mean'):
     log_prob = log_softmax_along(xp, scores, 1)

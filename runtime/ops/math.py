@@ -27,7 +27,7 @@ def _register_unary(op, fn, since=1, **facts):
         kernel(op, versions=(1, 5))(legacy)
         since = 6
 
-    kernel(op, versions=(since, LATEST), **facts)(fn)
+    kernel(op, versions=(since, LATEST), samples='elementwise', **facts)(fn)
 
 
 def _ufunc(name):
@@ -56,7 +56,7 @@ _register_unary('Round', _ufunc('round'), since=11, gradient=False)
 _register_unary('BitwiseNot', _ufunc('invert'), since=18, gradient=False)
 
 
-@kernel('Not', gradient=False)
+@kernel('Not', gradient=False, samples='elementwise')
 def logical_not(xp, x):
     return xp.logical_not(x)
 
@@ -124,7 +124,7 @@ def _erf(xp, x):
 _register_unary('Erf', _erf, since=9)
 
 
-@kernel('IsInf', versions=(10, LATEST), gradient=False)
+@kernel('IsInf', versions=(10, LATEST), gradient=False, samples='elementwise')
 def isinf(xp, x, *, detect_negative=1, detect_positive=1):
     if detect_negative and detect_positive:
         return xp.isinf(x)
@@ -158,7 +158,7 @@ def _register_binary(op, fn, since=1, **facts):
         kernel(op, versions=(1, 6))(legacy)
         since = 7
 
-    kernel(op, versions=(since, LATEST), **facts)(fn)
+    kernel(op, versions=(since, LATEST), samples='elementwise', **facts)(fn)
 
 
 def _binary_ufunc(name):
@@ -204,14 +204,14 @@ for _op, _name in (('BitwiseAnd', 'bitwise_and'), ('BitwiseOr', 'bitwise_or'),
     _register_binary(_op, _binary_ufunc(_name), since=18, gradient=False)
 
 
-@kernel('Mod', versions=(10, LATEST))
+@kernel('Mod', versions=(10, LATEST), samples='elementwise')
 def mod(xp, a, b, *, fmod=0):
     # fmod=0: the remainder takes the divisor's sign (Python's %);
     # fmod=1: the dividend's (C's fmod).
     return xp.fmod(a, b) if fmod else xp.remainder(a, b)
 
 
-@kernel('BitShift', versions=(11, LATEST), gradient=False)
+@kernel('BitShift', versions=(11, LATEST), gradient=False, samples='elementwise')
 def bitshift(xp, x, y, *, direction):
     if direction == 'LEFT':
         return xp.left_shift(x, y)
@@ -228,7 +228,7 @@ def _register_variadic(op, fn):
         return fn(xp, *inputs)
     legacy.__name__ = legacy.__qualname__ = op.lower() + '_v1'
     kernel(op, versions=(1, 5))(legacy)
-    kernel(op, versions=(6, LATEST))(fn)
+    kernel(op, versions=(6, LATEST), samples='elementwise')(fn)
 
 
 def _fold(name):
@@ -263,7 +263,7 @@ def clip_v1(xp, x, *, min=None, max=None, consumed_inputs=None):
     return _clip(xp, x, min, max).astype(x.dtype, copy=False)
 
 
-@kernel('Clip', versions=(11, LATEST))
+@kernel('Clip', versions=(11, LATEST), samples='elementwise')
 def clip(xp, x, min=None, max=None):
     return _clip(xp, x, min, max)
 
@@ -349,7 +349,7 @@ def _register_reduction(op, compute):
             axes = axes.reshape(-1).tolist()
         return _reduce(xp, compute, data, axes, keepdims, noop_with_empty_axes)
     with_input.__name__ = with_input.__qualname__ = op.lower()
-    kernel(op, versions=(since, LATEST))(with_input)
+    kernel(op, versions=(since, LATEST), samples='reduction')(with_input)
 
 
 for _op, _compute in _REDUCTIONS.items():
@@ -367,12 +367,12 @@ def _arg_extreme(xp, name, data, axis, keepdims, select_last_index):
     return xp.expand_dims(index, axis) if keepdims else index
 
 
-@kernel('ArgMax', gradient=False)
+@kernel('ArgMax', gradient=False, samples='along_axis')
 def argmax(xp, data, *, axis=0, keepdims=1, select_last_index=0):
     return _arg_extreme(xp, 'argmax', data, axis, keepdims, select_last_index)
 
 
-@kernel('ArgMin', gradient=False)
+@kernel('ArgMin', gradient=False, samples='along_axis')
 def argmin(xp, data, *, axis=0, keepdims=1, select_last_index=0):
     return _arg_extreme(xp, 'argmin', data, axis, keepdims, select_last_index)
 

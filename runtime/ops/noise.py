@@ -51,7 +51,7 @@ def _dropout(xp, data, ratio, training, seed, n_outputs, mask_dtype):
     return output, keep.astype(mask_dtype, copy=False)
 
 
-@kernel('Dropout', versions=(1, 6), recompute=False, random=True, view_of=0)
+@kernel('Dropout', versions=(1, 6), recompute=False, random=True, view_of=0, samples='elementwise')
 def dropout_v1(xp, data, *, ratio=DROPOUT_RATIO, is_test=0, consumed_inputs=None, n_outputs=1):
     # Opsets 1 and 6 train unless is_test is set; the mask has data's type.
     return _dropout(xp, data, ratio, not is_test, None, n_outputs, data.dtype)

@@ -177,7 +177,7 @@ def batch_normalization(xp, x, scale, b, input_mean, input_var, *, epsilon=1e-5,
 
 # -- normalisation over trailing axes or groups -----------------------------
 
-@kernel('LayerNormalization', versions=(17, LATEST))
+@kernel('LayerNormalization', versions=(17, LATEST), samples='along_axis')
 def layer_normalization(xp, x, scale, b=None, *, axis=-1, epsilon=1e-5, stash_type=1):
     stash = _stash_dtype(stash_type)
     normalized, mean, inv_std = _standardize(xp, x, _trailing_axes(x, axis), epsilon,
@@ -221,7 +221,7 @@ def group_normalization(xp, x, scale, bias, *, num_groups, epsilon=1e-5, stash_t
                        _compute_dtype(x, _stash_dtype(stash_type)))
 
 
-@kernel('InstanceNormalization')
+@kernel('InstanceNormalization', samples='per_sample')
 def instance_normalization(xp, x, scale, b, *, epsilon=1e-5, consumed_inputs=None):
     dtype = _compute_dtype(x)
     normalized = _standardize(xp, x, tuple(range(2, x.ndim)), epsilon, dtype)[0]
@@ -243,7 +243,7 @@ def mean_variance_normalization(xp, x, *, axes=(0, 2, 3)):
 
 # -- LRN and LpNormalization ------------------------------------------------------
 
-@kernel('LRN')
+@kernel('LRN', samples='per_sample')
 def lrn(xp, x, *, size, alpha=1e-4, beta=0.75, bias=1.0):
     dtype = _compute_dtype(x)
     xs = x.astype(dtype, copy=False)

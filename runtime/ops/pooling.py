@@ -41,7 +41,7 @@ def _reduce_taps(view, window, ufunc):
 # registry.py): the taps, which the time grows with, are attributes a cost
 # rule does not see.  Measured: MaxPool 3x3 stride 2 45 to 80, AveragePool
 # 2x2 stride 2 20 to 30, GlobalAveragePool 5 to 8.
-@kernel('MaxPool', cost=per_element(50, of='inputs'))
+@kernel('MaxPool', cost=per_element(50, of='inputs'), samples='per_sample')
 def max_pool(xp, x, *, auto_pad='NOTSET', ceil_mode=0, dilations=None, kernel_shape=None,
              pads=None, storage_order=0, strides=None, n_outputs=1):
     in_shape = x.shape[2:]
@@ -92,7 +92,7 @@ def _window_counts(in_shape, window, count_include_pad):
     return counts
 
 
-@kernel('AveragePool', cost=per_element(25, of='inputs'))
+@kernel('AveragePool', cost=per_element(25, of='inputs'), samples='per_sample')
 def average_pool(xp, x, *, auto_pad='NOTSET', ceil_mode=0, count_include_pad=0,
                  dilations=None, kernel_shape=None, pads=None, strides=None):
     in_shape = x.shape[2:]
@@ -124,12 +124,12 @@ def _spatial_axes(x):
     return tuple(range(2, x.ndim))
 
 
-@kernel('GlobalAveragePool', cost=per_element(6, of='inputs'))
+@kernel('GlobalAveragePool', cost=per_element(6, of='inputs'), samples='per_sample')
 def global_average_pool(xp, x):
     return x.mean(axis=_spatial_axes(x), keepdims=True)
 
 
-@kernel('GlobalMaxPool')
+@kernel('GlobalMaxPool', samples='per_sample')
 def global_max_pool(xp, x):
     return x.max(axis=_spatial_axes(x), keepdims=True)
 

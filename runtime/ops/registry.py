@@ -16,7 +16,9 @@ What the other stages need to know about an operator (OpRecord: whether the
 recompute policies may replay it and what a replay costs, which inputs its
 kernel updates in place, whether its outputs carry a gradient, which nodes must run on the host
 under CuPy, whether it draws random numbers, whether output 0 may be a view
-of an input, whether a product may apply it as its epilogue, and for this
+of an input, whether a product may apply it as its epilogue, whether it
+keeps the samples of a batch apart and which input only sizes its output
+(emit-c --max), and for this
 project's own operators the names and types of their outputs, from which
 their ONNX schemas are made) is declared here too, by keyword arguments of
 ``@kernel``, so that no stage keeps a private list of operators.  The
@@ -96,6 +98,21 @@ class OpRecord:
     #: stores its result (the native kernels' epilogue), its float
     #: attribute, if any, as ``activation_alpha``.
     epilogue: bool | None = None
+    #: How it treats the samples of a batch, the rows of the first axis of
+    #: its inputs and outputs (emit-c --max runs a batch one sample at a
+    #: time; runtime/native/batched.py), one of SAMPLES: 'elementwise' (each
+    #: output element from the same position of the inputs, broadcasting at
+    #: most), 'per_sample' (whenever that axis is the batch, a sample's rows
+    #: come from its own rows alone: convolutions, poolings, per-instance
+    #: normalizations, batch-first recurrences, reshapes that keep it),
+    #: 'reduction' (a Reduce*: rows mix only when it reduces axis 0, by its
+    #: ``axes`` attribute or input 1) or 'along_axis' (rows mix only when its
+    #: ``axis`` attribute is 0).  Undeclared: it may mix them.
+    samples: str | None = None
+    #: k: input k only sizes the output (Reshape's and Expand's shape,
+    #: Tile's repeats); emit-c --max lets a value computed from the batch
+    #: size feed it, and no other input.
+    shape_input: int | None = None
     #: This project's operators: the names of the outputs, for the schema.
     outputs: tuple[str, ...] | None = None
     #: This project's operators: the type rule of the outputs (see like()).
@@ -216,13 +233,17 @@ def kernel(op, *, domain='', versions=(1, LATEST), **facts):
     ``versions`` is an inclusive range of ONNX schema versions.  ``facts``
     declare the operator's OpRecord fields (``recompute``, ``cost``,
     ``scratch``, ``in_place``, ``gradient``, ``host_only``, ``random``, ``view_of``,
-    ``epilogue``, ``outputs``, ``types``, ``attributes``).
+    ``epilogue``, ``samples``, ``shape_input``, ``outputs``, ``types``,
+    ``attributes``).
     """
     domain = normalize_domain(domain)
     unknown = sorted(set(facts) - set(_FACTS))
     if unknown:
         raise TypeError('kernel %s: unknown fact %s (known: %s)'
                         % (op, ', '.join(map(repr, unknown)), ', '.join(_FACTS)))
+    if facts.get('samples') not in (None,) + SAMPLES:
+        raise ValueError('kernel %s: samples=%r, expected one of %s'
+                         % (op, facts['samples'], ', '.join(SAMPLES)))
     record = _RECORDS.setdefault((domain, op), OpRecord(op, domain))
     facts = {name: value for name, value in facts.items() if value is not None}
     for name, value in facts.items():
@@ -261,7 +282,9 @@ def kernel(op, *, domain='', versions=(1, LATEST), **facts):
 
 #: The OpRecord fields @kernel declares.
 _FACTS = ('recompute', 'cost', 'scratch', 'in_place', 'gradient', 'host_only', 'random',
-          'view_of', 'epilogue', 'outputs', 'types', 'attributes')
+          'view_of', 'epilogue', 'samples', 'shape_input', 'outputs', 'types', 'attributes')
+#: The values of OpRecord.samples.
+SAMPLES = ('elementwise', 'per_sample', 'reduction', 'along_axis')
 
 
 #: (type of an attribute's default, the type(s) its values must have).

@@ -127,7 +127,7 @@ def _run(xp, cell, X, W, R, B, sequence_lens, initial_states, *, hidden_size,
     return (Y,) + tuple(finals)
 
 
-@kernel('RNN', cost=recurrent_cost)
+@kernel('RNN', cost=recurrent_cost, samples='per_sample')
 def rnn(xp, X, W, R, B=None, sequence_lens=None, initial_h=None, *, hidden_size=None,
         activations=('Tanh',), activation_alpha=None, activation_beta=None, clip=None,
         direction='forward', layout=0, output_sequence=0):
@@ -144,7 +144,7 @@ def rnn(xp, X, W, R, B=None, sequence_lens=None, initial_h=None, *, hidden_size=
                 activations=funcs)
 
 
-@kernel('GRU', cost=recurrent_cost)
+@kernel('GRU', cost=recurrent_cost, samples='per_sample')
 def gru(xp, X, W, R, B=None, sequence_lens=None, initial_h=None, *, hidden_size=None,
         activations=('Sigmoid', 'Tanh'), activation_alpha=None, activation_beta=None,
         clip=None, direction='forward', layout=0, linear_before_reset=0, output_sequence=0):
@@ -173,7 +173,7 @@ def gru(xp, X, W, R, B=None, sequence_lens=None, initial_h=None, *, hidden_size=
                 activations=funcs)
 
 
-@kernel('LSTM', cost=recurrent_cost)
+@kernel('LSTM', cost=recurrent_cost, samples='per_sample')
 def lstm(xp, X, W, R, B=None, sequence_lens=None, initial_h=None, initial_c=None, P=None, *,
          hidden_size=None, activations=('Sigmoid', 'Tanh', 'Tanh'), activation_alpha=None,
          activation_beta=None, clip=None, direction='forward', layout=0, input_forget=0,
