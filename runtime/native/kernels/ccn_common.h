@@ -47,6 +47,14 @@
 /* Largest rank the broadcasting and strided kernels handle. */
 #define CCN_MAX_RANK 8
 
+/* A function inlined at every call, even into a build of its caller for
+ * another instruction set (ccn_rnn.c's cells). */
+#if defined(__GNUC__)
+#define CCN_ALWAYS_INLINE static inline __attribute__((always_inline))
+#else
+#define CCN_ALWAYS_INLINE static inline
+#endif
+
 /* float32 e^v and sigmoid as a polynomial after range reduction (Cephes'
  * expf, within 3 ulp of the exact values), tanh as a rational function
  * (within 5 ulp; tests/runtime/native/test_recurrent_fast_paths.py): the

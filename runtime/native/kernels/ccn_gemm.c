@@ -84,13 +84,9 @@
 #else
 #define CCN_IN_REGISTER(x) ((void)0)
 #endif
-/* Inlined at every call, so that a constant argument (a count of rows or
- * vectors) unrolls the loops it bounds and their sums live in registers. */
-#if defined(__GNUC__)
-#define CCN_ALWAYS_INLINE static inline __attribute__((always_inline))
-#else
-#define CCN_ALWAYS_INLINE static inline
-#endif
+/* CCN_ALWAYS_INLINE (ccn_common.h): a constant argument (a count of rows
+ * or vectors) then unrolls the loops it bounds and their sums live in
+ * registers. */
 
 /* Multiply-adds from which a CBLAS build hands the product over. */
 #define CCN_CBLAS_MACS (1L << 16)
@@ -805,6 +801,11 @@ static int best_level(void)
         __atomic_store_n(&level, known, __ATOMIC_RELAXED);
     }
     return known;
+}
+
+int ccn_gemm_level(void)
+{
+    return best_level();
 }
 
 #define GEMM_SERIAL (best_level() == 4 ? ccn_gemm_serial_core_v4 \

@@ -109,6 +109,11 @@ void ccn_transpose_batch(long nb, long R, long C, const float *src, long src_str
 /* The share of an m x n block that the micro-kernel's tiles covering it
  * compute: how well a product of that shape fills them. */
 double ccn_gemm_tile_fill(long m, long n);
+/* In the build with CCN_GEMM_VARIANTS (the emitted Makefile's default on
+ * x86-64): the x86-64 level, 4, 3 or 0, of the products' build this CPU
+ * runs, for the loops of other families built for those levels too
+ * (ccn_rnn.c's cells). */
+int ccn_gemm_level(void);
 
 CCN_END_DECLS
 #endif /* CCN_GEMM_H */

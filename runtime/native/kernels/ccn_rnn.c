@@ -13,7 +13,7 @@
 #include "ccn_rnn.h"
 
 /* Comparisons (not fminf/fmaxf) so that NaN stays NaN. */
-static float clipped(float x, float clip)
+CCN_ALWAYS_INLINE float clipped(float x, float clip)
 {
     return x < -clip ? -clip : (x > clip ? clip : x);
 }
@@ -50,8 +50,8 @@ static long state_offset(const ccn_rnn_call *c, long d, long b)
  * row, the recurrent product's and the biases. */
 
 /* RNN: h = tanh(xg + rg + bs). */
-static void rnn_row(long H, float clip, const float *xg, const float *rg, const float *bs,
-                    float *h)
+CCN_ALWAYS_INLINE void rnn_row(long H, float clip, const float *xg, const float *rg,
+                               const float *bs, float *h)
 {
     for (long j = 0; j < H; j++)
         h[j] = ccn_tanh_poly(clipped(xg[j] + rg[j] + bs[j], clip));
@@ -61,9 +61,9 @@ static void rnn_row(long H, float clip, const float *xg, const float *rg, const 
  * are added to the pre-activations in rg (scratch) in loops of their own,
  * so that the cell's loops have no branch and vectorise: o's peephole
  * reads the new c, hence two loops. */
-static void lstm_row(long H, float clip, const float *restrict xg, float *restrict rg,
-                     const float *restrict bs, const float *restrict peep, float *restrict h,
-                     float *restrict c)
+CCN_ALWAYS_INLINE void lstm_row(long H, float clip, const float *restrict xg,
+                                float *restrict rg, const float *restrict bs,
+                                const float *restrict peep, float *restrict h, float *restrict c)
 {
     if (peep)
         for (long j = 0; j < H; j++) {
@@ -89,8 +89,8 @@ static void lstm_row(long H, float clip, const float *restrict xg, float *restri
 /* GRU, first half: the z and r gates (overwriting their pre-activations in
  * rg) and the row hin that multiplies R_h^T: r * h, or h when the linear
  * transformation comes before the reset. */
-static void gru_gates(long H, float clip, int lbr, const float *xg, float *rg, const float *bs,
-                      const float *h, float *hin)
+CCN_ALWAYS_INLINE void gru_gates(long H, float clip, int lbr, const float *xg, float *rg,
+                                 const float *bs, const float *h, float *hin)
 {
     for (long j = 0; j < 2 * H; j++)
         rg[j] = ccn_sigmoid_poly(clipped(xg[j] + rg[j] + bs[j], clip));
@@ -99,8 +99,8 @@ static void gru_gates(long H, float clip, int lbr, const float *xg, float *rg, c
 }
 
 /* GRU, second half: rh = hin R_h^T + Rb_h; h = (1 - z) * candidate + z * h. */
-static void gru_update(long H, float clip, int lbr, const float *xg, const float *zr,
-                       const float *bs, const float *rh, float *h)
+CCN_ALWAYS_INLINE void gru_update(long H, float clip, int lbr, const float *xg, const float *zr,
+                                  const float *bs, const float *rh, float *h)
 {
     for (long j = 0; j < H; j++) {
         const float z = zr[j], r = zr[H + j];
@@ -112,8 +112,8 @@ static void gru_update(long H, float clip, int lbr, const float *xg, const float
 
 /* One direction d of the node: proj, rec, h, c (or hin), rh and bs are
  * scratch. */
-static void run_direction(const ccn_rnn_call *c, long d, int reverse, float *proj, float *rec,
-                          float *h, float *cs, float *rh, float *bs)
+CCN_ALWAYS_INLINE void run_direction(const ccn_rnn_call *c, long d, int reverse, float *proj,
+                                     float *rec, float *h, float *cs, float *rh, float *bs)
 {
     const long T = c->seq, B = c->batch, I = c->input, H = c->hidden, GH = c->cell * H;
     const int gru = c->cell == CCN_CELL_GRU;
@@ -187,6 +187,24 @@ static void run_direction(const ccn_rnn_call *c, long d, int reverse, float *pro
         }
 }
 
+/* run_direction built for the baseline and, with CCN_GEMM_VARIANTS (the
+ * emitted Makefile's default build on x86-64), for x86-64-v3 and -v4 as
+ * the products are (ccn_gemm.c): the cells' loops then use AVX2 or AVX-512
+ * without -march (LSTM at batch 32: 2x faster than SSE2). */
+typedef void direction_fn(const ccn_rnn_call *, long, int, float *, float *, float *, float *,
+                          float *, float *);
+#define CCN_DIRECTION_BUILD(NAME, ATTRIBUTES)                                                 \
+    ATTRIBUTES static void NAME(const ccn_rnn_call *c, long d, int reverse, float *proj,     \
+                                float *rec, float *h, float *cs, float *rh, float *bs)       \
+    {                                                                                        \
+        run_direction(c, d, reverse, proj, rec, h, cs, rh, bs);                              \
+    }
+CCN_DIRECTION_BUILD(direction_base, )
+#ifdef CCN_GEMM_VARIANTS
+CCN_DIRECTION_BUILD(direction_v3, __attribute__((target("arch=x86-64-v3"))))
+CCN_DIRECTION_BUILD(direction_v4, __attribute__((target("arch=x86-64-v4"))))
+#endif
+
 void ccn_rnn(const ccn_rnn_call *call, float *scratch)
 {
     const long B = call->batch, H = call->hidden, GH = call->cell * H;
@@ -196,9 +214,12 @@ void ccn_rnn(const ccn_rnn_call *call, float *scratch)
     float *cs = h + B * H;  /* LSTM: the cell state; GRU: the row hin */
     float *rh = cs + B * H;
     float *bs = rh + B * H;
+    direction_fn *run = direction_base;
+#ifdef CCN_GEMM_VARIANTS
+    run = ccn_gemm_level() == 4 ? direction_v4 : ccn_gemm_level() == 3 ? direction_v3 : run;
+#endif
     for (long d = 0; d < call->directions; d++)
-        run_direction(call, d, call->directions == 2 ? d == 1 : call->reverse, proj, rec, h,
-                      cs, rh, bs);
+        run(call, d, call->directions == 2 ? d == 1 : call->reverse, proj, rec, h, cs, rh, bs);
 }
 
 /* ---- Gradients: LSTMGrad, GRUGrad and RNNGrad (custom domain) ----
