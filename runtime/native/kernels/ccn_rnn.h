@@ -30,6 +30,9 @@ typedef struct {
     /* Per direction, R^T: hidden x G*hidden, row-major; for GRU the (z, r)
      * block R[0:2H]^T (hidden x 2*hidden) followed by R[2H:3H]^T. */
     const float *rt;
+    /* ccn_rnn only: each block of rt in the strip layout of ccn_gemm.h
+     * (hidden x ccn_strip_cols(columns) floats) rather than row-major. */
+    int rt_strips;
     const float *bias;        /* (D, 2*G*hidden): Wb then Rb */
     const int32_t *lens;      /* (batch): sequence lengths, clamped to [0, seq] */
     const float *h0, *c0;     /* initial hidden and cell state */

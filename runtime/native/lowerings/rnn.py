@@ -4,8 +4,11 @@ ccn_rnn.c, which multiplies through ccn_gemm.c.
 
 W and R go to the kernel transposed (so the inner loop of each product is
 contiguous): made at emit time when they are constants, else transposed
-into scratch at run time.  sequence_lens is read at run time, constant or
-not.  Only the default activations are supported.
+into scratch at run time.  A constant R of the forward node at a batch of
+PANEL_MIN_ROWS or more goes packed in ccn_gemm.h's strips, which each
+step's product then reads without packing them again.  sequence_lens is
+read at run time, constant or not.  Only the default activations are
+supported.
 """
 import numpy
 
@@ -13,6 +16,7 @@ from ...ops.registry import CUSTOM_DOMAIN
 from ...program import NO_REGISTER
 from ..cformat import Shape, cfloat
 from ..lowering import Refuse, Step, lowers
+from .connection import PANEL_MIN_ROWS, STRIP_COLS, pack_panels
 
 #: op -> (C cell constant, number of gates, default activations of one direction)
 _CELLS = {'RNN': ('CCN_CELL_RNN', 1, ('tanh',)),
@@ -25,7 +29,7 @@ _N_INPUTS = {'RNN': 6, 'GRU': 6, 'LSTM': 8}
 
 @lowers(*_CELLS)
 def recurrent(em, inst) -> Step:
-    rec = _Recurrence(em, inst, inst.op)
+    rec = _Recurrence(em, inst, inst.op, strips=True)
     # The kernel's own scratch (see ccn_rnn.h), then W^T and R^T when
     # they are transposed at run time.
     scratch = rec.place_weights((rec.T * rec.B + rec.B + 1) * rec.GH + 3 * rec.B * rec.H)
@@ -88,9 +92,11 @@ def recurrent_grad(em, inst) -> Step:
 class _Recurrence:
     """What a recurrence and its gradient share: the checked attributes
     and shapes of forward op ``op``'s inputs (the first inputs of
-    ``inst``), and the layouts of W^T and R^T for the kernel."""
+    ``inst``), and the layouts of W^T and R^T for the kernel (``strips``:
+    a constant R^T in strips for a batch of PANEL_MIN_ROWS or more, which
+    only the forward kernel reads)."""
 
-    def __init__(self, em, inst, op):
+    def __init__(self, em, inst, op, strips=False):
         self.em, self.inst, self.op = em, inst, op
         a = inst.attrs
         self.cell, gates, default_acts = _CELLS[op]
@@ -107,9 +113,10 @@ class _Recurrence:
         self.GH = gates * H
         self.states = (B, D, H) if layout else (D, B, H)
         self.y = (B, T, D, H) if layout else (T, D, B, H)
+        self.rt_strips = strips and B >= PANEL_MIN_ROWS and em.const(inst.inputs[2]) is not None
         self.weights = [_weight_layout(em, inst, 1, [(0, self.GH)], D, 'rnn_wt'),
                         _weight_layout(em, inst, 2, _r_blocks(gates, H), D,
-                                       'gru_rt' if op == 'GRU' else 'rnn_rt')]
+                                       'gru_rt' if op == 'GRU' else 'rnn_rt', self.rt_strips)]
         self.runtime_at: dict[int, int] = {}
 
     def place_weights(self, scratch):
@@ -143,7 +150,8 @@ class _Recurrence:
             ('reverse', int(self.direction == 'reverse')), ('batch_major', self.layout),
             ('linear_before_reset', int(a.get('linear_before_reset', 0))),
             ('clip', cfloat(a['clip']) if a.get('clip') is not None else 'INFINITY'),
-            ('x', ptr(0)), ('wt', names[0]), ('rt', names[1]), ('bias', ptr(3)),
+            ('x', ptr(0)), ('wt', names[0]), ('rt', names[1]),
+            ('rt_strips', int(self.rt_strips)), ('bias', ptr(3)),
             ('lens', ptr(4)), ('h0', ptr(5)), ('c0', ptr(6) if lstm else 'NULL'),
             ('peep', ptr(7) if lstm else 'NULL')]
 
@@ -196,16 +204,20 @@ def _r_blocks(gates, H):
     return [(0, 2 * H), (2 * H, 3 * H)] if gates == 3 else [(0, gates * H)]
 
 
-def _weight_layout(em, inst, k, blocks, D, tag):
+def _weight_layout(em, inst, k, blocks, D, tag, strips=False):
     """(C name, None) of input ``k`` (D, G*H, n) transposed block by block
-    per direction when it is a constant, else (None, moves): the
-    (source offset, rows, columns, destination offset) of each run-time
-    ccn_transpose into scratch, in the same order."""
+    per direction (``strips``: each block's transpose in strips) when it is
+    a constant, else (None, moves): the (source offset, rows, columns,
+    destination offset) of each run-time ccn_transpose into scratch, in the
+    same order."""
     _, GH, n = em.shape(inst, k)
     w = em.const(inst.inputs[k])
     if w is not None:
-        parts = [w[d, r0:r1].T.ravel() for d in range(D) for r0, r1 in blocks]
-        return em.constant_array('%s%d' % (tag, inst.inputs[k]), numpy.concatenate(parts)), None
+        w = numpy.asarray(w, numpy.float32)
+        parts = [pack_panels(w[d, r0:r1], STRIP_COLS) if strips else w[d, r0:r1].T.ravel()
+                 for d in range(D) for r0, r1 in blocks]
+        return em.constant_array('%s%s%d' % (tag, '_strips' if strips else '', inst.inputs[k]),
+                                 numpy.concatenate(parts)), None
     moves, dst = [], 0
     for d in range(D):
         for r0, r1 in blocks:
