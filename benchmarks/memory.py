@@ -278,8 +278,9 @@ def measure_real(row, model, onnx_file, kwargs, x, t, optimizer):
     if row.planned is None:
         row.planned = compiled.predicted_peak_bytes()
     # The process's peak as the memory model predicts it (parameters held,
-    # kernel scratch) with the optimizer's state, which the model does not see.
-    row.predicted = compiled.predicted_process_peak_bytes() + row.state_bytes
+    # kernel scratch) with the optimizer's state, which the model does not
+    # see, less the batch, which the process held before tracing began.
+    row.predicted = compiled.predicted_process_peak_bytes() + row.state_bytes - x.nbytes
     return step
 
 
@@ -690,7 +691,8 @@ def markdown(rows, profile_label, split, totals):
              '`Optimizer.update` does, so the last step\'s do not live through it). '
              'Predicted: the real peak as the memory model predicts it '
              '(`predicted_process_peak_bytes()`: the VM\'s count with the parameters held '
-             'and each kernel\'s scratch) plus the optimizer state; VM count: '
+             'and each kernel\'s scratch) plus the optimizer state, less the input batch '
+             '(allocated before tracing); VM count: '
              '`peak_bytes()` of a tracked step (NumPy only); real: the peak of live bytes '
              'tracemalloc saw over the second step of a fresh compiled copy, everything it '
              'holds included (parameters, optimizer state, gradients, native arenas, '
