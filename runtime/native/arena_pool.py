@@ -9,12 +9,15 @@ arena as a pointer at every call) and gives it back after.
 
 What the pool keeps between calls: as many buffers as calls ever ran at
 once (one for a single-threaded training loop), each as large as the
-largest arena it served.  A call takes the smallest idle buffer that is
-large enough; when none is, it allocates one, which replaces the largest
-idle buffer that is too small (or adds one when none is idle: concurrent
-calls never share a buffer).  The idle buffers are dropped when the last
-NativeRun that joined the pool is gone, or by release_arenas().
+largest arena it served, and none larger than the largest arena of a
+NativeRun still alive.  A call takes the smallest idle buffer that is large
+enough; when none is, it allocates one, which replaces the largest idle
+buffer that is too small (or adds one when none is idle: concurrent calls
+never share a buffer).  When a NativeRun is gone, the idle buffers larger
+than every live one's arena go (all of them with the last);
+release_arenas() drops them all.
 """
+import collections
 import contextlib
 import os
 import threading
@@ -52,7 +55,9 @@ class ArenaPool:
     def __init__(self):
         self._lock = threading.Lock()
         self._idle: list[tuple[int, int, numpy.ndarray]] = []
-        self._users = 0
+        #: The arena sizes of the users (live NativeRuns), and the largest.
+        self._users: collections.Counter[int] = collections.Counter()
+        self._limit = 0
 
     def borrow(self, nbytes: int, program: str) -> tuple[int, int, numpy.ndarray]:
         """An entry no other call holds, of at least ``nbytes``, for program
@@ -74,23 +79,28 @@ class ArenaPool:
         return nbytes, buffer.ctypes.data, buffer
 
     def give_back(self, entry: tuple[int, int, numpy.ndarray]) -> None:
-        """Make a borrowed ``entry`` idle again (kept only while the pool has
-        users)."""
+        """Make a borrowed ``entry`` idle again, unless it is larger than
+        every user's arena (its user is gone)."""
         with self._lock:
-            if self._users:
+            if entry[0] <= self._limit:
                 self._idle.append(entry)
 
-    def join(self) -> None:
-        """One more user (a NativeRun) keeps the idle buffers."""
+    def join(self, nbytes: int) -> None:
+        """One more user (a NativeRun) whose arena is ``nbytes``: buffers up
+        to that size are kept while it lives."""
         with self._lock:
-            self._users += 1
+            self._users[nbytes] += 1
+            self._limit = max(self._limit, nbytes)
 
-    def leave(self) -> None:
-        """A user is gone; the last one takes the idle buffers with it."""
+    def leave(self, nbytes: int) -> None:
+        """The user that joined with ``nbytes`` is gone: the idle buffers
+        larger than every remaining user's arena go."""
         with self._lock:
-            self._users -= 1
-            if not self._users:
-                self._idle.clear()
+            self._users[nbytes] -= 1
+            if not self._users[nbytes]:
+                del self._users[nbytes]
+            self._limit = max(self._users, default=0)
+            self._idle = [entry for entry in self._idle if entry[0] <= self._limit]
 
     def release(self) -> None:
         """Drop the idle buffers (those lent now are kept when given back)."""

@@ -575,8 +575,8 @@ class NativeRun:
         # Allocated now, so that an arena too large is refused before any
         # call, and kept in the pool while this instance lives.
         arena = POOL.borrow(self.arena_bytes, program.name)
-        POOL.join()
-        weakref.finalize(self, POOL.leave)
+        POOL.join(self.arena_bytes)
+        weakref.finalize(self, POOL.leave, self.arena_bytes)
         POOL.give_back(arena)
         assert result.weights_block is not None  # emitted with weights='file'
         self._weights = result.weights_block  # the same bytes as model_weights.bin

@@ -35,7 +35,7 @@ def _exhaust_memory(monkeypatch):
 @pytest.fixture
 def pool():
     pool = ArenaPool()
-    pool.join()
+    pool.join(1000)  # a user whose arena is 1000 bytes
     return pool
 
 
@@ -76,15 +76,23 @@ def test_a_failed_allocation_is_a_kernel_error_and_the_pool_unchanged(pool, monk
     assert pool.idle_bytes() == [64]
 
 
-def test_idle_buffers_go_with_the_last_user_or_when_released(pool):
-    pool.join()
-    pool.give_back(pool.borrow(64, 'a'))
-    pool.leave()
-    assert pool.idle_bytes() == [64]  # one user left
+def test_idle_buffers_go_with_the_users_that_need_them_or_when_released(pool):
+    """A model dropped takes its large arena with it, while a smaller model
+    that lives on keeps its own."""
+    pool.join(5000)
+    pool.give_back(pool.borrow(5000, 'large'))
+    pool.leave(5000)
+    assert pool.idle_bytes() == []  # larger than the 1000 bytes still used
+    lent = pool.borrow(1000, 'small')
+    pool.join(5000)
+    pool.give_back(pool.borrow(5000, 'large'))
+    pool.leave(5000)
+    pool.give_back(lent)
+    assert pool.idle_bytes() == [1000]
     pool.release()
     assert pool.idle_bytes() == []
     pool.give_back(pool.borrow(64, 'a'))
-    pool.leave()
+    pool.leave(1000)
     assert pool.idle_bytes() == []
     pool.give_back(pool.borrow(64, 'a'))  # no user keeps it
     assert pool.idle_bytes() == []
