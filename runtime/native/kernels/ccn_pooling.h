@@ -20,7 +20,9 @@ typedef struct {
     int count_include_pad;
 } ccn_pool_geometry;
 
-/* Max pooling; taps in the padding never count. */
+/* Max pooling; taps in the padding never count, NaN wins (NumPy's maximum).
+ * A window's row spans at most 1024 columns ((kernel_w - 1) * dil_w + 1;
+ * the lowering sends wider ones to ccn_pool3d). */
 void ccn_maxpool2d(const ccn_pool_geometry *geometry, const float *x, float *y);
 /* Averages over the taps inside the input, or, with count_include_pad,
  * inside the input plus its explicit padding (pad_bottom, pad_right). */

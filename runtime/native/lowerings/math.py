@@ -61,15 +61,36 @@ def _same_dtype(em, inst, dtypes) -> str:
     return found.pop()
 
 
+def merged_axes(out, *strides) -> tuple[list[int], list[list[int]]]:
+    """``out`` and the operands' ``strides`` with axes of size 1 dropped and
+    neighbours that every operand steps through as one merged: an SE scale
+    (N, C, 1, 1) times (N, C, H, W) becomes rows of H * W with the scale's
+    stride 0, whose loop vectorises, not rows of W."""
+    shape, merged = [], [[] for _ in strides]
+    for d, n in enumerate(out):
+        if n == 1:
+            continue
+        if shape and all(m[-1] == s[d] * n for m, s in zip(merged, strides)):
+            shape[-1] *= n
+            for m, s in zip(merged, strides):
+                m[-1] = s[d]
+            continue
+        shape.append(n)
+        for m, s in zip(merged, strides):
+            m.append(s[d])
+    return shape, merged
+
+
 def _call(op: str, dtype: str, out, a, b, y: str) -> list[str]:
     """C lines for y = a op b broadcast to ``out``; ``a`` and ``b`` are
     (shape, C expression) pairs."""
+    shape, (a_strides, b_strides) = merged_axes(
+        out, broadcast_strides(a[0], out), broadcast_strides(b[0], out))
     return ['{',
             '    static const long shape[] = %s, a_strides[] = %s, b_strides[] = %s;'
-            % (clist(out), clist(broadcast_strides(a[0], out)),
-               clist(broadcast_strides(b[0], out))),
+            % (clist(shape), clist(a_strides), clist(b_strides)),
             '    ccn_binary_%s(%s, %d, shape, %s, a_strides, %s, b_strides, %s);'
-            % (dtype, op, len(out), a[1], b[1], y),
+            % (dtype, op, len(shape), a[1], b[1], y),
             '}']
 
 

@@ -7,6 +7,8 @@ from ...ops.registry import CUSTOM_DOMAIN
 from ..cformat import CStruct
 from ..lowering import Refuse, Step, lowers, unit_height, window
 
+#: Input columns one window of ccn_maxpool2d may span (MAX_SPAN in C).
+MAX_SPAN = 1024
 #: The geometry struct of ccn_pooling.h.
 POOL_GEOMETRY = CStruct('ccn_pool_geometry', (
     'planes', 'in_h', 'in_w', 'out_h', 'out_w', 'kernel_h', 'kernel_w', 'stride_h', 'stride_w',
@@ -42,6 +44,8 @@ def pool(em, inst) -> Step:
     win = window(a, (H, W), kernel, int(a['ceil_mode']))
     OH, OW = win.out
     if inst.op == 'MaxPool':
+        if (win.kernel[1] - 1) * win.dilations[1] + 1 > MAX_SPAN:  # ccn_maxpool2d's row
+            return _pool3d(em, inst, sx, kernel)
         em.only_first_output(inst, 'Indices')
         kernel_fn, geometry = 'ccn_maxpool2d', pool_geometry(N * C, (H, W), win)
     else:
