@@ -134,11 +134,11 @@ CCN_UNARY(ccn_unary_float32, float, sigmoid_float32, tanh_float32, erf_float32, 
 CCN_UNARY(ccn_unary_float64, double, sigmoid_float64, tanh_float64, erf_float64, gelu_float64)
 
 /* Softmax (or its log) of the len values at in, stride apart, into out
- * (stride apart too).  e^(x - max) is written to out first, by the
- * vectorised ccn_exp_poly, then summed in 16 running sums, which also keeps
- * a long sum from losing its small terms. */
-static inline void softmax_row(long len, long stride, int log_softmax, const float *in,
-                               float *out)
+ * (stride apart too; never the same array: the lowering gives y its own).  e^(x - max) is written to out by the vectorised
+ * ccn_exp_poly and summed in 16 running sums, which also keeps a long sum
+ * from losing its small terms. */
+static inline void softmax_row(long len, long stride, int log_softmax,
+                               const float *restrict in, float *restrict out)
 {
     /* Subtract the maximum first, as NumPy's kernel does: in 16 running
      * maxima, selects that vectorise, where one maximum's branch on
@@ -156,15 +156,19 @@ static inline void softmax_row(long len, long stride, int log_softmax, const flo
         top = in[i * stride] > top ? in[i * stride] : top;
     for (long k = 0; k < 16; k++)
         top = tops[k] > top ? tops[k] : top;
-    for (i = 0; i < len; i++)
-        out[i * stride] = ccn_exp_poly(in[i * stride] - top);
+    /* e^(x - max) stored and summed in the same pass. */
     float sums[16] = {0.0f}, sum = 0.0f;
     i = 0;
     for (; i + 16 <= len; i += 16)
-        for (long k = 0; k < 16; k++)
-            sums[k] += out[(i + k) * stride];
-    for (; i < len; i++)
+        for (long k = 0; k < 16; k++) {
+            const float e = ccn_exp_poly(in[(i + k) * stride] - top);
+            out[(i + k) * stride] = e;
+            sums[k] += e;
+        }
+    for (; i < len; i++) {
+        out[i * stride] = ccn_exp_poly(in[i * stride] - top);
         sum += out[i * stride];
+    }
     for (long k = 0; k < 16; k++)
         sum += sums[k];
     if (log_softmax) {
@@ -172,8 +176,11 @@ static inline void softmax_row(long len, long stride, int log_softmax, const flo
         for (i = 0; i < len; i++)
             out[i * stride] = in[i * stride] - top - lse;
     } else {
+        /* One division per row (a division per element took a fifth of
+         * the time; the results differ from it by at most an ulp). */
+        const float r = 1.0f / sum;
         for (i = 0; i < len; i++)
-            out[i * stride] /= sum;
+            out[i * stride] *= r;
     }
 }
 
