@@ -1,14 +1,21 @@
 """The 'gt' policy: Kusumoto et al., "A Graph Theoretic Framework of
 Recomputation Algorithms for Memory-Efficient Backpropagation" (NeurIPS
-2019), over the lower sets that are prefixes of a topological order: the
-forward's own, and those putting each node as early or as late as it can
-go (segments.topological_orders), which differ where the graph branches.
+2019), over families of lower sets (sets of forward nodes closed under
+inputs): the prefixes of a topological order (the forward's own, and those
+putting each node as early or as late as it can go:
+segments.topological_orders), and, where the graph branches and there are
+not too many, every lower set the heavy nodes decide (lower_sets.py): one
+branch finished while another is half done or not started, which no
+prefix of those orders is.  Every family's plans are candidates, so the
+lower sets never make gt's choice worse than the prefixes alone.
 
-For each order, a dynamic program over the cuts finds, for a limit on its
+For each family, a dynamic program over its sets finds, for a limit on its
 segment model's memory (segments.Costs), the segmentation of least
 recomputation work: state (cut j, work so far, in buckets) -> least bytes
-kept so far; a segment i..j is allowed when the bytes kept before it plus
-its working bytes, and the bytes kept after it, stay within the limit.
+kept so far, a chain of cuts being a chain of sets, each within the next;
+a segment i..j (the nodes of set j outside set i) is allowed when the
+bytes kept before it plus its working bytes, and the bytes kept after it,
+stay within the limit.
 Every value is recomputed at most once: at most one extra forward
 computation.
 
@@ -22,10 +29,12 @@ bisected (the sweep's steps are coarse next to a budget).  When none of
 those fits the budget, gt recomputes more than once: the nested orders of
 nested.py (2 to 4 levels of cuts), the one of least work that fits.
 """
+import functools
 import logging
 
 import numpy
 
+from . import lower_sets
 from .nested import nested_plans
 from .segments import equal_cuts, keep_for_cuts, reordered, segment_costs, topological_orders
 
@@ -46,7 +55,8 @@ class BudgetError(ValueError):
 def gt(problem):
     """Kusumoto et al.'s dynamic program over the prefix lower sets of up to
     three topological orders (the forward's, and each node as early or as
-    late as it can go): without
+    late as it can go) and, where the graph branches, over its general
+    lower sets (lower_sets.py), the best of both: without
     `memory_budget`, the least peak with at most one extra forward
     computation; with one, the least recomputation within it, recomputing
     values more than once (nested.py) where one extra forward does not fit.
@@ -58,17 +68,16 @@ def gt(problem):
     candidates = {None: (problem.peak(problem.unchanged), 0)}
     # The √n equal segments (chen's cuts) are prefixes too: the coarse
     # segment model may miss them, and with them gt never ends above chen.
-    _add(problem, candidates, forward, tuple(equal_cuts(len(forward.nodes))))
+    _add(problem, candidates, functools.partial(keep_for_cuts, forward),
+         equal_cuts(len(forward.nodes)))
     budget = problem.budget()
-    for order in topological_orders(forward):
-        view = reordered(forward, order)
-        costs = segment_costs(view, problem.size,
-                              lambda k, order=order: problem.node_work(order[k]))
+    for keep_of, costs in _families(problem):
         limits = _limits(costs)
-        peaks = [_add(problem, candidates, view, _cheapest_cuts(costs, limit))
+        peaks = [_add(problem, candidates, keep_of, _cheapest_cuts(costs, limit))
                  for limit in limits]
         if budget is not None:
-            _bisect_budget(problem, view, costs, candidates, budget, list(zip(limits, peaks)))
+            _bisect_budget(problem, keep_of, costs, candidates, budget,
+                           list(zip(limits, peaks)))
     if budget is None:
         best = min(candidates, key=lambda c: candidates[c])
         _log.debug('gt: %d plans predicted; chosen: peak %d bytes, work %g',
@@ -94,25 +103,51 @@ def gt(problem):
     return min(fitting, key=lambda f: f[0])[1]
 
 
-def _add(problem, candidates, view, cuts):
-    """Add the plan cutting ``view`` (a replay.Forward in some topological
-    order) at ``cuts`` (None: no segmentation fits) to ``candidates``;
-    returns its predicted peak (None for None)."""
+def _families(problem):
+    """[(keep_of, Costs)]: for each family of lower sets the dynamic program
+    runs over, the values a chain of its sets keeps (``keep_of(cuts)``,
+    cuts being increasing positions in the family) and its Costs: the
+    prefixes of each of topological_orders, then the lower sets of
+    lower_sets.py when there are not too many."""
+    forward = problem.forward
+    families = []
+    for order in topological_orders(forward):
+        view = reordered(forward, order)
+        families.append((functools.partial(keep_for_cuts, view),
+                         segment_costs(view, problem.size,
+                                       lambda k, order=order: problem.node_work(order[k]))))
+    sets = lower_sets.lower_sets(forward, problem.size,
+                                 [out for _, out in problem.backward.grad_inputs])
+    if sets is None:
+        return families
+    _log.debug('gt: %d lower sets of the %d forward nodes', len(sets), len(forward.nodes))
+
+    def keep_of(cuts):
+        return lower_sets.keep_for_sets(forward, [sets[c] for c in cuts])
+    families.append((keep_of, lower_sets.set_costs(forward, sets, problem.size,
+                                                   problem.node_work)))
+    return families
+
+
+def _add(problem, candidates, keep_of, cuts):
+    """Add the plan of ``cuts`` (None: no chain fits) to ``candidates``,
+    keeping ``keep_of(cuts)`` (see _families); returns its predicted peak
+    (None for None)."""
     if cuts is None:
         return None
-    keep = frozenset(keep_for_cuts(view, list(cuts)))
+    keep = frozenset(keep_of(list(cuts)))
     if keep not in candidates:
         chosen = problem.plan(keep)
         candidates[keep] = (problem.peak(chosen), problem.work(chosen))
     return candidates[keep][0]
 
 
-def _bisect_budget(problem, view, costs, candidates, budget, swept):
+def _bisect_budget(problem, keep_of, costs, candidates, budget, swept):
     """Add the plans of the limits bisected between the highest swept limit
     whose plan fits ``budget`` and the next one up (``swept``: ascending
-    (limit, predicted peak or None); ``view`` and ``costs``: the order
-    swept): a plan that fits with less work lies there when the sweep steps
-    over the budget."""
+    (limit, predicted peak or None); ``keep_of`` and ``costs``: the family
+    swept, as _families gives them): a plan that fits with less work lies
+    there when the sweep steps over the budget."""
     fitting = [limit for limit, peak in swept if peak is not None and peak <= budget]
     above = [limit for limit, _ in swept if fitting and limit > fitting[-1]]
     if not above:
@@ -120,7 +155,7 @@ def _bisect_budget(problem, view, costs, candidates, budget, swept):
     low, high = fitting[-1], above[0]
     for _ in range(BUDGET_BISECTIONS):
         middle = (low + high) / 2
-        peak = _add(problem, candidates, view, _cheapest_cuts(costs, middle))
+        peak = _add(problem, candidates, keep_of, _cheapest_cuts(costs, middle))
         if peak is not None and peak <= budget:
             low = middle
         else:
@@ -159,10 +194,15 @@ def _cheapest_cuts(costs, limit, buckets=WORK_BUCKETS):
     from_bucket = numpy.zeros((n + 1, buckets), dtype=numpy.int64)
     columns = numpy.arange(buckets)
     for j in range(1, n + 1):
-        shift = _shifts(costs, j, n, width, buckets)
-        kept = costs.kept[:j, j] if j < n else numpy.zeros(j)
-        before = best[:j]
-        fits = (before + costs.working[:j, j, None] <= limit) & \
+        # Only the segments whose working bytes alone fit may end here (a
+        # family of lower sets gives the others, not segments, infinite ones).
+        rows = numpy.flatnonzero(costs.working[:j, j] <= limit)
+        if not len(rows):
+            continue
+        shift = _shifts(costs, rows, j, n, width, buckets)
+        kept = costs.kept[rows, j] if j < n else numpy.zeros(len(rows))
+        before = best[rows]
+        fits = (before + costs.working[rows, j, None] <= limit) & \
             (before + kept[:, None] <= limit)
         after = numpy.where(fits, before + kept[:, None], numpy.inf)
         # Segment i..j moves bucket b to b + shift[i], or to the last bucket.
@@ -172,10 +212,10 @@ def _cheapest_cuts(costs, limit, buckets=WORK_BUCKETS):
         overflow = numpy.where(columns[None, :] >= last - shift[:, None], after, numpy.inf)
         source[:, last] = overflow.argmin(1)
         gathered[:, last] = overflow.min(1)
-        rows = gathered.argmin(0)
-        best[j] = gathered[rows, columns]
-        from_cut[j] = rows
-        from_bucket[j] = source[rows, columns]
+        pick = gathered.argmin(0)
+        best[j] = gathered[pick, columns]
+        from_cut[j] = rows[pick]
+        from_bucket[j] = source[pick, columns]
     finite = numpy.flatnonzero(numpy.isfinite(best[n]))
     if not len(finite):
         return None
@@ -187,9 +227,9 @@ def _cheapest_cuts(costs, limit, buckets=WORK_BUCKETS):
     return tuple(reversed(cuts))
 
 
-def _shifts(costs, j, n, width, buckets):
-    """Work buckets each segment i..j adds (the last segment, kept whole,
-    adds none; buckets=1 counts no work)."""
+def _shifts(costs, rows, j, n, width, buckets):
+    """Work buckets each segment i..j adds, for i in ``rows`` (the last
+    segment, kept whole, adds none; buckets=1 counts no work)."""
     if j == n or buckets == 1:
-        return numpy.zeros(j, dtype=numpy.int64)
-    return numpy.ceil(costs.work[:j, j] / width).astype(numpy.int64)
+        return numpy.zeros(len(rows), dtype=numpy.int64)
+    return numpy.ceil(costs.work[rows, j] / width).astype(numpy.int64)
