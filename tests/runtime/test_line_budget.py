@@ -15,8 +15,9 @@ COMMAND_LINE = ('__main__.py', 'random_inputs.py', 'logs.py')
 COMMAND_LINE_BUDGET = 350
 #: The same for runtime/ops/*.py, the kernels.  + 100: the CuPy backend's
 #: raw CUDA kernels and direct cuBLAS calls (cupy_kernels.py) and NumPy's
-#: convolutions in chunks of images (a bounded im2col).
-KERNEL_BUDGET = 4200 + 100
+#: convolutions in chunks of images (a bounded im2col).  + 30: the scratch
+#: the kernels with large temporaries declare for the memory model (issue 34).
+KERNEL_BUDGET = 4200 + 100 + 30
 
 _LAYOUT = {tokenize.COMMENT, tokenize.NL, tokenize.NEWLINE, tokenize.INDENT,
            tokenize.DEDENT, tokenize.ENCODING, tokenize.ENDMARKER}
