@@ -17,6 +17,11 @@ _REDUCTIONS = {
     'ReduceSumSquare': 'CCN_REDUCE_SUM_SQUARE',
 }
 
+#: The most values a float32 ReduceMean over trailing axes sums in
+#: ccn_global_avgpool's 16 float lanes (4096 each: rounding within 2.5e-4
+#: of the sum of magnitudes); longer ones keep ccn_reduce's double sum.
+_LANE_MEAN_MAX = 1 << 16
+
 
 def _reduced_axes(em, inst, rank: int) -> list[int]:
     """The sorted axes a Reduce* instruction reduces: its ``axes``
@@ -49,6 +54,17 @@ def reduce(em, inst) -> Step:
         out = tuple(1 if k in axes else d for k, d in enumerate(sx))
     else:
         out = tuple(d for k, d in enumerate(sx) if k not in axes)
+
+    k = len(sx) - len(axes)
+    if inst.op == 'ReduceMean' and dtype == 'float32' and axes == list(range(k, len(sx))) \
+            and math.prod(sx[k:]) <= _LANE_MEAN_MAX:
+        # The trailing axes (MixNet's squeeze-and-excitation mean over H, W):
+        # GlobalAveragePool's vector lanes, not one double sum at a time.
+        def render_planes(ref, scratch):
+            return ['ccn_global_avgpool(%d, %d, %s, %s);' % (
+                math.prod(sx[:k]), math.prod(sx[k:]), ref(inst.inputs[0]),
+                ref(inst.outputs[0]))]
+        return Step('reduction', [out], render_planes, also=('pooling',))
 
     def render(ref, scratch):
         return reduce_lines(_REDUCTIONS[inst.op], dtype, sx, axes, ref(inst.inputs[0]),

@@ -2,8 +2,9 @@
 (issue 31): MaxPool as rows of vertical maxima then the windows' columns
 (any stride, padding, dilation, ceil mode; NaN wins as in the VM), windows
 too wide for that row on ccn_pool3d, GlobalAveragePool in vector lanes, and
-broadcast operands' axes merged so that an SE scale (N, C, 1, 1) times
-(N, C, H, W) runs rows of H * W."""
+ReduceMean over trailing axes as GlobalAveragePool, and broadcast operands'
+axes merged so that an SE scale (N, C, 1, 1) times (N, C, H, W) runs rows of
+H * W."""
 import re
 
 import numpy
@@ -43,7 +44,12 @@ def test_max_pool_rows_then_columns_and_global_average_lanes():
     # and the squeeze-and-excitation Mul of the pooled scale.
     nodes += [helper.make_node('GlobalAveragePool', ['x'], ['g']),
               helper.make_node('GlobalAveragePool', ['t'], ['h']),
-              helper.make_node('Mul', ['x', 'g'], ['s'])]
+              helper.make_node('Mul', ['x', 'g'], ['s']),
+              # ReduceMean over trailing axes runs as GlobalAveragePool.
+              helper.make_node('ReduceMean', ['x'], ['r0'], axes=[2, 3]),
+              helper.make_node('ReduceMean', ['x'], ['r1'], axes=[-1], keepdims=0),
+              helper.make_node('ReduceMean', ['x'], ['r2'], axes=[3, 1, 2]),
+              helper.make_node('ReduceMean', ['x'], ['r3'], axes=[1])]
     outputs = [(node.output[0], F32, None) for node in nodes]  # shapes inferred
     model = onnx.shape_inference.infer_shapes(
         make_model(nodes, [('x', F32, (2, 3, 12, 13)), ('t', F32, (1, 2, 1, 3))], outputs,
@@ -80,10 +86,16 @@ def _c_text(model, tmp_path) -> str:
 
 def test_squeeze_excitation_scale_runs_whole_planes(tmp_path):
     model = make_model([helper.make_node('Mul', ['x', 'w'], ['y']),
-                        helper.make_node('MaxPool', ['x'], ['z'], kernel_shape=[1, 1030])],
+                        helper.make_node('MaxPool', ['x'], ['z'], kernel_shape=[1, 1030]),
+                        helper.make_node('ReduceMean', ['x'], ['m'], axes=[2, 3]),
+                        helper.make_node('ReduceMean', ['x'], ['n'], axes=[1, 2, 3])],
                        [('x', F32, (1, 40, 14, 1100)), ('w', F32, (1, 40, 1, 1))],
-                       [('y', F32, (1, 40, 14, 1100)), ('z', F32, (1, 40, 14, 71))])
+                       [('y', F32, (1, 40, 14, 1100)), ('z', F32, (1, 40, 14, 71)),
+                        ('m', F32, (1, 40, 1, 1)), ('n', F32, (1, 1, 1, 1))], opset=13)
     text = _c_text(model, tmp_path)
+    # MixNet's SE mean as GlobalAveragePool; 616,000 values keep the double sum.
+    assert 'ccn_global_avgpool(40, 15400, ' in text
+    assert text.count('ccn_reduce_float32(') == 1
     # One row per channel of 14 * 1100 values with the scale's stride 0
     # (before: rank 4, rows of 1100).
     assert re.search(r'shape\[\] = \{40, 15400\}, a_strides\[\] = \{15400, 1\}, '
