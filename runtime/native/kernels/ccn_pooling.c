@@ -19,10 +19,12 @@ typedef struct {
 } pool2d_call;
 
 /* The larger of m and v, or v when it is NaN (NumPy's maximum, which the
- * VM's kernel takes). */
+ * VM's kernel takes): two selects, no branch (the scalar loops' tails
+ * would mispredict on every other random value). */
 static inline float max_nan(float m, float v)
 {
-    return v > m || v != v ? v : m;
+    const float larger = v > m ? v : m;
+    return v != v ? v : larger;
 }
 
 /* Columns of maxpool2d_range's row of vertical maxima (on the stack). */
