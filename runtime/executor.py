@@ -92,7 +92,11 @@ class Executor:
     registers at once, constants included, over all runs so far),
     ``threads`` (how many threads the native backend's loops use; default
     $CHAINER_COMPILER_THREADS, else one per CPU this process may use; a
-    bad count raises ConfigurationError naming it).
+    bad count raises ConfigurationError naming it), ``donate_inputs``
+    (native: the library may keep values in the memory of inputs after
+    their last read, a smaller arena; a run_positional(consume=True) that
+    holds the only reference to such an input overwrites it, any other
+    run copies it first: NativeRun).
 
     ``program`` is validated whole first (validate_program): a malformed
     one raises ProgramFormatError before any code is generated from it.
@@ -104,7 +108,7 @@ class Executor:
     def __init__(self, program: Program, backend: str | None = None, trace: bool = False,
                  check_nans: bool = False, validate_inputs: bool = True,
                  tracer: Tracer | None = None, track_memory: bool = False,
-                 threads: int | None = None) -> None:
+                 threads: int | None = None, donate_inputs: bool = False) -> None:
         validate_program(program, '<program %s>' % getattr(program, 'name', '?'))
         self.program = program
         self.backend = backend or default_backend()
@@ -118,8 +122,8 @@ class Executor:
             raise BackendUnavailableError("backend 'native' does not support %s; use backend "
                                           "'numpy' or 'cupy' for them" % ', '.join(instrumented))
         # The C library replaces the kernels: none are bound for it.
-        self._native = self._native_run(tracer, instrumented, threads) if self.backend in (
-            'native', 'auto') else None
+        self._native = self._native_run(tracer, instrumented, threads, donate_inputs) \
+            if self.backend in ('native', 'auto') else None
         if self.backend == 'numpy':
             keep_freed_memory()
         self.tracer = tracer
@@ -145,21 +149,21 @@ class Executor:
         self._validated: list | None = None  # the input signature last validated
         self._straight_line: StraightLineRun | None = None  # generated on the first plain run
 
-    def _native_run(self, tracer, instrumented, threads):
+    def _native_run(self, tracer, instrumented, threads, donate):
         """The NativeRun of backend 'native', or of 'auto' when it chooses
         native (self.backend becomes the choice); None when 'auto' runs the
         VM.  The native package is imported only here, when it is used."""
         from .native.library import NativeRun, native_threads
         threads = native_threads(threads)  # a bad count is an error whichever runs
         if self.backend == 'native':
-            return NativeRun(self.program, tracer, threads)
+            return NativeRun(self.program, tracer, threads, donate)
         from .native.auto import choose_backend
         self.backend, why = choose_backend(self.program, instrumented)
         _log.info('backend auto: %s (%s)', self.backend, why)
         if self.backend == 'numpy':
             return None
         try:
-            return NativeRun(self.program, tracer, threads)
+            return NativeRun(self.program, tracer, threads, donate)
         except RuntimeVMError as e:  # the C refused something, or the build failed
             _log.warning('backend auto: native failed, running on numpy instead: %s',
                          ' '.join(str(e).split()))
@@ -206,7 +210,9 @@ class Executor:
         empties it as the run starts: the run then holds the only
         references the list gave, and frees each input after its last read
         (NumPy and CuPy; the native backend reads its inputs until it
-        returns).  The bridges pass the values backward retains this way."""
+        returns, and with ``donate_inputs`` writes values into those it
+        read for the last time).  The bridges pass the values backward
+        retains this way."""
         if consume and not isinstance(values, list):
             raise TypeError('run_positional(consume=True) takes a list, not %s'
                             % type(values).__name__)
@@ -226,16 +232,16 @@ class Executor:
             if signature != self._validated:
                 program = self.program
                 symbols = validate_inputs(program.inputs, values, program.name)
-                outputs = self._run_on_backend(values)
+                outputs = self._run_on_backend(values, consume)
                 validate_outputs(program.outputs, outputs, symbols, program.name)
                 self._validated = signature
                 return outputs
-        return self._run_on_backend(values)
+        return self._run_on_backend(values, consume)
 
-    def _run_on_backend(self, values):
+    def _run_on_backend(self, values, consume):
         if self._native is not None:
             try:
-                return self._native.run(values)
+                return self._native.run(values, consume)
             finally:
                 values.clear()
         with self._allocating():

@@ -94,6 +94,9 @@ class EmitResult:
     #: ('float32[2, 3]', as the Tracer's); instructions evaluated at emit
     #: time take no time and are not listed
     profiled: list[tuple[int, Instruction, list[str], list[str]]] = field(default_factory=list)
+    #: positions of the inputs whose memory holds values after their last
+    #: read (emit_c's donate): the C overwrites them
+    donated_inputs: list[int] = field(default_factory=list)
 
 #: Where the constants go: 'embed' (C literals in NAME_weights.c), 'file'
 #: (NAME_weights.bin, loaded by NAME_create; weights.py) or 'auto' (embed
@@ -108,7 +111,8 @@ EMBED_MAX_BYTES = 1 << 20
 
 
 def emit_c(program: Program, directory: str | os.PathLike, name: str = 'model',
-           weights: str = 'auto', keep=(), max_batch: MaxBatch | None = None) -> EmitResult:
+           weights: str = 'auto', keep=(), max_batch: MaxBatch | None = None,
+           donate: bool = False) -> EmitResult:
     """Write the C sources, kernels and Makefile of ``program`` into
     ``directory`` (created if missing) under the model name ``name`` (see
     check_model_name), with the constants embedded as C literals
@@ -132,14 +136,19 @@ def emit_c(program: Program, directory: str | os.PathLike, name: str = 'model',
     sample and the C also runs 1 to ``max_batch.maximum`` samples
     (NAME_run_n); the model lowered at the sizes of ``max_batch.probes``
     must keep its samples apart (batched.check_separable), else
-    NativeEmitError names the instruction that mixes them."""
+    NativeEmitError names the instruction that mixes them.
+
+    With ``donate`` (library.py, for a caller that gives up its inputs),
+    values may live in the memory of inputs after their last read
+    (plan.py; EmitResult.donated_inputs): the C then overwrites them."""
     if weights not in WEIGHTS_MODES:
         raise NativeEmitError('weights=%r: expected one of %s'
                               % (weights, ', '.join(WEIGHTS_MODES)))
     check_model_name(name)
     if max_batch is not None:
         _check_max_batch(program, max_batch, name)
-    c = NativeCompilation(program, name, weights, os.fspath(directory), keep, max_batch)
+    c = NativeCompilation(program, name, weights, os.fspath(directory), keep, max_batch,
+                          donate=donate)
     for stage, passes in NATIVE_BACKEND:
         start = time.perf_counter()
         for run_pass in passes:
@@ -191,6 +200,8 @@ class NativeCompilation:
 
 
 # -- the passes of the native backend (each a function of the
+    #: whether values may live in the inputs' memory (emit_c's donate)
+    donate: bool = False
 # -- NativeCompilation; the first paragraph of its docstring describes it in
 # -- docs/pipeline.md) -----------------------------------------------------------
 
@@ -234,7 +245,7 @@ def plan_memory(c: NativeCompilation) -> None:
     arena planned from liveness; views and in-place results share their
     input's memory (runtime/native/arena.py)."""
     assert c.lowered is not None
-    c.arena = plan(c.lowered)
+    c.arena = plan(c.lowered, c.donate)
 
 
 def render_files(c: NativeCompilation) -> None:
@@ -412,7 +423,7 @@ def _write(lowered: Lowered, arena: ArenaPlan, rendered: Rendered, directory: st
                       [lowered.shapes[v.register] for v in lowered.program.outputs],
                       [lowered.dtypes[v.register] for v in lowered.program.outputs], layout_, data,
                       arena.updated_inputs, arena.in_place_outputs, lowered.uniform_inputs,
-                      mode, phases, removed, profiled(lowered))
+                      mode, phases, removed, profiled(lowered), arena.donated_inputs)
 
 
 def _remove_stale(name: str, directory: str, earlier: dict[str, str], written: set[str]):

@@ -38,6 +38,7 @@ import shutil
 import socket
 import stat
 import subprocess
+import sys
 import tempfile
 import threading
 import time
@@ -479,21 +480,22 @@ def _load(data: bytes, folder: str) -> ctypes.CDLL:
     return library
 
 
-def load_library(program: Program, profile: bool = False
+def load_library(program: Program, profile: bool = False, donate: bool = False
                  ) -> tuple[ctypes.CDLL, str, EmitResult]:
     """(the shared library of ``program``, loaded; its cache entry; what
     emit_c wrote for it): emitted, hashed, and compiled unless the cache
     holds it whole; with ``profile``, a build that times each instruction
-    (-DCCN_PROFILE: model_profile).  Raises NativeBuildError when the cache belongs to
-    someone else or lies where it cannot be (see _Cache), or the build
-    fails; a cache that cannot be written (read-only, full) is read, and
+    (-DCCN_PROFILE: model_profile); with ``donate``, emitted to keep values
+    in its inputs' memory after their last read (emit_c).  Raises
+    NativeBuildError when the cache belongs to someone else or lies where
+    it cannot be (see _Cache), or the build fails; a cache that cannot be written (read-only, full) is read, and
     what it lacks is built privately with a NativeCacheWarning."""
     command = find_compiler()
     setup = command + compile_flags(command) + (['-DCCN_PROFILE'] if profile else [])
     cache = _Cache(cache_dir())
     work = cache.work
     try:
-        result = emit_c(program, work, NAME, weights='file')
+        result = emit_c(program, work, NAME, weights='file', donate=donate)
         files = {}
         for path in result.files:
             if not path.endswith('.bin'):  # the weights come at run time
@@ -543,14 +545,25 @@ class NativeRun:
     library is a profiling build and every call records one event per
     instruction that runs.  ``threads`` is how many threads its loops run
     on (native_threads: by default $CHAINER_COMPILER_THREADS, else one per
-    CPU this process may use)."""
+    CPU this process may use).
 
-    def __init__(self, program: Program, tracer=None, threads: int | None = None):
+    With ``donate`` (for a program whose caller gives up its inputs, as
+    a training backward's retained values), values live in the memory of
+    inputs after their last read, so the arena is smaller
+    (EmitResult.donated_inputs): a call overwrites such an input's array
+    only when run(consume=True) was handed the only reference to it, and
+    otherwise copies the input first."""
+
+    def __init__(self, program: Program, tracer=None, threads: int | None = None,
+                 donate: bool = False):
         self.program = program
         #: The thread count of this instance's calls.
         self.threads = native_threads(threads)
         #: The library's cache entry (where it is cached, or would be).
-        self._lib, self.path, result = load_library(program, profile=tracer is not None)
+        self._lib, self.path, result = load_library(program, profile=tracer is not None,
+                                                    donate=donate)
+        #: The inputs whose memory the library writes after their last read.
+        self.donated = frozenset(result.donated_inputs)
         self._tracer = tracer
         self._profiled = result.profiled
         self._marks = numpy.zeros(len(result.profiled) + 1, dtype=numpy.int64)
@@ -609,7 +622,7 @@ class NativeRun:
                                   if j not in self._scalars}
         self._lock = threading.Lock()
 
-    def run(self, values) -> list[numpy.ndarray]:
+    def run(self, values, consume: bool = False) -> list[numpy.ndarray]:
         """Outputs for input ``values`` (declaration order).  C-contiguous
         arrays of the declared dtype and shape are read in place; anything
         else is converted first, and a wrong shape is refused (whether or
@@ -618,7 +631,16 @@ class NativeRun:
         and optimizer states) are written where they lie, so they must be
         writable C-contiguous arrays of the declared dtype.  An output that
         is an input (after its update, for an updated one) is the input's
-        array, as on the NumPy VM; every other output is a new array."""
+        array, as on the NumPy VM; every other output is a new array.  A
+        donated input (self.donated) is overwritten in place when
+        ``consume`` says the list ``values`` is handed over and holds the
+        only reference to that array (_given_up), else copied first: an
+        array the caller still holds is never changed."""
+        copies = [k for k in self.donated if not (consume and _given_up(values, k))]
+        if copies:
+            values = list(values)  # the caller's list stays as it was
+            for k in copies:
+                values[k] = numpy.array(values[k], dtype=self._in_dtypes[k], order='C')
         pointers = []
         # The array given to C for each input (a conversion must outlive the
         # call); None for a 0-d input stored in its buffer.
@@ -701,6 +723,16 @@ class NativeRun:
         if status != 0:  # the message names the instruction, as the VM's would
             raise KernelError(self._status_message(status).decode('utf-8', 'replace'))
         return outputs
+
+
+def _given_up(values: list, k: int) -> bool:
+    """Whether ``values[k]`` is an array that owns its memory, writable,
+    that nothing references but the list ``values`` (no caller's name, no
+    view, no other place in the list): the library may overwrite it."""
+    a = values[k]
+    # The references: the list's, this local's and getrefcount's argument.
+    return type(a) is numpy.ndarray and a.base is None and a.flags.writeable and \
+        sys.getrefcount(a) == 3
 
 
 def _address(a: numpy.ndarray) -> int:

@@ -3,12 +3,13 @@
 plan(lowered) -> ArenaPlan: a program output's buffer, an alias of another
 value (a view, or a result written over an input read for the last time),
 a block of a Concat's output, or an offset of one arena planned from
-liveness (arena.py).
+liveness (arena.py), or, with ``donate``, an offset of a donated input's
+buffer after that input's last read.
 """
 from dataclasses import dataclass, field
 
 from ..program import NO_REGISTER
-from .arena import Buffer, plan_arena
+from .arena import Buffer, aligned, plan_arena
 from .errors import NativeEmitError
 from .fusion import written_inputs
 from .lower import Lowered, has_input
@@ -25,7 +26,8 @@ class ArenaPlan:
     ``buffers``, in ``arena_bytes``); the outputs copied at the end
     (``final_copies``: output position, register), the inputs updated in
     place (writable in C) and the outputs that are inputs
-    (EmitResult.in_place_outputs)."""
+    (EmitResult.in_place_outputs); with donation, the buffers placed in
+    donated inputs (``donated``: (buffer, input position, byte offset))."""
     output_of: dict[int, int]
     final_copies: list[tuple[int, int]]
     alias_of: dict[int, int]
@@ -35,12 +37,22 @@ class ArenaPlan:
     offsets: dict
     arena_bytes: int
     placed: dict[int, tuple[int, int]] = field(default_factory=dict)
+    donated: list[tuple[Buffer, int, int]] = field(default_factory=list)
+
+    @property
+    def donated_inputs(self) -> list[int]:
+        """The positions of the inputs whose memory holds values after
+        their last read: the caller must give them up (library.py)."""
+        return sorted({k for _, k, _ in self.donated})
 
 
-def plan(lowered: Lowered) -> ArenaPlan:
+def plan(lowered: Lowered, donate: bool = False) -> ArenaPlan:
     """Decide where every value of ``lowered`` lives: the caller's input or
     output buffer, a weight, an alias of another value, or an arena
-    offset (arena.py).  Raises NativeEmitError for a Program that writes a
+    offset (arena.py).  With ``donate`` (a caller that gives up its inputs,
+    as a training backward's retained values), a value may live in an
+    input's buffer after that input's last read, when the arena shrinks
+    by it (_donate).  Raises NativeEmitError for a Program that writes a
     register twice or writes an input (_check_single_writes)."""
     p = lowered.program
     _check_single_writes(lowered)
@@ -93,8 +105,53 @@ def plan(lowered: Lowered) -> ArenaPlan:
         if step is not None and step.scratch:
             buffers.append(Buffer(('scratch', i), 4 * step.scratch, i, i))
     offsets, arena_bytes = plan_arena(buffers)
+    donated: list[tuple[Buffer, int, int]] = []
+    if donate:
+        # Never an input the program updates, returns or copies to an
+        # output at the end, nor a 0-d one (the runner keeps those).
+        kept = set(updated_inputs) | {lowered.input_of.get(alias_of.get(r, r))
+                                      for _, r in final_copies}
+        regions = [(k, lowered.nbytes(r), last_use.get(r, -1))
+                   for r, k in lowered.input_of.items()
+                   if k < len(p.inputs) and k not in kept and len(lowered.shapes[r]) > 0]
+        donated = _donate(regions, buffers)
+        moved = {buf.key for buf, _, _ in donated}
+        rest = [b for b in buffers if b.key not in moved]
+        rest_offsets, rest_bytes = plan_arena(rest)
+        if rest_bytes < arena_bytes:
+            buffers, offsets, arena_bytes = rest, rest_offsets, rest_bytes
+        else:
+            donated = []
     return ArenaPlan(output_of, final_copies, alias_of, updated_inputs, in_place_outputs,
-                     buffers, offsets, arena_bytes, placed)
+                     buffers, offsets, arena_bytes, placed, donated)
+
+
+def _donate(regions: list[tuple[int, int, int]], buffers: list[Buffer]
+            ) -> list[tuple[Buffer, int, int]]:
+    """Place buffers in the donated inputs' memory: ``regions`` are
+    (input position, bytes, last instruction that reads it); a buffer
+    first written after that instruction goes, largest first, at the
+    lowest aligned offset of the smallest region where it collides with no
+    buffer placed there live at the same time (best fit).  Returns
+    (buffer, input position, byte offset) of each buffer placed."""
+    placed: dict[int, list[tuple[int, int, Buffer]]] = {k: [] for k, _, _ in regions}
+    result = []
+    for buf in sorted(buffers, key=lambda b: (-b.nbytes, b.start, b.end)):
+        need = aligned(buf.nbytes)
+        for k, size, last_read in sorted(regions, key=lambda r: (r[1], r[0])):
+            if last_read >= buf.start or buf.nbytes > size:
+                continue
+            offset = 0
+            for lo, hi, other in sorted(placed[k], key=lambda t: t[0]):
+                if other.start <= buf.end and buf.start <= other.end:
+                    if offset + need <= lo:
+                        break
+                    offset = max(offset, hi)
+            if offset + buf.nbytes <= size:  # the input's bytes, not aligned
+                placed[k].append((offset, offset + need, buf))
+                result.append((buf, k, offset))
+                break
+    return result
 
 
 def _check_single_writes(lowered: Lowered) -> None:

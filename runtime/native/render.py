@@ -134,7 +134,9 @@ class _Renderer:
         self.alias_of, self.updated_inputs = arena.alias_of, arena.updated_inputs
         self.in_place_outputs, self.buffers = arena.in_place_outputs, arena.buffers
         self.offsets, self.arena_bytes = arena.offsets, arena.arena_bytes
-        self.placed = arena.placed
+        self.placed, self.donated = arena.placed, arena.donated
+        #: the inputs C writes (not const): updated ones and donated ones
+        self.writable = set(arena.updated_inputs) | set(arena.donated_inputs)
         self.layout: WeightsLayout | None = None
         self.max_batch = max_batch
 
@@ -195,7 +197,7 @@ class _Renderer:
         return C_TYPES[self.dtypes[r]]
 
     def _params(self) -> str:
-        ins = ['%s%s *in_%d' % ('' if k in self.updated_inputs else 'const ',
+        ins = ['%s%s *in_%d' % ('' if k in self.writable else 'const ',
                                 self._ctype(v.register), k)
                for k, v in enumerate(self.p.inputs)]
         outs = ['%s *out_%d' % (self._ctype(v.register), k)
@@ -307,6 +309,11 @@ class _Renderer:
         """NAME_run_n's status for a count of samples out of range."""
         return FIRST_FAILURE + len(self._failures())
 
+        if self.donated:
+            text.append('The model overwrites inputs %s after their last read with values it '
+                        'computes (they are donated, not const): pass arrays you give up.'
+                        % ', '.join(str(k) for k in sorted(self.writable
+                                                           - set(self.updated_inputs))))
     def _batch_doc(self) -> list[str]:
         """What the header says about NAME_run_n (emit-c --max)."""
         if self.max_batch is None:
@@ -458,18 +465,21 @@ class _Renderer:
             else:
                 body.append('    ' + copy)
         decls = []
-        for b in sorted(self.buffers, key=lambda b: self.offsets[b.key]):
-            off = self.offsets[b.key]
+        # A donated input's memory holds values after its last read (plan).
+        places = sorted([('arena', self.offsets[b.key], b) for b in self.buffers]
+                        + [('(unsigned char *)in_%d' % k, off, b) for b, k, off in self.donated],
+                        key=lambda t: (t[0] != 'arena', t[0], t[1]))
+        for base, off, b in places:
             if isinstance(b.key, tuple):
-                decls.append('    float *const s%d = (float *)(arena + %d);  /* scratch of '
-                             'instruction %d, bytes [%d, %d) */' % (b.key[1], off, b.key[1], off,
-                                                                     off + b.nbytes))
+                decls.append('    float *const s%d = (float *)(%s + %d);  /* scratch of '
+                             'instruction %d, bytes [%d, %d) */' % (b.key[1], base, off, b.key[1],
+                                                                     off, off + b.nbytes))
             else:
                 reg = b.key
                 assert isinstance(reg, int)
                 ctype = self._ctype(reg)
-                decls.append('    %s *const t%d = (%s *)(arena + %d);  /* %%%d %s, bytes [%d, %d), '
-                             'live %d..%d */' % (ctype, reg, ctype, off, reg,
+                decls.append('    %s *const t%d = (%s *)(%s + %d);  /* %%%d %s, bytes [%d, %d), '
+                             'live %d..%d */' % (ctype, reg, ctype, base, off, reg,
                                                  shape_text(self.dtypes[reg], self.shapes[reg]),
                                                  off, off + b.nbytes, b.start, b.end))
         null_checks = ['!%s' % a for a in self._args().split(', ') if a]
@@ -598,7 +608,7 @@ class _Renderer:
         """The arguments of NAME_run from the arrays of NAME_run_v."""
         # An input updated in place is the caller's writable array, though
         # NAME_run_v's vector of inputs is const for the common case.
-        return ', '.join(['(%s%s *)inputs[%d]' % ('' if k in self.updated_inputs else 'const ',
+        return ', '.join(['(%s%s *)inputs[%d]' % ('' if k in self.writable else 'const ',
                                                   self._ctype(v.register), k)
                           for k, v in enumerate(self.p.inputs)]
                          + ['(%s *)outputs[%d]' % (self._ctype(v.register), k)
