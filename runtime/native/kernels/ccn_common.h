@@ -105,15 +105,6 @@ static inline float ccn_tanh_poly(float v)
     return fabsf(v) < 0.0004f ? v : (v == v ? p / q : v);
 }
 
-/* A recurrent cell's gate: 1/2 + tanh(v/2)/2 by the rational tanh, within
- * 2e-7 of the sigmoid (absolute: where the sigmoid is below 1e-3 its
- * relative error grows, which a gate multiplying O(1) terms does not
- * see; ccn_sigmoid_poly keeps it).  An LSTM cell 1.65x faster. */
-static inline float ccn_sigmoid_gate(float v)
-{
-    return 0.5f + 0.5f * ccn_tanh_poly(0.5f * v);
-}
-
 #endif /* CCN_COMMON_H */
 
 /* After the guard's end: ccn_threads.h includes this file for the macros

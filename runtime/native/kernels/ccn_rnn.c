@@ -71,8 +71,8 @@ CCN_ALWAYS_INLINE void lstm_row(long H, float clip, const float *restrict xg,
             rg[2 * H + j] += peep[2 * H + j] * c[j];
         }
     for (long j = 0; j < H; j++) {
-        const float i = ccn_sigmoid_gate(clipped(xg[j] + rg[j] + bs[j], clip));
-        const float f = ccn_sigmoid_gate(clipped(xg[2 * H + j] + rg[2 * H + j] + bs[2 * H + j],
+        const float i = ccn_sigmoid_poly(clipped(xg[j] + rg[j] + bs[j], clip));
+        const float f = ccn_sigmoid_poly(clipped(xg[2 * H + j] + rg[2 * H + j] + bs[2 * H + j],
                                                  clip));
         const float cand = ccn_tanh_poly(clipped(xg[3 * H + j] + rg[3 * H + j] + bs[3 * H + j],
                                                  clip));
@@ -82,7 +82,7 @@ CCN_ALWAYS_INLINE void lstm_row(long H, float clip, const float *restrict xg,
         for (long j = 0; j < H; j++)
             rg[H + j] += peep[H + j] * c[j];
     for (long j = 0; j < H; j++)
-        h[j] = ccn_sigmoid_gate(clipped(xg[H + j] + rg[H + j] + bs[H + j], clip)) *
+        h[j] = ccn_sigmoid_poly(clipped(xg[H + j] + rg[H + j] + bs[H + j], clip)) *
                ccn_tanh_poly(c[j]);
 }
 
@@ -93,7 +93,7 @@ CCN_ALWAYS_INLINE void gru_gates(long H, float clip, int lbr, const float *xg, f
                                  const float *bs, const float *h, float *hin)
 {
     for (long j = 0; j < 2 * H; j++)
-        rg[j] = ccn_sigmoid_gate(clipped(xg[j] + rg[j] + bs[j], clip));
+        rg[j] = ccn_sigmoid_poly(clipped(xg[j] + rg[j] + bs[j], clip));
     for (long j = 0; j < H; j++)
         hin[j] = lbr ? h[j] : rg[H + j] * h[j];
 }
