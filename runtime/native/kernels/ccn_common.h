@@ -63,11 +63,14 @@
  * time there).
  * A file that uses them in loops with selects also wants GCC's
  * no-trapping-math (see ccn_activation.c). */
-static inline float ccn_exp_poly(float v)
+#define CCN_EXP_LO -87.3365447505531f /* the smallest normal result's log */
+
+/* e^x for x from CCN_EXP_LO to 89 (beyond 88.38, Cephes' MAXLOGF, a
+ * little before float32 overflows: +inf): ccn_exp_poly without its selects
+ * for the values outside, for a caller that clamps (ccn_activation.c's
+ * Swish). */
+static inline float ccn_exp_reduced(float x)
 {
-    const float lo = -87.3365447505531f, hi = 88.3762626647949f;
-    /* Clamped so that the reduction stays finite, for NaN too. */
-    const float x = v < hi ? (v > lo ? v : lo) : hi;
     /* floor(t): t + 128 is positive for such x, and truncates. */
     const float t = x * 1.44269504088896341f + 0.5f;
     const int32_t k = (int32_t)(t + 128.0f) - 128;
@@ -77,9 +80,17 @@ static inline float ccn_exp_poly(float v)
                        4.1665795894e-2f) * r + 1.6666665459e-1f) * r + 5.0000001201e-1f) *
                         r * r + r + 1.0f;
     union { int32_t i; float f; } scale = { (k + 127) << 23 };
-    /* 0 below the smallest normal result, infinite from Cephes' MAXLOGF (a
-     * little before float32 overflows); NaN stays NaN. */
-    return v > lo ? (v < hi ? p * scale.f : INFINITY) : v == v ? 0.0f : v;
+    return p * scale.f;
+}
+
+static inline float ccn_exp_poly(float v)
+{
+    const float lo = CCN_EXP_LO, hi = 88.3762626647949f;
+    /* Clamped so that the reduction stays finite, for NaN too. */
+    const float x = v < hi ? (v > lo ? v : lo) : hi;
+    /* 0 below the smallest normal result, infinite from Cephes' MAXLOGF;
+     * NaN stays NaN. */
+    return v > lo ? (v < hi ? ccn_exp_reduced(x) : INFINITY) : v == v ? 0.0f : v;
 }
 
 /* e^-|v| never overflows; mirrored for negative v. */
