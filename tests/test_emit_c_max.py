@@ -50,8 +50,10 @@ _INT = helper.make_tensor
 @pytest.mark.parametrize('nodes, inputs, initializers, message', [
     ([helper.make_node('ReduceMean', ['x'], ['r'], axes=[0], keepdims=0),
       helper.make_node('Add', ['x', 'r'], ['y'])], _X, (),
-     'ReduceMean.*: output 0 has shape \\[4\\] at batch=2 and \\[4\\] at batch=3: every '
-     'value computed at run time needs batch as its first axis'),
+     # (one "instruction": the old message doubled it)
+     "independent: instruction 0 \\(ReduceMean, node 'ReduceMean_0'\\): output 0 has shape "
+     '\\[4\\] at batch=2 and \\[4\\] at batch=3: every value computed at run time needs one '
+     'axis of size batch'),
     ([helper.make_node('Softmax', ['x'], ['y'], axis=0)], _X, (),
      'Softmax.* works along the batch axis'),
     ([helper.make_node('Slice', ['x', 's', 'e', 'a', 'st'], ['y'])], _X,
@@ -131,8 +133,8 @@ def test_executable_and_library_take_any_batch_up_to_the_maximum(tmp_path):
     done = subprocess.run([str(out / 'model'), '-o', str(tmp_path / 'r14'),
                            str(tmp_path / 'x14.npy')], capture_output=True, text=True)
     assert done.returncode == 2
-    assert 'shape (14, 6, 8) does not match input \'input_0\' of shape (1, 6, 8) with a first ' \
-        'axis of 1 to 13' in done.stderr
+    assert 'shape (14, 6, 8) does not match input \'input_0\' of shape (1, 6, 8) with axis 0 ' \
+        '(the batch) of 1 to 13' in done.stderr
     assert not (tmp_path / 'r14').exists()
 
     lib = ctypes.CDLL(str(out / 'libmodel.so'))
@@ -168,3 +170,112 @@ def test_a_transformer_block_folding_time_into_rows_keeps_its_samples_apart(tmp_
     path = _exported(tmp_path, TransformerBlock(), (6, 8))
     assert main(['emit-c', path, '-o', str(tmp_path / 'out'), '--max', 'batch=4']) == 0
     assert '#define MODEL_INPUT_0_SHAPE {1, 6, 8}' in (tmp_path / 'out' / 'model.h').read_text()
+
+
+def _lstm_nodes(x, outputs=('Y', 'Y_h')):
+    """An ONNX LSTM (layout 0: X is (T, batch, 4), hidden 5) over ``x``
+    and its weights."""
+    rng = numpy.random.RandomState(3)
+    weights = [helper.make_tensor(name, TensorProto.FLOAT, shape,
+                                  rng.uniform(-0.5, 0.5, shape).astype('f').ravel())
+               for name, shape in (('W', (1, 20, 4)), ('R', (1, 20, 5)), ('B', (1, 40)))]
+    node = helper.make_node('LSTM', [x, 'W', 'R', 'B'], list(outputs), hidden_size=5)
+    return node, weights
+
+
+def _time_major_model(path):
+    """x (3, batch, 4) -> LSTM -> Y (3, 1, batch, 5) and its last state
+    transposed to (batch, 1, 5): the batch on axes 1, 2 and 0."""
+    lstm, weights = _lstm_nodes('x')
+    graph = helper.make_graph(
+        [lstm, helper.make_node('Transpose', ['Y_h'], ['h'], perm=[1, 0, 2])], 'g',
+        [helper.make_tensor_value_info('x', TensorProto.FLOAT, [3, 'batch', 4])],
+        [helper.make_tensor_value_info('Y', TensorProto.FLOAT, [3, 1, 'batch', 5]),
+         helper.make_tensor_value_info('h', TensorProto.FLOAT, ['batch', 1, 5])], weights)
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid('', 17)]), path)
+    return path
+
+
+_TIME_MAJOR = [('x', [3, 'batch', 4])]
+
+
+@pytest.mark.parametrize('nodes, inputs, initializers, output, message', [
+    # (3, N, 4) to (3 * N, 4): the samples' rows interleave.
+    ([helper.make_node('Reshape', ['x', 's'], ['r']),
+      helper.make_node('Reshape', ['r', 't'], ['y'])], _TIME_MAJOR,
+     [_INT('s', TensorProto.INT64, [2], [-1, 4]), _INT('t', TensorProto.INT64, [3], [3, -1, 4])],
+     [3, 'batch', 4], "instruction 0 \\(Reshape.* folds the batch axis into the axes before it"),
+    ([helper.make_node('Softmax', ['x'], ['y'], axis=1)], _TIME_MAJOR, (), [3, 'batch', 4],
+     'Softmax.* works along the batch axis'),
+    ([helper.make_node('LayerNormalization', ['x', 'g'], ['y'], axis=1)], _TIME_MAJOR,
+     [helper.make_tensor('g', TensorProto.FLOAT, [1], [1.0])], [3, 'batch', 4],
+     'LayerNormalization.* normalizes over the batch axis'),
+    # A batch-first X read as time-major: the recurrence runs across samples.
+    ([_lstm_nodes('x', ['Y'])[0], helper.make_node('Reshape', ['Y', 's'], ['y'])],
+     [('x', ['batch', 3, 4])],
+     _lstm_nodes('x')[1] + [_INT('s', TensorProto.INT64, [2], [-1, 15])], ['batch', 15],
+     "instruction 0 \\(LSTM.* has the batch on axis 0 of input 0, where it works across samples"),
+    # (N, 4) to (2 N, 4) is x twice, not each sample's row twice: the old
+    # check took it for 2 rows per sample.
+    ([helper.make_node('Tile', ['x', 'r'], ['t']), helper.make_node('Reshape', ['t', 's'], ['y'])],
+     _X, [_INT('r', TensorProto.INT64, [2], [2, 1]), _INT('s', TensorProto.INT64, [2], [-1, 8])],
+     ['batch', 8], 'Tile.* repeats the batch axis'),
+])
+def test_a_batch_on_another_axis_is_followed_and_mixing_refused(tmp_path, capsys, nodes, inputs,
+                                                                initializers, output, message):
+    path = _graph_model(str(tmp_path / 'm.onnx'), nodes, inputs, initializers, output)
+    assert main(['emit-c', path, '-o', str(tmp_path / 'out'), '--max', 'batch=8']) == 2
+    err = capsys.readouterr().err
+    assert len(err.strip().splitlines()) == 1, err
+    assert re.search(message, err), err
+    assert not (tmp_path / 'out').exists()
+
+
+def test_a_time_major_model_takes_its_inputs_and_outputs_in_their_layout(tmp_path):
+    """The batch on axis 1 of x, 2 of Y (copied per sample) and 0 of the
+    transposed state (no copy): the header says where."""
+    path = _time_major_model(str(tmp_path / 'm.onnx'))
+    assert main(['emit-c', path, '-o', str(tmp_path / 'out'), '--max', 'batch=16']) == 0
+    header = (tmp_path / 'out' / 'model.h').read_text()
+    assert '#define MODEL_INPUT_0_SHAPE {3, 1, 4}' in header
+    assert '#define MODEL_INPUT_BATCH_AXES {1}' in header
+    assert '#define MODEL_OUTPUT_BATCH_AXES {2, 0}' in header
+    source = (tmp_path / 'out' / 'model.c').read_text()
+    assert 'memcpy(in_0_k + o * 4, in_0 + (o * n + k) * 4, 16);' in source
+    assert 'memcpy(out_0 + (o * n + k) * 5, out_0_k + o * 5, 20);' in source
+    assert 'out_1 + k * 5' in source
+
+
+@pytest.mark.native_build
+@pytest.mark.slow
+@pytest.mark.skipif(shutil.which('make') is None or
+                    not (shutil.which('cc') or shutil.which('gcc')),
+                    reason='no C compiler or make on PATH')
+@pytest.mark.parametrize('model, shape, axis', [
+    ('classifier', (3, 4), 0),  # Transpose to (T, N, I), two LSTMs, a Linear
+    ('time_major', (3, 4), 1),
+])
+def test_recurrent_models_run_any_batch_up_to_the_maximum(tmp_path, model, shape, axis):
+    """The NStepLSTM classifier and a time-major LSTM emitted with --max
+    batch=16: the executable at batches 1, 5 and 13 equals the NumPy VM."""
+    if model == 'classifier':
+        from benchmarks import models as bench_models
+        path = _exported(tmp_path, bench_models.LSTMClassifier(n_in=4, hidden=5), shape)
+    else:
+        path = _time_major_model(str(tmp_path / 'm.onnx'))
+    out = tmp_path / 'out'
+    assert main(['emit-c', path, '-o', str(out), '--max', 'batch=16']) == 0
+    make_folder(out)
+    for batch in (1, 5, 13):
+        x = numpy.random.RandomState(batch).uniform(
+            -1, 1, shape[:axis] + (batch,) + shape[axis:]).astype('f')
+        numpy.save(tmp_path / 'x.npy', x)
+        res = tmp_path / ('res%d' % batch)
+        subprocess.run([str(out / 'model'), '-o', str(res), str(tmp_path / 'x.npy')],
+                       check=True)
+        program = build_program(with_sizes(onnx.load(path), {'batch': batch}))
+        expected = Executor(program).run([x])
+        for name, value in expected.items():
+            (result,) = [f for f in os.listdir(res) if f.startswith(name)]
+            numpy.testing.assert_allclose(numpy.load(res / result), value, rtol=1e-5,
+                                          atol=1e-6, err_msg='%s at batch %d' % (name, batch))

@@ -1,22 +1,25 @@
 """``emit-c --max NAME=VALUE``: C that takes any batch of 1 to VALUE samples.
 
-The C is planned for static shapes, so a model whose first axis is the
-symbolic batch is emitted for one sample, and NAME_run_n(n, ...) runs that
-program on each of the n samples in turn (the inputs' and outputs' rows are
-contiguous in C order).  That is the batched program only when every
-sample's results depend on that sample alone: check_separable proves it
-from the model lowered at two batch sizes (PROBE_SIZES), before anything is
-written.  Every value computed at run time must have the batch as its first
-axis at both sizes, or c rows per sample inside the model (so no
-instruction sums, concatenates or transposes across samples), a value
-computed from the batch size may only size a reshape, an expansion or a
-tiling (the input its operator's record names ``shape_input``), and every
-instruction must be one that keeps the rows of its first axis apart: its
-record's ``samples`` (runtime/ops/registry.py) says how its operator
-treats them, and _mixing checks the axes it works along and the operators
-whose attributes decide.  Anything else is refused with one error naming
-the instruction; training steps and random draws are refused whole.
+The C is planned for static shapes, so a model whose inputs have the
+symbolic batch as one of their axes is emitted for one sample, and
+NAME_run_n(n, ...) runs that program on each of the n samples in turn.
+That is the batched program only when every sample's results depend on that
+sample alone: check_separable proves it from the model lowered at two batch
+sizes (PROBE_SIZES), before anything is written, following the batch axis
+through the program.  Every value computed at run time must have one batch
+axis, the one axis whose size differs between the two sizes, and it must be
+the batch itself in the inputs and outputs, or c rows per sample inside the
+model (a Reshape of (N, T, D) to (N * T, D): each sample's rows stay one
+block).  A value computed from the batch size may only size a reshape, an
+expansion or a tiling (the input its operator's record names
+``shape_input``), and every instruction must keep the samples along that
+axis apart: its record's ``samples`` (runtime/ops/registry.py) says how its
+operator treats them, and _mixing checks the axes it works along, where it
+needs the batch (axis 0, or the recurrences' layout) and the operators whose
+attributes decide.  Anything else is refused with one error naming the
+instruction; training steps and random draws are refused whole.
 """
+import math
 from dataclasses import dataclass
 
 import numpy
@@ -31,7 +34,14 @@ PROBE_SIZES = (2, 3)
 #: Largest maximum emit-c --max takes: the executable allocates this many
 #: samples of every input and output.
 MAX_BATCH_LIMIT = 1 << 20
-
+#: Operators that keep their input's elements in C order (a new shape, no
+#: copy): the samples stay apart when as many elements come before the
+#: batch axis in the output as in the input.
+_RESHAPES = ('Reshape', 'Flatten', 'Squeeze', 'Unsqueeze')
+#: Recurrences (ONNX layout 0): the batch axis of each run-time input (X,
+#: sequence_lens, initial_h, initial_c) and output (Y, Y_h, Y_c); layout 1
+#: has it first in all of them.
+_RECURRENT_AXES = {'inputs': {0: 1, 4: 0, 5: 1, 6: 1}, 'outputs': {0: 2, 1: 1, 2: 1}}
 
 
 class NotSeparableError(ValueError):
@@ -44,16 +54,21 @@ class MaxBatch:
     """What ``emit-c --max`` asks of emit_c: the program of one sample is
     run on each of 1 to ``maximum`` samples of the symbol ``symbol``;
     ``probes`` are (size, Program) of the model compiled at PROBE_SIZES,
-    which emit_c lowers for check_separable."""
+    which emit_c lowers for check_separable.  ``input_axes`` and
+    ``output_axes``, the batch axis of each input and output, are what
+    check_separable found (emit_c fills them in)."""
     symbol: str
     maximum: int
     probes: tuple = ()
+    input_axes: tuple[int, ...] = ()
+    output_axes: tuple[int, ...] = ()
 
 
-def check_separable(probes, symbol: str) -> None:
+def check_separable(probes, symbol: str) -> tuple[tuple[int, ...], tuple[int, ...]]:
     """Raise NotSeparableError unless running the model on each sample alone
-    equals running it on the batch.  ``probes`` are (size, Lowered) of the
-    same model with the batch ``symbol`` set to each of PROBE_SIZES."""
+    equals running it on the batch, else return the batch axis of each input
+    and of each output.  ``probes`` are (size, Lowered) of the same model
+    with the batch ``symbol`` set to each of PROBE_SIZES."""
     (a, low_a), (b, low_b) = probes
     p = low_a.program
     if [(i.op, i.inputs, i.outputs) for i in p.instructions] != \
@@ -67,38 +82,31 @@ def check_separable(probes, symbol: str) -> None:
         low_a.consts[r].shape == low_b.consts[r].shape
         and numpy.array_equal(low_a.consts[r], low_b.consts[r]))}
 
-    def rows_per_sample(r: int) -> int:
-        """c when ``r``'s first axis is c rows per sample (c * the batch at
-        both sizes, the other axes fixed), else 0."""
-        sa, sb = low_a.shapes[r], low_b.shapes[r]
-        if len(sa) != len(sb) or not sa or sa[1:] != sb[1:] or sa[0] % a or sb[0] % b:
-            return 0
-        return sa[0] // a if sa[0] // a == sb[0] // b else 0
-
-    def check(r: int, what: str, exact: bool = True) -> None:
-        # An intermediate value may hold c rows per sample (a Reshape of
-        # (N, T, D) to (N * T, D)): each sample's rows stay one block.
-        rows = rows_per_sample(r)
-        if not rows or exact and rows != 1:
+    def batch_axis(r: int, what: str, exact: bool = True) -> tuple[int, int]:
+        """(axis, rows per sample) of ``r``'s batch axis; an input or output
+        (``exact``) has one row per sample."""
+        found = _batch_axis(low_a.shapes[r], low_b.shapes[r], a, b)
+        if found is None or exact and found[1] != 1:
             raise NotSeparableError('%s has shape %s at %s=%d and %s at %s=%d: every value '
-                                    'computed at run time needs %s as its first axis%s' % (
+                                    'computed at run time needs one axis of size %s%s' % (
                                         what, list(low_a.shapes[r]), symbol, a,
                                         list(low_b.shapes[r]), symbol, b, symbol,
                                         '' if exact else ' (or a multiple of it)'))
+        return found
 
-    for k, v in enumerate(p.inputs):
-        check(v.register, 'input %d (%r)' % (k, v.name))
-    for k, v in enumerate(p.outputs):
-        check(v.register, 'output %d (%r)' % (k, v.name))
+    input_axes = tuple(batch_axis(v.register, 'input %d (%r)' % (k, v.name))[0]
+                       for k, v in enumerate(p.inputs))
+    output_axes = tuple(batch_axis(v.register, 'output %d (%r)' % (k, v.name))[0]
+                        for k, v in enumerate(p.outputs))
 
     for i, (inst, step) in enumerate(zip(p.instructions, low_a.steps)):
         if step is None:  # evaluated at emit time: its readers are checked
             continue
-        where = 'instruction %s' % p.describe_instruction(i)
+        where = p.describe_instruction(i)
         record = _record(inst)
         if written_inputs(inst):
             raise NotSeparableError('%s updates its inputs in place (a training step)' % where)
-        runtime = []
+        runtime = {}
         for k, r in enumerate(inst.inputs):
             if r == NO_REGISTER:
                 continue
@@ -108,14 +116,24 @@ def check_separable(probes, symbol: str) -> None:
                                         'size %s: one sample would see 1 there' % (where, k,
                                                                                    symbol))
             if r not in low_a.consts:
-                check(r, '%s: input %d' % (where, k), exact=False)
-                runtime.append(k)
-        for k, r in enumerate(inst.outputs):
-            if r != NO_REGISTER:
-                check(r, '%s: output %d' % (where, k), exact=False)
-        reason = _mixing(inst, record, runtime, low_a)
+                runtime[k] = batch_axis(r, '%s: input %d' % (where, k), exact=False)
+        outputs = {k: batch_axis(r, '%s: output %d' % (where, k), exact=False)
+                   for k, r in enumerate(inst.outputs) if r != NO_REGISTER}
+        reason = _mixing(inst, record, runtime, outputs, low_a)
         if reason:
             raise NotSeparableError('%s %s' % (where, reason))
+    return input_axes, output_axes
+
+
+def _batch_axis(shape_a, shape_b, a: int, b: int) -> tuple[int, int] | None:
+    """(axis, c) when a value of ``shape_a`` at batch ``a`` and ``shape_b``
+    at ``b`` differ in that axis alone, c * a and c * b; else None."""
+    differ = [d for d, (x, y) in enumerate(zip(shape_a, shape_b)) if x != y]
+    if len(shape_a) != len(shape_b) or len(differ) != 1:
+        return None
+    d = differ[0]
+    c = shape_a[d] // a
+    return (d, c) if c and shape_a[d] == c * a and shape_b[d] == c * b else None
 
 
 def _record(inst: Instruction) -> OpRecord:
@@ -124,13 +142,17 @@ def _record(inst: Instruction) -> OpRecord:
     return operator_record(inst.op, inst.domain) or OpRecord(inst.op, inst.domain)
 
 
-def _mixing(inst: Instruction, record: OpRecord, runtime: list[int], low) -> str | None:
+def _mixing(inst: Instruction, record: OpRecord, runtime: dict, outputs: dict,
+            low) -> str | None:
     """Why ``inst`` (of the operator of ``record``) may mix the samples of
-    its batch (the rows of the first axis of its run-time inputs
-    ``runtime``), or None when it cannot.  Its attributes are filled with
-    their defaults (emit_c lowers the probes after with_defaults)."""
+    its batch, or None when it cannot.  ``runtime`` and ``outputs`` map its
+    run-time inputs and its outputs by index to (batch axis, rows per
+    sample).  Its attributes are filled with their defaults (emit_c lowers
+    the probes after with_defaults)."""
     op, attrs, samples = inst.op, inst.attrs, record.samples
-    rank = len(low.shapes[inst.inputs[0]])
+    first = min(runtime)  # a run-time input (a step has one)
+    d = runtime[first][0]
+    rank = len(low.shapes[inst.inputs[first]])
 
     def axis(name: str, default: int) -> int:
         value = attrs.get(name, default)
@@ -142,26 +164,34 @@ def _mixing(inst: Instruction, record: OpRecord, runtime: list[int], low) -> str
             return low.consts[inst.inputs[k]].reshape(-1).tolist()
         return None
 
-    if samples in ('elementwise', 'per_sample'):
+    # Broadcasting, products and permutations leave the batch axis where
+    # the shapes found it in the output: summing over it would leave an
+    # output without one, refused by its shape.
+    if samples == 'elementwise' or op in ('MatMul', 'Gemm', 'FusedGemm', 'Transpose',
+                                          'Expand'):
         return None
     if op == 'BatchNormalization':
         return None if len([r for r in inst.outputs if r != NO_REGISTER]) == 1 and \
             not attrs.get('training_mode', 0) else 'computes batch statistics (training mode)'
     if (samples == 'reduction' or op in ('Slice', 'Pad')) and any(k > 0 for k in runtime):
         return 'takes its axes, starts or pads at run time'
-    if op in ('Gemm', 'FusedGemm'):
-        return 'multiplies by a run-time B or transposes A' if 1 in runtime or \
-            attrs.get('transA', 0) else None
-    if op == 'MatMul':
-        ranks = [len(low.shapes[r]) for r in inst.inputs[:2]]
-        return None if all(ranks[k] >= 3 or (k == 0 and ranks[0] == 2) for k in runtime) \
-            else 'contracts over the batch axis'
-    if op == 'Transpose':
-        return None if list(attrs.get('perm', ()))[:1] == [0] else 'moves the batch axis'
+    if op == 'LayerNormalization':  # over the axes from `axis` on
+        return None if axis('axis', -1) > d else 'normalizes over the batch axis'
     if samples == 'along_axis':
-        return None if axis('axis', 0) != 0 else 'works along the batch axis'
+        return None if axis('axis', 0) != d else 'works along the batch axis'
+    if op in _RESHAPES:
+        # Sample k's elements are one block after each of the elements
+        # before the batch axis: as many before it in the output as in the
+        # input keeps the blocks (a (T, N, D) to (T * N, D) interleaves them).
+        return None if math.prod(low.shapes[inst.inputs[0]][:d]) == \
+            math.prod(low.shapes[inst.outputs[0]][:outputs[0][0]]) \
+            else 'folds the batch axis into the axes before it'
+    if op == 'Tile':
+        return None if outputs[0][1] == runtime[0][1] else 'repeats the batch axis'
+    if samples == 'per_sample':
+        return _off_axis(inst, runtime, outputs)
     if op == 'Gather':
-        if 0 in runtime and (axis('axis', 0) == 0 or 1 in runtime):
+        if 0 in runtime and (axis('axis', 0) == d or 1 in runtime):
             return 'gathers along the batch axis or by run-time indices'
         return None
     if samples == 'reduction':
@@ -169,16 +199,30 @@ def _mixing(inst: Instruction, record: OpRecord, runtime: list[int], low) -> str
         if axes is None or not axes:
             return None if attrs.get('noop_with_empty_axes', 0) and axes is not None \
                 else 'reduces every axis, the batch included'
-        return 'reduces the batch axis' if 0 in [x + rank if x < 0 else x for x in axes] \
+        return 'reduces the batch axis' if d in [x + rank if x < 0 else x for x in axes] \
             else None
     if op == 'Slice':
         axes = const(3)
         axes = list(range(len(const(1) or ()))) if axes is None else axes
-        return 'slices the batch axis' if 0 in [x + rank if x < 0 else x for x in axes] \
+        return 'slices the batch axis' if d in [x + rank if x < 0 else x for x in axes] \
             else None
     if op == 'Pad':
         pads = const(1)
-        if const(3) is not None or not pads or pads[0] or pads[rank]:
+        if const(3) is not None or not pads or pads[d] or pads[d + rank]:
             return 'pads the batch axis'
         return None
     return 'is not known to keep the samples of a batch apart (%s)' % op
+
+
+def _off_axis(inst: Instruction, runtime: dict, outputs: dict) -> str | None:
+    """Why ``inst``, of a 'per_sample' operator (it keeps the rows of one
+    axis apart), may mix samples: a run-time input or an output has the
+    batch on another axis than that one, the first, or where the
+    recurrences' layout puts it."""
+    recurrent = inst.op in ('LSTM', 'GRU', 'RNN') and not inst.attrs.get('layout', 0)
+    for kind, found in (('inputs', runtime), ('outputs', outputs)):
+        for k, (d, _) in sorted(found.items()):
+            if d != (_RECURRENT_AXES[kind].get(k) if recurrent else 0):
+                return 'has the batch on axis %d of %s %d, where it works across samples' % (
+                    d, kind[:-1], k)
+    return None

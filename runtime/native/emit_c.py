@@ -29,7 +29,7 @@ import logging
 import os
 import re
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import numpy
@@ -146,7 +146,7 @@ def emit_c(program: Program, directory: str | os.PathLike, name: str = 'model',
                               % (weights, ', '.join(WEIGHTS_MODES)))
     check_model_name(name)
     if max_batch is not None:
-        _check_max_batch(program, max_batch, name)
+        max_batch = _check_max_batch(program, max_batch, name)
     c = NativeCompilation(program, name, weights, os.fspath(directory), keep, max_batch,
                           donate=donate)
     for stage, passes in NATIVE_BACKEND:
@@ -158,25 +158,28 @@ def emit_c(program: Program, directory: str | os.PathLike, name: str = 'model',
     return c.result
 
 
-def _check_max_batch(program: Program, max_batch: MaxBatch, name: str) -> None:
+def _check_max_batch(program: Program, max_batch: MaxBatch, name: str) -> MaxBatch:
     """Refuse ``max_batch`` (emit_c) unless its maximum is in range, the
     model at its probe sizes keeps its samples apart
-    (batched.check_separable) and ``program`` is that model for one sample."""
+    (batched.check_separable) and ``program`` is that model for one sample;
+    return it with the batch axes of the inputs and outputs."""
     what = 'emit-c --max %s=%d' % (max_batch.symbol, max_batch.maximum)
     if not 1 <= max_batch.maximum <= MAX_BATCH_LIMIT:
         raise NativeEmitError('%s: the maximum must be 1 to %d' % (what, MAX_BATCH_LIMIT))
     probes = [(size, lower(fuse(with_defaults(p)), name)) for size, p in max_batch.probes]
     try:
-        check_separable(probes, max_batch.symbol)
+        input_axes, output_axes = check_separable(probes, max_batch.symbol)
     except NotSeparableError as e:
         raise NativeEmitError('%s: the samples of a batch are not independent: %s; emit it '
                               'for one size instead (--symbolic-dims)' % (what, e)) from None
     structure = [(i.op, i.inputs, i.outputs) for i in program.instructions]
-    if any(not v.shape or v.shape[0] != 1 for v in program.inputs) or any(
+    if any(not v.shape or v.shape[axis] != 1
+           for v, axis in zip(program.inputs, input_axes)) or any(
             structure != [(i.op, i.inputs, i.outputs) for i in p.instructions]
             for _, p in max_batch.probes):
         raise NativeEmitError('%s: the program to emit is not the model for one sample'
                               % what)
+    return replace(max_batch, input_axes=input_axes, output_axes=output_axes)
 
 
 @dataclass
@@ -197,11 +200,11 @@ class NativeCompilation:
     result: EmitResult | None = None
     #: (stage, seconds) of the stages run so far (EmitResult.phases)
     phases: list[tuple[str, float]] = field(default_factory=list)
+    #: whether values may live in the inputs' memory (emit_c's donate)
+    donate: bool = False
 
 
 # -- the passes of the native backend (each a function of the
-    #: whether values may live in the inputs' memory (emit_c's donate)
-    donate: bool = False
 # -- NativeCompilation; the first paragraph of its docstring describes it in
 # -- docs/pipeline.md) -----------------------------------------------------------
 

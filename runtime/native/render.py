@@ -17,6 +17,7 @@ import numpy
 
 from ..profiling import trace_event_fields
 from ..program import NO_REGISTER, Instruction
+from .arena import aligned
 from .batched import MaxBatch
 from .cformat import C_TYPES, NPY_DESCR, clist, cliteral, cstring, shape_text
 from .lower import Lowered, array_name
@@ -252,7 +253,13 @@ class _Renderer:
                       ' * %s_BATCH_SYMBOL; other counts return %s_STATUS_BATCH. */' % (up, up),
                       '#define %s_MAX_BATCH %d' % (up, self.max_batch.maximum),
                       '#define %s_BATCH_SYMBOL %s' % (up, cstring(self.max_batch.symbol)),
-                      '#define %s_STATUS_BATCH %d' % (up, self._batch_status()), '']
+                      '#define %s_STATUS_BATCH %d' % (up, self._batch_status()),
+                      '/* Out of memory for the copies of one sample (_run_n). */',
+                      '#define %s_STATUS_MEMORY %d' % (up, self._batch_status() + 1),
+                      '/* The axis of the batch in each input and output. */',
+                      '#define %s_INPUT_BATCH_AXES %s' % (up, clist(self.max_batch.input_axes)),
+                      '#define %s_OUTPUT_BATCH_AXES %s' % (up, clist(self.max_batch.output_axes)),
+                      '']
         lines += self._tensor_macros('INPUT', ins) + self._tensor_macros('OUTPUT', outs)
         lines += ['typedef struct {',
                   '    const char *name;   /* the value\'s name in the graph */',
@@ -302,6 +309,11 @@ class _Renderer:
                         "passing the input's own pointer for such an output copies nothing "
                         '(%s).' % ', '.join('out_%d = in_%d' % kv
                                             for kv in sorted(self.in_place_outputs.items())))
+        if self.donated:
+            text.append('The model overwrites inputs %s after their last read with values it '
+                        'computes (they are donated, not const): pass arrays you give up.'
+                        % ', '.join(str(k) for k in sorted(self.writable
+                                                           - set(self.updated_inputs))))
         lines = [' * ' + line for paragraph in text for line in textwrap.wrap(paragraph, 76)]
         return lines + [' *'] if lines else []
 
@@ -309,11 +321,6 @@ class _Renderer:
         """NAME_run_n's status for a count of samples out of range."""
         return FIRST_FAILURE + len(self._failures())
 
-        if self.donated:
-            text.append('The model overwrites inputs %s after their last read with values it '
-                        'computes (they are donated, not const): pass arrays you give up.'
-                        % ', '.join(str(k) for k in sorted(self.writable
-                                                           - set(self.updated_inputs))))
     def _batch_doc(self) -> list[str]:
         """What the header says about NAME_run_n (emit-c --max)."""
         if self.max_batch is None:
@@ -323,17 +330,20 @@ class _Renderer:
         # The symbol is the model's text: only in the string literal
         # NAME_BATCH_SYMBOL, never in this comment.
         text = ('Batches (emit-c --max, up to %d samples of the batch %s_BATCH_SYMBOL): the '
-                'shapes below are those of one sample, the '
-                'first axis of every input and output being 1. %s_run_n(%sn, ...) and '
-                '%s_run_n_v(%sn, in, out) take n samples, 1 to %s_MAX_BATCH (%d), of every '
-                'input and output, one after the other in C order (sample k of input i starts '
-                'k * %s_INPUT_i_SIZE elements in), and run the one-sample program on each in '
+                'shapes below are those of one sample, the batch axis of every input and '
+                'output (%s_INPUT_BATCH_AXES, %s_OUTPUT_BATCH_AXES) being 1. %s_run_n(%sn, '
+                '...) and %s_run_n_v(%sn, in, out) take n samples, 1 to %s_MAX_BATCH (%d), of '
+                'every input and output in C order with n on that axis (an input of one-sample '
+                'shape (T, 1, I) is (T, n, I)), and run the one-sample program on each in '
                 'turn: the results equal the batched model\'s because emit-c checked that '
                 'no instruction mixes samples (no batch statistics, no reduction, '
-                'concatenation or transposition across the first axis). Another n returns '
-                '%s_STATUS_BATCH (%d) before anything is read. %s_ARENA_BYTES is one '
+                'concatenation or reshape across the batch axis). A sample of an input or '
+                'output with axes of more than one element before its batch axis is copied to '
+                'or from one contiguous sample, allocated by each call (%s_STATUS_MEMORY when '
+                'that fails). Another n '
+                'returns %s_STATUS_BATCH (%d) before anything is read. %s_ARENA_BYTES is one '
                 "sample's arena: the samples reuse it."
-                % (m.maximum, up, n, model, n, model, up, m.maximum, up, up,
+                % (m.maximum, up, up, up, n, model, n, model, up, m.maximum, up, up,
                    self._batch_status(), up))
         return [' * ' + line for line in textwrap.wrap(text, 76)] + [' *']
 
@@ -401,28 +411,68 @@ class _Renderer:
                     'long n', 'const void *const *inputs', 'void *const *outputs']))]
 
     def _batch_c(self) -> list[str]:
-        """The definitions of _batch_declarations: NAME_run on each sample."""
+        """The definitions of _batch_declarations: NAME_run on each sample,
+        copied to and from one contiguous sample (staged) for an input or
+        output with axes of more than one element before its batch axis."""
         if self.max_batch is None:
             return []
         n, up = self.name, self.name.upper()
         model = [] if self.layout is None else ['model']
-        rows = ['in_%d + k * %s_INPUT_%d_SIZE' % (i, up, i) for i in range(len(self.p.inputs))]
-        rows += ['out_%d + k * %s_OUTPUT_%d_SIZE' % (i, up, i)
-                 for i in range(len(self.p.outputs))]
+        values = [('in', k, v, axis) for k, (v, axis) in
+                  enumerate(zip(self.p.inputs, self.max_batch.input_axes))]
+        values += [('out', k, v, axis) for k, (v, axis) in
+                   enumerate(zip(self.p.outputs, self.max_batch.output_axes))]
+        rows: list[str] = []
+        staging: list[str] = []
+        gathers: list[str] = []
+        scatters: list[str] = []
+        offset = 0
+        for kind, k, v, axis in values:
+            shape = self.shapes[v.register]
+            outer, inner = math.prod(shape[:axis]), math.prod(shape[axis + 1:])
+            if outer == 1:  # each sample one block: no copy
+                rows.append('%s_%d + k * %d' % (kind, k, inner))
+                continue
+            ctype, name = self._ctype(v.register), '%s_%d' % (kind, k)
+            rows.append(name + '_k')
+            staging.append('    %s *const %s_k = (%s *)(staging + %d);'
+                           % (ctype, name, ctype, offset))
+            offset += aligned(self.nbytes(v.register))
+            # Sample k of each of the `outer` blocks of n * inner elements.
+            sample, batch = '%s_k + o * %d' % (name, inner), '%s + (o * n + k) * %d' % (name,
+                                                                                        inner)
+            dst, src = (sample, batch) if kind == 'in' else (batch, sample)
+            (gathers if kind == 'in' else scatters).extend([
+                '        for (long o = 0; o < %d; o++)  /* %sput %d */' % (outer, kind, k),
+                '            memcpy(%s, %s, %d);' % (
+                    dst, src, inner * numpy.dtype(self.dtypes[v.register]).itemsize)])
         null_checks = ['!%s' % a for a in self._args().split(', ') if a]
         run_n, run_n_v = self._batch_declarations()
-        return [run_n[:-1], '{',
+        run = '%s_run(%s)' % (n, ', '.join(model + rows))
+        if staging:
+            loop = ['    unsigned char *const staging = malloc(%d);' % offset,
+                    '    if (!staging)', '        return %s_STATUS_MEMORY;' % up,
+                    *staging, '    int status = 0;',
+                    '    for (long k = 0; k < n && status == 0; k++) {', *gathers,
+                    '        status = %s;' % run] + ([
+                    '        if (status == 0)'] + ['    ' + line for line in scatters]
+                    if scatters else []) + [
+                    '    }', '    free(staging);', '    return status;']
+        else:
+            loop = ['    for (long k = 0; k < n; k++) {',
+                    '        const int status = %s;' % run,
+                    '        if (status != 0)',
+                    '            return status;',
+                    '    }',
+                    '    return 0;']
+        return (['#include <stdlib.h>  /* malloc: the staged samples */',
+                 '#include <string.h>', ''] if staging else []) + [
+                run_n[:-1], '{',
                 '    /* The count first: a refused call reads nothing. */',
                 '    if (n < 1 || n > %s_MAX_BATCH)' % up,
                 '        return %s_STATUS_BATCH;' % up] + (
             ['    if (%s)' % ' || '.join(null_checks), '        return 1;'] if null_checks
-            else []) + [
-                '    for (long k = 0; k < n; k++) {',
-                '        const int status = %s_run(%s);' % (n, ', '.join(model + rows)),
-                '        if (status != 0)',
-                '            return status;',
-                '    }',
-                '    return 0;', '}', '',
+            else []) + loop + ['}', '',
                 run_n_v[:-1], '{',
                 '    (void)inputs;', '    (void)outputs;',
                 '    return %s_run_n(%s);' % (
@@ -589,7 +639,10 @@ class _Renderer:
                 'arena or the weights";'] + cases + ([
                 '    case %s_STATUS_BATCH:' % self.name.upper(),
                 '        return "a count of samples out of range: 1 to %d";'
-                % self.max_batch.maximum] if self.max_batch is not None else []) + [
+                % self.max_batch.maximum,
+                '    case %s_STATUS_MEMORY:' % self.name.upper(),
+                '        return "out of memory for the copies of one sample";']
+               if self.max_batch is not None else []) + [
                 '    default:', '        return "not a status of this model";', '    }', '}', '']
 
     def _instruction_comment(self, i: int, inst: Instruction, step: Step | None) -> str:
