@@ -488,8 +488,9 @@ def load_library(program: Program, profile: bool = False, donate: bool = False
     (-DCCN_PROFILE: model_profile); with ``donate``, emitted to keep values
     in its inputs' memory after their last read (emit_c).  Raises
     NativeBuildError when the cache belongs to someone else or lies where
-    it cannot be (see _Cache), or the build fails; a cache that cannot be written (read-only, full) is read, and
-    what it lacks is built privately with a NativeCacheWarning."""
+    it cannot be (see _Cache), or the build fails; a cache that cannot be
+    written (read-only, full) is read, and what it lacks is built
+    privately with a NativeCacheWarning."""
     command = find_compiler()
     setup = command + compile_flags(command) + (['-DCCN_PROFILE'] if profile else [])
     cache = _Cache(cache_dir())
@@ -725,14 +726,26 @@ class NativeRun:
         return outputs
 
 
+def _references(values: list, k: int) -> int:
+    """sys.getrefcount of ``values[k]`` as counted from here."""
+    a = values[k]
+    return sys.getrefcount(a)
+
+
+#: What _references counts for an array that only its list references (the
+#: interpreter's own references, which vary between Python versions).
+_ONLY_THE_LIST = _references([numpy.empty(1)], 0)
+
+
 def _given_up(values: list, k: int) -> bool:
     """Whether ``values[k]`` is an array that owns its memory, writable,
     that nothing references but the list ``values`` (no caller's name, no
     view, no other place in the list): the library may overwrite it."""
     a = values[k]
-    # The references: the list's, this local's and getrefcount's argument.
-    return type(a) is numpy.ndarray and a.base is None and a.flags.writeable and \
-        sys.getrefcount(a) == 3
+    if type(a) is not numpy.ndarray or a.base is not None or not a.flags.writeable:
+        return False
+    del a  # counted as _ONLY_THE_LIST was
+    return _references(values, k) == _ONLY_THE_LIST
 
 
 def _address(a: numpy.ndarray) -> int:

@@ -71,6 +71,27 @@ def test_donation_shrinks_the_arena_and_never_touches_kept_inputs(programs, tmp_
     assert '(unsigned char *)in_%d + ' % donated.donated_inputs[0] in text
 
 
+def test_only_an_array_the_list_alone_holds_is_given_up():
+    """_given_up: the library may overwrite values[k] only when nothing
+    else can see it: no other name, no view, no second place in the list,
+    its own writable memory."""
+    assert library._given_up([numpy.zeros(3)], 0)
+    held = numpy.zeros(3)
+    assert not library._given_up([held], 0)
+    twice = [numpy.zeros(3)] * 2
+    assert not library._given_up(twice, 0)
+    base = numpy.zeros(3)
+    values, view = [base], base[1:]
+    del base
+    assert not library._given_up(values, 0) and view.base is values[0]
+    assert not library._given_up([numpy.zeros(3)[1:]], 0)
+    read_only = numpy.zeros(3)
+    read_only.flags.writeable = False
+    values = [read_only]
+    del read_only
+    assert not library._given_up(values, 0)
+
+
 @pytest.mark.native_build
 def test_donating_backward_matches_numpy_and_keeps_held_arrays(programs, monkeypatch):
     """The native backward with donate_inputs gives the NumPy VM's
