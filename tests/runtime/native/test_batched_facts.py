@@ -58,10 +58,11 @@ def test_the_lowered_operators_declare_what_batched_allowed():
 
 
 def _refusal(op, domain='', attrs=None):
-    """_mixing's answer for ``op`` reading one run-time input of shape (2, 3)."""
+    """_mixing's answer for ``op`` reading one run-time input of shape (2, 3),
+    the batch on axis 0 of it and of its output."""
     inst = Instruction(op, (0,), (1,), attrs or {}, domain=domain, version=17)
-    low = types.SimpleNamespace(shapes={0: (2, 3)}, consts={})
-    return batched._mixing(inst, batched._record(inst), [0], low)
+    low = types.SimpleNamespace(shapes={0: (2, 3), 1: (2, 3)}, consts={})
+    return batched._mixing(inst, batched._record(inst), {0: (0, 1)}, {0: (0, 1)}, low)
 
 
 @pytest.mark.parametrize('name', sorted(set(native_operators()) - set(_expected()) - _BY_NAME))
