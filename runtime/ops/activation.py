@@ -221,10 +221,15 @@ def hardmax(xp, x, *, axis=-1):
 
 # -- gradient kernels (org.chainer_compiler) ---------------------------------------------
 
-from .registry import CUSTOM_DOMAIN, like  # noqa: E402
+from .registry import CUSTOM_DOMAIN, elements, like  # noqa: E402
 
 
-@kernel('ReluGrad', domain=CUSTOM_DOMAIN, outputs=('gx',), types=like(1))
+def _mask_bytes(inputs, outputs, attributes):
+    """The scratch of a comparison's mask: one byte per element of input 0."""
+    return elements(inputs[0])
+
+
+@kernel('ReluGrad', domain=CUSTOM_DOMAIN, outputs=('gx',), types=like(1), scratch=_mask_bytes)
 def relu_grad(xp, y, gy):
     """Gradient of Relu from its output ``y``: ``gy`` where ``y > 0``, else 0
     (one instruction instead of Greater and Where)."""

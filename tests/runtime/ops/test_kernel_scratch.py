@@ -7,6 +7,7 @@ import tracemalloc
 import numpy as np
 import pytest
 
+from chainer_compiler.runtime.ops.activation import relu_grad
 from chainer_compiler.runtime.ops.connection import conv, conv_grad_filter, conv_transpose
 from chainer_compiler.runtime.ops.normalization import batch_normalization, batch_normalization_grad
 from chainer_compiler.runtime.ops.pooling import max_pool, max_pool_grad
@@ -100,6 +101,7 @@ _PADS = dict(pads=[1, 1, 1, 1])
      [_X.astype(np.float16), _ONES, _GY.astype(np.float16)], {}),
     ('MaxPoolGrad', CUSTOM_DOMAIN, max_pool_grad, [_X, _Y, _GY_POOL],
      dict(kernel_shape=[3, 3], strides=[2, 2], **_PADS)),
+    ('ReluGrad', CUSTOM_DOMAIN, relu_grad, [_X, _GY], {}),
 ])
 def test_declared_scratch_is_what_the_kernel_holds(op, domain, fn, args, attrs):
     """OpRecord.scratch, which the memory model adds to the VM's count, is
