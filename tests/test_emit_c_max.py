@@ -10,6 +10,8 @@ import chainer
 import numpy
 import onnx
 import pytest
+from hypothesis import assume, given, settings
+from hypothesis import strategies as st
 from onnx import TensorProto, helper
 
 import chainer_compiler
@@ -17,6 +19,10 @@ from chainer_compiler.cli import main
 from chainer_compiler.exporting import with_sizes
 from chainer_compiler.pipeline import build_program
 from chainer_compiler.runtime.executor import Executor
+from chainer_compiler.runtime.native.batched import PROBE_SIZES, NotSeparableError, check_separable
+from chainer_compiler.runtime.native.fusion import fuse
+from chainer_compiler.runtime.native.lower import lower
+from chainer_compiler.runtime.native.lowering import with_defaults
 from tests.models import LeNet5
 from tests.runtime.native.helpers import make_folder
 
@@ -279,3 +285,65 @@ def test_recurrent_models_run_any_batch_up_to_the_maximum(tmp_path, model, shape
             (result,) = [f for f in os.listdir(res) if f.startswith(name)]
             numpy.testing.assert_allclose(numpy.load(res / result), value, rtol=1e-5,
                                           atol=1e-6, err_msg='%s at batch %d' % (name, batch))
+
+
+_OPS = st.one_of(
+    st.permutations(range(3)).map(lambda perm: ('Transpose', {'perm': perm})),
+    st.integers(0, 2).map(lambda axis: ('Softmax', {'axis': axis})),
+    st.integers(0, 2).map(lambda axis: ('ReduceSum', {'keepdims': 1, 'axes': [axis]})),
+    st.integers(0, 2).map(lambda axis: ('Concat', {'axis': axis})),
+    # Shapes that fit some chains: (3, N, 4) to (1, 3 N, 4) interleaves the
+    # samples, to (3, 4 N, 1) keeps them apart, and (3 N, 4) to (N, 3, 4)...
+    st.sampled_from([[1, -1, 4], [3, -1, 4], [0, -1, 12], [-1, 3, 4], [0, -1, 1]]).map(
+        lambda shape: ('Reshape', {'shape': shape})),
+    st.just(('Relu', {})))
+
+
+@settings(max_examples=40)
+@given(st.integers(0, 2), st.lists(_OPS, min_size=1, max_size=3))
+def test_what_the_proof_accepts_equals_the_model_run_one_sample_at_a_time(axis, ops):
+    """Chains of transposes, softmaxes, sums, concatenations and reshapes
+    over x (3 x 4 with the batch inserted at ``axis``): whenever
+    check_separable accepts one, the NumPy VM run on each sample alone and
+    on the whole batch of 4 agree, on the batch axes it reported."""
+    dims = [3, 4]
+    dims.insert(axis, 'batch')
+    nodes, value, inits = [], 'x', []
+    for k, (op, attrs) in enumerate(ops):
+        out = 'v%d' % k
+        if op == 'Concat':
+            nodes.append(helper.make_node(op, [value, value], [out], **attrs))
+        elif op == 'ReduceSum':
+            inits.append(_INT('a%d' % k, TensorProto.INT64, [1], attrs['axes']))
+            nodes.append(helper.make_node(op, [value, 'a%d' % k], [out], keepdims=1))
+        elif op == 'Reshape':
+            inits.append(_INT('s%d' % k, TensorProto.INT64, [3], attrs['shape']))
+            nodes.append(helper.make_node(op, [value, 's%d' % k], [out]))
+        else:
+            nodes.append(helper.make_node(op, [value], [out], **attrs))
+        value = out
+    nodes.append(helper.make_node('Identity', [value], ['y']))
+    graph = helper.make_graph(
+        nodes, 'g', [helper.make_tensor_value_info('x', TensorProto.FLOAT, dims)],
+        [helper.make_tensor_value_info('y', TensorProto.FLOAT, [None] * 3)], inits)
+    proto = helper.make_model(graph, opset_imports=[helper.make_opsetid('', 17)])
+
+    def program(batch):
+        return build_program(with_sizes(proto, {'batch': batch}))
+    try:
+        program(1)
+    except ValueError:  # a reshape that does not fit
+        assume(False)
+    try:
+        (in_axis,), (out_axis,) = check_separable(
+            [(size, lower(fuse(with_defaults(program(size))), 'model'))
+             for size in PROBE_SIZES], 'batch')
+    except NotSeparableError:
+        return
+    x = numpy.random.RandomState(0).uniform(-1, 1, [4 if d == 'batch' else d for d in dims])
+    x = x.astype('f')
+    whole = next(iter(Executor(program(4)).run([x]).values()))
+    one = Executor(program(1))
+    apart = numpy.concatenate([next(iter(one.run([x.take([k], in_axis)]).values()))
+                               for k in range(4)], out_axis)
+    numpy.testing.assert_allclose(apart, whole, rtol=1e-5, atol=1e-6)
