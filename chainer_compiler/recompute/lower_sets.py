@@ -20,9 +20,9 @@ computations do not).  Each lower set ``S`` of them is completed with every
 light node whose heavy ancestors are all in ``S``: light values are made
 as early as they can be; backward reads none of the first kind, and the
 second are too small to decide where a cut goes.  Each completed set is
-closed under inputs.  Beyond
-MAX_LOWER_SETS (or the node count) the enumeration gives up (None), and gt
-keeps to the prefixes of its three orders.
+closed under inputs.  Beyond as many lower sets as the graph has nodes
+(within MIN_LOWER_SETS and MAX_LOWER_SETS) the enumeration gives up
+(None), and gt keeps to the prefixes of its three orders.
 """
 import logging
 
@@ -31,13 +31,15 @@ import numpy
 from ..onnx_graph import reads
 from .segments import Costs
 
-#: The most lower sets enumerated: as many as the forward graph has nodes,
-#: and at least this many.  gt's dynamic program over m sets costs up to m²
-#: x WORK_BUCKETS per limit tried, over one order's prefixes n²: so the
-#: lower sets cost at most one order's more (ResNet-50: 224 sets of 334
-#: nodes), and a small graph (128 sets: milliseconds a limit) may branch
-#: wider.  Beyond, gt keeps to the orders' prefixes.
-MAX_LOWER_SETS = 128
+#: The lower sets enumerated: as many as the forward graph has nodes, at
+#: least MIN_LOWER_SETS and at most MAX_LOWER_SETS.  gt's dynamic program
+#: over m sets costs up to m² x WORK_BUCKETS per limit tried, over one
+#: order's prefixes n²: so the lower sets cost at most one order's more
+#: (ResNet-50: 240 sets of 334 nodes); a small graph (128 sets: milliseconds
+#: a limit) may branch wider; and costing them (set_costs) takes m² times
+#: the values, a second at 1024.  Beyond, gt keeps to the orders' prefixes.
+MIN_LOWER_SETS = 128
+MAX_LOWER_SETS = 1024
 #: A node whose outputs together hold less than this fraction of the largest
 #: forward value is light: it never decides a cut (see the module docstring).
 LIGHT_FRACTION = 1 / 256
@@ -50,10 +52,11 @@ def lower_sets(forward, size, differentiated):
     heavy nodes decide (see the module docstring), as frozensets of node
     indices in increasing size, the empty set first and every node last;
     ``size(value)`` is its bytes, ``differentiated`` the forward outputs
-    backward starts from.  None, logged, when there are more than
-    MAX_LOWER_SETS or the node count (counted before they are costed)."""
+    backward starts from.  None, logged, when there are more than the node
+    count, bounded by MIN_LOWER_SETS and MAX_LOWER_SETS (counted before
+    they are costed)."""
     n = len(forward.nodes)
-    most = max(MAX_LOWER_SETS, n)
+    most = min(max(MIN_LOWER_SETS, n), MAX_LOWER_SETS)
     largest = max((size(v) for v in forward.producer), default=0)
     heavy = [sum(size(o) for o in node.output if o) >= max(LIGHT_FRACTION * largest, 1)
              for node in forward.nodes]
@@ -77,9 +80,9 @@ def lower_sets(forward, size, differentiated):
     while frontier:
         grown = []
         for chosen in frontier:
-            for k in range(n):
+            for k in (k for k in range(n) if heavy[k]):
                 bit = 1 << k
-                if heavy[k] and not chosen & bit and needs[k] & ~chosen == 0:
+                if not chosen & bit and needs[k] & ~chosen == 0:
                     bigger = chosen | bit
                     if bigger not in found:
                         if len(found) == most:

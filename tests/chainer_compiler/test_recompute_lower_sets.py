@@ -165,7 +165,7 @@ def test_on_a_chain_the_lower_sets_are_the_prefixes_and_plan_alike():
 def test_a_graph_of_too_many_lower_sets_keeps_to_the_orders(monkeypatch, caplog):
     problem = _problem(*_dag(BRANCHES))
     # At least as many as the graph has nodes (15) are enumerated.
-    monkeypatch.setattr(lower_sets, 'MAX_LOWER_SETS', 10)
+    monkeypatch.setattr(lower_sets, 'MIN_LOWER_SETS', 10)
     with caplog.at_level('INFO', logger=lower_sets.__name__):
         assert lower_sets.lower_sets(problem.forward, problem.size,
                                      _differentiated(problem)) is None
