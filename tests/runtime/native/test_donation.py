@@ -146,3 +146,46 @@ def test_donated_buffers_fit_their_input_after_its_last_read(regions, requests):
     for (a, ka, oa), (b, kb, ob) in itertools.combinations(placed, 2):
         if ka == kb and a.start <= b.end and b.start <= a.end:
             assert oa + a.nbytes <= ob or ob + b.nbytes <= oa
+
+
+class SigmoidNet(chainer.Chain):
+    """Its backward retains the output y, which the caller holds, and is
+    given the gradient of y, which Chainer holds."""
+
+    def __init__(self):
+        super().__init__()
+        with self.init_scope():
+            self.l1 = L.Linear(32, 64)
+            self.l2 = L.Linear(64, 64)
+
+    def forward(self, x):
+        return F.sigmoid(self.l2(F.relu(self.l1(x))))
+
+
+@pytest.mark.native_build
+def test_bridge_backward_never_overwrites_what_chainer_or_the_user_holds(tmp_path):
+    """compile_onnx's native backward donates the gradient it is given,
+    which Chainer (and here the caller) still holds: it copies it, so that
+    array and the output y stay as they were, and the gradients are the
+    NumPy VM's."""
+    numpy.random.seed(0)
+    model = SigmoidNet()
+    x = numpy.random.uniform(-1, 1, (8, 32)).astype(numpy.float32)
+    gy = numpy.random.standard_normal((8, 64)).astype(numpy.float32)
+    path = chainer_compiler.export(model, [x], str(tmp_path / 'sigmoid.onnx'))
+    grads = {}
+    for backend in ('numpy', 'native'):
+        compiled = chainer_compiler.compile_onnx(model, path,
+                                                 runtime_kwargs={'backend': backend})
+        model.cleargrads()
+        y = compiled(x)
+        if backend == 'native':
+            assert 0 in y.creator_node.state.backward._native.donated
+        before = y.array.copy(), gy.copy()
+        y.grad = gy
+        y.backward()
+        numpy.testing.assert_array_equal(y.array, before[0])
+        numpy.testing.assert_array_equal(gy, before[1])
+        grads[backend] = [p.grad.copy() for p in model.params()]
+    for got, want in zip(grads['native'], grads['numpy']):
+        numpy.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
