@@ -13,7 +13,8 @@ running statistic under its Chainer path ('/0/W', '/blocks/0/bn1/gamma',
 '/bn0/avg_mean', ...).  The script mirrors benchmarks/models.py layer for
 layer and loads those arrays.  It runs the first step and prints one JSON
 line, ``{"first_loss", "torch", "threads"}``; then for each line ``n`` it
-reads from stdin it runs ``n`` steps and prints ``{"seconds": [...]}``.
+reads from stdin it runs ``n`` steps and prints ``{"seconds": [...],
+"cpu_seconds": [...]}`` (wall time, and the process's CPU time).
 
 It runs in a virtualenv of its own with only torch and numpy, so it must
 import nothing from Chainer or this repository.
@@ -181,17 +182,19 @@ def train_step(model, optimizer, x, t, accuracy):
 def serve(step, requests, replies):
     """Run the first step and reply with its loss and the versions, then
     for each request line ``n`` run ``n`` steps and reply with their times
-    in seconds.  One JSON line per reply; stops at the end of the requests."""
+    in seconds, wall and this process's CPU time.  One JSON line per reply;
+    stops at the end of the requests."""
     first_loss = step().item()
     _reply(replies, {'first_loss': first_loss, 'torch': torch.__version__,
                      'threads': torch.get_num_threads()})
     for line in requests:
-        seconds = []
+        seconds, cpu_seconds = [], []
         for _ in range(int(line)):
-            start = time.perf_counter()
+            start, start_cpu = time.perf_counter(), time.process_time()
             step()
+            cpu_seconds.append(time.process_time() - start_cpu)
             seconds.append(time.perf_counter() - start)
-        _reply(replies, {'seconds': seconds})
+        _reply(replies, {'seconds': seconds, 'cpu_seconds': cpu_seconds})
 
 
 def _reply(replies, message):

@@ -1,10 +1,25 @@
 """The training-step implementations compared, each built from a copy of
-one initialized Chainer model and returning its loss on the first step."""
+one initialized Chainer model and returning its loss on the first step.
+
+Run as a script, it times issue 31's two training targets alone, by wall
+and by CPU time (timing.py's clocks), quiet and beside one busy process:
+
+    OMP_NUM_THREADS=1 CHAINER_COMPILER_THREADS=1 python benchmarks/training_candidates.py \
+        [--targets mlp resnet] [--clocks wall cpu] [--budget S] [--torch-python PY]
+
+'mlp': Chainer against the native compiled step (784-100-100-10, Adam,
+accuracy, batch 8; target: Chainer's time / native's >= 10); 'resnet': the
+native step against PyTorch eager (ResNet-18-style, SGD, batch 8; target:
+native / PyTorch <= 1.0).  Set the thread variables as above for one
+thread each: 'cpu' adds up every thread of a process.
+"""
+import argparse
 import copy
 import json
 import os
 import select
 import subprocess
+import sys
 import tempfile
 
 import chainer
@@ -12,6 +27,9 @@ import chainer.links as L
 import numpy
 
 import chainer_compiler
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from timing import CLOCKS, time_interleaved  # noqa: E402
 
 OPTIMIZERS = {
     'sgd': chainer.optimizers.SGD,
@@ -78,8 +96,9 @@ def first_loss(step):
 class TorchStep:
     """PyTorch eager in its own virtualenv: torch_reference.py, started on
     ``model``'s arrays and the batch, serving timed steps.  A candidate that
-    times itself (timing.time_interleaved): ``timed_calls(n)`` runs ``n``
-    steps there and returns their seconds.  ``first_loss`` and ``versions``
+    times itself (timing.time_interleaved): ``timed_calls(n, clock)`` runs
+    ``n`` steps there and returns their seconds ('wall' or 'cpu': that
+    process's CPU time).  ``first_loss`` and ``versions``
     come from its first step.  RuntimeError says why it cannot run; close()
     ends the process."""
 
@@ -109,10 +128,10 @@ class TorchStep:
         self.first_loss = hello['first_loss']
         self.versions = 'torch %s, %d threads' % (hello['torch'], hello['threads'])
 
-    def timed_calls(self, n):
+    def timed_calls(self, n, clock='wall'):
         self._process.stdin.write('%d\n' % n)
         self._process.stdin.flush()
-        return self._reply()['seconds']
+        return self._reply()['seconds' if clock == 'wall' else 'cpu_seconds']
 
     def _reply(self):
         ready, _, _ = select.select([self._process.stdout], [], [], self._timeout_s)
@@ -133,3 +152,70 @@ class TorchStep:
             self._process.wait()
         self._stderr.close()
         self._work.cleanup()
+
+
+#: --targets: (bench.py's model name, optimizer, accuracy, the two timed
+#: implementations, numerator first in the target's ratio).
+TARGETS = {
+    'mlp': ('MLP 784-100-100-10', 'adam', True, ('chainer', 'native')),
+    'resnet': ('ResNet-18-style CNN', 'sgd', False, ('native', 'pytorch')),
+}
+
+
+def _target_rows(target, args):
+    """Markdown rows of one target: each clock, quiet and busy."""
+    import bench  # its models and helpers; it imports this module
+    name, optimizer, accuracy, (first, second) = TARGETS[target]
+    _, constructor, spec, shape, batch = next(m for m in bench.MODELS if m[0] == name)
+    x, t = bench.batch_data(shape, batch)
+    model = bench.initialized_model(constructor, x)
+    run = dict(optimizer=optimizer, accuracy=accuracy)
+    steps, torch_step = {}, None
+    try:
+        for impl in (first, second):
+            if impl == 'chainer':
+                steps[impl] = chainer_step(model, x, t, **run)
+            elif impl == 'native':
+                steps[impl] = compiled_training_step(model, x, t, backend='native', **run)
+            else:
+                torch_step = steps[impl] = TorchStep(args.torch_python, dict(spec, **run),
+                                                     model, x, t)
+        rows = []
+        for load in ('quiet', 'busy'):
+            neighbour = bench.busy_neighbour() if load == 'busy' else None
+            try:
+                for clock in args.clocks:
+                    ms = time_interleaved(steps, budget_s=args.budget, clock=clock)
+                    rows.append('| %s | %s | %s | %.3f | %.3f | %.2f |' % (
+                        target, clock, load, ms[first], ms[second], ms[first] / ms[second]))
+            finally:
+                if neighbour is not None:
+                    neighbour.kill()
+                    neighbour.wait()
+    finally:
+        if torch_step is not None:
+            torch_step.close()
+    return rows
+
+
+def main(argv=None):
+    """Print the targets' table (the module docstring)."""
+    parser = argparse.ArgumentParser(description=__doc__.split('\n\n')[1])
+    parser.add_argument('--targets', nargs='+', choices=sorted(TARGETS), default=sorted(TARGETS))
+    parser.add_argument('--clocks', nargs='+', choices=sorted(CLOCKS), default=['wall', 'cpu'])
+    parser.add_argument('--budget', type=float, default=2.0,
+                        help='seconds of timed calls per implementation, clock and load')
+    parser.add_argument('--torch-python', default='.venv-torch/bin/python')
+    args = parser.parse_args(argv)
+    print('threads: OMP_NUM_THREADS=%s CHAINER_COMPILER_THREADS=%s' % (
+        os.environ.get('OMP_NUM_THREADS'), os.environ.get('CHAINER_COMPILER_THREADS')))
+    print('| target | clock | load | first (ms) | second (ms) | ratio |')
+    print('|---|---|---|---|---|---|')
+    for target in args.targets:
+        for row in _target_rows(target, args):
+            print(row, flush=True)
+    return 0
+
+
+if __name__ == '__main__':
+    sys.exit(main())

@@ -3,6 +3,7 @@ process (PyTorch) are interleaved like the others, and a PyTorch process
 that cannot run says why."""
 import os
 import sys
+import time
 
 import numpy
 import pytest
@@ -17,10 +18,11 @@ class _SelfTimed:
     """Says each call took 2 ms; records the calls asked of it."""
 
     def __init__(self):
-        self.requests = []
+        self.requests, self.clocks = [], []
 
-    def timed_calls(self, n):
+    def timed_calls(self, n, clock):
         self.requests.append(n)
+        self.clocks.append(clock)
         return [0.002] * n
 
 
@@ -32,6 +34,18 @@ def test_self_timed_candidates_are_asked_round_by_round():
     # Three warm-up calls, then 10 calls (0.02 s of 2 ms) over 4 rounds.
     assert self_timed.requests == [3, 3, 3, 3, 3]
     assert len(order) == 3 + 4 * 75  # 300 calls at most, spread over the rounds
+    assert set(self_timed.clocks) == {'wall'}
+
+
+def test_cpu_clock_leaves_out_time_the_process_does_not_run():
+    # A sleeping call is what a descheduled one looks like: wall time, no CPU time.
+    self_timed = _SelfTimed()
+    candidates = {'sleep': lambda: time.sleep(0.01), 'other': self_timed}
+    wall = time_interleaved(candidates, budget_s=0.0, rounds=1)
+    cpu = time_interleaved(candidates, budget_s=0.0, rounds=1, clock='cpu')
+    assert wall['sleep'] >= 10
+    assert cpu['sleep'] < 5
+    assert self_timed.clocks[-1] == 'cpu'  # the other process is asked for its CPU time
 
 
 def test_pytorch_that_cannot_run_says_why(tmp_path):
