@@ -324,7 +324,9 @@ class _Fuser:
         the value they end in is found along the sole readers of ``i``'s
         output (the farthest that works), what it is computed from by
         walking back to the one input read more than once (x)."""
-        chain = [self.insts[i].outputs[0]]
+        anchor = self.insts[i]
+        assert anchor is not None
+        chain = [anchor.outputs[0]]
         while len(chain) <= _GELU_MAX_AFTER:
             users = self.readers.get(chain[-1], [])
             reader = self.insts[users[0]] if len(users) == 1 else None
@@ -334,8 +336,8 @@ class _Fuser:
         for end in reversed(chain):
             cone = self._gelu_cone(end)
             approximate = None if cone is None else self._gelu_form(*cone, end)
-            if approximate is not None:
-                self._replace_by_gelu(cone[0], cone[1], end, approximate)
+            if cone is not None and approximate is not None:
+                self._replace_by_gelu(*cone, end, approximate)
                 return True
         return False
 
@@ -359,8 +361,8 @@ class _Fuser:
             r = stack.pop()
             if r in self.constants:
                 continue
-            k = self.producer.get(r)
-            inst = None if k is None else self.insts[k]
+            k = self.producer.get(r, -1)
+            inst = None if k < 0 else self.insts[k]
             if inst is None or inst.outputs[:1] != (r,) or not self._gelu_part(inst) \
                     or (r != end and (len(self.readers.get(r, [])) != 1 or r in self.outputs)):
                 leaves.add(r)
@@ -371,24 +373,28 @@ class _Fuser:
                 stack.extend(inst.inputs)
         if len(leaves) != 1 or not indices:
             return None
-        x = leaves.pop()
+        x, ordered = leaves.pop(), sorted(indices)
         # A constant of higher rank than x would broadcast x up.
         kind = self.p.types.get(x)
         rank = None if kind is None or kind.shape is None else len(kind.shape)
         if kind is None or kind.dtype not in ('float32', 'float64') or rank is None or any(
                 numpy.ndim(self.constants[r]) > rank
-                for k in indices for r in self.insts[k].inputs if r in self.constants):
+                for inst in self._cone(ordered) for r in inst.inputs if r in self.constants):
             return None
-        return x, sorted(indices)
+        return x, ordered
+
+    def _cone(self, indices: list[int]) -> list[Instruction]:
+        """The instructions at ``indices`` (none of them fused away)."""
+        cone = [inst for inst in (self.insts[k] for k in indices) if inst is not None]
+        assert len(cone) == len(indices)
+        return cone
 
     def _gelu_form(self, x: int, indices: list[int], end: int) -> str | None:
         """Gelu's ``approximate`` ('none' or 'tanh') whose values the
         instructions ``indices`` compute from x at _GELU_SAMPLES, in
         float64 by the VM's kernels; None when neither's."""
         values = {x: _GELU_SAMPLES}
-        for k in indices:
-            inst = self.insts[k]
-            assert inst is not None
+        for inst in self._cone(indices):
             args = [values[r] if r in values else
                     numpy.asarray(self.constants[r], dtype=numpy.float64) for r in inst.inputs]
             out = lookup(inst.op, inst.domain, inst.version).evaluate(args, inst.attrs, 1)
@@ -414,14 +420,15 @@ class _Fuser:
                 frees.append(x)
                 self.insts[k] = dataclasses.replace(
                     inst, frees=tuple(r for r in inst.frees if r != x))
-        names = [self.insts[k].name for k in indices]
+        names = [inst.name for inst in self._cone(indices)]
         self.insts[last] = Instruction(
             op='Gelu', inputs=(x,), outputs=(end,), name='+'.join(n for n in names if n),
             attrs=fill_defaults('Gelu', '', _GELU_VERSION, {'approximate': approximate}),
             version=_GELU_VERSION, frees=tuple(frees))
-        for k in indices[:-1]:
-            for r in self.insts[k].outputs:
+        for inst in self._cone(indices[:-1]):
+            for r in inst.outputs:
                 self.readers.pop(r, None)
+        for k in indices[:-1]:
             self.insts[k] = None
         self.readers[x] = [k for k in self.readers[x] if k not in indices] + [last]
 
