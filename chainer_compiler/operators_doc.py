@@ -32,7 +32,8 @@ def operators_page():
         'carry no gradient; *C* is the lowering of the native backend',
         '(`runtime/native/lowerings/`). *Facts*: what other stages read of the record',
         "(*samples*: how it treats the rows of the first axis, a batch's samples, for emit-c",
-        '--max: `OpRecord.samples`).',
+        "--max: `OpRecord.samples`; *scratch*: it declares the temporaries of its NumPy kernel",
+        'for the memory model, `OpRecord.scratch`).',
         '',
         '| operator | domain | family | kernel | gradient | C | facts |',
         '|---|---|---|---|---|---|---|',
@@ -41,7 +42,7 @@ def operators_page():
         family = families.get((r.domain, r.op))
         gradient = 'rule' if 'gradient' in r.stages else ('none' if not r.differentiable else '')
         facts = [name for name, on in (('random', r.random), ('epilogue', r.epilogue),
-                                       ('in place', r.in_place)) if on]
+                                       ('in place', r.in_place), ('scratch', r.scratch)) if on]
         if r.view_of is not None:
             facts.append('view of input %d' % r.view_of)
         if r.samples is not None:
