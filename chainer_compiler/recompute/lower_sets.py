@@ -124,21 +124,23 @@ def set_costs(forward, sets, size, node_work):
     producer = numpy.array([forward.producer[v] for v in values], dtype=numpy.int64)
     bytes_ = numpy.array([size(v) for v in values], dtype=numpy.float64)
     readers = _readers(forward)
-    read_by = numpy.zeros((len(values), n))  # read_by[v, k]: node k reads value v
-    for row, v in enumerate(values):
-        read_by[row, list(readers.get(v, ()))] = 1
-    pinned = numpy.array([v in forward.pinned for v in values])
+    # Arrays are sets by values or by nodes (at most MAX_LOWER_SETS rows).
+    inside = numpy.ones((len(sets), len(values)), dtype=bool)  # every reader in sets[a]
+    for column, v in enumerate(values):
+        if v in forward.pinned:
+            inside[:, column] = False
+        elif readers.get(v):
+            inside[:, column] = member[:, sorted(readers[v])].all(1)
     made = member[:, producer]  # made[a, v]: sets[a] makes v
-    unread_outside = member @ read_by.T == read_by.sum(1)[None, :]
-    crossing = made * (pinned[None, :] | ~unread_outside)  # the boundary of sets[a]
+    crossing = made * ~inside  # the boundary of sets[a]
     # kept[a, b]: bytes of the boundary of sets[b] made outside sets[a].
     kept = (crossing @ bytes_)[None, :] - (made * bytes_) @ crossing.T
     working = (made @ bytes_)[None, :] - (made @ bytes_)[:, None] + (crossing @ bytes_)[None, :]
     # A node is replayed in a segment ending at sets[b] when one of its
     # outputs dies inside sets[b] (made there and not on its boundary).
-    output_of = numpy.zeros((len(values), n))
-    output_of[numpy.arange(len(values)), producer] = 1
-    replayed = member * (((made - crossing) @ output_of) > 0)
+    dying = numpy.zeros((n, len(sets)))
+    numpy.add.at(dying, producer, (made - crossing).T)
+    replayed = member * (dying.T > 0)
     work_of = numpy.array([node_work(k) for k in range(n)], dtype=numpy.float64)
     work = (replayed @ work_of)[None, :] - (member * work_of) @ replayed.T
     # sets[a] is a proper subset of sets[b]: no node of a outside b, and a != b.
