@@ -283,9 +283,13 @@ class CompiledModel(chainer.Chain):
             options = dict(self.runtime_kwargs)
             training[key] = _TrainingState(
                 programs, Executor(programs.forward, **options),
-                # Backward is handed the retained values (consume): on the
-                # native backend it may reuse their memory after their last read.
-                Executor(programs.backward, donate_inputs=True, **options), updates)
+                # Backward is handed the retained values, which follow the
+                # outputs' gradients (consume): on the native backend it may
+                # reuse their memory after their last read.  Chainer keeps
+                # the gradients.
+                Executor(programs.backward, donate_inputs=range(
+                    len(programs.grad_of_outputs), len(programs.backward.inputs)), **options),
+                updates)
             _log.info('compiled the training programs of %s%s in %.1f s', self.onnx_file,
                       _describe_sizes(sizes), time.perf_counter() - start)
         return training[key]

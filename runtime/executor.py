@@ -19,7 +19,7 @@ import functools
 import logging
 import sys
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from typing import Any
 
 import numpy
@@ -35,7 +35,13 @@ from .backend import (
     to_backend,
     to_numpy,
 )
-from .errors import InputValidationError, KernelError, NonFiniteError, RuntimeVMError
+from .errors import (
+    ConfigurationError,
+    InputValidationError,
+    KernelError,
+    NonFiniteError,
+    RuntimeVMError,
+)
 from .host_memory import keep_freed_memory
 from .profiling import Tracer, describe_value
 from .program import NO_REGISTER, Program
@@ -93,10 +99,10 @@ class Executor:
     ``threads`` (how many threads the native backend's loops use; default
     $CHAINER_COMPILER_THREADS, else one per CPU this process may use; a
     bad count raises ConfigurationError naming it), ``donate_inputs``
-    (native: the library may keep values in the memory of inputs after
-    their last read, a smaller arena; a run_positional(consume=True) that
-    holds the only reference to such an input overwrites it, any other
-    run copies it first: NativeRun).
+    (positions of inputs the caller gives up; native: the library may keep
+    values in their memory after their last read, a smaller arena; a
+    run_positional(consume=True) that holds the only reference to such an
+    input overwrites it, any other run copies it first: NativeRun).
 
     ``program`` is validated whole first (validate_program): a malformed
     one raises ProgramFormatError before any code is generated from it.
@@ -108,8 +114,12 @@ class Executor:
     def __init__(self, program: Program, backend: str | None = None, trace: bool = False,
                  check_nans: bool = False, validate_inputs: bool = True,
                  tracer: Tracer | None = None, track_memory: bool = False,
-                 threads: int | None = None, donate_inputs: bool = False) -> None:
+                 threads: int | None = None, donate_inputs: Collection[int] = ()) -> None:
         validate_program(program, '<program %s>' % getattr(program, 'name', '?'))
+        if any(type(k) is not int or not 0 <= k < len(program.inputs) for k in donate_inputs):
+            raise ConfigurationError('donate_inputs=%r: expected positions of inputs of program '
+                                     '%s, 0 to %d' % (donate_inputs, program.name,
+                                                      len(program.inputs) - 1))
         self.program = program
         self.backend = backend or default_backend()
         self.xp = get_array_module(self.backend)

@@ -29,6 +29,7 @@ import logging
 import os
 import re
 import time
+from collections.abc import Collection
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -112,7 +113,7 @@ EMBED_MAX_BYTES = 1 << 20
 
 def emit_c(program: Program, directory: str | os.PathLike, name: str = 'model',
            weights: str = 'auto', keep=(), max_batch: MaxBatch | None = None,
-           donate: bool = False) -> EmitResult:
+           donate: Collection[int] = ()) -> EmitResult:
     """Write the C sources, kernels and Makefile of ``program`` into
     ``directory`` (created if missing) under the model name ``name`` (see
     check_model_name), with the constants embedded as C literals
@@ -138,9 +139,9 @@ def emit_c(program: Program, directory: str | os.PathLike, name: str = 'model',
     must keep its samples apart (batched.check_separable), else
     NativeEmitError names the instruction that mixes them.
 
-    With ``donate`` (library.py, for a caller that gives up its inputs),
-    values may live in the memory of inputs after their last read
-    (plan.py; EmitResult.donated_inputs): the C then overwrites them."""
+    ``donate`` (library.py) are the positions of inputs the caller gives
+    up: values may live in their memory after their last read (plan.py;
+    EmitResult.donated_inputs), which the C then overwrites."""
     if weights not in WEIGHTS_MODES:
         raise NativeEmitError('weights=%r: expected one of %s'
                               % (weights, ', '.join(WEIGHTS_MODES)))
@@ -148,7 +149,7 @@ def emit_c(program: Program, directory: str | os.PathLike, name: str = 'model',
     if max_batch is not None:
         max_batch = _check_max_batch(program, max_batch, name)
     c = NativeCompilation(program, name, weights, os.fspath(directory), keep, max_batch,
-                          donate=donate)
+                          donate=tuple(sorted(set(donate))))
     for stage, passes in NATIVE_BACKEND:
         start = time.perf_counter()
         for run_pass in passes:
@@ -200,8 +201,8 @@ class NativeCompilation:
     result: EmitResult | None = None
     #: (stage, seconds) of the stages run so far (EmitResult.phases)
     phases: list[tuple[str, float]] = field(default_factory=list)
-    #: whether values may live in the inputs' memory (emit_c's donate)
-    donate: bool = False
+    #: the inputs in whose memory values may live (emit_c's donate)
+    donate: tuple[int, ...] = ()
 
 
 # -- the passes of the native backend (each a function of the

@@ -44,6 +44,7 @@ import threading
 import time
 import warnings
 import weakref
+from collections.abc import Collection
 
 import numpy
 
@@ -480,13 +481,13 @@ def _load(data: bytes, folder: str) -> ctypes.CDLL:
     return library
 
 
-def load_library(program: Program, profile: bool = False, donate: bool = False
+def load_library(program: Program, profile: bool = False, donate: tuple[int, ...] = ()
                  ) -> tuple[ctypes.CDLL, str, EmitResult]:
     """(the shared library of ``program``, loaded; its cache entry; what
     emit_c wrote for it): emitted, hashed, and compiled unless the cache
     holds it whole; with ``profile``, a build that times each instruction
-    (-DCCN_PROFILE: model_profile); with ``donate``, emitted to keep values
-    in its inputs' memory after their last read (emit_c).  Raises
+    (-DCCN_PROFILE: model_profile); ``donate``: the inputs in whose memory
+    values may live after their last read (emit_c).  Raises
     NativeBuildError when the cache belongs to someone else or lies where
     it cannot be (see _Cache), or the build fails; a cache that cannot be
     written (read-only, full) is read, and what it lacks is built
@@ -548,21 +549,21 @@ class NativeRun:
     on (native_threads: by default $CHAINER_COMPILER_THREADS, else one per
     CPU this process may use).
 
-    With ``donate`` (for a program whose caller gives up its inputs, as
-    a training backward's retained values), values live in the memory of
-    inputs after their last read, so the arena is smaller
-    (EmitResult.donated_inputs): a call overwrites such an input's array
+    ``donate`` are the positions of inputs its caller gives up (a training
+    backward's retained values): values live in their memory after their
+    last read, so the arena is smaller (EmitResult.donated_inputs, the
+    ones the plan uses: ``donated``); a call overwrites such an input's array
     only when run(consume=True) was handed the only reference to it, and
     otherwise copies the input first."""
 
     def __init__(self, program: Program, tracer=None, threads: int | None = None,
-                 donate: bool = False):
+                 donate: Collection[int] = ()):
         self.program = program
         #: The thread count of this instance's calls.
         self.threads = native_threads(threads)
         #: The library's cache entry (where it is cached, or would be).
         self._lib, self.path, result = load_library(program, profile=tracer is not None,
-                                                    donate=donate)
+                                                    donate=tuple(sorted(set(donate))))
         #: The inputs whose memory the library writes after their last read.
         self.donated = frozenset(result.donated_inputs)
         self._tracer = tracer

@@ -3,9 +3,10 @@
 plan(lowered) -> ArenaPlan: a program output's buffer, an alias of another
 value (a view, or a result written over an input read for the last time),
 a block of a Concat's output, or an offset of one arena planned from
-liveness (arena.py), or, with ``donate``, an offset of a donated input's
-buffer after that input's last read.
+liveness (arena.py), or an offset of a donated input's buffer after that
+input's last read.
 """
+from collections.abc import Collection
 from dataclasses import dataclass, field
 
 from ..program import NO_REGISTER
@@ -46,13 +47,13 @@ class ArenaPlan:
         return sorted({k for _, k, _ in self.donated})
 
 
-def plan(lowered: Lowered, donate: bool = False) -> ArenaPlan:
+def plan(lowered: Lowered, donate: Collection[int] = ()) -> ArenaPlan:
     """Decide where every value of ``lowered`` lives: the caller's input or
     output buffer, a weight, an alias of another value, or an arena
-    offset (arena.py).  With ``donate`` (a caller that gives up its inputs,
-    as a training backward's retained values), a value may live in an
-    input's buffer after that input's last read, when the arena shrinks
-    by it (_donate).  Raises NativeEmitError for a Program that writes a
+    offset (arena.py).  ``donate`` are the positions of the inputs the
+    caller gives up (a training backward's retained values): a value may
+    live in such an input's buffer after its last read, when the arena
+    shrinks by it (_donate).  Raises NativeEmitError for a Program that writes a
     register twice or writes an input (_check_single_writes)."""
     p = lowered.program
     _check_single_writes(lowered)
@@ -113,7 +114,8 @@ def plan(lowered: Lowered, donate: bool = False) -> ArenaPlan:
                                       for _, r in final_copies}
         regions = [(k, lowered.nbytes(r), last_use.get(r, -1))
                    for r, k in lowered.input_of.items()
-                   if k < len(p.inputs) and k not in kept and len(lowered.shapes[r]) > 0]
+                   if k in donate and k < len(p.inputs) and k not in kept
+                   and len(lowered.shapes[r]) > 0]
         donated = _donate(regions, buffers)
         moved = {buf.key for buf, _, _ in donated}
         rest = [b for b in buffers if b.key not in moved]

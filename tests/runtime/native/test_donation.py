@@ -14,6 +14,7 @@ import pytest
 
 import chainer_compiler
 from chainer_compiler.runtime import Executor
+from chainer_compiler.runtime.errors import ConfigurationError
 from chainer_compiler.runtime.native import library
 from chainer_compiler.runtime.native.arena import ALIGNMENT, Buffer
 from chainer_compiler.runtime.native.emit_c import emit_c
@@ -62,8 +63,9 @@ def test_donation_shrinks_the_arena_and_never_touches_kept_inputs(programs, tmp_
     the last time: the MLP backward's arena halves; the gradient of the
     output (read to the end) and no updated input are donated."""
     programs, _ = programs
+    every = range(len(programs.backward.inputs))
     plain = emit_c(programs.backward, tmp_path / 'plain', weights='file')
-    donated = emit_c(programs.backward, tmp_path / 'donated', weights='file', donate=True)
+    donated = emit_c(programs.backward, tmp_path / 'donated', weights='file', donate=every)
     assert plain.donated_inputs == []
     assert donated.donated_inputs and 0 not in donated.donated_inputs
     assert donated.arena_bytes <= plain.arena_bytes // 2
@@ -101,7 +103,8 @@ def test_donating_backward_matches_numpy_and_keeps_held_arrays(programs, monkeyp
     programs, x = programs
     want = Executor(programs.backward, backend='numpy').run_positional(
         _backward_inputs(programs, x))
-    native = Executor(programs.backward, backend='native', donate_inputs=True)
+    native = Executor(programs.backward, backend='native',
+                      donate_inputs=range(len(programs.backward.inputs)))
     assert native._native.donated
     given_up = []
     real = library._given_up
@@ -164,10 +167,9 @@ class SigmoidNet(chainer.Chain):
 
 @pytest.mark.native_build
 def test_bridge_backward_never_overwrites_what_chainer_or_the_user_holds(tmp_path):
-    """compile_onnx's native backward donates the gradient it is given,
-    which Chainer (and here the caller) still holds: it copies it, so that
-    array and the output y stay as they were, and the gradients are the
-    NumPy VM's."""
+    """compile_onnx's native backward is offered the retained values
+    only, not the gradient Chainer (and here the caller) holds; y, which
+    the caller holds, stays as it was; the gradients are the NumPy VM's."""
     numpy.random.seed(0)
     model = SigmoidNet()
     x = numpy.random.uniform(-1, 1, (8, 32)).astype(numpy.float32)
@@ -180,7 +182,7 @@ def test_bridge_backward_never_overwrites_what_chainer_or_the_user_holds(tmp_pat
         model.cleargrads()
         y = compiled(x)
         if backend == 'native':
-            assert 0 in y.creator_node.state.backward._native.donated
+            assert 0 not in y.creator_node.state.backward._native.donated
         before = y.array.copy(), gy.copy()
         y.grad = gy
         y.backward()
@@ -189,3 +191,13 @@ def test_bridge_backward_never_overwrites_what_chainer_or_the_user_holds(tmp_pat
         grads[backend] = [p.grad.copy() for p in model.params()]
     for got, want in zip(grads['native'], grads['numpy']):
         numpy.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
+
+
+def test_donate_inputs_are_positions_of_inputs(programs):
+    """A position that is not an input's is refused before anything is
+    built, naming the option and the range."""
+    programs, _ = programs
+    n = len(programs.backward.inputs)
+    for bad in ([n], [-1], ['0']):
+        with pytest.raises(ConfigurationError, match='donate_inputs=.*0 to %d' % (n - 1)):
+            Executor(programs.backward, backend='numpy', donate_inputs=bad)
