@@ -12,6 +12,13 @@ when C is emitted (emit_c.py calls ``fuse`` first).
   instruction's ``activation`` attribute (``activation_alpha`` for
   LeakyRelu's slope), which the kernels apply as they store the product;
   a Gemm so fused becomes FusedGemm, as in the VM's own fusion.
+* An Add of another float32 tensor of exactly the output's shape (no
+  broadcasting) that alone reads a 2-D Conv's output (a ResNet block's
+  residual) becomes that Conv's fourth input, which its product starts
+  from (with the bias) before any activation fused after it: one pass
+  over the output instead of three with the Relu.  The other operand must
+  be made before the Conv (in a downsampling block the later of the two
+  convolutions takes it).
 * An Add of a constant bias along the last axis that alone reads a MatMul
   by a constant 2-D B (a Linear layer as exported: BERT, ConvNeXt) becomes
   that MatMul's third input, which its product starts from (before any
@@ -110,6 +117,8 @@ class _Fuser:
                 continue
             if inst.op in ('Conv', 'Gemm'):
                 changed |= self._fold_batch_norm(i)
+            if inst.op == 'Conv':
+                changed |= self._fuse_residual(i)
             if inst.op == 'MatMul':
                 changed |= self._fuse_bias(i)
             if inst.op in ('Conv', 'Gemm', 'MatMul'):
@@ -240,6 +249,40 @@ class _Fuser:
             return w, beta * bias.astype(numpy.float64) * scale
         except ValueError:  # the bias does not broadcast to the channels
             return None
+
+    def _fuse_residual(self, i: int) -> bool:
+        """Make the Add that alone reads Conv ``i``'s output, of another
+        tensor of the same shape made before ``i``, the Conv's residual."""
+        inst = self.insts[i]
+        assert inst is not None
+        y = inst.outputs[0]
+        users = self.readers.get(y, [])
+        j = users[0] if len(users) == 1 and y not in self.outputs else None
+        add = None if j is None else self.insts[j]
+        if j is None or add is None or add.op != 'Add' or add.domain not in _DEFAULT_DOMAINS \
+                or len(add.inputs) != 2 or len(inst.outputs) != 1 \
+                or 'activation' in inst.attrs or len(inst.inputs) > 3:
+            return False
+        r = add.inputs[1] if add.inputs[0] == y else add.inputs[0]
+        kinds = [self.p.types.get(k) for k in (y, r, add.outputs[0])]
+        shapes = {None if kind is None or kind.dtype != 'float32' else kind.shape
+                  for kind in kinds}
+        shape = shapes.pop() if len(shapes) == 1 else None
+        # Known and equal shapes: an Add that broadcasts stays as it is.
+        if r == y or self.producer.get(r, -1) >= i or shape is None or len(shape) != 4 \
+                or not all(isinstance(d, int) for d in shape):
+            return False
+        # The residual's last read may be the Add's (its free moves to i):
+        # then nothing may read it between i and j.
+        if r in add.frees and any(i < k < j for k in self.readers.get(r, [])):
+            return False
+        bias = inst.inputs[2] if len(inst.inputs) > 2 else NO_REGISTER
+        self.insts[j] = dataclasses.replace(add, inputs=(y, r))  # the product first
+        self._replace(i, dataclasses.replace(inst, inputs=inst.inputs[:2] + (bias, r),
+                                             outputs=add.outputs), j)
+        self.readers[r] = [i if k == j else k for k in self.readers[r]]
+        self.producer[add.outputs[0]] = i
+        return True
 
     def _fuse_bias(self, i: int) -> bool:
         """Make the Add of a constant bias (N values along the last axis)

@@ -105,29 +105,42 @@ static void im2col_images(long nb, long C, long H, long W, long KH, long KW, lon
     ccn_parallel_for(C, nb * C * KH * KW * OH * OW, im2col_channels, &part);
 }
 
-/* fill_bias's rows [begin, end). */
+/* fill_start's rows [begin, end). */
 typedef struct {
-    long S;
-    const float *bias;
+    long nb, S;
+    const float *bias, *residual;
+    long r_row, r_image;
     float *y;
     long ldy;
-} bias_part;
+} start_part;
 
-static void fill_bias_rows(void *context, long begin, long end)
+static void fill_start_rows(void *context, long begin, long end)
 {
-    const bias_part *p = context;
+    const start_part *p = context;
     for (long m = begin; m < end; m++) {
-        const float b = p->bias[m];
-        for (long s = 0; s < p->S; s++)
-            p->y[m * p->ldy + s] = b;
+        const float b = p->bias ? p->bias[m] : 0.0f;
+        float *restrict y = p->y + m * p->ldy;
+        if (p->residual == NULL) {
+            for (long s = 0; s < p->nb * p->S; s++)
+                y[s] = b;
+            continue;
+        }
+        for (long i = 0; i < p->nb; i++) {
+            const float *restrict r = p->residual + i * p->r_image + m * p->r_row;
+            for (long s = 0; s < p->S; s++)
+                y[i * p->S + s] = b + r[s];
+        }
     }
 }
 
-/* y[m, s] = bias[m] for an M x S block with rows ldy apart. */
-static void fill_bias(long M, long S, const float *bias, float *y, long ldy)
+/* What the product adds to, for an M x (nb*S) block of y with rows ldy
+ * apart: y[m, i*S + s] = bias[m] (bias NULL: 0) plus, with a residual
+ * (the fused Add's other operand), residual[i*r_image + m*r_row + s]. */
+static void fill_start(long M, long nb, long S, const float *bias, const float *residual,
+                       long r_row, long r_image, float *y, long ldy)
 {
-    bias_part part = {S, bias, y, ldy};
-    ccn_parallel_for(M, M * S, fill_bias_rows, &part);
+    start_part part = {nb, S, bias, residual, r_row, r_image, y, ldy};
+    ccn_parallel_for(M, M * nb * S, fill_start_rows, &part);
 }
 
 /* Floats of im2col columns written at a time for one image: a large
@@ -137,10 +150,11 @@ static void fill_bias(long M, long S, const float *bias, float *y, long ldy)
 #define CCN_CONV_CHUNK_FLOATS (1L << 18)
 
 /* One group of one image of ccn_conv2d by im2col, block of output rows by
- * block: x, w (the group's weights, as the plan says), bias (or NULL)
- * and y at the group's first channel. */
+ * block: x, w (the group's weights, as the plan says), bias and residual
+ * (or NULL) and y at the group's first channel. */
 static void conv_rows(const ccn_conv_geometry *geometry, const ccn_conv_plan *plan,
-                      const float *x, const float *w, const float *bias, float *y, float *col)
+                      const float *x, const float *w, const float *bias,
+                      const float *residual, float *y, float *col)
 {
     CCN_CONV_LOCALS(geometry);
     const long Cg = C / group, Mg = M / group, K = Cg * KH * KW, S = OH * OW;
@@ -157,14 +171,15 @@ static void conv_rows(const ccn_conv_geometry *geometry, const ccn_conv_plan *pl
          * padding before is pad_top - oh0 * stride_h. */
         im2col_images(1, Cg, H, W, KH, KW, r, OW, stride_h, stride_w, dil_h, dil_w,
                       pad_top - oh0 * stride_h, pad_left, x, C * H * W, col, ld);
-        /* The product adds to the bias, or without one sets the output. */
-        if (bias)
-            fill_bias(Mg, ld, bias, out, S);
+        /* The product adds to the bias and residual, or without them sets
+         * the output. */
+        const int set = bias == NULL && residual == NULL;
+        if (!set)
+            fill_start(Mg, 1, ld, bias, residual ? residual + oh0 * OW : NULL, S, 0, out, S);
         if (plan->w_panels)
-            ccn_gemm_panels(Mg, ld, K, w, col, ld, out, S, bias == NULL, plan->act,
-                            plan->act_alpha);
+            ccn_gemm_panels(Mg, ld, K, w, col, ld, out, S, set, plan->act, plan->act_alpha);
         else
-            (bias ? ccn_gemm_ex : ccn_gemm_set)(
+            (set ? ccn_gemm_set : ccn_gemm_ex)(
                 &(const ccn_gemm_geometry){.M = Mg, .N = ld, .K = K, .a_rs = K, .a_cs = 1,
                                            .ldb = ld, .ldc = S, .act = plan->act,
                                            .act_alpha = plan->act_alpha},
@@ -173,7 +188,7 @@ static void conv_rows(const ccn_conv_geometry *geometry, const ccn_conv_plan *pl
 }
 
 void ccn_conv2d(const ccn_conv_geometry *geometry, const ccn_conv_plan *plan, const float *x,
-                const float *w, const float *bias, float *y, float *col)
+                const float *w, const float *bias, const float *residual, float *y, float *col)
 {
     CCN_CONV_LOCALS(geometry);
     const long images = plan->images;
@@ -194,10 +209,11 @@ void ccn_conv2d(const ccn_conv_geometry *geometry, const ccn_conv_plan *plan, co
         float *prod = col + K * images * S;
         for (long g = 0; g < group; g++) {
             const float *bg = bias ? bias + g * Mg : NULL;
+            const float *rg = residual ? residual + (n0 * M + g * Mg) * S : NULL;
             const float *cols = direct ? x + (n0 * C + g * Cg) * H * W : col;
             if (nb == 1 && !direct) {
                 conv_rows(geometry, plan, x + (n0 * C + g * Cg) * H * W,
-                          w + g * (w_panels ? ccn_panel_rows(Mg) : Mg) * K, bg,
+                          w + g * (w_panels ? ccn_panel_rows(Mg) : Mg) * K, bg, rg,
                           y + (n0 * M + g * Mg) * S, col);
                 continue;
             }
@@ -206,14 +222,16 @@ void ccn_conv2d(const ccn_conv_geometry *geometry, const ccn_conv_plan *plan, co
                               pad_top, pad_left, x + (n0 * C + g * Cg) * H * W, C * H * W,
                               col, ld);
             float *out = nb == 1 ? y + (n0 * M + g * Mg) * S : prod;
-            /* The product adds to the bias, or without one sets the output. */
-            if (bg)
-                fill_bias(Mg, ld, bg, out, ld);
+            /* The product adds to the bias and residual (image by image),
+             * or without them sets the output. */
+            const int set = bg == NULL && rg == NULL;
+            if (!set)
+                fill_start(Mg, nb, S, bg, rg, S, M * S, out, ld);
             if (w_panels)
                 ccn_gemm_panels(Mg, ld, K, w + g * ccn_panel_rows(Mg) * K, cols, ld, out, ld,
-                                bg == NULL, act, act_alpha);
+                                set, act, act_alpha);
             else
-                (bg ? ccn_gemm_ex : ccn_gemm_set)(
+                (set ? ccn_gemm_set : ccn_gemm_ex)(
                     &(const ccn_gemm_geometry){.M = Mg, .N = ld, .K = K, .a_rs = K, .a_cs = 1,
                                                .ldb = ld, .ldc = ld, .act = act,
                                                .act_alpha = act_alpha},

@@ -46,12 +46,13 @@ typedef struct {
     float act_alpha; /* its LeakyRelu slope */
 } ccn_conv_plan;
 
-/* 2-D convolution of x by (M, C/group, KH, KW) weights w plus bias (may
- * be NULL), then the plan's activation.  col is scratch of
+/* 2-D convolution of x by (M, C/group, KH, KW) weights w plus bias and
+ * residual (a fused Add's other operand, shaped as y; either may be NULL),
+ * then the plan's activation: the product adds to them.  col is scratch of
  * (C/group)*KH*KW*OH*OW*images floats, plus (M/group)*OH*OW*images when
  * images > 1 (unused on the direct path). */
 void ccn_conv2d(const ccn_conv_geometry *geometry, const ccn_conv_plan *plan, const float *x,
-                const float *w, const float *bias, float *y, float *col);
+                const float *w, const float *bias, const float *residual, float *y, float *col);
 /* ccn_conv2d in one group, tap by tap, for a dilated convolution whose
  * taps mostly read padding (a 3x3 kernel dilated by 12 over a 14x14 map):
  * each tap multiplies its weights (M x C, in the panel layout of

@@ -933,6 +933,13 @@ void ccn_activate(long n, float *x, int act, float act_alpha)
         activate_row(n, x, act, act_alpha);
 }
 
+void ccn_add_activate(long n, float *x, const float *residual, int act, float act_alpha)
+{
+    for (long j = 0; j < n; j++)
+        x[j] += residual[j];
+    ccn_activate(n, x, act, act_alpha);
+}
+
 void ccn_gemm(long M, long N, long K, const float *A, long a_rs, long a_cs,
               const float *B, float alpha, float *C)
 {

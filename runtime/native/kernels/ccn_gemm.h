@@ -47,6 +47,9 @@ void ccn_gemm_one_thread(long M, long N, long K, const float *A, long lda, const
                          long ldb, float *C, long ldc, int set);
 /* x[0:n] = activation act (CCN_ACT_*) of x, in place. */
 void ccn_activate(long n, float *x, int act, float act_alpha);
+/* x += residual (n floats each), then the activation: a fused residual Add
+ * after a convolution whose kernel does not add it as it stores. */
+void ccn_add_activate(long n, float *x, const float *residual, int act, float act_alpha);
 /* The panel layout of a constant M x K matrix A, packed at emit time
  * (lowerings/connection.py, pack_panels): M rounded up to whole panels of
  * CCN_PANEL_ROWS rows; for each depth slice k0 = 0, 256, ... (kc deep, the

@@ -6,7 +6,13 @@ with ``activation_alpha``, 'Sigmoid', 'Tanh', 'HardSwish', 'Clip' from 0 to
 ``activation_alpha``): FusedGemm has it from the
 VM's own fusion, and runtime/native/fusion.py sets it on Conv, Gemm and
 MatMul when it folds a following activation into them.  The kernels apply
-it as they store their results (the GEMM's epilogue)."""
+it as they store their results (the GEMM's epilogue).
+
+A Conv may carry a fourth input, the residual: fusion.py makes the Add of
+another tensor of the output's shape after it (a ResNet block's shortcut)
+that input, which the product starts from (with the bias) or Winograd's
+output transform adds, before the activation."""
+import dataclasses
 import math
 import re
 
@@ -316,6 +322,10 @@ def conv(em, inst) -> Step:
     a = inst.attrs
     act, act_alpha = activation(inst)
     sx, sw = em.shape(inst, 0), em.shape(inst, 1)
+    residual = em.has(inst, 3)
+    if residual and len(sx) != 4:
+        raise Refuse('a residual is fused into 2-D convolutions only, not %d-D'
+                     % (len(sx) - 2))
     if len(sx) == len(sw) == 3:  # 1-D: a unit height
         return unit_height(conv, em, inst, lifted=(0, 1))
     if len(sx) == len(sw) == 5:
@@ -328,12 +338,19 @@ def conv(em, inst) -> Step:
     group = _check_conv(em, inst, sx, sw)
     win = window(a, (H, W), (KH, KW))
     OH, OW = win.out
+    # The kernels read the residual as they write the output.
+    if residual and em.shape(inst, 3) != (N, M, OH, OW):
+        raise Refuse('residual of shape %s is not the output\'s %s'
+                     % (list(em.shape(inst, 3)), [N, M, OH, OW]))
     geometry = conv_geometry(N, C, (H, W), M, (OH, OW), (KH, KW), group, win.strides,
                              win.dilations, win.pads_begin)
     if is_depthwise(C, M, group):
         scratch = depthwise_scratch(sx, win.out, (KH, KW), win.strides, win.dilations,
                                     win.pads_begin)
-        return depthwise_step(em, inst, geometry, (N, M, OH, OW), scratch, (act, act_alpha))
+        return _add_residual(inst, depthwise_step(
+            em, inst, geometry, (N, M, OH, OW), scratch,
+            ('CCN_ACT_NONE', 0.0) if residual else (act, act_alpha)), (act, act_alpha),
+            N * M * OH * OW)
     w = em.const(inst.inputs[1])
     pads_begin = win.pads_begin
     taps = live_taps((H, W), win.out, (KH, KW), win.strides, win.dilations, pads_begin)
@@ -351,8 +368,10 @@ def conv(em, inst) -> Step:
                                  win.dilations, pads_begin)
     if w is not None and group == 1 and win.dilations != (1, 1) and image_share(
             (H, W), win.out, (KH, KW), win.strides, win.dilations, pads_begin) < TAPS_SHARE:
-        return conv_taps(em, inst, geometry, numpy.asarray(w, numpy.float32),
-                         (N, C, M, OH, OW), (act, act_alpha))
+        return _add_residual(inst, conv_taps(
+            em, inst, geometry, numpy.asarray(w, numpy.float32), (N, C, M, OH, OW),
+            ('CCN_ACT_NONE', 0.0) if residual else (act, act_alpha)), (act, act_alpha),
+            N * M * OH * OW)
     tiles = winograd_tiles(N, C, M, (OH, OW), (KH, KW), win.strides, win.dilations, group)
     if tiles is not None and trimmed is None:  # (Winograd reads the untrimmed weights)
         return winograd_step(em, inst, geometry, sx, M, (OH, OW), tiles, 'filters',
@@ -377,13 +396,29 @@ def conv(em, inst) -> Step:
     def render(ref, scratch):
         return ['ccn_conv2d(%s,' % geometry,
                 '           %s,' % plan,
-                '           %s, %s, %s, %s, %s);' % (
+                '           %s, %s, %s, %s, %s, %s);' % (
                     ref(inst.inputs[0]), panels or trimmed or ref(inst.inputs[1]),
-                    ref(inst.inputs[2]) if has_bias else 'NULL', ref(inst.outputs[0]),
+                    ref(inst.inputs[2]) if has_bias else 'NULL',
+                    ref(inst.inputs[3]) if residual else 'NULL', ref(inst.outputs[0]),
                     'NULL' if direct else scratch)]
     scratch = 0 if direct else Cg * KH * KW * S * images + (M // group * S * images
                                                             if images > 1 else 0)
     return Step('connection', [(N, M, OH, OW)], render, scratch=scratch, also=('gemm',))
+
+
+def _add_residual(inst, step: Step, act, size: int) -> Step:
+    """``step`` (run without its activation when the Conv has a residual)
+    followed by the residual's Add and the activation ``act`` over the
+    ``size`` outputs in one pass: for the kernels that do not add it as
+    they store."""
+    if len(inst.inputs) < 4:
+        return step
+
+    def render(ref, scratch):
+        return step.render(ref, scratch) + ['ccn_add_activate(%d, %s, %s, %s, %s);' % (
+            size, ref(inst.outputs[0]), ref(inst.inputs[3]), act[0], cfloat(act[1]))]
+    return dataclasses.replace(step, render=render, also=tuple(dict.fromkeys(
+        step.also + ('gemm',))))
 
 
 def conv_taps(em, inst, geometry, w, sizes, act) -> Step:
