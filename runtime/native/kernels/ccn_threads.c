@@ -1,21 +1,24 @@
 /* The kernels' thread pool (ccn_threads.h).
  *
- * One loop runs at a time.  Its caller writes the loop's task, context
- * and size into the pool, then publishes it in `ticket`: the loop's
- * generation, its number of chunks and the next chunk to claim, in one
- * atomic word.  A thread claims a chunk by a compare-and-swap on the whole
- * word, so a thread still looking at an earlier loop claims nothing of
- * this one; once it holds a chunk, the loop cannot end (its caller waits
- * for every chunk to be `done`), so the task and context it reads stay
- * valid.  The caller claims chunks like the workers, then waits only for
- * those that others claimed and have not finished.
+ * One loop runs at a time.  It is cut into pieces, CCN_PIECES_PER_CHUNK
+ * consecutive pieces to a chunk.  Its caller writes the loop's task,
+ * context and size into the pool, a word per chunk (`parts`: the loop's
+ * generation, the chunk's end and its next piece), then publishes the loop
+ * in `ticket` (generation, number of chunks, next chunk).  A thread claims
+ * a chunk, or a piece of one, by a compare-and-swap on the whole word, so a
+ * thread still looking at an earlier loop claims nothing of this one; once
+ * it holds a piece, the loop cannot end (its caller waits for every piece
+ * to be `done`), so the task and context it reads stay valid.
  *
- * A worker that the OS deschedules while it holds a chunk still makes the
- * caller wait, until it runs again (milliseconds, when another process
- * wants the CPU).  So when the caller waited for the others longer than it
- * worked itself, the next loops run on the caller alone for a while
- * (`backoff`: doubled each time it recurs, an eighth shorter after each
- * loop that runs well), then the threads are tried again. */
+ * A thread runs the pieces of the chunks it claims one by one; when no
+ * chunk is left, it takes the pieces other threads have not started.  So
+ * a worker that the OS deschedules (milliseconds, when another process
+ * wants the CPU) leaves the rest of its chunk to the others, and the caller
+ * waits only for the one piece it is in.  When the caller still waited for
+ * the others longer than it worked itself, the next loops run on the
+ * caller alone for a while (`backoff`: doubled each time it recurs, an
+ * eighth shorter after each loop that runs well), then the threads are
+ * tried again. */
 #if defined(__linux__) && !defined(_GNU_SOURCE)
 #define _GNU_SOURCE /* sched_getaffinity, CPU_COUNT */
 #endif
@@ -39,6 +42,11 @@
 /* Chunks per thread: a thread that runs late leaves small pieces that the
  * others finish, at the cost of one compare-and-swap each. */
 #define CCN_CHUNKS_PER_THREAD 8
+/* Pieces per chunk: the most of a loop that a descheduled worker holds is
+ * one piece, and a chunk's pieces run on one thread unless it falls behind
+ * (the kernels' ranges stay long). */
+#define CCN_PIECES_PER_CHUNK 4
+#define CCN_MAX_CHUNKS (CCN_MAX_THREADS * CCN_CHUNKS_PER_THREAD)
 /* How many times an idle worker polls for the next loop (about 20 to 200
  * us) before it sleeps: a model's loops follow each other within
  * microseconds, and waking a sleeping thread costs about as much. */
@@ -59,9 +67,13 @@
 #define CCN_BACKOFF_MIN_NS 1000000LL
 #define CCN_BACKOFF_MAX_NS 1000000000LL
 
+/* A claim word: a loop's generation, the end of what it hands out and
+ * the next index to hand out (both below 2^16). */
 #define GEN(t) ((t) >> 32)
-#define CHUNKS(t) ((long)(((t) >> 16) & 0xffff))
+#define END(t) ((long)(((t) >> 16) & 0xffff))
 #define NEXT(t) ((long)((t) & 0xffff))
+#define CLAIMS(generation, end, next) \
+    ((generation) << 32 | (unsigned long long)(end) << 16 | (unsigned long long)(next))
 
 static struct {
     pthread_mutex_t lock; /* with `wake`: sleeping workers; `started` */
@@ -74,14 +86,16 @@ static struct {
      * ticket (the caller holds `busy`). */
     ccn_task task;
     void *context;
-    long count;
+    long count, pieces;
     unsigned long long generation;
     unsigned long long ticket; /* atomic: generation, chunks, next chunk */
-    long done;                 /* atomic: chunks the workers finished */
+    /* atomic: chunk c's generation, end and next piece */
+    unsigned long long parts[CCN_MAX_CHUNKS];
+    long done; /* atomic: pieces the workers finished */
     /* Contention, read and written by the caller holding `busy`: loops
      * start serially before serial_until (CLOCK_MONOTONIC ns). */
     long long backoff, serial_until;
-} pool = {PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0};
+} pool = {.lock = PTHREAD_MUTEX_INITIALIZER, .wake = PTHREAD_COND_INITIALIZER};
 
 static long long now_ns(void)
 {
@@ -101,28 +115,41 @@ static void pause_briefly(long poll)
 #endif
 }
 
-/* Chunk c of `chunks` equal parts of [0, count), without overflow. */
-static void run_chunk(long c, long chunks)
+/* Claims the next index that `word` hands out for loop `generation`;
+ * -1 when none is left. */
+static long claim(unsigned long long *word, unsigned long long generation)
 {
-    const long size = pool.count / chunks, extra = pool.count % chunks;
-    const long begin = c * size + (c < extra ? c : extra);
-    pool.task(pool.context, begin, begin + size + (c < extra));
+    unsigned long long t = __atomic_load_n(word, __ATOMIC_ACQUIRE);
+    while (GEN(t) == generation && NEXT(t) < END(t))
+        if (__atomic_compare_exchange_n(word, &t, t + 1, 0, __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE))
+            return NEXT(t);
+    return -1; /* t is the word now */
 }
 
-/* Claims and runs chunks of loop `generation` until none is left; returns
- * how many this thread ran. */
+/* Runs the pieces of chunk c that no thread has claimed; returns how many. */
+static long run_pieces(unsigned long long generation, long c)
+{
+    long ran = 0;
+    for (long k; (k = claim(&pool.parts[c], generation)) >= 0; ran++) {
+        /* Piece k of `pieces` equal parts of [0, count), without overflow. */
+        const long size = pool.count / pool.pieces, extra = pool.count % pool.pieces;
+        const long begin = k * size + (k < extra ? k : extra);
+        pool.task(pool.context, begin, begin + size + (k < extra));
+    }
+    return ran;
+}
+
+/* Runs pieces of loop `generation` until none is left: first those of the
+ * chunks it claims, then those that other threads have not started (a
+ * thread the OS descheduled leaves its chunk's rest); returns how many. */
 static long run_chunks(unsigned long long generation)
 {
     long ran = 0;
-    unsigned long long t = __atomic_load_n(&pool.ticket, __ATOMIC_ACQUIRE);
-    while (GEN(t) == generation && NEXT(t) < CHUNKS(t)) {
-        if (!__atomic_compare_exchange_n(&pool.ticket, &t, t + 1, 0, __ATOMIC_ACQ_REL,
-                                         __ATOMIC_ACQUIRE))
-            continue; /* t is the ticket now */
-        run_chunk(NEXT(t), CHUNKS(t));
-        ran++;
-        t = __atomic_load_n(&pool.ticket, __ATOMIC_ACQUIRE);
-    }
+    for (long c; (c = claim(&pool.ticket, generation)) >= 0;)
+        ran += run_pieces(generation, c);
+    const unsigned long long t = __atomic_load_n(&pool.ticket, __ATOMIC_ACQUIRE);
+    for (long c = 0; GEN(t) == generation && c < END(t); c++)
+        ran += run_pieces(generation, c);
     return ran;
 }
 
@@ -253,8 +280,9 @@ void ccn_parallel_for(long count, long work, ccn_task task, void *context)
     const long long start = now_ns();
     const int started = start_workers(threads - 1);
     const int workers = started < threads - 1 ? started : threads - 1;
-    const long most = (long)(workers + 1) * CCN_CHUNKS_PER_THREAD;
-    const long chunks = count < most ? count : most;
+    const long most = (long)(workers + 1) * CCN_CHUNKS_PER_THREAD * CCN_PIECES_PER_CHUNK;
+    const long pieces = count < most ? count : most;
+    const long chunks = (pieces + CCN_PIECES_PER_CHUNK - 1) / CCN_PIECES_PER_CHUNK;
     if (workers == 0 || start < pool.serial_until) {
         __atomic_store_n(&pool.busy, 0, __ATOMIC_RELEASE);
         task(context, 0, count);
@@ -263,16 +291,21 @@ void ccn_parallel_for(long count, long work, ccn_task task, void *context)
     pool.task = task;
     pool.context = context;
     pool.count = count;
+    pool.pieces = pieces;
     pool.generation = (pool.generation + 1) & 0xffffffffULL;
     __atomic_store_n(&pool.done, 0, __ATOMIC_RELAXED);
-    __atomic_store_n(&pool.ticket, pool.generation << 32 | (unsigned long long)chunks << 16,
-                     __ATOMIC_SEQ_CST);
+    for (long c = 0; c < chunks; c++) {
+        const long first = c * CCN_PIECES_PER_CHUNK, end = first + CCN_PIECES_PER_CHUNK;
+        __atomic_store_n(&pool.parts[c], CLAIMS(pool.generation, end < pieces ? end : pieces, first),
+                         __ATOMIC_RELEASE);
+    }
+    __atomic_store_n(&pool.ticket, CLAIMS(pool.generation, chunks, 0), __ATOMIC_SEQ_CST);
     if (__atomic_load_n(&pool.sleepers, __ATOMIC_SEQ_CST) > 0) {
         pthread_mutex_lock(&pool.lock);
         pthread_cond_broadcast(&pool.wake);
         pthread_mutex_unlock(&pool.lock);
     }
-    const long others = chunks - run_chunks(pool.generation);
+    const long others = pieces - run_chunks(pool.generation);
     const long long worked = now_ns();
     for (long spin = 0; __atomic_load_n(&pool.done, __ATOMIC_ACQUIRE) != others; spin++) {
         if (spin < CCN_WAIT_SPIN)

@@ -2,10 +2,11 @@
  *
  * ccn_parallel_for(count, work, task, context) runs task(context, begin,
  * end) over ranges that together cover [0, count) exactly once.  The
- * calling thread works too; the ranges (chunks) are claimed one at a time
- * from an atomic counter by whichever thread is running, so a worker the
- * OS deschedules never holds the rest up: the caller waits only for the
- * chunks other threads have already claimed.  Idle workers spin briefly,
+ * calling thread works too; the ranges (pieces, grouped in chunks) are
+ * claimed one at a time by whichever thread is running, and a thread out of
+ * chunks takes the pieces others have not started, so a worker the OS
+ * deschedules never holds the rest up: the caller waits only for the one
+ * piece that worker is in.  Idle workers spin briefly,
  * then sleep.  Work (elements touched, as the caller counts it) below
  * CCN_PARALLEL_WORK runs on the caller alone without waking anyone; so does
  * a call made while the pool is busy (from inside a task, or from another

@@ -39,7 +39,9 @@ def _build_check(folder, flags):
 @pytest.mark.parametrize('flags', [['-O2'], ['-O2', '-DCCN_THREADS=0']], ids=['pool', 'serial'])
 def test_pool_runs_every_index_once_on_1_to_8_threads(tmp_path, flags):
     """Counts from 0 to 100003 (more chunks than threads), 2000 short loops
-    in a row, nested loops, two callers at once, workers taking part."""
+    in a row, nested loops, two callers at once, workers taking part, and a
+    worker stalled in a loop holding up one piece of it, not its chunk (the
+    caller takes the rest: fails on the pool before work stealing)."""
     exe, error = _build_check(tmp_path, flags)
     assert exe, error
     done = subprocess.run([exe], capture_output=True, text=True, timeout=120)

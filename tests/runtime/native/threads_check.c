@@ -76,6 +76,37 @@ static void slow_elsewhere(void *context, long begin, long end)
     }
 }
 
+/* A loop whose first piece on a worker stalls, as if the OS had
+ * descheduled the worker, until the other threads have run the rest. */
+typedef struct {
+    pthread_t caller;
+    long count;
+    int *hits;
+    long ran;    /* atomic: indices run */
+    int stalled; /* atomic: a worker has stalled */
+    long held;   /* the stalled range's length; -1: the rest not run in 10 s */
+} stall;
+
+static void stall_once(void *context, long begin, long end)
+{
+    stall *s = context;
+    const struct timespec moment = {0, 100000};
+    int no = 0;
+    if (pthread_equal(pthread_self(), s->caller)) {
+        nanosleep(&moment, NULL); /* time for the worker to wake and claim a chunk */
+    } else if (__atomic_compare_exchange_n(&s->stalled, &no, 1, 0, __ATOMIC_RELAXED,
+                                           __ATOMIC_RELAXED)) {
+        const long rest = s->count - (end - begin);
+        for (int polls = 0; __atomic_load_n(&s->ran, __ATOMIC_ACQUIRE) < rest && polls < 100000;
+             polls++)
+            nanosleep(&moment, NULL);
+        s->held = __atomic_load_n(&s->ran, __ATOMIC_ACQUIRE) == rest ? end - begin : -1;
+    }
+    for (long i = begin; i < end; i++)
+        s->hits[i]++;
+    __atomic_add_fetch(&s->ran, end - begin, __ATOMIC_RELEASE);
+}
+
 /* A second caller running loops while the main thread does. */
 static void *other_caller(void *arg)
 {
@@ -163,6 +194,26 @@ int main(void)
                 break;
             }
         free(z);
+        /* A stalled worker holds up one piece of the loop, not its chunk:
+         * the caller takes the chunk's pieces that the worker has not
+         * started.  With 2 threads a piece is 1/64 of the loop (a chunk
+         * 1/16). */
+        ccn_set_threads(2);
+        stall s = {pthread_self(), 6400, hits, 0, 0, 0};
+        for (int round = 0; round < 5000 && !s.stalled; round++) {
+            nanosleep(&moment, NULL);
+            memset(hits, 0, s.count * sizeof *hits);
+            s.ran = 0;
+            ccn_parallel_for(s.count, CCN_PARALLEL_WORK, stall_once, &s);
+        }
+        check(s.stalled && s.held > 0 && s.held <= s.count / 64,
+              "a stalled worker holds one piece", s.stalled, s.held);
+        for (long i = 0; i < s.count; i++)
+            if (hits[i] != 1) {
+                check(0, "each index once beside a stalled worker", i, hits[i]);
+                break;
+            }
+        ccn_set_threads(4);
         /* A caller that waited for the others longer than it worked runs
          * the next loops alone, for at least a millisecond.  The loop right
          * after a stalled one has chunks of 0.2 ms that the workers, still
