@@ -273,8 +273,10 @@ class _Fuser:
                 or not all(isinstance(d, int) for d in shape):
             return False
         # The residual's last read may be the Add's (its free moves to i):
-        # then nothing may read it between i and j.
-        if r in add.frees and any(i < k < j for k in self.readers.get(r, [])):
+        # then nothing may read it between i and j; nor update it there.
+        between = [inst for inst in self.insts[i + 1:j] if inst is not None]
+        if (r in add.frees and any(i < k < j for k in self.readers.get(r, []))) or any(
+                self._root(w) == self._root(r) for inst in between for w in written_inputs(inst)):
             return False
         bias = inst.inputs[2] if len(inst.inputs) > 2 else NO_REGISTER
         self.insts[j] = dataclasses.replace(add, inputs=(y, r))  # the product first

@@ -124,3 +124,22 @@ def test_a_residual_not_of_the_outputs_shape_is_refused(tmp_path):
         dataclasses.replace(conv, inputs=conv.inputs[:2] + (NO_REGISTER, r))])
     with pytest.raises(UnsupportedNativeOpsError, match=r'residual of shape \[1, 2, 2, 2\]'):
         emit_c(program, tmp_path / 'c')
+
+
+def test_residual_updated_in_place_before_the_add_is_left_alone():
+    """A residual that is a view of a parameter which an SGDUpdate between
+    the Conv and the Add updates in place holds other values at the Conv:
+    not fused."""
+    rng = numpy.random.RandomState(3)
+    node = helper.make_node
+    nodes = [node('Reshape', ['p', 'shape'], ['r']), node('Conv', ['x', 'w'], ['c']),
+             node('SGDUpdate', ['p', 'g', 'lr'], ['new_p'], domain='org.chainer_compiler'),
+             node('Add', ['c', 'r'], ['y'])]
+    inputs = [('x', F32, [1, 3, 4, 4]), ('p', F32, [2, 16]), ('g', F32, [2, 16]),
+              ('lr', F32, [])]
+    model = make_model(nodes, inputs, [('y', F32, [1, 2, 4, 4]), ('new_p', F32, [2, 16])],
+                       {'w': _rand(rng, 2, 3, 1, 1),
+                        'shape': numpy.array([1, 2, 4, 4], numpy.int64)}, custom=True)
+    program = build_program(model)
+    assert [inst.op for inst in program.instructions] == ['Reshape', 'Conv', 'SGDUpdate', 'Add']
+    assert fuse(program) is program
