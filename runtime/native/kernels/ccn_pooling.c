@@ -10,10 +10,11 @@
 
 #include "ccn_pooling.h"
 
-/* A 2-D pooling's planes [begin, end): the call of ccn_maxpool2d and
- * ccn_avgpool2d. */
+/* A 2-D pooling's planes [begin, end): the call of ccn_maxpool2d
+ * (average 0) or ccn_avgpool2d (1). */
 typedef struct {
     const ccn_pool_geometry *g;
+    int average;
     const float *x;
     float *y;
 } pool2d_call;
@@ -27,92 +28,78 @@ static inline float max_nan(float m, float v)
     return v != v ? v : larger;
 }
 
-/* Columns of maxpool2d_range's row of vertical maxima (on the stack). */
+static inline float add(float s, float v)
+{
+    return s + v;
+}
+
+/* Columns of pool2d_range's row of vertical maxima or sums (on the stack). */
 #define MAX_SPAN 1024L
 
-/* Output columns [ow0, ow1) of one output row: m[j] holds the maximum over
- * the window's rows of input column ow0 * stride_w - pad_left + j (-inf
- * outside the input), each output the maximum of its KW taps in m.  The
- * constant strides 1 and 2 let the compiler vectorise the taps' loads. */
-#define MAX_COLUMNS(STRIDE)                                                   \
+/* m[j] for j < span: the maximum (average: the sum) down the rows ih0 +
+ * kh * dil_h (kh < KH) of input column c0 + j of the H x W plane `in`;
+ * -inf (0) outside the input. */
+static void pool_rows(float *restrict m, const float *in, long H, long W, long c0, long span,
+                      long ih0, long KH, long dil_h, int average)
+{
+    const float pad = average ? 0.0f : -INFINITY;
+    /* m's columns [lo, hi) lie inside the input. */
+    const long lo = c0 < 0 ? (-c0 < span ? -c0 : span) : 0;
+    const long hi = W - c0 < span ? (W - c0 > lo ? W - c0 : lo) : span;
+    int first = 1;
+    for (long j = 0; j < lo; j++)
+        m[j] = pad;
+    for (long j = hi; j < span; j++)
+        m[j] = pad;
+    for (long kh = 0; kh < KH; kh++) {
+        const long ih = ih0 + kh * dil_h;
+        if (ih < 0 || ih >= H)
+            continue;
+        const float *restrict r = in + ih * W + c0;
+        if (first)
+            for (long j = lo; j < hi; j++)
+                m[j] = r[j];
+        else if (average)
+            for (long j = lo; j < hi; j++)
+                m[j] += r[j];
+        else
+            for (long j = lo; j < hi; j++)
+                m[j] = max_nan(m[j], r[j]);
+        first = 0;
+    }
+    for (long j = first ? lo : hi; j < hi; j++)  /* no row inside */
+        m[j] = pad;
+}
+
+/* n outputs from pool_rows' m: each the maximum (JOIN max_nan) or the sum
+ * (add) of its KW taps m[j * STRIDE + kw * dil_w].  The constant strides 1
+ * and 2 let the compiler vectorise the taps' loads. */
+#define POOL_COLUMNS(STRIDE, JOIN)                                            \
     do {                                                                      \
         for (long j = 0; j < n; j++)                                          \
             o[j] = m[j * (STRIDE)];                                           \
         for (long kw = 1; kw < KW; kw++) {                                    \
             const float *restrict t = m + kw * dil_w;                         \
             for (long j = 0; j < n; j++)                                      \
-                o[j] = max_nan(o[j], t[j * (STRIDE)]);                        \
+                o[j] = JOIN(o[j], t[j * (STRIDE)]);                           \
         }                                                                     \
     } while (0)
 
-static void max_columns(float *restrict o, const float *restrict m, long n, long stride_w,
-                        long KW, long dil_w)
+static void pool_columns(float *restrict o, const float *restrict m, long n, long stride_w,
+                         long KW, long dil_w, int average)
 {
-    if (stride_w == 1)
-        MAX_COLUMNS(1);
+    if (average && stride_w == 1)
+        POOL_COLUMNS(1, add);
+    else if (average && stride_w == 2)
+        POOL_COLUMNS(2, add);
+    else if (average)
+        POOL_COLUMNS(stride_w, add);
+    else if (stride_w == 1)
+        POOL_COLUMNS(1, max_nan);
     else if (stride_w == 2)
-        MAX_COLUMNS(2);
+        POOL_COLUMNS(2, max_nan);
     else
-        MAX_COLUMNS(stride_w);
-}
-
-/* Max pooling is separable: per output row, the maxima down the window's
- * in-bounds rows (contiguous loads), then across each window's columns,
- * in chunks of output columns whose span of input columns fits MAX_SPAN
- * (ccn_maxpool2d takes the window tap by tap when one window does not). */
-static void maxpool2d_range(void *context, long begin, long end)
-{
-    const pool2d_call *a = context;
-    const ccn_pool_geometry *g = a->g;
-    const long H = g->in_h, W = g->in_w, OH = g->out_h, OW = g->out_w;
-    const long KH = g->kernel_h, KW = g->kernel_w, stride_h = g->stride_h, stride_w = g->stride_w;
-    const long dil_h = g->dil_h, dil_w = g->dil_w, reach = (KW - 1) * dil_w + 1;
-    const long chunk = (MAX_SPAN - reach) / stride_w + 1;
-    float m[MAX_SPAN];
-    for (long p = begin; p < end; p++) {
-        const float *in = a->x + p * H * W;
-        for (long oh = 0; oh < OH; oh++) {
-            float *o = a->y + (p * OH + oh) * OW;
-            const long ih0 = oh * stride_h - g->pad_top;
-            for (long ow0 = 0; ow0 < OW; ow0 += chunk) {
-                const long ow1 = ow0 + chunk < OW ? ow0 + chunk : OW;
-                const long c0 = ow0 * stride_w - g->pad_left;
-                const long span = (ow1 - 1 - ow0) * stride_w + reach;
-                /* m's columns [lo, hi) lie inside the input. */
-                const long lo = c0 < 0 ? (-c0 < span ? -c0 : span) : 0;
-                const long hi = W - c0 < span ? (W - c0 > lo ? W - c0 : lo) : span;
-                int first = 1;
-                for (long j = 0; j < lo; j++)
-                    m[j] = -INFINITY;
-                for (long j = hi; j < span; j++)
-                    m[j] = -INFINITY;
-                for (long kh = 0; kh < KH; kh++) {
-                    const long ih = ih0 + kh * dil_h;
-                    if (ih < 0 || ih >= H)
-                        continue;
-                    const float *restrict r = in + ih * W + c0;
-                    if (first)
-                        for (long j = lo; j < hi; j++)
-                            m[j] = r[j];
-                    else
-                        for (long j = lo; j < hi; j++)
-                            m[j] = max_nan(m[j], r[j]);
-                    first = 0;
-                }
-                for (long j = first ? lo : hi; j < hi; j++)  /* no row inside */
-                    m[j] = -INFINITY;
-                max_columns(o + ow0, m, ow1 - ow0, stride_w, KW, dil_w);
-            }
-        }
-    }
-}
-
-void ccn_maxpool2d(const ccn_pool_geometry *g, const float *x, float *y)
-{
-    assert((g->kernel_w - 1) * g->dil_w + 1 <= MAX_SPAN);
-    pool2d_call a = {g, x, y};
-    const long work = g->planes * g->out_h * g->out_w * g->kernel_h * g->kernel_w;
-    ccn_parallel_for(g->planes, work, maxpool2d_range, &a);
+        POOL_COLUMNS(stride_w, max_nan);
 }
 
 /* How many of the K taps o*stride - pad + k (k < K) fall in [lo, hi). */
@@ -123,9 +110,61 @@ static long taps_within(long o, long stride, long pad, long K, long lo, long hi)
     return b > a ? b - a : 0;
 }
 
-/* AveragePool's divisor for the window at (oh, ow): its taps inside the
- * input, or with count_include_pad those inside the explicit padding
- * (ceil_mode's extra windows reach past it: those taps never count). */
+/* Pooling is separable: per output row, the maxima or sums down the
+ * window's in-bounds rows (contiguous loads), then across each window's
+ * columns, in chunks of output columns whose span of input columns fits
+ * MAX_SPAN (wider windows go to ccn_pool3d).  An average divides by the
+ * count of its taps inside the input (with count_include_pad, inside the
+ * explicit padding; ceil_mode's extra windows reach past it: those taps
+ * never count), rows times columns. */
+static void pool2d_range(void *context, long begin, long end)
+{
+    const pool2d_call *a = context;
+    const ccn_pool_geometry *g = a->g;
+    const long H = g->in_h, W = g->in_w, OH = g->out_h, OW = g->out_w;
+    const long KH = g->kernel_h, KW = g->kernel_w, stride_h = g->stride_h, stride_w = g->stride_w;
+    const long dil_h = g->dil_h, dil_w = g->dil_w, reach = (KW - 1) * dil_w + 1;
+    const long chunk = (MAX_SPAN - reach) / stride_w + 1;
+    const int padded = g->count_include_pad;
+    const long rows_lo = padded ? -g->pad_top : 0, rows_hi = H + (padded ? g->pad_bottom : 0);
+    const long cols_lo = padded ? -g->pad_left : 0, cols_hi = W + (padded ? g->pad_right : 0);
+    float m[MAX_SPAN];
+    for (long p = begin; p < end; p++) {
+        const float *in = a->x + p * H * W;
+        for (long oh = 0; oh < OH; oh++) {
+            float *o = a->y + (p * OH + oh) * OW;
+            const long ih0 = oh * stride_h - g->pad_top;
+            const long rows = taps_within(oh, stride_h, g->pad_top, KH, rows_lo, rows_hi);
+            for (long ow0 = 0; ow0 < OW; ow0 += chunk) {
+                const long ow1 = ow0 + chunk < OW ? ow0 + chunk : OW;
+                const long c0 = ow0 * stride_w - g->pad_left;
+                pool_rows(m, in, H, W, c0, (ow1 - 1 - ow0) * stride_w + reach, ih0, KH, dil_h,
+                          a->average);
+                pool_columns(o + ow0, m, ow1 - ow0, stride_w, KW, dil_w, a->average);
+                if (a->average)
+                    for (long ow = ow0; ow < ow1; ow++)
+                        o[ow] /= (float)(rows * taps_within(ow, stride_w, g->pad_left, KW,
+                                                            cols_lo, cols_hi));
+            }
+        }
+    }
+}
+
+static void pool2d(const ccn_pool_geometry *g, int average, const float *x, float *y)
+{
+    assert((g->kernel_w - 1) * g->dil_w + 1 <= MAX_SPAN);
+    pool2d_call a = {g, average, x, y};
+    const long work = g->planes * g->out_h * g->out_w * g->kernel_h * g->kernel_w;
+    ccn_parallel_for(g->planes, work, pool2d_range, &a);
+}
+
+void ccn_maxpool2d(const ccn_pool_geometry *g, const float *x, float *y)
+{
+    pool2d(g, 0, x, y);
+}
+
+/* AveragePool's divisor for the window at (oh, ow), as pool2d_range counts
+ * it (AveragePoolGrad's share of each tap). */
 static long avg_divisor(long oh, long ow, long H, long W, long KH, long KW, long stride_h,
                         long stride_w, long pad_top, long pad_left, long pad_bottom,
                         long pad_right, int count_include_pad)
@@ -137,45 +176,10 @@ static long avg_divisor(long oh, long ow, long H, long W, long KH, long KW, long
            taps_within(ow, stride_w, pad_left, KW, 0, W);
 }
 
-static void avgpool2d_range(void *context, long begin, long end)
-{
-    const pool2d_call *a = context;
-    const ccn_pool_geometry *g = a->g;
-    const float *x = a->x;
-    float *y = a->y;
-    const long H = g->in_h, W = g->in_w, OH = g->out_h, OW = g->out_w;
-    const long KH = g->kernel_h, KW = g->kernel_w, stride_h = g->stride_h, stride_w = g->stride_w;
-    const long pad_top = g->pad_top, pad_left = g->pad_left;
-    const long pad_bottom = g->pad_bottom, pad_right = g->pad_right;
-    const int count_include_pad = g->count_include_pad;
-    assert(g->dil_h == 1 && g->dil_w == 1);
-    for (long p = begin; p < end; p++) {
-        const float *in = x + p * H * W;
-        float *out = y + p * OH * OW;
-        for (long oh = 0; oh < OH; oh++)
-            for (long ow = 0; ow < OW; ow++) {
-                float sum = 0.0f;
-                for (long kh = 0; kh < KH; kh++) {
-                    const long ih = oh * stride_h - pad_top + kh;
-                    for (long kw = 0; kw < KW; kw++) {
-                        const long iw = ow * stride_w - pad_left + kw;
-                        if (ih >= 0 && ih < H && iw >= 0 && iw < W)
-                            sum += in[ih * W + iw];
-                    }
-                }
-                out[oh * OW + ow] =
-                    sum / (float)avg_divisor(oh, ow, H, W, KH, KW, stride_h, stride_w,
-                                             pad_top, pad_left, pad_bottom, pad_right,
-                                             count_include_pad);
-            }
-    }
-}
-
 void ccn_avgpool2d(const ccn_pool_geometry *g, const float *x, float *y)
 {
-    pool2d_call a = {g, x, y};
-    const long work = g->planes * g->out_h * g->out_w * g->kernel_h * g->kernel_w;
-    ccn_parallel_for(g->planes, work, avgpool2d_range, &a);
+    assert(g->dil_h == 1 && g->dil_w == 1);
+    pool2d(g, 1, x, y);
 }
 
 /* Lanes of plane_sum's partial sums: one AVX-512 vector, two AVX ones

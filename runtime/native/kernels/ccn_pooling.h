@@ -22,10 +22,11 @@ typedef struct {
 
 /* Max pooling; taps in the padding never count, NaN wins (NumPy's maximum).
  * A window's row spans at most 1024 columns ((kernel_w - 1) * dil_w + 1;
- * the lowering sends wider ones to ccn_pool3d). */
+ * the lowering sends wider ones to ccn_pool3d), here and in ccn_avgpool2d. */
 void ccn_maxpool2d(const ccn_pool_geometry *geometry, const float *x, float *y);
 /* Averages over the taps inside the input, or, with count_include_pad,
- * inside the input plus its explicit padding (pad_bottom, pad_right). */
+ * inside the input plus its explicit padding (pad_bottom, pad_right):
+ * the sums down the window's rows, then across, as in ccn_maxpool2d. */
 void ccn_avgpool2d(const ccn_pool_geometry *geometry, const float *x, float *y);
 /* y[p] = mean of the S values of plane p, for NC planes. */
 void ccn_global_avgpool(long NC, long S, const float *x, float *y);

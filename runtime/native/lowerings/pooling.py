@@ -7,7 +7,8 @@ from ...ops.registry import CUSTOM_DOMAIN
 from ..cformat import CStruct
 from ..lowering import Refuse, Step, lowers, unit_height, window
 
-#: Input columns one window of ccn_maxpool2d may span (MAX_SPAN in C).
+#: Input columns one window of ccn_maxpool2d and ccn_avgpool2d may span
+#: (MAX_SPAN in C).
 MAX_SPAN = 1024
 #: The geometry struct of ccn_pooling.h.
 POOL_GEOMETRY = CStruct('ccn_pool_geometry', (
@@ -43,9 +44,9 @@ def pool(em, inst) -> Step:
     N, C, H, W = sx
     win = window(a, (H, W), kernel, int(a['ceil_mode']))
     OH, OW = win.out
+    if (win.kernel[1] - 1) * win.dilations[1] + 1 > MAX_SPAN:  # the 2-D kernels' row
+        return _pool3d(em, inst, sx, kernel)
     if inst.op == 'MaxPool':
-        if (win.kernel[1] - 1) * win.dilations[1] + 1 > MAX_SPAN:  # ccn_maxpool2d's row
-            return _pool3d(em, inst, sx, kernel)
         em.only_first_output(inst, 'Indices')
         kernel_fn, geometry = 'ccn_maxpool2d', pool_geometry(N * C, (H, W), win)
     else:

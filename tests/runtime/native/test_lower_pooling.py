@@ -1,7 +1,8 @@
 """The mobile models' pooling and squeeze-and-excitation paths on native
-(issue 31): MaxPool as rows of vertical maxima then the windows' columns
-(any stride, padding, dilation, ceil mode; NaN wins as in the VM), windows
-too wide for that row on ccn_pool3d, GlobalAveragePool in vector lanes, and
+(issue 31): MaxPool and AveragePool as rows of vertical maxima or sums then
+the windows' columns (any stride, padding, dilation, ceil mode,
+count_include_pad; NaN wins as in the VM), windows too wide for that row on
+ccn_pool3d, GlobalAveragePool in vector lanes, and
 ReduceMean over trailing axes as GlobalAveragePool, and broadcast operands'
 axes merged so that an SE scale (N, C, 1, 1) times (N, C, H, W) runs rows of
 H * W."""
@@ -33,6 +34,15 @@ MAX_POOLS = [
     {'kernel_shape': [3, 3], 'dilations': [2, 3], 'pads': [2, 1, 0, 2]},
     {'kernel_shape': [1, 4], 'strides': [1, 4], 'auto_pad': 'SAME_UPPER'},
 ]
+#: The attributes of AveragePools of the same input (the same row sums).
+AVERAGE_POOLS = [
+    {'kernel_shape': [2, 2], 'strides': [2, 2]},  # DenseNet's transitions
+    {'kernel_shape': [3, 3], 'pads': [1, 1, 1, 1]},  # Inception's, taps inside counted
+    {'kernel_shape': [3, 3], 'pads': [1, 1, 1, 1], 'count_include_pad': 1},
+    {'kernel_shape': [3, 2], 'strides': [2, 3], 'pads': [1, 0, 1, 1], 'ceil_mode': 1,
+     'count_include_pad': 1},
+    {'kernel_shape': [5, 4], 'strides': [3, 1], 'pads': [2, 3, 1, 0], 'ceil_mode': 1},
+]
 
 
 @pytest.mark.native_build
@@ -40,6 +50,8 @@ def test_max_pool_rows_then_columns_and_global_average_lanes():
     rng = numpy.random.RandomState(0)
     nodes = [helper.make_node('MaxPool', ['x'], ['m%d' % k], **attrs)
              for k, attrs in enumerate(MAX_POOLS)]
+    nodes += [helper.make_node('AveragePool', ['x'], ['a%d' % k], **attrs)
+              for k, attrs in enumerate(AVERAGE_POOLS)]
     # Planes of 156 values (16 lanes' blocks and a tail), of 3 (no block),
     # and the squeeze-and-excitation Mul of the pooled scale.
     nodes += [helper.make_node('GlobalAveragePool', ['x'], ['g']),
@@ -87,11 +99,13 @@ def _c_text(model, tmp_path) -> str:
 def test_squeeze_excitation_scale_runs_whole_planes(tmp_path):
     model = make_model([helper.make_node('Mul', ['x', 'w'], ['y']),
                         helper.make_node('MaxPool', ['x'], ['z'], kernel_shape=[1, 1030]),
+                        helper.make_node('AveragePool', ['x'], ['v'], kernel_shape=[2, 1025]),
                         helper.make_node('ReduceMean', ['x'], ['m'], axes=[2, 3]),
                         helper.make_node('ReduceMean', ['x'], ['n'], axes=[1, 2, 3])],
                        [('x', F32, (1, 40, 14, 1100)), ('w', F32, (1, 40, 1, 1))],
                        [('y', F32, (1, 40, 14, 1100)), ('z', F32, (1, 40, 14, 71)),
-                        ('m', F32, (1, 40, 1, 1)), ('n', F32, (1, 1, 1, 1))], opset=13)
+                        ('v', F32, (1, 40, 13, 76)), ('m', F32, (1, 40, 1, 1)),
+                        ('n', F32, (1, 1, 1, 1))], opset=13)
     text = _c_text(model, tmp_path)
     # MixNet's SE mean as GlobalAveragePool; 616,000 values keep the double sum.
     assert 'ccn_global_avgpool(40, 15400, ' in text
@@ -100,8 +114,9 @@ def test_squeeze_excitation_scale_runs_whole_planes(tmp_path):
     # (before: rank 4, rows of 1100).
     assert re.search(r'shape\[\] = \{40, 15400\}, a_strides\[\] = \{15400, 1\}, '
                      r'b_strides\[\] = \{1, 0\};\s+\w*ccn_binary_float32\(CCN_MUL, 2,', text)
-    # A window wider than ccn_maxpool2d's row of maxima (1024 columns).
-    assert 'ccn_pool3d(' in text and 'ccn_maxpool2d(' not in text
+    # Windows wider than the 2-D kernels' row of maxima or sums (1024 columns).
+    assert text.count('ccn_pool3d(') == 2
+    assert 'ccn_maxpool2d(' not in text and 'ccn_avgpool2d(' not in text
 
 
 _SHAPES = st.lists(st.integers(1, 4), min_size=0, max_size=5)
