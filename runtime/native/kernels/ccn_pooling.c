@@ -46,29 +46,42 @@ static void pool_rows(float *restrict m, const float *in, long H, long W, long c
     /* m's columns [lo, hi) lie inside the input. */
     const long lo = c0 < 0 ? (-c0 < span ? -c0 : span) : 0;
     const long hi = W - c0 < span ? (W - c0 > lo ? W - c0 : lo) : span;
-    int first = 1;
     for (long j = 0; j < lo; j++)
         m[j] = pad;
     for (long j = hi; j < span; j++)
         m[j] = pad;
-    for (long kh = 0; kh < KH; kh++) {
-        const long ih = ih0 + kh * dil_h;
-        if (ih < 0 || ih >= H)
-            continue;
-        const float *restrict r = in + ih * W + c0;
-        if (first)
+    /* The window's rows inside the plane: [k0, k1). */
+    long k0 = 0, k1 = KH;
+    while (k0 < KH && ih0 + k0 * dil_h < 0)
+        k0++;
+    while (k1 > k0 && ih0 + (k1 - 1) * dil_h >= H)
+        k1--;
+    if (k0 == k1) {  /* no row inside */
+        for (long j = lo; j < hi; j++)
+            m[j] = pad;
+        return;
+    }
+    const float *restrict r = in + (ih0 + k0 * dil_h) * W + c0;
+    const long step = dil_h * W;
+    /* The first two rows in one pass (a 2x2 window's whole work). */
+    if (k1 - k0 >= 2 && average)
+        for (long j = lo; j < hi; j++)
+            m[j] = r[j] + r[step + j];
+    else if (k1 - k0 >= 2)
+        for (long j = lo; j < hi; j++)
+            m[j] = max_nan(r[j], r[step + j]);
+    else
+        for (long j = lo; j < hi; j++)
+            m[j] = r[j];
+    for (long kh = k0 + 2; kh < k1; kh++) {
+        const float *restrict t = r + (kh - k0) * step;
+        if (average)
             for (long j = lo; j < hi; j++)
-                m[j] = r[j];
-        else if (average)
-            for (long j = lo; j < hi; j++)
-                m[j] += r[j];
+                m[j] += t[j];
         else
             for (long j = lo; j < hi; j++)
-                m[j] = max_nan(m[j], r[j]);
-        first = 0;
+                m[j] = max_nan(m[j], t[j]);
     }
-    for (long j = first ? lo : hi; j < hi; j++)  /* no row inside */
-        m[j] = pad;
 }
 
 /* n outputs from pool_rows' m: each the maximum (JOIN max_nan) or the sum
@@ -76,9 +89,13 @@ static void pool_rows(float *restrict m, const float *in, long H, long W, long c
  * and 2 let the compiler vectorise the taps' loads. */
 #define POOL_COLUMNS(STRIDE, JOIN)                                            \
     do {                                                                      \
-        for (long j = 0; j < n; j++)                                          \
-            o[j] = m[j * (STRIDE)];                                           \
-        for (long kw = 1; kw < KW; kw++) {                                    \
+        if (KW == 1)                                                          \
+            for (long j = 0; j < n; j++)                                      \
+                o[j] = m[j * (STRIDE)];                                       \
+        else /* the first two taps in one pass */                             \
+            for (long j = 0; j < n; j++)                                      \
+                o[j] = JOIN(m[j * (STRIDE)], m[j * (STRIDE) + dil_w]);        \
+        for (long kw = 2; kw < KW; kw++) {                                    \
             const float *restrict t = m + kw * dil_w;                         \
             for (long j = 0; j < n; j++)                                      \
                 o[j] = JOIN(o[j], t[j * (STRIDE)]);                           \

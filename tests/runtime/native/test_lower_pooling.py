@@ -78,6 +78,20 @@ def test_max_pool_rows_then_columns_and_global_average_lanes():
 
 
 @pytest.mark.native_build
+def test_windows_wholly_in_the_padding():
+    # Padding wider than the window (onnxruntime refuses it; ONNX does not):
+    # whole rows and columns of windows read no input.
+    nodes = [helper.make_node('MaxPool', ['x'], ['m'], kernel_shape=[2, 2], pads=[3, 3, 3, 3]),
+             helper.make_node('AveragePool', ['x'], ['a'], kernel_shape=[2, 3], strides=[2, 2],
+                              pads=[3, 4, 2, 4], count_include_pad=1)]
+    model = onnx.shape_inference.infer_shapes(make_model(
+        nodes, [('x', F32, (1, 2, 5, 4))], [('m', F32, None), ('a', F32, None)]))
+    x = numpy.random.RandomState(1).randn(1, 2, 5, 4).astype(F32)
+    got = check_native(model, [x], onnxruntime_check=False)
+    assert numpy.isneginf(got[0][0, 0, 0]).all() and got[1][0, 0, 0, 0] == 0
+
+
+@pytest.mark.native_build
 def test_global_average_of_a_large_plane_is_accurate():
     # One running float32 sum of 262,144 values of 0.1 drifted by 2.5e-3 of
     # the mean (the old kernel); the vector lanes' sums stay within 2e-4
