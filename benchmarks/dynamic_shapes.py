@@ -18,11 +18,29 @@ compile_onnx at several batch and sequence sizes on both backends and, with
 ``emit-c --max batch=16 --symbolic-dims seq=7``, as an executable taking any
 batch up to 16; every result is checked against PyTorch's.  Prints Markdown
 tables.
+
+The symbolic native program (``emit-c --max batch=32`` of the batch-8
+file, which runs a one-sample program on each sample) is timed against
+executables emitted from files exported at batches 1 and 32 (the target:
+within 10%), each on one thread (``--threads 1``), interleaved round by
+round: wall time as the executable measures its own runs, and CPU time as
+the difference of the children's CPU time (getrusage) between a run of N
+iterations and one of 1, over N - 1.
+
+    CHAINER_COMPILER_THREADS=1 python benchmarks/dynamic_shapes.py [--clocks wall cpu]
+                                                                    [--rounds N]
+
+``--clocks``: the clocks of the steady times (timing.py): 'wall' by default,
+'cpu' the process's CPU time (one native thread: with more it adds theirs).
+``--rounds``: rounds of the executables' timing (7).
 """
+import argparse
 import contextlib
 import copy
 import io
 import os
+import resource
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -30,8 +48,9 @@ import time
 
 import chainer
 import numpy
+from inference_candidates import parse_iterations
 from models import LeNet5
-from timing import time_interleaved
+from timing import CLOCKS, repetitions, time_interleaved
 
 from chainer_compiler import compile_onnx, compile_training_step, export
 from chainer_compiler.cli import main as cli_main
@@ -76,13 +95,19 @@ def _images(batch):
     return numpy.random.RandomState(batch).uniform(-1, 1, (batch, 1, 28, 28)).astype('f')
 
 
-def main():
+def main(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__.split('\n\n')[0])
+    parser.add_argument('--clocks', nargs='+', choices=sorted(CLOCKS), default=['wall'],
+                        help="clocks of the steady times: 'wall', 'cpu' (this process's)")
+    parser.add_argument('--rounds', type=int, default=7,
+                        help="rounds of the executables' timing, the median taken")
+    args = parser.parse_args(argv)
     model = LeNet5()
     with chainer.using_config('train', False):
         model(_images(EXPORT_BATCH))
-    print('| backend | batch | new signature: first call (s) | steady (ms) | exported at '
-          'that batch (ms) | ratio |')
-    print('|---|---|---|---|---|---|')
+    print('| backend | batch | new signature: first call (s) | clock | steady (ms) | exported '
+          'at that batch (ms) | ratio |')
+    print('|---|---|---|---|---|---|---|')
     with tempfile.TemporaryDirectory() as folder, \
             chainer.using_config('train', False), chainer.using_config('enable_backprop', False):
         os.environ['CHAINER_COMPILER_CACHE'] = os.path.join(folder, 'cache')  # a cold cache
@@ -101,14 +126,77 @@ def main():
                 fixed = compile_onnx(copy.deepcopy(model), fixed_file, **kwargs)
                 numpy.testing.assert_allclose(compiled(x).array, fixed(x).array,
                                               rtol=1e-4, atol=1e-5)
-                times = time_interleaved({'dynamic': lambda c=compiled, x=x: c(x),
-                                          'fixed': lambda f=fixed, x=x: f(x)}, budget_s=1.0)
-                print('| %s | %d | %.2f | %.3f | %.3f | %.2f |' % (
-                    backend, batch, first - times['dynamic'] / 1e3, times['dynamic'],
-                    times['fixed'], times['dynamic'] / times['fixed']))
+                for clock in args.clocks:
+                    times = time_interleaved({'dynamic': lambda c=compiled, x=x: c(x),
+                                              'fixed': lambda f=fixed, x=x: f(x)},
+                                             budget_s=1.0, clock=clock)
+                    print('| %s | %d | %.2f | %s | %.3f | %.3f | %.2f |' % (
+                        backend, batch, first - times['dynamic'] / 1e3, clock,
+                        times['dynamic'], times['fixed'], times['dynamic'] / times['fixed']))
+        _symbolic_executables(model, dynamic, folder, args.rounds)
         _training_steps(model)
         _torch_export(folder)
     return 0
+
+
+def _emit_and_build(onnx_file, out, *options):
+    """emit-c ``onnx_file`` into ``out`` and build it with the Makefile's
+    defaults; the executable's path."""
+    said = io.StringIO()
+    with contextlib.redirect_stdout(said), contextlib.redirect_stderr(said):
+        status = cli_main(['emit-c', onnx_file, '-o', out] + list(options))
+    assert status == 0, said.getvalue()
+    subprocess.run(['make', '-s', '-C', out], check=True, capture_output=True)
+    return os.path.join(out, 'model')
+
+
+def _executable_run(executable, input_file, iterations, folder):
+    """(wall ms per run as the executable measured it, children's CPU
+    seconds the whole process took) of one run of ``iterations``."""
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    done = subprocess.run([executable, '--threads', '1', '--iterations', str(iterations),
+                           '-o', os.path.join(folder, 'out'), input_file],
+                          check=True, capture_output=True, text=True)
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    cpu = (after.ru_utime + after.ru_stime) - (before.ru_utime + before.ru_stime)
+    return parse_iterations(done.stdout)[1], cpu
+
+
+def _symbolic_executables(model, dynamic, folder, rounds):
+    """The symbolic executable (emit-c --max) against specialised ones
+    (the module docstring)."""
+    print()
+    print('| emit-c, one thread | batch | symbolic --max (ms) | specialised (ms) | ratio |')
+    print('|---|---|---|---|---|')
+    batches = max(BATCHES)
+    symbolic = _emit_and_build(dynamic, os.path.join(folder, 'c_max'),
+                               '--max', 'batch=%d' % batches)
+    for batch in BATCHES:
+        x = _images(batch)
+        fixed_file = export(model, [x], os.path.join(folder, 'c_at%d.onnx' % batch))
+        executables = {'symbolic': symbolic,
+                       'specialised': _emit_and_build(fixed_file, os.path.join(
+                           folder, 'c_at%d' % batch))}
+        input_file = os.path.join(folder, 'c_x%d.npy' % batch)
+        numpy.save(input_file, x)
+        iterations = {name: repetitions(0.3, _executable_run(e, input_file, 3, folder)[0] / 1e3,
+                                        min_reps=10, max_reps=100000)
+                      for name, e in executables.items()}
+        wall, cpu = {name: [] for name in executables}, {name: [] for name in executables}
+        order = list(executables)
+        for round_ in range(rounds):
+            for name in (order if round_ % 2 == 0 else order[::-1]):
+                ms, cpu_n = _executable_run(executables[name], input_file, iterations[name],
+                                            folder)
+                _, cpu_1 = _executable_run(executables[name], input_file, 1, folder)
+                wall[name].append(ms)
+                cpu[name].append((cpu_n - cpu_1) / (iterations[name] - 1) * 1e3)
+        for clock, samples in (('wall', wall), ('cpu', cpu)):
+            symbolic_ms, specialised_ms = (statistics.median(samples[name])
+                                           for name in ('symbolic', 'specialised'))
+            print('| %s | %d | %.3f | %.3f | %.2f |' % (clock, batch, symbolic_ms,
+                                                       specialised_ms,
+                                                       symbolic_ms / specialised_ms))
 
 
 def _torch_export(folder):
@@ -136,12 +224,8 @@ def _torch_export(folder):
             assert diff < 1e-4, (backend, n, t, diff)
     out = os.path.join(folder, 'torch_c')
     start = time.perf_counter()
-    said = io.StringIO()
-    with contextlib.redirect_stdout(said), contextlib.redirect_stderr(said):
-        status = cli_main(['emit-c', path, '-o', out, '--max', 'batch=%d' % TORCH_MAX_BATCH,
-                           '--symbolic-dims', 'seq=%d' % TORCH_SEQ])
-    assert status == 0, said.getvalue()
-    subprocess.run(['make', '-s', '-C', out], check=True, capture_output=True)
+    _emit_and_build(path, out, '--max', 'batch=%d' % TORCH_MAX_BATCH,
+                    '--symbolic-dims', 'seq=%d' % TORCH_SEQ)
     build = time.perf_counter() - start
     for n, t in TORCH_SIZES:
         if t != TORCH_SEQ:
