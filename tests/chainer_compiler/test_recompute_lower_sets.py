@@ -77,8 +77,13 @@ def _problem(model, params, **options):
 def _gt(problem, families=None):
     """gt's Plan for ``problem`` (None: no change) over ``families``, a
     slice of _families' list (default: every one)."""
-    keep = _gt_choice(problem, families)
-    return keep if keep is None or isinstance(keep, recompute.Plan) else problem.plan(keep)
+    return _as_plan(problem, _gt_choice(problem, families))
+
+
+def _as_plan(problem, choice):
+    """gt's ``choice`` (None, values to keep, or a Plan) as a Plan or None."""
+    return choice if choice is None or isinstance(choice, recompute.Plan) else \
+        problem.plan(choice)
 
 
 def _gt_choice(problem, families=None):
@@ -237,9 +242,8 @@ def test_every_lower_set_is_closed_and_gt_never_ends_worse_with_them(layers, bud
     if prefixes is GT.BudgetError:
         return
     assert both is not GT.BudgetError  # what fits with the prefixes fits with both
-    plans = [p if p is None or isinstance(p, recompute.Plan) else problem.plan(p)
-             for p in (prefixes, both)]
-    (peak_prefixes, work_prefixes), (peak, work) = [_peak_and_work(problem, p) for p in plans]
+    (peak_prefixes, work_prefixes), (peak, work) = [
+        _peak_and_work(problem, _as_plan(problem, choice)) for choice in (prefixes, both)]
     if budget is None:
         assert peak <= peak_prefixes
     else:
