@@ -33,7 +33,7 @@ static long plane(long floats)
 typedef struct {
     long I, H, W, O, OH, OW, TH, TW, pad_top, pad_left, ld;
     long row0, rows; /* the block of tile rows */
-    const float *x, *w, *gy, *bias, *residual;
+    const float *x, *w, *gy, *bias;
     int weights, act;
     float act_alpha;
     float *U, *V, *M, *y, *GY, *GYt, *dUt, *gw;
@@ -139,11 +139,10 @@ static void transform_patches(void *context, long begin, long end)
 
 /* Output rows y0 and y0 + 1 (those below OH) of one channel (OW wide, rows
  * OW apart in y) from the products m[xi][j] (rows rows_apart apart) of a
- * row of TW tiles: A^T m A, plus bias and the residual (laid out as y,
- * or NULL), then the activation. */
+ * row of TW tiles: A^T m A, plus bias, then the activation. */
 static void transform_output_row(long OH, long OW, long TW, long y0, const float *m,
-                                 long rows_apart, float bias, const float *residual, float *y,
-                                 int act, float act_alpha)
+                                 long rows_apart, float bias, float *y, int act,
+                                 float act_alpha)
 {
     for (long a = 0; a < 2 && y0 + a < OH; a++) {
         /* Row a of A^T m: element c of tile j in r[c][j]. */
@@ -165,9 +164,6 @@ static void transform_output_row(long OH, long OW, long TW, long y0, const float
         }
         if (OW % 2)  /* the last tile's left column only */
             out[OW - 1] = bias + r[0][TW - 1] + r[1][TW - 1] + r[2][TW - 1];
-        if (residual)
-            for (long j = 0; j < OW; j++)
-                out[j] += residual[(y0 + a) * OW + j];
         ccn_activate(OW, out, act, act_alpha);
     }
 }
@@ -200,7 +196,6 @@ static void transform_outputs(void *context, long begin, long end)
         const long row = c->row0 + p / O, o = p % O, n = row / TH, ty = row % TH;
         transform_output_row(OH, OW, TW, 2 * ty, c->M + o * c->ld + (p / O) * TW,
                              plane(O * c->ld), c->bias ? c->bias[o] : 0.0f,
-                             c->residual ? c->residual + (n * O + o) * OH * OW : NULL,
                              c->y + (n * O + o) * OH * OW, c->act, c->act_alpha);
     }
 }
@@ -215,8 +210,8 @@ static void transform_outputs(void *context, long begin, long end)
            (g)->dil_w == 1 && tiles > 0 && tiles % ((OW + 1) / 2) == 0)
 
 void ccn_conv2d_winograd(const ccn_conv_geometry *geometry, const ccn_winograd_plan *plan,
-                         const float *x, const float *w, const float *bias,
-                         const float *residual, float *y, float *scratch)
+                         const float *x, const float *w, const float *bias, float *y,
+                         float *scratch)
 {
     CCN_WINOGRAD_LOCALS(geometry, plan);
     const int weights = plan->weights, act = plan->act;
@@ -229,7 +224,7 @@ void ccn_conv2d_winograd(const ccn_conv_geometry *geometry, const ccn_winograd_p
     float *V = transformed ? scratch : scratch + 16 * up, *M = V + 16 * vp;
     winograd c = {.I = I, .H = H, .W = W, .O = O, .OH = OH, .OW = OW, .TH = TH, .TW = TW,
                   .pad_top = pad_top, .pad_left = pad_left, .ld = ld, .x = x, .w = w,
-                  .bias = bias, .residual = residual, .weights = weights, .act = act, .act_alpha = act_alpha,
+                  .bias = bias, .weights = weights, .act = act, .act_alpha = act_alpha,
                   .U = transformed ? NULL : scratch, .V = V, .M = M, .y = y};
     (void)N;
     /* Each stage's work: the 16 elements it writes per filter or tile and

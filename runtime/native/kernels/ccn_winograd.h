@@ -43,14 +43,13 @@ typedef struct {
 /* y (batch, out_channels, out_h, out_w) = the 3x3 convolution, stride 1,
  * of x (batch, in_channels, in_h, in_w) padded by pad_top and pad_left
  * (and zeros past the bottom and right edges as far as out_h and out_w
- * reach), plus bias and residual (a fused Add's other operand, laid out
- * as y; either may be NULL), then the plan's activation; the
+ * reach), plus bias (may be NULL), then the plan's activation; the
  * geometry's kernel is 3x3 with stride and dilation 1 in one group.
  * scratch holds CCN_WINOGRAD_SCRATCH(in_channels, out_channels, tiles,
  * weights) floats. */
 void ccn_conv2d_winograd(const ccn_conv_geometry *geometry, const ccn_winograd_plan *plan,
-                         const float *x, const float *w, const float *bias,
-                         const float *residual, float *y, float *scratch);
+                         const float *x, const float *w, const float *bias, float *y,
+                         float *scratch);
 
 /* The gradient gw (O, I, 3, 3) of ccn_conv2d_winograd's weights (not
  * transposed) from its input x and the gradient gy (N, O, OH, OW) of its

@@ -91,12 +91,11 @@ def winograd_step(em, inst, geometry, x_shape, channels_out, out_size, tiles, we
     (``geometry``: its ccn_conv_geometry, lowerings/connection.py's
     conv_geometry), with input 1 the weights, 'filters' (O, I, 3, 3) or a
     ConvTranspose's (I, O, 3, 3), 'rotated'; constant filters are
-    transformed here, once.  Input 2 is an optional bias, input 3 an
-    optional residual (runtime/native/fusion.py's Add, added in the output
-    transform); ``act`` the activation (its CCN_ACT_* enum, its slope)."""
+    transformed here, once.  Input 2 is an optional bias; ``act`` the
+    activation (its CCN_ACT_* enum, its slope)."""
     N, channels_in, H, W = x_shape
     OH, OW = out_size
-    has_bias, has_residual = em.has(inst, 2), em.has(inst, 3)
+    has_bias = em.has(inst, 2)
     constant = em.const(inst.inputs[1]) if weights == 'filters' else None
     transformed = None
     if constant is not None:
@@ -109,10 +108,9 @@ def winograd_step(em, inst, geometry, x_shape, channels_out, out_size, tiles, we
     def render(ref, scratch):
         return ['ccn_conv2d_winograd(%s,' % geometry,
                 '                    %s,' % plan,
-                '                    %s, %s, %s, %s, %s, %s);' % (
+                '                    %s, %s, %s, %s, %s);' % (
                     ref(inst.inputs[0]), transformed or ref(inst.inputs[1]),
-                    ref(inst.inputs[2]) if has_bias else 'NULL',
-                    ref(inst.inputs[3]) if has_residual else 'NULL', ref(inst.outputs[0]),
+                    ref(inst.inputs[2]) if has_bias else 'NULL', ref(inst.outputs[0]),
                     scratch)]
     # CCN_WINOGRAD_SCRATCH of ccn_winograd.h.
     filters = 0 if transformed else channels_out * channels_in + SKEW

@@ -1,8 +1,8 @@
 """A residual Add (and the activation after it) fused into the Conv before
 it (runtime/native/fusion.py's _fuse_residual): which Adds it takes, that
 each convolution path (im2col one image or several at a time, the direct
-1x1 product, strided, Winograd's output transform, depthwise by a pass
-after, as the dilated one tap by tap) computes what the NumPy VM does,
+1x1 product, strided; Winograd, depthwise and the dilated one tap by tap
+with a pass after) computes what the NumPy VM does,
 and that the profile names the fused instruction."""
 import dataclasses
 
@@ -50,7 +50,7 @@ def test_residual_fused_on_every_convolution_path(tmp_path):
         + _block(2, 'x2', 'w2', 'r2', False, first=False, pads=[1, 1, 1, 1])
         # 3x3 stride 2, two images per product.
         + _block(3, 'x1', 'w2', 'r3', True, strides=[2, 2], pads=[1, 1, 1, 1])
-        # Winograd (64 channels, 3x3 stride 1), its output transform adds.
+        # Winograd (64 channels, 3x3 stride 1): the Add and Relu after.
         + _block(4, 'x4', 'w4', 'r4', True, pads=[1, 1, 1, 1])
         # Depthwise: the Add and Relu in one pass after the kernel.
         + _block(5, 'x2', 'w5', 'r2', True, group=8, pads=[1, 1, 1, 1])
@@ -85,7 +85,8 @@ def test_residual_fused_on_every_convolution_path(tmp_path):
     source = open(next(p for p in result.files if p.endswith('/model.c'))).read()
     assert source.count('ccn_conv2d_winograd(') == 1
     assert source.count('ccn_conv2d_taps(') == 1
-    assert source.count('ccn_add_activate(') == 2  # after depthwise and taps
+    # One pass after each of depthwise, taps and Winograd.
+    assert source.count('ccn_add_activate(') == 3
     # The profile names each fused instruction after its nodes.
     names = [inst.name for _, inst, _, _ in result.profiled]
     assert any('Conv' in n and '+Add' in n and n.endswith('+Relu_2') for n in names), names
