@@ -408,7 +408,10 @@ def conv(em, inst) -> Step:
                     'NULL' if direct else scratch)]
     scratch = 0 if direct else Cg * KH * KW * S * images + (M // group * S * images
                                                             if images > 1 else 0)
-    return Step('connection', [(N, M, OH, OW)], render, scratch=scratch, also=('gemm',))
+    # The output may take a dying residual's memory: fill_start reads each
+    # element before the product writes it.
+    return Step('connection', [(N, M, OH, OW)], render, scratch=scratch, also=('gemm',),
+                in_place=(3,) if residual else ())
 
 
 def _add_residual(inst, step: Step, act, size: int) -> Step:

@@ -62,28 +62,38 @@ def test_residual_fused_on_every_convolution_path(tmp_path):
            node('Conv', ['x1', 'w1', 'b6'], ['e7']),
            node('Add', ['d7', 'e7'], ['s7']), node('Relu', ['s7'], ['y7'])]
         # Dilated, taps mostly in the padding: tap by tap, then the pass.
-        + _block(8, 'x2', 'w2', 'r2', False, dilations=[4, 4], pads=[4, 4, 4, 4]))
+        + _block(8, 'x2', 'w2', 'r2', False, dilations=[4, 4], pads=[4, 4, 4, 4])
+        # A residual read for the last time: the output (read by a Neg,
+        # not a program output) takes its memory.
+        + [node('Neg', ['r1'], ['t9'])] + _block(9, 'x1', 'w1', 't9', True)
+        + [node('Neg', ['y9'], ['z9'])])
     inits = {'w1': _rand(rng, 8, 8, 1, 1), 'w2': _rand(rng, 8, 8, 3, 3),
              'w4': _rand(rng, 64, 64, 3, 3), 'w5': _rand(rng, 8, 1, 3, 3),
-             **{'b%d' % k: _rand(rng, 64 if k == 4 else 8) for k in range(1, 9)}}
+             **{'b%d' % k: _rand(rng, 64 if k == 4 else 8) for k in range(1, 10)}}
     inputs = [('x1', F32, [2, 8, 7, 7]), ('r1', F32, [2, 8, 7, 7]),
               ('x2', F32, [1, 8, 6, 6]), ('r2', F32, [1, 8, 6, 6]),
               ('r3', F32, [2, 8, 4, 4]),
               ('x4', F32, [1, 64, 12, 12]), ('r4', F32, [1, 64, 12, 12]),
               ('x6', F32, [1, 8, 16, 16]), ('r6', F32, [1, 8, 16, 16])]
     shapes = {1: [2, 8, 7, 7], 2: [1, 8, 6, 6], 3: [2, 8, 4, 4], 4: [1, 64, 12, 12],
-              5: [1, 8, 6, 6], 6: [1, 8, 16, 16], 7: [2, 8, 7, 7], 8: [1, 8, 6, 6]}
-    model = make_model(nodes, inputs, [('y%d' % k, F32, s) for k, s in shapes.items()], inits)
+              5: [1, 8, 6, 6], 6: [1, 8, 16, 16], 7: [2, 8, 7, 7], 8: [1, 8, 6, 6],
+              9: [2, 8, 7, 7]}
+    model = make_model(nodes, inputs, [('y%d' % k if k < 9 else 'z9', F32, s)
+                                       for k, s in shapes.items()], inits)
     program = build_program(model)
     fused = fuse(program)
     convs = [inst for inst in fused.instructions if inst.op == 'Conv']
-    assert [inst.op for inst in fused.instructions] == ['Conv'] * 9
-    assert [len(inst.inputs) for inst in convs] == [4] * 6 + [3, 4, 4]
+    assert [inst.op for inst in fused.instructions] == ['Conv'] * 9 + ['Neg', 'Conv', 'Neg']
+    assert [len(inst.inputs) for inst in convs] == [4] * 6 + [3, 4, 4, 4]
     assert [inst.attrs.get('activation') for inst in convs] == \
-        ['Relu', None, 'Relu', 'Relu', 'Relu', 'Relu', None, 'Relu', None]
+        ['Relu', None, 'Relu', 'Relu', 'Relu', 'Relu', None, 'Relu', None, 'Relu']
     result = emit_c(program, tmp_path, 'model')
     source = open(next(p for p in result.files if p.endswith('/model.c'))).read()
     assert source.count('ccn_conv2d_winograd(') == 1
+    # ccn_conv2d's arguments: x, w, bias, residual, y, scratch.
+    calls = [line.strip().rstrip(');').split(', ') for line in source.splitlines()
+             if line.startswith('           ') and line.count(', ') == 5]
+    assert sum(args[3] == args[4] for args in calls) == 1, calls
     assert source.count('ccn_conv2d_taps(') == 1
     # One pass after each of depthwise, taps and Winograd.
     assert source.count('ccn_add_activate(') == 3
