@@ -21,6 +21,7 @@ import numpy
 from ...ops.fusion_rules import epilogue_alpha, product_epilogues
 from ...ops.registry import CUSTOM_DOMAIN
 from ..cformat import CStruct, cfloat
+from ..gemm_layout import PANEL_MIN_ROWS, STRIP_COLS, pack_panels
 from ..lowering import Refuse, Step, lowers, unit_height, window
 from .depthwise import depthwise_scratch, depthwise_step, is_depthwise
 from .winograd import (
@@ -54,16 +55,6 @@ TAPS_SHARE = 0.5
 #: depth, ConvTranspose's columns), whose other operands are not packed at
 #: emit time: each product reads or writes the whole weight gradient.
 GRAD_COLUMNS = 1024
-#: The panel and strip layouts of ccn_gemm.h (CCN_PANEL_ROWS,
-#: CCN_STRIP_COLS, CCN_KC): rows of a panel of A, columns of a strip of B
-#: and depth of a slice.
-PANEL_ROWS = 24
-STRIP_COLS = 32
-PANEL_DEPTH = 256
-#: Rows of a product from which the kernels pack their operands
-#: (ccn_gemm.c's CCN_SMALL_M): only then do emit-time layouts spare
-#: work.
-PANEL_MIN_ROWS = 4
 #: The structs of ccn_connection.h the convolutions take: the geometry
 #: (also ConvTranspose's and Winograd's) and how an im2col one runs.
 CONV_GEOMETRY = CStruct('ccn_conv_geometry', (
@@ -223,20 +214,6 @@ def matmul(em, inst) -> Step:
                     rank=len(batch), dims=batch, a_strides=a_strides, b_strides=b_strides),
                 '    %s, %s, %s, %s);' % (geometry, a, b, y)]
     return Step('gemm', [out], render)
-
-
-def pack_panels(a, rows=PANEL_ROWS) -> numpy.ndarray:
-    """The M x K float32 matrix ``a`` in the panel layout of
-    ccn_gemm.h: rows padded with zeros to whole panels of ``rows``,
-    then for each PANEL_DEPTH-deep slice of columns and each panel, the
-    slice's columns one after the other, each holding the panel's rows.
-    The strip layout of a K x N matrix B is that of B.T with STRIP_COLS."""
-    M, K = a.shape
-    padded = numpy.zeros((-(-M // rows) * rows, K), numpy.float32)
-    padded[:M] = a
-    panels = padded.reshape(-1, rows, K)
-    return numpy.concatenate([panels[:, :, k0:k0 + PANEL_DEPTH].transpose(0, 2, 1).ravel()
-                              for k0 in range(0, K, PANEL_DEPTH)])
 
 
 def _batch_strides(shape, batch) -> tuple[int, ...]:

@@ -15,8 +15,8 @@ import numpy
 from ...ops.registry import CUSTOM_DOMAIN
 from ...program import NO_REGISTER
 from ..cformat import Shape, cfloat
+from ..gemm_layout import PANEL_MIN_ROWS, STRIP_COLS, pack_panels
 from ..lowering import Refuse, Step, lowers
-from .connection import PANEL_MIN_ROWS, STRIP_COLS, pack_panels
 
 #: op -> (C cell constant, number of gates, default activations of one direction)
 _CELLS = {'RNN': ('CCN_CELL_RNN', 1, ('tanh',)),

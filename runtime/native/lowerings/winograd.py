@@ -16,6 +16,7 @@ one process: 105 to 88 ms (-15%)."""
 import numpy
 
 from ..cformat import CStruct
+from ..gemm_layout import pack_panels
 from ..lowering import Step
 
 #: Fewest channels (input and output), narrowest output, and least product
@@ -77,7 +78,6 @@ def transformed_filters(w) -> numpy.ndarray:
     CCN_WINOGRAD_TRANSFORMED of ccn_winograd.h: 16 planes, each an element
     of G g G^T as an O x I matrix in the panel layout of ccn_gemm.h (the
     products read it as it lies), SKEW floats after one another."""
-    from .connection import pack_panels  # (connection imports this module)
     w = numpy.asarray(w, numpy.float32)
     out_channels, in_channels = w.shape[:2]
     u = numpy.einsum('ar,oirs,bs->aboi', _G, w, _G).reshape(16, out_channels, in_channels)

@@ -10,7 +10,7 @@ import pytest
 from onnx import helper
 
 from chainer_compiler.pipeline import build_program
-from chainer_compiler.runtime.native import emit_c
+from chainer_compiler.runtime.native import emit_c, gemm_layout
 from chainer_compiler.runtime.native.cformat import CStruct
 from chainer_compiler.runtime.native.lower import MAX_RANK
 from chainer_compiler.runtime.native.lowerings import array as native_array
@@ -90,10 +90,10 @@ def test_kernels_called_from_python_take_many_sizes_in_structs():
 
 
 def test_mirrored_constants_equal_the_c_ones():
-    assert connection.PANEL_ROWS == _define('CCN_PANEL_ROWS', 'ccn_gemm.h')
-    assert connection.STRIP_COLS == _define('CCN_STRIP_COLS', 'ccn_gemm.h')
-    assert connection.PANEL_DEPTH == _define('CCN_KC', 'ccn_gemm.c')
-    assert connection.PANEL_MIN_ROWS == _define('CCN_SMALL_M', 'ccn_gemm.c')
+    assert gemm_layout.PANEL_ROWS == _define('CCN_PANEL_ROWS', 'ccn_gemm.h')
+    assert gemm_layout.STRIP_COLS == _define('CCN_STRIP_COLS', 'ccn_gemm.h')
+    assert gemm_layout.PANEL_DEPTH == _define('CCN_KC', 'ccn_gemm.c')
+    assert gemm_layout.PANEL_MIN_ROWS == _define('CCN_SMALL_M', 'ccn_gemm.c')
     assert winograd.SKEW == _define('CCN_WINOGRAD_SKEW', 'ccn_winograd.h')
     assert MAX_RANK == native_math.MAX_RANK == _define('CCN_MAX_RANK', 'ccn_common.h')
 

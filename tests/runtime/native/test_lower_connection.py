@@ -8,7 +8,7 @@ from onnx import helper
 
 from chainer_compiler.pipeline import build_program
 from chainer_compiler.runtime.native import UnsupportedNativeOpsError, emit_c
-from chainer_compiler.runtime.native.lowerings.connection import (
+from chainer_compiler.runtime.native.gemm_layout import (
     PANEL_DEPTH,
     PANEL_ROWS,
     STRIP_COLS,

@@ -61,6 +61,11 @@ NATIVE_BUDGET += 125
 #: dilated ones in lowerings/connection.py), issue 31.
 NATIVE_BUDGET += 60
 
+#: + 5: the products' packed layouts in gemm_layout.py, which the
+#: convolution, Winograd and recurrent lowerings share (Winograd imported
+#: them from the convolution lowering, which imports Winograd), issue 30.
+NATIVE_BUDGET += 5
+
 
 def test_the_native_backend_stays_within_its_budget():
     used = _total((RUNTIME / 'native').rglob('*.py'))
