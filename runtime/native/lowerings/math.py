@@ -66,7 +66,8 @@ def merged_axes(out, *strides) -> tuple[list[int], list[list[int]]]:
     neighbours that every operand steps through as one merged: an SE scale
     (N, C, 1, 1) times (N, C, H, W) becomes rows of H * W with the scale's
     stride 0, whose loop vectorises, not rows of W."""
-    shape, merged = [], [[] for _ in strides]
+    shape: list[int] = []
+    merged: list[list[int]] = [[] for _ in strides]
     for d, n in enumerate(out):
         if n == 1:
             continue
