@@ -137,18 +137,24 @@ class _Fuser:
             constants=self.constants, num_registers=self.next_register,
             register_names=self.names)
 
+    def _only_reader(self, r: int) -> tuple[int, Instruction] | None:
+        """(index, instruction) of the one instruction reading ``r`` when
+        ``r`` has one reader and is no program output; else None."""
+        users = self.readers.get(r, [])
+        reader = self.insts[users[0]] if len(users) == 1 else None
+        if r in self.outputs or reader is None:
+            return None
+        return users[0], reader
+
     def _sole_reader(self, r: int) -> int | None:
         """The index of the instruction reading ``r`` when that is the only
         read of ``r``, as input 0 of a default-domain op, and ``r`` is no
         program output; else None."""
-        users = self.readers.get(r, [])
-        if r in self.outputs or len(users) != 1:
-            return None
-        reader = self.insts[users[0]]
+        j, reader = self._only_reader(r) or (-1, None)
         if reader is None or reader.domain not in _DEFAULT_DOMAINS or not reader.inputs \
                 or reader.inputs[0] != r:
             return None
-        return users[0]
+        return j
 
     def _unread(self, r: int) -> bool:
         return r == NO_REGISTER or (r not in self.readers and r not in self.outputs)
@@ -256,10 +262,8 @@ class _Fuser:
         inst = self.insts[i]
         assert inst is not None
         y = inst.outputs[0]
-        users = self.readers.get(y, [])
-        j = users[0] if len(users) == 1 and y not in self.outputs else None
-        add = None if j is None else self.insts[j]
-        if j is None or add is None or add.op != 'Add' or add.domain not in _DEFAULT_DOMAINS \
+        j, add = self._only_reader(y) or (-1, None)
+        if add is None or add.op != 'Add' or add.domain not in _DEFAULT_DOMAINS \
                 or len(add.inputs) != 2 or len(inst.outputs) != 1 \
                 or 'activation' in inst.attrs or len(inst.inputs) > 3:
             return False
@@ -293,11 +297,9 @@ class _Fuser:
         inst = self.insts[i]
         assert inst is not None
         m = inst.outputs[0]
-        users = self.readers.get(m, [])
-        j = users[0] if len(users) == 1 and m not in self.outputs else None
-        add = None if j is None else self.insts[j]
+        j, add = self._only_reader(m) or (-1, None)
         weight = self._const(inst, 1)
-        if j is None or add is None or add.op != 'Add' or add.domain not in _DEFAULT_DOMAINS \
+        if add is None or add.op != 'Add' or add.domain not in _DEFAULT_DOMAINS \
                 or add.version < 7 or len(add.inputs) != 2 or len(inst.inputs) != 2 \
                 or weight is None or weight.ndim != 2 or 'activation' in inst.attrs:
             return False
@@ -348,10 +350,8 @@ class _Fuser:
         sigmoid = self.insts[i]
         assert sigmoid is not None
         s, x = sigmoid.outputs[0], sigmoid.inputs[0]
-        users = self.readers.get(s, [])
-        j = users[0] if len(users) == 1 and s not in self.outputs else None
-        mul = None if j is None else self.insts[j]
-        if j is None or mul is None or mul.op != 'Mul' or mul.domain not in _DEFAULT_DOMAINS \
+        j, mul = self._only_reader(s) or (-1, None)
+        if mul is None or mul.op != 'Mul' or mul.domain not in _DEFAULT_DOMAINS \
                 or sorted(mul.inputs) != sorted((x, s)):
             return False
         # At the Mul's place, where x is still alive.
@@ -483,10 +483,8 @@ class _Fuser:
         gemm = self.insts[i]
         assert gemm is not None
         g = gemm.outputs[0]
-        users = self.readers.get(g, [])
-        j = users[0] if len(users) == 1 and g not in self.outputs else None
-        update = None if j is None else self.insts[j]
-        if j is None or update is None or update.qualified_op != CUSTOM_DOMAIN + '::SGDUpdate' \
+        j, update = self._only_reader(g) or (-1, None)
+        if update is None or update.qualified_op != CUSTOM_DOMAIN + '::SGDUpdate' \
                 or len(update.inputs) != 3 or update.inputs[1] != g \
                 or update.inputs[0] not in self.float32_inputs \
                 or not self._unread(gemm.inputs[2] if len(gemm.inputs) > 2 else NO_REGISTER) \

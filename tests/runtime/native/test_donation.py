@@ -21,27 +21,15 @@ from chainer_compiler.runtime.native.emit_c import emit_c
 from chainer_compiler.runtime.native.plan import _donate
 from chainer_compiler.training import compile_training
 
-
-class MLP(chainer.Chain):
-    """Wide hidden layers, no scratch: the retained activations are most
-    of what the backward holds."""
-
-    def __init__(self, sizes=(20, 64, 64, 64, 5)):
-        super().__init__()
-        with self.init_scope():
-            self.layers = chainer.ChainList(*[L.Linear(a, b)
-                                              for a, b in zip(sizes, sizes[1:])])
-
-    def forward(self, x):
-        for layer in self.layers[:-1]:
-            x = F.relu(layer(x))
-        return self.layers[-1](x)
+from .test_native_training import MLP
 
 
 @pytest.fixture(scope='module')
 def programs(tmp_path_factory):
     numpy.random.seed(0)
-    model, x = MLP(), numpy.random.uniform(-1, 1, (8, 20)).astype(numpy.float32)
+    # Wide hidden layers: the retained activations are most of what the
+    # backward holds.
+    model, x = MLP((20, 64, 64, 64, 5)), numpy.random.uniform(-1, 1, (8, 20)).astype(numpy.float32)
     path = str(tmp_path_factory.mktemp('donation') / 'mlp.onnx')
     chainer_compiler.export(model, [x], path)
     return compile_training(path, wrt=None), x

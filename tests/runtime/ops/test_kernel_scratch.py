@@ -2,7 +2,6 @@
 batch normalizations and MaxPool's gradient work in their results' arrays,
 so their scratch is at most one array the size of X, and the kernels with
 large temporaries declare them (OpRecord.scratch) for the memory model."""
-import tracemalloc
 
 import numpy as np
 import pytest
@@ -13,17 +12,9 @@ from chainer_compiler.runtime.ops.normalization import batch_normalization, batc
 from chainer_compiler.runtime.ops.pooling import max_pool, max_pool_grad
 from chainer_compiler.runtime.ops.registry import CUSTOM_DOMAIN, operator_record
 
+from .test_connection_chunks import _peak
+
 _RNG = np.random.default_rng(0)
-
-
-def _peak(call):
-    """(result, peak bytes NumPy allocated during ``call()``)."""
-    tracemalloc.start()
-    try:
-        result = call()
-        return result, tracemalloc.get_traced_memory()[1]
-    finally:
-        tracemalloc.stop()
 
 
 # A ResNet-like activation, 4 MiB: a temporary of its size is plain in a peak.
