@@ -17,6 +17,18 @@ def _image(shape, seed=0):
     return numpy.random.RandomState(seed).uniform(-1, 1, shape).astype(numpy.float32)
 
 
+def _seeded(make, seed=0):
+    """``make()``'s model with its random initial weights (Chainer draws
+    them from NumPy's global generator) the same at every run: unseeded, a
+    rare draw put ResNet-50's rounding just past the tolerance."""
+    state = numpy.random.get_state()
+    numpy.random.seed(seed)
+    try:
+        return make()
+    finally:
+        numpy.random.set_state(state)
+
+
 def test_mlp():
     check_export(MLP(n_units=32), _image((4, 784)))
 
@@ -27,20 +39,20 @@ def test_lenet5():
 
 @pytest.mark.slow
 def test_vgg16():
-    model = L.VGG16Layers(pretrained_model=None)
+    model = _seeded(lambda: L.VGG16Layers(pretrained_model=None))
     check_export(model, _image((1, 3, 224, 224)), opsets=(DEFAULT_OPSET,),
                  rtol=1e-4, atol=1e-6)
 
 
 @pytest.mark.slow
 def test_resnet50():
-    model = L.ResNet50Layers(pretrained_model=None)
+    model = _seeded(lambda: L.ResNet50Layers(pretrained_model=None))
     check_export(model, _image((1, 3, 224, 224)), opsets=(DEFAULT_OPSET,),
                  rtol=1e-4, atol=1e-6)
 
 
 @pytest.mark.slow
 def test_googlenet():
-    model = L.GoogLeNet(pretrained_model=None)
+    model = _seeded(lambda: L.GoogLeNet(pretrained_model=None))
     check_export(model, _image((1, 3, 224, 224)), opsets=(DEFAULT_OPSET,),
                  rtol=1e-4, atol=1e-6)
