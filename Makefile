@@ -58,16 +58,19 @@ lint: $(STAMP)
 	$(VENV)/bin/mypy
 
 # The whole suite on every core (pytest-xdist): serial, it took 14:48 on
-# this 2-core machine, at the edge of the 15 minutes CI allows it.
+# this 2-core machine, at the edge of the 15 minutes CI allows it.  One
+# OpenBLAS thread per worker: the workers already fill the cores, and two
+# workers' spinning BLAS threads on two cores slowed NumPy's products ~10%.
+TEST_ENV = OPENBLAS_NUM_THREADS=1
 test: lint
-	$(PY) -m pytest -q -n auto
+	$(TEST_ENV) $(PY) -m pytest -q -n auto
 
 # Everything but the tests marked slow (whole-model training and export),
 # native_build (they compile C: a few native smoke tests stay in) and the
 # sanitizer tier (C built with -fsanitize=address,undefined), on every core
 # (pytest-xdist; each worker builds its native smoke tests' C once).
 test-fast: $(STAMP)
-	$(PY) -m pytest -q -n auto -m 'not slow and not native_build and not sanitize'
+	$(TEST_ENV) $(PY) -m pytest -q -n auto -m 'not slow and not native_build and not sanitize'
 
 # The sanitizer tier alone (`make test` runs it too): emitted models on
 # hostile .npy and weights files, and native kernel tests, under ASan+UBSan.
