@@ -1067,30 +1067,169 @@ void ccn_gemm_bt(const ccn_gemm_geometry *g, const float *A, const float *Bt, fl
     ccn_parallel_for((N + 3) / 4, N * K, gemm_bt_quads, &part);
 }
 
+/* The batched products' columns per block and rows per tile: two
+ * vectors by CCN_MR rows, or one vector by CCN_TALL_MR (the tiles of
+ * micro_kernel and micro_kernel_tall). */
+#define CCN_VW (CCN_NR / 2)
+#define CCN_WIDE_ROWS CCN_MR
+/* Most floats of B a batched product packs on the stack (when N is not
+ * whole vectors; 64 KiB, as gemm_serial's buffers): past it the product
+ * takes gemm_serial. */
+#define CCN_BATCH_PACK 16384
+
+#if defined(__GNUC__)
+/* GCC left the tall tile's 24 rows a loop over accumulators in memory. */
+#if !defined(__clang__)
+#define CCN_UNROLL_ROWS _Pragma("GCC unroll 24")
+#else
+#define CCN_UNROLL_ROWS
+#endif
+/* C[r, 0:cols] = sum_k a[r][k] B[k, 0:cols] for the rows r < rows of a
+ * tile of R (row pointers into A; those past the last row repeat it and
+ * are dropped) and cols <= nv * CCN_VW columns of B (rows ldb apart, whole
+ * vectors readable), then the activation.  A is read in place, one element
+ * broadcast per row and step of k: a small product's A is not worth
+ * packing. */
+CCN_ALWAYS_INLINE void batch_tile(int R, int nv, long rows, long K, const float *const *a,
+                                  const float *B, long ldb, float *C, long ldc, long cols,
+                                  int act, float act_alpha)
+{
+    vec acc[CCN_TALL_MR][2], b[2];
+    for (int r = 0; r < R; r++)
+        for (int j = 0; j < nv; j++)
+            acc[r][j] = (vec){0};
+    for (long k = 0; k < K; k++) {
+        for (int j = 0; j < nv; j++) {
+            memcpy(&b[j], B + k * ldb + j * CCN_VW, sizeof b[j]);
+            CCN_IN_REGISTER(b[j]);
+        }
+        CCN_UNROLL_ROWS
+        for (int r = 0; r < R; r++)
+            for (int j = 0; j < nv; j++)
+                acc[r][j] += a[r][k] * b[j];
+    }
+    /* Rows by a constant bound, so that acc stays in registers. */
+    for (int r = 0; r < R; r++) {
+        float *c = C + r * ldc, tail[2 * CCN_VW];
+        if (r == rows)
+            break;
+        if (cols == nv * CCN_VW) {
+            for (int j = 0; j < nv; j++)
+                memcpy(c + j * CCN_VW, &acc[r][j], sizeof(vec));
+        } else {
+            for (int j = 0; j < nv; j++)
+                memcpy(tail + j * CCN_VW, &acc[r][j], sizeof(vec));
+            for (long j = 0; j < cols; j++)
+                c[j] = tail[j];
+        }
+        if (act != CCN_ACT_NONE)
+            activate_row(cols, c, act, act_alpha);
+    }
+}
+
+/* C (M x N, rows N apart) = A B for a row-major A (rows K apart) and B
+ * (rows ldb apart, whole vectors readable): blocks of two vectors of
+ * columns by CCN_MR rows, the last vector by CCN_TALL_MR. */
+static void batch_product(long M, long N, long K, const float *A, const float *B, long ldb,
+                          float *C, int act, float act_alpha)
+{
+    for (long n = 0; n < N; n += 2 * CCN_VW) {
+        /* Two vectors, one, or one for few rows. */
+        const int shape = N - n > CCN_VW ? 2 : M >= CCN_TALL_MR ? 1 : 0;
+        const long R = shape == 2 ? CCN_WIDE_ROWS : shape ? CCN_TALL_MR : CCN_MR;
+        const long cols = min_long(N - n, 2 * CCN_VW);
+        for (long m = 0; m < M; m += R) {
+            const float *a[CCN_TALL_MR];
+            for (long r = 0; r < R; r++)
+                a[r] = A + min_long(m + r, M - 1) * K;
+            const long rows = min_long(R, M - m);
+            float *c = C + m * N + n;
+            if (shape == 2)
+                batch_tile(CCN_WIDE_ROWS, 2, rows, K, a, B + n, ldb, c, N, cols, act, act_alpha);
+            else if (shape)
+                batch_tile(CCN_TALL_MR, 1, rows, K, a, B + n, ldb, c, N, cols, act, act_alpha);
+            else
+                batch_tile(CCN_MR, 1, rows, K, a, B + n, ldb, c, N, cols, act, act_alpha);
+        }
+    }
+}
+#endif
+
+/* Products [t0, t1) of ccn_matmul_batched, on the calling thread. */
+void ccn_matmul_batched_core(long t0, long t1, const ccn_matmul_batch *batch,
+                             const ccn_gemm_geometry *g, const float *A, const float *B,
+                             float *C)
+{
+    const long M = g->M, N = g->N, K = g->K;
+    for (long t = t0; t < t1; t++) {
+        /* The operands' offsets from t's index, last dim fastest. */
+        long a_off = 0, b_off = 0, rest = t;
+        for (long d = batch->rank - 1; d >= 0; d--) {
+            const long i = rest % batch->dims[d];
+            rest /= batch->dims[d];
+            a_off += i * batch->a_strides[d];
+            b_off += i * batch->b_strides[d];
+        }
+        const float *a = A + a_off, *b = B + b_off;
+        float *c = C + t * M * N;
+#if defined(__GNUC__)
+        /* Row-major A: the tiles above, B packed to whole vectors when its
+         * rows are not (an attention's 20 or 24 columns per head). */
+        const long padded = (N + CCN_VW - 1) / CCN_VW * CCN_VW;
+        if (g->a_cs == 1 && g->a_rs == K && (N == padded || K * padded <= CCN_BATCH_PACK)) {
+            float packed[CCN_BATCH_PACK];
+            if (N != padded) {
+                for (long k = 0; k < K; k++)
+                    for (long j = 0; j < padded; j++)
+                        packed[k * padded + j] = j < N ? b[k * g->ldb + j] : 0.0f;
+                b = packed;
+            }
+            batch_product(M, N, K, a, b, N == padded ? g->ldb : padded, c, g->act,
+                          g->act_alpha);
+            continue;
+        }
+#endif
+        const a_operand ao = {a, g->a_rs, g->a_cs, 1.0f, NULL, 0};
+        const b_operand bo = {b, g->ldb, NULL, 0};
+        gemm_serial(M, N, K, &ao, 0, &bo, 0, c, N, 1, g->act, g->act_alpha);
+    }
+}
+
+#ifdef CCN_GEMM_VARIANTS
+typedef void batched_fn(long, long, const ccn_matmul_batch *, const ccn_gemm_geometry *,
+                        const float *, const float *, float *);
+batched_fn ccn_matmul_batched_core_v3, ccn_matmul_batched_core_v4;
+#define MATMUL_BATCHED (best_level() == 4 ? ccn_matmul_batched_core_v4 \
+                        : best_level() == 3 ? ccn_matmul_batched_core_v3 \
+                        : ccn_matmul_batched_core)
+#else
+#define MATMUL_BATCHED ccn_matmul_batched_core
+#endif
+
+/* ccn_matmul_batched's arguments, for ccn_parallel_for over the batch. */
+typedef struct {
+    const ccn_matmul_batch *batch;
+    const ccn_gemm_geometry *g;
+    const float *A, *B;
+    float *C;
+} batched_part;
+
+static void batched_range(void *context, long begin, long end)
+{
+    const batched_part *p = context;
+    MATMUL_BATCHED(begin, end, p->batch, p->g, p->A, p->B, p->C);
+}
+
 void ccn_matmul_batched(const ccn_matmul_batch *batch, const ccn_gemm_geometry *g,
                         const float *A, const float *B, float *C)
 {
-    const long rank = batch->rank, *dims = batch->dims, *a_strides = batch->a_strides,
-               *b_strides = batch->b_strides, M = g->M, N = g->N;
-    long batches = 1, index[CCN_MAX_RANK] = {0};
-    for (long d = 0; d < rank; d++)
-        batches *= dims[d];
-    long a_off = 0, b_off = 0;
-    for (long t = 0; t < batches; t++) {
-        float *c = C + t * M * N;
-        memset(c, 0, (size_t)(M * N) * sizeof(float));
-        ccn_gemm_ex(g, A + a_off, B + b_off, 1.0f, c);
-        /* Odometer step of the batch index, keeping the operand offsets. */
-        for (long d = rank - 1; d >= 0; d--) {
-            a_off += a_strides[d];
-            b_off += b_strides[d];
-            if (++index[d] < dims[d])
-                break;
-            a_off -= a_strides[d] * dims[d];
-            b_off -= b_strides[d] * dims[d];
-            index[d] = 0;
-        }
-    }
+    long batches = 1;
+    for (long d = 0; d < batch->rank; d++)
+        batches *= batch->dims[d];
+    /* Whole products per thread: each is small (an attention head's). */
+    batched_part part = {batch, g, A, B, C};
+    ccn_parallel_for(batches, batches * g->M * g->N * g->K / CCN_MACS_PER_WORK, batched_range,
+                     &part);
 }
 
 /* ccn_transpose_batch's rows of 8x8 blocks [begin, end) of every matrix. */

@@ -1,6 +1,6 @@
 """Gemm, MatMul and Conv on the native backend: the blocked GEMM's edge
 tiles and K blocks, the dot-product path for few rows, broadcast batched
-MatMul, convolutions sharing one product between several images, and
+MatMul (its own tiles for attention heads), convolutions sharing one product between several images, and
 constant operands laid out at emit time (panels of A, strips of B)."""
 import numpy
 import pytest
@@ -113,6 +113,30 @@ def test_matmul_broadcasting():
                ('f', F32, [1, 9]), ('g', F32, [2, 3, 4])]
     model = make_model(nodes, inputs, outputs, {'C': _rand(rng, 6, 9)})
     check_native(model, [_rand(rng, *s) for _, _, s in inputs])
+
+
+@pytest.mark.native_build
+def test_batched_matmul_tiles():
+    """Batched products of run-time operands (attention heads): two-vector
+    tiles with a last partial tile of rows and B packed to whole vectors,
+    a Relu epilogue; the tall one-vector tile (24 rows and more); few rows
+    of one vector; B broadcast over a batch dim; a B too large to pack
+    (the blocked GEMM); depth 0."""
+    rng = numpy.random.RandomState(5)
+    node = helper.make_node
+    nodes = [node('MatMul', ['q', 'k'], ['s']), node('Relu', ['s'], ['sr']),  # 30x9 by 9x40
+             node('MatMul', ['p', 'v'], ['o']),       # 30x40 by 40x16
+             node('MatMul', ['a', 'b'], ['c']),       # 5x12 by 12x7
+             node('MatMul', ['l', 'r'], ['lr']),      # (2,1,26,1100) by (3,1100,17)
+             node('MatMul', ['z0', 'z1'], ['z'])]     # depth 0
+    inputs = [('q', F32, [2, 3, 30, 9]), ('k', F32, [2, 3, 9, 40]), ('p', F32, [2, 3, 30, 40]),
+              ('v', F32, [2, 3, 40, 16]), ('a', F32, [3, 5, 12]), ('b', F32, [3, 12, 7]),
+              ('l', F32, [2, 1, 26, 1100]), ('r', F32, [3, 1100, 17]),
+              ('z0', F32, [2, 4, 0]), ('z1', F32, [2, 0, 3])]
+    outputs = [('sr', F32, [2, 3, 30, 40]), ('o', F32, [2, 3, 30, 16]), ('c', F32, [3, 5, 7]),
+               ('lr', F32, [2, 3, 26, 17]), ('z', F32, [2, 4, 3])]
+    model = make_model(nodes, inputs, outputs, {})
+    check_native(model, [_rand(rng, *s) for _, _, s in inputs], rtol=1e-4, atol=1e-4)
 
 
 @pytest.mark.native_build
