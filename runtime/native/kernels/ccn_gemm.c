@@ -852,6 +852,13 @@ static void gemm_tiles(void *context, long begin, long end)
                     g->act_alpha);
 }
 
+/* The fewest units (panels of rows, strips of columns) in a piece of a
+ * product that ccn_parallel_for_grain hands one thread: each piece packs
+ * B's strips again (split by rows) or reads all of A again (by columns),
+ * and pieces of one unit spent on that what a second thread gained
+ * (ResNet-18 at batch 1 beside a busy process: two threads 1.15x one
+ * thread's time with pieces of one unit, 0.95x with two; NOTES.md). */
+#define CCN_GEMM_GRAIN 2
 /* C += A * B (= when set) then the activation, on all threads for a
  * large product. */
 static void gemm_any(long M, long N, long K, const a_operand *A, const b_operand *B, float *C,
@@ -869,7 +876,8 @@ static void gemm_any(long M, long N, long K, const a_operand *A, const b_operand
      * about 40 us of work the second thread gains little (LeNet-5's
      * training step took 2.3 or 3.7 ms from run to run with 2^18 on
      * OpenMP, 2.3 ms steadily with this). */
-    ccn_parallel_for((len + unit - 1) / unit, M * N * K / CCN_MACS_PER_WORK, gemm_tiles, &part);
+    ccn_parallel_for_grain((len + unit - 1) / unit, M * N * K / CCN_MACS_PER_WORK,
+                           CCN_GEMM_GRAIN, gemm_tiles, &part);
 }
 
 /* ccn_gemm_ex (set 0) and ccn_gemm_set (set 1). */

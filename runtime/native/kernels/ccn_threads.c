@@ -1,6 +1,7 @@
 /* The kernels' thread pool (ccn_threads.h).
  *
- * One loop runs at a time.  It is cut into pieces, CCN_PIECES_PER_CHUNK
+ * One loop runs at a time.  It is cut into pieces (at most count / grain,
+ * so none is smaller than its caller asked), CCN_PIECES_PER_CHUNK
  * consecutive pieces to a chunk.  Its caller writes the loop's task,
  * context and size into the pool, a word per chunk (`parts`: the loop's
  * generation, the chunk's end and its next piece), then publishes the loop
@@ -270,9 +271,11 @@ int ccn_set_threads(int threads)
     return 0;
 }
 
-void ccn_parallel_for(long count, long work, ccn_task task, void *context)
+void ccn_parallel_for_grain(long count, long work, long grain, ccn_task task, void *context)
 {
-    const int threads = work >= CCN_PARALLEL_WORK && count > 1 ? ccn_get_threads() : 1;
+    /* At most count / grain pieces, so each holds at least grain indices. */
+    const long most_pieces = grain > 1 ? count / grain : count;
+    const int threads = work >= CCN_PARALLEL_WORK && most_pieces > 1 ? ccn_get_threads() : 1;
     if (threads < 2 || __atomic_exchange_n(&pool.busy, 1, __ATOMIC_ACQUIRE)) {
         task(context, 0, count);
         return;
@@ -281,7 +284,7 @@ void ccn_parallel_for(long count, long work, ccn_task task, void *context)
     const int started = start_workers(threads - 1);
     const int workers = started < threads - 1 ? started : threads - 1;
     const long most = (long)(workers + 1) * CCN_CHUNKS_PER_THREAD * CCN_PIECES_PER_CHUNK;
-    const long pieces = count < most ? count : most;
+    const long pieces = most_pieces < most ? most_pieces : most;
     const long chunks = (pieces + CCN_PIECES_PER_CHUNK - 1) / CCN_PIECES_PER_CHUNK;
     if (workers == 0 || start < pool.serial_until) {
         __atomic_store_n(&pool.busy, 0, __ATOMIC_RELEASE);
@@ -328,9 +331,10 @@ void ccn_parallel_for(long count, long work, ccn_task task, void *context)
 
 #else /* no threads: every loop on the calling thread */
 
-void ccn_parallel_for(long count, long work, ccn_task task, void *context)
+void ccn_parallel_for_grain(long count, long work, long grain, ccn_task task, void *context)
 {
     (void)work;
+    (void)grain;
     task(context, 0, count);
 }
 
@@ -345,3 +349,8 @@ int ccn_get_threads(void)
 }
 
 #endif
+
+void ccn_parallel_for(long count, long work, ccn_task task, void *context)
+{
+    ccn_parallel_for_grain(count, work, 1, task, context);
+}

@@ -30,6 +30,12 @@ typedef void (*ccn_task)(void *context, long begin, long end);
 
 void ccn_parallel_for(long count, long work, ccn_task task, void *context);
 
+/* ccn_parallel_for with ranges of at least `grain` indices each (a loop of
+ * fewer than 2 * grain runs on the caller alone): for tasks that pay a
+ * cost per call, such as a product's rows that pack B again at each call,
+ * so that the pieces stay large enough to amortise it. */
+void ccn_parallel_for_grain(long count, long work, long grain, ccn_task task, void *context);
+
 /* Sets how many threads (the caller included, 1 to CCN_MAX_THREADS) run
  * parallel loops from the next one on; returns 0, or -1 leaving the count
  * as it was when `threads` is out of range.  The default is the number of

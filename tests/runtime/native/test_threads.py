@@ -41,7 +41,9 @@ def test_pool_runs_every_index_once_on_1_to_8_threads(tmp_path, flags):
     """Counts from 0 to 100003 (more chunks than threads), 2000 short loops
     in a row, nested loops, two callers at once, workers taking part, and a
     worker stalled in a loop holding up one piece of it, not its chunk (the
-    caller takes the rest: fails on the pool before work stealing)."""
+    caller takes the rest: fails on the pool before work stealing).  With a
+    grain (ccn_parallel_for_grain), no range is shorter than it and there are
+    at most count / grain (fails on a pool that cuts every loop alike)."""
     exe, error = _build_check(tmp_path, flags)
     assert exe, error
     done = subprocess.run([exe], capture_output=True, text=True, timeout=120)

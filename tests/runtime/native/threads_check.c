@@ -36,6 +36,25 @@ static void affine(void *context, long begin, long end)
         y[i] = 3 * i + 1;
 }
 
+/* Each index counted once more, the ranges counted and the shortest kept. */
+typedef struct {
+    int *hits;
+    long ranges;   /* atomic */
+    long shortest; /* atomic */
+} ranges;
+
+static void note_ranges(void *context, long begin, long end)
+{
+    ranges *r = context;
+    count_indices(r->hits, begin, end);
+    __atomic_add_fetch(&r->ranges, 1, __ATOMIC_RELAXED);
+    long shortest = __atomic_load_n(&r->shortest, __ATOMIC_RELAXED);
+    while (end - begin < shortest &&
+           !__atomic_compare_exchange_n(&r->shortest, &shortest, end - begin, 0,
+                                        __ATOMIC_RELAXED, __ATOMIC_RELAXED))
+        ;
+}
+
 /* A task that runs a parallel loop itself: runs on its own thread. */
 static void nested(void *context, long begin, long end)
 {
@@ -146,6 +165,25 @@ int main(void)
                     break;
                 }
         }
+        /* A grain: no range shorter (but a loop's only one), at most
+         * count / grain of them, each index once. */
+        const long grains[] = {1, 3, 100, 40000};
+        for (size_t g = 0; g < sizeof grains / sizeof *grains; g++)
+            for (size_t c = 1; c < sizeof counts / sizeof *counts; c++) {
+                const long n = counts[c], grain = grains[g];
+                ranges r = {hits, 0, n};
+                memset(hits, 0, most * sizeof *hits);
+                ccn_parallel_for_grain(n, CCN_PARALLEL_WORK, grain, note_ranges, &r);
+                check(r.shortest >= (grain < n ? grain : n), "ranges of at least the grain",
+                      n * 100000 + grain, r.shortest);
+                check(r.ranges <= (n / grain > 1 ? n / grain : 1), "at most count / grain ranges",
+                      n * 100000 + grain, r.ranges);
+                for (long i = 0; i < most; i++)
+                    if (hits[i] != (i < n)) {
+                        check(0, "each index exactly once with a grain", n * 100000 + grain, i);
+                        break;
+                    }
+            }
         /* Many short loops in a row: each one's ticket follows the last. */
         for (int round = 0; round < 2000; round++) {
             memset(hits, 0, 100 * sizeof *hits);
