@@ -20,19 +20,22 @@ batch up to 16; every result is checked against PyTorch's.  Prints Markdown
 tables.
 
 The symbolic native program (``emit-c --max batch=32`` of the batch-8
-file, which runs a one-sample program on each sample) is timed against
-executables emitted from files exported at batches 1 and 32 (the target:
-within 10%), each on one thread (``--threads 1``), interleaved round by
-round: wall time as the executable measures its own runs, and CPU time as
-the difference of the children's CPU time (getrusage) between a run of N
-iterations and one of 1, over N - 1.
+file, which runs the samples in chunks of 32, 16, 8... samples, a program
+emitted for each size) is timed against executables emitted from files
+exported at batches 1, 13, 31 and 32 (the target: within 10%), each on one
+thread (``--threads 1``), interleaved round by round: wall time as the
+executable measures its own runs, and CPU time as the difference of the
+children's CPU time (getrusage) between a run of N iterations and one of 1,
+over N - 1.  The emit and build seconds and the shared library's size of
+the symbolic program and of the one exported at 32 come first.
 
     CHAINER_COMPILER_THREADS=1 python benchmarks/dynamic_shapes.py [--clocks wall cpu]
-                                                                    [--rounds N]
+                                                                    [--rounds N] [--max-only]
 
 ``--clocks``: the clocks of the steady times (timing.py): 'wall' by default,
 'cpu' the process's CPU time (one native thread: with more it adds theirs).
 ``--rounds``: rounds of the executables' timing (7).
+``--max-only``: only the executables' table (emit-c --max against specialised).
 """
 import argparse
 import contextlib
@@ -40,6 +43,7 @@ import copy
 import io
 import os
 import resource
+import shutil
 import statistics
 import subprocess
 import sys
@@ -57,6 +61,8 @@ from chainer_compiler.cli import main as cli_main
 
 EXPORT_BATCH = 8
 BATCHES = (1, 32)
+#: The batches of the emit-c --max table: chunks of one bucket, and ragged.
+MAX_BATCHES = (1, 13, 31, 32)
 HERE = os.path.dirname(os.path.abspath(__file__))
 TORCH_PYTHON = os.path.join(HERE, '..', '.venv-torch', 'bin', 'python')
 #: (batch, sequence length) of the PyTorch check; emit-c --max fixes the
@@ -101,10 +107,18 @@ def main(argv=None):
                         help="clocks of the steady times: 'wall', 'cpu' (this process's)")
     parser.add_argument('--rounds', type=int, default=7,
                         help="rounds of the executables' timing, the median taken")
+    parser.add_argument('--max-only', action='store_true',
+                        help='only the emit-c --max executables against specialised ones')
     args = parser.parse_args(argv)
     model = LeNet5()
     with chainer.using_config('train', False):
         model(_images(EXPORT_BATCH))
+    if args.max_only:
+        with tempfile.TemporaryDirectory() as folder, chainer.using_config('train', False):
+            dynamic = export(model, [_images(EXPORT_BATCH)], os.path.join(folder, 'dynamic.onnx'),
+                             dynamic_axes='batch')
+            _symbolic_executables(model, dynamic, folder, args.rounds)
+        return 0
     print('| backend | batch | new signature: first call (s) | clock | steady (ms) | exported '
           'at that batch (ms) | ratio |')
     print('|---|---|---|---|---|---|---|')
@@ -141,12 +155,18 @@ def main(argv=None):
 
 def _emit_and_build(onnx_file, out, *options):
     """emit-c ``onnx_file`` into ``out`` and build it with the Makefile's
-    defaults; the executable's path."""
+    defaults; the executable's path.  Prints the seconds of each and the
+    shared library's size."""
     said = io.StringIO()
+    start = time.perf_counter()
     with contextlib.redirect_stdout(said), contextlib.redirect_stderr(said):
         status = cli_main(['emit-c', onnx_file, '-o', out] + list(options))
     assert status == 0, said.getvalue()
+    emitted = time.perf_counter()
     subprocess.run(['make', '-s', '-C', out], check=True, capture_output=True)
+    print('%s %s: emit %.1f s, build %.1f s, libmodel.so %d KiB' % (
+        os.path.basename(out), ' '.join(options), emitted - start,
+        time.perf_counter() - emitted, os.path.getsize(os.path.join(out, 'libmodel.so')) >> 10))
     return os.path.join(out, 'model')
 
 
@@ -166,17 +186,22 @@ def _symbolic_executables(model, dynamic, folder, rounds):
     """The symbolic executable (emit-c --max) against specialised ones
     (the module docstring)."""
     print()
-    print('| emit-c, one thread | batch | symbolic --max (ms) | specialised (ms) | ratio |')
-    print('|---|---|---|---|---|')
-    batches = max(BATCHES)
     symbolic = _emit_and_build(dynamic, os.path.join(folder, 'c_max'),
-                               '--max', 'batch=%d' % batches)
-    for batch in BATCHES:
+                               '--max', 'batch=%d' % max(MAX_BATCHES))
+    specialised = {}
+    for batch in MAX_BATCHES:
         x = _images(batch)
         fixed_file = export(model, [x], os.path.join(folder, 'c_at%d.onnx' % batch))
-        executables = {'symbolic': symbolic,
-                       'specialised': _emit_and_build(fixed_file, os.path.join(
-                           folder, 'c_at%d' % batch))}
+        specialised[batch] = _emit_and_build(fixed_file, os.path.join(folder, 'c_at%d' % batch))
+    print()
+    print('| emit-c, one thread | batch | symbolic --max (ms) | specialised (ms) | ratio | '
+          'A/A: a copy of specialised / it |')
+    print('|---|---|---|---|---|---|')
+    for batch in MAX_BATCHES:
+        x = _images(batch)
+        # The same program under another name: the ratio that is noise.
+        copy = shutil.copy(specialised[batch], specialised[batch] + '_copy')
+        executables = {'symbolic': symbolic, 'specialised': specialised[batch], 'copy': copy}
         input_file = os.path.join(folder, 'c_x%d.npy' % batch)
         numpy.save(input_file, x)
         iterations = {name: repetitions(0.3, _executable_run(e, input_file, 3, folder)[0] / 1e3,
@@ -192,11 +217,11 @@ def _symbolic_executables(model, dynamic, folder, rounds):
                 wall[name].append(ms)
                 cpu[name].append((cpu_n - cpu_1) / (iterations[name] - 1) * 1e3)
         for clock, samples in (('wall', wall), ('cpu', cpu)):
-            symbolic_ms, specialised_ms = (statistics.median(samples[name])
-                                           for name in ('symbolic', 'specialised'))
-            print('| %s | %d | %.3f | %.3f | %.2f |' % (clock, batch, symbolic_ms,
-                                                       specialised_ms,
-                                                       symbolic_ms / specialised_ms))
+            symbolic_ms, specialised_ms, copy_ms = (
+                statistics.median(samples[name]) for name in ('symbolic', 'specialised', 'copy'))
+            print('| %s | %d | %.3f | %.3f | %.2f | %.2f |' % (
+                clock, batch, symbolic_ms, specialised_ms, symbolic_ms / specialised_ms,
+                copy_ms / specialised_ms))
 
 
 def _torch_export(folder):

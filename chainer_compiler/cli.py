@@ -224,9 +224,9 @@ def _parser():
                       help="an ONNX model's symbolic dimensions: the C is for these sizes")
     emit.add_argument('--max', type=_symbolic_dims, metavar='NAME=VALUE',
                       help='an ONNX model\'s symbolic batch (the first axis of every input and '
-                           'output): the C takes 1 to VALUE samples (NAME_run_n), running the '
-                           'program of one sample on each; refused unless no instruction '
-                           'mixes the samples')
+                           'output): the C takes 1 to VALUE samples (NAME_run_n), running them '
+                           'in chunks of 1, 2, 4... up to 64 samples, each size a program of its '
+                           'own; refused unless no instruction mixes the samples')
     emit.set_defaults(handler=_emit_c)
     return parser
 
@@ -267,7 +267,7 @@ def _emit_c_programs(args):
     """The Program emit-c writes for an ONNX model, sized by --symbolic-dims,
     and with --max the batch's MaxBatch (the Program is then one sample's)."""
     from .pipeline import build_program
-    from .runtime.native.batched import MAX_BATCH_LIMIT, PROBE_SIZES, MaxBatch
+    from .runtime.native.batched import MAX_BATCH_LIMIT, PROBE_SIZES, MaxBatch, bucket_sizes
     sizes = dict(args.symbolic_dims or {})
     if args.max and len(args.max) != 1:
         raise CommandLineError('--max takes one symbol (the batch), got %s' % ', '.join(args.max))
@@ -290,8 +290,12 @@ def _emit_c_programs(args):
             raise CommandLineError(str(e)) from e
     if symbol is None:
         return program({}), None
-    return program({symbol: 1}), MaxBatch(symbol, args.max[symbol], tuple(
-        (size, program({symbol: size})) for size in PROBE_SIZES))
+    programs = {size: program({symbol: size})
+                for size in sorted({1, *PROBE_SIZES, *bucket_sizes(args.max[symbol])})}
+    return programs[1], MaxBatch(symbol, args.max[symbol],
+                                 tuple((size, programs[size]) for size in PROBE_SIZES),
+                                 tuple((size, programs[size])
+                                       for size in bucket_sizes(args.max[symbol])))
 
 
 def _check_output_paths(args):

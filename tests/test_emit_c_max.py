@@ -5,6 +5,7 @@ import os
 import re
 import shutil
 import subprocess
+import sys
 
 import chainer
 import numpy
@@ -19,7 +20,13 @@ from chainer_compiler.cli import main
 from chainer_compiler.exporting import with_sizes
 from chainer_compiler.pipeline import build_program
 from chainer_compiler.runtime.executor import Executor
-from chainer_compiler.runtime.native.batched import PROBE_SIZES, NotSeparableError, check_separable
+from chainer_compiler.runtime.native.batched import (
+    MAX_BATCH_LIMIT,
+    PROBE_SIZES,
+    NotSeparableError,
+    bucket_sizes,
+    check_separable,
+)
 from chainer_compiler.runtime.native.errors import UnsupportedNativeOpsError
 from chainer_compiler.runtime.native.fusion import fuse
 from chainer_compiler.runtime.native.lower import lower
@@ -119,16 +126,18 @@ def test_a_cnn_with_batch_normalization_is_emitted_for_one_sample(tmp_path):
                     reason='no C compiler or make on PATH')
 def test_executable_and_library_take_any_batch_up_to_the_maximum(tmp_path):
     """One build of the Transformer block (T rows per sample inside): the
-    executable and NAME_run_n at batches 1, 5 and 13 equal the NumPy VM at
-    those sizes; 14 is refused (status 2, the library's MODEL_STATUS_BATCH)
-    with nothing written."""
+    executable and NAME_run_n at batches 1, 3 (2 + 1), 12 (8 + 4) and 13
+    (the bucket of the maximum) equal the NumPy VM at those sizes; 14 is
+    refused (status 2, the library's MODEL_STATUS_BATCH) with nothing
+    written."""
     from tests.test_dynamic_shapes import TransformerBlock
     path = _exported(tmp_path, TransformerBlock(), (6, 8))
     out = tmp_path / 'out'
     assert main(['emit-c', path, '-o', str(out), '--max', 'batch=13',
                  '--weights', 'file']) == 0
+    assert '#define MODEL_BATCH_SIZES {1, 2, 4, 8, 13}' in (out / 'model.h').read_text()
     make_folder(out)
-    for batch in (1, 5, 13):
+    for batch in (1, 3, 12, 13):
         x = numpy.random.RandomState(batch).uniform(-1, 1, (batch, 6, 8)).astype('f')
         numpy.save(tmp_path / 'x.npy', x)
         subprocess.run([str(out / 'model'), '-o', str(tmp_path / 'res'),
@@ -167,6 +176,50 @@ def test_executable_and_library_take_any_batch_up_to_the_maximum(tmp_path):
         assert lib.model_status_message(status) == \
             b'a count of samples out of range: 1 to 13'
     lib.model_destroy(ctypes.c_void_p(model))
+
+
+@pytest.mark.parametrize('maximum, sizes', [
+    (1, ()), (2, (2,)), (13, (2, 4, 8, 13)), (32, (2, 4, 8, 16, 32)),
+    (63, (2, 4, 8, 16, 32, 63)), (100, (2, 4, 8, 16, 32, 64)),
+    (MAX_BATCH_LIMIT, (2, 4, 8, 16, 32, 64))])
+def test_the_buckets_are_at_most_six_powers_of_two_and_the_maximum(maximum, sizes):
+    assert bucket_sizes(maximum) == sizes
+
+
+def _bias_relu(path):
+    return _graph_model(path, [helper.make_node('Add', ['x', 'b'], ['t']),
+                               helper.make_node('Relu', ['t'], ['y'])], _X,
+                        [helper.make_tensor('b', TensorProto.FLOAT, [4], [1, 2, 3, 4])])
+
+
+def test_the_buckets_share_the_weights_and_one_arena(tmp_path):
+    """--max batch=5: a run function per bucket (2, 4, 5) reading the one
+    copy of the bias, on NAME_run_n's arena sized for the largest; the
+    chunks the largest bucket that fits first."""
+    path = _bias_relu(str(tmp_path / 'm.onnx'))
+    assert main(['emit-c', path, '-o', str(tmp_path / 'out'), '--max', 'batch=5']) == 0
+    header = (tmp_path / 'out' / 'model.h').read_text()
+    source = (tmp_path / 'out' / 'model.c').read_text()
+    assert '#define MODEL_BATCH_SIZES {1, 2, 4, 5}' in header
+    arena = int(re.search(r'#define MODEL_BATCH_ARENA_BYTES (\d+)UL', header).group(1))
+    assert arena >= 5 * 4 * 4  # the sum of 5 samples
+    assert 'static double batch_arena[%d];' % -(-arena // 8) in source
+    assert (tmp_path / 'out' / 'model_weights.c').read_text().count('] = {') == 1
+    assert 'model_w1_b' not in source and source.count('model_w1, b_strides') == 4
+    for size in (2, 4, 5):
+        assert 'static int model_run_b%d(void *arena_memory, const float *in_0, float *out_0)' \
+            % size in source
+    assert 'c = n - k >= 5 ? 5 : n - k >= 4 ? 4 : n - k >= 2 ? 2 : 1;' in source
+    assert 'status = model_run_b5(arena, in_0 + k * 4, out_0 + k * 4);' in source
+
+
+def test_a_bucket_whose_arena_is_too_large_is_left_out(tmp_path, monkeypatch):
+    monkeypatch.setattr(sys.modules['chainer_compiler.runtime.native.emit_c'],
+                        'BUCKET_ARENA_LIMIT', 0)
+    path = _bias_relu(str(tmp_path / 'm.onnx'))
+    assert main(['emit-c', path, '-o', str(tmp_path / 'out'), '--max', 'batch=5']) == 0
+    assert '#define MODEL_BATCH_SIZES {1}' in (tmp_path / 'out' / 'model.h').read_text()
+    assert 'model_run_b' not in (tmp_path / 'out' / 'model.c').read_text()
 
 
 def test_a_transformer_block_folding_time_into_rows_keeps_its_samples_apart(tmp_path):
@@ -248,8 +301,8 @@ def test_a_time_major_model_takes_its_inputs_and_outputs_in_their_layout(tmp_pat
     assert '#define MODEL_INPUT_BATCH_AXES {1}' in header
     assert '#define MODEL_OUTPUT_BATCH_AXES {2, 0}' in header
     source = (tmp_path / 'out' / 'model.c').read_text()
-    assert 'memcpy(in_0_k + o * 4, in_0 + (o * n + k) * 4, 16);' in source
-    assert 'memcpy(out_0 + (o * n + k) * 5, out_0_k + o * 5, 20);' in source
+    assert 'memcpy(in_0_k + o * c * 4, in_0 + (o * n + k) * 4, (size_t)c * 16);' in source
+    assert 'memcpy(out_0 + (o * n + k) * 5, out_0_k + o * c * 5, (size_t)c * 20);' in source
     assert 'out_1 + k * 5' in source
 
 

@@ -1,10 +1,11 @@
 """``emit-c --max NAME=VALUE``: C that takes any batch of 1 to VALUE samples.
 
 The C is planned for static shapes, so a model whose inputs have the
-symbolic batch as one of their axes is emitted for one sample, and
-NAME_run_n(n, ...) runs that program on each of the n samples in turn.
-That is the batched program only when every sample's results depend on that
-sample alone: check_separable proves it from the model lowered at two batch
+symbolic batch as one of their axes is emitted for one sample and for a few
+batch sizes (bucket_sizes: 2, 4, 8... up to BUCKET_LIMIT), and
+NAME_run_n(n, ...) runs the n samples as chunks of those sizes, the largest
+that fits first.  That is the batched program only when every sample's
+results depend on that sample alone: check_separable proves it from the model lowered at two batch
 sizes (PROBE_SIZES), before anything is written, following the batch axis
 through the program.  Every value computed at run time must have one batch
 axis, the one axis whose size differs between the two sizes, and it must be
@@ -34,6 +35,12 @@ PROBE_SIZES = (2, 3)
 #: Largest maximum emit-c --max takes: the executable allocates this many
 #: samples of every input and output.
 MAX_BATCH_LIMIT = 1 << 20
+#: Largest bucket (bucket_sizes): a product of 64 rows runs near the speed of
+#: a larger one, and each bucket is one more program to compile and plan.
+BUCKET_LIMIT = 64
+#: Largest arena of a bucket: emit_c drops the buckets whose arena is larger
+#: (the library keeps one arena of the largest bucket it has).
+BUCKET_ARENA_LIMIT = 256 << 20
 #: Operators that keep their input's elements in C order (a new shape, no
 #: copy): the samples stay apart when as many elements come before the
 #: batch axis in the output as in the input.
@@ -54,14 +61,28 @@ class MaxBatch:
     """What ``emit-c --max`` asks of emit_c: the program of one sample is
     run on each of 1 to ``maximum`` samples of the symbol ``symbol``;
     ``probes`` are (size, Program) of the model compiled at PROBE_SIZES,
-    which emit_c lowers for check_separable.  ``input_axes`` and
+    which emit_c lowers for check_separable; ``buckets`` (size, Program) at
+    bucket_sizes(maximum), the programs NAME_run_n runs chunks of samples on.  ``input_axes`` and
     ``output_axes``, the batch axis of each input and output, are what
     check_separable found (emit_c fills them in)."""
     symbol: str
     maximum: int
     probes: tuple = ()
+    buckets: tuple = ()
     input_axes: tuple[int, ...] = ()
     output_axes: tuple[int, ...] = ()
+
+
+def bucket_sizes(maximum: int) -> tuple[int, ...]:
+    """The batch sizes besides 1 that ``emit-c --max`` emits the model for
+    (buckets): the powers of two up to min(maximum, BUCKET_LIMIT) and
+    ``maximum`` itself when within BUCKET_LIMIT; at most log2(BUCKET_LIMIT)
+    = 6 of them (7 programs with the one-sample one).  NAME_run_n runs n
+    samples as chunks of these sizes, the largest that fits first (n = 13
+    by 1, 2, 4 and 8: 8, 4, 1)."""
+    top = min(maximum, BUCKET_LIMIT)
+    sizes = {1 << k for k in range(1, top.bit_length())}
+    return tuple(sorted(sizes | ({maximum} if 1 < maximum <= BUCKET_LIMIT else set())))
 
 
 def check_separable(probes, symbol: str) -> tuple[tuple[int, ...], tuple[int, ...]]:

@@ -38,7 +38,13 @@ import numpy
 from ..files import atomic_write
 from ..program import Instruction, Program
 from .arena import aligned
-from .batched import MAX_BATCH_LIMIT, MaxBatch, NotSeparableError, check_separable
+from .batched import (
+    BUCKET_ARENA_LIMIT,
+    MAX_BATCH_LIMIT,
+    MaxBatch,
+    NotSeparableError,
+    check_separable,
+)
 from .cformat import Shape
 from .errors import NativeEmitError
 from .fusion import fuse
@@ -177,7 +183,7 @@ def _check_max_batch(program: Program, max_batch: MaxBatch, name: str) -> MaxBat
     if any(not v.shape or v.shape[axis] != 1
            for v, axis in zip(program.inputs, input_axes)) or any(
             structure != [(i.op, i.inputs, i.outputs) for i in p.instructions]
-            for _, p in max_batch.probes):
+            for _, p in max_batch.probes + max_batch.buckets):
         raise NativeEmitError('%s: the program to emit is not the model for one sample'
                               % what)
     return replace(max_batch, input_axes=input_axes, output_axes=output_axes)
@@ -203,6 +209,8 @@ class NativeCompilation:
     phases: list[tuple[str, float]] = field(default_factory=list)
     #: the inputs in whose memory values may live (emit_c's donate)
     donate: tuple[int, ...] = ()
+    #: (size, Lowered, ArenaPlan) of each bucket of max_batch (_plan_buckets)
+    buckets: list = field(default_factory=list)
 
 
 # -- the passes of the native backend (each a function of the
@@ -250,13 +258,42 @@ def plan_memory(c: NativeCompilation) -> None:
     input's memory (runtime/native/arena.py)."""
     assert c.lowered is not None
     c.arena = plan(c.lowered, c.donate)
+    if c.max_batch is not None:
+        c.buckets = _plan_buckets(c.lowered, c.max_batch)
+
+
+def _plan_buckets(one: Lowered, max_batch: MaxBatch) -> list:
+    """(size, Lowered, ArenaPlan) of each bucket of ``max_batch`` (the
+    programs of max_batch.buckets, lowered and planned as NAME_b<size>),
+    smallest first, up to the first whose arena exceeds BUCKET_ARENA_LIMIT.
+    Raises NativeEmitError when one does not lower to the one-sample
+    program ``one`` with ``size`` samples on each batch axis (NAME_run_n
+    addresses the samples by the one-sample shapes)."""
+    name, buckets = one.name, []
+    for size, program in max_batch.buckets:
+        low = lower(fuse(with_defaults(program)), '%s_b%d' % (name, size))
+        values = list(zip(low.program.inputs, one.program.inputs, max_batch.input_axes)) + \
+            list(zip(low.program.outputs, one.program.outputs, max_batch.output_axes))
+        if [(s is None, bool(s and s.error)) for s in low.steps] != \
+                [(s is None, bool(s and s.error)) for s in one.steps] or any(
+                tuple(low.shapes[v.register]) != tuple(size if d == axis else x for d, x in
+                                                       enumerate(one.shapes[u.register]))
+                for v, u, axis in values):
+            raise NativeEmitError('emit-c --max %s=%d: the model for %d samples is not the one '
+                                  'for one sample run on each' % (max_batch.symbol,
+                                                                  max_batch.maximum, size))
+        arena = plan(low)
+        if arena.arena_bytes > BUCKET_ARENA_LIMIT:
+            break
+        buckets.append((size, low, arena))
+    return buckets
 
 
 def render_files(c: NativeCompilation) -> None:
     """Render NAME.h, NAME.c, NAME_weights.c, main.c, the Makefile and the
     kernels' sources, every kernel symbol prefixed with NAME_."""
     assert c.lowered is not None and c.arena is not None
-    c.rendered = render(c.lowered, c.arena, c.weights, c.max_batch)
+    c.rendered = render(c.lowered, c.arena, c.weights, c.max_batch, c.buckets)
 
 
 def write_files(c: NativeCompilation) -> None:

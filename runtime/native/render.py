@@ -6,12 +6,14 @@ NAME_weights.c, main.c, the Makefile and the kernels' sources, every
 kernel symbol renamed NAME_ccn_*.  It reads its inputs and changes none.
 """
 import glob
+import hashlib
 import json
 import math
 import os
 import re
 import textwrap
 from dataclasses import dataclass
+from functools import partial
 
 import numpy
 
@@ -109,20 +111,22 @@ class Rendered:
 
 
 def render(lowered: Lowered, arena: ArenaPlan, weights_mode: str,
-           max_batch: MaxBatch | None = None) -> Rendered:
+           max_batch: MaxBatch | None = None, buckets=()) -> Rendered:
     """The files of ``lowered`` with the memory of ``arena``, the constants
     embedded as literals (``weights_mode`` 'embed') or in a weights file
     ('file'): NAME.h, NAME.c, NAME_weights.c, main.c, the Makefile and the
     kernels' sources, every ``ccn_*`` symbol renamed ``NAME_ccn_*``; with
-    ``max_batch``, NAME_run_n too (emit_c)."""
-    return _Renderer(lowered, arena, weights_mode, max_batch).render()
+    ``max_batch``, NAME_run_n too, running chunks of samples on the
+    ``buckets``, (size, Lowered, ArenaPlan) of the model at other batch
+    sizes, which share the weights (emit_c)."""
+    return _Renderer(lowered, arena, weights_mode, max_batch, buckets).render()
 
 
 class _Renderer:
     """Renders one model's files (render)."""
 
     def __init__(self, lowered: Lowered, arena: ArenaPlan, weights_mode: str,
-                 max_batch: MaxBatch | None = None):
+                 max_batch: MaxBatch | None = None, buckets=()):
         # The rendering methods read the lowering's and the plan's results
         # under these names; rendering adds the constants it names to a
         # copy of the lowering's arrays.
@@ -140,6 +144,9 @@ class _Renderer:
         self.writable = set(arena.updated_inputs) | set(arena.donated_inputs)
         self.layout: WeightsLayout | None = None
         self.max_batch = max_batch
+        self.buckets = buckets
+        #: NAME_run_n's arena: the largest of the one-sample and buckets' ones
+        self.batch_arena_bytes = max([self.arena_bytes] + [a.arena_bytes for _, _, a in buckets])
 
     def nbytes(self, r: int) -> int:
         return self.lowered.nbytes(r)
@@ -259,6 +266,11 @@ class _Renderer:
                       '/* The axis of the batch in each input and output. */',
                       '#define %s_INPUT_BATCH_AXES %s' % (up, clist(self.max_batch.input_axes)),
                       '#define %s_OUTPUT_BATCH_AXES %s' % (up, clist(self.max_batch.output_axes)),
+                      '/* The sizes of the chunks %s_run_n runs (a program each), and the' % n,
+                      ' * arena they share. */',
+                      '#define %s_BATCH_SIZES %s' % (up, clist(
+                          [1] + [size for size, _, _ in self.buckets])),
+                      '#define %s_BATCH_ARENA_BYTES %dUL' % (up, self.batch_arena_bytes),
                       '']
         lines += self._tensor_macros('INPUT', ins) + self._tensor_macros('OUTPUT', outs)
         lines += ['typedef struct {',
@@ -334,17 +346,21 @@ class _Renderer:
                 'output (%s_INPUT_BATCH_AXES, %s_OUTPUT_BATCH_AXES) being 1. %s_run_n(%sn, '
                 '...) and %s_run_n_v(%sn, in, out) take n samples, 1 to %s_MAX_BATCH (%d), of '
                 'every input and output in C order with n on that axis (an input of one-sample '
-                'shape (T, 1, I) is (T, n, I)), and run the one-sample program on each in '
-                'turn: the results equal the batched model\'s because emit-c checked that '
-                'no instruction mixes samples (no batch statistics, no reduction, '
-                'concatenation or reshape across the batch axis). A sample of an input or '
+                'shape (T, 1, I) is (T, n, I)), and run them in chunks of %s_BATCH_SIZES '
+                'samples, the largest that fits first (by 1, 2, 4 and 8: 13 samples as 8, 4 '
+                'and 1), each size a program emitted for it: the results equal the batched '
+                'model\'s because emit-c checked that no instruction mixes samples (no batch '
+                'statistics, no reduction, '
+                'concatenation or reshape across the batch axis). A chunk of an input or '
                 'output with axes of more than one element before its batch axis is copied to '
-                'or from one contiguous sample, allocated by each call (%s_STATUS_MEMORY when '
+                'or from contiguous memory, allocated by each call (%s_STATUS_MEMORY when '
                 'that fails). Another n '
-                'returns %s_STATUS_BATCH (%d) before anything is read. %s_ARENA_BYTES is one '
-                "sample's arena: the samples reuse it."
-                % (m.maximum, up, up, up, n, model, n, model, up, m.maximum, up, up,
-                   self._batch_status(), up))
+                'returns %s_STATUS_BATCH (%d) before anything is read. The chunks share one '
+                'arena of %s_BATCH_ARENA_BYTES (%s); %s_ARENA_BYTES is the one-sample '
+                "program's, for %s_run_arena."
+                % (m.maximum, up, up, up, n, model, n, model, up, m.maximum, up, up, up,
+                   self._batch_status(), up,
+                   'static: not reentrant' if self.layout is None else "the model's", up, n))
         return [' * ' + line for line in textwrap.wrap(text, 76)] + [' *']
 
     def _status_doc(self) -> list[str]:
@@ -411,13 +427,17 @@ class _Renderer:
                     'long n', 'const void *const *inputs', 'void *const *outputs']))]
 
     def _batch_c(self) -> list[str]:
-        """The definitions of _batch_declarations: NAME_run on each sample,
-        copied to and from one contiguous sample (staged) for an input or
-        output with axes of more than one element before its batch axis."""
+        """The definitions of _batch_declarations: the samples in chunks, the
+        largest bucket that fits first, each run by its bucket's function
+        (NAME_run_arena for one sample) on NAME_run_n's arena; a chunk of an
+        input or output with axes of more than one element before its batch
+        axis is copied to or from contiguous memory (staged)."""
         if self.max_batch is None:
             return []
         n, up = self.name, self.name.upper()
-        model = [] if self.layout is None else ['model']
+        sizes = sorted(size for size, _, _ in self.buckets)
+        largest = max([1] + sizes)
+        memory = ['arena'] + ([] if self.layout is None else ['weights'])
         values = [('in', k, v, axis) for k, (v, axis) in
                   enumerate(zip(self.p.inputs, self.max_batch.input_axes))]
         values += [('out', k, v, axis) for k, (v, axis) in
@@ -430,49 +450,64 @@ class _Renderer:
         for kind, k, v, axis in values:
             shape = self.shapes[v.register]
             outer, inner = math.prod(shape[:axis]), math.prod(shape[axis + 1:])
-            if outer == 1:  # each sample one block: no copy
+            if outer == 1:  # each chunk one block: no copy
                 rows.append('%s_%d + k * %d' % (kind, k, inner))
                 continue
             ctype, name = self._ctype(v.register), '%s_%d' % (kind, k)
             rows.append(name + '_k')
             staging.append('    %s *const %s_k = (%s *)(staging + %d);'
                            % (ctype, name, ctype, offset))
-            offset += aligned(self.nbytes(v.register))
-            # Sample k of each of the `outer` blocks of n * inner elements.
-            sample, batch = '%s_k + o * %d' % (name, inner), '%s + (o * n + k) * %d' % (name,
-                                                                                        inner)
+            offset += aligned(self.nbytes(v.register) * largest)
+            # Samples k to k + c - 1 of each of the `outer` blocks of n * inner
+            # elements: one block of c * inner in the chunk.
+            sample, batch = '%s_k + o * c * %d' % (name, inner), '%s + (o * n + k) * %d' % (
+                name, inner)
             dst, src = (sample, batch) if kind == 'in' else (batch, sample)
             (gathers if kind == 'in' else scatters).extend([
                 '        for (long o = 0; o < %d; o++)  /* %sput %d */' % (outer, kind, k),
-                '            memcpy(%s, %s, %d);' % (
+                '            memcpy(%s, %s, (size_t)c * %d);' % (
                     dst, src, inner * numpy.dtype(self.dtypes[v.register]).itemsize)])
         null_checks = ['!%s' % a for a in self._args().split(', ') if a]
         run_n, run_n_v = self._batch_declarations()
-        run = '%s_run(%s)' % (n, ', '.join(model + rows))
-        if staging:
-            loop = ['    unsigned char *const staging = malloc(%d);' % offset,
-                    '    if (!staging)', '        return %s_STATUS_MEMORY;' % up,
-                    *staging, '    int status = 0;',
-                    '    for (long k = 0; k < n && status == 0; k++) {', *gathers,
-                    '        status = %s;' % run] + ([
-                    '        if (status == 0)'] + ['    ' + line for line in scatters]
-                    if scatters else []) + [
-                    '    }', '    free(staging);', '    return status;']
+        args = ', '.join(memory + rows)
+        chunk = ''.join('n - k >= %d ? %d : ' % (size, size) for size in reversed(sizes)) + '1'
+        runs = [line for size in reversed(sizes) for line in (
+            '        case %d:' % size, '            status = %s_run_b%d(%s);' % (n, size, args),
+            '            break;')]
+        if self.layout is None:
+            prologue = ['    void *const arena = batch_arena;']
+            storage = ['/* %s_run_n\'s arena (static: not reentrant, like %s_run). */' % (n, n),
+                       'static double batch_arena[%d];' % max(1, -(-self.batch_arena_bytes // 8)),
+                       '']
         else:
-            loop = ['    for (long k = 0; k < n; k++) {',
-                    '        const int status = %s;' % run,
-                    '        if (status != 0)',
-                    '            return status;',
-                    '    }',
-                    '    return 0;']
+            prologue = ['    void *arena;', '    const void *weights;',
+                        '    %s_model_memory(model, &arena, &weights);' % n]
+            storage = ['/* The arena and weights of a model (%s_weights.c). */' % n,
+                       'void %s_model_memory(%s_model *model, void **arena, const void **weights);'
+                       % (n, n), '']
+        if staging:
+            prologue += ['    unsigned char *const staging = malloc(%d);' % offset,
+                         '    if (!staging)', '        return %s_STATUS_MEMORY;' % up, *staging]
+        loop = prologue + [
+            '    int status = 0;',
+            '    for (long k = 0, c; k < n && status == 0; k += c) {',
+            '        c = %s;  /* the largest bucket that fits */' % chunk, *gathers,
+            '        switch (c) {', *runs,
+            '        default:',
+            '            status = %s_run_arena(%s);' % (n, args),
+            '        }'] + (['        if (status == 0)'] + ['    ' + line for line in scatters]
+                           if scatters else []) + [
+            '    }'] + (['    free(staging);'] if staging else []) + ['    return status;']
+        model = [] if self.layout is None else ['model']
+        checks = ['!' + a for a in model] + null_checks
         return (['#include <stdlib.h>  /* malloc: the staged samples */',
-                 '#include <string.h>', ''] if staging else []) + [
+                 '#include <string.h>', ''] if staging else []) + storage + [
                 run_n[:-1], '{',
                 '    /* The count first: a refused call reads nothing. */',
                 '    if (n < 1 || n > %s_MAX_BATCH)' % up,
                 '        return %s_STATUS_BATCH;' % up] + (
-            ['    if (%s)' % ' || '.join(null_checks), '        return 1;'] if null_checks
-            else []) + loop + ['}', '',
+            ['    if (%s)' % ' || '.join(checks), '        return 1;'] if checks else []
+        ) + loop + ['}', '',
                 run_n_v[:-1], '{',
                 '    (void)inputs;', '    (void)outputs;',
                 '    return %s_run_n(%s);' % (
@@ -491,8 +526,10 @@ class _Renderer:
             for v in values]
         return rows or ['    {"", "float32", "<f4", 4, 0, {0}, 0},']
 
-    def _model_c(self) -> str:
-        n, up, p = self.name, self.name.upper(), self.p
+    def _body(self) -> tuple[list[str], list[str]]:
+        """(declarations of the arena's values, instructions) of
+        NAME_run_arena's body; rendering them requests the weights."""
+        p = self.p
         body: list[str] = []
         failures = {i: status for status, (i, _) in enumerate(self._failures(), FIRST_FAILURE)}
         # Rendering requests weights (and transposed weights) by name.
@@ -532,6 +569,51 @@ class _Renderer:
                              'live %d..%d */' % (ctype, reg, ctype, base, off, reg,
                                                  shape_text(self.dtypes[reg], self.shapes[reg]),
                                                  off, off + b.nbytes, b.start, b.end))
+        return decls, body
+
+    def _bucket_bodies(self) -> list[tuple[int, list[str], list[str]]]:
+        """(size, declarations, instructions) of each bucket's run function
+        (_body of its model), its weights those of this model where equal
+        (NAME_<suffix>_b<size> added where new)."""
+        seen = {_content(a): w for w, a in self.weights.items()}
+        bodies = []
+        for size, lowered, arena in self.buckets:
+            sub = _Renderer(lowered, arena, self.weights_mode)
+            decls, body = sub._body()
+            names = {}
+            for w, a in sub.weights.items():
+                key = _content(a)
+                if key not in seen:
+                    seen[key] = '%s_%s_b%d' % (self.name, w[len(sub.name) + 1:], size)
+                    self.weights[seen[key]] = a
+                names[w] = seen[key]
+            if names:
+                pattern = re.compile(r'\b(%s)\b' % '|'.join(map(re.escape, names)))
+                body = [pattern.sub(partial(_renamed, names), line) for line in body]
+            bodies.append((size, decls, body))
+        return bodies
+
+    def _arena_function(self, signature: str, checks: list[str], decls: list[str],
+                        body: list[str]) -> list[str]:
+        """The C function ``signature`` (NAME_run_arena's parameters) that
+        returns 1 when one of ``checks`` holds, else runs ``body`` on the
+        values of ``decls`` (after the weights', in a weights file)."""
+        if self.layout is not None:
+            text = '\n'.join(body)
+            decls = ['    const unsigned char *const weights = '
+                     '(const unsigned char *)weights_memory;'] + [
+                '    const %s *const %s = (const %s *)(weights + %d);' % (
+                    C_TYPES[a.dtype.name], w, C_TYPES[a.dtype.name], self.layout.offsets[w])
+                for w, a in sorted(self.weights.items()) if w in text] + decls
+        return [signature, '{', '    unsigned char *const arena = (unsigned char *)arena_memory;'
+                ] + (['    if (%s)' % ' || '.join(checks), '        return 1;'] if checks else []
+                     ) + ['    (void)arena;'] + decls + ['    PROFILE_MARK(0);'] + body + [
+                    '    return 0;', '}', '']
+
+    def _model_c(self) -> str:
+        n, up, p = self.name, self.name.upper(), self.p
+        decls, body = self._body()
+        buckets = self._bucket_bodies()
         null_checks = ['!%s' % a for a in self._args().split(', ') if a]
         lines = ['/* %s.c: model %s as straight-line C, generated by chainer-compiler emit-c.'
                  % (n, n),
@@ -558,18 +640,12 @@ class _Renderer:
             params.insert(1, 'const void *weights_memory')
             checks.insert(1, '(!weights_memory && %s_WEIGHTS_BYTES)' % up)
             self.layout = layout(self.weights)
-            text = '\n'.join(body)
-            decls = ['    const unsigned char *const weights = '
-                     '(const unsigned char *)weights_memory;'] + [
-                '    const %s *const %s = (const %s *)(weights + %d);' % (
-                    C_TYPES[a.dtype.name], w, C_TYPES[a.dtype.name], self.layout.offsets[w])
-                for w, a in sorted(self.weights.items()) if w in text] + decls
-        lines += ['int %s_run_arena(%s)' % (n, ', '.join(params)), '{',
-                  '    unsigned char *const arena = (unsigned char *)arena_memory;',
-                  '    if (%s)' % ' || '.join(checks),
-                  '        return 1;',
-                  '    (void)arena;']
-        lines += decls + ['    PROFILE_MARK(0);'] + body + ['    return 0;', '}', '']
+        lines += self._arena_function('int %s_run_arena(%s)' % (n, ', '.join(params)), checks,
+                                      decls, body)
+        # The buckets: NAME_run_n checked the pointers.
+        for size, bucket_decls, bucket_body in buckets:
+            lines += self._arena_function('static int %s_run_b%d(%s)' % (
+                n, size, ', '.join(params)), [], bucket_decls, bucket_body)
         if self.weights_mode == 'embed':
             lines += ['int %s_run(%s)' % (n, self._params()), '{',
                       '    /* Static storage: no allocation per run, but not reentrant. */',
@@ -696,6 +772,13 @@ class _Renderer:
         assert self.layout is not None
         params = [q for q in self._params().split(', ') if q != 'void']
         args = ''.join(', ' + a for a in self._args().split(', ') if a)
+        # NAME_run_n's buckets run on the model's arena, sized for the largest.
+        arena = '%s_%sARENA_BYTES' % (up, '' if self.max_batch is None else 'BATCH_')
+        memory = [] if self.max_batch is None else [
+            'void %s_model_memory(%s_model *model, void **arena, const void **weights);'
+            % (n, n),
+            'void %s_model_memory(%s_model *model, void **arena, const void **weights)' % (n, n),
+            '{', '    *arena = model->arena;', '    *weights = model->weights;', '}', '']
         return '\n'.join([
             '/* %s_weights.c: model %s with its weights loaded from %s,' % (
                 n, n, weights_file(self.name)),
@@ -713,10 +796,9 @@ class _Renderer:
             '%s_model *%s_create(const char *weights_path, char *error, size_t error_size)'
             % (n, n), '{',
             '    %s_model *model = calloc(1, sizeof *model);' % n,
-            '    if (!model || !(model->arena = malloc(%s_ARENA_BYTES ? %s_ARENA_BYTES : 1))) {'
-            % (up, up),
+            '    if (!model || !(model->arena = malloc(%s ? %s : 1))) {' % (arena, arena),
             '        snprintf(error, error_size, "out of memory: model %s needs an arena of %%lu '
-            'bytes", (unsigned long)%s_ARENA_BYTES);' % (n, up),
+            'bytes", (unsigned long)%s);' % (n, arena),
             '        free(model);',
             '        return NULL;',
             '    }',
@@ -739,6 +821,7 @@ class _Renderer:
             '    return %s_run(%s);' % (n, ', '.join(a for a in ('model', self._vector_call())
                                                    if a)),
             '}', '',
+            *memory,
             'void %s_destroy(%s_model *model)' % (n, n), '{',
             '    if (!model)',
             '        return;',
@@ -836,6 +919,17 @@ class _Renderer:
             '',
             '.PHONY: all clean',
             ''])
+
+
+def _renamed(names: dict[str, str], match: re.Match) -> str:
+    """The new name of the identifier ``match`` found (_bucket_bodies)."""
+    return names[match.group(1)]
+
+
+def _content(array: numpy.ndarray) -> tuple:
+    """A key equal for arrays of equal dtype, shape and elements."""
+    return array.dtype.str, array.shape, hashlib.sha256(
+        numpy.ascontiguousarray(array).tobytes()).hexdigest()
 
 
 def weights_file(name: str) -> str:
