@@ -7,7 +7,7 @@ when C is emitted (emit_c.py calls ``fuse`` first).
   channel, ``s = scale / sqrt(var + eps)``, the weight's output channel is
   scaled by ``s`` and the bias becomes ``(bias - mean) * s + B``.
 * An activation whose record says ``epilogue`` (Relu, LeakyRelu, Sigmoid,
-  Tanh, HardSwish), or a Clip from 0 to a constant (ReLU6), that is the only reader of a Conv,
+  Tanh, HardSwish, Swish), or a Clip from 0 to a constant (ReLU6), that is the only reader of a Conv,
   Gemm or MatMul output (not itself a program output) becomes that
   instruction's ``activation`` attribute (``activation_alpha`` for
   LeakyRelu's slope), which the kernels apply as they store the product;
@@ -24,7 +24,8 @@ when C is emitted (emit_c.py calls ``fuse`` first).
   that MatMul's third input, which its product starts from (before any
   activation fused after it).
 * A Sigmoid read only by a Mul of its own input (SiLU as exported:
-  ``x * Sigmoid(x)``) becomes one Swish in the Mul's place.
+  ``x * Sigmoid(x)``) becomes one Swish in the Mul's place, and then the
+  epilogue of the Conv, Gemm or MatMul making x when nothing else reads x.
 * GELU written out as element-wise nodes around an Erf or a Tanh (BERT's
   ``x * 0.5 * (1 + erf(x / sqrt 2))``, GPT-2's and ALBERT's tanh
   approximation with ``Pow(x, 3)``: five to nine passes over the tensor)
@@ -362,6 +363,14 @@ class _Fuser:
         self.insts[i] = None
         self.readers[x] = [k for k in self.readers[x] if k != i]
         del self.readers[s]
+        # The Swish may now be the epilogue of the product making x (the
+        # product's own turn came before the Sigmoid and Mul were one).
+        k = self.producer.get(x, -1)
+        producer = self.insts[k] if k >= 0 else None
+        if producer is not None and producer.outputs[:1] == (x,) \
+                and producer.op in ('Conv', 'Gemm', 'MatMul') \
+                and producer.domain in _DEFAULT_DOMAINS:
+            self._fuse_activation(k)
         return True
 
     def _fuse_gelu(self, i: int) -> bool:

@@ -123,7 +123,7 @@ def mish(xp, x):
     return x * xp.tanh(_softplus(xp, x))
 
 
-@kernel('Swish', samples='elementwise')
+@kernel('Swish', epilogue=True, samples='elementwise')
 def swish(xp, x, *, alpha=1.0):
     return x * _sigmoid(xp, _const(x, alpha) * x)
 

@@ -15,7 +15,7 @@
 /* ISO C mode (-std=c99) turns GCC's contraction of a * b + c into fused
  * multiply-adds off; the micro-kernel wants them. */
 #if defined(__GNUC__) && !defined(__clang__)
-#pragma GCC optimize("fp-contract=fast")
+#pragma GCC optimize("fp-contract=fast", "no-trapping-math")
 #endif
 #include <math.h>
 #include <string.h>
@@ -153,6 +153,10 @@ static void activate_row(long n, float *restrict c, int act, float act_alpha)
     case CCN_ACT_CLIP:  /* NaN stays NaN, as NumPy's clip leaves it */
         for (long j = 0; j < n; j++)
             c[j] = c[j] < 0.0f ? 0.0f : c[j] > act_alpha ? act_alpha : c[j];
+        break;
+    case CCN_ACT_SWISH:  /* SiLU after EfficientNet's and MobileViT's convolutions */
+        for (long j = 0; j < n; j++)
+            c[j] = ccn_swish_poly(c[j], act_alpha);
         break;
     default:
         break;

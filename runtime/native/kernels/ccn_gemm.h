@@ -10,7 +10,8 @@ CCN_BEGIN_DECLS
 /* Activations a product applies as it stores its results (epilogue). */
 enum {
     CCN_ACT_NONE, CCN_ACT_RELU, CCN_ACT_LEAKY_RELU, CCN_ACT_SIGMOID, CCN_ACT_TANH,
-    CCN_ACT_HARD_SWISH, CCN_ACT_CLIP /* to [0, act_alpha]: ReLU6 */
+    CCN_ACT_HARD_SWISH, CCN_ACT_CLIP /* to [0, act_alpha]: ReLU6 */,
+    CCN_ACT_SWISH /* v sigmoid(act_alpha v) */
 };
 
 /* C[m, n] = beta * bias[m * bias_rs + n * bias_cs] for an M x N C; bias NULL
