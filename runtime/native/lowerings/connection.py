@@ -23,6 +23,7 @@ from ...ops.registry import CUSTOM_DOMAIN
 from ..cformat import CStruct, cfloat
 from ..gemm_layout import PANEL_MIN_ROWS, STRIP_COLS, pack_panels
 from ..lowering import Refuse, Step, lowers, unit_height, window
+from .conv_direct import direct_step, takes_direct
 from .depthwise import depthwise_scratch, depthwise_step, is_depthwise
 from .winograd import (
     MIN_FILTER_GRADIENT_WIDTH,
@@ -349,6 +350,9 @@ def conv(em, inst) -> Step:
             em, inst, geometry, numpy.asarray(w, numpy.float32), (N, C, M, OH, OW),
             ('CCN_ACT_NONE', 0.0) if residual else (act, act_alpha)), (act, act_alpha),
             N * M * OH * OW)
+    if takes_direct(w is not None, group, (KH, KW), win.strides, win.dilations, OW):
+        return direct_step(em, inst, geometry, numpy.asarray(w, numpy.float32),
+                           (N, C, H, W, M, OH, OW), (win.strides, pads_begin), (act, act_alpha))
     tiles = winograd_tiles(N, C, M, (OH, OW), (KH, KW), win.strides, win.dilations, group)
     if tiles is not None and trimmed is None:  # (Winograd reads the untrimmed weights)
         # The residual in a pass after: added inside the output transform

@@ -122,18 +122,19 @@ def test_conv_by_blocks_of_rows():
     """One image's im2col columns above CCN_CONV_CHUNK_FLOATS (2^18) are
     made and multiplied a block of output rows at a time: 7x7 at stride 2
     over 3 x 96 x 96 (147 x 2304 columns: two blocks, the second short)
-    with a fused ReLU; 5x5 over 16 x 48 x 48 (400 x 2304: four blocks) with
-    weights given at run time and no bias; two images of 3x3 at stride 2
-    in two groups."""
+    with a fused ReLU, its weights given at run time (constant ones run
+    direct: test_conv_direct.py); 5x5 over 16 x 48 x 48 (400 x 2304: four
+    blocks) with weights given at run time and no bias; two images of 3x3
+    at stride 2 in two groups."""
     rng = numpy.random.RandomState(3)
     node = helper.make_node
     nodes = [node('Conv', ['x3', 'w1', 'b1'], ['c1'], strides=[2, 2], pads=[3] * 4),
              node('Relu', ['c1'], ['y1']),
              node('Conv', ['x16', 'wr'], ['y2'], pads=[2] * 4),
              node('Conv', ['x2', 'w3', 'b3'], ['y3'], strides=[2, 2], pads=[1] * 4, group=2)]
-    inits = {'w1': _rand(rng, 24, 3, 7, 7), 'b1': _rand(rng, 24),
-             'w3': _rand(rng, 32, 16, 3, 3), 'b3': _rand(rng, 32)}
-    inputs = [('x3', F32, [1, 3, 96, 96]), ('x16', F32, [1, 16, 48, 48]),
+    inits = {'b1': _rand(rng, 24), 'w3': _rand(rng, 32, 16, 3, 3), 'b3': _rand(rng, 32)}
+    inputs = [('x3', F32, [1, 3, 96, 96]), ('w1', F32, [24, 3, 7, 7]),
+              ('x16', F32, [1, 16, 48, 48]),
               ('wr', F32, [8, 16, 5, 5]), ('x2', F32, [2, 32, 96, 96])]
     outputs = [('y1', F32, [1, 24, 48, 48]), ('y2', F32, [1, 8, 48, 48]),
                ('y3', F32, [2, 32, 48, 48])]

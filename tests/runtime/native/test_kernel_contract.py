@@ -14,7 +14,7 @@ from chainer_compiler.runtime.native import emit_c, gemm_layout
 from chainer_compiler.runtime.native.cformat import CStruct
 from chainer_compiler.runtime.native.lower import MAX_RANK
 from chainer_compiler.runtime.native.lowerings import array as native_array
-from chainer_compiler.runtime.native.lowerings import connection, pooling, winograd
+from chainer_compiler.runtime.native.lowerings import connection, conv_direct, pooling, winograd
 from chainer_compiler.runtime.native.lowerings import math as native_math
 from chainer_compiler.runtime.native.render import KERNEL_DIR
 
@@ -51,6 +51,7 @@ def _define(name, *files):
 @pytest.mark.parametrize('struct, header', [
     (connection.CONV_GEOMETRY, 'ccn_connection.h'),
     (connection.CONV_PLAN, 'ccn_connection.h'),
+    (conv_direct.DIRECT_PLAN, 'ccn_conv_direct.h'),
     (winograd.WINOGRAD_PLAN, 'ccn_winograd.h'),
     (pooling.POOL_GEOMETRY, 'ccn_pooling.h'),
     (pooling.POOL3D_GEOMETRY, 'ccn_pooling.h'),
@@ -95,6 +96,9 @@ def test_mirrored_constants_equal_the_c_ones():
     assert gemm_layout.PANEL_DEPTH == _define('CCN_KC', 'ccn_gemm.c')
     assert gemm_layout.PANEL_MIN_ROWS == _define('CCN_SMALL_M', 'ccn_gemm.c')
     assert winograd.SKEW == _define('CCN_WINOGRAD_SKEW', 'ccn_winograd.h')
+    assert conv_direct.DIRECT_ROWS == _define('CCN_DIRECT_ROWS', 'ccn_conv_direct.h')
+    assert conv_direct.DIRECT_MAX_TAPS == _define('CCN_DIRECT_MAX_TAPS', 'ccn_conv_direct.h')
+    assert conv_direct.DIRECT_TILE == _define('CCN_DIRECT_TILE', 'ccn_conv_direct.h')
     assert MAX_RANK == native_math.MAX_RANK == _define('CCN_MAX_RANK', 'ccn_common.h')
 
 

@@ -1,0 +1,270 @@
+/* Conv_direct family: a convolution summed in registers, as onnxruntime's
+ * NCHWc kernels do, but on NCHW: each channel of the input is copied once
+ * into a padded plane (for stride 2, its four phases), and output o of a
+ * plane-shaped output space (rows of the plane's width, the columns past
+ * the output's unused) reads tap (kh, kw) of every channel at o plus a
+ * fixed offset.  A tile sums CCN_DIRECT_ROWS output channels by up to three
+ * vectors of consecutive o over every channel and tap, broadcasting the
+ * weights: no im2col columns are written and read back (ResNet's 7x7
+ * stride-2 first layer wrote 7.4 MB of them per image). */
+/* ISO C mode (-std=c99) turns GCC's contraction of a * b + c into fused
+ * multiply-adds off; the tiles want them. */
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC optimize("fp-contract=fast")
+#endif
+#include <assert.h>
+#include <string.h>
+
+#include "ccn_conv_direct.h"
+#include "ccn_gemm.h"
+#include "ccn_threads.h"
+
+typedef float v16 __attribute__((vector_size(16 * sizeof(float))));
+typedef float v8 __attribute__((vector_size(8 * sizeof(float))));
+typedef float v4 __attribute__((vector_size(4 * sizeof(float))));
+
+/* A tile kernel: t[i][0:nv*VL] (rows ldt apart) = start[i] plus the sums
+ * over C channels and T taps of w's row i (a block: [c][tap][row]) times
+ * the planes (plane floats apart) at the tap's offset off[tap], nv of its
+ * vectors. */
+typedef void tile_fn(long C, long T, const long *off, const float *planes, long plane,
+                     const float *w, const float *start, int nv, float *t, long ldt);
+
+/* NAME, a tile_fn on vectors of type VEC, up to NV of them (the
+ * accumulators, CCN_DIRECT_ROWS * NV vectors, fit the registers), compiled
+ * with ATTRIBUTES (an instruction set).  Each nv is its own unrolled copy,
+ * so that the sums stay in registers. */
+#define CCN_DIRECT_TILE_FN(NAME, VEC, NV, ATTRIBUTES)                                     \
+    ATTRIBUTES CCN_ALWAYS_INLINE void NAME##_nv(long C, long T, const long *off,          \
+                                                const float *planes, long plane,          \
+                                                const float *w, const float *start,       \
+                                                const int nv, float *t, long ldt)          \
+    {                                                                                      \
+        const long VL = (long)(sizeof(VEC) / sizeof(float));                              \
+        VEC acc[CCN_DIRECT_ROWS][NV];                                                      \
+        for (int i = 0; i < CCN_DIRECT_ROWS; i++)                                          \
+            for (int j = 0; j < nv; j++)                                                   \
+                acc[i][j] = (VEC){0} + start[i];                                           \
+        for (long c = 0; c < C; c++, planes += plane)                                      \
+            for (long k = 0; k < T; k++, w += CCN_DIRECT_ROWS) {                           \
+                VEC v[NV];                                                                 \
+                for (int j = 0; j < nv; j++)                                               \
+                    memcpy(&v[j], planes + off[k] + j * VL, sizeof v[j]);                  \
+                for (int i = 0; i < CCN_DIRECT_ROWS; i++)                                  \
+                    for (int j = 0; j < nv; j++)                                           \
+                        acc[i][j] += w[i] * v[j];                                          \
+            }                                                                              \
+        for (int i = 0; i < CCN_DIRECT_ROWS; i++)                                          \
+            for (int j = 0; j < nv; j++)                                                   \
+                memcpy(t + i * ldt + j * VL, &acc[i][j], sizeof acc[i][j]);                \
+    }                                                                                      \
+    ATTRIBUTES static void NAME(long C, long T, const long *off, const float *planes,     \
+                                long plane, const float *w, const float *start, int nv,   \
+                                float *t, long ldt)                                        \
+    {                                                                                      \
+        if (NV >= 3 && nv == 3)                                                            \
+            NAME##_nv(C, T, off, planes, plane, w, start, NV >= 3 ? 3 : 1, t, ldt);        \
+        else if (NV >= 2 && nv == 2)                                                       \
+            NAME##_nv(C, T, off, planes, plane, w, start, NV >= 2 ? 2 : 1, t, ldt);        \
+        else                                                                               \
+            NAME##_nv(C, T, off, planes, plane, w, start, 1, t, ldt);                      \
+    }
+
+/* A tile kernel and its shape: VL floats per vector, up to nv vectors. */
+typedef struct {
+    tile_fn *fn;
+    long vl, nv;
+} tile_kernel;
+
+/* This build's kernel: three 16-float vectors (24 accumulators of the 32
+ * registers) with AVX-512, else one vector of the widest. */
+#if defined(__AVX512F__)
+CCN_DIRECT_TILE_FN(tile_native, v16, 3, )
+static const tile_kernel native = {tile_native, 16, 3};
+#elif defined(__AVX__)
+CCN_DIRECT_TILE_FN(tile_native, v8, 1, )
+static const tile_kernel native = {tile_native, 8, 1};
+#else
+CCN_DIRECT_TILE_FN(tile_native, v4, 1, )
+static const tile_kernel native = {tile_native, 4, 1};
+#endif
+/* With CCN_GEMM_VARIANTS (the emitted Makefile's default build on x86-64),
+ * builds for x86-64-v3 and -v4 too, chosen as the products are
+ * (ccn_gemm_level). */
+#ifdef CCN_GEMM_VARIANTS
+CCN_DIRECT_TILE_FN(tile_v3, v8, 1, __attribute__((target("arch=x86-64-v3"))))
+CCN_DIRECT_TILE_FN(tile_v4, v16, 3, __attribute__((target("arch=x86-64-v4"))))
+#endif
+
+static const tile_kernel *best_kernel(void)
+{
+#ifdef CCN_GEMM_VARIANTS
+    static const tile_kernel v3 = {tile_v3, 8, 1}, v4 = {tile_v4, 16, 3};
+    const int level = ccn_gemm_level();
+    if (level == 4)
+        return &v4;
+    if (level == 3 && native.vl < 8)
+        return &v3;
+#endif
+    return &native;
+}
+
+/* Floats of the planes a band of output rows reads (512 KiB, a part of
+ * L2). */
+#define CCN_DIRECT_BAND_FLOATS (1L << 17)
+
+static long min_long(long a, long b)
+{
+    return a < b ? a : b;
+}
+
+/* One image's call, shared by the blocks of output channels. */
+typedef struct {
+    const ccn_conv_geometry *g;
+    const ccn_conv_direct_plan *p;
+    const tile_kernel *kernel;
+    const float *planes, *w, *bias, *residual;
+    float *y;
+    long off[CCN_DIRECT_MAX_TAPS];
+    long blocks, band;  /* blocks of output channels; output rows per band */
+} direct_call;
+
+/* Outputs [o0, o0 + width) of the plane-shaped space, rows m0.. of t (ldt
+ * apart, the bias added), to y as act(t + residual): each row of the space
+ * is one output row, its first out_w columns. */
+static void store_tile(const direct_call *d, long m0, long o0, long width, float *t, long ldt)
+{
+    const ccn_conv_geometry *g = d->g;
+    const long OW = g->out_w, S = g->out_h * OW, row = d->p->row;
+    const int act = d->p->act;
+    /* The runs of outputs (the same for every row of t): from t[src] to
+     * y[dst], len of them. */
+    long src[3 * 16], dst[3 * 16], len[3 * 16], runs = 0;
+    for (long o = o0; o < o0 + width;) {
+        const long ow = o % row, n = min_long(row - ow, o0 + width - o);
+        if (ow < OW) {
+            src[runs] = o - o0, dst[runs] = o / row * OW + ow;
+            len[runs++] = min_long(n, OW - ow);
+        }
+        o += n;
+    }
+    for (long i = 0; i < CCN_DIRECT_ROWS && m0 + i < g->out_channels; i++) {
+        float *out = d->y + (m0 + i) * S, *ti = t + i * ldt;
+        if (d->residual == NULL) {
+            /* One pass of the activation over the row, then copies. */
+            if (act != CCN_ACT_NONE)
+                ccn_activate(width, ti, act, d->p->act_alpha);
+            for (long r = 0; r < runs; r++) {  /* (memcpy's calls took 11%) */
+                float *restrict y = out + dst[r];
+                const float *restrict a = ti + src[r];
+                for (long j = 0; j < len[r]; j++)
+                    y[j] = a[j];
+            }
+            continue;
+        }
+        const float *res = d->residual + (m0 + i) * S;
+        for (long r = 0; r < runs; r++) {
+            float *restrict y = out + dst[r];
+            const float *restrict a = ti + src[r], *restrict b = res + dst[r];
+            for (long j = 0; j < len[r]; j++)
+                y[j] = a[j] + b[j];
+            if (act != CCN_ACT_NONE)
+                ccn_activate(len[r], y, act, d->p->act_alpha);
+        }
+    }
+}
+
+/* Items [begin, end) of bands x blocks: band by band of output rows (band
+ * rows of the plane-shaped output space, `row` floats each), each block of
+ * CCN_DIRECT_ROWS output channels tile by tile, the tiles as even as the
+ * vectors allow. */
+static void direct_blocks(void *context, long begin, long end)
+{
+    const direct_call *d = context;
+    const ccn_conv_geometry *g = d->g;
+    const long vl = d->kernel->vl, T = g->kernel_h * g->kernel_w, row = d->p->row;
+    const long ldt = 3 * 16;
+    float t[CCN_DIRECT_ROWS * 3 * 16];
+    for (long item = begin; item < end; item++) {
+        const long band = item / d->blocks, b = item % d->blocks;
+        const long o_begin = band * d->band * row;
+        const long O = min_long(g->out_h, (band + 1) * d->band) * row - o_begin;
+        const long vectors = (O + vl - 1) / vl;
+        const long tiles = (vectors + d->kernel->nv - 1) / d->kernel->nv;
+        const float *w = d->w + b * CCN_DIRECT_ROWS * g->in_channels * T;
+        /* The sums start from the bias (the block's rows past M from 0). */
+        float start[CCN_DIRECT_ROWS] = {0};
+        const long rows = min_long(CCN_DIRECT_ROWS, g->out_channels - b * CCN_DIRECT_ROWS);
+        for (long i = 0; d->bias != NULL && i < rows; i++)
+            start[i] = d->bias[b * CCN_DIRECT_ROWS + i];
+        for (long k = 0, o0 = o_begin; k < tiles; k++) {
+            const int nv = (int)(vectors / tiles + (k < vectors % tiles));
+            d->kernel->fn(g->in_channels, T, d->off, d->planes + o0, d->p->plane, w, start, nv,
+                          t, ldt);
+            store_tile(d, b * CCN_DIRECT_ROWS, o0, min_long(nv * vl, o_begin + O - o0), t, ldt);
+            o0 += nv * vl;
+        }
+    }
+}
+
+/* The image x (C x H x W) into the planes of scratch, zeros around it and
+ * after the last plane (the tiles read that far). */
+static void fill_planes(const ccn_conv_geometry *g, const ccn_conv_direct_plan *p,
+                        const float *x, float *planes)
+{
+    const long C = g->in_channels, H = g->in_h, W = g->in_w, s = p->stride;
+    memset(planes, 0, (size_t)(C * p->plane + p->row + g->kernel_w + CCN_DIRECT_TILE) *
+                          sizeof(float));
+    for (long c = 0; c < C; c++)
+        for (long ih = 0; ih < H; ih++) {
+            const long ph = ih + g->pad_top;
+            const float *in = x + (c * H + ih) * W;
+            float *plane = planes + c * p->plane;
+            if (s == 1) {
+                memcpy(plane + ph * p->row + g->pad_left, in, (size_t)W * sizeof(float));
+                continue;
+            }
+            /* Phase (ph % 2, pw % 2) holds (ph, pw) at (ph / 2, pw / 2):
+             * the row's even and odd columns each to their phase. */
+            for (long q = 0; q < 2; q++) {
+                const long iw0 = (q + g->pad_left) & 1, pw0 = iw0 + g->pad_left;
+                float *restrict out = plane + ((ph & 1) * 2 + q) * p->rows * p->row +
+                                      (ph >> 1) * p->row + (pw0 >> 1);
+                for (long j = 0; iw0 + 2 * j < W; j++)
+                    out[j] = in[iw0 + 2 * j];
+            }
+        }
+}
+
+void ccn_conv2d_direct(const ccn_conv_geometry *g, const ccn_conv_direct_plan *plan,
+                       const float *x, const float *w, const float *bias, const float *residual,
+                       float *y, float *scratch)
+{
+    const long C = g->in_channels, M = g->out_channels, KH = g->kernel_h, KW = g->kernel_w;
+    const long s = plan->stride, image = C * g->in_h * g->in_w, S = g->out_h * g->out_w;
+    /* The emitter chose this path for these only (and sized the planes). */
+    assert(g->group == 1 && g->dil_h == 1 && g->dil_w == 1 && g->stride_h == s &&
+           g->stride_w == s && (s == 1 || s == 2) && KH * KW <= CCN_DIRECT_MAX_TAPS &&
+           plan->plane == plan->rows * plan->row * s * s);
+    direct_call d = {g, plan, best_kernel(), scratch, w, bias, NULL, NULL, {0}, 0, 0};
+    /* Tap (kh, kw) of output o: plane element o + off (in its phase). */
+    for (long kh = 0; kh < KH; kh++)
+        for (long kw = 0; kw < KW; kw++)
+            d.off[kh * KW + kw] = s == 1 ? kh * plan->row + kw
+                                         : ((kh & 1) * 2 + (kw & 1)) * plan->rows * plan->row +
+                                               (kh >> 1) * plan->row + (kw >> 1);
+    d.blocks = (M + CCN_DIRECT_ROWS - 1) / CCN_DIRECT_ROWS;
+    /* Bands of output rows whose input (every channel) stays in L2 while
+     * each block of weights runs over it: 128 channels of 56x56 at stride
+     * 2 took 1.15x im2col's time read whole from memory. */
+    const long band_rows = CCN_DIRECT_BAND_FLOATS / (C * s * s * plan->row) - KH / s;
+    d.band = band_rows < 1 ? 1 : band_rows;
+    const long bands = (g->out_h + d.band - 1) / d.band;
+    for (long n = 0; n < g->batch; n++) {
+        fill_planes(g, plan, x + n * image, scratch);
+        d.residual = residual ? residual + n * M * S : NULL;
+        d.y = y + n * M * S;
+        ccn_parallel_for(bands * d.blocks, M * S * (C * KH * KW / CCN_MACS_PER_WORK + 1),
+                         direct_blocks, &d);
+    }
+}

@@ -1,0 +1,45 @@
+/* ccn_conv_direct.h: Conv_direct family: a 2-D convolution (one group,
+ * stride 1 or 2 on both axes, no dilation) summed in registers from a
+ * padded copy of the input, without im2col's columns. */
+#ifndef CCN_CONV_DIRECT_H
+#define CCN_CONV_DIRECT_H
+
+#include "ccn_common.h"
+#include "ccn_connection.h"
+
+CCN_BEGIN_DECLS
+
+/* Output channels per block of the weights' layout (every instruction set
+ * computes blocks of this many rows). */
+#define CCN_DIRECT_ROWS 8
+/* Most taps (kernel_h * kernel_w) a direct convolution has. */
+#define CCN_DIRECT_MAX_TAPS 64
+/* Floats read past the last channel's plane, beyond `row + kernel_w`: the
+ * widest tile (three vectors of 16). */
+#define CCN_DIRECT_TILE 64
+
+/* How a direct convolution lays out its input: decided when the C is
+ * emitted, where its scratch is sized (DIRECT_PLAN in
+ * lowerings/connection.py).  Each channel of an image is copied into
+ * `plane` floats of scratch: its padded image (stride 1), or the four
+ * phases of it (stride 2: (row, column) parity (0, 0), (0, 1), (1, 0),
+ * (1, 1), each `rows` rows of `row` floats), zeros around the input. */
+typedef struct {
+    long stride;     /* 1 or 2, both axes */
+    long rows, row;  /* rows of a padded plane (or phase) and floats per row */
+    long plane;      /* floats per channel: rows * row * stride * stride */
+    int act;         /* epilogue activation (CCN_ACT_*) */
+    float act_alpha; /* its slope or bound */
+} ccn_conv_direct_plan;
+
+/* y = act(conv2d(x, w) + bias + residual), bias and residual (shaped as y)
+ * optional (NULL).  w holds the weights (M, C, KH, KW) in blocks of
+ * CCN_DIRECT_ROWS output channels (M padded with zeros): block b's floats
+ * are [c][kh][kw][row].  scratch holds C * plane + row + kernel_w +
+ * CCN_DIRECT_TILE floats. */
+void ccn_conv2d_direct(const ccn_conv_geometry *geometry, const ccn_conv_direct_plan *plan,
+                       const float *x, const float *w, const float *bias, const float *residual,
+                       float *y, float *scratch);
+
+CCN_END_DECLS
+#endif /* CCN_CONV_DIRECT_H */

@@ -1,0 +1,85 @@
+"""Direct convolutions (ccn_conv_direct.c): which Conv the rule sends there,
+and its Step.  The kernel sums blocks of output channels by vectors of
+outputs in registers from a padded copy of the input (for stride 2, its
+four phases), where im2col would write each input KH*KW times into columns
+that the product then packs back (benchmarks/NOTES.md, "Direct
+convolutions")."""
+import numpy
+
+from ..cformat import CStruct
+from ..lowering import Step
+from .depthwise import _extent
+
+#: ccn_conv_direct.h's CCN_DIRECT_ROWS, CCN_DIRECT_MAX_TAPS and
+#: CCN_DIRECT_TILE (test_kernel_contract checks them).
+DIRECT_ROWS = 8
+DIRECT_MAX_TAPS = 64
+DIRECT_TILE = 64
+#: Outputs per row from which the rule sends a convolution direct.
+DIRECT_MIN_WIDTH = 12
+#: The struct of ccn_conv_direct.h: how the input is laid out in scratch.
+DIRECT_PLAN = CStruct('ccn_conv_direct_plan', ('stride', 'rows', 'row', 'plane', 'act',
+                                                'act_alpha'))
+
+
+def takes_direct(weights_constant, group, kernel, strides, dilations, out_width) -> bool:
+    """The rule, stated here once: a Conv runs direct when its weights are
+    constant (laid out at emit time), in one group, undilated, with more
+    than one tap (at most DIRECT_MAX_TAPS), stride 2 on both axes and
+    outputs at least DIRECT_MIN_WIDTH wide.  Measured against im2col's
+    product (one thread, batch 1, ResNet's shapes, benchmarks/NOTES.md):
+    7x7 over 3 channels 0.67x the time, 3x3 from 64 to 256 channels 0.83-
+    0.88x.  At 7x7 outputs a row fills half of the 16-float vectors, and
+    the product's wide tiles, vectors down the output channels, win (1.08x
+    direct); a 1x1 convolution at stride 2 would copy four phases to read
+    one (2.7x); at stride 1 Winograd's 3x3 is as fast at 56x56 and 28x28
+    and faster at 14x14 (1.14x direct)."""
+    taps = kernel[0] * kernel[1]
+    return (weights_constant and group == 1 and tuple(dilations) == (1, 1)
+            and tuple(strides) == (2, 2) and 1 < taps <= DIRECT_MAX_TAPS
+            and out_width >= DIRECT_MIN_WIDTH)
+
+
+def direct_blocks(w) -> numpy.ndarray:
+    """Constant (M, C, KH, KW) weights in ccn_conv_direct.h's layout:
+    blocks of DIRECT_ROWS output channels (the last padded with zeros),
+    each [c][kh][kw][row]."""
+    w = numpy.asarray(w, numpy.float32)
+    M = w.shape[0]
+    padded = numpy.zeros((-(-M // DIRECT_ROWS) * DIRECT_ROWS,) + w.shape[1:], numpy.float32)
+    padded[:M] = w
+    return padded.reshape(-1, DIRECT_ROWS, w[0].size).transpose(0, 2, 1).ravel()
+
+
+def direct_step(em, inst, geometry, w, sizes, window, act) -> Step:
+    """Conv ``inst`` as ccn_conv2d_direct: ``geometry`` its
+    ccn_conv_geometry, ``w`` its constant weights (KH x KW taps), ``sizes``
+    (N, C, H, W, M, OH, OW), ``window`` (strides, pads_begin), ``act`` the
+    epilogue (CCN_ACT_* enum, slope).  A fourth input, the residual, is
+    added before the activation as the outputs are stored."""
+    N, C, H, W, M, OH, OW = sizes
+    (stride, _), pads_begin = window
+    KH, KW = w.shape[2:]
+    PH = _extent(H, pads_begin[0], OH, stride, KH, 1)
+    PW = _extent(W, pads_begin[1], OW, stride, KW, 1)
+    rows, row = -(-PH // stride), -(-PW // stride)
+    plan = DIRECT_PLAN.literal(stride=stride, rows=rows, row=row,
+                               plane=rows * row * stride * stride, act=act[0],
+                               act_alpha=act[1])
+    blocks = em.constant_array('direct%d' % inst.outputs[0], direct_blocks(w))
+    extra = [em.has(inst, k) for k in (2, 3)]
+
+    def render(ref, scratch):
+        bias, residual = (ref(inst.inputs[k]) if has else 'NULL'
+                          for k, has in zip((2, 3), extra))
+        return ['ccn_conv2d_direct(%s,' % geometry,
+                '                  %s,' % plan,
+                '                  %s, %s, %s, %s, %s, %s);' % (
+                    ref(inst.inputs[0]), blocks, bias, residual, ref(inst.outputs[0]),
+                    scratch)]
+    scratch = C * rows * row * stride * stride + row + KW + DIRECT_TILE
+    # The output may take a dying residual's memory: each element is read
+    # before it is written.
+    return Step('conv_direct', [(N, M, OH, OW)], render, scratch=scratch, also=('gemm',),
+                in_place=(3,) if extra[1] else ())
+
