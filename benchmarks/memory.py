@@ -53,6 +53,7 @@ from timing import interleaved_samples, timed  # noqa: E402
 from training_candidates import OPTIMIZERS, optimizer_update_step  # noqa: E402
 
 import chainer_compiler  # noqa: E402
+from chainer_compiler import memory_model  # noqa: E402
 from chainer_compiler.runtime import Tracer  # noqa: E402
 from chainer_compiler.runtime.native.arena_pool import release_arenas  # noqa: E402
 
@@ -149,7 +150,7 @@ class Row:
     policy: Policy
     budget_bytes: int | None = None
     predicted: int | None = None  # of the real peak, the optimizer's state included
-    planned: int | None = None  # the VM's count as predicted: what budgets are in
+    planned: int | None = None  # what gt plans on and budgets bound: the count with scratch
     measured: int | None = None
     param_bytes: int = 0
     samples: list | None = None  # seconds of each timed step, one per round
@@ -243,7 +244,14 @@ def measure_memory(row, model, onnx_file, kwargs, x, t):
     compiled, step = compiled_step(model, onnx_file, row.policy, kwargs, track_memory=True)
     step(x, t)
     row.measured = compiled.peak_bytes()
-    row.planned = compiled.predicted_peak_bytes()
+    row.planned = planned_peak(compiled)
+
+
+def planned_peak(compiled):
+    """The peak gt plans on and ``memory_budget`` bounds for ``compiled``'s
+    training programs: the VM's count with each kernel's scratch."""
+    return max(memory_model.compiled_planned_peak(state.programs)
+               for state in compiled._training_states())
 
 
 def measure_real(row, model, onnx_file, kwargs, x, t, optimizer):
@@ -276,7 +284,7 @@ def measure_real(row, model, onnx_file, kwargs, x, t, optimizer):
                           for v in (p.update_rule.state or {}).values()
                           if hasattr(v, 'nbytes'))
     if row.planned is None:
-        row.planned = compiled.predicted_peak_bytes()
+        row.planned = planned_peak(compiled)
     # The process's peak as the memory model predicts it (parameters held,
     # kernel scratch) with the optimizer's state, which the model does not
     # see, less the batch, which the process held before tracing began.

@@ -24,8 +24,8 @@ from dataclasses import dataclass
 import numpy
 from onnx import helper
 
-from .onnx_graph import SequenceType, reads, value_types
-from .runtime.ops.registry import operator_record
+from .onnx_graph import SequenceType, kernel_attributes, reads, value_types
+from .runtime.ops.registry import LATEST, fill_defaults, operator_record
 from .shapes import infer_shapes
 
 
@@ -49,10 +49,10 @@ def sizes(types):
     return known
 
 
-def inferred_sizes(model):
-    """{name: bytes} of every value of ``model`` (a ModelProto) shape
-    inference types statically."""
-    return sizes(value_types(infer_shapes(model, '<memory model>').graph))
+def inferred_types(model):
+    """{name: value_types entry} of every value of ``model`` (a ModelProto)
+    that shape inference types."""
+    return value_types(infer_shapes(model, '<memory model>').graph)
 
 
 @dataclass
@@ -101,23 +101,48 @@ class Schedule:
         return peak, at_peak
 
 
-def graph_schedule(nodes, inputs, constants, outputs):
+def graph_schedule(nodes, inputs, constants, outputs, scratch=None):
     """The Schedule of a program emitted from ``nodes`` (ONNX nodes in order;
     their sub-graphs' outer reads count as reads), whose ``inputs`` and
     ``constants`` (names) are live from the start, and whose ``outputs``
     (names) stay.  An Identity makes no value of its own: the pipeline
     renames its output to its input before code is emitted, so reads of
-    the output count as reads of the input."""
+    the output count as reads of the input.  ``scratch(node)``: the bytes
+    its kernel holds besides (node_scratch); None: none counted."""
     alias = {}
-    steps = []
+    steps, held = [], []
     for node in nodes:
         if node.op_type == 'Identity' and node.domain == '' and node.input[0]:
             alias[node.output[0]] = alias.get(node.input[0], node.input[0])
             continue
         steps.append(([alias.get(name, name) for name in reads(node)],
                       [o for o in node.output if o]))
+        held.append(scratch(node) if scratch else 0)
     return Schedule(list(inputs) + list(constants), set(constants), steps,
-                    {alias.get(name, name) for name in outputs})
+                    {alias.get(name, name) for name in outputs}, held if scratch else None)
+
+
+def node_scratch(node, types, opsets=None):
+    """The bytes the NumPy kernel of ONNX ``node`` holds while it runs
+    beyond its inputs and outputs: the OpRecord.scratch rule
+    instruction_scratch applies to a Program's instructions, with the
+    types of ``types`` ({name: value_types entry}) and the node's
+    attributes, defaults filled for its opset in ``opsets`` ({domain:
+    version}); 0 when undeclared."""
+    record = operator_record(node.op_type, node.domain)
+    if record is None or record.scratch is None:
+        return 0
+
+    def typed(names):
+        entries = []
+        for name in names:
+            t = types.get(name) if name else None
+            entries.append(None if t is None or isinstance(t, SequenceType) or t[0] is None
+                           else (numpy.dtype(t[0]), t[1]))
+        return entries
+    version = (opsets or {}).get(node.domain, LATEST)
+    attributes = fill_defaults(node.op_type, node.domain, version, kernel_attributes(node))
+    return record.scratch_bytes(typed(node.input), typed(node.output), attributes)
 
 
 def views(program):
@@ -184,33 +209,33 @@ def instruction_scratch(program, inst):
     return record.scratch_bytes(typed(inst.inputs), typed(inst.outputs), inst.attrs)
 
 
-def training_schedules(forward_graph, backward):
+def training_schedules(forward_graph, backward, scratch=None):
     """(forward, backward) Schedules of the programs a training compilation
     emits from ``forward_graph`` and the autodiff.BackwardGraph ``backward``
     (before the VM's rewrites): forward outputs are the graph's outputs and
     the retained values; backward inputs the output gradients and the
-    retained values."""
+    retained values.  ``scratch``: as graph_schedule's."""
     forward = graph_schedule(
         forward_graph.node, [v.name for v in forward_graph.input],
         [t.name for t in forward_graph.initializer],
-        [v.name for v in forward_graph.output] + list(backward.retained))
+        [v.name for v in forward_graph.output] + list(backward.retained), scratch)
     back = graph_schedule(
         backward.nodes, [g for g, _ in backward.grad_inputs] + list(backward.retained),
         [t.name for t in backward.initializers],
-        [g for g in backward.grad_outputs.values() if g is not None])
+        [g for g in backward.grad_outputs.values() if g is not None], scratch)
     return forward, back
 
 
-def joined_schedule(forward_graph, backward):
+def joined_schedule(forward_graph, backward, scratch=None):
     """The Schedule of one program running ``forward_graph`` then the
     autodiff.BackwardGraph ``backward`` (the training step, before its
     optimizer updates): forward values die at their last read, in either
-    half; the gradients stay."""
+    half; the gradients stay.  ``scratch``: as graph_schedule's."""
     return graph_schedule(
         list(forward_graph.node) + list(backward.nodes), [v.name for v in forward_graph.input],
         [t.name for t in list(forward_graph.initializer) + list(backward.initializers)],
         [v.name for v in forward_graph.output]
-        + [g for g in backward.grad_outputs.values() if g is not None])
+        + [g for g in backward.grad_outputs.values() if g is not None], scratch)
 
 
 def constant_sizes(tensors):
@@ -273,6 +298,16 @@ def compiled_process_peak(programs):
     beside = sum(known.get(r, 0) for name, r in caller.items() if name not in given)
     return max(peak, beside + program_peak(backward, _retained_views(forward, backward), held,
                                            scratch=True)[0])
+
+
+def compiled_planned_peak(programs):
+    """The peak the recompute policies plan on and ``memory_budget`` bounds
+    (recompute.Problem.peak) for compiled training.TrainingPrograms: the
+    VM's count (compiled_training_peak) with each kernel's temporaries
+    while it runs (OpRecord.scratch)."""
+    forward, backward = programs.forward, programs.backward
+    return max(program_peak(forward, scratch=True)[0],
+               program_peak(backward, _retained_views(forward, backward), scratch=True)[0])
 
 
 def compiled_peak_parts(programs):

@@ -3,7 +3,7 @@ the options, and the memory model's view of both."""
 import dataclasses
 from functools import cached_property
 
-from onnx import helper
+from onnx import NodeProto, helper
 
 from .. import memory_model
 from ..runtime.ops.registry import CUSTOM_DOMAIN, node_work
@@ -15,8 +15,9 @@ class Problem:
 
     ``plan(keep)`` makes the backward program keeping ``keep``;
     ``peak(plan)`` is the memory model's peak of the training step running
-    it, ``work(plan)`` the operations its replays add.  ``joined``: forward
-    and backward become one program (the training step).
+    it, kernels' temporaries included, ``work(plan)`` the operations its
+    replays add.  ``joined``: forward and backward become one program (the
+    training step).
     """
 
     def __init__(self, forward_graph, backward, options, opsets, joined=False):
@@ -26,6 +27,7 @@ class Problem:
         self.opsets = opsets
         self.joined = joined
         self.forward = replay.forward_facts(forward_graph)
+        self._scratches = {}
 
     def plan(self, keep):
         return replay.plan(self.forward, self.backward, keep, self.joined)
@@ -37,18 +39,26 @@ class Problem:
         return replay.Plan(list(b.nodes), list(b.retained), list(b.initializers), [])
 
     @cached_property
-    def _sizes(self):
-        """{value: bytes}: forward values and constants from their types,
-        backward values from shape inference of the backward graph."""
-        known = memory_model.sizes(self.backward.value_types)
-        known.update(memory_model.constant_sizes(self.graph.initializer))
-        known.update(memory_model.constant_sizes(self.backward.initializers))
+    def _types(self):
+        """{value: value_types entry}: forward values from their types,
+        backward values (and those the types leave unsized) from shape
+        inference of the backward graph."""
         imports = [helper.make_opsetid(d, v) for d, v in self.opsets.items()]
         if CUSTOM_DOMAIN not in self.opsets:
             imports.append(helper.make_opsetid(CUSTOM_DOMAIN, 1))
         model = helper.make_model(self.backward.graph(), opset_imports=imports)
-        for name, size in memory_model.inferred_sizes(model).items():
-            known.setdefault(name, size)
+        known = dict(self.backward.value_types)
+        for name, entry in memory_model.inferred_types(model).items():
+            if memory_model.value_bytes(known.get(name)) is None:
+                known[name] = entry
+        return known
+
+    @cached_property
+    def _sizes(self):
+        """{value: bytes} of the values and constants whose size is static."""
+        known = memory_model.sizes(self._types)
+        known.update(memory_model.constant_sizes(self.graph.initializer))
+        known.update(memory_model.constant_sizes(self.backward.initializers))
         return known
 
     def size(self, name):
@@ -56,18 +66,41 @@ class Problem:
         return self._sizes.get(name, 0)
 
     def peak(self, chosen):
-        """The memory model's peak of the training step running Plan ``chosen``."""
+        """The memory model's peak of the training step running Plan
+        ``chosen``: the values live at once, as the VM counts them, and
+        each kernel's temporaries while it runs (OpRecord.scratch, the
+        numbers compiled_process_peak adds to the compiled programs'), so a
+        plan replaying a wide convolution pays its columns.  (The process
+        also holds the parameters the VM lets go: about the same bytes
+        whatever the plan, left out.)"""
         backward = dataclasses.replace(self.backward, nodes=chosen.nodes,
                                        retained=chosen.retained,
                                        initializers=chosen.initializers)
         known = dict(self._sizes)
         known.update(memory_model.constant_sizes(chosen.initializers))
         known.update((fresh, known.get(name, 0)) for fresh, name in chosen.copies.items())
+
+        def scratch(node):
+            return self._scratch(node, chosen.copies)
         if self.joined:
-            schedules = [memory_model.joined_schedule(self.graph, backward)]
+            schedules = [memory_model.joined_schedule(self.graph, backward, scratch)]
         else:
-            schedules = memory_model.training_schedules(self.graph, backward)
+            schedules = memory_model.training_schedules(self.graph, backward, scratch)
         return memory_model.training_peak(schedules, known)
+
+    def _scratch(self, node, copies):
+        """memory_model.node_scratch of ``node``, a replay's fresh names
+        (``copies``) typed as the values they recompute; cached, since
+        every plan costs the same nodes."""
+        inputs = tuple(copies.get(name, name) for name in node.input)
+        outputs = tuple(copies.get(name, name) for name in node.output)
+        key = (node.op_type, node.domain, inputs, outputs)
+        if key not in self._scratches:
+            renamed = NodeProto()
+            renamed.CopyFrom(node)
+            renamed.input[:], renamed.output[:] = inputs, outputs
+            self._scratches[key] = memory_model.node_scratch(renamed, self._types, self.opsets)
+        return self._scratches[key]
 
     def node_work(self, k):
         """The operations of forward node ``k`` (OpRecord.work)."""
