@@ -7,7 +7,8 @@ when C is emitted (emit_c.py calls ``fuse`` first).
   channel, ``s = scale / sqrt(var + eps)``, the weight's output channel is
   scaled by ``s`` and the bias becomes ``(bias - mean) * s + B``.
 * An activation whose record says ``epilogue`` (Relu, LeakyRelu, Sigmoid,
-  Tanh, HardSwish, Swish), or a Clip from 0 to a constant (ReLU6), that is the only reader of a Conv,
+  Tanh, HardSwish, Swish), or a Clip from 0 to a constant (ReLU6), that is
+  the only reader of a Conv,
   Gemm or MatMul output (not itself a program output) becomes that
   instruction's ``activation`` attribute (``activation_alpha`` for
   LeakyRelu's slope), which the kernels apply as they store the product;

@@ -29,7 +29,7 @@ void ccn_unary_float64(enum ccn_unary_op op, long n, double alpha, double beta,
                        const double *x, double *y);
 
 /* Softmax (or its log) over axis of length len of an (outer, len, inner)
- * array. */
+ * array; y may be x for Softmax, not for LogSoftmax. */
 void ccn_softmax(long outer, long len, long inner, int log_softmax, const float *x, float *y);
 
 /* Gradient of Relu from its output y: gx[i] = y[i] > 0 ? gy[i] : 0 (gx may

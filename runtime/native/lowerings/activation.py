@@ -99,7 +99,8 @@ def softmax(em, inst) -> Step:
     def render(ref, scratch):
         return ['ccn_softmax(%d, %d, %d, %d, %s, %s);' % (
             outer, length, inner, log, ref(inst.inputs[0]), ref(inst.outputs[0]))]
-    return Step('activation', [sx], render)
+    # Softmax reads each value before writing it; LogSoftmax reads x again.
+    return Step('activation', [sx], render, in_place=() if log else (0,))
 
 
 @lowers(CUSTOM_DOMAIN + '::ReluGrad')

@@ -6,6 +6,9 @@ import numpy
 import pytest
 from onnx import helper
 
+from chainer_compiler.pipeline import build_program
+from chainer_compiler.runtime.native import emit_c
+
 from .helpers import check_native, make_model
 
 F32 = numpy.float32
@@ -34,3 +37,26 @@ def test_softmax_and_log_softmax_equal_the_vm():
     # A log-probability near 0 is -log(1 + tiny): one rounding of the sum, in
     # another order than NumPy's, moves it by about 1e-7.
     check_native(model, [scores, x], rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.native_build
+def test_softmax_of_a_dying_input_runs_in_place(tmp_path):
+    """A Softmax whose input dies there writes over it (over the last axis
+    and an inner one); a LogSoftmax, which reads its input again after
+    writing, never does."""
+    node = helper.make_node
+    # Between two Negs: neither the input nor the result is the program's.
+    nodes = [node('Neg', ['x'], ['n1']), node('Softmax', ['n1'], ['s1']),
+             node('Neg', ['x'], ['n2']), node('Softmax', ['n2'], ['s2'], axis=1),
+             node('Neg', ['x'], ['n3']), node('LogSoftmax', ['n3'], ['s3']),
+             node('Neg', ['s1'], ['p']), node('Neg', ['s2'], ['q']), node('Neg', ['s3'], ['r'])]
+    shape = [3, 40, 37]
+    model = make_model(nodes, [('x', F32, shape)],
+                       [('p', F32, shape), ('q', F32, shape), ('r', F32, shape)])
+    result = emit_c(build_program(model), tmp_path, 'model')
+    source = open(next(p for p in result.files if p.endswith('/model.c'))).read()
+    calls = [line.strip().rstrip(');').split(', ')[-2:] for line in source.splitlines()
+             if 'ccn_softmax(' in line]
+    assert [x == y for x, y in calls] == [True, True, False], calls
+    x = (numpy.random.RandomState(3).standard_normal(shape) * 8).astype(F32)
+    check_native(model, [x], rtol=1e-5, atol=1e-6)

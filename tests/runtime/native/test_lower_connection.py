@@ -1,7 +1,8 @@
 """Gemm, MatMul and Conv on the native backend: the blocked GEMM's edge
 tiles and K blocks, the dot-product path for few rows, broadcast batched
-MatMul (its own tiles for attention heads), convolutions sharing one product between several images, and
-constant operands laid out at emit time (panels of A, strips of B)."""
+MatMul (its own tiles for attention heads), convolutions sharing one
+product between several images, and constant operands laid out at emit
+time (panels of A, strips of B)."""
 import numpy
 import pytest
 from onnx import helper
