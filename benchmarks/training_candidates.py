@@ -11,7 +11,9 @@ and by CPU time (timing.py's clocks), quiet and beside one busy process:
 accuracy, batch 8; target: Chainer's time / native's >= 10); 'resnet': the
 native step against PyTorch eager (ResNet-18-style, SGD, batch 8; target:
 native / PyTorch <= 1.0).  Set the thread variables as above for one
-thread each: 'cpu' adds up every thread of a process.
+thread each: 'cpu' adds up every thread of a process.  Every row times the
+same steps (the in-process implementations are rewound to the state after
+--pretrain steps before each row: checkpoint).
 """
 import argparse
 import copy
@@ -56,13 +58,14 @@ def optimizer_update_step(predictor, optimizer, accuracy=False):
     def step(x, t):
         opt.update(classifier, x, t)
         return classifier.loss
+    step.classifier, step.optimizer = classifier, opt
     return step
 
 
 def chainer_step(model, x, t, optimizer, accuracy=False):
     """Plain Chainer."""
     step = optimizer_update_step(copy.deepcopy(model), optimizer, accuracy)
-    return lambda: step(x, t)
+    return _trains(lambda: step(x, t), step.classifier, step.optimizer)
 
 
 def compile_onnx_step(model, x, t, optimizer, onnx_file, backend='numpy', accuracy=False,
@@ -85,7 +88,46 @@ def compiled_training_step(model, x, t, optimizer, backend='numpy', accuracy=Fal
     opt.setup(classifier)
     compiled = chainer_compiler.compile_training_step(classifier, opt, (x, t),
                                                       runtime_kwargs={'backend': backend})
-    return lambda: compiled(x, t)
+    return _trains(lambda: compiled(x, t), classifier, opt)
+
+
+def _trains(step, model, optimizer):
+    """``step``, marked with the model and optimizer it trains (checkpoint)."""
+    step.trains = (model, optimizer)
+    return step
+
+
+def _trained_arrays(model):
+    """The arrays a step changes in place: parameters, persistent arrays
+    (BatchNormalization's averages) and the update rules' states."""
+    arrays = [p.array for p in model.params()]
+    arrays += [getattr(link, name) for link in model.links() for name in sorted(link._persistent)
+               if isinstance(getattr(link, name), numpy.ndarray)]
+    arrays += [state[key] for p in model.params() if p.update_rule is not None
+               for state in [p.update_rule.state or {}] for key in sorted(state)]
+    return arrays
+
+
+def checkpoint(step):
+    """A function putting what ``step`` (chainer_step, compiled_training_step)
+    trains back as it is now, in place (a compiled step keeps the arrays).
+    Take it after the first step (Chainer makes the optimizer's states then).
+    Timing repeats one batch: after about 700 steps of Adam on the MLP, the
+    first moments of dead ReLU units decay into subnormal floats, which cost
+    every implementation the same absolute time per step (about 0.13 ms
+    here), so steps compared must be the same steps."""
+    model, optimizer = step.trains
+    saved = [a.copy() for a in _trained_arrays(model)]
+    rules = [p.update_rule for p in model.params() if p.update_rule is not None]
+    counts = [optimizer.t] + [rule.t for rule in rules]
+
+    def restore():
+        for array, copy_ in zip(_trained_arrays(model), saved, strict=True):
+            numpy.copyto(array, copy_)
+        optimizer.t = counts[0]
+        for rule, count in zip(rules, counts[1:]):
+            rule.t = count
+    return restore
 
 
 def first_loss(step):
@@ -180,11 +222,19 @@ def _target_rows(target, args):
             else:
                 torch_step = steps[impl] = TorchStep(args.torch_python, dict(spec, **run),
                                                      model, x, t)
+        for step in steps.values():
+            for _ in range(0 if step is torch_step else max(1, args.pretrain)):
+                step()
+        # Every row times the same steps from here (checkpoint says why);
+        # PyTorch's process is not rewound.
+        restores = [checkpoint(step) for step in steps.values() if step is not torch_step]
         rows = []
         for load in ('quiet', 'busy'):
             neighbour = bench.busy_neighbour() if load == 'busy' else None
             try:
                 for clock in args.clocks:
+                    for restore in restores:
+                        restore()
                     ms = time_interleaved(steps, budget_s=args.budget, clock=clock)
                     rows.append('| %s | %s | %s | %.3f | %.3f | %.2f |' % (
                         target, clock, load, ms[first], ms[second], ms[first] / ms[second]))
@@ -206,6 +256,10 @@ def main(argv=None):
     parser.add_argument('--budget', type=float, default=2.0,
                         help='seconds of timed calls per implementation, clock and load')
     parser.add_argument('--torch-python', default='.venv-torch/bin/python')
+    parser.add_argument('--pretrain', type=int, default=1,
+                        help='steps each in-process implementation trains first; every row '
+                        'then times the steps after them (Adam on the MLP: subnormal moments '
+                        'from about 700)')
     args = parser.parse_args(argv)
     print('threads: OMP_NUM_THREADS=%s CHAINER_COMPILER_THREADS=%s' % (
         os.environ.get('OMP_NUM_THREADS'), os.environ.get('CHAINER_COMPILER_THREADS')))

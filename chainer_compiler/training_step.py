@@ -128,6 +128,14 @@ class TrainingStep:
         #: symbol 'batch' where it is the first input's batch.
         self._declared = _batch_inputs(first.executor.program.inputs[:self._n_inputs])
         self._array_type = model.xp.ndarray
+        #: The hyperparameters, written here at every call and passed as
+        #: 0-d views of this buffer: the same arrays at every call, which
+        #: the native backend reads in place without a conversion each.
+        #: (CuPy would copy such arrays to the device: it takes scalars.)
+        hyperparams = numpy.zeros(len(self._update.hyperparams))
+        self._hyperparams = hyperparams
+        self._hyperparam_views = None if first.executor.backend == 'cupy' else \
+            [hyperparams[k, ...] for k in range(len(hyperparams))]
 
     def _compile(self, inputs, dump_onnx=None):
         """The _CompiledStep of the model traced on ``inputs``; the update
@@ -211,8 +219,12 @@ class TrainingStep:
         for c in counters:
             c.t += 1  # Adam's alpha_t is that of the new t
         try:
-            values += [numpy.float64(_hyperparameter(optimizer, name))
-                       for name in self._update.hyperparams]
+            hyperparams = [_hyperparameter(optimizer, name) for name in self._update.hyperparams]
+            if self._hyperparam_views is None:
+                values += [numpy.float64(h) for h in hyperparams]
+            else:
+                self._hyperparams[:] = hyperparams
+                values += self._hyperparam_views
             results = step.executor.run_positional(values)
         except BaseException:
             # What the batch makes fail (a label out of range ...) fails in
@@ -241,7 +253,9 @@ class TrainingStep:
         # Only plain arrays are remembered: another type that passed once
         # may carry another shape next time.
         if all(type(v) is array_type for v in values):
-            signature = _signature_of(values)
+            # (An array's shape is a tuple and its dtype a numpy.dtype:
+            # _signature_of's conversions are not needed.)
+            signature = tuple([(v.shape, v.dtype) for v in values])
             if signature in self._steps:
                 return self._steps.use(signature)
         validate_inputs(self._declared, values, 'training_step')

@@ -654,15 +654,19 @@ class NativeRun:
             # dtype can be reassigned in place): checked when first seen,
             # and C-contiguous since.
             seen = seen_arrays[k]
-            if seen is not None and seen[0]() is value and value is not None and \
-                    value.shape == seen[2] and value.dtype is seen[3] and \
-                    not (seen[4] and not value.flags.writeable):
-                pointers.append(seen[1])
-                passed.append(value)
-                continue
+            if seen is not None:
+                ref, pointer, shape, dtype, updated = seen
+                if ref() is value and value is not None and value.shape == shape and \
+                        value.dtype is dtype and (not updated or value.flags.writeable):
+                    pointers.append(pointer)
+                    passed.append(value)
+                    continue
             info, shape, dtype = self.program.inputs[k], self._in_shapes[k], self._in_dtypes[k]
             scalar = self._scalars.get(k)
-            if scalar is not None and getattr(value, 'shape', ()) == ():  # stored below
+            # A 0-d array is read in place like any other (and remembered:
+            # a training step passes the same ones at every call).
+            if scalar is not None and type(value) is not numpy.ndarray and \
+                    getattr(value, 'shape', ()) == ():  # stored below
                 scalars.append((scalar[0], value))
                 pointers.append(scalar[1])
                 passed.append(None)

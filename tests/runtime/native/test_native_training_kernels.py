@@ -165,6 +165,22 @@ def test_optimizer_update_in_place(op):
 
 
 @pytest.mark.native_build
+def test_a_hyperparameter_array_is_read_at_every_call():
+    # The training step passes the same 0-d arrays at every call and writes
+    # new values into them: the library reads them in place, not a copy.
+    program = build_program(_update_model('SGDUpdate'))
+    param, grad, lr = _update_inputs('SGDUpdate')
+    executor = Executor(program, backend='native')
+    for rate in (0.1, 0.0, 0.5):
+        lr[()] = rate
+        want = param - numpy.float32(rate) * grad
+        executor.run_positional([param, grad, lr])
+        numpy.testing.assert_array_equal(param, want)
+    executor.run_positional([param, grad, numpy.float64(0.25)])  # a scalar is copied in
+    numpy.testing.assert_array_equal(param, want - numpy.float32(0.25) * grad)
+
+
+@pytest.mark.native_build
 def test_a_read_only_parameter_is_refused():
     program = build_program(_update_model('SGDUpdate'))
     values = _update_inputs('SGDUpdate')
