@@ -18,15 +18,17 @@ Where things plug in:
   ``CompilerOptions.computation_order``;
 * a backend: ``VM_BACKEND`` holds the stages after which nothing is
   target-independent any more (``lower``: rewrites for the VM; ``emit``:
-  code generation, pure, then ``validate_program``).  Another backend is
+  code generation, pure, the fusion rules the VM's kernels run, then
+  ``validate_program``).  Another backend is
   another such tuple of stages, reading ``Compilation.graphs`` (the
   optimized graphs, one per program) or, appended after ``emit``,
   ``Compilation.programs``.  The native backend (``'native'``) is the
   stages a finished Program goes through to become C
   (runtime.native.emit_c.NATIVE_BACKEND, run by ``emit_c`` on a
   NativeCompilation): it lives in the runtime, so that a saved Program
-  compiles to C where only the runtime is installed, and reads the same
-  fusion rules as the VM's ``fuse`` (runtime/ops/fusion_rules.py).
+  compiles to C where only the runtime is installed, and runs the same
+  fusion rules as the VM's ``fuse``, each backend those its kernels run
+  (runtime/ops/fusion_rules.RULES).
   PIPELINES imports it when its stages are first asked for, so that
   importing the compiler loads none of the native emitter.
 """
@@ -79,6 +81,9 @@ class CompilerOptions:
     fold_constants: bool = field(default=True, metadata={'doc': (
         'evaluate nodes whose inputs are all constants at compile time (every `fold` '
         'pass); False keeps them as instructions')})
+    fuse: bool = field(default=True, metadata={'doc': (
+        "apply the fusion rules whose fused forms the VM's kernels run to the emitted "
+        'Programs (the `fuse` pass); False keeps one instruction per node')})
 
     def __post_init__(self):
         # Checked on construction: a misapplied option fails before compiling.
@@ -174,15 +179,16 @@ def run(kind, model, options=None, **asked):
     return compilation
 
 
-def build_program(model, check=True, fold=True):
+def build_program(model, check=True, fold=True, fuse=True):
     """Compile an ONNX model (path, bytes or ModelProto) into a Program.
 
     Runs the pipeline's 'inference' passes (docs/pipeline.md); ``fold``
-    is CompilerOptions.fold_constants.  Raises InvalidModelError for a
-    broken model and UnsupportedOperatorsError listing every node whose
-    operator has no kernel.
+    is CompilerOptions.fold_constants, ``fuse`` CompilerOptions.fuse.
+    Raises InvalidModelError for a broken model and
+    UnsupportedOperatorsError listing every node whose operator has no
+    kernel.
     """
-    return run('inference', model, CompilerOptions(fold_constants=fold),
+    return run('inference', model, CompilerOptions(fold_constants=fold, fuse=fuse),
                check=check).programs['main']
 
 
@@ -335,10 +341,10 @@ def add_optimizer_update(c):
         graph.output.append(helper.make_tensor_value_info(param + '/updated', elem, list(shape)))
 
 
-def fuse(c):
-    """Remove Identity nodes and fuse Gemm + Relu into FusedGemm (passes/vm_fusion.py)."""
+def remove_identities(c):
+    """Remove Identity nodes: their readers read the source (passes/vm_fusion.py)."""
     for graph in c.graphs.values():
-        vm_fusion.fuse_for_vm(graph)
+        vm_fusion.remove_identities(graph)
 
 
 def emit(c):
@@ -354,6 +360,16 @@ def emit(c):
                   for name, graph in c.graphs.items()}
 
 
+def fuse(c):
+    """Fuse each Program's instructions by the rules whose fused forms the
+    VM's kernels run: the native backend's rules (runtime/native/fusion.py),
+    chosen by runtime/ops/fusion_rules.RULES (passes/vm_fusion.py); unless
+    `fuse` is off."""
+    if c.options.fuse:
+        c.programs = {name: vm_fusion.fuse_program(program)
+                      for name, program in c.programs.items()}
+
+
 def validate(c):
     """Check each Program whole (runtime.validation.validate_program), as the VM will."""
     for name, program in c.programs.items():
@@ -366,7 +382,7 @@ def validate(c):
 SIMPLIFY = ('simplify', (load, params_to_inputs, expand, fold, remove_dead_code, check_kernels))
 
 #: The VM's backend: the stages that turn optimized graphs into Programs.
-VM_BACKEND = (('lower', (fuse,)), ('emit', (emit, validate)))
+VM_BACKEND = (('lower', (remove_identities,)), ('emit', (emit, fuse, validate)))
 
 #: The compiler's kinds of program -> their stages (PIPELINES).
 _COMPILER_KINDS = {
@@ -433,10 +449,12 @@ def markdown():
         '',
         'Every compilation runs one ordered list of passes, chosen by the kind of program.',
         'Each pass rewrites the compilation in place; the stages `lower` and `emit` are the',
-        "VM's backend (`VM_BACKEND`), where another backend plugs in. Code generation is pure",
-        'and last; each emitted Program is validated as the VM validates it. The native',
-        "backend (`native`, `runtime.native.emit_c.NATIVE_BACKEND`) takes such a Program to C",
-        "with passes of its own, whose stage times are emit-c's phases (docs/native.md).",
+        "VM's backend (`VM_BACKEND`), where another backend plugs in. Code generation is pure;",
+        "the emitted Programs are fused by the rules whose fused forms the VM's kernels run",
+        'and validated as the VM validates them. The native backend (`native`,',
+        '`runtime.native.emit_c.NATIVE_BACKEND`) takes such a Program to C with passes of its',
+        "own, whose stage times are emit-c's phases (docs/native.md); its `fuse_epilogues`",
+        "runs the same fusion rules, those the native kernels run (`fusion_rules.RULES`).",
         '',
     ]
     for kind, stages in PIPELINES.items():

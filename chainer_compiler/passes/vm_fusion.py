@@ -1,36 +1,44 @@
 """Rewrites that give the VM fewer, bigger instructions.
 
 Every VM instruction costs a dispatch and usually a fresh array, which on
-small models is as much as the arithmetic.  Two rewrites, run on each graph
-right before code emission (after autodiff, which knows only standard ops):
+small models is as much as the arithmetic.  Two passes:
 
-* Identity nodes disappear: their readers read the source instead, or, when
-  the Identity names a graph output, the source's producer writes that output
-  directly.  Gradient graphs end in one Identity per parameter gradient.
-* Gemm followed by its only reader Relu becomes one FusedGemm (this
-  project's domain), which applies the ReLU in place on the product (the
-  epilogues the VM's kernel applies: runtime/ops/fusion_rules.py, the rule
-  set the native backend's fusion reads too).
-
-Both run in every graph, sub-graphs (Loop/If/Scan bodies) included.  A
-sub-graph reads values of the graphs around it by name, without listing
-them as inputs: a value some sub-graph reads keeps its name (its Identity
-stays) and counts that sub-graph among its readers.
+* ``remove_identities``, on each graph right before code emission (after
+  autodiff, which knows only standard ops): Identity nodes disappear,
+  their readers read the source instead, or, when the Identity names a
+  graph output, the source's producer writes that output directly.
+  Gradient graphs end in one Identity per parameter gradient.  It runs in
+  every graph, sub-graphs (Loop/If/Scan bodies) included.  A sub-graph
+  reads values of the graphs around it by name, without listing them as
+  inputs: a value some sub-graph reads keeps its name (its Identity stays)
+  and counts that sub-graph among its readers.
+* ``fuse_program``, on each emitted Program: the fusion rules the native
+  backend runs too (runtime/native/fusion.py), those the VM's kernels run
+  the fused form of (runtime/ops/fusion_rules.RULES): BatchNormalization
+  folded into a constant Conv or Gemm, Gemm + Relu as FusedGemm, a
+  MatMul's constant bias, x * Sigmoid(x) as Swish, a written-out GELU as
+  Gelu.  On Programs, not
+  graphs, so that each rule is written once, and the memory model reads
+  the Program the VM runs.
 """
-from onnx import helper
-
-from ..onnx_graph import implicit_inputs, reads, walk_graphs
-from ..runtime.ops.fusion_rules import vm_gemm_epilogue
-from ..runtime.ops.registry import CUSTOM_DOMAIN
+from ..onnx_graph import implicit_inputs, walk_graphs
 
 _STANDARD = ('', 'ai.onnx')
 
 
-def fuse_for_vm(graph):
-    """Rewrite ``graph`` (a GraphProto) and its sub-graphs in place."""
+def remove_identities(graph):
+    """Drop the Identity nodes of ``graph`` (a GraphProto) and its
+    sub-graphs, in place."""
     for g, _ in walk_graphs(graph):
         _remove_identities(g)
-        _fuse_gemm_relu(g)
+
+
+def fuse_program(program):
+    """``program`` (a runtime Program) and its sub-programs fused by the
+    rules the VM applies; the same object when nothing fuses."""
+    # Imported when first used: importing the compiler loads no emitter.
+    from ..runtime.native.fusion import fuse
+    return fuse(program, 'vm')
 
 
 def _remove_identities(graph):
@@ -76,27 +84,3 @@ def _remove_identities(graph):
     for v in stale:
         graph.value_info.remove(v)
 
-
-def _fuse_gemm_relu(graph):
-    nodes = list(graph.node)
-    readers = {}
-    for index, node in enumerate(nodes):
-        for name in reads(node):
-            readers.setdefault(name, []).append(index)
-    outputs = {v.name for v in graph.output}
-    fused = set()  # indices of the Relu nodes absorbed
-    for node in nodes:
-        if node.op_type != 'Gemm' or node.domain not in _STANDARD:
-            continue
-        users = readers.get(node.output[0], [])
-        if node.output[0] in outputs or len(users) != 1:
-            continue
-        act = nodes[users[0]]
-        if vm_gemm_epilogue(act.op_type, act.domain):
-            node.op_type, node.domain = 'FusedGemm', CUSTOM_DOMAIN
-            node.output[0] = act.output[0]
-            node.attribute.append(helper.make_attribute('activation', act.op_type))
-            fused.add(users[0])
-    nodes = [node for index, node in enumerate(nodes) if index not in fused]
-    del graph.node[:]
-    graph.node.extend(nodes)

@@ -1,5 +1,13 @@
-"""Epilogue fusion for the native backend, a Program-to-Program pass run
-when C is emitted (emit_c.py calls ``fuse`` first).
+"""The fusion rules of every backend, one Program-to-Program pass: the
+VM's pipeline runs it after code generation (chainer_compiler/pipeline.py,
+``fuse``) and the native backend before lowering (emit_c.py,
+``fuse_epilogues``), each with the rules runtime/ops/fusion_rules.RULES
+gives it (its kernels run their fused forms).  The rules match Programs,
+not ONNX graphs, so that a saved Program compiles to C where only the
+runtime is installed, and so that the fused Program the VM runs is the one
+its memory model (chainer_compiler/memory_model.py) reads, frees included.
+The module lives here, not in runtime/ops, by the size budgets; the VM's
+Executor never imports it, the compiler when it fuses.
 
 * An inference BatchNormalization whose parameters are constants, reading
   the output of a Conv or Gemm with a constant weight (and constant or no
@@ -45,13 +53,15 @@ when C is emitted (emit_c.py calls ``fuse`` first).
 
 The fused instruction takes the place of the producer and writes the
 register the folded instruction wrote, so every later reader is unchanged.
-Only the emitted C sees the fused Program; the VM never runs it.
+Sub-programs (Loop, If and Scan bodies) are fused each on its own; the
+registers of the program around a body reads are the instruction's
+captures, which count as reads there.
 """
 import dataclasses
 
 import numpy
 
-from ..ops.fusion_rules import clip_epilogue, epilogue_alpha, product_epilogues
+from ..ops.fusion_rules import GELU_FORMS, RULES, clip_epilogue, epilogue_alpha, epilogue_fuses
 from ..ops.opset_rules import batch_norm_trains
 from ..ops.registry import CUSTOM_DOMAIN, fill_defaults, lookup, operator_record
 from ..program import NO_REGISTER, Instruction, Program
@@ -78,21 +88,51 @@ def written_inputs(inst: Instruction) -> list[int]:
             if k < len(inst.inputs) and inst.inputs[k] != NO_REGISTER]
 
 
-def fuse(program: Program) -> Program:
-    """``program`` with BatchNormalizations folded into the Conv or Gemm
-    before them, activations fused into the products before them, SGD
-    updates computing their Gemm gradients and BatchNormalization gradients
-    reading the forward's batch statistics; the same object when nothing
-    fuses."""
-    return _Fuser(program).run()
+def fuse(program: Program, backend: str = 'native') -> Program:
+    """``program`` with the rules ``backend`` applies (fusion_rules.RULES):
+    BatchNormalizations folded into the Conv or Gemm before them,
+    activations fused into the products before them, SGD updates computing
+    their Gemm gradients and BatchNormalization gradients reading the
+    forward's batch statistics...; the same object when nothing fuses."""
+    return _Fuser(program, backend).run()
+
+
+def _renumbered(program: Program) -> Program:
+    """``program`` with its registers numbered in order of definition: the
+    values fused away leave gaps, and a Program holds no more registers
+    than it defines (validate_program)."""
+    order: dict[int, int] = {}
+
+    def new(r: int) -> int:
+        return r if r == NO_REGISTER else order.setdefault(r, len(order))
+
+    def each(registers: tuple[int, ...]) -> tuple[int, ...]:
+        return tuple(new(r) for r in registers)
+
+    for r in [v.register for v in program.inputs] + list(program.constants) + [
+            r for inst in program.instructions for r in inst.outputs]:
+        new(r)
+    instructions = [dataclasses.replace(
+        inst, inputs=each(inst.inputs), outputs=each(inst.outputs), frees=each(inst.frees),
+        captures=each(inst.captures)) for inst in program.instructions]
+    return dataclasses.replace(
+        program, instructions=instructions,
+        inputs=[dataclasses.replace(v, register=new(v.register)) for v in program.inputs],
+        outputs=[dataclasses.replace(v, register=new(v.register)) for v in program.outputs],
+        constants={new(r): a for r, a in program.constants.items()},
+        register_names={order[r]: n for r, n in program.register_names.items() if r in order},
+        types={order[r]: t for r, t in program.types.items() if r in order},
+        num_registers=len(order))
 
 
 class _Fuser:
     """The pass's state: the instructions being rewritten, the constants
     (new folded weights added) and who reads each register."""
 
-    def __init__(self, program: Program):
+    def __init__(self, program: Program, backend: str):
         self.p = program
+        self.backend = backend
+        self.rules = {rule for rule, backends in RULES.items() if backend in backends}
         self.insts: list[Instruction | None] = list(program.instructions)
         self.constants = dict(program.constants)
         self.next_register = max([program.num_registers, *(r + 1 for r in program.constants)])
@@ -110,34 +150,50 @@ class _Fuser:
         self.float32_inputs = {v.register for v in program.inputs if v.dtype == 'float32'}
 
     def run(self) -> Program:
-        changed = False
+        changed = self._fuse_bodies()
         for i in range(len(self.insts)):
             inst = self.insts[i]
             if inst is not None and inst.qualified_op == _BATCH_NORM_GRAD:
-                changed |= self._share_batch_statistics(i)
+                changed |= self._apply('share_batch_statistics', i)
             if inst is None or inst.domain not in _DEFAULT_DOMAINS:
                 continue
             if inst.op in ('Conv', 'Gemm'):
-                changed |= self._fold_batch_norm(i)
+                changed |= self._apply('fold_batch_norm', i)
             if inst.op == 'Conv':
-                changed |= self._fuse_residual(i)
+                changed |= self._apply('fuse_residual', i)
             if inst.op == 'MatMul':
-                changed |= self._fuse_bias(i)
+                changed |= self._apply('fuse_bias', i)
             if inst.op in ('Conv', 'Gemm', 'MatMul'):
-                changed |= self._fuse_activation(i)
+                changed |= self._apply('fuse_activation', i)
             if inst.op == 'Sigmoid':
-                changed |= self._fuse_swish(i)
+                changed |= self._apply('fuse_swish', i)
             if inst.op in ('Erf', 'Tanh'):
-                changed |= self._fuse_gelu(i)
+                changed |= self._apply('fuse_gelu', i)
             fused = self.insts[i]
             if fused is not None and fused.op == 'Gemm':
-                changed |= self._fuse_sgd_update(i)
+                changed |= self._apply('fuse_sgd_update', i)
         if not changed:
             return self.p
-        return dataclasses.replace(
+        return _renumbered(dataclasses.replace(
             self.p, instructions=[inst for inst in self.insts if inst is not None],
-            constants=self.constants, num_registers=self.next_register,
-            register_names=self.names)
+            constants=self.constants, register_names=self.names))
+
+    def _apply(self, rule: str, i: int) -> bool:
+        """Apply ``rule`` (a key of fusion_rules.RULES) at instruction
+        ``i`` when this backend's kernels run its fused form."""
+        return rule in self.rules and getattr(self, '_' + rule)(i)
+
+    def _fuse_bodies(self) -> bool:
+        """Fuse each sub-program of an instruction on its own."""
+        changed = False
+        for i, inst in enumerate(self.insts):
+            assert inst is not None
+            bodies = {k: fuse(v, self.backend) for k, v in inst.attrs.items()
+                      if isinstance(v, Program)}
+            if any(body is not inst.attrs[k] for k, body in bodies.items()):
+                self.insts[i] = dataclasses.replace(inst, attrs={**inst.attrs, **bodies})
+                changed = True
+        return changed
 
     def _only_reader(self, r: int) -> tuple[int, Instruction] | None:
         """(index, instruction) of the one instruction reading ``r`` when
@@ -326,7 +382,8 @@ class _Fuser:
         j = self._sole_reader(inst.outputs[0])
         act = None if j is None else self.insts[j]
         if j is None or act is None or act.domain not in _DEFAULT_DOMAINS \
-                or act.op not in product_epilogues() or 'activation' in inst.attrs:
+                or not epilogue_fuses(self.backend, inst.op, act.op) \
+                or 'activation' in inst.attrs:
             return False
         attrs = dict(inst.attrs, activation=act.op)
         if act.op == 'Clip':
@@ -341,7 +398,11 @@ class _Fuser:
         new = dataclasses.replace(inst, outputs=(act.outputs[0],) + inst.outputs[1:],
                                   attrs=attrs)
         if inst.op == 'Gemm':
-            new = dataclasses.replace(new, op='FusedGemm', domain=CUSTOM_DOMAIN, version=1)
+            # Gemm's attributes but ``broadcast`` (before opset 7), which
+            # FusedGemm's kernel does not take: the backends broadcast C anyway.
+            taken = lookup('FusedGemm', CUSTOM_DOMAIN).attribute_names | {'activation_alpha'}
+            new = dataclasses.replace(new, op='FusedGemm', domain=CUSTOM_DOMAIN, version=1,
+                                      attrs={k: v for k, v in attrs.items() if k in taken})
         self._replace(i, new, j)
         return True
 
@@ -391,7 +452,7 @@ class _Fuser:
         for end in reversed(chain):
             cone = self._gelu_cone(end)
             approximate = None if cone is None else self._gelu_form(*cone, end)
-            if cone is not None and approximate is not None:
+            if cone is not None and approximate in GELU_FORMS[self.backend]:
                 self._replace_by_gelu(*cone, end, approximate)
                 return True
         return False

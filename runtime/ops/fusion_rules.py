@@ -1,16 +1,56 @@
-"""The fusion rules the VM's fusion (chainer_compiler/passes/vm_fusion.py)
-and the native backend's (runtime/native/fusion.py) share, read from the
-operators' records: which activation a product may apply as it stores its
-result (OpRecord.epilogue) and with which slope.  Neither pass keeps a
-list of its own."""
+"""Which fusion rule each backend applies, and the facts the rules read
+from the operators' records: which activation a product may apply as it
+stores its result (OpRecord.epilogue) and with which slope.
+
+The rules themselves are written once, over Programs, in
+runtime/native/fusion.py; the VM's pipeline (its ``fuse`` pass, after
+``emit``) and the native backend (its ``fuse_epilogues`` stage) both run
+them, each with the rules RULES gives it.  Neither keeps a list of its
+own."""
 import math
 
 import numpy
 
 from .registry import lookup, records
 
+#: The backends that fuse: the NumPy/CuPy VM and the native C.
+BACKENDS = ('vm', 'native')
+
+#: Each rule of the fuser (a method of runtime/native/fusion.py's _Fuser,
+#: ``_`` + the name) -> the backends that apply it: those whose kernels run
+#: its fused form, where that pays (the exceptions say why not).
+RULES = {
+    # Folded weights: a plain Conv or Gemm, which every backend runs.
+    'fold_batch_norm': BACKENDS,
+    # A fourth input of Conv: the native kernels only (on NumPy the Add is
+    # one pass over the output either way).
+    'fuse_residual': ('native',),
+    # MatMul's third input (math.matmul adds it in place on the product).
+    'fuse_bias': BACKENDS,
+    # Which product takes which activation: epilogue_fuses().
+    'fuse_activation': BACKENDS,
+    'fuse_swish': BACKENDS,
+    # Into the forms of Gelu GELU_FORMS gives.
+    'fuse_gelu': BACKENDS,
+    # NumPy's kernel still makes the product in a temporary, and the fused
+    # form holds both operands until the update, late in the step: the VM's
+    # peak rose 1.7x on a deep MLP's training step.
+    'fuse_sgd_update': ('native',),
+    # Needs BatchNormalization's saved statistics from opset 14 on, which
+    # only the native kernel outputs.
+    'share_batch_statistics': ('native',),
+}
+
+#: The forms of Gelu (``approximate``) each backend fuses a written-out GELU
+#: into.  The VM's exact Gelu evaluates erfc in float64, relatively exact in
+#: the negative tail: 1.7x the time of the five float32 nodes BERT writes
+#: out, where its tanh form takes a third of the nine of GPT-2's (NumPy's
+#: Pow is slow): the VM fuses the tanh form alone.
+GELU_FORMS = {'vm': ('tanh',), 'native': ('none', 'tanh')}
+
 #: The epilogues the VM's FusedGemm kernel applies (math.fused_gemm); the
-#: native kernels apply every one of epilogue_ops().
+#: VM's other products apply none, the native products every one of
+#: product_epilogues().
 VM_GEMM_EPILOGUES = ('Relu',)
 
 
@@ -28,10 +68,14 @@ def epilogue_alpha(op: str, attrs: dict) -> float:
     return 0.0 if alpha is None else float(alpha)
 
 
-def vm_gemm_epilogue(op: str, domain: str) -> bool:
-    """Whether the VM fuses activation ``op`` into the Gemm before it (a
-    FusedGemm): an epilogue its kernel applies."""
-    return domain in ('', 'ai.onnx') and op in VM_GEMM_EPILOGUES and op in epilogue_ops()
+def epilogue_fuses(backend: str, product: str, activation: str) -> bool:
+    """Whether ``backend`` fuses ``activation`` (default domain) into the
+    ``product`` (Conv, Gemm or MatMul) before it: an epilogue its kernel
+    for the fused form applies (the VM: FusedGemm's)."""
+    if backend == 'vm':
+        return product == 'Gemm' and activation in VM_GEMM_EPILOGUES \
+            and activation in epilogue_ops()
+    return activation in product_epilogues()
 
 
 def product_epilogues() -> list[str]:

@@ -380,8 +380,13 @@ def argmin(xp, data, *, axis=0, keepdims=1, select_last_index=0):
 # -- matrix products -------------------------------------------------------
 
 @kernel('MatMul', cost=scaled(output_times_input(0, slice(-1, None)), PRODUCT))
-def matmul(xp, a, b):
-    return xp.matmul(a, b)
+def matmul(xp, a, b, bias=None):
+    """``bias``: a third input the fusion adds (runtime/native/fusion.py,
+    a Linear layer's Add), in place on the product."""
+    y = xp.matmul(a, b)
+    if bias is not None:
+        y += bias
+    return y
 
 
 @kernel('Gemm', cost=scaled(gemm_cost, PRODUCT))

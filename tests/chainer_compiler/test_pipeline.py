@@ -34,7 +34,7 @@ def test_pipeline_page_is_up_to_date():
 def test_every_kind_checks_kernels_then_emits_last(kind):
     stages = pipeline.PIPELINES[kind]
     assert stages[-len(pipeline.VM_BACKEND):] == pipeline.VM_BACKEND
-    assert stages[-1] == ('emit', (pipeline.emit, pipeline.validate))
+    assert stages[-1] == ('emit', (pipeline.emit, pipeline.fuse, pipeline.validate))
     front = [p for _, passes in stages[:-len(pipeline.VM_BACKEND)] for p in passes]
     assert front[-1] is pipeline.check_kernels  # after the last pass that adds nodes
 
@@ -85,12 +85,13 @@ def test_importing_the_compiler_loads_no_native_emitter():
 def test_the_vm_and_native_fusions_read_one_epilogue_rule_set():
     # The VM fuses into FusedGemm exactly the epilogues its kernel applies;
     # native fusion and lowerings take every epilogue the records declare.
-    from chainer_compiler.runtime.native import fusion
     from chainer_compiler.runtime.native.lowerings import connection
     from chainer_compiler.runtime.ops import fusion_rules
     from chainer_compiler.runtime.ops.registry import CUSTOM_DOMAIN, lookup
-    assert fusion.product_epilogues is connection.product_epilogues \
-        is fusion_rules.product_epilogues
+    assert connection.product_epilogues is fusion_rules.product_epilogues
+    assert all(fusion_rules.epilogue_fuses('native', product, op)
+               for product in ('Conv', 'Gemm', 'MatMul')
+               for op in fusion_rules.product_epilogues())
     fused_gemm = lookup('FusedGemm', CUSTOM_DOMAIN).fn
     a = numpy.ones((2, 2), numpy.float32)
     for op in fusion_rules.epilogue_ops():
@@ -99,7 +100,8 @@ def test_the_vm_and_native_fusions_read_one_epilogue_rule_set():
             applies = True
         except ValueError:
             applies = False
-        assert fusion_rules.vm_gemm_epilogue(op, '') == applies, op
+        assert fusion_rules.epilogue_fuses('vm', 'Gemm', op) == applies, op
+        assert not fusion_rules.epilogue_fuses('vm', 'Conv', op)
 
 
 def _model_with_a_kernelless_op():

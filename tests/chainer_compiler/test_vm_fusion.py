@@ -2,7 +2,7 @@
 import numpy
 from onnx import TensorProto, helper, numpy_helper
 
-from chainer_compiler.passes.vm_fusion import fuse_for_vm
+from chainer_compiler.passes.vm_fusion import remove_identities
 from chainer_compiler.pipeline import build_program
 from chainer_compiler.runtime.executor import Executor
 
@@ -135,8 +135,134 @@ def test_an_identity_in_an_if_branch_passing_an_outer_value_stays():
         'g', [helper.make_tensor_value_info('c', TensorProto.BOOL, []),
               helper.make_tensor_value_info('x', TensorProto.FLOAT, [2])],
         [helper.make_tensor_value_info('y', TensorProto.FLOAT, None)])
-    fuse_for_vm(graph)
+    remove_identities(graph)
     # The If reads c itself; a branch's output is a new name for x.
     assert [(n.op_type, list(n.input)) for n in graph.node] == [('If', ['c'])]
     for attr in graph.node[0].attribute:
         assert [n.op_type for n in attr.g.node] == ['Identity']
+
+
+# -- the rules shared with the native backend (runtime/native/fusion.py) --------
+
+F32 = numpy.float32
+CUSTOM = 'org.chainer_compiler'
+
+
+def _written_out_gelu(form):
+    """GELU as BERT ('erf') or GPT-2 ('tanh') exports it, from x [4, 3]."""
+    node, const = helper.make_node, numpy_helper.from_array
+    if form == 'erf':
+        nodes = [node('Div', ['x', 'sqrt2'], ['d']), node('Erf', ['d'], ['e']),
+                 node('Add', ['e', 'one'], ['p']), node('Mul', ['x', 'p'], ['m']),
+                 node('Mul', ['m', 'half'], ['y'])]
+        consts = {'sqrt2': 1.4142135, 'one': 1.0, 'half': 0.5}
+    else:
+        nodes = [node('Pow', ['x', 'three'], ['c']), node('Mul', ['c', 'k'], ['ck']),
+                 node('Add', ['x', 'ck'], ['s']), node('Mul', ['s', 'r'], ['sr']),
+                 node('Tanh', ['sr'], ['t']), node('Add', ['t', 'one'], ['p']),
+                 node('Mul', ['x', 'p'], ['m']), node('Mul', ['m', 'half'], ['y'])]
+        consts = {'three': 3.0, 'k': 0.044715, 'r': 0.7978846, 'one': 1.0, 'half': 0.5}
+    model = _model(nodes, ['y'])
+    model.graph.initializer.extend(const(numpy.array(v, F32), n) for n, v in consts.items())
+    return model
+
+
+def _unfused(model, x):
+    return _run(build_program(model, fuse=False), x)
+
+
+def test_a_written_out_tanh_gelu_becomes_one_gelu_on_the_vm():
+    # GELU_FORMS: the VM fuses GPT-2's tanh form; BERT's erf form stays as
+    # written (the VM's exact Gelu is slower than those nodes), which the
+    # native backend fuses.
+    from chainer_compiler.runtime.native.fusion import fuse
+    x = numpy.random.RandomState(6).randn(4, 3).astype(F32) * 3
+    model = _written_out_gelu('tanh')
+    program = build_program(model)
+    assert _ops(program) == ['Gelu']
+    assert program.instructions[0].attrs['approximate'] == 'tanh'
+    numpy.testing.assert_allclose(_run(program, x)['y'], _unfused(model, x)['y'],
+                                  rtol=1e-5, atol=1e-6)
+    bert = build_program(_written_out_gelu('erf'))
+    assert _ops(bert) == ['Div', 'Erf', 'Add', 'Mul', 'Mul']
+    assert _ops(fuse(bert, 'native')) == ['Gelu']
+
+
+def test_silu_becomes_one_swish_on_the_vm():
+    nodes = [helper.make_node('Sigmoid', ['x'], ['s']), helper.make_node('Mul', ['x', 's'], ['y'])]
+    model = _model(nodes, ['y'])
+    program = build_program(model)
+    assert _ops(program) == ['Swish']
+    x = numpy.random.RandomState(7).randn(4, 3).astype(F32) * 5
+    numpy.testing.assert_allclose(_run(program, x)['y'], _unfused(model, x)['y'], rtol=1e-6)
+
+
+def test_a_linear_layers_bias_becomes_the_matmuls_third_input_on_the_vm():
+    rng = numpy.random.RandomState(8)
+    nodes = [helper.make_node('MatMul', ['x', 'w'], ['m']),
+             helper.make_node('Add', ['m', 'b'], ['y'])]
+    model = _model(nodes, ['y'], [('w', rng.randn(3, 5).astype(F32)),
+                                  ('b', rng.randn(5).astype(F32))])
+    program = build_program(model)
+    assert _ops(program) == ['MatMul'] and len(program.instructions[0].inputs) == 3
+    x = rng.randn(4, 3).astype(F32)
+    numpy.testing.assert_array_equal(_run(program, x)['y'], _unfused(model, x)['y'])
+
+
+def _rule_cases():
+    """fusion_rules.RULES' rule -> a model only that rule fuses."""
+    from tests.runtime.native.helpers import make_model
+    node, rng = helper.make_node, numpy.random.RandomState(9)
+    vec, bn = [4], ['s', 'b', 'm', 'v']
+    bn_params = {n: rng.uniform(1, 2, vec).astype(F32) for n in bn}
+    image = [('x', F32, [1, 4, 5, 5])]
+    conv_w = {'w': rng.randn(4, 4, 3, 3).astype(F32)}
+    sgd = [('W', F32, [5, 7]), ('gy', F32, [8, 5]), ('a', F32, [8, 7]), ('lr', F32, [])]
+    models = {
+        'fold_batch_norm': make_model(
+            [node('Conv', ['x', 'w'], ['c'], pads=[1] * 4), node('BatchNormalization',
+                                                                 ['c'] + bn, ['y'])],
+            image, [('y', F32, [1, 4, 5, 5])], {**conv_w, **bn_params}),
+        'fuse_residual': make_model(
+            [node('Conv', ['x', 'w'], ['c'], pads=[1] * 4), node('Add', ['c', 'x'], ['y'])],
+            image, [('y', F32, [1, 4, 5, 5])], conv_w),
+        'fuse_bias': make_model(
+            [node('MatMul', ['x', 'w'], ['m']), node('Add', ['m', 'b'], ['y'])],
+            [('x', F32, [2, 3])], [('y', F32, [2, 4])],
+            {'w': rng.randn(3, 4).astype(F32), 'b': rng.randn(4).astype(F32)}),
+        'fuse_activation': make_model(
+            [node('Gemm', ['x', 'w'], ['h']), node('Relu', ['h'], ['y'])],
+            [('x', F32, [2, 3])], [('y', F32, [2, 4])], {'w': rng.randn(3, 4).astype(F32)}),
+        'fuse_swish': make_model(
+            [node('Sigmoid', ['x'], ['s']), node('Mul', ['x', 's'], ['y'])],
+            [('x', F32, [2, 3])], [('y', F32, [2, 3])]),
+        'fuse_gelu': _written_out_gelu('tanh'),
+        'fuse_sgd_update': make_model(
+            [node('Gemm', ['gy', 'a'], ['gW'], transA=1),
+             node('SGDUpdate', ['W', 'gW', 'lr'], ['new_W'], domain=CUSTOM)],
+            sgd, [('new_W', F32, [5, 7])], custom=True),
+        'share_batch_statistics': make_model(
+            [node('BatchNormalization', ['x'] + bn, ['y', 'rm', 'rv'], training_mode=1),
+             node('BatchNormalizationGrad', ['x', 's', 'gy'], ['gx', 'gs', 'gb'],
+                  domain=CUSTOM)],
+            image + [('gy', F32, [1, 4, 5, 5])] + [(n, F32, vec) for n in bn],
+            [('y', F32, [1, 4, 5, 5]), ('rm', F32, vec), ('rv', F32, vec),
+             ('gx', F32, [1, 4, 5, 5]), ('gs', F32, vec), ('gb', F32, vec)],
+            custom=True, opset=15),
+    }
+    return models
+
+
+def test_every_backend_applies_the_rules_the_one_table_gives_it():
+    # Both backends run the one fuser over Programs; RULES alone decides
+    # which of its rules each applies, and the VM's pipeline asks the same.
+    from chainer_compiler.runtime.native import fusion
+    from chainer_compiler.runtime.ops.fusion_rules import BACKENDS, RULES
+    cases = _rule_cases()
+    assert set(cases) == set(RULES)
+    for rule, model in cases.items():
+        program = build_program(model, fuse=False)
+        for backend in BACKENDS:
+            fused = fusion.fuse(program, backend)
+            assert (fused is not program) == (backend in RULES[rule]), (rule, backend)
+        assert _ops(build_program(model)) == _ops(fusion.fuse(program, 'vm')), rule

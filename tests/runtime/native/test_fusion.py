@@ -51,7 +51,7 @@ def test_conv_bn_relu_and_gemm_bn_leaky_relu():
              **_bn_params(rng, 'q', 4), **_bn_params(rng, 'u', 5)}
     inputs = [('x', F32, [2, 3, 6, 6]), ('a', F32, [3, 7])]
     model = make_model(nodes, inputs, [('y1', F32, [2, 4, 6, 6]), ('y2', F32, [3, 5])], inits)
-    program = build_program(model)
+    program = build_program(model, fuse=False)
     fused = fuse(program)
     assert _ops(fused) == [('Conv', 'Relu'), ('Conv', None), ('FusedGemm', 'LeakyRelu')]
     assert fused.instructions[2].attrs['activation_alpha'] == numpy.float32(0.2)
@@ -72,7 +72,7 @@ def test_matmul_and_gemm_activations():
     inputs = [('a', F32, [4, 6]), ('b', F32, [2, 5, 4]), ('a3', F32, [2, 4, 6])]
     outputs = [('y1', F32, [4, 3]), ('y2', F32, [2, 5, 6]), ('y3', F32, [4, 3])]
     model = make_model(nodes, inputs, outputs, {'w': _rand(rng, 6, 3)})
-    fused = fuse(build_program(model))
+    fused = fuse(build_program(model, fuse=False))
     assert _ops(fused) == [('MatMul', 'Sigmoid'), ('MatMul', 'Tanh'), ('FusedGemm', 'Relu')]
     check_native(model, [_rand(rng, *s) for _, _, s in inputs])
 
@@ -98,7 +98,7 @@ def test_left_alone():
     outputs = [('y1', F32, [1, 2, 4, 4]), ('y2', F32, [3, 3]), ('y3', F32, [3, 3]),
                ('y4', F32, [1, 2, 4, 4]), ('y5', F32, [3, 3])]
     model = make_model(nodes, inputs, outputs, inits)
-    program = build_program(model)
+    program = build_program(model, fuse=False)
     assert fuse(program) is program
     feeds = [_rand(rng, *s) for _, _, s in inputs]
     feeds[2] = feeds[2] + 2.0
@@ -124,7 +124,7 @@ def _sgd(param, grad):
 def _run_both(model, feed):
     """The native run and the NumPy VM's on copies of ``feed``: (native
     inputs after the run, VM inputs after the run)."""
-    program = build_program(model)
+    program = build_program(model, fuse=False)
     native = [a.copy() for a in feed]
     vm = [a.copy() for a in feed]
     Executor(program, backend='native').run_positional(native)
@@ -144,7 +144,7 @@ def test_sgd_update_of_a_gemm_gradient_computes_it_into_the_parameter():
     model = _sgd_step_model(nodes, {'W': (5, 7), 'b': (5,)}, {'gy': (8, 5), 'x': (8, 7)})
     model.graph.initializer.append(numpy_helper.from_array(numpy.array([0], numpy.int64),
                                                            'axes'))
-    fused = fuse(build_program(model))
+    fused = fuse(build_program(model, fuse=False))
     assert [i.op for i in fused.instructions] == ['ReduceSum', 'SGDUpdate', 'GemmSGDUpdate']
     assert fused.instructions[2].attrs == {'alpha': 0.5, 'transA': 1, 'transB': 0}
     feed = [_rand(rng, 5, 7), _rand(rng, 5), _rand(rng, 8, 5), _rand(rng, 8, 7),
@@ -191,7 +191,7 @@ def test_sgd_update_is_not_fused_when_it_would_change_what_is_computed():
     own_operand = _sgd_step_model([node('Gemm', ['W', 'y'], ['gW']), _sgd('W', 'gW')],
                                   {'W': (5, 7)}, {'y': (7, 7)})
     for model in (read_twice, transposed, own_operand, overwritten):
-        ops = [i.op for i in fuse(build_program(model)).instructions]
+        ops = [i.op for i in fuse(build_program(model, fuse=False)).instructions]
         assert ops.count('GemmSGDUpdate') == (1 if model is overwritten else 0), ops
     rng = numpy.random.RandomState(4)
     feed = [_rand(rng, 5, 7), _rand(rng, 7, 8), _rand(rng, 8, 5), _rand(rng, 7, 3),
@@ -222,7 +222,7 @@ def test_batch_norm_gradient_reads_the_forward_statistics():
         + [(n, F32, [c]) for n in 'sbmv'],
         [('y', F32, shape), ('rm', F32, [c]), ('rv', F32, [c]), ('gx', F32, shape),
          ('gs', F32, [c]), ('gb', F32, [c]), ('gz', F32, shape)], custom=True, opset=15)
-    fused = fuse(build_program(model))
+    fused = fuse(build_program(model, fuse=False))
     bn, grad, other = fused.instructions
     assert len(bn.outputs) == 5 and grad.inputs[3:] == bn.outputs[3:]
     assert set(bn.outputs[3:]) <= set(grad.frees)
@@ -247,7 +247,7 @@ def test_silu_becomes_one_swish():
     shape = [4, 100]
     model = make_model(nodes, [('x', F32, shape), ('g', F32, shape)],
                        [(y, F32, shape) for y in ('y1', 'y2', 'y3', 'y4', 's4')])
-    fused = fuse(build_program(model))
+    fused = fuse(build_program(model, fuse=False))
     assert [inst.op for inst in fused.instructions] == [
         'Swish', 'Swish', 'Sigmoid', 'Mul', 'Sigmoid', 'Mul']
     x = numpy.concatenate([numpy.linspace(-120, 120, 390, dtype=F32),
@@ -257,7 +257,8 @@ def test_silu_becomes_one_swish():
     check_native(model, [x, numpy.ones(shape, F32)], rtol=1e-6, atol=1e-30,
                  onnxruntime_check=False)
     nan = numpy.full(shape, numpy.nan, F32)
-    for y in Executor(build_program(model), backend='native').run_positional([nan, nan]):
+    program = build_program(model, fuse=False)
+    for y in Executor(program, backend='native').run_positional([nan, nan]):
         assert numpy.isnan(y).all()
 
 
@@ -276,7 +277,7 @@ def test_hard_swish_is_an_epilogue():
     inputs = [('x', F32, [1, 3, 5, 5]), ('a', F32, [4, 7])]
     model = make_model(nodes, inputs, [('y1', F32, [1, 6, 5, 5]), ('y2', F32, [4, 5])], inits,
                        opset=14)
-    assert _ops(fuse(build_program(model))) == [
+    assert _ops(fuse(build_program(model, fuse=False))) == [
         ('Conv', 'HardSwish'), ('Conv', 'HardSwish'), ('FusedGemm', 'HardSwish')]
     check_native(model, [_rand(rng, *s) for _, _, s in inputs], atol=1e-5)
 
@@ -300,7 +301,7 @@ def test_relu6_is_an_epilogue():
     inputs = [('x', F32, [1, 3, 5, 5]), ('a', F32, [4, 7]), ('top', F32, [])]
     outputs = [('y1', F32, [1, 6, 5, 5])] + [(y, F32, [4, 5]) for y in ('y2', 'y3', 'y4')]
     model = make_model(nodes, inputs, outputs, inits)
-    fused = fuse(build_program(model))
+    fused = fuse(build_program(model, fuse=False))
     assert _ops(fused) == [('Conv', 'Clip'), ('Conv', 'Clip'), ('FusedGemm', 'Clip'),
                            ('Gemm', None), ('Clip', None), ('Gemm', None), ('Clip', None)]
     assert [inst.attrs['activation_alpha'] for inst in fused.instructions[:3]] == [6, 6, numpy.inf]

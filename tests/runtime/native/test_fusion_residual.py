@@ -80,7 +80,7 @@ def test_residual_fused_on_every_convolution_path(tmp_path):
               9: [2, 8, 7, 7]}
     model = make_model(nodes, inputs, [('y%d' % k if k < 9 else 'z9', F32, s)
                                        for k, s in shapes.items()], inits)
-    program = build_program(model)
+    program = build_program(model, fuse=False)
     fused = fuse(program)
     convs = [inst for inst in fused.instructions if inst.op == 'Conv']
     assert [inst.op for inst in fused.instructions] == ['Conv'] * 9 + ['Neg', 'Conv', 'Neg']
@@ -117,7 +117,7 @@ def test_residual_left_alone():
     inputs = [('x', F32, [1, 3, 4, 4]), ('r', F32, [1, 2, 4, 4]), ('rb', F32, [1, 2, 1, 4])]
     outputs = [('y%d' % k, F32, [1, 2, 4, 4]) for k in range(1, 5)]
     model = make_model(nodes, inputs, outputs, {'w': _rand(rng, 2, 3, 1, 1)})
-    program = build_program(model)
+    program = build_program(model, fuse=False)
     assert fuse(program) is program
 
 
@@ -128,7 +128,7 @@ def test_a_residual_not_of_the_outputs_shape_is_refused(tmp_path):
     model = make_model([helper.make_node('Conv', ['x', 'w'], ['y'])],
                        [('x', F32, [1, 3, 4, 4]), ('r', F32, [1, 2, 2, 2])],
                        [('y', F32, [1, 2, 4, 4])], {'w': _rand(rng, 2, 3, 1, 1)})
-    program = build_program(model)
+    program = build_program(model, fuse=False)
     conv = program.instructions[0]
     r = program.inputs[1].register
     program = dataclasses.replace(program, instructions=[
@@ -151,6 +151,6 @@ def test_residual_updated_in_place_before_the_add_is_left_alone():
     model = make_model(nodes, inputs, [('y', F32, [1, 2, 4, 4]), ('new_p', F32, [2, 16])],
                        {'w': _rand(rng, 2, 3, 1, 1),
                         'shape': numpy.array([1, 2, 4, 4], numpy.int64)}, custom=True)
-    program = build_program(model)
+    program = build_program(model, fuse=False)
     assert [inst.op for inst in program.instructions] == ['Reshape', 'Conv', 'SGDUpdate', 'Add']
     assert fuse(program) is program
