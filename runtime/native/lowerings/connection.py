@@ -350,9 +350,6 @@ def conv(em, inst) -> Step:
             em, inst, geometry, numpy.asarray(w, numpy.float32), (N, C, M, OH, OW),
             ('CCN_ACT_NONE', 0.0) if residual else (act, act_alpha)), (act, act_alpha),
             N * M * OH * OW)
-    if takes_direct(w is not None, group, (KH, KW), win.strides, win.dilations, OW):
-        return direct_step(em, inst, geometry, numpy.asarray(w, numpy.float32),
-                           (N, C, H, W, M, OH, OW), (win.strides, pads_begin), (act, act_alpha))
     tiles = winograd_tiles(N, C, M, (OH, OW), (KH, KW), win.strides, win.dilations, group)
     if tiles is not None and trimmed is None:  # (Winograd reads the untrimmed weights)
         # The residual in a pass after: added inside the output transform
@@ -362,6 +359,9 @@ def conv(em, inst) -> Step:
             em, inst, geometry, sx, M, (OH, OW), tiles, 'filters',
             ('CCN_ACT_NONE', 0.0) if residual else (act, act_alpha)), (act, act_alpha),
             N * M * OH * OW)
+    if takes_direct(w is not None, group, (KH, KW), win.strides, win.dilations, OW):
+        return direct_step(em, inst, geometry, numpy.asarray(w, numpy.float32),
+                           (N, C, H, W, M, OH, OW), (win.strides, pads_begin), (act, act_alpha))
     S = OH * OW
     images = images_per_product(N, S, CONV_COLUMNS)
     # Decided here, once: the kernel trusts it (no scratch on this path).

@@ -23,20 +23,22 @@ DIRECT_PLAN = CStruct('ccn_conv_direct_plan', ('stride', 'rows', 'row', 'plane',
 
 
 def takes_direct(weights_constant, group, kernel, strides, dilations, out_width) -> bool:
-    """The rule, stated here once: a Conv runs direct when its weights are
-    constant (laid out at emit time), in one group, undilated, with more
-    than one tap (at most DIRECT_MAX_TAPS), stride 2 on both axes and
-    outputs at least DIRECT_MIN_WIDTH wide.  Measured against im2col's
-    product (one thread, batch 1, ResNet's shapes, benchmarks/NOTES.md):
-    7x7 over 3 channels 0.67x the time, 3x3 from 64 to 256 channels 0.83-
-    0.88x.  At 7x7 outputs a row fills half of the 16-float vectors, and
-    the product's wide tiles, vectors down the output channels, win (1.08x
-    direct); a 1x1 convolution at stride 2 would copy four phases to read
-    one (2.7x); at stride 1 Winograd's 3x3 is as fast at 56x56 and 28x28
-    and faster at 14x14 (1.14x direct)."""
+    """The rule, stated here once, for a Conv that Winograd does not take
+    (3x3 at stride 1 with 8 channels or more goes there first): it runs
+    direct when its weights are constant (laid out at emit time), in one
+    group, undilated, with more than one tap (at most DIRECT_MAX_TAPS),
+    stride 1 or 2 on both axes and outputs at least DIRECT_MIN_WIDTH wide.
+    Measured against im2col's product (one thread, batch 1,
+    benchmarks/NOTES.md "Direct convolutions"): ResNet's 7x7 stride-2 conv1
+    0.68x the time, its 3x3 stride-2 layers 0.84-0.89x, 5x5 and 7x7 at
+    stride 1 0.58-0.83x, VGG's 3x3 over 3 channels 0.61x.  At 7x7 outputs a
+    row fills half of the 16-float vectors, and the product's wide tiles,
+    vectors down the output channels, win (1.08x direct); a 1x1
+    convolution would copy the input to read it as it lies (at stride 2,
+    four phases to read one: 2.7x)."""
     taps = kernel[0] * kernel[1]
     return (weights_constant and group == 1 and tuple(dilations) == (1, 1)
-            and tuple(strides) == (2, 2) and 1 < taps <= DIRECT_MAX_TAPS
+            and tuple(strides) in ((1, 1), (2, 2)) and 1 < taps <= DIRECT_MAX_TAPS
             and out_width >= DIRECT_MIN_WIDTH)
 
 

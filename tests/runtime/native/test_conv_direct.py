@@ -1,10 +1,10 @@
 """Direct convolutions (ccn_conv_direct.c) on the native backend against
 the NumPy VM and onnxruntime: ResNet's 7x7 stride-2 first layer in small,
-3x3 stride-2 layers with padding on some sides only, odd sizes (a last
-block of output channels part empty, a last tile part outside), bias,
-fused activation and residual, the Makefile's default build (the tiles
-for x86-64-v3 and -v4 chosen at run time); and which convolutions the rule
-sends there."""
+3x3 stride-2 layers and 5x5 at stride 1 with padding on some sides only,
+odd sizes (a last block of output channels part empty, a last tile part
+outside), bias, fused activation and residual, the Makefile's default
+build (the tiles for x86-64-v3 and -v4 chosen at run time); and which
+convolutions the rule sends there."""
 import numpy
 import pytest
 from onnx import helper
@@ -26,13 +26,14 @@ def _rand(rng, *shape):
     return rng.uniform(-1, 1, shape).astype(F32)
 
 
-def test_rule_sends_strided_many_tap_convolutions_only():
+def test_rule_sends_many_tap_convolutions_only():
     assert takes_direct(True, 1, (7, 7), (2, 2), (1, 1), 112)      # ResNet's conv1
     assert takes_direct(True, 1, (3, 3), (2, 2), (1, 1), 14)       # its downsampling 3x3
     assert not takes_direct(True, 1, (3, 3), (2, 2), (1, 1), 7)    # 7x7 outputs: wide tiles
     assert not takes_direct(False, 1, (3, 3), (2, 2), (1, 1), 28)  # run-time weights
     assert not takes_direct(True, 1, (1, 1), (2, 2), (1, 1), 28)   # 1x1: one phase of four
-    assert not takes_direct(True, 1, (3, 3), (1, 1), (1, 1), 28)   # stride 1: Winograd's
+    assert takes_direct(True, 1, (5, 5), (1, 1), (1, 1), 28)       # 5x5 at stride 1
+    assert not takes_direct(True, 1, (3, 3), (3, 3), (1, 1), 28)   # stride 3
     assert not takes_direct(True, 2, (3, 3), (2, 2), (1, 1), 28)   # groups
     assert not takes_direct(True, 1, (3, 3), (2, 2), (2, 2), 28)   # dilated
     assert not takes_direct(True, 1, (9, 9), (2, 2), (1, 1), 28)   # over 64 taps
@@ -52,7 +53,8 @@ def test_direct_convolutions_match_the_vm(tmp_path):
     # 3), with bias and a fused ReLU, over two images of an odd size.  y2:
     # 3x3 stride 2 padded at the bottom and right only, no bias, 20 output
     # channels (a part block).  y3: 3x3 stride 2 from 512 channels (bands of
-    # 3 output rows), bias plus residual (the Add fused) and ReLU.
+    # 3 output rows), bias plus residual (the Add fused) and ReLU.  y4: 5x5
+    # at stride 1 (padded planes, no phases), 3x5 padding.
     rng = numpy.random.RandomState(0)
     node = helper.make_node
     nodes = [node('Conv', ['x', 'w1', 'b1'], ['c1'], strides=[2, 2], pads=[3, 3, 3, 3]),
@@ -60,19 +62,21 @@ def test_direct_convolutions_match_the_vm(tmp_path):
              node('Conv', ['x', 'w2'], ['y2'], strides=[2, 2], pads=[0, 0, 1, 1]),
              node('Conv', ['z', 'w3', 'b3'], ['c3'], strides=[2, 2], pads=[1, 1, 1, 1]),
              node('Add', ['c3', 'r'], ['s3']),
-             node('Relu', ['s3'], ['y3'])]
+             node('Relu', ['s3'], ['y3']),
+             node('Conv', ['x', 'w4', 'b4'], ['y4'], pads=[1, 2, 3, 2])]
     inits = {'w1': _rand(rng, 11, 3, 7, 7), 'b1': _rand(rng, 11), 'w2': _rand(rng, 20, 3, 3, 3),
-             'w3': _rand(rng, 16, 512, 3, 3), 'b3': _rand(rng, 16)}
+             'w3': _rand(rng, 16, 512, 3, 3), 'b3': _rand(rng, 16),
+             'w4': _rand(rng, 9, 3, 5, 5), 'b4': _rand(rng, 9)}
     inputs = [('x', F32, [2, 3, 25, 27]), ('z', F32, [1, 512, 24, 26]),
               ('r', F32, [1, 16, 12, 13])]
     outputs = [('y1', F32, [2, 11, 13, 14]), ('y2', F32, [2, 20, 12, 13]),
-               ('y3', F32, [1, 16, 12, 13])]
+               ('y3', F32, [1, 16, 12, 13]), ('y4', F32, [2, 9, 25, 27])]
     model = make_model(nodes, inputs, outputs, inits)
     result = emit_c(build_program(model), tmp_path, 'model')
     with open(next(p for p in result.files if p.endswith('/model.c'))) as f:
         code = f.read()
     # (the residual fused: no add after)
-    assert code.count('ccn_conv2d_direct(') == 3 and 'ccn_add_activate' not in code
+    assert code.count('ccn_conv2d_direct(') == 4 and 'ccn_add_activate' not in code
     check_native(model, [_rand(rng, *s) for _, _, s in inputs], rtol=1e-4, atol=1e-4)
 
 
