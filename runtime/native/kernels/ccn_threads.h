@@ -6,11 +6,12 @@
  * claimed one at a time by whichever thread is running, and a thread out of
  * chunks takes the pieces others have not started, so a worker the OS
  * deschedules never holds the rest up: the caller waits only for the one
- * piece that worker is in.  Idle workers spin briefly,
- * then sleep.  Work (elements touched, as the caller counts it) below
- * CCN_PARALLEL_WORK runs on the caller alone without waking anyone; so does
- * a call made while the pool is busy (from inside a task, or from another
- * thread: the pool runs one loop at a time).
+ * piece that worker is in.  Idle workers spin briefly, then sleep (at
+ * once when the OS runs other threads on their CPU).  Work (elements
+ * touched, as the caller counts it) below CCN_PARALLEL_WORK runs on the
+ * caller alone without waking anyone; so does a call made while the pool
+ * is busy (from inside a task, or from another thread: the pool runs one
+ * loop at a time).
  *
  * The workers start at the first parallel loop.  POSIX threads where the
  * compiler has GCC's atomic builtins; elsewhere, or built with
