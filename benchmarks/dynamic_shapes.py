@@ -24,9 +24,11 @@ file, which runs the samples in chunks of 32, 16, 8... samples, a program
 emitted for each size) is timed against executables emitted from files
 exported at batches 1, 13, 31 and 32 (the target: within 10%), each on one
 thread (``--threads 1``), interleaved round by round: wall time as the
-executable measures its own runs, and CPU time as the difference of the
-children's CPU time (getrusage) between a run of N iterations and one of 1,
-over N - 1.  The emit and build seconds and the shared library's size of
+executable measures its own runs (the median of their means, and the best
+run of all rounds), and CPU time as the difference of the children's CPU
+time (getrusage) between a run of N iterations and one of 1, over N - 1.  A
+copy of the specialised executable, timed as a third candidate, gives the
+ratio that is noise (A/A).  The emit and build seconds and the shared library's size of
 the symbolic program and of the one exported at 32 come first.
 
     CHAINER_COMPILER_THREADS=1 python benchmarks/dynamic_shapes.py [--clocks wall cpu]
@@ -171,15 +173,16 @@ def _emit_and_build(onnx_file, out, *options):
 
 
 def _executable_run(executable, input_file, iterations, folder):
-    """(wall ms per run as the executable measured it, children's CPU
-    seconds the whole process took) of one run of ``iterations``."""
+    """(mean and best wall ms per run as the executable measured them,
+    children's CPU seconds the whole process took) of one run of
+    ``iterations``."""
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
     done = subprocess.run([executable, '--threads', '1', '--iterations', str(iterations),
                            '-o', os.path.join(folder, 'out'), input_file],
                           check=True, capture_output=True, text=True)
     after = resource.getrusage(resource.RUSAGE_CHILDREN)
     cpu = (after.ru_utime + after.ru_stime) - (before.ru_utime + before.ru_stime)
-    return parse_iterations(done.stdout)[1], cpu
+    return parse_iterations(done.stdout)[1:] + (cpu,)
 
 
 def _symbolic_executables(model, dynamic, folder, rounds):
@@ -207,18 +210,21 @@ def _symbolic_executables(model, dynamic, folder, rounds):
         iterations = {name: repetitions(0.3, _executable_run(e, input_file, 3, folder)[0] / 1e3,
                                         min_reps=10, max_reps=100000)
                       for name, e in executables.items()}
-        wall, cpu = {name: [] for name in executables}, {name: [] for name in executables}
+        wall, best, cpu = ({name: [] for name in executables} for _ in range(3))
         order = list(executables)
         for round_ in range(rounds):
             for name in (order if round_ % 2 == 0 else order[::-1]):
-                ms, cpu_n = _executable_run(executables[name], input_file, iterations[name],
-                                            folder)
-                _, cpu_1 = _executable_run(executables[name], input_file, 1, folder)
+                ms, best_ms, cpu_n = _executable_run(executables[name], input_file,
+                                                     iterations[name], folder)
+                cpu_1 = _executable_run(executables[name], input_file, 1, folder)[2]
                 wall[name].append(ms)
+                best[name].append(best_ms)
                 cpu[name].append((cpu_n - cpu_1) / (iterations[name] - 1) * 1e3)
-        for clock, samples in (('wall', wall), ('cpu', cpu)):
+        # wall: the median of the means; best: the best run of all rounds.
+        for clock, samples, pick in (('wall', wall, statistics.median), ('best', best, min),
+                                     ('cpu', cpu, statistics.median)):
             symbolic_ms, specialised_ms, copy_ms = (
-                statistics.median(samples[name]) for name in ('symbolic', 'specialised', 'copy'))
+                pick(samples[name]) for name in ('symbolic', 'specialised', 'copy'))
             print('| %s | %d | %.3f | %.3f | %.2f | %.2f |' % (
                 clock, batch, symbolic_ms, specialised_ms, symbolic_ms / specialised_ms,
                 copy_ms / specialised_ms))

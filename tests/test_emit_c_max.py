@@ -23,11 +23,13 @@ from chainer_compiler.runtime.executor import Executor
 from chainer_compiler.runtime.native.batched import (
     MAX_BATCH_LIMIT,
     PROBE_SIZES,
+    MaxBatch,
     NotSeparableError,
     bucket_sizes,
     check_separable,
 )
-from chainer_compiler.runtime.native.errors import UnsupportedNativeOpsError
+from chainer_compiler.runtime.native.emit_c import emit_c
+from chainer_compiler.runtime.native.errors import NativeEmitError, UnsupportedNativeOpsError
 from chainer_compiler.runtime.native.fusion import fuse
 from chainer_compiler.runtime.native.lower import lower
 from chainer_compiler.runtime.native.lowering import with_defaults
@@ -220,6 +222,19 @@ def test_a_bucket_whose_arena_is_too_large_is_left_out(tmp_path, monkeypatch):
     assert main(['emit-c', path, '-o', str(tmp_path / 'out'), '--max', 'batch=5']) == 0
     assert '#define MODEL_BATCH_SIZES {1}' in (tmp_path / 'out' / 'model.h').read_text()
     assert 'model_run_b' not in (tmp_path / 'out' / 'model.c').read_text()
+
+
+def test_a_bucket_not_of_its_size_is_refused_before_writing(tmp_path):
+    """NAME_run_n addresses a bucket's samples by the one-sample shapes: a
+    bucket program of another size is refused, nothing written."""
+    proto = onnx.load(_bias_relu(str(tmp_path / 'm.onnx')))
+    program = {n: build_program(with_sizes(proto, {'batch': n})) for n in (1, 2, 3)}
+    max_batch = MaxBatch('batch', 4, tuple((n, program[n]) for n in PROBE_SIZES),
+                         ((2, program[3]),))
+    with pytest.raises(NativeEmitError, match='emit-c --max batch=4: the model for 2 samples '
+                       'is not the one for one sample run on each'):
+        emit_c(program[1], str(tmp_path / 'out'), max_batch=max_batch)
+    assert not (tmp_path / 'out').exists()
 
 
 def test_a_transformer_block_folding_time_into_rows_keeps_its_samples_apart(tmp_path):
