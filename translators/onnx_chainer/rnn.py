@@ -18,7 +18,8 @@ Two ways a recurrent network reaches ONNX:
   they are reordered into ONNX's gate order by Concat/Reshape nodes.
   Variable-length sequences become a padded (T, B, I) tensor plus
   ``sequence_lens``.  Sequences that are, in order, the rows of one tensor
-  (``F.separate(x, axis=0)``) are read from that tensor itself and a state
+  (``F.separate(x, axis=0)``; ``L.NStep*`` keeps rows of one length in
+  order) are read from that tensor itself and a state
   ``L.NStep*`` makes for ``hx=None`` is left out (ONNX's zero state): no
   node or constant per row, so the file takes any batch (``dynamic_axes``).
   Cases the fold does not cover fall back to the original function, i.e.
@@ -332,10 +333,25 @@ def _wrap_init_hx(original):
     return init_hx
 
 
+def _wrap_argsort(original):
+    @functools.wraps(original)
+    def argsort_list_descent(xs):
+        # The link sorts its sequences by length with NumPy's unstable
+        # argsort, which reorders equal lengths (over 64 of them), and undoes
+        # that order on every output.  Rows of one length are independent
+        # and already sorted: kept in order (what a stable sort gives), the
+        # fold reads x itself and the given hx passes through.
+        if len({len(x) for x in xs}) == 1:
+            return numpy.arange(len(xs), dtype=numpy.int32)
+        return original(xs)
+    return argsort_list_descent
+
+
 _PATCHES = ((_lstm_module, 'n_step_lstm_base', _wrap_lstm),
             (_gru_module, 'n_step_gru_base', _wrap_gru),
             (_rnn_module, 'n_step_rnn_base', _wrap_rnn),
-            (_link_module.NStepRNNBase, 'init_hx', _wrap_init_hx))
+            (_link_module.NStepRNNBase, 'init_hx', _wrap_init_hx),
+            (_link_module, 'argsort_list_descent', _wrap_argsort))
 
 _active = {'folding': 0, 'unrolled': 0}
 
@@ -350,8 +366,9 @@ def n_step_as_single_calls():
     """While active, every F.n_step_{lstm,bilstm,gru,bigru,rnn,birnn} call
     (and so every L.NStep* link) records one :class:`NStepRNN` FunctionNode
     instead of its unrolled primitives.  Re-entrant.  Patches module
-    globals of chainer.functions.rnn and ``NStepRNNBase.init_hx``: not
-    thread-safe, meant to wrap one export."""
+    globals of chainer.functions.rnn, ``NStepRNNBase.init_hx`` and the
+    link's sort of equal lengths (kept in order): not thread-safe, meant to
+    wrap one export."""
     if _active['folding']:
         _active['folding'] += 1
         try:

@@ -297,6 +297,22 @@ def test_n_step_link_over_the_rows_of_a_tensor_gives_its_ys_per_row(name):
         check_export(Rows(name, read_ys=True), [_rand(3, 5, 3)])
 
 
+def test_n_step_link_over_rows_out_of_order_keeps_a_node_per_row():
+    """Rows not in x's order (here reversed) are no pure sort of equal
+    lengths: the recurrence reads them row by row (a Gather), as Chainer."""
+    class Reversed(Rows):
+        def forward(self, x):
+            hy, _, _ = self.rnn(None, None, list(F.separate(x, axis=0))[::-1])
+            return hy
+
+    from chainer.links.rnn import n_step_rnn
+    original = n_step_rnn.argsort_list_descent
+    with rnn.n_step_as_single_calls():
+        models = check_export(Reversed('NStepLSTM'), [_rand(70, 5, 3)], opsets=(17,))
+    assert 'Gather' in op_types(models[0])
+    assert n_step_rnn.argsort_list_descent is original  # the link's own sort again
+
+
 def test_n_step_function_over_the_rows_of_a_time_major_tensor_exports_for_every_batch(
         tmp_path):
     """F.n_step_* on F.separate(x, axis=0) of a (time, batch, features) x:
