@@ -30,10 +30,10 @@ def takes_direct(weights_constant, group, kernel, strides, dilations, out_width)
     stride 1 or 2 on both axes and outputs at least DIRECT_MIN_WIDTH wide.
     Measured against im2col's product (one thread, batch 1,
     benchmarks/NOTES.md "Direct convolutions"): ResNet's 7x7 stride-2 conv1
-    0.68x the time, its 3x3 stride-2 layers 0.84-0.89x, 5x5 and 7x7 at
-    stride 1 0.58-0.83x, VGG's 3x3 over 3 channels 0.61x.  At 7x7 outputs a
+    0.60x the time, its 3x3 stride-2 layers 0.81-0.88x, 5x5 and 7x7 at
+    stride 1 0.61-0.78x, VGG's 3x3 over 3 channels 0.66x.  At 7x7 outputs a
     row fills half of the 16-float vectors, and the product's wide tiles,
-    vectors down the output channels, win (1.08x direct); a 1x1
+    vectors down the output channels, win (1.10-1.13x direct); a 1x1
     convolution would copy the input to read it as it lies (at stride 2,
     four phases to read one: 2.7x)."""
     taps = kernel[0] * kernel[1]
