@@ -1088,6 +1088,14 @@ void ccn_gemm_bt(const ccn_gemm_geometry *g, const float *A, const float *Bt, fl
  * whole vectors; 64 KiB, as gemm_serial's buffers): past it the product
  * takes gemm_serial. */
 #define CCN_BATCH_PACK 16384
+/* The tiles read A again for each block of two vectors of columns and a
+ * strip of B for each tile of rows: they take a product whose A stays in
+ * L2 (256 KiB) or that has at most CCN_BATCH_NARROW columns, and whose
+ * strips of B do (a depth up to 2048); the blocked GEMM the rest
+ * (1024x1024 by 1024x1024 took 3x its time on the tiles). */
+#define CCN_BATCH_A 65536
+#define CCN_BATCH_NARROW 64
+#define CCN_BATCH_K 2048
 
 #if defined(__GNUC__)
 /* GCC left the tall tile's 24 rows a loop over accumulators in memory. */
@@ -1167,6 +1175,18 @@ static void batch_product(long M, long N, long K, const float *A, const float *B
 }
 #endif
 
+/* The offsets in A and B of product t of a batch (last dim fastest). */
+static void batch_offsets(const ccn_matmul_batch *batch, long t, long *a_off, long *b_off)
+{
+    *a_off = *b_off = 0;
+    for (long d = batch->rank - 1; d >= 0; d--) {
+        const long i = t % batch->dims[d];
+        t /= batch->dims[d];
+        *a_off += i * batch->a_strides[d];
+        *b_off += i * batch->b_strides[d];
+    }
+}
+
 /* Products [t0, t1) of ccn_matmul_batched, on the calling thread. */
 void ccn_matmul_batched_core(long t0, long t1, const ccn_matmul_batch *batch,
                              const ccn_gemm_geometry *g, const float *A, const float *B,
@@ -1174,37 +1194,39 @@ void ccn_matmul_batched_core(long t0, long t1, const ccn_matmul_batch *batch,
 {
     const long M = g->M, N = g->N, K = g->K;
     for (long t = t0; t < t1; t++) {
-        /* The operands' offsets from t's index, last dim fastest. */
-        long a_off = 0, b_off = 0, rest = t;
-        for (long d = batch->rank - 1; d >= 0; d--) {
-            const long i = rest % batch->dims[d];
-            rest /= batch->dims[d];
-            a_off += i * batch->a_strides[d];
-            b_off += i * batch->b_strides[d];
-        }
+        long a_off, b_off;
+        batch_offsets(batch, t, &a_off, &b_off);
         const float *a = A + a_off, *b = B + b_off;
         float *c = C + t * M * N;
 #if defined(__GNUC__)
-        /* Row-major A: the tiles above, B packed to whole vectors when its
-         * rows are not (an attention's 20 or 24 columns per head). */
+        /* The tiles above, B packed to whole vectors when its rows are not
+         * (an attention's 20 or 24 columns per head; batch_tiles_fit left
+         * room for that). */
         const long padded = (N + CCN_VW - 1) / CCN_VW * CCN_VW;
-        if (g->a_cs == 1 && g->a_rs == K && (N == padded || K * padded <= CCN_BATCH_PACK)) {
-            float packed[CCN_BATCH_PACK];
-            if (N != padded) {
-                for (long k = 0; k < K; k++)
-                    for (long j = 0; j < padded; j++)
-                        packed[k * padded + j] = j < N ? b[k * g->ldb + j] : 0.0f;
-                b = packed;
-            }
-            batch_product(M, N, K, a, b, N == padded ? g->ldb : padded, c, g->act,
-                          g->act_alpha);
-            continue;
+        float packed[CCN_BATCH_PACK];
+        if (N != padded) {
+            for (long k = 0; k < K; k++)
+                for (long j = 0; j < padded; j++)
+                    packed[k * padded + j] = j < N ? b[k * g->ldb + j] : 0.0f;
+            b = packed;
         }
-#endif
+        batch_product(M, N, K, a, b, N == padded ? g->ldb : padded, c, g->act, g->act_alpha);
+#else
         const a_operand ao = {a, g->a_rs, g->a_cs, 1.0f, NULL, 0};
         const b_operand bo = {b, g->ldb, NULL, 0};
         gemm_serial(M, N, K, &ao, 0, &bo, 0, c, N, 1, g->act, g->act_alpha);
+#endif
     }
+}
+
+/* Whether the products of g take ccn_matmul_batched_core's tiles in
+ * every build (a vector is at most 16 floats wide). */
+static int batch_tiles_fit(const ccn_gemm_geometry *g)
+{
+    const long M = g->M, N = g->N, K = g->K;
+    return g->a_cs == 1 && g->a_rs == K && K <= CCN_BATCH_K &&
+           (M * K <= CCN_BATCH_A || N <= CCN_BATCH_NARROW) &&
+           (N % 16 == 0 || K * ((N + 15) / 16 * 16) <= CCN_BATCH_PACK);
 }
 
 #ifdef CCN_GEMM_VARIANTS
@@ -1238,10 +1260,20 @@ void ccn_matmul_batched(const ccn_matmul_batch *batch, const ccn_gemm_geometry *
     long batches = 1;
     for (long d = 0; d < batch->rank; d++)
         batches *= batch->dims[d];
-    /* Whole products per thread: each is small (an attention head's). */
-    batched_part part = {batch, g, A, B, C};
-    ccn_parallel_for(batches, batches * g->M * g->N * g->K / CCN_MACS_PER_WORK, batched_range,
-                     &part);
+    if (batch_tiles_fit(g)) {
+        /* Whole products per thread: each is small (an attention head's). */
+        batched_part part = {batch, g, A, B, C};
+        ccn_parallel_for(batches, batches * g->M * g->N * g->K / CCN_MACS_PER_WORK,
+                         batched_range, &part);
+        return;
+    }
+    /* Large products one after the other, each split between threads. */
+    for (long t = 0; t < batches; t++) {
+        long a_off, b_off;
+        batch_offsets(batch, t, &a_off, &b_off);
+        gemm_strided(g->M, g->N, g->K, A + a_off, g->a_rs, g->a_cs, B + b_off, g->ldb, 1.0f,
+                     C + t * g->M * g->N, g->N, 1, g->act, g->act_alpha);
+    }
 }
 
 /* ccn_transpose_batch's rows of 8x8 blocks [begin, end) of every matrix. */
