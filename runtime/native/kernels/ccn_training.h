@@ -25,7 +25,10 @@ void ccn_momentum_sgd_update(long n, double lr, double momentum, float *param,
  * at this update's t:
  *   m += (1 - beta1) * (grad - m);  v += (1 - beta2) * (grad^2 - v);
  *   param = (1 - eta * weight_decay_rate) * param
- *           - eta * (alpha_t / (sqrt(v) + eps)) * m. */
+ *           - eta * (alpha_t / (sqrt(v) + eps)) * m.
+ * On x86 (SSE) it computes with subnormal floats flushed to zero, read and
+ * written, where NumPy computes them: the moments differ from NumPy's only
+ * below 2^-126 / (1 - beta) (a dead unit's stop decaying there). */
 void ccn_adam_update(long n, double alpha_t, double beta1, double beta2, double eps,
                      double eta, double weight_decay_rate, float *param, const float *grad,
                      float *m, float *v);

@@ -4,6 +4,7 @@ its gradient (ccn_loss.c), ReluGrad (ccn_activation.c) and the in-place
 optimizer updates (ccn_training.c), and the emitted C API of a program
 that updates its inputs."""
 import functools
+import platform
 
 import numpy
 import pytest
@@ -162,6 +163,33 @@ def test_optimizer_update_in_place(op):
     numpy.testing.assert_array_equal(native[1], before[1])  # the gradient is read only
     changed = [0] + list(range(2, n_arrays))
     assert all(not numpy.array_equal(native[k], before[k]) for k in changed)
+
+
+@pytest.mark.native_build
+def test_adam_flushes_subnormal_moments_and_keeps_the_parameters_bits():
+    # A dead unit's moments decay through the subnormal floats, each touch of
+    # one a microcode assist; the native update flushes them (x86), which
+    # moves no parameter.
+    program = build_program(_update_model('AdamUpdate'))
+    native, numpy_vm = _update_inputs('AdamUpdate'), _update_inputs('AdamUpdate')
+    for values in (native, numpy_vm):  # row 0: a dead unit (no gradient)
+        values[1][0] = 0
+        values[2][0, :3] = numpy.float32(1.25e-38)  # m: normal, subnormal after the update
+        values[2][0, 3:] = numpy.float32(1e-40)  # m: subnormal
+        values[3][0] = numpy.float32(1e-41)  # v: subnormal
+    Executor(program, backend='native').run_positional(native)
+    Executor(program, backend='numpy').run_positional(numpy_vm)
+    numpy.testing.assert_array_equal(native[0], numpy_vm[0])  # the parameters, to the bit
+    tiny = numpy.finfo(numpy.float32).tiny
+    subnormal = (numpy_vm[2] != 0) & (abs(numpy_vm[2]) < tiny)
+    assert subnormal[0].all() and not subnormal[1:].any()
+    for k in (2, 3):
+        numpy.testing.assert_array_equal(native[k][1:], numpy_vm[k][1:])
+    if platform.machine().lower() in ('x86_64', 'amd64'):
+        # A decrement that would be subnormal is 0: the moment stays where
+        # it was; a subnormal moment is read as 0.
+        numpy.testing.assert_array_equal(native[2][0], numpy.float32([1.25e-38] * 3 + [0] * 3))
+        numpy.testing.assert_array_equal(native[3][0], 0)
 
 
 @pytest.mark.native_build
