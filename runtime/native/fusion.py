@@ -174,9 +174,13 @@ class _Fuser:
                 changed |= self._apply('fuse_sgd_update', i)
         if not changed:
             return self.p
+        insts = [inst for inst in self.insts if inst is not None]
+        read = {r for inst in insts for r in inst.inputs + inst.captures} | self.outputs
+        # The weights BatchNormalization was folded from are read no more:
+        # a backend holding every constant (the VM) would hold both.
+        constants = {r: a for r, a in self.constants.items() if r in read}
         return _renumbered(dataclasses.replace(
-            self.p, instructions=[inst for inst in self.insts if inst is not None],
-            constants=self.constants, register_names=self.names))
+            self.p, instructions=insts, constants=constants, register_names=self.names))
 
     def _apply(self, rule: str, i: int) -> bool:
         """Apply ``rule`` (a key of fusion_rules.RULES) at instruction

@@ -209,6 +209,17 @@ def test_a_linear_layers_bias_becomes_the_matmuls_third_input_on_the_vm():
     numpy.testing.assert_array_equal(_run(program, x)['y'], _unfused(model, x)['y'])
 
 
+def test_batch_norm_folded_on_the_vm_holds_only_the_folded_weights():
+    from chainer_compiler.memory_model import program_peak
+    model = _rule_cases()['fold_batch_norm']
+    unfused, fused = build_program(model, fuse=False), build_program(model)
+    assert _ops(fused) == ['Conv'] and len(fused.constants) == 2  # weight and bias
+    assert program_peak(fused)[0] < program_peak(unfused)[0]
+    x = numpy.random.RandomState(10).randn(1, 4, 5, 5).astype(F32)
+    numpy.testing.assert_allclose(*(Executor(p, backend='numpy').run({'x': x})['y']
+                                    for p in (fused, unfused)), rtol=1e-5, atol=1e-5)
+
+
 def _rule_cases():
     """fusion_rules.RULES' rule -> a model only that rule fuses."""
     from tests.runtime.native.helpers import make_model
