@@ -2,8 +2,9 @@
 kernel calls.
 
 Each of them may carry an ``activation`` attribute ('Relu', 'LeakyRelu'
-with ``activation_alpha``, 'Sigmoid', 'Tanh', 'HardSwish', 'Clip' from 0 to
-``activation_alpha``): FusedGemm has it from the
+with ``activation_alpha``, 'Sigmoid', 'Tanh', 'HardSwish', 'Swish', 'Clip'
+from 0 to ``activation_alpha``; the epilogue activations' records say which):
+FusedGemm has it from the
 VM's own fusion, and runtime/native/fusion.py sets it on Conv, Gemm and
 MatMul when it folds a following activation into them.  The kernels apply
 it as they store their results (the GEMM's epilogue).
