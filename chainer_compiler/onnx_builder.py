@@ -19,7 +19,8 @@ class GraphBuilder:
         self.initializers = []
         self.extra_outputs = []  # (name, array) graph outputs beyond the model's
         self._taken = set()
-        self._counter = 0
+        self._counters = {}  # hint -> its last number
+        self._deferred = {}  # value name -> (names, emit): see defer()
 
     # -- names and raw nodes ----------------------------------------------
     def reserve(self, name):
@@ -28,11 +29,16 @@ class GraphBuilder:
         return name
 
     def fresh(self, hint):
-        """A value name not used yet, derived from ``hint``."""
+        """A value name not used yet, derived from ``hint``.  Numbered per
+        hint, so names made for a variable count of values of one kind
+        (rows of a batch) leave other names the same (dynamic_axes compares
+        two traces)."""
+        number = self._counters.get(hint, 0)
         while True:
-            self._counter += 1
-            name = '%s_%d' % (hint, self._counter)
+            number += 1
+            name = '%s_%d' % (hint, number)
             if name not in self._taken:
+                self._counters[hint] = number
                 return self.reserve(name)
 
     def node(self, op, inputs, outputs=1, domain='', **attrs):
@@ -40,11 +46,28 @@ class GraphBuilder:
         names.  Returns the output name, or the list for several outputs."""
         if isinstance(outputs, int):
             outputs = [self.fresh(op) for _ in range(outputs)]
+        self._demand(inputs)
         attrs = {k: v for k, v in attrs.items() if v is not None}
         self.nodes.append(helper.make_node(op, list(inputs), list(outputs),
                                            name='%s_%d' % (op, len(self.nodes)),
                                            domain=domain or None, **attrs))
         return outputs[0] if len(outputs) == 1 else list(outputs)
+
+    def defer(self, names, emit):
+        """Call ``emit()`` (which adds the nodes making ``names``) only when
+        a node or a graph output first reads one of ``names``: values a
+        later converter may read whole another way (F.transpose_sequence's
+        rows under F.stack) leave no node per row in the file."""
+        for name in names:
+            self._deferred[name] = (names, emit)
+
+    def _demand(self, names):
+        for name in names:
+            entry = self._deferred.get(name)
+            if entry is not None:
+                for other in entry[0]:
+                    del self._deferred[other]
+                entry[1]()
 
     def initializer(self, name, array):
         """Add an initializer under an exact name (parameters)."""
@@ -166,6 +189,7 @@ class GraphBuilder:
     def make_model(self, name, inputs, outputs):
         """A ModelProto of everything added, with the lowest IR version the
         opset allows (onnxruntime accepts up to 13)."""
+        self._demand([value.name for value in outputs])
         graph = helper.make_graph(self.nodes, name, inputs, outputs, self.initializers)
         opset = helper.make_opsetid('', self.opset)
         model = helper.make_model(graph, opset_imports=[opset], producer_name='chainer-compiler')

@@ -354,7 +354,7 @@ def test_sequences_of_several_lengths_cannot_be_exported_symbolic(tmp_path):
     """Sequences of other lengths stay a list, row by row: the graph has a
     node per row and a file cannot hold every batch (compile_training_step
     traces each new batch instead)."""
-    with pytest.raises(ValueError, match="dynamic_axes: node 0 'Gather_0' .* the model's "
+    with pytest.raises(ValueError, match=r"dynamic_axes: node \d+ '\w+' .* the model's "
                                          'control flow or attributes depend on them'):
         chainer_compiler.export(_RowsOfTwoLengths(), [numpy.zeros((8, 3, 4), 'f')],
                                 str(tmp_path / 'm.onnx'), dynamic_axes='batch')

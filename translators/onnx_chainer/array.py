@@ -5,6 +5,8 @@ resolves NumPy's semantics (negative axes, broadcasting of pad widths,
 ``split`` pieces, advanced indexing layout) here in Python and emits the
 smallest standard ONNX form.
 """
+import weakref
+
 import chainer
 import numpy
 from onnx import helper, numpy_helper
@@ -82,12 +84,22 @@ def convert_copy(ctx, call):
 @converter('Concat')
 def convert_concat(ctx, call):
     ndim = call.input_arrays[0].ndim
-    ctx.node('Concat', call.inputs, call.outputs, axis=call.func.axis % ndim)
+    axis = call.func.axis % ndim
+    stacked = _transposed_whole(ctx, call, axis)
+    if stacked is not None:  # (.., B, n, ..) -> (.., B*n, ..): copied dims, then the rest
+        rest = call.input_arrays[0].shape[axis + 1:]
+        ctx.reshape(stacked, [0] * axis + [-1] + list(rest), out=call.outputs[0])
+        return
+    ctx.node('Concat', call.inputs, call.outputs, axis=axis)
 
 
 @converter('Stack')
 def convert_stack(ctx, call):
     axis = call.func.axis % (call.input_arrays[0].ndim + 1)
+    stacked = _transposed_whole(ctx, call, axis)
+    if stacked is not None:
+        _identity(ctx, stacked, call.outputs[0])
+        return
     parts = [ctx.unsqueeze(x, [axis]) for x in call.inputs]
     ctx.node('Concat', parts, call.outputs, axis=axis)
 
@@ -166,15 +178,47 @@ def convert_separate(ctx, call):
 @converter('TransposeSequence')
 def convert_transpose_sequence(ctx, call):
     """out[t] = stack of xs[i][t] for every sequence longer than t: one
-    Gather per output from the concatenation of all sequences."""
+    Gather per output from the concatenation of all sequences.  Of
+    sequences of one length, the outputs are made only if read one by one:
+    a stack or concat of all of them reads the sequences whole
+    (:func:`_transposed_whole`), with no node per output."""
     lengths = [a.shape[0] for a in call.input_arrays]
     offsets = numpy.concatenate([[0], numpy.cumsum(lengths)[:-1]]).astype(numpy.int64)
-    whole = (call.inputs[0] if len(call.inputs) == 1
-             else ctx.node('Concat', call.inputs, 1, axis=0))
-    for t, out in enumerate(call.outputs):
-        rows = [offsets[i] + t for i, n in enumerate(lengths) if n > t]
-        ctx.node('Gather', [whole, ctx.constant(numpy.asarray(rows, numpy.int64), hint='rows')],
-                 [out], axis=0)
+
+    def emit():
+        whole = (call.inputs[0] if len(call.inputs) == 1
+                 else ctx.node('Concat', call.inputs, 1, axis=0))
+        for t, out in enumerate(call.outputs):
+            rows = [offsets[i] + t for i, n in enumerate(lengths) if n > t]
+            ctx.node('Gather', [whole, ctx.constant(numpy.asarray(rows, numpy.int64),
+                                                    hint='rows')], [out], axis=0)
+    if len(set(lengths)) != 1:
+        emit()
+        return
+    ctx.defer(list(call.outputs), emit)
+    _TRANSPOSED.setdefault(ctx, {})[tuple(call.outputs)] = (
+        list(call.inputs), call.input_arrays[0].shape[1:])
+
+
+#: ctx -> {the outputs of a TransposeSequence of sequences of one length:
+#: (its input names, their rows' shape)}, for :func:`_transposed_whole`.
+_TRANSPOSED = weakref.WeakKeyDictionary()
+
+
+def _transposed_whole(ctx, call, axis):
+    """When ``call`` reads, in order, all the outputs of one
+    TransposeSequence of T sequences of one length B (L.NStep*'s ``ys`` of
+    rows of one tensor), the name of those outputs stacked on ``axis`` as
+    F.stack would (read from the T sequences, so no node or constant per
+    output and the file takes any B); else None."""
+    found = _TRANSPOSED.get(ctx, {}).get(tuple(call.inputs))
+    if found is None or 0 in found[1]:  # a Reshape's 0 would copy, not mean 0
+        return None
+    steps, rest = found
+    ndim = len(rest) + 2
+    whole = ctx.node('Concat', [ctx.unsqueeze(x, [0]) for x in steps], axis=0)  # (T, B, *rest)
+    perm = _perm_of(lambda a: numpy.moveaxis(a, 1, axis), ndim)
+    return whole if perm == list(range(ndim)) else _transpose(ctx, whole, perm)
 
 
 # -- shape changes -----------------------------------------------------------
@@ -546,6 +590,10 @@ def convert_pad_sequence(ctx, call):
     """Pad each sequence to the common length with ``padding``, stack."""
     func, arrays = call.func, call.input_arrays
     length = max(len(a) for a in arrays) if func.length is None else int(func.length)
+    stacked = _transposed_whole(ctx, call, 0) if length == len(arrays[0]) else None
+    if stacked is not None:  # sequences of one length: no padding
+        _identity(ctx, stacked, call.outputs[0])
+        return
     shape = (len(arrays), length) + arrays[0].shape[1:]
     if 0 in shape:
         _empty(ctx, shape, arrays[0].dtype, out=call.outputs[0])

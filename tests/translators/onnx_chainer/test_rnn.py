@@ -297,6 +297,54 @@ def test_n_step_link_over_the_rows_of_a_tensor_gives_its_ys_per_row(name):
         check_export(Rows(name, read_ys=True), [_rand(3, 5, 3)])
 
 
+class RowsReadWhole(Rows):
+    """Rows whose per-row ``ys`` are read only through ``read`` (one call
+    on all of them, in order)."""
+
+    def __init__(self, name, read):
+        super().__init__(name)
+        self.read = read
+
+    def forward(self, x):
+        *finals, ys = self.rnn(*[None] * self.n_states, list(F.separate(x, axis=0)))
+        return tuple(finals) + (self.read(ys),)
+
+
+#: how ys is read whole -> the read's axis of batch * time (a concat's), if any
+READS = {
+    'stack': (F.stack, None),
+    'stack_axis1': (lambda ys: F.stack(ys, axis=1), None),
+    'concat': (lambda ys: F.concat(ys, axis=0), 0),
+    'concat_axis1': (lambda ys: F.concat(ys, axis=1), 1),
+    'pad_sequence': (F.pad_sequence, None),
+}
+
+
+@pytest.mark.parametrize('read', sorted(READS))
+@pytest.mark.parametrize('name', ['NStepBiLSTM', 'NStepGRU'])
+def test_n_step_link_ys_read_whole_exports_for_every_batch(tmp_path, name, read):
+    """A stack/concat/pad_sequence of all of ys, in order, reads the
+    recurrence's steps whole: no node per row, any batch."""
+    fn, merged = READS[read]
+    model = RowsReadWhole(name, fn)
+    axes = {'input_0': {0: 'batch'}}
+    if merged is not None:
+        axes['output_%d' % model.n_states] = {merged: 'batch_time'}
+    _export_for_every_batch(tmp_path, model, lambda batch: [_rand(batch, 5, 3, seed=batch)],
+                            axes)
+
+
+def test_n_step_link_ys_read_by_row_is_refused_symbolic(tmp_path):
+    """One row of ys read on its own keeps a node per row: dynamic_axes is
+    refused naming a node (the batch it was traced at still exports)."""
+    model = RowsReadWhole('NStepGRU', lambda ys: ys[0] + F.stack(ys)[0])
+    with pytest.raises(ValueError, match=r"dynamic_axes: node \d+ '\w+' .* depend on them"):
+        chainer_compiler.export(model, [_rand(8, 5, 3)], str(tmp_path / 'm.onnx'),
+                                dynamic_axes={'input_0': {0: 'batch'}})
+    with rnn.n_step_as_single_calls():
+        check_export(model, [_rand(8, 5, 3)])
+
+
 def test_n_step_link_over_rows_out_of_order_keeps_a_node_per_row():
     """Rows not in x's order (here reversed) are no pure sort of equal
     lengths: the recurrence reads them row by row (a Gather), as Chainer."""
