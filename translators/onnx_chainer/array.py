@@ -203,6 +203,14 @@ def convert_transpose_sequence(ctx, call):
 #: ctx -> {the outputs of a TransposeSequence of sequences of one length:
 #: (its input names, their rows' shape)}, for :func:`_transposed_whole`.
 _TRANSPOSED = weakref.WeakKeyDictionary()
+#: ctx -> {names of values: the one they are the slices of, on axis 0}.
+_SLICES = weakref.WeakKeyDictionary()
+
+
+def note_slices(ctx, parts, whole):
+    """Record that ``parts`` are, in order, ``whole``'s slices on axis 0
+    (``whole[t]``), so a stack of them reads ``whole`` itself."""
+    _SLICES.setdefault(ctx, {})[tuple(parts)] = whole
 
 
 def _transposed_whole(ctx, call, axis):
@@ -216,7 +224,8 @@ def _transposed_whole(ctx, call, axis):
         return None
     steps, rest = found
     ndim = len(rest) + 2
-    whole = ctx.node('Concat', [ctx.unsqueeze(x, [0]) for x in steps], axis=0)  # (T, B, *rest)
+    whole = _SLICES.get(ctx, {}).get(tuple(steps)) or ctx.node(
+        'Concat', [ctx.unsqueeze(x, [0]) for x in steps], axis=0)  # (T, B, *rest)
     perm = _perm_of(lambda a: numpy.moveaxis(a, 1, axis), ndim)
     return whole if perm == list(range(ndim)) else _transpose(ctx, whole, perm)
 

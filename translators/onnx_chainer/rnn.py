@@ -36,6 +36,7 @@ from chainer.functions.rnn import n_step_lstm as _lstm_module
 from chainer.functions.rnn import n_step_rnn as _rnn_module
 from chainer.links.rnn import n_step_rnn as _link_module
 
+from .array import note_slices
 from .registry import converter
 
 # ---------------------------------------------------------------------------
@@ -442,14 +443,19 @@ def convert_n_step_rnn(ctx, call):
     valid = numpy.concatenate([t * B + numpy.arange(s) for t, s in enumerate(sizes)])
     if len(valid) == T * B:
         # ys[t] = step t, directions concatenated: split on time, so no
-        # constant holds the batch size (a Reshape target may).
+        # constant holds the batch size (a Reshape target may).  Made only if
+        # read step by step: a stack of the link's ys reads Y itself.
         if T == 1:
             _layer_output(ctx, y, [B, D * H], D, out=out_ys[0])
             return
-        steps = ctx.split(_layer_output(ctx, y, [T, B, D * H], D), [1] * T, 0,
-                          [ctx.fresh('step') for _ in range(T)])
-        for step, out in zip(steps, out_ys):
-            ctx.squeeze(step, [0], out=out)
+        whole = _layer_output(ctx, y, [T, B, D * H], D)
+        note_slices(ctx, out_ys, whole)
+
+        def emit():
+            steps = ctx.split(whole, [1] * T, 0, [ctx.fresh('step') for _ in range(T)])
+            for step, out in zip(steps, out_ys):
+                ctx.squeeze(step, [0], out=out)
+        ctx.defer(list(out_ys), emit)
         return
     # ys[t] = the first sizes[t] rows of step t (T > 1: a shorter sequence).
     flat = ctx.node('Gather', [_layer_output(ctx, y, [T * B, D * H], D),
