@@ -202,9 +202,9 @@ def convert_transpose_sequence(ctx, call):
 
 #: ctx -> {the outputs of a TransposeSequence of sequences of one length:
 #: (its input names, their rows' shape)}, for :func:`_transposed_whole`.
-_TRANSPOSED = weakref.WeakKeyDictionary()
+_TRANSPOSED: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 #: ctx -> {names of values: the one they are the slices of, on axis 0}.
-_SLICES = weakref.WeakKeyDictionary()
+_SLICES: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 
 
 def note_slices(ctx, parts, whole):
