@@ -68,9 +68,11 @@ test: lint
 # Everything but the tests marked slow (whole-model training and export),
 # native_build (they compile C: a few native smoke tests stay in) and the
 # sanitizer tier (C built with -fsanitize=address,undefined), on every core
-# (pytest-xdist; each worker builds its native smoke tests' C once).
+# (pytest-xdist; each worker builds its native smoke tests' C once), with
+# a quarter of the fuzz tests' examples (the `fast` profile, tests/conftest.py).
 test-fast: $(STAMP)
-	$(TEST_ENV) $(PY) -m pytest -q -n auto -m 'not slow and not native_build and not sanitize'
+	$(TEST_ENV) $(PY) -m pytest -q -n auto -m 'not slow and not native_build and not sanitize' \
+		--hypothesis-profile=fast
 
 # The sanitizer tier alone (`make test` runs it too): emitted models on
 # hostile .npy and weights files, and native kernel tests, under ASan+UBSan.

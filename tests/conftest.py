@@ -68,11 +68,14 @@ def mlp_model():
 
 # Fuzz tests (tests/test_fuzz.py): the default run is small and the same on
 # every machine; `--hypothesis-profile=thorough` draws thousands of fresh
-# examples.  Deadlines are generous: the machine is shared, and a deadline is
-# there to catch unbounded work, not to time kernels.
+# examples, and `make test-fast` passes `--hypothesis-profile=fast` (a
+# quarter of the default's examples; `make test` and CI keep the default).
+# Deadlines are generous: the machine is shared, and a deadline is there to
+# catch unbounded work, not to time kernels.
 settings.register_profile('default', max_examples=100, derandomize=True, database=None,
                           deadline=datetime.timedelta(seconds=20),
                           suppress_health_check=[HealthCheck.too_slow])
+settings.register_profile('fast', settings.get_profile('default'), max_examples=25)
 settings.register_profile('thorough', max_examples=2000, deadline=datetime.timedelta(seconds=20),
                           suppress_health_check=[HealthCheck.too_slow])
 settings.load_profile('default')

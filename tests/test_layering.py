@@ -9,6 +9,7 @@ resolved):
   as the version rules the kernels share with converters and gradient rules).
 """
 import ast
+import functools
 import pathlib
 import sys
 
@@ -39,6 +40,7 @@ def _modules():
             yield '.'.join((package,) + parts), path
 
 
+@functools.lru_cache(maxsize=None)  # each file is parsed once per run, not once per test
 def imports_of(module, path):
     """Absolute names of every module ``path`` imports (``from a import b``
     counts as ``a`` and ``a.b``; the import machinery resolves either)."""
@@ -55,7 +57,7 @@ def imports_of(module, path):
                 base = '.'.join(anchor + ([base] if base else []))
             names.add(base)
             names.update('%s.%s' % (base, alias.name) for alias in node.names)
-    return names
+    return frozenset(names)
 
 
 def _top(name):

@@ -403,6 +403,7 @@ def test_allocators_say_once_that_they_have_nothing_to_do_without_cupy():
         assert chainer_compiler.use_unified_memory_allocator() is False  # said once
 
 
+@pytest.mark.slow  # decompresses all 70000 images (seconds)
 def test_get_mnist_loads_offline_like_chainer():
     train, test = chainer_compiler.get_mnist()
     assert (len(train), len(test)) == (60000, 10000)

@@ -145,7 +145,8 @@ def _concat_graphs(draw):
     return model, batch
 
 
-@settings(max_examples=150, deadline=None)
+# 150 in the default profile; scaled with it (tests/conftest.py).
+@settings(max_examples=settings.default.max_examples * 3 // 2, deadline=None)
 @given(_concat_graphs())
 def test_planned_memory_computes_what_the_vm_computes(case):
     model, batch = case

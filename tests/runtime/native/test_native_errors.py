@@ -161,6 +161,7 @@ int main(void)
 """
 
 
+@pytest.mark.sanitize  # builds the array kernels under UBSan (seconds)
 def test_float_to_integer_casts_have_no_undefined_behaviour(tmp_path):
     """The kernels under UBSan's float-cast-overflow check, which aborted on
     the first NaN before."""
