@@ -318,8 +318,9 @@ void ccn_conv2d_grad_filter(const ccn_conv_geometry *geometry, const ccn_conv_pl
      * transposes of gw_t twice the product's time. */
     const double fill_rows = ccn_gemm_tile_fill(Mg, K), fill_columns = ccn_gemm_tile_fill(K, Mg);
     const int by_columns = fill_rows < fill_columns || (fill_rows == fill_columns && Mg <= N * S);
-    float *gy_t = col + K * images * S;
-    float *gw_t = gy_t + images * S * (by_columns ? Mg : K);
+    const long taps = KH * KW, columns = ccn_grad_columns(Cg, taps, images * S);
+    float *gy_t = col + columns;
+    float *gw_t = gy_t + (by_columns ? images * S * Mg : columns);
     for (long g = 0; g < group; g++) {
         float *gw_g = gw + g * Mg * K;
         if (N == 0)
@@ -330,24 +331,33 @@ void ccn_conv2d_grad_filter(const ccn_conv_geometry *geometry, const ccn_conv_pl
             /* The first batch's product sets the result, the others add. */
             void (*product)(const ccn_gemm_geometry *, const float *, const float *, float,
                             float *) = n0 == 0 ? ccn_gemm_set : ccn_gemm_ex;
-            im2col_images(nb, Cg, H, W, KH, KW, OH, OW, stride_h, stride_w, dil_h, dil_w,
-                          pad_top, pad_left, x + (n0 * C + g * Cg) * H * W, C * H * W, col, ld);
-            if (by_columns) {
+            /* The columns by blocks of channels, each multiplied while it
+             * is in cache (CCN_GRAD_BLOCK_FLOATS). */
+            const long block = ccn_grad_block(taps, ld);
+            if (by_columns)
                 ccn_transpose_batch(nb, Mg, S, gy_n, M * S, gy_t, S * Mg);
-                product(&(const ccn_gemm_geometry){.M = K, .N = Mg, .K = ld, .a_rs = ld,
-                                                   .a_cs = 1, .ldb = Mg, .ldc = Mg,
-                                                   .act = CCN_ACT_NONE},
-                        col, gy_t, 1.0f, gw_t);
-                continue;
-            }
-            /* gy_t holds the columns transposed, gw_t the images' gy side
-             * by side. */
-            ccn_transpose(K, ld, col, gy_t);
-            if (nb > 1)
+            else if (nb > 1)
+                /* gw_t holds the images' gy side by side. */
                 ccn_copy_image_rows(Mg, nb, S, gy_n, S, M * S, gw_t, ld, S);
-            product(&(const ccn_gemm_geometry){.M = Mg, .N = K, .K = ld, .a_rs = ld, .a_cs = 1,
-                                               .ldb = K, .ldc = K, .act = CCN_ACT_NONE},
-                    nb > 1 ? gw_t : gy_n, gy_t, 1.0f, gw_g);
+            for (long c0 = 0; c0 < Cg; c0 += block) {
+                const long cb = min_long(block, Cg - c0), k0 = c0 * taps, kb = cb * taps;
+                im2col_images(nb, cb, H, W, KH, KW, OH, OW, stride_h, stride_w, dil_h, dil_w,
+                              pad_top, pad_left, x + (n0 * C + g * Cg + c0) * H * W, C * H * W,
+                              col, ld);
+                if (by_columns) {
+                    product(&(const ccn_gemm_geometry){.M = kb, .N = Mg, .K = ld, .a_rs = ld,
+                                                       .a_cs = 1, .ldb = Mg, .ldc = Mg,
+                                                       .act = CCN_ACT_NONE},
+                            col, gy_t, 1.0f, gw_t + k0 * Mg);
+                    continue;
+                }
+                /* gy_t holds the block's columns transposed. */
+                ccn_transpose(kb, ld, col, gy_t);
+                product(&(const ccn_gemm_geometry){.M = Mg, .N = kb, .K = ld, .a_rs = ld,
+                                                   .a_cs = 1, .ldb = kb, .ldc = K,
+                                                   .act = CCN_ACT_NONE},
+                        nb > 1 ? gw_t : gy_n, gy_t, 1.0f, gw_g + k0);
+            }
         }
         if (by_columns && N > 0)
             ccn_transpose(K, Mg, gw_t, gw_g);

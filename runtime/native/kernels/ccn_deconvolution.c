@@ -92,24 +92,30 @@ void ccn_deconv2d(const ccn_conv_geometry *geometry, const ccn_conv_plan *plan, 
     const long Cg = C / group, Mg = M / group, K = Mg * KH * KW, S = H * W;
     /* Several images share one product (their pixels side by side in the
      * columns), so the weights are read once for all of them. */
-    float *x_cols = col + K * images * S;
+    float *x_cols = col + ccn_grad_columns(Mg, KH * KW, images * S);
     for (long n0 = 0; n0 < N; n0 += images) {
         const long nb = images < N - n0 ? images : N - n0, ld = nb * S;
+        const long block = ccn_grad_block(KH * KW, ld);
         for (long g = 0; g < group; g++) {
             const float *xg = x + (n0 * C + g * Cg) * S;
             if (nb > 1) {
                 ccn_copy_image_rows(Cg, nb, S, xg, S, C * S, x_cols, ld, S);
                 xg = x_cols;
             }
-            /* col (K x nb*S) = w_g^T x_g: w_g is row-major Cg x K, read
+            /* col (K x nb*S) = w_g^T x_g, by blocks of output channels
+             * whose rows col2im adds up while they are in cache
+             * (CCN_GRAD_BLOCK_FLOATS): w_g is row-major Cg x K, read
              * transposed through the strides. */
-            ccn_gemm_set(&(const ccn_gemm_geometry){.M = K, .N = ld, .K = Cg, .a_rs = 1,
-                                                    .a_cs = K, .ldb = ld, .ldc = ld,
-                                                    .act = CCN_ACT_NONE},
-                         w + g * Cg * K, xg, 1.0f, col);
-            col2im(nb, Mg, H, W, KH, KW, OH, OW, stride_h, stride_w, dil_h, dil_w, pad_top,
-                   pad_left, col, ld, bias ? bias + g * Mg : NULL,
-                   y + (n0 * M + g * Mg) * OH * OW, M * OH * OW);
+            for (long m0 = 0; m0 < Mg; m0 += block) {
+                const long mb = block < Mg - m0 ? block : Mg - m0, k0 = m0 * KH * KW;
+                ccn_gemm_set(&(const ccn_gemm_geometry){.M = mb * KH * KW, .N = ld, .K = Cg,
+                                                        .a_rs = 1, .a_cs = K, .ldb = ld,
+                                                        .ldc = ld, .act = CCN_ACT_NONE},
+                             w + g * Cg * K + k0, xg, 1.0f, col);
+                col2im(nb, mb, H, W, KH, KW, OH, OW, stride_h, stride_w, dil_h, dil_w,
+                       pad_top, pad_left, col, ld, bias ? bias + g * Mg + m0 : NULL,
+                       y + (n0 * M + g * Mg + m0) * OH * OW, M * OH * OW);
+            }
         }
     }
 }

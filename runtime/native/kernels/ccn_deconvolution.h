@@ -14,7 +14,8 @@ CCN_BEGIN_DECLS
  * pad_left + kw*dil_w), dropped outside the output (pads may be negative:
  * output_shape larger than the full result).  bias may be NULL.  Up to
  * plan->images images share one product (the plan's other fields
- * unused); col is scratch of (M/group)*KH*KW*H*W*images floats, plus
+ * unused), the columns by blocks of output channels; col is scratch of
+ * ccn_grad_columns(M/group, KH*KW, H*W*images) floats, plus
  * (C/group)*H*W*images when images > 1. */
 void ccn_deconv2d(const ccn_conv_geometry *geometry, const ccn_conv_plan *plan, const float *x,
                   const float *w, const float *bias, float *y, float *col);

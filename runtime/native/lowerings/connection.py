@@ -57,6 +57,9 @@ TAPS_SHARE = 0.5
 #: depth, ConvTranspose's columns), whose other operands are not packed at
 #: emit time: each product reads or writes the whole weight gradient.
 GRAD_COLUMNS = 1024
+#: ccn_connection.h's CCN_GRAD_BLOCK_FLOATS: the gradients' im2col columns
+#: are built and multiplied by blocks of about this many floats.
+GRAD_BLOCK_FLOATS = 65536
 #: The structs of ccn_connection.h the convolutions take: the geometry
 #: (also ConvTranspose's and Winograd's) and how an im2col one runs.
 CONV_GEOMETRY = CStruct('ccn_conv_geometry', (
@@ -236,6 +239,12 @@ def images_per_product(batch, pixels, columns):
     """How many of ``batch`` images of ``pixels`` output pixels each share
     one product so that it has about ``columns`` columns."""
     return max(1, min(batch, -(-columns // max(1, pixels))))
+
+
+def grad_columns(channels, taps, columns) -> int:
+    """Floats of scratch for a block of the im2col columns of ``channels``
+    channels, ``taps`` rows of ``columns`` each (ccn_grad_columns)."""
+    return min(channels * taps * columns, max(GRAD_BLOCK_FLOATS, taps * columns))
 
 
 def conv_geometry(batch, channels, in_size, out_channels, out_size, kernel, group, strides,
@@ -465,7 +474,7 @@ def conv_grad_filter(em, inst) -> Step:
                 '                       %s,' % plan,
                 '                       %s, %s, %s, %s);' % (
                     ref(inst.inputs[0]), ref(inst.inputs[1]), ref(inst.outputs[0]), scratch)]
-    scratch = K * S * images + S * images * (M // group + K) + K * (M // group)
+    scratch = 2 * grad_columns(Cg, KH * KW, S * images) + (S * images + K) * (M // group)
     return Step('connection', [(M, Cg, KH, KW)], render, scratch=scratch, also=('gemm',))
 
 

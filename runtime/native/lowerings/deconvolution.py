@@ -9,6 +9,7 @@ from .connection import (
     CONV_PLAN,
     GRAD_COLUMNS,
     conv_geometry,
+    grad_columns,
     images_per_product,
 )
 from .winograd import winograd_step, winograd_tiles
@@ -64,7 +65,8 @@ def conv_transpose(em, inst) -> Step:
                     ref(inst.inputs[0]), ref(inst.inputs[1]),
                     ref(inst.inputs[2]) if has_bias else 'NULL', ref(inst.outputs[0]),
                     scratch)]
-    scratch = Mg * KH * KW * H * W * images + (C // group * H * W * images if images > 1 else 0)
+    scratch = (grad_columns(Mg, KH * KW, H * W * images)
+               + (C // group * H * W * images if images > 1 else 0))
     return Step('deconvolution', [(N, M, OH, OW)], render, scratch=scratch,
                 also=('gemm',))
 

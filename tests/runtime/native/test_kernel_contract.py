@@ -96,6 +96,7 @@ def test_mirrored_constants_equal_the_c_ones():
     assert gemm_layout.PANEL_DEPTH == _define('CCN_KC', 'ccn_gemm.c')
     assert gemm_layout.PANEL_MIN_ROWS == _define('CCN_SMALL_M', 'ccn_gemm.c')
     assert winograd.SKEW == _define('CCN_WINOGRAD_SKEW', 'ccn_winograd.h')
+    assert connection.GRAD_BLOCK_FLOATS == _define('CCN_GRAD_BLOCK_FLOATS', 'ccn_connection.h')
     assert conv_direct.DIRECT_ROWS == _define('CCN_DIRECT_ROWS', 'ccn_conv_direct.h')
     assert conv_direct.DIRECT_MAX_TAPS == _define('CCN_DIRECT_MAX_TAPS', 'ccn_conv_direct.h')
     assert conv_direct.DIRECT_TILE == _define('CCN_DIRECT_TILE', 'ccn_conv_direct.h')

@@ -58,6 +58,17 @@ def test_images_share_products_in_batches():
 
 
 @pytest.mark.native_build
+def test_columns_by_blocks_of_output_channels():
+    # Two images of 512 pixels per product, 9 taps: CCN_GRAD_BLOCK_FLOATS
+    # (65536) holds 7 output channels' columns, so each group's 10 go as 7
+    # and 3 (the last image alone: 10 at once), each block through col2im
+    # with its slice of the bias.
+    _check([({'group': 2, 'pads': [1, 1, 1, 1]}, (3, 20, 16, 32)),
+            ({'group': 2, 'strides': [2, 2], 'pads': [1, 1, 1, 1]}, (3, 20, 31, 63))],
+           (3, 6, 16, 32), (6, 10, 3, 3))
+
+
+@pytest.mark.native_build
 def test_output_shape_and_auto_pad():
     # output_shape and SAME_* crop the full result; an odd total puts the
     # extra pixel at the end (SAME_UPPER) or the start (otherwise).
