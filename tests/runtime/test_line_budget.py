@@ -32,15 +32,14 @@ def code_lines(path):
         tokens = [t for t in tokenize.tokenize(f.readline)
                   if t.type not in (tokenize.NL, tokenize.COMMENT)]
     lines = set()
+    before = None  # the last token before this one but indentation
     for i, token in enumerate(tokens):
-        if token.type in _LAYOUT:
-            continue
-        before = next((t for t in reversed(tokens[:i])
-                       if t.type not in (tokenize.INDENT, tokenize.DEDENT)), None)
-        if (token.type == tokenize.STRING and tokens[i + 1].type == tokenize.NEWLINE
+        if token.type not in _LAYOUT and not (
+                token.type == tokenize.STRING and tokens[i + 1].type == tokenize.NEWLINE
                 and (before is None or before.type in (tokenize.NEWLINE, tokenize.ENCODING))):
-            continue
-        lines.update(range(token.start[0], token.end[0] + 1))
+            lines.update(range(token.start[0], token.end[0] + 1))
+        if token.type not in (tokenize.INDENT, tokenize.DEDENT):
+            before = token
     return len(lines)
 
 
