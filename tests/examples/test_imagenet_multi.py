@@ -55,16 +55,23 @@ def mpirun(*args, cwd, processes=2, script=SCRIPT):
 
 
 @pytest.fixture(scope='module')
-def workdir(tmp_path_factory):
-    """A demo dataset (4 classes, 8 training and 2 validation images each)
-    and the small model exported at batch size 4."""
+def demo_data(tmp_path_factory):
+    """A folder with a demo dataset in data/ (4 classes, 8 training and 2
+    validation images each)."""
     path = tmp_path_factory.mktemp('imagenet')
     made = _python(os.path.join(EXAMPLE, 'make_demo_dataset.py'), 'data', '--train-per-class',
                    '8', '--val-per-class', '2', cwd=path)
     assert made.returncode == 0, made.stderr
-    exported = _python(SCRIPT, '--export', 'small.onnx', *MODEL_FLAGS, cwd=path)
-    assert exported.returncode == 0, exported.stderr
     return path
+
+
+@pytest.fixture(scope='module')
+def workdir(demo_data):
+    """demo_data's folder with the small model exported at batch size 4
+    (apart: the tests in make test-fast need only the images)."""
+    exported = _python(SCRIPT, '--export', 'small.onnx', *MODEL_FLAGS, cwd=demo_data)
+    assert exported.returncode == 0, exported.stderr
+    return demo_data
 
 
 def _train(workdir, out, *extra):
@@ -171,26 +178,26 @@ def test_undecodable_image_on_one_rank_stops_every_rank(workdir, tmp_path):
     assert '(on rank ' in run.stderr
 
 
-def test_list_file_and_class_folders_give_the_same_examples(workdir, tmp_path):
+def test_list_file_and_class_folders_give_the_same_examples(demo_data, tmp_path):
     dataset = _load('dataset')
-    folders = dataset.read_pairs(str(workdir / 'data' / 'train'))
+    folders = dataset.read_pairs(str(demo_data / 'data' / 'train'))
     listing = tmp_path / 'train.txt'
-    listing.write_text(''.join('%s %d\n' % (os.path.relpath(path, workdir), label)
+    listing.write_text(''.join('%s %d\n' % (os.path.relpath(path, demo_data), label)
                                for path, label in folders))
-    assert dataset.read_pairs(str(listing), str(workdir)) == folders
+    assert dataset.read_pairs(str(listing), str(demo_data)) == folders
     listing.write_text('a.png 1\nb.png one\n')
     with pytest.raises(dataset.DatasetError, match=r'train.txt:2: expected'):
         dataset.read_pairs(str(listing))
 
 
-def test_compute_mean_writes_the_per_channel_mean_of_train(workdir, tmp_path):
+def test_compute_mean_writes_the_per_channel_mean_of_train(demo_data, tmp_path):
     dataset = _load('dataset')
     mean_file = str(tmp_path / 'mean.npy')
-    run = _python(SCRIPT, 'data/train', '--compute-mean', mean_file, cwd=workdir)
+    run = _python(SCRIPT, 'data/train', '--compute-mean', mean_file, cwd=demo_data)
     assert run.returncode == 0, run.stderr
     pixels = numpy.concatenate([
         numpy.asarray(dataset.load_image(path), numpy.float64).reshape(-1, 3)
-        for path, _ in dataset.read_pairs(str(workdir / 'data' / 'train'))])
+        for path, _ in dataset.read_pairs(str(demo_data / 'data' / 'train'))])
     numpy.testing.assert_allclose(numpy.load(mean_file), pixels.mean(axis=0), rtol=1e-5)
 
 
@@ -205,9 +212,9 @@ def test_examples_are_crops_of_the_requested_size_minus_the_mean(tmp_path):
         numpy.testing.assert_allclose(x, numpy.broadcast_to(expected, x.shape), atol=1e-6)
 
 
-def test_training_crops_are_random_but_repeat_with_the_seed(workdir):
+def test_training_crops_are_random_but_repeat_with_the_seed(demo_data):
     dataset = _load('dataset')
-    pairs = dataset.read_pairs(str(workdir / 'data' / 'train'))[:1]
+    pairs = dataset.read_pairs(str(demo_data / 'data' / 'train'))[:1]
 
     def draws(seed):
         examples = dataset.PreprocessedDataset(pairs, dataset.IMAGENET_MEAN, 24, True, seed)
