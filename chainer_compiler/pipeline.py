@@ -44,7 +44,7 @@ from . import autodiff, custom_schemas, recompute
 from .codegen import emit_program
 from .errors import UnsupportedOperatorsError
 from .frontend import load_onnx, source_name
-from .onnx_graph import all_nodes, opset_versions, schema_version, value_info
+from .onnx_graph import all_nodes, opset_versions, reads, schema_version, value_info
 from .passes import constant_folding, dead_code, expand_functions, vm_fusion
 from .passes.type_inference import infer_with_outer_constants, pin_loop_types
 from .runtime.ops.registry import CUSTOM_DOMAIN, has_kernel
@@ -322,11 +322,31 @@ def join_backward(c):
 
 def add_optimizer_update(c):
     """Update every parameter a gradient reaches in place with the `update`
-    operator, whose state and hyperparameters become inputs."""
+    operator, whose state and hyperparameters become inputs.
+
+    Each update runs as early as it can: right after the last node that
+    reads its parameter or makes or reads its gradient (recompute's replays
+    included: they are among the nodes by now).  Its gradient is then
+    freed at once rather than living to the end of the step, and as the
+    parameter changes in place no reader of it comes after.  None runs
+    before the last forward node: a batch the forward refuses changes no
+    parameter."""
     graph, update = c.model.graph, c.update
     hyper_inputs = ['optimizer/' + h for h in update.hyperparams]
     for name in hyper_inputs:
         graph.input.append(helper.make_tensor_value_info(name, onnx.TensorProto.DOUBLE, []))
+    # The VM drops Identities (remove_identities), and backward names each
+    # gradient with one at its end: a copy stands for the value it copies.
+    source = {}  # an Identity's output -> the value it copies
+    last = {}  # value name -> index of the last other node reading or making it
+    for i, node in enumerate(graph.node):
+        if node.op_type == 'Identity' and not node.domain:
+            source[node.output[0]] = source.get(node.input[0], node.input[0])
+            continue
+        for name in (*reads(node), *node.output):
+            last[source.get(name, name)] = i
+    forward_end = len(graph.node) - len(c.backward.nodes) - 1
+    after = {}  # node index -> the updates that follow it
     for param in c.reached:
         dtype, shape = c.backward.value_types[param]
         elem = helper.np_dtype_to_tensor_dtype(dtype)
@@ -335,10 +355,17 @@ def add_optimizer_update(c):
         for slot in slots:
             graph.input.insert(len(graph.input) - len(hyper_inputs),
                                helper.make_tensor_value_info(slot, elem, list(shape)))
-        graph.node.append(helper.make_node(
-            update.op, [param, c.backward.grad_outputs[param]] + slots + hyper_inputs,
-            [param + '/updated'], domain=CUSTOM_DOMAIN))
+        grad = c.backward.grad_outputs[param]
+        grad = source.get(grad, grad)
+        after.setdefault(max(forward_end, last.get(param, -1), last.get(grad, -1)), []).append(
+            helper.make_node(update.op, [param, grad] + slots + hyper_inputs,
+                             [param + '/updated'], domain=CUSTOM_DOMAIN))
         graph.output.append(helper.make_tensor_value_info(param + '/updated', elem, list(shape)))
+    nodes = []
+    for i, node in enumerate(graph.node):
+        nodes += [node] + after.get(i, [])
+    del graph.node[:]
+    graph.node.extend(nodes)
 
 
 def remove_identities(c):

@@ -377,3 +377,39 @@ def test_bad_arguments_are_refused_by_the_call_before_anything_changes(kwargs, e
     # Chainer makes the update rules' states lazily: still not made.
     assert all(p.update_rule.state is None for p in model.params())
     assert optimizer.t == 0
+
+
+class _DeepMLP(chainer.ChainList):
+    """``depth`` Linear layers of ``width`` with ReLU between them."""
+
+    def __init__(self, depth=8, width=64):
+        super().__init__(*[L.Linear(width, width) for _ in range(depth)])
+
+    def forward(self, x):
+        for link in self[:-1]:
+            x = F.relu(link(x))
+        return self[-1](x)
+
+
+@pytest.mark.parametrize('order', [None, 'gt'])
+def test_each_update_runs_once_its_gradient_is_made(order):
+    # A deep MLP at batch 2: its gradients (as large as its parameters)
+    # dwarf its activations.  Were every update at the step's end, every
+    # gradient would be live there at once; applied as each is made, about
+    # one layer's is.  gt's replays read parameters too: the updates come
+    # after them, or the results would differ from Chainer's.
+    x, t = _batch((64,), batch=2)
+    plain, plain_opt, compiled, compiled_opt = _twins(
+        _DeepMLP(), x, lambda: chainer.optimizers.MomentumSGD(lr=0.05))
+    step = chainer_compiler.compile_training_step(
+        compiled, compiled_opt, (x, t), computation_order=order,
+        runtime_kwargs={**ON_THE_VM, 'track_memory': True})
+    for i in range(3):
+        xi, ti = _batch((64,), batch=2, seed=i)
+        plain_opt.update(plain, xi, ti)
+        step(xi, ti)
+    _assert_same_training_state(plain, plain_opt, compiled, compiled_opt)
+    grad_bytes = sum(p.array.nbytes for p in compiled.params())
+    # The batch, the parameters and their momentum are inputs, live throughout.
+    held = x.nbytes + t.nbytes + 2 * grad_bytes
+    assert step.peak_bytes() - held < grad_bytes / 4
