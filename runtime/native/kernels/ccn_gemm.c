@@ -18,6 +18,7 @@
 #pragma GCC optimize("fp-contract=fast", "no-trapping-math")
 #endif
 #include <math.h>
+#include <stdint.h>
 #include <string.h>
 
 #ifdef CCN_CBLAS
@@ -62,6 +63,12 @@
 #endif
 /* Rows of B that the micro-kernel fetches ahead of its loads. */
 #define CCN_PREFETCH_K 24
+/* A prefetch of the float `offset` elements after `base`, which may lie
+ * past the array: computed on integers, since a pointer that far past an
+ * array's end is undefined C, while a prefetch of any address never
+ * faults. */
+#define CCN_PREFETCH_AT(base, offset) \
+    __builtin_prefetch((const void *)((uintptr_t)(base) + (uintptr_t)(offset) * sizeof(float)))
 /* Rows of A whose packed KC slices (MC x KC floats, 96 KiB) are reused
  * from L2 across every NR strip of B. */
 #define CCN_MC 96
@@ -320,8 +327,8 @@ CCN_ALWAYS_INLINE void micro_tile(long kc, const float *restrict ap, long lda, l
         /* B's rows CCN_PREFETCH_K ahead: a constant B larger than L2 (a
          * transformer's 768 x 3072 weights) stalled its loads for 40% of
          * the product. */
-        __builtin_prefetch(bp + (k + CCN_PREFETCH_K) * ldbp);
-        __builtin_prefetch(bp + (k + CCN_PREFETCH_K) * ldbp + CCN_NR - 1);
+        CCN_PREFETCH_AT(bp, (k + CCN_PREFETCH_K) * ldbp);
+        CCN_PREFETCH_AT(bp, (k + CCN_PREFETCH_K) * ldbp + CCN_NR - 1);
         memcpy(&b0, bp + k * ldbp, sizeof b0);
         memcpy(&b1, bp + k * ldbp + CCN_NR / 2, sizeof b1);
         for (int i = 0; i < CCN_MR; i++) {
