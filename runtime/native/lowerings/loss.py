@@ -55,16 +55,23 @@ def softmax_cross_entropy(em, inst) -> Step:
     sx = em.shape(inst, 0)
     loss = (N,) + tuple(sx[2:]) if reduction == 'CCN_LOSS_NONE' else ()
     keeps_log_prob = len(inst.outputs) > 1 and inst.outputs[1] != NO_REGISTER
+    # A replay may want only the log-probabilities: an unread output is
+    # written to scratch, the loss after the log-probabilities.
+    keeps_loss = inst.outputs[0] != NO_REGISTER
+    log_prob_scratch = 0 if keeps_log_prob else N * C * D
 
     def render(ref, scratch):
         weights = ref(inst.inputs[2]) if em.has(inst, 2) else 'NULL'
         log_prob = ref(inst.outputs[1]) if keeps_log_prob else scratch
+        out = ref(inst.outputs[0]) if keeps_loss else '%s + %d' % (scratch, log_prob_scratch)
         return _checked('ccn_softmax_cross_entropy_%s(%d, %d, %d, %s, %s, %s, %s, %s, %s, %s)' % (
             label_dtype, N, C, D, ref(inst.inputs[0]), ref(inst.inputs[1]), weights, ignore,
-            reduction, ref(inst.outputs[0]), log_prob))
-    shapes = [loss] + ([sx] if keeps_log_prob else [None] * (len(inst.outputs) - 1))
+            reduction, out, log_prob))
+    shapes = [loss if keeps_loss else None] + (
+        [sx] if keeps_log_prob else [None] * (len(inst.outputs) - 1))
     return Step('loss', shapes, render, dtypes=['float32'] * len(shapes),
-                scratch=0 if keeps_log_prob else N * C * D, also=_ALSO, error=LABEL_ERROR)
+                scratch=log_prob_scratch + (0 if keeps_loss else math.prod(loss)),
+                also=_ALSO, error=LABEL_ERROR)
 
 
 @lowers(CUSTOM_DOMAIN + '::SoftmaxCrossEntropyLossGrad')

@@ -3,6 +3,7 @@ VM (and onnxruntime for the standard op): SoftmaxCrossEntropyLoss and
 its gradient (ccn_loss.c), ReluGrad (ccn_activation.c) and the in-place
 optimizer updates (ccn_training.c), and the emitted C API of a program
 that updates its inputs."""
+import dataclasses
 import functools
 import platform
 
@@ -14,6 +15,7 @@ from chainer_compiler.pipeline import build_program
 from chainer_compiler.runtime.errors import RuntimeVMError
 from chainer_compiler.runtime.executor import Executor
 from chainer_compiler.runtime.native.emit_c import emit_c
+from chainer_compiler.runtime.program import NO_REGISTER
 
 from .helpers import ATOL, RTOL, Built, check_native, make_folder, make_model
 
@@ -69,6 +71,27 @@ def test_softmax_cross_entropy_loss(shape, label_dtype, reduction, ignore, weigh
     if weighted:
         values.append(numpy.random.RandomState(2).uniform(0.5, 2, c).astype(F32))
     check_native(model, values)
+
+
+@pytest.mark.native_build
+def test_softmax_cross_entropy_log_prob_alone():
+    # A recompute replay (chen's in a training step) keeps only the
+    # log-probabilities: its loss is no register, which the C took as
+    # register -1 (and did not build).
+    model = make_model(
+        [helper.make_node('SoftmaxCrossEntropyLoss', ['x', 't'], ['loss', 'log_prob'])],
+        [('x', F32, [6, 5]), ('t', numpy.int32, [6])], [('log_prob', F32, [6, 5])])
+    program = build_program(model)
+    (index, loss), = [(i, inst) for i, inst in enumerate(program.instructions)
+                      if inst.op == 'SoftmaxCrossEntropyLoss']
+    program.instructions[index] = dataclasses.replace(
+        loss, outputs=(NO_REGISTER,) + loss.outputs[1:],
+        frees=tuple(r for r in loss.frees if r != loss.outputs[0]))
+    values = [numpy.random.RandomState(1).uniform(-3, 3, (6, 5)).astype(F32),
+              _labels([6], 5, numpy.int32)]
+    got, = Executor(program, backend='native').run_positional(list(values))
+    want, = Executor(program, backend='numpy').run_positional(list(values))
+    numpy.testing.assert_allclose(got, want, rtol=RTOL, atol=ATOL)
 
 
 @pytest.mark.parametrize('shape,label_dtype,reduction,ignore,weighted', LOSS_CASES)
