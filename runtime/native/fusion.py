@@ -248,6 +248,8 @@ class _Fuser:
             new, name=name,
             frees=tuple(r for r in new.frees + folded.frees if r not in gone))
         self.insts[j] = None
+        # (A Gelu or Swish fused later looks its product up by its output.)
+        self.producer.update((r, i) for r in new.outputs)
 
     def _fold_batch_norm(self, i: int) -> bool:
         """Fold the BatchNormalization reading Conv/Gemm ``i`` into its
@@ -397,7 +399,8 @@ class _Fuser:
             if bound is None:
                 return False
             attrs['activation_alpha'] = bound
-        elif 'alpha' in lookup(act.op, act.domain, act.version).attribute_types:
+        elif 'alpha' in lookup(act.op, act.domain, act.version).attribute_types \
+                or act.op == 'Gelu':  # its form (epilogue_alpha)
             attrs['activation_alpha'] = epilogue_alpha(act.op, act.attrs)
         new = dataclasses.replace(inst, outputs=(act.outputs[0],) + inst.outputs[1:],
                                   attrs=attrs)
@@ -429,15 +432,19 @@ class _Fuser:
         self.insts[i] = None
         self.readers[x] = [k for k in self.readers[x] if k != i]
         del self.readers[s]
-        # The Swish may now be the epilogue of the product making x (the
-        # product's own turn came before the Sigmoid and Mul were one).
+        self._fuse_into_producer(x)
+        return True
+
+    def _fuse_into_producer(self, x: int):
+        """Make the activation just made of ``x`` (Swish, Gelu) the
+        epilogue of the product making x, if one does (the product's own
+        turn came before the nodes were one activation)."""
         k = self.producer.get(x, -1)
         producer = self.insts[k] if k >= 0 else None
         if producer is not None and producer.outputs[:1] == (x,) \
                 and producer.op in ('Conv', 'Gemm', 'MatMul') \
                 and producer.domain in _DEFAULT_DOMAINS:
-            self._fuse_activation(k)
-        return True
+            self._apply('fuse_activation', k)
 
     def _fuse_gelu(self, i: int) -> bool:
         """Make the nodes computing GELU around Erf or Tanh ``i`` one Gelu:
@@ -458,6 +465,7 @@ class _Fuser:
             approximate = None if cone is None else self._gelu_form(*cone, end)
             if cone is not None and approximate in GELU_FORMS[self.backend]:
                 self._replace_by_gelu(*cone, end, approximate)
+                self._fuse_into_producer(cone[0])
                 return True
         return False
 

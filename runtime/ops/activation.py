@@ -141,7 +141,7 @@ def _erfc(xp, z):
     return t * xp.exp(poly - z * z)
 
 
-@kernel('Gelu', versions=(20, LATEST), samples='elementwise')
+@kernel('Gelu', versions=(20, LATEST), epilogue=True, samples='elementwise')
 def gelu(xp, x, *, approximate='none'):
     if approximate == 'tanh':
         inner = _const(x, math.sqrt(2 / math.pi)) * (x + _const(x, 0.044715) * x * x * x)

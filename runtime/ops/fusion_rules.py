@@ -63,8 +63,12 @@ def epilogue_ops() -> list[str]:
 def epilogue_alpha(op: str, attrs: dict) -> float:
     """The ``activation_alpha`` of epilogue ``op`` given its node's
     ``attrs``: its ``alpha`` attribute, the kernel's default when absent
-    (LeakyRelu's slope), 0 for an activation without one."""
-    alpha = lookup(op).with_defaults(attrs).get('alpha')
+    (LeakyRelu's slope), 0 for an activation without one; Gelu's form, 1
+    for approximate 'tanh' and 0 for 'none' (the erf form)."""
+    attrs = lookup(op).with_defaults(attrs)
+    if op == 'Gelu':
+        return float(attrs['approximate'] == 'tanh')
+    alpha = attrs.get('alpha')
     return 0.0 if alpha is None else float(alpha)
 
 

@@ -26,39 +26,24 @@ static inline double sigmoid_float64(double v)
     return v >= 0 ? 1.0 / (1.0 + e) : e / (1.0 + e);
 }
 
-/* float32 erf as a rational function of v on [-4, 4] (Eigen's and XLA's;
- * within 8 ulp of erf, +-1 beyond, where float32's erf is): inlined and
- * vectorised, where libm's erff is a call per element (GELU in BERT and
- * ConvNeXt).  NaN stays NaN. */
-static inline float erf_poly(float v)
-{
-    const float x = v < 4.0f ? (v > -4.0f ? v : -4.0f) : 4.0f, z = x * x;
-    const float p = ((((((-2.72614225801306e-10f * z + 2.77068142495902e-08f) * z -
-                         2.10102402082508e-06f) * z - 5.69250639462346e-05f) * z -
-                       7.34990630326855e-04f) * z - 2.95459980854025e-03f) * z -
-                     1.60960333262415e-02f) * x;
-    const float q = (((-1.45660718464996e-05f * z - 2.13374055278905e-04f) * z -
-                      1.68282697438203e-03f) * z - 7.37332916720468e-03f) * z -
-                    1.42647390514189e-02f;
-    return v == v ? p / q : v;
-}
-
 /* Tanh and erf of each type: the polynomials for float32, libm's for
  * float64.  GELU's 1 + erf(v / sqrt 2) is erfc(-v / sqrt 2) for float64
  * (accurate where it is tiny); for float32 the difference is below 1e-7
  * of v. */
 #define tanh_float32 ccn_tanh_poly
 #define tanh_float64 tanh
-#define erf_float32 erf_poly
+#define erf_float32 ccn_erf_poly
 #define erf_float64 erf
-static inline float gelu_float32(float v)
-{
-    return 0.5f * v * (1.0f + erf_poly(v * 0.70710678118654752f));
-}
-
+#define gelu_float32 ccn_gelu_poly
+#define gelu_tanh_float32 ccn_gelu_tanh_poly
 static inline double gelu_float64(double v)
 {
     return 0.5 * v * erfc(-v * 0.70710678118654752);
+}
+
+static inline double gelu_tanh_float64(double v)
+{
+    return 0.5 * v * (1.0 + tanh(0.79788456080286536 * (v + 0.044715 * v * v * v)));
 }
 
 /* Swish (SiLU: EfficientNet's and MixNet's activation) of float32. */
@@ -84,8 +69,9 @@ static inline double swish_float64(double v, double a)
 
 #define CCN_CLAMP01(E) ((E) < 0 ? (elem)0 : (E) > 1 ? (elem)1 : (E))
 
-/* ccn_unary_<T>, with SIGMOID, TANH, ERF, GELU and SWISH those of T. */
-#define CCN_UNARY(NAME, T, SIGMOID, TANH, ERF, GELU, SWISH)                   \
+/* ccn_unary_<T>, with SIGMOID, TANH, ERF, GELU, GELU_TANH and SWISH those
+ * of T. */
+#define CCN_UNARY(NAME, T, SIGMOID, TANH, ERF, GELU, GELU_TANH, SWISH)        \
 void NAME(enum ccn_unary_op op, long n, double alpha, double beta,            \
           const T *x, T *y)                                                   \
 {                                                                             \
@@ -134,18 +120,16 @@ void NAME(enum ccn_unary_op op, long n, double alpha, double beta,            \
     case CCN_HARD_SWISH: CCN_MAP(v * CCN_CLAMP01(v / (elem)6 + (elem)0.5))    \
     case CCN_THRESHOLDED_RELU: CCN_MAP(v > a ? v : (elem)0)                   \
     case CCN_GELU: CCN_MAP(GELU(v))                                           \
-    case CCN_GELU_TANH:                                                       \
-        CCN_MAP((elem)0.5 * v * ((elem)1 + TANH((elem)0.79788456080286536 *   \
-                                          (v + (elem)0.044715 * v * v * v)))) \
+    case CCN_GELU_TANH: CCN_MAP(GELU_TANH(v))                                 \
     /* min, max: the lower bound first, so that min > max gives max. */       \
     case CCN_CLIP: CCN_MAP(v < a ? (a > b ? b : a) : v > b ? b : v)           \
     }                                                                         \
 }
 
 CCN_UNARY(ccn_unary_float32, float, sigmoid_float32, tanh_float32, erf_float32, gelu_float32,
-          swish_float32)
+          gelu_tanh_float32, swish_float32)
 CCN_UNARY(ccn_unary_float64, double, sigmoid_float64, tanh_float64, erf_float64, gelu_float64,
-          swish_float64)
+          gelu_tanh_float64, swish_float64)
 
 /* The largest of the len values at in, stride apart, NaN ignored (-inf
  * when all are NaN).  A contiguous row runs in vectors of 16 compared

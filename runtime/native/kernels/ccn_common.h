@@ -131,6 +131,37 @@ static inline float ccn_tanh_poly(float v)
     return fabsf(v) < 0.0004f ? v : (v == v ? p / q : v);
 }
 
+/* float32 erf as a rational function of v on [-4, 4] (Eigen's and XLA's;
+ * within 8 ulp of erf, +-1 beyond, where float32's erf is): inlined and
+ * vectorised, where libm's erff is a call per element (GELU in BERT and
+ * ConvNeXt).  NaN stays NaN.  The element-wise Erf and Gelu and the
+ * products' Gelu epilogue (ccn_gemm.c) use it. */
+static inline float ccn_erf_poly(float v)
+{
+    const float x = v < 4.0f ? (v > -4.0f ? v : -4.0f) : 4.0f, z = x * x;
+    const float p = ((((((-2.72614225801306e-10f * z + 2.77068142495902e-08f) * z -
+                         2.10102402082508e-06f) * z - 5.69250639462346e-05f) * z -
+                       7.34990630326855e-04f) * z - 2.95459980854025e-03f) * z -
+                     1.60960333262415e-02f) * x;
+    const float q = (((-1.45660718464996e-05f * z - 2.13374055278905e-04f) * z -
+                      1.68282697438203e-03f) * z - 7.37332916720468e-03f) * z -
+                    1.42647390514189e-02f;
+    return v == v ? p / q : v;
+}
+
+/* GELU, v (1 + erf(v / sqrt 2)) / 2, and its tanh form (approximate
+ * 'tanh'), of float32: the element-wise Gelu and the products' epilogue
+ * (ccn_gemm.c). */
+static inline float ccn_gelu_poly(float v)
+{
+    return 0.5f * v * (1.0f + ccn_erf_poly(v * 0.70710678118654752f));
+}
+
+static inline float ccn_gelu_tanh_poly(float v)
+{
+    return 0.5f * v * (1.0f + ccn_tanh_poly(0.79788456080286536f * (v + 0.044715f * v * v * v)));
+}
+
 #endif /* CCN_COMMON_H */
 
 /* After the guard's end: ccn_threads.h includes this file for the macros

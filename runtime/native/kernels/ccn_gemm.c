@@ -167,6 +167,14 @@ static void activate_row(long n, float *restrict c, int act, float act_alpha)
         for (long j = 0; j < n; j++)
             c[j] = ccn_swish_poly(c[j], act_alpha);
         break;
+    case CCN_ACT_GELU:  /* the MLP of BERT, ViT and GPT-2 (tanh), ConvNeXt's blocks */
+        if (act_alpha == 0.0f)
+            for (long j = 0; j < n; j++)
+                c[j] = ccn_gelu_poly(c[j]);
+        else
+            for (long j = 0; j < n; j++)
+                c[j] = ccn_gelu_tanh_poly(c[j]);
+        break;
     default:
         break;
     }
@@ -244,12 +252,15 @@ static void pack_b(long kc, long nr, const float *B, long ldb, float *restrict b
 
 /* The B operand of a product: row-major with rows ldb apart, or (panels
  * not NULL) the strip layout of ccn_gemm.h with panel_cols columns
- * (N rounded up to CCN_STRIP_COLS). */
+ * (N rounded up to CCN_STRIP_COLS).  bias (with panels only; NULL: none):
+ * a row of B's N columns that the first store of a set product adds, so
+ * that no pass writes it into C beforehand. */
 typedef struct {
     const float *b;
     long ldb;
     const float *panels;
     long panel_cols;
+    const float *bias;
 } b_operand;
 
 /* The MR x kc block of rows [m, m + mr) and depth [k0, k0 + kc) of A:
@@ -276,14 +287,17 @@ static const float *a_block(const a_operand *A, long m, long mr, long k0, long k
            m % CCN_PANEL_ROWS;
 }
 
-/* C[0:mr, 0:nr] += acc (rows NR floats apart), or = acc when first, then
- * the activation when last. */
-static void add_tile(const float *acc, float *restrict C, long ldc, long mr, long nr, int first,
-                     int last, int act, float act_alpha)
+/* C[0:mr, 0:nr] += acc (rows NR floats apart), or = acc (+ the bias row
+ * when not NULL) when first, then the activation when last. */
+static void add_tile(const float *acc, const float *bias, float *restrict C, long ldc, long mr,
+                     long nr, int first, int last, int act, float act_alpha)
 {
     for (long i = 0; i < mr; i++) {
         float *c = C + i * ldc;
-        if (first)
+        if (first && bias != NULL)
+            for (long j = 0; j < nr; j++)
+                c[j] = acc[i * CCN_NR + j] + bias[j];
+        else if (first)
             for (long j = 0; j < nr; j++)
                 c[j] = acc[i * CCN_NR + j];
         else
@@ -301,14 +315,14 @@ typedef float vec __attribute__((vector_size(CCN_NR / 2 * sizeof(float))));
 #endif
 
 /* C[0:mr, 0:nr] += ap * bp over kc (ap[k * lda + i * ars]: packed, ars 1;
- * A's own rows, lda 1; bp's rows ldbp apart), or = when first, then the
- * activation when last: an MR x NR tile, 2*MR vector registers.  Inlined
- * with a constant stride, so that each layout's loads have constant
- * offsets. */
+ * A's own rows, lda 1; bp's rows ldbp apart), or = when first (plus the
+ * bias row, not NULL), then the activation when last: an MR x NR tile,
+ * 2*MR vector registers.  Inlined with a constant stride, so that each
+ * layout's loads have constant offsets. */
 CCN_ALWAYS_INLINE void micro_tile(long kc, const float *restrict ap, long lda, long ars,
-                                  const float *restrict bp, long ldbp, float *restrict C,
-                                  long ldc, long mr, long nr, int first, int last, int act,
-                                  float act_alpha)
+                                  const float *restrict bp, long ldbp, const float *bias,
+                                  float *restrict C, long ldc, long mr, long nr, int first,
+                                  int last, int act, float act_alpha)
 {
     float acc[CCN_MR][CCN_NR];
 #if defined(__GNUC__)
@@ -343,9 +357,12 @@ CCN_ALWAYS_INLINE void micro_tile(long kc, const float *restrict ap, long lda, l
             float *c = C + i * ldc;
             for (int h = 0; h < 2; h++) {
                 vec sum = v[i][h];
-                if (!first) {
+                /* C's old value, or the bias: the sum as if the bias had
+                 * been stored in C first. */
+                const float *start = !first ? c : bias;
+                if (start != NULL) {
                     vec old;
-                    memcpy(&old, c + h * (CCN_NR / 2), sizeof old);
+                    memcpy(&old, start + h * (CCN_NR / 2), sizeof old);
                     sum += old;
                 }
                 memcpy(c + h * (CCN_NR / 2), &sum, sizeof sum);
@@ -365,25 +382,27 @@ CCN_ALWAYS_INLINE void micro_tile(long kc, const float *restrict ap, long lda, l
             for (int j = 0; j < CCN_NR; j++)
                 acc[i][j] += ap[k * lda + i * ars] * bp[k * ldbp + j];
 #endif
-    add_tile(&acc[0][0], C, ldc, mr, nr, first, last, act, act_alpha);
+    add_tile(&acc[0][0], bias, C, ldc, mr, nr, first, last, act, act_alpha);
 }
 
 /* micro_tile for packed A (ars 1) or A's own rows (lda 1). */
 static void micro_kernel(long kc, const float *restrict ap, long lda, long ars,
-                         const float *restrict bp, long ldbp, float *restrict C, long ldc,
-                         long mr, long nr, int first, int last, int act, float act_alpha)
+                         const float *restrict bp, long ldbp, const float *bias,
+                         float *restrict C, long ldc, long mr, long nr, int first, int last,
+                         int act, float act_alpha)
 {
     if (ars == 1)
-        micro_tile(kc, ap, lda, 1, bp, ldbp, C, ldc, mr, nr, first, last, act, act_alpha);
+        micro_tile(kc, ap, lda, 1, bp, ldbp, bias, C, ldc, mr, nr, first, last, act, act_alpha);
     else
-        micro_tile(kc, ap, 1, ars, bp, ldbp, C, ldc, mr, nr, first, last, act, act_alpha);
+        micro_tile(kc, ap, 1, ars, bp, ldbp, bias, C, ldc, mr, nr, first, last, act, act_alpha);
 }
 
 /* micro_kernel's tall tile: TALL_MR rows by NR/2 columns (nr <= NR/2),
  * one vector register per row. */
 static void micro_kernel_tall(long kc, const float *restrict ap, long lda,
-                              const float *restrict bp, long ldbp, float *restrict C, long ldc,
-                              long mr, long nr, int first, int last, int act, float act_alpha)
+                              const float *restrict bp, long ldbp, const float *bias,
+                              float *restrict C, long ldc, long mr, long nr, int first,
+                              int last, int act, float act_alpha)
 {
     float acc[CCN_TALL_MR][CCN_NR];
 #if defined(__GNUC__)
@@ -407,7 +426,7 @@ static void micro_kernel_tall(long kc, const float *restrict ap, long lda,
             for (int j = 0; j < CCN_NR / 2; j++)
                 acc[i][j] += ap[k * lda + i] * bp[k * ldbp + j];
 #endif
-    add_tile(&acc[0][0], C, ldc, mr, nr, first, last, act, act_alpha);
+    add_tile(&acc[0][0], bias, C, ldc, mr, nr, first, last, act, act_alpha);
 }
 
 #if defined(__GNUC__)
@@ -781,7 +800,10 @@ static void gemm_serial(long M, long N, long K, const a_operand *A, long row0,
     const long mr = tall ? CCN_TALL_MR : CCN_MR;
     if (K == 0) {
         for (long m = 0; set && m < M; m++)
-            memset(C + m * ldc, 0, (size_t)N * sizeof(float));
+            if (B->bias != NULL)
+                memcpy(C + m * ldc, B->bias + col0, (size_t)N * sizeof(float));
+            else
+                memset(C + m * ldc, 0, (size_t)N * sizeof(float));
         activate_block(M, N, C, ldc, act, act_alpha);
     }
     for (long k0 = 0; k0 < K; k0 += CCN_KC) {
@@ -799,15 +821,17 @@ static void gemm_serial(long M, long N, long K, const a_operand *A, long row0,
                 long ldbp;
                 const float *b = b_strip(B, k0, kc, col0 + n0, nr,
                                          nr == CCN_NR && mc <= CCN_PACK_B_ROWS, bpack, &ldbp);
+                const float *bias = B->bias != NULL ? B->bias + col0 + n0 : NULL;
                 for (long i = 0; i < mc; i += mr) {
                     float *c = C + (m0 + i) * ldc + n0;
                     if (tall)
-                        micro_kernel_tall(kc, ap[i / mr], lda[i / mr], b, ldbp, c, ldc,
+                        micro_kernel_tall(kc, ap[i / mr], lda[i / mr], b, ldbp, bias, c, ldc,
                                           min_long(mr, mc - i), nr, first, last, act,
                                           act_alpha);
                     else
-                        micro_kernel(kc, ap[i / mr], lda[i / mr], ars[i / mr], b, ldbp, c, ldc,
-                                     min_long(mr, mc - i), nr, first, last, act, act_alpha);
+                        micro_kernel(kc, ap[i / mr], lda[i / mr], ars[i / mr], b, ldbp, bias, c,
+                                     ldc, min_long(mr, mc - i), nr, first, last, act,
+                                     act_alpha);
                 }
             }
         }
@@ -940,7 +964,7 @@ static void gemm_strided(long M, long N, long K, const float *A, long a_rs, long
     }
 #endif
     const a_operand a = {A, a_rs, a_cs, alpha, NULL, 0};
-    const b_operand b = {B, ldb, NULL, 0};
+    const b_operand b = {B, ldb, NULL, 0, NULL};
     gemm_any(M, N, K, &a, &b, C, ldc, set, act, act_alpha);
 }
 
@@ -962,15 +986,23 @@ void ccn_gemm_strips(const ccn_gemm_geometry *g, const float *A, const float *st
                      float alpha, float *C)
 {
     const a_operand a = {A, g->a_rs, g->a_cs, alpha, NULL, 0};
-    const b_operand b = {NULL, 0, strips, ccn_strip_cols(g->N)};
+    const b_operand b = {NULL, 0, strips, ccn_strip_cols(g->N), NULL};
     gemm_any(g->M, g->N, g->K, &a, &b, C, g->ldc, 0, g->act, g->act_alpha);
+}
+
+void ccn_gemm_strips_set(const ccn_gemm_geometry *g, const float *A, const float *strips,
+                         float alpha, const float *bias, float *C)
+{
+    const a_operand a = {A, g->a_rs, g->a_cs, alpha, NULL, 0};
+    const b_operand b = {NULL, 0, strips, ccn_strip_cols(g->N), bias};
+    gemm_any(g->M, g->N, g->K, &a, &b, C, g->ldc, 1, g->act, g->act_alpha);
 }
 
 void ccn_gemm_panels(long M, long N, long K, const float *panels, const float *B, long ldb,
                      float *C, long ldc, int set, int act, float act_alpha)
 {
     const a_operand a = {NULL, 0, 0, 1.0f, panels, ccn_panel_rows(M)};
-    const b_operand b = {B, ldb, NULL, 0};
+    const b_operand b = {B, ldb, NULL, 0, NULL};
     gemm_any(M, N, K, &a, &b, C, ldc, set, act, act_alpha);
 }
 
@@ -978,7 +1010,7 @@ void ccn_gemm_one_thread(long M, long N, long K, const float *A, long lda, const
                          long ldb, float *C, long ldc, int set)
 {
     const a_operand a = {A, lda, 1, 1.0f, NULL, 0};
-    const b_operand b = {B, ldb, NULL, 0};
+    const b_operand b = {B, ldb, NULL, 0, NULL};
     GEMM_SERIAL(M, N, K, &a, 0, &b, 0, C, ldc, set, CCN_ACT_NONE, 0.0f);
 }
 

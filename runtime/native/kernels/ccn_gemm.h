@@ -11,7 +11,8 @@ CCN_BEGIN_DECLS
 enum {
     CCN_ACT_NONE, CCN_ACT_RELU, CCN_ACT_LEAKY_RELU, CCN_ACT_SIGMOID, CCN_ACT_TANH,
     CCN_ACT_HARD_SWISH, CCN_ACT_CLIP /* to [0, act_alpha]: ReLU6 */,
-    CCN_ACT_SWISH /* v sigmoid(act_alpha v) */
+    CCN_ACT_SWISH /* v sigmoid(act_alpha v) */,
+    CCN_ACT_GELU /* act_alpha 0: the erf form; else the tanh form */
 };
 
 /* C[m, n] = beta * bias[m * bias_rs + n * bias_cs] for an M x N C; bias NULL
@@ -75,6 +76,11 @@ static inline long ccn_strip_cols(long N)
 /* ccn_gemm_ex for B given in the strip layout (its own: g->ldb is N). */
 void ccn_gemm_strips(const ccn_gemm_geometry *g, const float *A, const float *strips,
                      float alpha, float *C);
+/* ccn_gemm_strips with C = bias + the product (bias: N floats, each
+ * column's, or NULL), C written once: the bias enters at the product's
+ * first store, not in a pass over C before it. */
+void ccn_gemm_strips_set(const ccn_gemm_geometry *g, const float *A, const float *strips,
+                         float alpha, const float *bias, float *C);
 /* C[m, n] = act(C[m, n] + alpha * sum_k A[m, k] Bt[n, k]): the product
  * with B given transposed (row-major N x K: g->ldb is K) and A's rows
  * contiguous (g->a_cs is 1), as dot products that read Bt once in order:

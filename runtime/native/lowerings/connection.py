@@ -2,8 +2,9 @@
 kernel calls.
 
 Each of them may carry an ``activation`` attribute ('Relu', 'LeakyRelu'
-with ``activation_alpha``, 'Sigmoid', 'Tanh', 'HardSwish', 'Swish', 'Clip'
-from 0 to ``activation_alpha``; the epilogue activations' records say which):
+with ``activation_alpha``, 'Sigmoid', 'Tanh', 'HardSwish', 'Swish', 'Gelu'
+with ``activation_alpha`` 1 for its tanh form, 'Clip' from 0 to
+``activation_alpha``; the epilogue activations' records say which):
 FusedGemm has it from the
 VM's own fusion, and runtime/native/fusion.py sets it on Conv, Gemm and
 MatMul when it folds a following activation into them.  The kernels apply
@@ -142,12 +143,20 @@ def gemm(em, inst) -> Step:
         if trans_b and not b_const and not dots:
             lines.append('ccn_transpose(%d, %d, %s, %s);' % (N, K, ref(b_reg), scratch))
             b = scratch
-        # Without a bias to start from, the product sets y (no zeroing).
-        set_y = not dots and not strips and (not has_bias or beta == 0.0)
-        if not set_y:
+        # Without a bias to start from, the product sets y (no zeroing);
+        # the strips' first store adds a bias row itself.
+        no_bias = not has_bias or beta == 0.0
+        set_y = not dots and not strips and no_bias
+        row_bias = strips and (no_bias or (bias_rs, bias_cs, beta) == (0, 1, 1.0))
+        if not set_y and not row_bias:
             lines.append('ccn_gemm_init(%d, %d, %s, %s, %d, %d, %s);' % (
                 M, N, y, ref(inst.inputs[2]) if has_bias else 'NULL', bias_rs, bias_cs,
                 cfloat(beta)))
+        if row_bias:
+            lines += ['ccn_gemm_strips_set(%s,' % geometry, '    %s, %s, %s, %s, %s);' % (
+                ref(inst.inputs[0]), strips, cfloat(alpha),
+                'NULL' if no_bias else ref(inst.inputs[2]), y)]
+            return lines
         function = ('ccn_gemm_bt' if dots else 'ccn_gemm_strips' if strips
                     else 'ccn_gemm_set' if set_y else 'ccn_gemm_ex')
         lines.append('%s(%s,' % (function, geometry))
@@ -194,7 +203,8 @@ def matmul(em, inst) -> Step:
             numpy.asarray(b_const, numpy.float32).reshape(K, N).T, STRIP_COLS))
 
     # A bias of N values (runtime/native/fusion.py makes the Add after a
-    # product by a constant B the third input): the product starts from it.
+    # product by a constant B the third input): the product starts from it
+    # (the strips add it at their first store).
     bias = inst.inputs[2] if len(inst.inputs) > 2 else None
     if bias is not None and (not (dots or strips) or math.prod(em.shape(inst, 2)) != N):
         raise Refuse('a MatMul bias needs a constant B and %d values' % N)
@@ -211,8 +221,8 @@ def matmul(em, inst) -> Step:
         if dots:
             return [init, 'ccn_gemm_bt(%s,' % geometry, '    %s, %s, 1.0f, %s);' % (a, bt, y)]
         if strips:
-            return [init, 'ccn_gemm_strips(%s,' % geometry,
-                    '    %s, %s, 1.0f, %s);' % (a, strips, y)]
+            return ['ccn_gemm_strips_set(%s,' % geometry, '    %s, %s, 1.0f, %s, %s);' % (
+                a, strips, ref(bias) if bias is not None else 'NULL', y)]
         if flat:
             return ['ccn_gemm_set(%s,' % geometry, '    %s, %s, 1.0f, %s);' % (a, b, y)]
         return ['ccn_matmul_batched(%s,' % MATMUL_BATCH.literal(

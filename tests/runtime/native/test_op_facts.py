@@ -102,7 +102,8 @@ def test_a_copying_operator_is_not_a_view():
 def test_every_epilogue_activation_has_a_c_enum_and_a_lowering():
     headers = glob.glob(os.path.join(os.path.dirname(fusion.__file__), 'kernels', '*.h'))
     enums = {e for h in headers for e in re.findall(r'CCN_ACT_\w+', open(h).read())}
-    assert set(epilogue_ops()) == {'Relu', 'LeakyRelu', 'Sigmoid', 'Tanh', 'HardSwish', 'Swish'}
+    assert set(epilogue_ops()) == {'Relu', 'LeakyRelu', 'Sigmoid', 'Tanh', 'HardSwish', 'Swish',
+                                   'Gelu'}
     # Clip from 0 too (ReLU6), which fusion takes by its bounds.
     for op in product_epilogues():
         assert activation_enum(op) in enums and op in native_operators()
