@@ -3,7 +3,8 @@
 100-layer MLP and a deep plain CNN, on the NumPy VM and the native backend.
 
     python benchmarks/memory.py [--models KEY ...] [--policies POLICY ...]
-                                [--backends numpy native] [--optimizer NAME]
+                                [--backends numpy native] [--api onnx step]
+                                [--optimizer NAME]
                                 [--steps N] [--seconds S] [--batch N] [--quick]
                                 [--no-rss] [--out benchmarks/out/memory.png]
 
@@ -28,6 +29,12 @@ the median step time; gt against chen
 at chen's budget is judged round by round, on the median difference.  A
 per-operator time split of None against gt (the VM's Tracer) says where
 the time goes, and the issue's targets are checked.
+Each row runs through ``--api``: 'onnx' (``compile_onnx``: forward and
+backward programs, loss and update in Chainer) or 'step'
+(``compile_training_step``: forward, loss, backward and update in one
+program, each gradient freed once its update has run); by default 'onnx'
+for every model and 'step' too for the models whose step rows fit in the
+default run (ModelCase.step_by_default).
 Writes the plot to ``--out`` and the report as .md and .csv beside it.
 """
 import argparse
@@ -46,6 +53,8 @@ import tracemalloc
 from collections.abc import Callable
 from dataclasses import dataclass
 
+import chainer.links as L
+
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import models  # noqa: E402
 from bench import batch_data, initialized_model  # noqa: E402
@@ -55,6 +64,7 @@ from training_candidates import OPTIMIZERS, optimizer_update_step  # noqa: E402
 import chainer_compiler  # noqa: E402
 from chainer_compiler import memory_model  # noqa: E402
 from chainer_compiler.runtime import Tracer  # noqa: E402
+from chainer_compiler.runtime.errors import RuntimeVMError  # noqa: E402
 from chainer_compiler.runtime.native.arena_pool import release_arenas  # noqa: E402
 
 MiB = 2 ** 20
@@ -83,6 +93,8 @@ NUMPY_TRACE_DOMAIN = 389047
 #: The memory model's prediction within this fraction of the real peak.
 PREDICTION_ERROR = 0.02
 BACKENDS = ('numpy', 'native')
+#: How the compiled step is made: compile_onnx, or compile_training_step.
+APIS = ('onnx', 'step')
 
 
 @dataclass
@@ -98,13 +110,17 @@ class ModelCase:
     quick_make: Callable
     quick_shape: tuple
     quick_batch: int = 2
+    #: Whether the default run has 'step' rows too (the others' take long).
+    step_by_default: bool = True
 
 
 MODELS = {
     'resnet50': ModelCase('ResNet-50', 'width 64', models.ResNet50, (3, 64, 64), 64,
-                          lambda: models.ResNet50(width=4, blocks=(1, 1, 1, 1)), (3, 32, 32)),
+                          lambda: models.ResNet50(width=4, blocks=(1, 1, 1, 1)), (3, 32, 32),
+                          step_by_default=False),
     'vgg16': ModelCase('VGG16', 'fc 4096', models.VGG16, (3, 64, 64), 8,
-                       lambda: models.VGG16(width=4, fc_width=16, image_size=32), (3, 32, 32)),
+                       lambda: models.VGG16(width=4, fc_width=16, image_size=32), (3, 32, 32),
+                       step_by_default=False),
     'mlp100': ModelCase('MLP, 100 layers', 'width 128', models.deep_mlp, (784,), 1024,
                         lambda: models.deep_mlp(depth=10, n_in=16, width=8), (16,), 4),
     'plaincnn': ModelCase('plain CNN', '12 conv-BN-ReLU blocks of 32',
@@ -144,7 +160,7 @@ class Row:
     between steps (parameters, optimizer state, gradients, the native
     arena: one buffer the model's programs share),
     ``rss`` the peak RSS of a fresh process running the row and
-    ``rss_steps`` how much of it the steps added."""
+    ``rss_steps`` how much of it the steps added; ``api``: one of APIS."""
     model: str
     label: str
     policy: Policy
@@ -163,11 +179,17 @@ class Row:
     state_bytes: int = 0
     rss: int | None = None
     rss_steps: int | None = None
+    api: str = 'onnx'
+
+    @property
+    def where(self):
+        """The backend, and the API when it is not compile_onnx."""
+        return self.backend if self.api == 'onnx' else '%s, %s' % (self.backend, self.api)
 
     @property
     def key(self):
         """The row's name among the timed candidates."""
-        return '%s/%s' % (self.backend, self.policy.name)
+        return '%s/%s' % (self.where, self.policy.name)
 
     @property
     def peak(self):
@@ -237,21 +259,61 @@ def compiled_step(model, onnx_file, policy, kwargs, optimizer='sgd', **runtime_k
     return compiled, step
 
 
+def row_step(row, model, onnx_file, kwargs, x, t, optimizer='sgd', **runtime_kwargs):
+    """(what compiled ``model``, its training step ``step(x, t)``, the
+    Link whose parameters it trains) for ``row``'s API and backend:
+    compiled_step, or ``compile_training_step`` of a Classifier of a copy of
+    ``model`` (the batch ``x, t`` fixes its shapes)."""
+    runtime_kwargs = {'backend': row.backend, **runtime_kwargs}
+    if row.api == 'onnx':
+        compiled, step = compiled_step(model, onnx_file, row.policy, kwargs, optimizer,
+                                       **runtime_kwargs)
+        return compiled, step, compiled
+    classifier = L.Classifier(copy.deepcopy(model))
+    opt = OPTIMIZERS[optimizer]()
+    opt.setup(classifier)
+    step = chainer_compiler.compile_training_step(
+        classifier, opt, (x, t), runtime_kwargs=runtime_kwargs,
+        computation_order=row.policy.order, compiler_kwargs=kwargs)
+    # Chainer gives each initialized Parameter a gradient array, which the
+    # step never uses (its gradients live in its program): dropped, as
+    # compile_onnx's step drops them (cleargrads) before each forward.
+    classifier.cleargrads()
+    return step, step, classifier
+
+
 def measure_memory(row, model, onnx_file, kwargs, x, t):
     """Fill ``row``'s VM count (NumPy: one tracked step) and its prediction."""
     if row.backend != 'numpy':  # the native backend keeps no count
         return
-    compiled, step = compiled_step(model, onnx_file, row.policy, kwargs, track_memory=True)
+    compiled, step, _ = row_step(row, model, onnx_file, kwargs, x, t, track_memory=True)
     step(x, t)
     row.measured = compiled.peak_bytes()
-    row.planned = planned_peak(compiled)
+    row.planned = planned_peak(row, compiled)
 
 
-def planned_peak(compiled):
+def planned_peak(row, compiled):
     """The peak gt plans on and ``memory_budget`` bounds for ``compiled``'s
-    training programs: the VM's count with each kernel's scratch."""
+    training programs (the step's one program): the VM's count with each
+    kernel's scratch."""
+    if row.api == 'step':
+        return memory_model.program_peak(compiled.program, scratch=True)[0]
     return max(memory_model.compiled_planned_peak(state.programs)
                for state in compiled._training_states())
+
+
+def predicted_real_peak(row, compiled, x, t):
+    """The process's peak as the memory model predicts it (parameters held,
+    kernel scratch) with the optimizer's state, less the batch, which the
+    process held before tracing began.  compile_onnx's programs do not see
+    the optimizer's state or the labels; the step's program takes them as
+    inputs, which the caller holds throughout."""
+    if row.api == 'step':
+        program = compiled.program
+        held = [v.register for v in program.inputs]
+        return (memory_model.program_peak(program, held=held, scratch=True)[0]
+                - x.nbytes - t.nbytes)
+    return compiled.predicted_process_peak_bytes() + row.state_bytes - x.nbytes
 
 
 def measure_real(row, model, onnx_file, kwargs, x, t, optimizer):
@@ -267,8 +329,7 @@ def measure_real(row, model, onnx_file, kwargs, x, t, optimizer):
     release_arenas()
     tracemalloc.start()
     try:
-        compiled, step = compiled_step(model, onnx_file, row.policy, kwargs, optimizer,
-                                       backend=row.backend)
+        compiled, step, trained = row_step(row, model, onnx_file, kwargs, x, t, optimizer)
         step(x, t)
         row.held = sum(trace.size for trace in tracemalloc.take_snapshot().traces
                        if trace.domain == NUMPY_TRACE_DOMAIN)
@@ -278,17 +339,14 @@ def measure_real(row, model, onnx_file, kwargs, x, t, optimizer):
         row.real = tracemalloc.get_traced_memory()[1] - objects
     finally:
         tracemalloc.stop()
-    params = list(compiled.params())
+    params = list(trained.params())
     row.grad_bytes = sum(p.grad.nbytes for p in params if p.grad is not None)
     row.state_bytes = sum(v.nbytes for p in params
                           for v in (p.update_rule.state or {}).values()
                           if hasattr(v, 'nbytes'))
     if row.planned is None:
-        row.planned = planned_peak(compiled)
-    # The process's peak as the memory model predicts it (parameters held,
-    # kernel scratch) with the optimizer's state, which the model does not
-    # see, less the batch, which the process held before tracing began.
-    row.predicted = compiled.predicted_process_peak_bytes() + row.state_bytes - x.nbytes
+        row.planned = planned_peak(row, compiled)
+    row.predicted = predicted_real_peak(row, compiled, x, t)
     return step
 
 
@@ -296,7 +354,7 @@ def measure_rss(row, onnx_file, kwargs, args):
     """Fill ``row``'s peak RSS from a fresh process running two of its steps
     (rss_child)."""
     command = [sys.executable, os.path.abspath(__file__), '--rss-child', json.dumps({
-        'model': row.model, 'policy': row.policy.name, 'backend': row.backend,
+        'model': row.model, 'policy': row.policy.name, 'backend': row.backend, 'api': row.api,
         'kwargs': kwargs, 'onnx': onnx_file, 'quick': args.quick, 'batch': args.batch,
         'optimizer': args.optimizer})]
     done = subprocess.run(command, capture_output=True, text=True)
@@ -326,8 +384,9 @@ def rss_child(spec):
     make, shape, batch = _size(case, spec['quick'], spec['batch'])
     x, t = batch_data(shape, batch)
     model = initialized_model(make, x)
-    _, step = compiled_step(model, spec['onnx'], Policy.parse(spec['policy']), spec['kwargs'],
-                            spec['optimizer'], backend=spec['backend'])
+    row = Row(spec['model'], '', Policy.parse(spec['policy']), backend=spec['backend'],
+              api=spec['api'])
+    _, step, _ = row_step(row, model, spec['onnx'], spec['kwargs'], x, t, spec['optimizer'])
     before = _max_rss()
     step(x, t)
     step(x, t)
@@ -354,14 +413,16 @@ def bench_model(key, policies, args, work):
     chainer_compiler.export(model, [x], onnx_file)
     param_bytes = sum(p.array.nbytes for p in model.params())
     rows, steps = [], {}
-    for backend in args.backends:
-        mine = [Row(key, label, policy, param_bytes=param_bytes, backend=backend)
-                for policy in policies]
-        steps.update(measure_rows(mine, model, onnx_file, x, t, args))
-        none = next((r for r in mine if r.policy.order is None and r.error is None), None)
-        for row in mine:
-            row.none = none
-        rows += mine
+    apis = args.api or (APIS if case.step_by_default else ('onnx',))
+    for api in apis:
+        for backend in args.backends:
+            mine = [Row(key, label, policy, param_bytes=param_bytes, backend=backend, api=api)
+                    for policy in policies]
+            steps.update(measure_rows(mine, model, onnx_file, x, t, args))
+            none = next((r for r in mine if r.policy.order is None and r.error is None), None)
+            for row in mine:
+                row.none = none
+            rows += mine
     calls = {name: (lambda step=step: step(x, t)) for name, step in steps.items()}
     rounds = timing_rounds(calls, args)
     print('timing: %s, %d rows, %d rounds ...' % (label, len(steps), rounds), file=sys.stderr)
@@ -396,8 +457,12 @@ def measure_rows(rows, model, onnx_file, x, t, args):
             row.budget_bytes = kwargs.get('memory_budget')
             measure_memory(row, model, onnx_file, kwargs, x, t)
             steps[row.key] = measure_real(row, model, onnx_file, kwargs, x, t, args.optimizer)
-        except ValueError as e:  # a budget no order reaches, or no chen run to take it from
-            row.error = str(e).splitlines()[0]
+        # A budget no order reaches, no chen run to take it from, or a
+        # program the backend refuses (a failed C build: its first error).
+        except (ValueError, RuntimeVMError) as e:
+            lines = str(e).splitlines()
+            row.error = '; '.join(dict.fromkeys(
+                [lines[0]] + [line for line in lines if 'error:' in line][:1]))
             continue
         if args.rss:
             measure_rss(row, onnx_file, kwargs, args)
@@ -456,7 +521,7 @@ def _budget(row):
     return '%.2f of None' % row.policy.budget
 
 
-#: The table's columns after model, backend, policy and budget.
+#: The table's columns after model, backend (and API), policy and budget.
 COLUMNS = ('predicted MiB', 'VM count MiB', 'real MiB', 'predicted / real', 'parameters MiB',
            'optimizer state MiB', 'gradients MiB', 'held between steps MiB',
            'above parameters MiB', '% of None', 'above parameters, % of None',
@@ -481,19 +546,21 @@ def table(rows):
                                                                  _mib(row.rss_steps)),
                      'n/a' if row.ms is None else '%.1f' % row.ms,
                      _percent(row.extra_time(), signed=True)]
-        lines.append('| %s | %s | %s | %s | %s |' % (row.label, row.backend, row.policy.name,
+        lines.append('| %s | %s | %s | %s | %s |' % (row.label, row.where, row.policy.name,
                                                      _budget(row), ' | '.join(cells)))
     return '\n'.join(lines)
 
 
-def _find(rows, model, policy, backend='numpy'):
+def _find(rows, model, policy, where='numpy'):
+    """The row of ``model`` and ``policy`` that ran where ``where`` says
+    (Row.where)."""
     return next((r for r in rows if r.model == model and r.policy.name == policy
-                 and r.backend == backend and r.error is None), None)
+                 and r.where == where and r.error is None), None)
 
 
-def _name(key, backend):
-    """A model's name in the targets: the NumPy VM's rows plain."""
-    return MODELS[key].name + ('' if backend == 'numpy' else ' (%s)' % backend)
+def _name(key, where):
+    """A model's name in the targets: compile_onnx's NumPy VM rows plain."""
+    return MODELS[key].name + ('' if where == 'numpy' else ' (%s)' % where)
 
 
 def _ratio_target(rows, target, policy, what, backend='numpy'):
@@ -511,7 +578,7 @@ def _ratio_target(rows, target, policy, what, backend='numpy'):
                 _percent(value), _percent(row.fraction_above_parameters()))
             # A budget is the policy too: the lowest budgeted row that ran counts.
             budgeted = [r for r in rows if r.model == key and r.error is None
-                        and r.backend == backend and r.policy.order == policy
+                        and r.where == backend and r.policy.order == policy
                         and isinstance(r.policy.budget, float)]
             lowest = min(budgeted, key=Row.fraction_of_none, default=None)
             if lowest is not None and lowest.fraction_of_none() < value:
@@ -542,9 +609,9 @@ def _ratio_target(rows, target, policy, what, backend='numpy'):
 
 def targets(rows):
     """The issue's targets, as PASS/MISS lines computed from ``rows``, for
-    each backend that ran."""
+    each backend (and API) that ran."""
     lines = []
-    for backend in dict.fromkeys(r.backend for r in rows):
+    for backend in dict.fromkeys(r.where for r in rows):
         lines += (_ratio_target(rows, GT_PEAK, 'gt', 'peak', backend)
                   + _ratio_target(rows, GT_TIME, 'gt', 'time', backend)
                   + _ratio_target(rows, CHEN_PEAK, 'chen', 'peak', backend)
@@ -564,7 +631,7 @@ def prediction_targets(rows):
             lines.append('%s: predicted within %.0f%% of the real peak, %s, %s: %s MiB '
                          'predicted, %s MiB real (%+.1f%%)'
                          % ('PASS' if abs(error) <= PREDICTION_ERROR else 'MISS',
-                            100 * PREDICTION_ERROR, _name(row.model, row.backend),
+                            100 * PREDICTION_ERROR, _name(row.model, row.where),
                             row.policy.name, _mib(row.predicted), _mib(row.real), 100 * error))
     return lines
 
@@ -574,7 +641,7 @@ def _chen_budget_targets(rows, backend):
     lines = []
     for key in dict.fromkeys(r.model for r in rows):
         chen = _find(rows, key, 'chen', backend)
-        gt = next((r for r in rows if r.model == key and r.backend == backend
+        gt = next((r for r in rows if r.model == key and r.where == backend
                    and r.policy.name == 'gt:chen'), None)
         if chen is None or chen.ms is None or gt is None:
             continue
@@ -635,14 +702,14 @@ def time_summary(split, totals):
 def write_csv(rows, path):
     with open(path, 'w', newline='') as f:
         writer = csv.writer(f)
-        writer.writerow(['model', 'backend', 'policy', 'budget_bytes', 'predicted_bytes',
+        writer.writerow(['model', 'backend', 'api', 'policy', 'budget_bytes', 'predicted_bytes',
                          'measured_bytes', 'real_bytes', 'parameter_bytes',
                          'optimizer_state_bytes', 'gradient_bytes', 'held_bytes',
                          'above_parameters_bytes', 'fraction_of_none',
                          'fraction_above_parameters', 'peak_rss_bytes', 'rss_steps_bytes',
                          'step_ms', 'extra_time', 'error'])
         for r in rows:
-            writer.writerow([r.label, r.backend, r.policy.name, r.budget_bytes, r.predicted,
+            writer.writerow([r.label, r.backend, r.api, r.policy.name, r.budget_bytes, r.predicted,
                              r.measured, r.real, r.param_bytes, r.state_bytes, r.grad_bytes,
                              r.held, r.above_parameters(), r.fraction_of_none(),
                              r.fraction_above_parameters(), r.rss, r.rss_steps, r.ms,
@@ -651,7 +718,8 @@ def write_csv(rows, path):
 
 def chart(rows, path):
     """One panel per model: peak MiB against step ms, a colour per policy,
-    filled circles the real peak (NumPy; triangles native), hollow squares
+    filled circles the real peak (NumPy; triangles native; diamonds and
+    down triangles the same through compile_training_step), hollow squares
     predicted."""
     import matplotlib
     matplotlib.use('Agg')  # files only: no display here
@@ -659,7 +727,7 @@ def chart(rows, path):
 
     keys = list(dict.fromkeys(r.model for r in rows))
     policies = list(dict.fromkeys(r.policy.name for r in rows))
-    markers = {'numpy': 'o', 'native': '^'}
+    markers = {'numpy': 'o', 'native': '^', 'numpy, step': 'D', 'native, step': 'v'}
     palette = plt.get_cmap('tab10')
     colours = {policy: palette(i % palette.N) for i, policy in enumerate(policies)}
     columns = min(2, len(keys))
@@ -672,7 +740,7 @@ def chart(rows, path):
         mine = [r for r in rows if r.model == key and r.error is None and r.ms is not None]
         for r in mine:
             colour = colours[r.policy.name]
-            ax.plot([r.ms], [r.peak / MiB], markers.get(r.backend, 'o'), color=colour,
+            ax.plot([r.ms], [r.peak / MiB], markers.get(r.where, 'o'), color=colour,
                     label=r.key)
             # Larger, so that a prediction equal to the measurement rings it.
             ax.plot([r.ms], [r.predicted / MiB], 's', markersize=11, markerfacecolor='none',
@@ -710,7 +778,10 @@ def markdown(rows, profile_label, split, totals):
              'brackets: what the steps added above compiling). % of None and the targets '
              'judge the real peak. A budget is a fraction of None\'s predicted VM count '
              '(`predicted_peak_bytes()`), or chen\'s. Step time: median over steps, every '
-             'policy and backend interleaved.', '', table(rows), '', '## Targets', '']
+             'policy and backend interleaved. Rows marked "step" compile the whole step '
+             '(loss and update too) with `compile_training_step`: one program, whose '
+             'gradients are never Chainer\'s (0 MiB) and die as their update runs.',
+             '', table(rows), '', '## Targets', '']
     parts += ['- %s' % line for line in targets(rows)] or ['(none of the targeted rows ran)']
     parts += ['', '## Where the time goes: %s' % profile_label, '',
               'Kernel time per step from the VM\'s Tracer (tracing slows the step a little).',
@@ -738,6 +809,10 @@ def main(argv=None):
                         help='tiny variants of the models (a smoke run)')
     parser.add_argument('--backends', nargs='+', choices=BACKENDS, default=list(BACKENDS),
                         help='where the compiled programs run (default: both)')
+    parser.add_argument('--api', nargs='+', choices=APIS,
+                        help="how the step is compiled: 'onnx' (compile_onnx) and 'step' "
+                             "(compile_training_step) (default: onnx, and step for %s)"
+                             % ' '.join(k for k, c in MODELS.items() if c.step_by_default))
     parser.add_argument('--optimizer', choices=sorted(OPTIMIZERS), default='momentum',
                         help='the optimizer of the training step (default: momentum, which '
                              'keeps a state as large as the parameters)')

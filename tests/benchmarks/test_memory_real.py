@@ -13,7 +13,7 @@ import memory  # noqa: E402
 @pytest.mark.slow  # two fresh processes import Chainer and compile (peak RSS)
 def test_a_row_has_its_real_peak_and_its_parts(tmp_path):
     rows = memory.main(['--quick', '--models', 'mlp100', '--policies', 'none', 'gt',
-                        '--backends', 'numpy', '--steps', '2', '--seconds', '0',
+                        '--backends', 'numpy', '--api', 'onnx', '--steps', '2', '--seconds', '0',
                         '--out', str(tmp_path / 'memory.png')])
     for row in rows:
         params = row.param_bytes
