@@ -19,7 +19,8 @@ from chainer_compiler.runtime import (
 )
 from chainer_compiler.runtime.validation import validate_program
 
-# The mlp_model fixture compiles to:
+# The mlp_model fixture compiles, unfused (the edits below name its
+# instructions), to:
 #   input  %0 = x float32[2, 3]
 #   const  %1(W) = float32[3, 4]        (stored as array a0)
 #   const  %2(b) = float32[4]           (stored as array a1)
@@ -32,7 +33,7 @@ from chainer_compiler.runtime.validation import validate_program
 @pytest.fixture
 def mlp_file(tmp_path, mlp_model):
     path = str(tmp_path / 'model.npz')
-    save_program(build_program(mlp_model), path)
+    save_program(build_program(mlp_model, fuse=False), path)
     return path
 
 
