@@ -221,7 +221,10 @@ def _layers(draw):
     return layers
 
 
-@settings(max_examples=10, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+# A tenth of the profile's count (10 under make test, 3 under test-fast): each
+# example plans a graph with every policy.
+@settings(max_examples=max(3, settings.default.max_examples // 10), deadline=None,
+          suppress_health_check=[HealthCheck.too_slow])
 @given(_layers(), st.sampled_from([None, 0.6, 0.8]))
 def test_every_lower_set_is_closed_and_gt_never_ends_worse_with_them(layers, budget):
     problem = _problem(*_dag(layers), memory_budget=budget)
