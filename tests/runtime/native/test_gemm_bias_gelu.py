@@ -109,3 +109,23 @@ def test_gelu_epilogue_equals_the_vm(approximate):
     rng = numpy.random.RandomState(5)
     values = [rng.standard_normal(s).astype(F32) for _, _, s in inputs]
     check_native(model, values, rtol=1e-4, atol=1e-4, onnxruntime_check=False)
+
+
+@pytest.mark.native_build
+def test_gelu_after_each_kind_of_convolution_equals_the_vm():
+    # Conv records say nothing of Gelu: every convolution path's epilogue
+    # (im2col, depthwise, 1x1, a late narrow layer) takes it as a product's.
+    rng = numpy.random.RandomState(2)
+    nodes = [node('Conv', ['x', 'w1', 'b1'], ['c1'], pads=[1, 1, 1, 1]),
+             node('Gelu', ['c1'], ['h1']),
+             node('Conv', ['h1', 'wd'], ['c2'], pads=[1, 1, 1, 1], group=8),
+             node('Gelu', ['c2'], ['h2'], approximate='tanh'),
+             node('Conv', ['h2', 'w3'], ['c3'], strides=[2, 2]), node('Gelu', ['c3'], ['y'])]
+    inits = {'w1': rng.standard_normal((8, 3, 3, 3)), 'b1': rng.standard_normal(8),
+             'wd': rng.standard_normal((8, 1, 3, 3)), 'w3': rng.standard_normal((48, 8, 1, 1))}
+    model = make_model(nodes, [('x', F32, [1, 3, 12, 12])], [('y', F32, [1, 48, 6, 6])],
+                       {k: v.astype(F32) for k, v in inits.items()}, opset=20)
+    fused = fuse(build_program(model, fuse=False))
+    assert [(i.op, i.attrs.get('activation')) for i in fused.instructions] == [('Conv', 'Gelu')] * 3
+    check_native(model, [rng.standard_normal((1, 3, 12, 12)).astype(F32)], rtol=1e-4, atol=1e-4,
+                 onnxruntime_check=False)
