@@ -125,10 +125,12 @@ def window(attrs, spatial, kernel, ceil_mode=0):
 
 class _UnitHeight:
     """The emitter as a 2-D lowering of a 1-D instruction sees it: inputs
-    ``lifted`` (of rank 3) have a unit height, axis 2, inserted."""
+    ``lifted`` (of rank 3) of ``inst`` have a unit height, axis 2, inserted,
+    in their shapes and, for constants (a weight), their values."""
 
-    def __init__(self, em, lifted):
+    def __init__(self, em, inst, lifted):
         self._em, self._lifted = em, lifted
+        self._registers = {inst.inputs[k] for k in lifted if k < len(inst.inputs)}
 
     def __getattr__(self, name):
         return getattr(self._em, name)
@@ -136,6 +138,12 @@ class _UnitHeight:
     def shape(self, inst, k, *args, **kwargs):
         s = self._em.shape(inst, k, *args, **kwargs)
         return s[:2] + (1,) + s[2:] if k in self._lifted and len(s) == 3 else s
+
+    def const(self, r):
+        a = self._em.const(r)
+        if a is not None and r in self._registers and a.ndim == 3:
+            return a.reshape(a.shape[:2] + (1,) + a.shape[2:])
+        return a
 
 
 def unit_height(lowering, em, inst, lifted=(0,)) -> Step:
@@ -150,7 +158,7 @@ def unit_height(lowering, em, inst, lifted=(0,)) -> Step:
             a[key] = [unit] + list(a[key])
     if a.get('pads') is not None and len(a['pads']) == 2:
         a['pads'] = [0, a['pads'][0], 0, a['pads'][1]]
-    step = lowering(_UnitHeight(em, lifted), dataclasses.replace(inst, attrs=a))
+    step = lowering(_UnitHeight(em, inst, lifted), dataclasses.replace(inst, attrs=a))
     step.shapes = [s if s is None else s[:2] + s[3:] for s in step.shapes]
     return step
 

@@ -23,6 +23,9 @@ def test_one_and_three_dimensional_convolution_and_pooling():
         # Whisper's: kernel 3, padding 1, strides 1 then 2, GELU after.
         helper.make_node('Conv', ['x', 'w', 'b'], ['c0'], pads=[1, 1]),
         helper.make_node('Conv', ['x', 'w', 'b'], ['c1'], pads=[1, 1], strides=[2]),
+        # At least 12 outputs wide: the direct kernel, its weights lifted to a unit height.
+        helper.make_node('Conv', ['y', 'w', 'b'], ['h0'], pads=[1, 1]),
+        helper.make_node('Conv', ['y', 'w', 'b'], ['h1'], pads=[1, 1], strides=[2]),
         helper.make_node('Conv', ['x', 'wg'], ['c2'], group=2, dilations=[2], pads=[2, 2]),
         helper.make_node('Conv', ['x', 'wg'], ['c4'], group=2, auto_pad='SAME_UPPER'),
         helper.make_node('ConvTranspose', ['x', 'wt', 'bt'], ['d0'], strides=[2], pads=[1, 0],
@@ -60,7 +63,7 @@ def test_one_and_three_dimensional_convolution_and_pooling():
         helper.make_node('MaxPool', ['v3'], ['q3'], kernel_shape=[2, 2, 2], dilations=[2, 1, 2],
                          pads=[1, 1, 1, 0, 0, 0])]
     model = make_model(nodes, [('x', f32, (2, 4, 11)), ('v', f32, (2, 3, 2, 3, 4)),
-                               ('v3', f32, (2, 4, 5, 6, 7))],
+                               ('v3', f32, (2, 4, 5, 6, 7)), ('y', f32, (2, 4, 30))],
                        [('c0', f32, (2, 6, 11)), ('c1', f32, (2, 6, 6)),
                         ('c2', f32, (2, 6, 7)), ('c3', f32, (2, 6, 9)),
                         ('p0', f32, (2, 4, 6)), ('p1', f32, (2, 4, 11)),
@@ -71,13 +74,15 @@ def test_one_and_three_dimensional_convolution_and_pooling():
                         ('e1', f32, (2, 6, 3, 5, 6)), ('q0', f32, (2, 4, 3, 3, 4)),
                         ('q1', f32, (2, 4, 5, 6, 6)), ('q2', f32, (2, 4, 5, 3, 4)),
                         ('q3', f32, (2, 4, 4, 6, 6)), ('p3', f32, (2, 4, 7)),
-                        ('f0', f32, (2, 6, 5, 13, 20)), ('f1', f32, (2, 6, 6, 7, 9))],
+                        ('f0', f32, (2, 6, 5, 13, 20)), ('f1', f32, (2, 6, 6, 7, 9)),
+                        ('h0', f32, (2, 6, 30)), ('h1', f32, (2, 6, 15))],
                        inits, opset=19)
     x = rng.randn(2, 4, 11).astype(f32)
     v = rng.randn(2, 3, 2, 3, 4).astype(f32)
     v3 = rng.randn(2, 4, 5, 6, 7).astype(f32)
     v[1, 2, 1, 1, 1] = numpy.nan  # GlobalMaxPool propagates NaN as NumPy's max
-    got = check_native(model, [x, v, v3], onnxruntime_check=False)
+    y = rng.randn(2, 4, 30).astype(f32)
+    got = check_native(model, [x, v, v3, y], onnxruntime_check=False)
     assert numpy.isnan(got[8][1, 2]).all() and not numpy.isnan(got[8][1, :2]).any()
     # onnxruntime on the finite input (its max drops NaN)
-    check_native(model, [x, numpy.nan_to_num(v), v3])
+    check_native(model, [x, numpy.nan_to_num(v), v3, y])
