@@ -86,6 +86,10 @@ NATIVE_BUDGET += 50
 NATIVE_BUDGET += 20
 
 
+#: + 5: the unit-height view of a 1-D Conv lifts its constant weights too
+#: (lowering._UnitHeight.const), for the direct kernel.
+NATIVE_BUDGET += 5
+
 def test_the_native_backend_stays_within_its_budget():
     used = _total((RUNTIME / 'native').rglob('*.py'))
     assert used <= NATIVE_BUDGET, ('runtime/native/ has %d code lines, budget %d'
