@@ -222,6 +222,11 @@ def export_model(model, inputs, opset_version=None, input_names=None, output_nam
 
     _add_unused_state(ctx, arrays, state)
     graph_inputs = [value_info(n, _to_numpy(v.array)) for v, n in zip(ordered, in_names)]
+    # The trace's graph holds every activation of the example batch, and the
+    # model may keep its outputs (L.Classifier's loss, y, accuracy): cut it,
+    # so they do not live as long as the model does.
+    for var in results:
+        var.unchain_backward()
     return ctx.make_model(type(model).__name__, graph_inputs, graph_outputs)
 
 

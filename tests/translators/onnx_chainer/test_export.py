@@ -47,6 +47,15 @@ def test_export_records_producer_translator_and_opset(tmp_path, opset):
         'chainer_compiler.opset': str(opset or 17)}
 
 
+def test_the_trace_leaves_no_graph_on_a_model_that_keeps_its_outputs():
+    """L.Classifier keeps its loss, y and accuracy: with the trace's graph they
+    would hold every activation of the example batch for the model's life."""
+    model = L.Classifier(chainer.Sequential(L.Linear(3, 4), F.relu, L.Linear(4, 2)))
+    export_model(model, (X, numpy.array([0, 1], numpy.int32)), reported=True)
+    assert model.loss.creator is None and model.y.creator is None
+    assert model.accuracy.creator is None
+
+
 def test_export_without_filename_writes_a_temporary_file():
     path = chainer_compiler.export(chainer.Sequential(L.Linear(3, 4)), X)
     try:
