@@ -24,6 +24,7 @@ ON_THE_VM = {'backend': 'numpy'}
 SMOKE_POLICIES = ['none', 'gt']
 
 
+@pytest.mark.slow
 def test_quick_run_writes_the_table_and_the_plot(tmp_path, capsys):
     out = tmp_path / 'memory.png'
     rows = memory.main(['--quick', '--models', 'mlp100', '--policies'] + SMOKE_POLICIES

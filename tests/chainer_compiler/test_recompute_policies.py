@@ -274,6 +274,7 @@ def test_gt_finds_segmentations_of_more_segments_than_work_buckets():
     assert GT_MODULE._cheapest_cuts(costs, 0.5) is None
 
 
+@pytest.mark.slow
 def test_gt_recomputes_more_than_once_where_one_extra_forward_does_not_fit(tmp):
     one_level = _step('mlp', tmp, 'gt')[0].predicted_peak_bytes()  # gt's least such peak
     with pytest.raises(ValueError, match=r'reaches for this model: (\d+) bytes') as error:
@@ -624,6 +625,7 @@ def test_benchmark_models_get_the_same_gradients_under_every_policy(tmp_path, mo
                                           err_msg='%s %s' % (key, param))
 
 
+@pytest.mark.slow
 def test_the_deep_plain_cnn_meets_the_peak_targets(tmp_path):
     """The benchmark's deep plain CNN, shrunk: gt within half of the peak
     without recompute, chen within 60%, as measured by the VM."""

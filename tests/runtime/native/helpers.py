@@ -15,6 +15,11 @@ from chainer_compiler.runtime.executor import Executor
 RTOL, ATOL = 1e-4, 1e-5
 
 
+def uniform(rng, *shape):
+    """float32 values drawn uniformly from [-1, 1) by ``rng``."""
+    return rng.uniform(-1, 1, shape).astype(numpy.float32)
+
+
 def make_model(nodes, inputs, outputs, initializers=(), opset=13, custom=False):
     """A ModelProto: ``inputs``/``outputs`` are (name, numpy dtype, shape);
     ``initializers`` maps name -> array; ``custom``: this project's domain

@@ -17,13 +17,9 @@ from chainer_compiler.runtime.native.lowerings.conv_direct import (
     takes_direct,
 )
 
-from .helpers import Built, check_native, make_folder, make_model
+from .helpers import Built, check_native, make_folder, make_model, uniform
 
 F32 = numpy.float32
-
-
-def _rand(rng, *shape):
-    return rng.uniform(-1, 1, shape).astype(F32)
 
 
 def test_rule_sends_many_tap_convolutions_only():
@@ -64,9 +60,10 @@ def test_direct_convolutions_match_the_vm(tmp_path):
              node('Add', ['c3', 'r'], ['s3']),
              node('Relu', ['s3'], ['y3']),
              node('Conv', ['x', 'w4', 'b4'], ['y4'], pads=[1, 2, 3, 2])]
-    inits = {'w1': _rand(rng, 11, 3, 7, 7), 'b1': _rand(rng, 11), 'w2': _rand(rng, 20, 3, 3, 3),
-             'w3': _rand(rng, 16, 512, 3, 3), 'b3': _rand(rng, 16),
-             'w4': _rand(rng, 9, 3, 5, 5), 'b4': _rand(rng, 9)}
+    inits = {'w1': uniform(rng, 11, 3, 7, 7), 'b1': uniform(rng, 11),
+             'w2': uniform(rng, 20, 3, 3, 3),
+             'w3': uniform(rng, 16, 512, 3, 3), 'b3': uniform(rng, 16),
+             'w4': uniform(rng, 9, 3, 5, 5), 'b4': uniform(rng, 9)}
     inputs = [('x', F32, [2, 3, 25, 27]), ('z', F32, [1, 512, 24, 26]),
               ('r', F32, [1, 16, 12, 13])]
     outputs = [('y1', F32, [2, 11, 13, 14]), ('y2', F32, [2, 20, 12, 13]),
@@ -77,7 +74,7 @@ def test_direct_convolutions_match_the_vm(tmp_path):
         code = f.read()
     # (the residual fused: no add after)
     assert code.count('ccn_conv2d_direct(') == 4 and 'ccn_add_activate' not in code
-    check_native(model, [_rand(rng, *s) for _, _, s in inputs], rtol=1e-4, atol=1e-4)
+    check_native(model, [uniform(rng, *s) for _, _, s in inputs], rtol=1e-4, atol=1e-4)
 
 
 @pytest.mark.native_build
@@ -89,11 +86,11 @@ def test_default_makefile_build_has_the_direct_levels(tmp_path):
     model = make_model([helper.make_node('Conv', ['x', 'w', 'b'], ['y'], strides=[2, 2],
                                          pads=[1, 1, 1, 1])],
                        [('x', F32, [1, 8, 30, 30])], [('y', F32, [1, 12, 15, 15])],
-                       {'w': _rand(rng, 12, 8, 3, 3), 'b': _rand(rng, 12)})
+                       {'w': uniform(rng, 12, 8, 3, 3), 'b': uniform(rng, 12)})
     program = build_program(model)
     folder = tmp_path / 'c'
     result = emit_c(program, folder, 'dc')
     output = make_folder(folder)
     assert 'warning' not in output, output
     Built(program, str(folder), 'dc', result, output).check_against_executor(
-        [_rand(rng, 1, 8, 30, 30)], tmp_path)
+        [uniform(rng, 1, 8, 30, 30)], tmp_path)

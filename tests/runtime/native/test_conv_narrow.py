@@ -15,13 +15,9 @@ from chainer_compiler.runtime.native.lowerings.connection import (
     live_taps,
 )
 
-from .helpers import check_native, make_model
+from .helpers import check_native, make_model, uniform
 
 F32 = numpy.float32
-
-
-def _rand(rng, *shape):
-    return rng.uniform(-1, 1, shape).astype(F32)
 
 
 def _code(model, tmp_path):
@@ -58,8 +54,8 @@ def test_dilated_taps_in_padding(tmp_path):
              node('Relu', ['c1'], ['y1']),
              node('Conv', ['x5', 'w2'], ['y2'], dilations=[3, 3], pads=[6] * 4),
              node('Conv', ['x5', 'wr'], ['y3'], dilations=[3, 3], pads=[6] * 4)]
-    inits = {'w1': _rand(rng, 24, 40, 3, 3), 'b1': _rand(rng, 24),
-             'w2': _rand(rng, 6, 8, 5, 5)}
+    inits = {'w1': uniform(rng, 24, 40, 3, 3), 'b1': uniform(rng, 24),
+             'w2': uniform(rng, 6, 8, 5, 5)}
     inputs = [('x', F32, [1, 40, 14, 14]), ('x5', F32, [2, 8, 5, 5]),
               ('wr', F32, [6, 8, 5, 5])]
     outputs = [('y1', F32, [1, 24, 14, 14]), ('y2', F32, [2, 6, 5, 5]),
@@ -70,7 +66,7 @@ def test_dilated_taps_in_padding(tmp_path):
     assert code.count('.kernel_h = 3, .kernel_w = 3') == 1
     assert code.count('.kernel_h = 5, .kernel_w = 5') == 1
     assert '.direct = 1' in code
-    check_native(model, [_rand(rng, *s) for _, _, s in inputs], atol=1e-4)
+    check_native(model, [uniform(rng, *s) for _, _, s in inputs], atol=1e-4)
 
 
 @pytest.mark.native_build
@@ -87,13 +83,13 @@ def test_wide_tiles():
              node('Relu', ['c1'], ['y1']),
              node('Conv', ['x', 'w2'], ['y2'], pads=[1, 1, 1, 1]),
              node('Conv', ['x2', 'w1', 'b1'], ['y3'])]
-    inits = {'w1': _rand(rng, 66, 130, 3, 3), 'b1': _rand(rng, 66),
-             'w2': _rand(rng, 40, 130, 3, 3)}
+    inits = {'w1': uniform(rng, 66, 130, 3, 3), 'b1': uniform(rng, 66),
+             'w2': uniform(rng, 40, 130, 3, 3)}
     inputs = [('x', F32, [1, 130, 7, 7]), ('x2', F32, [2, 130, 13, 13])]
     outputs = [('y1', F32, [1, 66, 7, 7]), ('y2', F32, [1, 40, 7, 7]),
                ('y3', F32, [2, 66, 11, 11])]
     model = make_model(nodes, inputs, outputs, inits)
-    check_native(model, [_rand(rng, *s) for _, _, s in inputs], atol=1e-3)
+    check_native(model, [uniform(rng, *s) for _, _, s in inputs], atol=1e-3)
 
 
 @pytest.mark.native_build
@@ -108,13 +104,13 @@ def test_dilated_conv_tap_by_tap(tmp_path):
              node('Relu', ['c1'], ['y1']),
              node('Conv', ['x9', 'w2'], ['y2'], dilations=[6, 6], strides=[2, 2],
                   pads=[6, 5, 6, 7])]
-    inits = {'w1': _rand(rng, 30, 40, 3, 3), 'b1': _rand(rng, 30),
-             'w2': _rand(rng, 6, 8, 3, 3)}
+    inits = {'w1': uniform(rng, 30, 40, 3, 3), 'b1': uniform(rng, 30),
+             'w2': uniform(rng, 6, 8, 3, 3)}
     inputs = [('x', F32, [1, 40, 14, 14]), ('x9', F32, [2, 8, 9, 9])]
     outputs = [('y1', F32, [1, 30, 14, 14]), ('y2', F32, [2, 6, 5, 5])]
     model = make_model(nodes, inputs, outputs, inits)
     assert _code(model, tmp_path).count('ccn_conv2d_taps(') == 2
-    check_native(model, [_rand(rng, *s) for _, _, s in inputs], atol=1e-4)
+    check_native(model, [uniform(rng, *s) for _, _, s in inputs], atol=1e-4)
 
 
 @pytest.mark.native_build
@@ -132,11 +128,11 @@ def test_conv_by_blocks_of_rows():
              node('Relu', ['c1'], ['y1']),
              node('Conv', ['x16', 'wr'], ['y2'], pads=[2] * 4),
              node('Conv', ['x2', 'w3', 'b3'], ['y3'], strides=[2, 2], pads=[1] * 4, group=2)]
-    inits = {'b1': _rand(rng, 24), 'w3': _rand(rng, 32, 16, 3, 3), 'b3': _rand(rng, 32)}
+    inits = {'b1': uniform(rng, 24), 'w3': uniform(rng, 32, 16, 3, 3), 'b3': uniform(rng, 32)}
     inputs = [('x3', F32, [1, 3, 96, 96]), ('w1', F32, [24, 3, 7, 7]),
               ('x16', F32, [1, 16, 48, 48]),
               ('wr', F32, [8, 16, 5, 5]), ('x2', F32, [2, 32, 96, 96])]
     outputs = [('y1', F32, [1, 24, 48, 48]), ('y2', F32, [1, 8, 48, 48]),
                ('y3', F32, [2, 32, 48, 48])]
     model = make_model(nodes, inputs, outputs, inits)
-    check_native(model, [_rand(rng, *s) for _, _, s in inputs], atol=1e-4)
+    check_native(model, [uniform(rng, *s) for _, _, s in inputs], atol=1e-4)

@@ -16,13 +16,9 @@ from chainer_compiler.runtime.native.gemm_layout import (
     pack_panels,
 )
 
-from .helpers import check_native, make_model
+from .helpers import check_native, make_model, uniform
 
 F32 = numpy.float32
-
-
-def _rand(rng, *shape):
-    return rng.uniform(-1, 1, shape).astype(F32)
 
 
 @pytest.mark.native_build
@@ -44,8 +40,8 @@ def test_gemm_variants():
         node('Gemm', ['a6', 'B'], ['y7'], transB=1),                           # 4 + 2 rows
         node('Gemm', ['a80', 'B'], ['y8'], transB=1),                          # B transposed
     ]
-    inits = {'W1': _rand(rng, 300, 45), 'W1t': _rand(rng, 45, 300), 'c1': _rand(rng, 45),
-             'c2': _rand(rng, 37, 1), 'c3': _rand(rng, 1), 'c4': _rand(rng, 1, 45)}
+    inits = {'W1': uniform(rng, 300, 45), 'W1t': uniform(rng, 45, 300), 'c1': uniform(rng, 45),
+             'c2': uniform(rng, 37, 1), 'c3': uniform(rng, 1), 'c4': uniform(rng, 1, 45)}
     inputs = [('A', F32, [37, 300]), ('At', F32, [300, 37]), ('a1', F32, [1, 300]),
               ('a3', F32, [3, 300]), ('a1t', F32, [300, 1]), ('B', F32, [45, 300]),
               ('a6', F32, [6, 300]), ('a80', F32, [80, 300])]
@@ -53,7 +49,7 @@ def test_gemm_variants():
                ('y4', F32, [3, 45]), ('y5', F32, [1, 45]), ('y6', F32, [37, 45]),
                ('y7', F32, [6, 45]), ('y8', F32, [80, 45])]
     model = make_model(nodes, inputs, outputs, inits)
-    check_native(model, [_rand(rng, *s) for _, _, s in inputs], rtol=1e-4, atol=1e-4)
+    check_native(model, [uniform(rng, *s) for _, _, s in inputs], rtol=1e-4, atol=1e-4)
 
 
 @pytest.mark.native_build
@@ -69,7 +65,7 @@ def test_gemm_shallow_products():
     inputs = [('gT', F32, [8, 37]), ('x8', F32, [8, 300]), ('c', F32, [300]),
               ('a6', F32, [6, 16]), ('x16', F32, [16, 140])]
     model = make_model(nodes, inputs, [('y1', F32, [37, 300]), ('y2', F32, [6, 140])], {})
-    check_native(model, [_rand(rng, *s) for _, _, s in inputs], rtol=1e-5, atol=1e-5)
+    check_native(model, [uniform(rng, *s) for _, _, s in inputs], rtol=1e-5, atol=1e-5)
 
 
 @pytest.mark.native_build
@@ -86,9 +82,9 @@ def test_gemm_large_product():
     model = make_model(nodes, inputs,
                        [('y', F32, [200, 150]), ('z', F32, [8, 1000]), ('u', F32, [8, 1000]),
                         ('v', F32, [600, 1000])],
-                       {'W': _rand(rng, 130, 150), 'c': _rand(rng, 150),
-                        'V': _rand(rng, 1000, 300)})
-    check_native(model, [_rand(rng, *s) for _, _, s in inputs], atol=1e-4)
+                       {'W': uniform(rng, 130, 150), 'c': uniform(rng, 150),
+                        'V': uniform(rng, 1000, 300)})
+    check_native(model, [uniform(rng, *s) for _, _, s in inputs], atol=1e-4)
 
 
 @pytest.mark.native_build
@@ -112,8 +108,8 @@ def test_matmul_broadcasting():
     outputs = [('s', F32, [2, 3, 5, 5]), ('t', F32, [2, 3, 4, 7]), ('u', F32, [3, 7]),
                ('x', F32, [3, 6]), ('d', F32, []), ('e', F32, [2, 1, 4, 9]),
                ('f', F32, [1, 9]), ('g', F32, [2, 3, 4])]
-    model = make_model(nodes, inputs, outputs, {'C': _rand(rng, 6, 9)})
-    check_native(model, [_rand(rng, *s) for _, _, s in inputs])
+    model = make_model(nodes, inputs, outputs, {'C': uniform(rng, 6, 9)})
+    check_native(model, [uniform(rng, *s) for _, _, s in inputs])
 
 
 @pytest.mark.native_build
@@ -137,7 +133,7 @@ def test_batched_matmul_tiles():
     outputs = [('sr', F32, [2, 3, 30, 40]), ('o', F32, [2, 3, 30, 16]), ('c', F32, [3, 5, 7]),
                ('lr', F32, [2, 3, 26, 17]), ('z', F32, [2, 4, 3])]
     model = make_model(nodes, inputs, outputs, {})
-    check_native(model, [_rand(rng, *s) for _, _, s in inputs], rtol=1e-4, atol=1e-4)
+    check_native(model, [uniform(rng, *s) for _, _, s in inputs], rtol=1e-4, atol=1e-4)
 
 
 @pytest.mark.native_build
@@ -153,13 +149,13 @@ def test_conv_variants():
              node('Conv', ['x', 'w3'], ['y3']),
              node('Conv', ['x1', 'w3', 'b3'], ['y4']),
              node('Conv', ['x8', 'w1', 'b1'], ['y5'], pads=[1, 1, 1, 1])]
-    inits = {'w1': _rand(rng, 5, 4, 3, 3), 'b1': _rand(rng, 5), 'w2': _rand(rng, 6, 2, 3, 3),
-             'b2': _rand(rng, 6), 'w3': _rand(rng, 7, 4, 1, 1), 'b3': _rand(rng, 7)}
+    inits = {'w1': uniform(rng, 5, 4, 3, 3), 'b1': uniform(rng, 5), 'w2': uniform(rng, 6, 2, 3, 3),
+             'b2': uniform(rng, 6), 'w3': uniform(rng, 7, 4, 1, 1), 'b3': uniform(rng, 7)}
     inputs = [('x', F32, [3, 4, 7, 9]), ('x1', F32, [1, 4, 5, 6]), ('x8', F32, [6, 4, 8, 8])]
     outputs = [('y1', F32, [3, 5, 4, 7]), ('y2', F32, [3, 6, 7, 9]), ('y3', F32, [3, 7, 7, 9]),
                ('y4', F32, [1, 7, 5, 6]), ('y5', F32, [6, 5, 8, 8])]
     model = make_model(nodes, inputs, outputs, inits)
-    check_native(model, [_rand(rng, *s) for _, _, s in inputs], atol=1e-4)
+    check_native(model, [uniform(rng, *s) for _, _, s in inputs], atol=1e-4)
 
 
 @pytest.mark.native_build
@@ -168,8 +164,8 @@ def test_conv_large():
     rng = numpy.random.RandomState(4)
     model = make_model([helper.make_node('Conv', ['x', 'w', 'b'], ['y'], pads=[1, 1, 1, 1])],
                        [('x', F32, [2, 16, 24, 24])], [('y', F32, [2, 24, 24, 24])],
-                       {'w': _rand(rng, 24, 16, 3, 3), 'b': _rand(rng, 24)})
-    check_native(model, [_rand(rng, 2, 16, 24, 24)], atol=1e-4)
+                       {'w': uniform(rng, 24, 16, 3, 3), 'b': uniform(rng, 24)})
+    check_native(model, [uniform(rng, 2, 16, 24, 24)], atol=1e-4)
 
 
 @pytest.mark.native_build
@@ -187,14 +183,15 @@ def test_conv_weight_panels():
              node('Conv', ['x', 'wr'], ['y3']),
              node('Conv', ['x4', 'w4'], ['c4'], pads=[1, 1, 1, 1]),
              node('Relu', ['c4'], ['y4'])]                      # fused: the epilogue
-    inits = {'w1': _rand(rng, 50, 12, 5, 5), 'b1': _rand(rng, 50), 'w2': _rand(rng, 32, 3, 3, 3),
-             'w4': _rand(rng, 50, 64, 3, 3)}
+    inits = {'w1': uniform(rng, 50, 12, 5, 5), 'b1': uniform(rng, 50),
+             'w2': uniform(rng, 32, 3, 3, 3),
+             'w4': uniform(rng, 50, 64, 3, 3)}
     inputs = [('x', F32, [2, 12, 10, 10]), ('wr', F32, [30, 12, 3, 3]),
               ('x4', F32, [1, 64, 4, 4])]
     outputs = [('y1', F32, [2, 50, 8, 8]), ('y2', F32, [2, 32, 4, 4]), ('y3', F32, [2, 30, 8, 8]),
                ('y4', F32, [1, 50, 4, 4])]
     model = make_model(nodes, inputs, outputs, inits)
-    check_native(model, [_rand(rng, *s) for _, _, s in inputs], atol=1e-4)
+    check_native(model, [uniform(rng, *s) for _, _, s in inputs], atol=1e-4)
 
 
 @pytest.mark.parametrize('rows', [PANEL_ROWS, STRIP_COLS])
@@ -221,11 +218,11 @@ def test_refusals(tmp_path):
     rng = numpy.random.RandomState(5)
     model = make_model([helper.make_node('Conv', ['x', 'w'], ['y'])],
                        [('x', F32, [1, 2, 3, 3, 3, 5])], [('y', F32, [1, 3, 1, 1, 1, 3])],
-                       {'w': _rand(rng, 3, 2, 3, 3, 3, 3)})
+                       {'w': uniform(rng, 3, 2, 3, 3, 3, 3)})
     with pytest.raises(UnsupportedNativeOpsError, match='only 1-D, 2-D and 3-D convolution'):
         emit_c(build_program(model), tmp_path)
     model = make_model([helper.make_node('Gemm', ['a', 'w'], ['y'])],
-                       [('a', F32, [2, 3])], [('y', F32, [2, 4])], {'w': _rand(rng, 3, 4)})
+                       [('a', F32, [2, 3])], [('y', F32, [2, 4])], {'w': uniform(rng, 3, 4)})
     program = build_program(model)
     program.instructions[0].attrs['activation'] = 'Elu'
     with pytest.raises(UnsupportedNativeOpsError, match="activation 'Elu' is not one of"):
