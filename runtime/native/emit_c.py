@@ -173,7 +173,7 @@ def _check_max_batch(program: Program, max_batch: MaxBatch, name: str) -> MaxBat
     what = 'emit-c --max %s=%d' % (max_batch.symbol, max_batch.maximum)
     if not 1 <= max_batch.maximum <= MAX_BATCH_LIMIT:
         raise NativeEmitError('%s: the maximum must be 1 to %d' % (what, MAX_BATCH_LIMIT))
-    probes = [(size, lower(fuse(with_defaults(p)), name)) for size, p in max_batch.probes]
+    probes = [(size, _lowered(p, name)) for size, p in max_batch.probes]
     try:
         input_axes, output_axes = check_separable(probes, max_batch.symbol)
     except NotSeparableError as e:
@@ -262,6 +262,13 @@ def plan_memory(c: NativeCompilation) -> None:
         c.buckets = _plan_buckets(c.lowered, c.max_batch)
 
 
+def _lowered(program: Program, name: str) -> Lowered:
+    """``program`` through the stages before planning (fill_defaults,
+    fuse_epilogues, fold_and_lower), as the program emitted goes: a probe
+    or bucket of emit-c --max."""
+    return lower(fuse(with_defaults(program)), name)
+
+
 def _plan_buckets(one: Lowered, max_batch: MaxBatch) -> list:
     """(size, Lowered, ArenaPlan) of each bucket of ``max_batch`` (the
     programs of max_batch.buckets, lowered and planned as NAME_b<size>),
@@ -269,9 +276,9 @@ def _plan_buckets(one: Lowered, max_batch: MaxBatch) -> list:
     Raises NativeEmitError when one does not lower to the one-sample
     program ``one`` with ``size`` samples on each batch axis (NAME_run_n
     addresses the samples by the one-sample shapes)."""
-    name, buckets = one.name, []
+    buckets = []
     for size, program in max_batch.buckets:
-        low = lower(fuse(with_defaults(program)), '%s_b%d' % (name, size))
+        low = _lowered(program, '%s_b%d' % (one.name, size))
         values = list(zip(low.program.inputs, one.program.inputs, max_batch.input_axes)) + \
             list(zip(low.program.outputs, one.program.outputs, max_batch.output_axes))
         if [(s is None, bool(s and s.error)) for s in low.steps] != \
