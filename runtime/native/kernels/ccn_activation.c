@@ -170,33 +170,50 @@ static inline float row_max(long len, long stride, const float *in)
     return top;
 }
 
+/* The bound below which Softmax's terms e^(x - max) over rows of len are
+ * 0: the sum is at most len (each term at most 1), so a term above
+ * FLT_MIN len divided by it stays normal.  What is dropped is below
+ * 1.2e-38 len of the row's largest, 1. */
+static float softmax_cut(long len)
+{
+    return CCN_EXP_LO + logf((float)len);
+}
+
+/* e^d for d = x - max, at most 0 (so only the lower clamp is needed): 0
+ * at or below cut, NaN (x NaN, or inf - inf) passed through. */
+static inline float softmax_exp(float d, float cut)
+{
+    const float e = ccn_exp_reduced(d > CCN_EXP_LO ? d : CCN_EXP_LO);
+    return d > cut ? e : d == d ? 0.0f : d;
+}
+
 /* Softmax (or its log) of the len values at in, stride apart, into out
  * (stride apart too).  e^(x - max) is written to out by the vectorised
- * ccn_exp_poly and summed in 16 running sums, which also keeps a long sum
+ * softmax_exp and summed in 16 running sums, which also keeps a long sum
  * from losing its small terms.  Softmax may run in place (out == in: each
  * value is read before it is written over; a dying input's memory spares
  * the output's first write a read of memory, 1.15x faster over 4 MB);
- * LogSoftmax reads in again after out is written, so never does. */
-static inline void softmax_row(long len, long stride, int log_softmax, const float *in,
-                               float *out)
+ * LogSoftmax reads in again after out is written, so never does.
+ * Terms with x - max at most cut (softmax_cut) are 0, so that no output is
+ * subnormal: a masked attention score (x - max near -3.4e38) otherwise
+ * came out near FLT_MIN / sum, and every product reading it took a
+ * microcode assist per vector (the scores times V 20x slower). */
+static inline void softmax_row(long len, long stride, int log_softmax, float cut,
+                               const float *in, float *out)
 {
     /* Subtract the maximum first, as NumPy's kernel does (NaN ignored
      * here; the row comes out NaN below). */
     const float top = row_max(len, stride, in);
-    /* e^(x - max) stored and summed in the same pass.  x - max is at most
-     * 0, so only the lower clamp is needed; NaN (x NaN, or inf - inf)
-     * passes through as ccn_exp_poly leaves it. */
+    /* e^(x - max) stored and summed in the same pass. */
     float sums[16] = {0.0f}, sum = 0.0f;
     long i = 0;
     for (; i + 16 <= len; i += 16)
         for (long k = 0; k < 16; k++) {
-            const float d = in[(i + k) * stride] - top;
-            const float e = ccn_exp_reduced(d > CCN_EXP_LO ? d : CCN_EXP_LO);
-            out[(i + k) * stride] = d == d ? e : d;
+            out[(i + k) * stride] = softmax_exp(in[(i + k) * stride] - top, cut);
             sums[k] += out[(i + k) * stride];
         }
     for (; i < len; i++) {
-        out[i * stride] = ccn_exp_poly(in[i * stride] - top);
+        out[i * stride] = softmax_exp(in[i * stride] - top, cut);
         sum += out[i * stride];
     }
     for (long k = 0; k < 16; k++)
@@ -227,14 +244,15 @@ static void softmax_range(void *context, long begin, long end)
 {
     const softmax_call *a = context;
     const long len = a->len, inner = a->inner;
+    const float cut = softmax_cut(len);
     for (long o = begin; o < end; o++) {
         const float *in = a->x + o * len * inner;
         float *out = a->y + o * len * inner;
         if (inner == 1)  /* the last axis: contiguous, the loops vectorise */
-            softmax_row(len, 1, a->log_softmax, in, out);
+            softmax_row(len, 1, a->log_softmax, cut, in, out);
         else
             for (long j = 0; j < inner; j++)
-                softmax_row(len, inner, a->log_softmax, in + j, out + j);
+                softmax_row(len, inner, a->log_softmax, cut, in + j, out + j);
     }
 }
 
