@@ -275,14 +275,6 @@ def row_step(row, model, onnx_file, kwargs, x, t, optimizer='sgd', **runtime_kwa
     step = chainer_compiler.compile_training_step(
         classifier, opt, (x, t), runtime_kwargs=runtime_kwargs,
         computation_order=row.policy.order, compiler_kwargs=kwargs)
-    # Chainer gives each initialized Parameter a gradient array, which the
-    # step never uses (its gradients live in its program): dropped, as
-    # compile_onnx's step drops them (cleargrads) before each forward.
-    classifier.cleargrads()
-    # The Classifier keeps its last forward's loss, and so the whole graph
-    # (every activation) of compile_training_step's trace: dropped, to
-    # measure the step's program (benchmarks/NOTES.md has the cost).
-    classifier.y = classifier.loss = classifier.accuracy = None
     return step, step, classifier
 
 

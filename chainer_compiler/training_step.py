@@ -8,6 +8,7 @@ parameter, so the Chainer model's own parameter arrays and the optimizer's
 own state arrays are the ones trained: serializers, snapshots and
 ``optimizer.t`` stay as Chainer keeps them.
 """
+import contextlib
 import logging
 import time
 from dataclasses import dataclass
@@ -92,9 +93,12 @@ class TrainingStep:
     statistics in place, reports what the model reports (``main/loss`` ...)
     to the active ``chainer.Reporter``, and returns the loss as a 0-d array.
     Parameter gradients (``param.grad``) are not stored: they live only
-    inside the program.  A batch of the wrong count, type, dtype or shape
-    is refused (TypeError, InputValidationError) before anything changes;
-    one the program refuses (a class label out of range: KernelError, or
+    inside the program (compiling clears the ones Chainer made, and puts
+    back the attributes the trace's forward set, L.Classifier's ``y``,
+    ``loss`` and ``accuracy``, so the model holds no example batch's
+    arrays).  A batch of the wrong count, type, dtype or shape is refused
+    (TypeError, InputValidationError) before anything changes; one the
+    program refuses (a class label out of range: KernelError, or
     RuntimeVMError from the native backend) leaves every state as it was.
 
     Batches of any size are taken: axis 0 of the example inputs that share
@@ -146,7 +150,8 @@ class TrainingStep:
         _log.info('compiling the training step of %s for %s', type(model).__name__,
                   _describe(inputs))
         start = time.perf_counter()
-        traced = load_onnx(export_model(model, inputs, reported=True), check=False)
+        with _keeping_attributes(model):
+            traced = load_onnx(export_model(model, inputs, reported=True), check=False)
         binding = bind_initializers(traced.graph, model, 'the trace of %s' % type(model).__name__,
                                     traced=True)
         proto, state_updates = binding.training_copy(traced)
@@ -170,6 +175,10 @@ class TrainingStep:
             state_positions=[(outputs.index(updated), binding.persistents[initializer])
                              for updated, initializer in state_updates],
             reports=_report_targets(model, outputs))
+        # Chainer gives every initialized parameter a gradient array, which
+        # the step never reads (its gradients live in its program); as
+        # optimizer.update(lossfun) does, clear them, once compiling is done.
+        model.cleargrads()
         _log.info('compiled the training step of %s in %.1f s', type(model).__name__,
                   time.perf_counter() - start)
         return step
@@ -263,6 +272,27 @@ class TrainingStep:
         xp = self.model.xp
         return self._steps.use(signature, lambda: self._compile(
             [xp.zeros(shape, dtype) for shape, dtype in signature]))
+
+
+@contextlib.contextmanager
+def _keeping_attributes(model):
+    """Put back, on leaving, every Variable attribute that ``model``'s links
+    were given meanwhile: a trace runs the forward on the example batch, and
+    a link may keep what it made (L.Classifier's ``y``, ``loss`` and
+    ``accuracy``) for the model's life.  Parameters are not touched."""
+    before = [(link, dict(vars(link))) for link in model.links()]
+    try:
+        yield
+    finally:
+        for link, attributes in before:
+            for name, value in list(vars(link).items()):
+                if (isinstance(value, chainer.Variable)
+                        and not isinstance(value, chainer.Parameter)
+                        and attributes.get(name) is not value):
+                    if name in attributes:
+                        setattr(link, name, attributes[name])
+                    else:
+                        delattr(link, name)
 
 
 @dataclass

@@ -3,7 +3,9 @@ VM program, training the Chainer model's own arrays exactly as Chainer
 would."""
 import copy
 import dataclasses
+import gc
 import os
+import tracemalloc
 
 import chainer
 import chainer.functions as F
@@ -25,6 +27,8 @@ from tests.models import MLP, LeNet5
 #: These tests check the bridge, not the backend: the NumPy VM, where the
 #: default ('auto') would build C for each model.
 ON_THE_VM = {'backend': 'numpy'}
+#: The tracemalloc domain NumPy reports its arrays' data in (NPY_TRACE_DOMAIN).
+NUMPY_TRACE_DOMAIN = 389047
 
 OPTIMIZERS = [
     lambda: chainer.optimizers.SGD(lr=0.1),
@@ -413,3 +417,27 @@ def test_each_update_runs_once_its_gradient_is_made(order):
     # The batch, the parameters and their momentum are inputs, live throughout.
     held = x.nbytes + t.nbytes + 2 * grad_bytes
     assert step.peak_bytes() - held < grad_bytes / 4
+
+
+def test_compiling_leaves_the_model_its_parameters_and_the_optimizer_state_only():
+    # Chainer gave each parameter a gradient array the step never reads, and
+    # the Classifier kept the trace's y, loss and accuracy (y: the example
+    # batch's 64 x 256 outputs): both held for the model's life, before.
+    x, t = _batch((32,), batch=64)
+    tracemalloc.start()
+    try:
+        model = L.Classifier(MLP(64, 256))
+        optimizer = chainer.optimizers.MomentumSGD()
+        optimizer.setup(model)
+        chainer_compiler.compile_training_step(model, optimizer, (x, t),
+                                               runtime_kwargs=ON_THE_VM)
+        gc.collect()
+        held = sum(trace.size for trace in tracemalloc.take_snapshot().traces
+                   if trace.domain == NUMPY_TRACE_DOMAIN)
+    finally:
+        tracemalloc.stop()
+    assert model.y is model.loss is model.accuracy is None
+    assert all(p.grad is None for p in model.params())
+    params = sum(p.array.nbytes for p in model.params())
+    # The parameters and their momentum (and the step's few hyperparameters).
+    assert 2 * params <= held < 2 * params + 1024
