@@ -347,6 +347,39 @@ void ccn_resize_2d(const ccn_resize_2d_geometry *geometry, const int32_t *index_
                      resize_2d_range, &a);
 }
 
+/* A row of Where of SIZE-byte elements: both operands read, one kept, so
+ * that the loop is branch-free and vectorises.  A memcpy per element took
+ * 12 ns (GPT-2's Where of its probabilities' NaNs, 16K elements: 0.2 ms);
+ * the contiguous row and the scalar operand of masks and NaN guards get
+ * loops of their own. */
+#define CCN_WHERE_RUN(SIZE, T)                                                \
+    static inline void where_loop_##SIZE(long n, const uint8_t *c, long cs,   \
+                                         const T *x, long xs, const T *y,     \
+                                         long ys, T *out)                     \
+    {                                                                         \
+        for (long i = 0; i < n; ++i) {                                        \
+            const T a = x[i * xs], b = y[i * ys];                             \
+            out[i] = c[i * cs] ? a : b;                                       \
+        }                                                                     \
+    }                                                                         \
+    static void where_run_##SIZE(long n, const uint8_t *c, long cs,           \
+                                 const void *x, long xs, const void *y,       \
+                                 long ys, void *out)                          \
+    {                                                                         \
+        if (cs == 1 && ys == 1 && xs == 1)                                    \
+            where_loop_##SIZE(n, c, 1, x, 1, y, 1, out);                      \
+        else if (cs == 1 && ys == 1 && xs == 0)                               \
+            where_loop_##SIZE(n, c, 1, x, 0, y, 1, out);                      \
+        else if (cs == 1 && ys == 0 && xs == 1)                               \
+            where_loop_##SIZE(n, c, 1, x, 1, y, 0, out);                      \
+        else                                                                  \
+            where_loop_##SIZE(n, c, cs, x, xs, y, ys, out);                   \
+    }
+CCN_WHERE_RUN(1, uint8_t)
+CCN_WHERE_RUN(4, uint32_t)
+CCN_WHERE_RUN(8, uint64_t)
+#undef CCN_WHERE_RUN
+
 /* ccn_where: its rows [begin, end). */
 typedef struct {
     size_t elem;
@@ -384,8 +417,14 @@ static void where_range(void *context, long begin, long end)
         const unsigned char *yr =
             (const unsigned char *)y + row_offset(r, rank, shape, y_strides) * e;
         unsigned char *outr = (unsigned char *)out + r * n * e;
-        for (long i = 0; i < n; ++i)
-            memcpy(outr + i * e, cr[i * cs] ? xr + i * xs * e : yr + i * ys * e, elem);
+        switch (elem) {
+        case 1: where_run_1(n, cr, cs, xr, xs, yr, ys, outr); break;
+        case 4: where_run_4(n, cr, cs, xr, xs, yr, ys, outr); break;
+        case 8: where_run_8(n, cr, cs, xr, xs, yr, ys, outr); break;
+        default:
+            for (long i = 0; i < n; ++i)
+                memcpy(outr + i * e, cr[i * cs] ? xr + i * xs * e : yr + i * ys * e, elem);
+        }
     }
 }
 

@@ -315,10 +315,18 @@ def test_squeeze_unsqueeze_axes_attribute_or_input_share_memory(opset, tmp_path)
 @pytest.mark.parametrize('dtypes', [DTYPES[:-1], DTYPES[-1:]])
 @pytest.mark.native_build
 def test_where_broadcasts_all_three_on_every_dtype(dtypes):
-    nodes = [helper.make_node('Where', ['c', 'x_' + d, 'y_' + d], ['z_' + d]) for d in dtypes]
-    inputs = [('c', 'bool', (2, 1, 4))] + [('x_' + d, d, (3, 1)) for d in dtypes] + \
-        [('y_' + d, d, (1, 3, 4)) for d in dtypes]
-    model = make_model(nodes, inputs, [('z_' + d, d, (2, 3, 4)) for d in dtypes], opset=16)
+    # Rows of each kind the kernel runs apart: a scalar x (c), all three
+    # contiguous (v) and a scalar y (u; a NaN guard's and a mask's).
+    node = helper.make_node
+    nodes = [n for d in dtypes for n in (
+        node('Where', ['c', 'x_' + d, 'y_' + d], ['z_' + d]),
+        node('Where', ['f', 'w_' + d, 'y_' + d], ['v_' + d]),
+        node('Where', ['f', 'w_' + d, 's_' + d], ['u_' + d]))]
+    inputs = [('c', 'bool', (2, 1, 4)), ('f', 'bool', (2, 3, 4))] + [
+        (k + d, d, shape) for k, shape in (('x_', (3, 1)), ('y_', (1, 3, 4)),
+                                          ('w_', (2, 3, 4)), ('s_', ())) for d in dtypes]
+    model = make_model(nodes, inputs, [(k + d, d, (2, 3, 4)) for d in dtypes
+                                       for k in ('z_', 'v_', 'u_')], opset=16)
     # onnxruntime has no Where on bool values.
     check_native(model, [sample(d, s, k) for k, (_, d, s) in enumerate(inputs)],
                  onnxruntime_check='bool' not in dtypes)
