@@ -151,14 +151,18 @@ def views(program):
     of an instruction whose OpRecord says it may be a view of an input
     (view_of), when the registers' types say it is one (the same dtype: a
     Cast to another copies) and the op draws nothing (training-mode Dropout
-    makes a new array)."""
+    makes a new array); and output 0 of an in-place update (in_place),
+    which returns the array it overwrites first (runtime/ops/training.py:
+    the training step's parameters, which it outputs)."""
     base = {}
     for inst in program.instructions:
         record = operator_record(inst.op, inst.domain)
-        if record is None or record.view_of is None or record.random \
-                or record.view_of >= len(inst.inputs) or not inst.outputs:
+        if record is None or record.random or not inst.outputs:
             continue
-        source, view = inst.inputs[record.view_of], inst.outputs[0]
+        k = record.in_place[0] if record.in_place else record.view_of
+        if k is None or k >= len(inst.inputs):
+            continue
+        source, view = inst.inputs[k], inst.outputs[0]
         given, made = program.types.get(source), program.types.get(view)
         if source >= 0 and view >= 0 and given is not None and made is not None \
                 and given.dtype is not None and given.dtype == made.dtype:
@@ -350,3 +354,47 @@ def _retained_views(forward, backward):
         if source in by_name and v.name in by_name:
             shared[by_name[v.name]] = by_name[source]
     return shared
+
+
+def native_call_peak(program, run, beside=0, held=()):
+    """The bytes a process holds while the native library ``run`` (a
+    runtime.native.library.NativeRun of ``program``) runs one call, the
+    arena aside: every input's array for the whole call (the C reads them
+    until it returns, and writes in place, not frees, a donated one), the
+    arrays the call allocates first (NativeRun.call_bytes), a copy of each
+    donated input whose name is in ``held`` (the caller keeps that array,
+    so the call cannot overwrite it) and ``beside``, what the caller holds
+    that is no input."""
+    known = program_sizes(program)
+    copies = sum(known.get(program.inputs[k].register, 0) for k in run.donated
+                 if program.inputs[k].name in held)
+    return (beside + copies + run.call_bytes()
+            + sum(known.get(v.register, 0) for v in program.inputs))
+
+
+def native_process_peak(calls, runs):
+    """The predicted peak of what a process running native calls one after
+    another holds: the largest of ``calls`` (native_call_peak's arguments,
+    as tuples), with what the model's NativeRuns ``runs`` hold for their
+    life (NativeRun.resident_bytes) and the one arena buffer their calls
+    share (runtime/native/arena_pool.py: as large as the largest arena
+    among them)."""
+    return (max(native_call_peak(*call) for call in calls)
+            + sum(run.resident_bytes() for run in runs) + max(run.arena_bytes for run in runs))
+
+
+def compiled_native_peak(programs, forward, backward, runs):
+    """The predicted peak of what a process running compiled
+    training.TrainingPrograms with compile_onnx's bridge on the native
+    backend holds, the optimizer's state aside: ``forward`` and ``backward``
+    are the NativeRuns of its two programs, ``runs`` every NativeRun of the
+    model (its inference program's too: native_process_peak).  The caller
+    holds the forward's inputs (parameters, data) through both calls and
+    the model's outputs through backward (Chainer's graph keeps them)."""
+    first, second = programs.forward, programs.backward
+    known = program_sizes(first)
+    caller = list(first.inputs) + [v for v in first.outputs if v.name in programs.outputs]
+    given = {v.name for v in second.inputs}
+    beside = sum(known.get(v.register, 0) for v in caller if v.name not in given)
+    return native_process_peak([(first, forward), (second, backward, beside,
+                                                   {v.name for v in caller})], runs)

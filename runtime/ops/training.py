@@ -20,7 +20,7 @@ import numpy
 
 from . import cupy_kernels
 from .math import gemm
-from .registry import CUSTOM_DOMAIN, kernel, like
+from .registry import CUSTOM_DOMAIN, elements, kernel, like
 
 DOMAIN = 'ai.onnx.preview.training'
 
@@ -85,10 +85,18 @@ def momentum(xp, R, T, *inputs, alpha, beta, mode, norm_coefficient):
     return _flatten(results)
 
 
+def _one_parameter(inputs, outputs, attributes):
+    """The scratch of an update on NumPy: one array the size of the
+    parameter (``lr * grad``, the product, Adam's step; NumPy reuses the
+    other temporaries in place)."""
+    size = elements(inputs[0])
+    return None if size is None or inputs[0][0] is None else size * inputs[0][0].itemsize
+
+
 # The updates overwrite the parameter and its state (``in_place``) and
 # return the parameter's own array.
 @kernel('SGDUpdate', domain=CUSTOM_DOMAIN, in_place=(0,), gradient=False,
-        outputs=('param_out',), types=like(0))
+        outputs=('param_out',), types=like(0), scratch=_one_parameter)
 def sgd_update(xp, param, grad, lr):
     """In place: ``param -= lr * grad`` (chainer.optimizers.SGD).  Returns ``param``."""
     if xp is numpy or not cupy_kernels.sgd_update(xp, param, grad, float(lr)):
@@ -97,7 +105,7 @@ def sgd_update(xp, param, grad, lr):
 
 
 @kernel('GemmSGDUpdate', domain=CUSTOM_DOMAIN, in_place=(0,), gradient=False,
-        outputs=('param_out',), types=like(0))
+        outputs=('param_out',), types=like(0), scratch=_one_parameter)
 def gemm_sgd_update(xp, param, a, b, lr, *, alpha=1.0, transA=0, transB=0):
     """In place: ``param -= lr * alpha * op(a) @ op(b)``, SGDUpdate of the
     gradient a Gemm (without C) makes, as one instruction: the native
@@ -108,7 +116,7 @@ def gemm_sgd_update(xp, param, a, b, lr, *, alpha=1.0, transA=0, transB=0):
 
 
 @kernel('MomentumSGDUpdate', domain=CUSTOM_DOMAIN, in_place=(0, 2), gradient=False,
-        outputs=('param_out',), types=like(0))
+        outputs=('param_out',), types=like(0), scratch=_one_parameter)
 def momentum_sgd_update(xp, param, grad, v, lr, momentum):
     """In place: ``v = momentum * v - lr * grad; param += v``
     (chainer.optimizers.MomentumSGD).  Returns ``param``."""
@@ -119,7 +127,7 @@ def momentum_sgd_update(xp, param, grad, v, lr, momentum):
 
 
 @kernel('AdamUpdate', domain=CUSTOM_DOMAIN, in_place=(0, 2, 3), gradient=False,
-        outputs=('param_out',), types=like(0))
+        outputs=('param_out',), types=like(0), scratch=_one_parameter)
 def adam_update(xp, param, grad, m, v, alpha_t, beta1, beta2, eps, eta, weight_decay_rate):
     """In place, chainer.optimizers.Adam with the bias-corrected ``alpha_t``:
     ``m += (1 - beta1) * (grad - m); v += (1 - beta2) * (grad**2 - v);

@@ -260,3 +260,49 @@ def test_gt_planning_on_the_kernels_scratch_holds_less_than_on_the_count(tmp, mo
     planned = [memory_model.compiled_planned_peak(c._training_states()[0].programs)
                for c in (aware, counted)]
     assert planned[0] < planned[1]
+
+
+def _wide_mlp_step(**runtime_kwargs):
+    """(compile_training_step of a Classifier of three 512-wide layers and
+    momentum SGD at batch 8, x, t): 1 MiB weights, activations of 16 KiB, so
+    what the updates hold decides the peak."""
+    rng = numpy.random.RandomState(0)
+    x, t = rng.randn(8, 512).astype(numpy.float32), rng.randint(0, 10, 8).astype('i')
+    numpy.random.seed(0)
+    model = L.Classifier(chainer.Sequential(L.Linear(512, 512), F.relu, L.Linear(512, 512),
+                                            F.relu, L.Linear(512, 10)))
+    optimizer = chainer.optimizers.MomentumSGD()
+    optimizer.setup(model)
+    step = chainer_compiler.compile_training_step(model, optimizer, (x, t),
+                                                  runtime_kwargs={**ON_THE_VM, **runtime_kwargs})
+    return step, x, t
+
+
+def test_a_training_steps_updates_count_as_the_parameters_they_return():
+    """The updates return the parameters they overwrite, and the step outputs
+    them: the VM counts each array once (it counted every updated parameter
+    twice: as the input and as the output)."""
+    step, x, t = _wide_mlp_step(track_memory=True)
+    step(x, t)
+    assert memory_model.program_peak(step.program)[0] == step.peak_bytes()
+
+
+def test_the_process_peak_of_a_training_step_predicts_what_tracemalloc_sees():
+    """The step's inputs held throughout, the updates' outputs as their
+    parameters and each update's scratch (``lr * grad``, one array the size
+    of its parameter) are what NumPy holds at the step's peak."""
+    step, x, t = _wide_mlp_step()
+    program = step.program
+    held = [v.register for v in program.inputs]
+    predicted = memory_model.program_peak(program, held=held, scratch=True)[0]
+    step(x, t)
+    tracemalloc.start()
+    try:
+        step(x, t)
+        made = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    # The inputs (batch, parameters, momentum) were allocated before tracing.
+    known = memory_model.program_sizes(program)
+    real = made + sum(known.get(r, 0) for r in held)
+    assert abs(predicted / real - 1) < 0.02, (predicted, real)
