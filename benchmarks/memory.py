@@ -4,7 +4,7 @@
 
     python benchmarks/memory.py [--models KEY ...] [--policies POLICY ...]
                                 [--backends numpy native] [--api onnx step]
-                                [--optimizer NAME]
+                                [--optimizer NAME] [--clock wall|cpu]
                                 [--steps N] [--seconds S] [--batch N] [--quick]
                                 [--no-rss] [--out benchmarks/out/memory.png]
 
@@ -58,7 +58,7 @@ import chainer.links as L
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import models  # noqa: E402
 from bench import batch_data, initialized_model  # noqa: E402
-from timing import interleaved_samples, timed  # noqa: E402
+from timing import CLOCKS, interleaved_samples, timed  # noqa: E402
 from training_candidates import OPTIMIZERS, optimizer_update_step  # noqa: E402
 
 import chainer_compiler  # noqa: E402
@@ -423,7 +423,7 @@ def bench_model(key, policies, args, work):
     rounds = timing_rounds(calls, args)
     print('timing: %s, %d rows, %d rounds ...' % (label, len(steps), rounds), file=sys.stderr)
     samples = interleaved_samples(calls, budget_s=0.0, min_reps=rounds, max_reps=rounds,
-                                  rounds=rounds)
+                                  rounds=rounds, clock=args.clock)
     for row in rows:
         row.samples = samples.get(row.key)
     return rows, (model, onnx_file, x, t)
@@ -812,6 +812,9 @@ def main(argv=None):
     parser.add_argument('--optimizer', choices=sorted(OPTIMIZERS), default='momentum',
                         help='the optimizer of the training step (default: momentum, which '
                              'keeps a state as large as the parameters)')
+    parser.add_argument('--clock', choices=sorted(CLOCKS), default='wall',
+                        help="the step times' clock (timing.py): 'wall' (default) or 'cpu' "
+                             "(this process's CPU time, steadier on a loaded machine)")
     parser.add_argument('--no-rss', dest='rss', action='store_false',
                         help='skip the fresh process per row that measures peak RSS')
     parser.add_argument('--rss-child', help=argparse.SUPPRESS)
