@@ -9,16 +9,46 @@ void ccn_copy(size_t nbytes, const void *x, void *y)
         memcpy(y, x, nbytes);
 }
 
-/* Element offset of row ``row`` (a C-order index over shape[0..rank-2],
- * the last axis excluded) under ``strides``. */
-static long row_offset(long row, int rank, const long *shape, const long *strides)
+/* The most axes of an index space here: lower.py's MAX_RANK bounds every
+ * value's rank. */
+#define CCN_ARRAY_MAX_RANK 8
+
+/* Rows [begin, end) of shape (every axis but the last) in C order, with
+ * each operand's element offset under its strides: divisions at the first
+ * row only, then an odometer.  row_offset's division per axis and row
+ * took most of a Transpose of short rows (MobileViT's runs of 2 floats: 5
+ * ns an element). */
+typedef struct {
+    int rank, operands;
+    const long *shape;
+    const long *const *strides;
+    long index[CCN_ARRAY_MAX_RANK], offset[3];
+} row_walk;
+
+static void walk_start(row_walk *w, long row)
 {
-    long offset = 0;
-    for (int k = rank - 2; k >= 0; --k) {
-        offset += row % shape[k] * strides[k];
-        row /= shape[k];
+    for (int j = 0; j < w->operands; ++j)
+        w->offset[j] = 0;
+    for (int k = w->rank - 2; k >= 0; --k) {
+        w->index[k] = row % w->shape[k];
+        row /= w->shape[k];
+        for (int j = 0; j < w->operands; ++j)
+            w->offset[j] += w->index[k] * w->strides[j][k];
     }
-    return offset;
+}
+
+/* To the next row: the innermost outer axis steps, carrying outwards. */
+static inline void walk_next(row_walk *w)
+{
+    for (int k = w->rank - 2; k >= 0; --k) {
+        const int carry = ++w->index[k] == w->shape[k];
+        const long steps = carry ? 1 - w->shape[k] : 1;
+        for (int j = 0; j < w->operands; ++j)
+            w->offset[j] += steps * w->strides[j][k];
+        if (!carry)
+            return;
+        w->index[k] = 0;
+    }
 }
 
 /* Number of rows: every axis but the last. */
@@ -30,28 +60,43 @@ static long row_count(int rank, const long *shape)
     return rows;
 }
 
-/* n elements from x (stride xs) to y (stride ys).  A constant size in each
- * memcpy lets the compiler turn it into one load and one store. */
-#define CCN_COPY_RUN(SIZE)                                                  \
-    for (long i = 0; i < n; ++i)                                            \
-        memcpy(y + i * ys * (SIZE), x + i * xs * (SIZE), (SIZE));
-static void copy_run(size_t elem, long n, const unsigned char *x, long xs,
-                     unsigned char *y, long ys)
+/* A block of l planes of m rows of n elements of elem bytes from x
+ * (strides in bytes: xb[0] a plane, xb[1] a row, xb[2] an element) to y
+ * (yb).  A constant size in each memcpy lets the compiler turn it into one
+ * load and one store; contiguous runs of 8 or 16 bytes (MobileViT's
+ * patches: 2 floats) go as single elements of that size, and only long
+ * runs call memcpy. */
+#define CCN_COPY_BLOCK(SIZE)                                                  \
+    for (long p = 0; p < l; ++p)                                              \
+        for (long j = 0; j < m; ++j)                                          \
+            for (long i = 0; i < n; ++i)                                      \
+                memcpy(y + p * yb[0] + j * yb[1] + i * yb[2],                 \
+                       x + p * xb[0] + j * xb[1] + i * xb[2], (SIZE));
+static void copy_block(size_t elem, long l, long m, long n, const unsigned char *x,
+                       const long *xb, unsigned char *y, const long *yb)
 {
-    if (xs == 1 && ys == 1) {
-        memcpy(y, x, (size_t)n * elem);
-        return;
+    const long run = n * (long)elem;
+    if (n > 1 && xb[2] == (long)elem && yb[2] == (long)elem) {
+        if (run == 8 || run == 16) {
+            copy_block((size_t)run, l, m, 1, x, xb, y, yb);
+            return;
+        }
+        if (run >= 64) {
+            for (long p = 0; p < l; ++p)
+                for (long j = 0; j < m; ++j)
+                    memcpy(y + p * yb[0] + j * yb[1], x + p * xb[0] + j * xb[1], (size_t)run);
+            return;
+        }
     }
     switch (elem) {
-    case 1: CCN_COPY_RUN(1) break;
-    case 4: CCN_COPY_RUN(4) break;
-    case 8: CCN_COPY_RUN(8) break;
-    default:
-        for (long i = 0; i < n; ++i)
-            memcpy(y + i * ys * (long)elem, x + i * xs * (long)elem, elem);
+    case 1: CCN_COPY_BLOCK(1) break;
+    case 4: CCN_COPY_BLOCK(4) break;
+    case 8: CCN_COPY_BLOCK(8) break;
+    case 16: CCN_COPY_BLOCK(16) break;
+    default: CCN_COPY_BLOCK(elem)
     }
 }
-#undef CCN_COPY_RUN
+#undef CCN_COPY_BLOCK
 
 /* ccn_strided_copy: its rows [begin, end). */
 typedef struct {
@@ -78,11 +123,41 @@ static void strided_copy_range(void *context, long begin, long end)
     const long e = (long)elem;
     if (n == 0)
         return;
-    for (long r = begin; r < end; r++) {
-        const unsigned char *xr =
-            (const unsigned char *)x + row_offset(r, rank, shape, x_strides) * e;
-        unsigned char *yr = (unsigned char *)y + row_offset(r, rank, shape, y_strides) * e;
-        copy_run(elem, n, xr, x_strides[rank - 1], yr, y_strides[rank - 1]);
+    /* The last three axes' strides in bytes (a lower rank's missing ones
+     * unused). */
+    const long xb[] = {rank >= 3 ? x_strides[rank - 3] * e : 0,
+                       rank >= 2 ? x_strides[rank - 2] * e : 0, x_strides[rank - 1] * e};
+    const long yb[] = {rank >= 3 ? y_strides[rank - 3] * e : 0,
+                       rank >= 2 ? y_strides[rank - 2] * e : 0, y_strides[rank - 1] * e};
+    if (rank == 1) {
+        copy_block(elem, 1, 1, n, x, xb, y, yb);
+        return;
+    }
+    const long *strides[] = {x_strides, y_strides};
+    row_walk w = {.rank = rank, .operands = 2, .shape = shape, .strides = strides};
+    walk_start(&w, begin);
+    /* Rows by blocks: the rest of the current plane (axis k, the last
+     * outer axis), or whole planes along axis k - 1 when the range holds
+     * them, so that short rows do not each pay the walk. */
+    const int k = rank - 2;
+    for (long r = begin; r < end;) {
+        long planes = 1, rows = shape[k] - w.index[k];
+        if (k >= 1 && w.index[k] == 0 && end - r >= shape[k]) {
+            const long whole = (end - r) / shape[k], more = shape[k - 1] - w.index[k - 1];
+            planes = whole < more ? whole : more;
+        } else if (end - r < rows) {
+            rows = end - r;
+        }
+        copy_block(elem, planes, rows, n, (const unsigned char *)x + w.offset[0] * e, xb,
+                   (unsigned char *)y + w.offset[1] * e, yb);
+        r += planes * rows;
+        /* To the block's last row, then one step with the carry. */
+        w.index[k] += rows - 1;
+        if (k >= 1)
+            w.index[k - 1] += planes - 1;
+        for (int j = 0; j < 2; ++j)
+            w.offset[j] += (rows - 1) * strides[j][k] + (planes - 1) * (k >= 1 ? strides[j][k - 1] : 0);
+        walk_next(&w);
     }
 }
 
@@ -410,12 +485,13 @@ static void where_range(void *context, long begin, long end)
     const long n = shape[rank - 1];
     const long e = (long)elem;
     const long cs = cond_strides[rank - 1], xs = x_strides[rank - 1], ys = y_strides[rank - 1];
-    for (long r = begin; r < end; r++) {
-        const uint8_t *cr = cond + row_offset(r, rank, shape, cond_strides);
-        const unsigned char *xr =
-            (const unsigned char *)x + row_offset(r, rank, shape, x_strides) * e;
-        const unsigned char *yr =
-            (const unsigned char *)y + row_offset(r, rank, shape, y_strides) * e;
+    const long *strides[] = {cond_strides, x_strides, y_strides};
+    row_walk w = {.rank = rank, .operands = 3, .shape = shape, .strides = strides};
+    walk_start(&w, begin);
+    for (long r = begin; r < end; r++, walk_next(&w)) {
+        const uint8_t *cr = cond + w.offset[0];
+        const unsigned char *xr = (const unsigned char *)x + w.offset[1] * e;
+        const unsigned char *yr = (const unsigned char *)y + w.offset[2] * e;
         unsigned char *outr = (unsigned char *)out + r * n * e;
         switch (elem) {
         case 1: where_run_1(n, cr, cs, xr, xs, yr, ys, outr); break;
