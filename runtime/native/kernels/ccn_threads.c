@@ -1,25 +1,32 @@
 /* The kernels' thread pool (ccn_threads.h).
  *
  * One loop runs at a time.  It is cut into pieces (at most count / grain,
- * so none is smaller than its caller asked), CCN_PIECES_PER_CHUNK
- * consecutive pieces to a chunk.  Its caller writes the loop's task,
- * context and size into the pool, a word per chunk (`parts`: the loop's
- * generation, the chunk's end and its next piece), then publishes the loop
- * in `ticket` (generation, number of chunks, next chunk).  A thread claims
- * a chunk, or a piece of one, by a compare-and-swap on the whole word, so a
- * thread still looking at an earlier loop claims nothing of this one; once
- * it holds a piece, the loop cannot end (its caller waits for every piece
- * to be `done`), so the task and context it reads stay valid.
+ * so none is smaller than its caller asked, and at most work /
+ * CCN_PIECE_WORK, so each is worth handing to another thread),
+ * CCN_PIECES_PER_CHUNK consecutive pieces to a chunk.  Its caller writes
+ * the loop's task, context and size into the pool, a word per chunk
+ * (`parts`: the loop's generation, the chunk's end and its next piece),
+ * then publishes the loop in `ticket` (generation, number of chunks, next
+ * chunk).  A thread claims a chunk, or a piece of one, by a
+ * compare-and-swap on the whole word, so a thread still looking at an
+ * earlier loop claims nothing of this one; once it holds a piece, the loop
+ * cannot end (its caller waits for every piece to be `done`), so the task
+ * and context it reads stay valid.
  *
  * A thread runs the pieces of the chunks it claims one by one; when no
  * chunk is left, it takes the pieces other threads have not started.  So
  * a worker that the OS deschedules (milliseconds, when another process
  * wants the CPU) leaves the rest of its chunk to the others, and the caller
- * waits only for the one piece it is in.  When the caller still waited for
+ * waits only for the one piece it is in; it spins for that piece briefly,
+ * then sleeps until the worker is done (beside a busy process, its spinning
+ * kept the CPU from the late worker).  When the caller still waited for
  * the others longer than it worked itself, the next loops run on the
  * caller alone for a while (`backoff`: doubled each time it recurs, an
  * eighth shorter after each loop that runs well), then the threads are
- * tried again. */
+ * tried again.  When the last worker to sleep did so because the OS ran
+ * other threads on its CPU, a loop of less than CCN_WAKE_WORK wakes no
+ * sleeping worker: it runs on the workers still spinning, or on the caller
+ * alone. */
 #if defined(__linux__) && !defined(_GNU_SOURCE)
 #define _GNU_SOURCE /* sched_getaffinity, CPU_COUNT */
 #endif
@@ -57,9 +64,11 @@
  * from the caller's serial code; with nothing else to run, a yield returns
  * at once. */
 #define CCN_YIELD_EVERY 32
-/* Polls before a caller waiting for claimed chunks starts yielding its
- * CPU (to the late worker, when they share one). */
-#define CCN_WAIT_SPIN 64
+/* How long a caller waiting for the pieces other threads are in spins
+ * (as long as its yields come back at once) before it sleeps until they
+ * are done: a piece runs for tens of microseconds, a descheduled worker's
+ * for milliseconds. */
+#define CCN_WAIT_SPIN_NS 100000LL
 /* A yield that returns later than this ran another thread: the CPU is
  * wanted, and an idle worker sleeps instead of spinning on (its spin took
  * time from the caller's serial code: ResNet-18 beside a busy process,
@@ -84,9 +93,11 @@
 static struct {
     pthread_mutex_t lock; /* with `wake`: sleeping workers; `started` */
     pthread_cond_t wake;
+    pthread_cond_t finished; /* with `lock`: the caller waiting for `done` */
     int threads;  /* atomic: threads per loop, the caller included; 0 until set */
     int started;  /* atomic: workers created (written under `lock`) */
     int sleepers; /* atomic: workers waiting on `wake` */
+    int wanted;   /* atomic: the last worker to sleep found its CPU wanted */
     int busy;     /* atomic: a loop is running */
     /* The running loop, written by its caller before it publishes the
      * ticket (the caller holds `busy`). */
@@ -97,11 +108,14 @@ static struct {
     unsigned long long ticket; /* atomic: generation, chunks, next chunk */
     /* atomic: chunk c's generation, end and next piece */
     unsigned long long parts[CCN_MAX_CHUNKS];
-    long done; /* atomic: pieces the workers finished */
+    long done;   /* atomic: pieces the workers finished */
+    int waiting; /* atomic: the caller sleeps on `finished` */
     /* Contention, read and written by the caller holding `busy`: loops
      * start serially before serial_until (CLOCK_MONOTONIC ns). */
     long long backoff, serial_until;
-} pool = {.lock = PTHREAD_MUTEX_INITIALIZER, .wake = PTHREAD_COND_INITIALIZER};
+} pool = {.lock = PTHREAD_MUTEX_INITIALIZER,
+          .wake = PTHREAD_COND_INITIALIZER,
+          .finished = PTHREAD_COND_INITIALIZER};
 
 static long long now_ns(void)
 {
@@ -170,12 +184,13 @@ static void *worker(void *arg)
     unsigned long long seen = 0;
     for (;;) {
         unsigned long long t = __atomic_load_n(&pool.ticket, __ATOMIC_ACQUIRE);
-        for (long spin = 0, unwanted = 1; unwanted && spin < CCN_SPIN && GEN(t) == seen;
-             spin++) {
+        int unwanted = 1;
+        for (long spin = 0; unwanted && spin < CCN_SPIN && GEN(t) == seen; spin++) {
             unwanted = pause_briefly(spin);
             t = __atomic_load_n(&pool.ticket, __ATOMIC_ACQUIRE);
         }
         if (GEN(t) == seen || index >= __atomic_load_n(&pool.threads, __ATOMIC_RELAXED)) {
+            __atomic_store_n(&pool.wanted, !unwanted, __ATOMIC_RELAXED);
             /* Sleep until a loop after `seen` starts.  A caller publishes
              * its ticket, then reads `sleepers`; this thread counts itself
              * in `sleepers`, then reads the ticket (both sequentially
@@ -195,8 +210,17 @@ static void *worker(void *arg)
         }
         seen = GEN(t);
         const long ran = run_chunks(seen);
-        if (ran)
-            __atomic_add_fetch(&pool.done, ran, __ATOMIC_RELEASE);
+        /* The caller sets `waiting`, then reads `done` (both sequentially
+         * consistent): it sees these pieces, or this thread sees it wait.
+         * (A wake meant for an earlier loop's caller is a spurious one.) */
+        if (ran) {
+            __atomic_add_fetch(&pool.done, ran, __ATOMIC_SEQ_CST);
+            if (__atomic_load_n(&pool.waiting, __ATOMIC_SEQ_CST)) {
+                pthread_mutex_lock(&pool.lock);
+                pthread_cond_broadcast(&pool.finished);
+                pthread_mutex_unlock(&pool.lock);
+            }
+        }
     }
     return NULL;
 }
@@ -207,7 +231,10 @@ static void reset_in_child(void)
 {
     pthread_mutex_init(&pool.lock, NULL);
     pthread_cond_init(&pool.wake, NULL);
+    pthread_cond_init(&pool.finished, NULL);
     pool.started = 0;
+    pool.waiting = 0;
+    pool.wanted = 0;
     pool.sleepers = 0;
     pool.busy = 0;
 }
@@ -282,10 +309,29 @@ int ccn_set_threads(int threads)
     return 0;
 }
 
+/* Waits until the workers have finished `others` pieces of the running
+ * loop: spinning while that is likely to be soon, then asleep. */
+static void wait_for_workers(long others)
+{
+    const long long start = now_ns();
+    for (long spin = 0; __atomic_load_n(&pool.done, __ATOMIC_ACQUIRE) != others; spin++)
+        if (!pause_briefly(spin) || now_ns() - start > CCN_WAIT_SPIN_NS) {
+            pthread_mutex_lock(&pool.lock);
+            __atomic_store_n(&pool.waiting, 1, __ATOMIC_SEQ_CST);
+            while (__atomic_load_n(&pool.done, __ATOMIC_SEQ_CST) != others)
+                pthread_cond_wait(&pool.finished, &pool.lock);
+            __atomic_store_n(&pool.waiting, 0, __ATOMIC_RELAXED);
+            pthread_mutex_unlock(&pool.lock);
+        }
+}
+
 void ccn_parallel_for_grain(long count, long work, long grain, ccn_task task, void *context)
 {
-    /* At most count / grain pieces, so each holds at least grain indices. */
-    const long most_pieces = grain > 1 ? count / grain : count;
+    /* At most count / grain pieces, so each holds at least grain indices,
+     * and at most work / CCN_PIECE_WORK. */
+    long most_pieces = grain > 1 ? count / grain : count;
+    if (most_pieces > work / CCN_PIECE_WORK)
+        most_pieces = work / CCN_PIECE_WORK;
     const int threads = work >= CCN_PARALLEL_WORK && most_pieces > 1 ? ccn_get_threads() : 1;
     if (threads < 2 || __atomic_exchange_n(&pool.busy, 1, __ATOMIC_ACQUIRE)) {
         task(context, 0, count);
@@ -297,7 +343,12 @@ void ccn_parallel_for_grain(long count, long work, long grain, ccn_task task, vo
     const long most = (long)(workers + 1) * CCN_CHUNKS_PER_THREAD * CCN_PIECES_PER_CHUNK;
     const long pieces = most_pieces < most ? most_pieces : most;
     const long chunks = (pieces + CCN_PIECES_PER_CHUNK - 1) / CCN_PIECES_PER_CHUNK;
-    if (workers == 0 || start < pool.serial_until) {
+    /* When the CPUs are wanted, a woken worker runs only once the OS finds
+     * it one, often after the loop: a smaller loop runs on the workers
+     * still awake, or on the caller alone when none is. */
+    const int wake = work >= CCN_WAKE_WORK || !__atomic_load_n(&pool.wanted, __ATOMIC_RELAXED);
+    if (workers == 0 || start < pool.serial_until ||
+        (!wake && __atomic_load_n(&pool.sleepers, __ATOMIC_SEQ_CST) >= started)) {
         __atomic_store_n(&pool.busy, 0, __ATOMIC_RELEASE);
         task(context, 0, count);
         return;
@@ -314,19 +365,14 @@ void ccn_parallel_for_grain(long count, long work, long grain, ccn_task task, vo
                          __ATOMIC_RELEASE);
     }
     __atomic_store_n(&pool.ticket, CLAIMS(pool.generation, chunks, 0), __ATOMIC_SEQ_CST);
-    if (__atomic_load_n(&pool.sleepers, __ATOMIC_SEQ_CST) > 0) {
+    if (wake && __atomic_load_n(&pool.sleepers, __ATOMIC_SEQ_CST) > 0) {
         pthread_mutex_lock(&pool.lock);
         pthread_cond_broadcast(&pool.wake);
         pthread_mutex_unlock(&pool.lock);
     }
     const long others = pieces - run_chunks(pool.generation);
     const long long worked = now_ns();
-    for (long spin = 0; __atomic_load_n(&pool.done, __ATOMIC_ACQUIRE) != others; spin++) {
-        if (spin < CCN_WAIT_SPIN)
-            pause_briefly(spin);
-        else
-            sched_yield();
-    }
+    wait_for_workers(others);
     const long long end = now_ns();
     if (end - worked > worked - start && end - worked > CCN_STALL_NS) {
         const long long doubled = 2 * pool.backoff;

@@ -11,7 +11,10 @@
  * touched, as the caller counts it) below CCN_PARALLEL_WORK runs on the
  * caller alone without waking anyone; so does a call made while the pool
  * is busy (from inside a task, or from another thread: the pool runs one
- * loop at a time).
+ * loop at a time).  A loop gets at most work / CCN_PIECE_WORK pieces; on
+ * CPUs that other threads want, one of less than CCN_WAKE_WORK runs on the
+ * workers still spinning from the last loop, if any, without waking those
+ * asleep.
  *
  * The workers start at the first parallel loop.  POSIX threads where the
  * compiler has GCC's atomic builtins; elsewhere, or built with
@@ -28,6 +31,15 @@ typedef void (*ccn_task)(void *context, long begin, long end);
 
 /* Most threads the pool runs, the caller included. */
 #define CCN_MAX_THREADS 256
+
+/* The least work (as CCN_PARALLEL_WORK counts it) of a piece of a loop:
+ * about 10 to 20 us, what handing a piece to another thread may cost
+ * (claiming it on a cache line the threads share, its task's setup). */
+#define CCN_PIECE_WORK (1L << 15)
+/* The least work of a loop that wakes a worker which went to sleep
+ * because the OS ran other threads on its CPU: the woken thread then runs
+ * only once the OS finds it a CPU, often when the loop is long done. */
+#define CCN_WAKE_WORK (1L << 19)
 
 void ccn_parallel_for(long count, long work, ccn_task task, void *context);
 

@@ -7,6 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "ccn_threads.h"
 
@@ -93,6 +94,22 @@ static void slow_elsewhere(void *context, long begin, long end)
         const struct timespec pause = {0, 20000000};
         nanosleep(&pause, NULL);
     }
+}
+
+/* Spins until *stop: keeps a CPU wanted by another thread. */
+static void *spin_until(void *stop)
+{
+    while (!__atomic_load_n((int *)stop, __ATOMIC_RELAXED))
+        ;
+    return NULL;
+}
+
+/* The calling thread's CPU time in ms. */
+static double thread_cpu_ms(void)
+{
+    struct timespec t;
+    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &t);
+    return t.tv_sec * 1e3 + t.tv_nsec / 1e6;
 }
 
 /* A loop whose first piece on a worker stalls, as if the OS had
@@ -184,6 +201,21 @@ int main(void)
                         break;
                     }
             }
+        /* At most work / CCN_PIECE_WORK ranges: a piece is worth handing
+         * to another thread (the pool before this cut the loop into up to
+         * 32 pieces per thread whatever its work). */
+        for (long work = CCN_PARALLEL_WORK; work <= 4 * CCN_PARALLEL_WORK; work *= 2) {
+            ranges r = {hits, 0, most};
+            memset(hits, 0, most * sizeof *hits);
+            ccn_parallel_for(most, work, note_ranges, &r);
+            check(r.ranges <= work / CCN_PIECE_WORK, "at most work / CCN_PIECE_WORK ranges",
+                  work, r.ranges);
+            for (long i = 0; i < most; i++)
+                if (hits[i] != 1) {
+                    check(0, "each index exactly once by work", work, i);
+                    break;
+                }
+        }
         /* Many short loops in a row: each one's ticket follows the last. */
         for (int round = 0; round < 2000; round++) {
             memset(hits, 0, 100 * sizeof *hits);
@@ -216,9 +248,35 @@ int main(void)
          * the OS delayed makes the next ones serial (up to 1 s). */
         for (int round = 0; round < 5000 && h.others == 0; round++) {
             nanosleep(&moment, NULL);
-            ccn_parallel_for(64, CCN_PARALLEL_WORK, note_thread, &h);
+            ccn_parallel_for(64, CCN_WAKE_WORK, note_thread, &h);
         }
         check(h.others > 0, "workers run chunks", h.others, 0);
+        /* With a thread spinning on every CPU, a worker's yields come back
+         * late and it sleeps; then a loop too small to wake it runs on the
+         * caller alone (the pool before this woke the workers for every
+         * loop, and they took part in its 3 ms).  A worker still spinning
+         * would take part: one of three tries is enough. */
+        enum { MOST_SPINNERS = 64 };
+        pthread_t spinners[MOST_SPINNERS];
+        const long cpus = sysconf(_SC_NPROCESSORS_ONLN);
+        int stop = 0, spinning = 0;
+        while (spinning < (cpus < MOST_SPINNERS ? cpus : MOST_SPINNERS) &&
+               pthread_create(&spinners[spinning], NULL, spin_until, &stop) == 0)
+            spinning++;
+        int alone_tries = 0, alone_others = -1;
+        for (; alone_tries < 3 && alone_others != 0; alone_tries++) {
+            helpers large = {pthread_self(), 0}, small = {pthread_self(), 0};
+            ccn_parallel_for(64, CCN_WAKE_WORK, note_thread, &large);
+            const struct timespec asleep = {0, 100000000};
+            nanosleep(&asleep, NULL);
+            ccn_parallel_for(64, CCN_WAKE_WORK - 1, note_thread, &small);
+            alone_others = small.others;
+        }
+        __atomic_store_n(&stop, 1, __ATOMIC_RELAXED);
+        for (int k = 0; k < spinning; k++)
+            pthread_join(spinners[k], NULL);
+        check(alone_others == 0, "no sleeping worker woken for a small loop on wanted CPUs",
+              alone_tries, alone_others);
         /* Two callers at once: one runs on the pool, the other alone. */
         long *z = malloc(4096 * sizeof *z);
         pthread_t thread;
@@ -242,7 +300,7 @@ int main(void)
             nanosleep(&moment, NULL);
             memset(hits, 0, s.count * sizeof *hits);
             s.ran = 0;
-            ccn_parallel_for(s.count, CCN_PARALLEL_WORK, stall_once, &s);
+            ccn_parallel_for(s.count, 64 * CCN_PIECE_WORK, stall_once, &s);
         }
         check(s.stalled && s.held > 0 && s.held <= s.count / 64,
               "a stalled worker holds one piece", s.stalled, s.held);
@@ -260,20 +318,26 @@ int main(void)
          * is the OS's choice on a loaded machine (or under a sanitizer), so
          * the check asks that one of several tries does. */
         int serial = 0, stalls = 0, others = -1;
+        double waited_cpu_ms = 0;
         for (int attempt = 0; attempt < 20 && !serial; attempt++) {
             helpers slow = {pthread_self(), 0}, after = {pthread_self(), 0};
             for (int round = 0; round < 5000 && slow.others == 0; round++) {
                 nanosleep(&moment, NULL);
-                ccn_parallel_for(64, CCN_PARALLEL_WORK, slow_elsewhere, &slow);
+                const double cpu = thread_cpu_ms();
+                ccn_parallel_for(64, CCN_WAKE_WORK, slow_elsewhere, &slow);
+                waited_cpu_ms = thread_cpu_ms() - cpu;
             }
             if (slow.others == 0)
                 continue;
             stalls++;
-            ccn_parallel_for(64, CCN_PARALLEL_WORK, note_thread, &after);
+            ccn_parallel_for(64, CCN_WAKE_WORK, note_thread, &after);
             others = after.others;
             serial = others == 0;
         }
         check(serial, "serial after a long wait", stalls, others);
+        /* Meanwhile the caller slept: it waited 20 ms or more for the
+         * worker's piece (the pool before this spun through it, yielding). */
+        check(waited_cpu_ms < 5, "the caller sleeps while it waits", (long)waited_cpu_ms, 5);
     }
     free(hits);
     free(y);
