@@ -28,7 +28,7 @@ count is read when the native library and onnxruntime start):
   its ``--iterations`` timing against the in-Python native backend.
 - profile: per-instruction profiles of the native backend (its profiling
   build) and onnxruntime's per-operator profile, for the three models with
-  the worst batch-1 one-thread ratio.
+  the worst one-thread ratio at each batch size timed.
 
 Writes foreign_models.md and foreign_models.json to --out and prints the
 markdown; --refusals also writes the refused operators per file.
@@ -210,7 +210,9 @@ def _median_ms(fn, budget_s):
 
 def time_worker(args):
     """Median ms of native and onnxruntime (and the VM, one thread, batch 1),
-    quiet and busy, at the thread count this process was started with."""
+    quiet and busy, at the thread count this process was started with; with
+    default threads also native_2t_over_1t_busy, their ratio to one thread
+    timed interleaved in this process."""
     threads = None if args.threads == 0 else args.threads
     path = os.path.join(args.dir, file_name(args.model, args.exporter, args.batch))
     program = build_program(path)
@@ -227,6 +229,14 @@ def time_worker(args):
             for impl, fn in candidates.items():
                 if impl != 'vm' or load == 'quiet':
                     ms['%s_%s' % (impl, load)] = _median_ms(fn, args.budget)
+            if threads is None and load == 'busy':
+                # The second thread's worth: default threads against one in
+                # this process, round by round beside the same neighbour (two
+                # processes minutes apart differ more by the machine's load).
+                pair = time_interleaved({'default': candidates['native'], 'one': native_call(
+                    Executor(program, backend='native', threads=1), inputs)},
+                    budget_s=args.budget, min_reps=3, rounds=10)
+                ms['native_2t_over_1t_busy'] = pair['default'] / pair['one']
         finally:
             if neighbour is not None:
                 neighbour.kill()
@@ -258,9 +268,9 @@ def executable_worker(args):
 def profile_worker(args):
     """Per-instruction means of the native profiling build and per-operator
     totals of both backends over ``args.runs`` runs after a warm-up."""
-    path = os.path.join(args.dir, file_name(args.model, args.exporter, 1))
+    path = os.path.join(args.dir, file_name(args.model, args.exporter, args.batch))
     program = build_program(path)
-    inputs = load_inputs(args.dir, args.model, 1, program)
+    inputs = load_inputs(args.dir, args.model, args.batch, program)
     tracer = Tracer(max_events=None)
     executor = Executor(program, backend='native', tracer=tracer)
     executor.run(inputs)
@@ -429,16 +439,19 @@ def ratio(row, impl, setting):
 
 
 def profile_stage(args, timings):
-    ranked = sorted((r for r in timings if r['batch'] == 1 and
-                     ratio(r, 'native', 'quiet_threads_1') is not None),
-                    key=lambda r: -ratio(r, 'native', 'quiet_threads_1'))
+    """The three worst one-thread ratios of each batch size timed."""
     rows = []
-    for row in ranked[:3]:
-        print('profile: %s ...' % row['model'], file=sys.stderr, flush=True)
-        rows.append(dict(run_worker('profile', args, row['model'], row['exporter'],
-                                    extra=['--runs', '20']),
-                         model=row['model'], exporter=row['exporter'],
-                         ratio=ratio(row, 'native', 'quiet_threads_1')))
+    for batch in sorted({r['batch'] for r in timings}):
+        ranked = sorted((r for r in timings if r['batch'] == batch and
+                         ratio(r, 'native', 'quiet_threads_1') is not None),
+                        key=lambda r: -ratio(r, 'native', 'quiet_threads_1'))
+        for row in ranked[:3]:
+            print('profile: %s batch %d ...' % (row['model'], batch), file=sys.stderr,
+                  flush=True)
+            rows.append(dict(run_worker('profile', args, row['model'], row['exporter'],
+                                        batch=batch, extra=['--runs', '20']),
+                             model=row['model'], exporter=row['exporter'], batch=batch,
+                             ratio=ratio(row, 'native', 'quiet_threads_1')))
     return rows
 
 
@@ -508,8 +521,9 @@ def timing_markdown(rows):
     lines = ['## Native against onnxruntime', '',
              'Ratios of median times (native / onnxruntime; below 1 is faster), both in one '
              'process per thread setting; "busy": one other process spinning on a core. '
-             '"2T/1T busy": native with default threads over native with one, both busy '
-             '(above 1: the second thread costs). VM: the NumPy VM, one thread, quiet.', '',
+             '"2T/1T busy": native with default threads over native with one, both busy, '
+             'timed call by call in one process (above 1: the second thread costs). VM: the '
+             'NumPy VM, one thread, quiet.', '',
              '| model | exporter | batch | native ms (1T) | onnxruntime ms (1T) | 1T | default | '
              '1T busy | default busy | 2T/1T busy | VM (1T) |',
              '|---|---|---|---|---|---|---|---|---|---|---|']
@@ -517,6 +531,8 @@ def timing_markdown(rows):
         ms = r['ms']
         cells = [_fmt(ratio(r, 'native', s)) for _, s in SETTINGS]
         busy1, busy2 = ms.get('native_busy_threads_1'), ms.get('native_busy_threads_default')
+        if 'native_2t_over_1t_busy_threads_default' in ms:  # interleaved (time_worker)
+            busy1, busy2 = 1.0, ms['native_2t_over_1t_busy_threads_default']
         lines.append('| %s | %s | %d | %s | %s | %s | %s | %s |' % (
             r['model'], r['exporter'], r['batch'],
             _fmt(ms.get('native_quiet_threads_1'), '%.2f'),
@@ -556,10 +572,10 @@ def executable_markdown(rows):
 
 
 def profile_markdown(rows):
-    lines = ['## Profiles of the three worst (batch 1, one thread)']
+    lines = ['## Profiles of the three worst of each batch size (one thread)']
     for r in rows:
-        lines += ['', '### %s (%s export), %s onnxruntime\'s time' % (
-            r['model'], r['exporter'], _fmt(r['ratio']))]
+        lines += ['', '### %s (%s export, batch %d), %s onnxruntime\'s time' % (
+            r['model'], r['exporter'], r.get('batch', 1), _fmt(r['ratio']))]
         if 'failure' in r:
             lines.append('profile failed: %s' % r['failure'])
             continue

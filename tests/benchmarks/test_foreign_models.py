@@ -79,6 +79,31 @@ def test_timing_table_gives_ratios_to_onnxruntime_and_the_second_thread():
     assert '| a | torchscript | 1 | 2.00 | 1.00 | 2.00x | 1.00x | 2.00x | 3.00x | 2.00x | ' \
            '8.00x |' in text
     assert '| batch 1, busy default | 3.00x | 3.00x |' in text
+    # The ratio timed interleaved in one process, when there, over the two
+    # processes' medians.
+    ms['native_2t_over_1t_busy_threads_default'] = 0.9
+    text = '\n'.join(foreign.timing_markdown(
+        [{'model': 'a', 'exporter': 'torchscript', 'batch': 1, 'ms': ms}]))
+    assert '| 3.00x | 0.90x | 8.00x |' in text
+
+
+def test_profiles_are_of_the_worst_three_of_each_batch_size(monkeypatch):
+    def row(model, batch, native):
+        return {'model': model, 'exporter': 'torchscript', 'batch': batch,
+                'ms': {'native_quiet_threads_1': native, 'onnxruntime_quiet_threads_1': 1.0}}
+    timings = [row('a', 1, 1.1), row('b', 1, 2.0), row('c', 1, 1.5), row('d', 1, 1.8),
+               row('a', 32, 1.3), row('b', 32, 0.9)]
+    calls = []
+
+    def worker(kind, args, model, exporter, threads=1, batch=1, extra=()):
+        calls.append((kind, model, batch))
+        return {'layers': [], 'native_ops': {}, 'ort_ops': {}}
+    monkeypatch.setattr(foreign, 'run_worker', worker)
+    rows = foreign.profile_stage(None, timings)
+    assert calls == [('profile', 'b', 1), ('profile', 'd', 1), ('profile', 'c', 1),
+                     ('profile', 'a', 32), ('profile', 'b', 32)]
+    assert '### a (torchscript export, batch 32), 1.30x' in '\n'.join(
+        foreign.profile_markdown(rows))
 
 
 def test_executable_can_be_built_with_the_makefiles_defaults(tmp_path):
