@@ -171,19 +171,22 @@ static void conv_rows(const ccn_conv_geometry *geometry, const ccn_conv_plan *pl
          * padding before is pad_top - oh0 * stride_h. */
         im2col_images(1, Cg, H, W, KH, KW, r, OW, stride_h, stride_w, dil_h, dil_w,
                       pad_top - oh0 * stride_h, pad_left, x, C * H * W, col, ld);
+        if (plan->w_panels) {
+            ccn_gemm_panels_start(Mg, ld, K, w, col, ld, bias,
+                                  residual ? residual + oh0 * OW : NULL, S, out, S, plan->act,
+                                  plan->act_alpha);
+            continue;
+        }
         /* The product adds to the bias and residual, or without them sets
          * the output. */
         const int set = bias == NULL && residual == NULL;
         if (!set)
             fill_start(Mg, 1, ld, bias, residual ? residual + oh0 * OW : NULL, S, 0, out, S);
-        if (plan->w_panels)
-            ccn_gemm_panels(Mg, ld, K, w, col, ld, out, S, set, plan->act, plan->act_alpha);
-        else
-            (set ? ccn_gemm_set : ccn_gemm_ex)(
-                &(const ccn_gemm_geometry){.M = Mg, .N = ld, .K = K, .a_rs = K, .a_cs = 1,
-                                           .ldb = ld, .ldc = S, .act = plan->act,
-                                           .act_alpha = plan->act_alpha},
-                w, col, 1.0f, out);
+        (set ? ccn_gemm_set : ccn_gemm_ex)(
+            &(const ccn_gemm_geometry){.M = Mg, .N = ld, .K = K, .a_rs = K, .a_cs = 1,
+                                       .ldb = ld, .ldc = S, .act = plan->act,
+                                       .act_alpha = plan->act_alpha},
+            w, col, 1.0f, out);
     }
 }
 
@@ -222,6 +225,12 @@ void ccn_conv2d(const ccn_conv_geometry *geometry, const ccn_conv_plan *plan, co
                               pad_top, pad_left, x + (n0 * C + g * Cg) * H * W, C * H * W,
                               col, ld);
             float *out = nb == 1 ? y + (n0 * M + g * Mg) * S : prod;
+            if (w_panels && nb == 1) {
+                /* The bias and residual enter at the product's first store. */
+                ccn_gemm_panels_start(Mg, S, K, w + g * ccn_panel_rows(Mg) * K, cols, S, bg, rg,
+                                      S, out, S, act, act_alpha);
+                continue;
+            }
             /* The product adds to the bias and residual (image by image),
              * or without them sets the output. */
             const int set = bg == NULL && rg == NULL;

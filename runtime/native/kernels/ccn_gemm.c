@@ -132,19 +132,46 @@ void ccn_gemm_init(long M, long N, float *C, const float *bias, long bias_rs, lo
     }
 }
 
+/* The epilogues of a few vector operations (and none), applied to the n
+ * floats of c; returns 0 for the others (with n 0: says which act is).
+ * Inlined with a constant n, a tile's row, they run as vector operations
+ * on the row just stored, where activate_row was a call per row of every
+ * tile (a 1x1 convolution of depth 24 with ReLU6: 0.88x the time). */
+CCN_ALWAYS_INLINE int activate_simple(long n, float *restrict c, int act, float act_alpha)
+{
+    switch (act) {
+    case CCN_ACT_NONE:
+        return 1;
+    case CCN_ACT_RELU:
+        for (long j = 0; j < n; j++)
+            c[j] = c[j] > 0.0f ? c[j] : 0.0f;
+        return 1;
+    case CCN_ACT_LEAKY_RELU:
+        for (long j = 0; j < n; j++)
+            c[j] = c[j] >= 0.0f ? c[j] : act_alpha * c[j];
+        return 1;
+    case CCN_ACT_HARD_SWISH:  /* x * clip(x / 6 + 1/2, 0, 1), as the NumPy kernel */
+        for (long j = 0; j < n; j++) {
+            const float h = c[j] / 6.0f + 0.5f;
+            c[j] *= h < 0.0f ? 0.0f : h > 1.0f ? 1.0f : h;
+        }
+        return 1;
+    case CCN_ACT_CLIP:  /* NaN stays NaN, as NumPy's clip leaves it */
+        for (long j = 0; j < n; j++)
+            c[j] = c[j] < 0.0f ? 0.0f : c[j] > act_alpha ? act_alpha : c[j];
+        return 1;
+    default:
+        return 0;
+    }
+}
+
 /* The epilogue: activation act applied to the n floats of c, the switch
  * outside the loops so that each of them vectorises. */
 static void activate_row(long n, float *restrict c, int act, float act_alpha)
 {
+    if (activate_simple(n, c, act, act_alpha))
+        return;
     switch (act) {
-    case CCN_ACT_RELU:
-        for (long j = 0; j < n; j++)
-            c[j] = c[j] > 0.0f ? c[j] : 0.0f;
-        break;
-    case CCN_ACT_LEAKY_RELU:
-        for (long j = 0; j < n; j++)
-            c[j] = c[j] >= 0.0f ? c[j] : act_alpha * c[j];
-        break;
     case CCN_ACT_SIGMOID:
         for (long j = 0; j < n; j++)
             c[j] = 1.0f / (1.0f + expf(-c[j]));
@@ -152,16 +179,6 @@ static void activate_row(long n, float *restrict c, int act, float act_alpha)
     case CCN_ACT_TANH:
         for (long j = 0; j < n; j++)
             c[j] = tanhf(c[j]);
-        break;
-    case CCN_ACT_HARD_SWISH:  /* x * clip(x / 6 + 1/2, 0, 1), as the NumPy kernel */
-        for (long j = 0; j < n; j++) {
-            const float h = c[j] / 6.0f + 0.5f;
-            c[j] *= h < 0.0f ? 0.0f : h > 1.0f ? 1.0f : h;
-        }
-        break;
-    case CCN_ACT_CLIP:  /* NaN stays NaN, as NumPy's clip leaves it */
-        for (long j = 0; j < n; j++)
-            c[j] = c[j] < 0.0f ? 0.0f : c[j] > act_alpha ? act_alpha : c[j];
         break;
     case CCN_ACT_SWISH:  /* SiLU after EfficientNet's and MobileViT's convolutions */
         for (long j = 0; j < n; j++)
@@ -252,16 +269,49 @@ static void pack_b(long kc, long nr, const float *B, long ldb, float *restrict b
 
 /* The B operand of a product: row-major with rows ldb apart, or (panels
  * not NULL) the strip layout of ccn_gemm.h with panel_cols columns
- * (N rounded up to CCN_STRIP_COLS).  bias (with panels only; NULL: none):
- * a row of B's N columns that the first store of a set product adds, so
- * that no pass writes it into C beforehand. */
+ * (N rounded up to CCN_STRIP_COLS). */
 typedef struct {
     const float *b;
     long ldb;
     const float *panels;
     long panel_cols;
-    const float *bias;
 } b_operand;
+
+/* What the first store of a set product adds to its sums, so that no pass
+ * writes it into C beforehand (each NULL: none): a bias per column (a
+ * Gemm's or MatMul's row of N), a bias per row (a convolution's output
+ * channels) and a matrix (rows ldr apart: a fused residual Add's other
+ * operand, which may be C itself).  Indexed by the whole product's rows
+ * and columns; the sum is as if row bias + residual + column bias had
+ * been stored in C first. */
+typedef struct {
+    const float *col_bias, *row_bias, *res;
+    long ldr;
+} c_start;
+
+static const c_start NO_START = {NULL, NULL, NULL, 0};
+
+/* s for the block of a product whose first element is at row m, column n. */
+static c_start start_at(const c_start *s, long m, long n)
+{
+    return (c_start){s->col_bias ? s->col_bias + n : NULL, s->row_bias ? s->row_bias + m : NULL,
+                     s->res ? s->res + m * s->ldr + n : NULL, s->ldr};
+}
+
+/* What start s adds at row i, column j of its block. */
+static float start_value(const c_start *s, long i, long j)
+{
+    float v = s->row_bias ? s->row_bias[i] : 0.0f;
+    if (s->res)
+        v += s->res[i * s->ldr + j];
+    return s->col_bias ? v + s->col_bias[j] : v;
+}
+
+/* Whether s adds anything. */
+static int starts(const c_start *s)
+{
+    return s->col_bias || s->row_bias || s->res;
+}
 
 /* The MR x kc block of rows [m, m + mr) and depth [k0, k0 + kc) of A:
  * its place in the panels, in A itself, or else packed into buf; *lda and
@@ -287,16 +337,16 @@ static const float *a_block(const a_operand *A, long m, long mr, long k0, long k
            m % CCN_PANEL_ROWS;
 }
 
-/* C[0:mr, 0:nr] += acc (rows NR floats apart), or = acc (+ the bias row
- * when not NULL) when first, then the activation when last. */
-static void add_tile(const float *acc, const float *bias, float *restrict C, long ldc, long mr,
+/* C[0:mr, 0:nr] += acc (rows NR floats apart), or = acc + the start s
+ * (the tile's) when first, then the activation when last. */
+static void add_tile(const float *acc, const c_start *s, float *C, long ldc, long mr,
                      long nr, int first, int last, int act, float act_alpha)
 {
     for (long i = 0; i < mr; i++) {
         float *c = C + i * ldc;
-        if (first && bias != NULL)
+        if (first && starts(s))
             for (long j = 0; j < nr; j++)
-                c[j] = acc[i * CCN_NR + j] + bias[j];
+                c[j] = acc[i * CCN_NR + j] + start_value(s, i, j);
         else if (first)
             for (long j = 0; j < nr; j++)
                 c[j] = acc[i * CCN_NR + j];
@@ -316,22 +366,25 @@ typedef float vec __attribute__((vector_size(CCN_NR / 2 * sizeof(float))));
 
 /* C[0:mr, 0:nr] += ap * bp over kc (ap[k * lda + i * ars]: packed, ars 1;
  * A's own rows, lda 1; bp's rows ldbp apart), or = when first (plus the
- * bias row, not NULL), then the activation when last: an MR x NR tile,
- * 2*MR vector registers.  Inlined with a constant stride, so that each
- * layout's loads have constant offsets. */
+ * tile's start s), then the activation when last: an MR x NR tile, 2*MR
+ * vector registers.  Inlined with a constant stride, so that each layout's
+ * loads have constant offsets.  (C is not restrict: s's residual may be
+ * C itself, each element read just before it is written.) */
 CCN_ALWAYS_INLINE void micro_tile(long kc, const float *restrict ap, long lda, long ars,
-                                  const float *restrict bp, long ldbp, const float *bias,
-                                  float *restrict C, long ldc, long mr, long nr, int first,
-                                  int last, int act, float act_alpha)
+                                  const float *restrict bp, long ldbp, const c_start *s,
+                                  float *C, long ldc, long mr, long nr, int first, int last,
+                                  int act, float act_alpha)
 {
     float acc[CCN_MR][CCN_NR];
 #if defined(__GNUC__)
-    /* C's tile, read after the loop, is fetched during it: from an init
-     * pass over a C larger than L2, its loads stalled for a sixth of the
-     * kernel's time (3136 x 384 by 96). */
-    for (long i = 0; !first && i < mr; i++) {
-        __builtin_prefetch(C + i * ldc);
-        __builtin_prefetch(C + i * ldc + nr - 1);
+    /* C's tile (or the residual's), read after the loop, is fetched during
+     * it: from an init pass over a C larger than L2, its loads stalled for
+     * a sixth of the kernel's time (3136 x 384 by 96). */
+    const float *prior = !first ? C : s->res;
+    const long ldp = !first ? ldc : s->ldr;
+    for (long i = 0; prior != NULL && i < mr; i++) {
+        __builtin_prefetch(prior + i * ldp);
+        __builtin_prefetch(prior + i * ldp + nr - 1);
     }
     vec v[CCN_MR][2];
     for (int i = 0; i < CCN_MR; i++)
@@ -353,21 +406,36 @@ CCN_ALWAYS_INLINE void micro_tile(long kc, const float *restrict ap, long lda, l
     if (mr == CCN_MR && nr == CCN_NR) {
         /* A whole tile goes from the registers to C, not through acc (a
          * copy the compiler makes a library call). */
+        const int simple = activate_simple(0, NULL, act, act_alpha);
         for (int i = 0; i < CCN_MR; i++) {
             float *c = C + i * ldc;
             for (int h = 0; h < 2; h++) {
-                vec sum = v[i][h];
-                /* C's old value, or the bias: the sum as if the bias had
+                const long j = h * (CCN_NR / 2);
+                vec sum = v[i][h], old;
+                /* C's old value, or the start: the sum as if the start had
                  * been stored in C first. */
-                const float *start = !first ? c : bias;
-                if (start != NULL) {
-                    vec old;
-                    memcpy(&old, start + h * (CCN_NR / 2), sizeof old);
+                if (!first) {
+                    memcpy(&old, c + j, sizeof old);
+                    sum += old;
+                } else if (starts(s)) {
+                    old = (vec){0} + (s->row_bias ? s->row_bias[i] : 0.0f);
+                    if (s->res) {
+                        vec r;
+                        memcpy(&r, s->res + i * s->ldr + j, sizeof r);
+                        old += r;
+                    }
+                    if (s->col_bias) {
+                        vec b;
+                        memcpy(&b, s->col_bias + j, sizeof b);
+                        old += b;
+                    }
                     sum += old;
                 }
-                memcpy(c + h * (CCN_NR / 2), &sum, sizeof sum);
+                memcpy(c + j, &sum, sizeof sum);
             }
-            if (last && act != CCN_ACT_NONE)
+            if (last && simple)
+                activate_simple(CCN_NR, c, act, act_alpha);
+            else if (last)
                 activate_row(CCN_NR, c, act, act_alpha);
         }
         return;
@@ -382,27 +450,27 @@ CCN_ALWAYS_INLINE void micro_tile(long kc, const float *restrict ap, long lda, l
             for (int j = 0; j < CCN_NR; j++)
                 acc[i][j] += ap[k * lda + i * ars] * bp[k * ldbp + j];
 #endif
-    add_tile(&acc[0][0], bias, C, ldc, mr, nr, first, last, act, act_alpha);
+    add_tile(&acc[0][0], s, C, ldc, mr, nr, first, last, act, act_alpha);
 }
 
 /* micro_tile for packed A (ars 1) or A's own rows (lda 1). */
 static void micro_kernel(long kc, const float *restrict ap, long lda, long ars,
-                         const float *restrict bp, long ldbp, const float *bias,
-                         float *restrict C, long ldc, long mr, long nr, int first, int last,
-                         int act, float act_alpha)
+                         const float *restrict bp, long ldbp, const c_start *s, float *C,
+                         long ldc, long mr, long nr, int first, int last, int act,
+                         float act_alpha)
 {
     if (ars == 1)
-        micro_tile(kc, ap, lda, 1, bp, ldbp, bias, C, ldc, mr, nr, first, last, act, act_alpha);
+        micro_tile(kc, ap, lda, 1, bp, ldbp, s, C, ldc, mr, nr, first, last, act, act_alpha);
     else
-        micro_tile(kc, ap, 1, ars, bp, ldbp, bias, C, ldc, mr, nr, first, last, act, act_alpha);
+        micro_tile(kc, ap, 1, ars, bp, ldbp, s, C, ldc, mr, nr, first, last, act, act_alpha);
 }
 
 /* micro_kernel's tall tile: TALL_MR rows by NR/2 columns (nr <= NR/2),
  * one vector register per row. */
 static void micro_kernel_tall(long kc, const float *restrict ap, long lda,
-                              const float *restrict bp, long ldbp, const float *bias,
-                              float *restrict C, long ldc, long mr, long nr, int first,
-                              int last, int act, float act_alpha)
+                              const float *restrict bp, long ldbp, const c_start *s, float *C,
+                              long ldc, long mr, long nr, int first, int last, int act,
+                              float act_alpha)
 {
     float acc[CCN_TALL_MR][CCN_NR];
 #if defined(__GNUC__)
@@ -426,7 +494,7 @@ static void micro_kernel_tall(long kc, const float *restrict ap, long lda,
             for (int j = 0; j < CCN_NR / 2; j++)
                 acc[i][j] += ap[k * lda + i] * bp[k * ldbp + j];
 #endif
-    add_tile(&acc[0][0], bias, C, ldc, mr, nr, first, last, act, act_alpha);
+    add_tile(&acc[0][0], s, C, ldc, mr, nr, first, last, act, act_alpha);
 }
 
 #if defined(__GNUC__)
@@ -698,9 +766,11 @@ static void wide_tile_any(int pair, int nr, long K, long k0, long k1, const floa
 }
 
 /* gemm_serial's product by wide tiles: C[M, N] (stride ldc) += A[row0:row0
- * + M, K] B[K, N] (= when set), A in panels, row0 a panel's first row. */
+ * + M, K] B[K, N] (= the start s plus it when set), A in panels, row0 a
+ * panel's first row. */
 static void gemm_wide(long M, long N, long K, const a_operand *A, long row0, const float *B,
-                      long ldb, float *C, long ldc, int set, int act, float act_alpha)
+                      long ldb, const c_start *s, float *C, long ldc, int set, int act,
+                      float act_alpha)
 {
     /* Column blocks of equal width (within one). */
     const long blocks = (N + CCN_WIDE_NR - 1) / CCN_WIDE_NR, width = N / blocks,
@@ -716,12 +786,26 @@ static void gemm_wide(long M, long N, long K, const a_operand *A, long row0, con
                 const int nr = (int)(width + (blk < wider));
                 wide_tile_any(pair, nr, K, k0, k1, A->panels, A->panel_rows, row0 + m,
                               B + n, ldb, t);
+                /* Each column's sums finished (start or C's old values added,
+                 * the activation) along t's rows, which vectorises, then
+                 * stored transposed: activate_row on C's rows of nr floats
+                 * took 2 to 4 times the product (ReLU6 at 7x7). */
+                const c_start st = start_at(s, m, n);
+                for (int j = 0; j < nr; j++) {
+                    float *tj = t[j];
+                    if (!first)
+                        for (long i = 0; i < rows; i++)
+                            tj[i] += C[(m + i) * ldc + n + j];
+                    else if (starts(&st))
+                        for (long i = 0; i < rows; i++)
+                            tj[i] += start_value(&st, i, j);
+                    if (last)
+                        activate_row(rows, tj, act, act_alpha);
+                }
                 for (long i = 0; i < rows; i++) {
                     float *c = C + (m + i) * ldc + n;
                     for (int j = 0; j < nr; j++)
-                        c[j] = first ? t[j][i] : c[j] + t[j][i];
-                    if (last && act != CCN_ACT_NONE)  /* (a call per row: 6% of a 7x7 layer) */
-                        activate_row(nr, c, act, act_alpha);
+                        c[j] = t[j][i];
                 }
                 n += nr;
             }
@@ -764,11 +848,14 @@ static const float *b_strip(const b_operand *B, long k0, long kc, long n, long n
 }
 
 /* One thread's share: C[M, N] (stride ldc) += A[row0:row0 + M, K] *
- * B[K, col0:col0 + N] (= when set), packed and blocked. */
+ * B[K, col0:col0 + N] (= the start s0 plus it when set; s0 indexed from
+ * the whole product's first row and column), packed and blocked.  The
+ * paths without panels (gemv, gemm_small_m, gemm_shallow) take no start. */
 static void gemm_serial(long M, long N, long K, const a_operand *A, long row0,
-                        const b_operand *B, long col0, float *C, long ldc, int set, int act,
-                        float act_alpha)
+                        const b_operand *B, long col0, const c_start *s0, float *C, long ldc,
+                        int set, int act, float act_alpha)
 {
+    const c_start s = start_at(s0, row0, col0);
     if (M == 1 && A->panels == NULL && B->panels == NULL) {
         gemv(N, K, A->a + row0 * A->rs, A->cs, B->b + col0, B->ldb, A->alpha, C, set, act,
              act_alpha);
@@ -787,7 +874,7 @@ static void gemm_serial(long M, long N, long K, const a_operand *A, long row0,
     }
 #ifdef CCN_WIDE
     if (A->panels != NULL && B->panels == NULL && K > 0 && wide_fits(M, N)) {
-        gemm_wide(M, N, K, A, row0, B->b + col0, B->ldb, C, ldc, set, act, act_alpha);
+        gemm_wide(M, N, K, A, row0, B->b + col0, B->ldb, &s, C, ldc, set, act, act_alpha);
         return;
     }
 #endif
@@ -800,10 +887,8 @@ static void gemm_serial(long M, long N, long K, const a_operand *A, long row0,
     const long mr = tall ? CCN_TALL_MR : CCN_MR;
     if (K == 0) {
         for (long m = 0; set && m < M; m++)
-            if (B->bias != NULL)
-                memcpy(C + m * ldc, B->bias + col0, (size_t)N * sizeof(float));
-            else
-                memset(C + m * ldc, 0, (size_t)N * sizeof(float));
+            for (long n = 0; n < N; n++)
+                C[m * ldc + n] = start_value(&s, m, n);
         activate_block(M, N, C, ldc, act, act_alpha);
     }
     for (long k0 = 0; k0 < K; k0 += CCN_KC) {
@@ -821,15 +906,15 @@ static void gemm_serial(long M, long N, long K, const a_operand *A, long row0,
                 long ldbp;
                 const float *b = b_strip(B, k0, kc, col0 + n0, nr,
                                          nr == CCN_NR && mc <= CCN_PACK_B_ROWS, bpack, &ldbp);
-                const float *bias = B->bias != NULL ? B->bias + col0 + n0 : NULL;
                 for (long i = 0; i < mc; i += mr) {
                     float *c = C + (m0 + i) * ldc + n0;
+                    const c_start st = start_at(&s, m0 + i, n0);
                     if (tall)
-                        micro_kernel_tall(kc, ap[i / mr], lda[i / mr], b, ldbp, bias, c, ldc,
+                        micro_kernel_tall(kc, ap[i / mr], lda[i / mr], b, ldbp, &st, c, ldc,
                                           min_long(mr, mc - i), nr, first, last, act,
                                           act_alpha);
                     else
-                        micro_kernel(kc, ap[i / mr], lda[i / mr], ars[i / mr], b, ldbp, bias, c,
+                        micro_kernel(kc, ap[i / mr], lda[i / mr], ars[i / mr], b, ldbp, &st, c,
                                      ldc, min_long(mr, mc - i), nr, first, last, act,
                                      act_alpha);
                 }
@@ -845,15 +930,15 @@ static void gemm_serial(long M, long N, long K, const a_operand *A, long row0,
  * products on the best of them this CPU has: the micro-kernels' tiles and
  * vectors are chosen for the instruction set at compile time. */
 void ccn_gemm_serial_core(long M, long N, long K, const a_operand *A, long row0,
-                          const b_operand *B, long col0, float *C, long ldc, int set, int act,
-                          float act_alpha)
+                          const b_operand *B, long col0, const c_start *s, float *C, long ldc,
+                          int set, int act, float act_alpha)
 {
-    gemm_serial(M, N, K, A, row0, B, col0, C, ldc, set, act, act_alpha);
+    gemm_serial(M, N, K, A, row0, B, col0, s, C, ldc, set, act, act_alpha);
 }
 
 #ifdef CCN_GEMM_VARIANTS
 typedef void serial_fn(long, long, long, const a_operand *, long, const b_operand *, long,
-                       float *, long, int, int, float);
+                       const c_start *, float *, long, int, int, float);
 serial_fn ccn_gemm_serial_core_v3, ccn_gemm_serial_core_v4;
 
 /* 4, 3 or 0: the x86-64 level of the best build this CPU runs (asked once;
@@ -906,6 +991,7 @@ typedef struct {
     long M, N, K, unit, len, ldc;
     const a_operand *A;
     const b_operand *B;
+    const c_start *s;
     float *C;
     int by_rows, set, act;
     float act_alpha;
@@ -916,11 +1002,11 @@ static void gemm_tiles(void *context, long begin, long end)
     const gemm_part *g = context;
     const long lo = min_long(g->len, begin * g->unit), hi = min_long(g->len, end * g->unit);
     if (g->by_rows)
-        GEMM_SERIAL(hi - lo, g->N, g->K, g->A, lo, g->B, 0, g->C + lo * g->ldc, g->ldc, g->set,
-                    g->act, g->act_alpha);
+        GEMM_SERIAL(hi - lo, g->N, g->K, g->A, lo, g->B, 0, g->s, g->C + lo * g->ldc, g->ldc,
+                    g->set, g->act, g->act_alpha);
     else
-        GEMM_SERIAL(g->M, hi - lo, g->K, g->A, 0, g->B, lo, g->C + lo, g->ldc, g->set, g->act,
-                    g->act_alpha);
+        GEMM_SERIAL(g->M, hi - lo, g->K, g->A, 0, g->B, lo, g->s, g->C + lo, g->ldc, g->set,
+                    g->act, g->act_alpha);
 }
 
 /* The fewest units (panels of rows, strips of columns) in a piece of a
@@ -930,10 +1016,10 @@ static void gemm_tiles(void *context, long begin, long end)
  * (ResNet-18 at batch 1 beside a busy process: two threads 1.15x one
  * thread's time with pieces of one unit, 0.95x with two; NOTES.md). */
 #define CCN_GEMM_GRAIN 2
-/* C += A * B (= when set) then the activation, on all threads for a
- * large product. */
-static void gemm_any(long M, long N, long K, const a_operand *A, const b_operand *B, float *C,
-                     long ldc, int set, int act, float act_alpha)
+/* C += A * B (= the start s plus it when set) then the activation, on
+ * all threads for a large product. */
+static void gemm_any(long M, long N, long K, const a_operand *A, const b_operand *B,
+                     const c_start *s, float *C, long ldc, int set, int act, float act_alpha)
 {
     /* Split the longer side, counted in micro-kernel tiles (columns when
      * M is small, as a few rows do not pack).  Disjoint parts of C: no
@@ -942,7 +1028,7 @@ static void gemm_any(long M, long N, long K, const a_operand *A, const b_operand
                                                 (N + CCN_NR - 1) / CCN_NR;
     /* Units that are whole tiles of every build (CCN_GEMM_VARIANTS). */
     const long unit = by_rows ? CCN_PANEL_ROWS : CCN_STRIP_COLS, len = by_rows ? M : N;
-    gemm_part part = {M, N, K, unit, len, ldc, A, B, C, by_rows, set, act, act_alpha};
+    gemm_part part = {M, N, K, unit, len, ldc, A, B, s, C, by_rows, set, act, act_alpha};
     /* On one thread below 2^22 multiply-adds (CCN_MACS_PER_WORK): under
      * about 40 us of work the second thread gains little (LeNet-5's
      * training step took 2.3 or 3.7 ms from run to run with 2^18 on
@@ -964,8 +1050,8 @@ static void gemm_strided(long M, long N, long K, const float *A, long a_rs, long
     }
 #endif
     const a_operand a = {A, a_rs, a_cs, alpha, NULL, 0};
-    const b_operand b = {B, ldb, NULL, 0, NULL};
-    gemm_any(M, N, K, &a, &b, C, ldc, set, act, act_alpha);
+    const b_operand b = {B, ldb, NULL, 0};
+    gemm_any(M, N, K, &a, &b, &NO_START, C, ldc, set, act, act_alpha);
 }
 
 void ccn_gemm_ex(const ccn_gemm_geometry *g, const float *A, const float *B, float alpha,
@@ -986,32 +1072,43 @@ void ccn_gemm_strips(const ccn_gemm_geometry *g, const float *A, const float *st
                      float alpha, float *C)
 {
     const a_operand a = {A, g->a_rs, g->a_cs, alpha, NULL, 0};
-    const b_operand b = {NULL, 0, strips, ccn_strip_cols(g->N), NULL};
-    gemm_any(g->M, g->N, g->K, &a, &b, C, g->ldc, 0, g->act, g->act_alpha);
+    const b_operand b = {NULL, 0, strips, ccn_strip_cols(g->N)};
+    gemm_any(g->M, g->N, g->K, &a, &b, &NO_START, C, g->ldc, 0, g->act, g->act_alpha);
 }
 
 void ccn_gemm_strips_set(const ccn_gemm_geometry *g, const float *A, const float *strips,
                          float alpha, const float *bias, float *C)
 {
     const a_operand a = {A, g->a_rs, g->a_cs, alpha, NULL, 0};
-    const b_operand b = {NULL, 0, strips, ccn_strip_cols(g->N), bias};
-    gemm_any(g->M, g->N, g->K, &a, &b, C, g->ldc, 1, g->act, g->act_alpha);
+    const b_operand b = {NULL, 0, strips, ccn_strip_cols(g->N)};
+    const c_start s = {bias, NULL, NULL, 0};
+    gemm_any(g->M, g->N, g->K, &a, &b, &s, C, g->ldc, 1, g->act, g->act_alpha);
 }
 
 void ccn_gemm_panels(long M, long N, long K, const float *panels, const float *B, long ldb,
                      float *C, long ldc, int set, int act, float act_alpha)
 {
     const a_operand a = {NULL, 0, 0, 1.0f, panels, ccn_panel_rows(M)};
-    const b_operand b = {B, ldb, NULL, 0, NULL};
-    gemm_any(M, N, K, &a, &b, C, ldc, set, act, act_alpha);
+    const b_operand b = {B, ldb, NULL, 0};
+    gemm_any(M, N, K, &a, &b, &NO_START, C, ldc, set, act, act_alpha);
+}
+
+void ccn_gemm_panels_start(long M, long N, long K, const float *panels, const float *B,
+                           long ldb, const float *bias, const float *residual, long ldr,
+                           float *C, long ldc, int act, float act_alpha)
+{
+    const a_operand a = {NULL, 0, 0, 1.0f, panels, ccn_panel_rows(M)};
+    const b_operand b = {B, ldb, NULL, 0};
+    const c_start s = {NULL, bias, residual, ldr};
+    gemm_any(M, N, K, &a, &b, &s, C, ldc, 1, act, act_alpha);
 }
 
 void ccn_gemm_one_thread(long M, long N, long K, const float *A, long lda, const float *B,
                          long ldb, float *C, long ldc, int set)
 {
     const a_operand a = {A, lda, 1, 1.0f, NULL, 0};
-    const b_operand b = {B, ldb, NULL, 0, NULL};
-    GEMM_SERIAL(M, N, K, &a, 0, &b, 0, C, ldc, set, CCN_ACT_NONE, 0.0f);
+    const b_operand b = {B, ldb, NULL, 0};
+    GEMM_SERIAL(M, N, K, &a, 0, &b, 0, &NO_START, C, ldc, set, CCN_ACT_NONE, 0.0f);
 }
 
 void ccn_activate(long n, float *x, int act, float act_alpha)
@@ -1289,7 +1386,7 @@ void ccn_matmul_batched_core(long t0, long t1, const ccn_matmul_batch *batch,
 #else
         const a_operand ao = {a, g->a_rs, g->a_cs, 1.0f, NULL, 0};
         const b_operand bo = {b, g->ldb, NULL, 0};
-        gemm_serial(M, N, K, &ao, 0, &bo, 0, c, N, 1, g->act, g->act_alpha);
+        gemm_serial(M, N, K, &ao, 0, &bo, 0, &NO_START, c, N, 1, g->act, g->act_alpha);
 #endif
     }
 }

@@ -111,6 +111,13 @@ void ccn_copy_image_rows(long rows, long nb, long S, const float *src, long src_
  * the panel layout above. */
 void ccn_gemm_panels(long M, long N, long K, const float *panels, const float *B, long ldb,
                      float *C, long ldc, int set, int act, float act_alpha);
+/* C = bias + residual + the product of ccn_gemm_panels, written once:
+ * bias[m] (one per row; NULL: none) and residual[m * ldr + n] (NULL:
+ * none; it may be C itself, ldr then ldc) enter at the product's first
+ * store, not in a pass over C before it. */
+void ccn_gemm_panels_start(long M, long N, long K, const float *panels, const float *B,
+                           long ldb, const float *bias, const float *residual, long ldr,
+                           float *C, long ldc, int act, float act_alpha);
 /* dst_i (C x R) = src_i (R x C) transposed for nb matrices, src_i at
  * src + i*src_stride and dst_i at dst + i*dst_stride: one parallel loop over
  * every matrix's rows of 8x8 blocks, as each is small in a late layer. */
