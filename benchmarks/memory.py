@@ -16,7 +16,8 @@ the list).  For each model and policy one training step (``cleargrads()``,
 forward, softmax cross entropy, backward, the ``--optimizer``'s update)
 runs with the VM tracking memory, giving the VM's count (``peak_bytes``) beside the memory model's
 prediction (``predicted_peak_bytes``); the predicted real peak is the model's
-``predicted_process_peak_bytes`` with the optimizer's state.  The real peak is what the process
+``predicted_process_peak_bytes`` with the optimizer's state (native rows:
+``memory_model.native_process_peak``).  The real peak is what the process
 holds: tracemalloc (NumPy reports every array it allocates to it, the
 native arenas among them) from before the compiled copy is made to the end
 of its second step, so parameters, optimizer state, Chainer's arrays and
@@ -303,12 +304,23 @@ def predicted_real_peak(row, compiled, x, t):
     kernel scratch) with the optimizer's state, less the batch, which the
     process held before tracing began.  compile_onnx's programs do not see
     the optimizer's state or the labels; the step's program takes them as
-    inputs, which the caller holds throughout."""
+    inputs, which the caller holds throughout.  Native rows:
+    memory_model.native_process_peak, from what the emitted libraries state
+    (inputs held through each call, outputs allocated before it, the one
+    shared arena buffer, the weights blocks)."""
     if row.api == 'step':
         program = compiled.program
+        if row.backend == 'native':
+            run = compiled.executor._native  # the Executor's NativeRun
+            return memory_model.native_process_peak([(program, run)], [run]) - x.nbytes - t.nbytes
         held = [v.register for v in program.inputs]
         return (memory_model.program_peak(program, held=held, scratch=True)[0]
                 - x.nbytes - t.nbytes)
+    if row.backend == 'native':
+        runs = [e._native for s in compiled._signatures.values() for e in s.executors()]
+        return max(memory_model.compiled_native_peak(
+            state.programs, state.forward._native, state.backward._native, runs)
+            for state in compiled._training_states()) + row.state_bytes - x.nbytes
     return compiled.predicted_process_peak_bytes() + row.state_bytes - x.nbytes
 
 
@@ -763,7 +775,9 @@ def markdown(rows, profile_label, split, totals):
              '`Optimizer.update` does, so the last step\'s do not live through it). '
              'Predicted: the real peak as the memory model predicts it '
              '(`predicted_process_peak_bytes()`: the VM\'s count with the parameters held '
-             'and each kernel\'s scratch) plus the optimizer state, less the input batch '
+             'and each kernel\'s scratch; native rows: `memory_model.native_process_peak`, '
+             'each call\'s inputs, the outputs it allocates first, the shared arena and the '
+             'weights blocks) plus the optimizer state, less the input batch '
              '(allocated before tracing); VM count: '
              '`peak_bytes()` of a tracked step (NumPy only); real: the peak of live bytes '
              'tracemalloc saw over the second step of a fresh compiled copy, everything it '

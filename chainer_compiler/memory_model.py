@@ -376,11 +376,13 @@ def native_process_peak(calls, runs):
     """The predicted peak of what a process running native calls one after
     another holds: the largest of ``calls`` (native_call_peak's arguments,
     as tuples), with what the model's NativeRuns ``runs`` hold for their
-    life (NativeRun.resident_bytes) and the one arena buffer their calls
+    life (NativeRun.resident_bytes) and the one arena buffer the calls
     share (runtime/native/arena_pool.py: as large as the largest arena
-    among them)."""
+    among the calls' runs; a model that also evaluates holds its inference
+    program's from the first evaluation on: count that call too)."""
     return (max(native_call_peak(*call) for call in calls)
-            + sum(run.resident_bytes() for run in runs) + max(run.arena_bytes for run in runs))
+            + sum(run.resident_bytes() for run in runs)
+            + max(call[1].arena_bytes for call in calls))
 
 
 def compiled_native_peak(programs, forward, backward, runs):
@@ -388,7 +390,8 @@ def compiled_native_peak(programs, forward, backward, runs):
     training.TrainingPrograms with compile_onnx's bridge on the native
     backend holds, the optimizer's state aside: ``forward`` and ``backward``
     are the NativeRuns of its two programs, ``runs`` every NativeRun of the
-    model (its inference program's too: native_process_peak).  The caller
+    model (its inference program's weights block too; the arena is the
+    training calls': native_process_peak).  The caller
     holds the forward's inputs (parameters, data) through both calls and
     the model's outputs through backward (Chainer's graph keeps them)."""
     first, second = programs.forward, programs.backward

@@ -9,9 +9,10 @@ arena as a pointer at every call) and gives it back after.
 
 What the pool keeps between calls: as many buffers as calls ever ran at
 once (one for a single-threaded training loop), each as large as the
-largest arena it served, and none larger than the largest arena of a
-NativeRun still alive.  A call takes the smallest idle buffer that is large
-enough; when none is, it allocates one, which replaces the largest idle
+largest arena it served (a NativeRun built but never called sizes none),
+and none larger than the largest arena of a NativeRun still alive.  A
+call takes the smallest idle buffer that is large enough; when none is,
+it allocates one, which replaces the largest idle
 buffer that is too small (or adds one when none is idle: concurrent calls
 never share a buffer).  When a NativeRun is gone, the idle buffers larger
 than every live one's arena go (all of them with the last);
@@ -77,6 +78,18 @@ class ArenaPool:
             if smaller:  # replaced by the new one: the count of buffers stays
                 del self._idle[max(smaller, key=lambda k: self._idle[k][0])]
         return nbytes, buffer.ctypes.data, buffer
+
+    def check(self, nbytes: int, program: str) -> None:
+        """Raise KernelError (allocate) unless an arena of ``nbytes`` for
+        program ``program`` can be had: an idle buffer is large enough, or
+        one can be allocated, which is then let go.  Only calls size the
+        buffers kept: a model's inference program, whose arena is larger
+        than its training programs', does not size the buffer its training
+        steps hold until an evaluation runs."""
+        with self._lock:
+            if any(entry[0] >= nbytes for entry in self._idle):
+                return
+        allocate(nbytes, program)
 
     def give_back(self, entry: tuple[int, int, numpy.ndarray]) -> None:
         """Make a borrowed ``entry`` idle again, unless it is larger than

@@ -587,12 +587,12 @@ class NativeRun:
         self._set_threads.argtypes = [ctypes.c_int]
         #: The bytes of this program's arena.
         self.arena_bytes = max(1, result.arena_bytes)
-        # Allocated now, so that an arena too large is refused before any
-        # call, and kept in the pool while this instance lives.
-        arena = POOL.borrow(self.arena_bytes, program.name)
+        # Checked now, so that an arena too large is refused before any
+        # call; the pool keeps buffers up to its size while this instance
+        # lives, once a call has used one.
+        POOL.check(self.arena_bytes, program.name)
         POOL.join(self.arena_bytes)
         weakref.finalize(self, POOL.leave, self.arena_bytes)
-        POOL.give_back(arena)
         assert result.weights_block is not None  # emitted with weights='file'
         self._weights = result.weights_block  # the same bytes as model_weights.bin
         self._weights_address = self._weights.ctypes.data
@@ -623,6 +623,24 @@ class NativeRun:
         self._in_place_outputs = {k: j for k, j in result.in_place_outputs.items()
                                   if j not in self._scalars}
         self._lock = threading.Lock()
+
+    def call_bytes(self) -> int:
+        """The bytes of the arrays a call allocates before the C runs, which
+        live beside its inputs and the arena until it returns: the outputs
+        that are not an input's array, and the Dropout masks' uniform draws
+        (float64).  Not counted: the copies of donated inputs the caller
+        did not give up, and of inputs converted to the declared dtype."""
+        new = [self._outputs[k] for k in range(len(self._outputs))
+               if k not in self._in_place_outputs]
+        new += [(shape, 'float64') for shape in self._uniform_shapes]
+        return sum(int(numpy.prod(shape, dtype=numpy.int64)) * numpy.dtype(dtype).itemsize
+                   for shape, dtype in new)
+
+    def resident_bytes(self) -> int:
+        """The bytes this instance holds for its life, its arena aside (the
+        pool's): the weights block and the 0-d inputs' buffers."""
+        return self._weights.nbytes + self._marks.nbytes + sum(
+            buffer.nbytes for buffer, _ in self._scalars.values())
 
     def run(self, values, consume: bool = False) -> list[numpy.ndarray]:
         """Outputs for input ``values`` (declaration order).  C-contiguous
