@@ -17,7 +17,8 @@ Executor never imports it, the compiler when it fuses.
 * An activation whose record says ``epilogue`` (Relu, LeakyRelu, Sigmoid,
   Tanh, HardSwish, Swish), or a Clip from 0 to a constant (ReLU6), that is
   the only reader of a Conv,
-  Gemm or MatMul output (not itself a program output) becomes that
+  Gemm or MatMul output (not itself a program output), or of a Reshape,
+  Flatten, Squeeze or Unsqueeze that alone reads it, becomes that
   instruction's ``activation`` attribute (``activation_alpha`` for
   LeakyRelu's slope), which the kernels apply as they store the product;
   a Gemm so fused becomes FusedGemm, as in the VM's own fusion.
@@ -76,6 +77,9 @@ _GELU_MAX_NODES, _GELU_MAX_AFTER = 12, 4
 #: difference (up to 2e-4 of GELU's value) lie in [-5, 5].
 _GELU_SAMPLES = numpy.linspace(-5.0, 5.0, 81)
 _GELU_VERSION = 20  # the first with Gelu
+#: The views that give their input's elements in order under another shape:
+#: an element-wise activation after one may be applied before it.
+_SHAPE_VIEWS = ('Reshape', 'Flatten', 'Squeeze', 'Unsqueeze')
 _BATCH_NORM_GRAD = CUSTOM_DOMAIN + '::BatchNormalizationGrad'
 
 
@@ -382,10 +386,18 @@ class _Fuser:
         return True
 
     def _fuse_activation(self, i: int) -> bool:
-        """Make the activation reading product ``i`` its epilogue."""
+        """Make the activation reading product ``i`` its epilogue, also
+        through a shape view between them (the dynamo exporter's Gemm,
+        Reshape, then GELU): the activation is element-wise, so the view
+        then gives the activated values under its shape."""
         inst = self.insts[i]
         assert inst is not None
         j = self._sole_reader(inst.outputs[0])
+        view, v = None if j is None else self.insts[j], -1
+        if view is not None and view.op in _SHAPE_VIEWS:
+            v, j = j, self._sole_reader(view.outputs[0])
+        else:
+            view = None
         act = None if j is None else self.insts[j]
         if j is None or act is None or act.domain not in _DEFAULT_DOMAINS \
                 or not epilogue_fuses(self.backend, inst.op, act.op) \
@@ -402,16 +414,34 @@ class _Fuser:
         elif 'alpha' in lookup(act.op, act.domain, act.version).attribute_types \
                 or act.op == 'Gelu':  # its form (epilogue_alpha)
             attrs['activation_alpha'] = epilogue_alpha(act.op, act.attrs)
-        new = dataclasses.replace(inst, outputs=(act.outputs[0],) + inst.outputs[1:],
-                                  attrs=attrs)
+        through = view is not None
+        new = dataclasses.replace(inst, attrs=attrs, outputs=inst.outputs if through else (
+            act.outputs[0],) + inst.outputs[1:])
         if inst.op == 'Gemm':
             # Gemm's attributes but ``broadcast`` (before opset 7), which
             # FusedGemm's kernel does not take: the backends broadcast C anyway.
             taken = lookup('FusedGemm', CUSTOM_DOMAIN).attribute_names | {'activation_alpha'}
             new = dataclasses.replace(new, op='FusedGemm', domain=CUSTOM_DOMAIN, version=1,
                                       attrs={k: v for k, v in attrs.items() if k in taken})
-        self._replace(i, new, j)
+        if through:
+            self._view_activated(i, new, v, j)
+        else:
+            self._replace(i, new, j)
         return True
+
+    def _view_activated(self, i: int, new: Instruction, v: int, j: int):
+        """Put product ``new`` (its activation fused) at ``i`` and make view
+        ``v`` write what activation ``j`` wrote; drop ``j``."""
+        view, act = self.insts[v], self.insts[j]
+        assert view is not None and act is not None
+        x = view.outputs[0]  # read by the activation alone: no longer made
+        self.insts[i] = dataclasses.replace(new, name='+'.join(
+            n for n in (new.name, act.name) if n))
+        self.insts[v] = dataclasses.replace(view, outputs=act.outputs, frees=view.frees + tuple(
+            r for r in act.frees if r != x))
+        self.insts[j] = None
+        self.readers.pop(x, None)
+        self.producer[act.outputs[0]] = v
 
     def _fuse_swish(self, i: int) -> bool:
         """Make Sigmoid ``i`` and the Mul that alone reads it, by the
@@ -441,6 +471,11 @@ class _Fuser:
         turn came before the nodes were one activation)."""
         k = self.producer.get(x, -1)
         producer = self.insts[k] if k >= 0 else None
+        if producer is not None and producer.op in _SHAPE_VIEWS \
+                and producer.domain in _DEFAULT_DOMAINS:
+            x = producer.inputs[0]  # the product's output, seen through the view
+            k = self.producer.get(x, -1)
+            producer = self.insts[k] if k >= 0 else None
         if producer is not None and producer.outputs[:1] == (x,) \
                 and producer.op in ('Conv', 'Gemm', 'MatMul') \
                 and producer.domain in _DEFAULT_DOMAINS:

@@ -9,6 +9,7 @@ import pytest
 from onnx import helper, numpy_helper
 
 from chainer_compiler.pipeline import build_program
+from chainer_compiler.runtime.executor import Executor
 from chainer_compiler.runtime.native.fusion import fuse
 
 from .helpers import check_native, make_model
@@ -161,3 +162,38 @@ def test_what_is_not_a_linear_bias_is_left_alone():
     for model in models:
         fused = fuse(build_program(model, fuse=False))
         assert [i.op for i in fused.instructions] == ['MatMul', 'Add']
+
+
+def _gemm_reshape_model(then, outputs=('y',)):
+    """GPT-2's MLP as the dynamo exporter writes it: a Gemm by constant
+    weights, a Reshape of its product, then ``then`` (nodes from x)."""
+    weight = numpy.random.RandomState(6).uniform(-1, 1, (6, 8)).astype(F32)
+    nodes = [node('Gemm', ['rows', 'w'], ['g']), node('Reshape', ['g', 'shape'], ['x'])] + then
+    inits = {'w': weight, 'shape': numpy.array([1, 5, 8], numpy.int64)}
+    inits.update((n, v) for n, v in CONSTS.items() if any(n in m.input for m in then))
+    return make_model(nodes, [('rows', F32, [5, 6])], [(o, F32, [1, 5, 8]) for o in outputs],
+                      inits)
+
+
+def test_activation_fuses_into_the_product_through_a_reshape():
+    """GELU (the native backend) and Relu (the VM too) after a Reshape of a
+    Gemm's product become the Gemm's epilogue; the Reshape then gives the
+    activated values.  Not when the Reshape's output is read elsewhere."""
+    fused = fuse(build_program(_gemm_reshape_model(TANH_FORM), fuse=False))
+    assert [(i.op, i.attrs.get('activation')) for i in fused.instructions] == [
+        ('FusedGemm', 'Gelu'), ('Reshape', None)]
+    assert fused.instructions[0].attrs['activation_alpha'] == 1.0  # the tanh form
+    relu = _gemm_reshape_model([node('Relu', ['x'], ['y'])])
+    a = numpy.random.RandomState(7).uniform(-1, 1, (5, 6)).astype(F32)
+    vm = build_program(relu)
+    assert [i.op for i in vm.instructions] == ['FusedGemm', 'Reshape']
+    want = Executor(build_program(relu, fuse=False)).run_positional([a])
+    numpy.testing.assert_allclose(Executor(vm).run_positional([a])[0], want[0], rtol=1e-6)
+    shared = _gemm_reshape_model([node('Relu', ['x'], ['y'])], outputs=('y', 'x'))
+    assert [i.op for i in build_program(shared).instructions] == ['Gemm', 'Reshape', 'Relu']
+
+
+@pytest.mark.native_build
+def test_gelu_through_a_reshape_computes_what_the_nodes_do():
+    model = _gemm_reshape_model(TANH_FORM)
+    check_native(model, [numpy.random.RandomState(8).uniform(-3, 3, (5, 6)).astype(F32)])

@@ -95,6 +95,11 @@ NATIVE_BUDGET += 5
 #: call used it (ArenaPool.check), issue 34.
 NATIVE_BUDGET += 20
 
+#: + 26: an activation fused into its product through a Reshape, Flatten,
+#: Squeeze or Unsqueeze between them (fusion._view_activated: the dynamo
+#: exporter's Gemm, Reshape, GELU), issue 31.
+NATIVE_BUDGET += 26
+
 
 def test_the_native_backend_stays_within_its_budget():
     used = _total((RUNTIME / 'native').rglob('*.py'))
