@@ -8,27 +8,14 @@
 
 CCN_BEGIN_DECLS
 
-/* Floats of scratch ccn_conv2d_depthwise needs for `geometry`
- * (lowerings/depthwise.py's depthwise_scratch computes the same), per
- * plane (batch * in_channels of them), with the plane padded to PH x PW
- * (the padding before, the input, and zeros after as far as the last tap
- * reaches): stride 1, the padded copy (unless the convolution has no
- * padding and its taps stay inside) and OH rows of PW outputs; stride 2
- * (any dilation), the padded plane split into its four phases (even
- * and odd rows and columns: 4 x ceil(PH/2) x ceil(PW/2)) and OH rows of
- * ceil(PW/2) outputs; anything else, the padded copy if any. */
-long ccn_depthwise_scratch(const ccn_conv_geometry *geometry);
-
 /* The convolution `geometry` (group == in_channels == out_channels) of x
  * by (C, 1, KH, KW) weights w plus bias (may be NULL), then activation
- * act (CCN_ACT_*, act_alpha its LeakyRelu slope): each output sums its
- * KH*KW taps without im2col (3x3 and 5x5 in registers, at any dilation;
- * other sizes a tap at a time), over whole padded rows so that the loops
- * are long however narrow the plane.  scratch holds
- * ccn_depthwise_scratch(geometry) floats (NULL when that is 0). */
+ * act (CCN_ACT_*, act_alpha its parameter): each output sums its KH*KW
+ * taps in a vector register, straight from x (no padded copy, no
+ * scratch); the 3x3 and 5x5 kernels at strides 1 and 2 unrolled, any
+ * other size, stride and dilation with them as variables. */
 void ccn_conv2d_depthwise(const ccn_conv_geometry *geometry, int act, float act_alpha,
-                          const float *x, const float *w, const float *bias, float *y,
-                          float *scratch);
+                          const float *x, const float *w, const float *bias, float *y);
 
 CCN_END_DECLS
 #endif /* CCN_DEPTHWISE_H */

@@ -26,7 +26,7 @@ from ..cformat import CStruct, cfloat
 from ..gemm_layout import PANEL_MIN_ROWS, STRIP_COLS, pack_panels
 from ..lowering import Refuse, Step, lowers, unit_height, window
 from .conv_direct import direct_step, takes_direct
-from .depthwise import depthwise_scratch, depthwise_step, is_depthwise
+from .depthwise import depthwise_step, is_depthwise
 from .winograd import (
     MIN_FILTER_GRADIENT_WIDTH,
     winograd_grad_filter_step,
@@ -343,10 +343,8 @@ def conv(em, inst) -> Step:
     geometry = conv_geometry(N, C, (H, W), M, (OH, OW), (KH, KW), group, win.strides,
                              win.dilations, win.pads_begin)
     if is_depthwise(C, M, group):
-        scratch = depthwise_scratch(sx, win.out, (KH, KW), win.strides, win.dilations,
-                                    win.pads_begin)
         return _add_residual(inst, depthwise_step(
-            em, inst, geometry, (N, M, OH, OW), scratch,
+            em, inst, geometry, (N, M, OH, OW),
             ('CCN_ACT_NONE', 0.0) if residual else (act, act_alpha)), (act, act_alpha),
             N * M * OH * OW)
     w = em.const(inst.inputs[1])

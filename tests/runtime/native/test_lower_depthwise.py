@@ -1,8 +1,9 @@
 """Depthwise convolutions (group == channels) on the native backend: the
 direct kernel of ccn_depthwise.c against the NumPy VM and onnxruntime, for
 the unrolled sizes (3x3 and 5x5, strides 1 and 2, dilated or not), other
-kernels tap by tap and the general code (mixed strides), asymmetric and no
-padding, with and without bias, run-time weights and a fused activation."""
+sizes and strides, asymmetric and no padding, widths and heights that are
+not whole vectors and blocks of rows, random geometries, with and without
+bias, run-time weights and every activation fused into the kernel."""
 import os
 import subprocess
 
@@ -12,9 +13,9 @@ from onnx import helper
 
 from chainer_compiler.pipeline import build_program
 from chainer_compiler.runtime.native.emit_c import emit_c
-from chainer_compiler.runtime.native.lowerings.depthwise import depthwise_scratch, is_depthwise
+from chainer_compiler.runtime.native.lowerings.depthwise import is_depthwise
 
-from .helpers import check_native, make_model
+from .helpers import check_native, make_model, uniform
 
 F32 = numpy.float32
 #: (kernel, strides, pads, dilations, bias, batch x channels x height x width)
@@ -38,30 +39,56 @@ CASES = [
     ((5, 5), (2, 2), (4, 4, 4, 4), (2, 2), True, (1, 4, 13, 11)),
     ((3, 3), (2, 2), (3, 2, 1, 3), (3, 3), True, (2, 3, 10, 9)),
     ((3, 3), (1, 1), (2, 3, 2, 3), (2, 3), True, (1, 3, 7, 10)),
-    ((7, 7), (2, 2), (3, 3, 3, 3), (1, 2), True, (1, 3, 12, 15)),    # tap by tap, phases
+    ((7, 7), (2, 2), (3, 3, 3, 3), (1, 2), True, (1, 3, 12, 15)),    # 7x7 at stride 2
+    # Rows of several vectors, the last one partial (odd widths: 37 and
+    # 33 columns), heights that leave rows after the blocks of four,
+    # planes narrower than the kernel, one column, stride 3 and 2 x 1.
+    ((3, 3), (1, 1), (1, 1, 1, 1), (1, 1), True, (1, 3, 9, 37)),
+    ((5, 5), (2, 2), (2, 2, 2, 2), (1, 1), True, (1, 3, 11, 33)),
+    ((5, 5), (1, 1), (2, 2, 2, 2), (1, 1), True, (1, 4, 7, 7)),
+    ((3, 3), (2, 2), (1, 1, 1, 1), (1, 1), False, (1, 3, 7, 35)),
+    ((5, 5), (1, 1), (2, 2, 2, 2), (1, 1), True, (1, 2, 3, 2)),
+    ((3, 3), (1, 1), (1, 1, 1, 1), (1, 1), True, (1, 2, 6, 1)),
+    ((3, 3), (3, 3), (1, 1, 1, 1), (1, 1), True, (1, 3, 10, 20)),
+    ((3, 3), (2, 1), (1, 1, 1, 1), (1, 1), True, (1, 3, 9, 18)),
+    ((5, 5), (1, 1), (0, 0, 0, 0), (1, 1), True, (1, 3, 21, 40)),    # no padding, wide
 ]
 
 
-def _rand(rng, *shape):
-    return rng.uniform(-1, 1, shape).astype(F32)
+def _random_cases(rng, count):
+    """``count`` geometries drawn from rng, in CASES' form: kernels 1 to 7,
+    strides 1 to 3, dilations 1 and 2, pads 0 to 3 on each side, planes
+    of 1 to 40 columns."""
+    cases = []
+    while len(cases) < count:
+        kernel = tuple(int(k) for k in rng.randint(1, 8, 2))
+        strides = tuple(int(v) for v in rng.randint(1, 4, 2))
+        dilations = tuple(int(v) for v in rng.randint(1, 3, 2))
+        pads = tuple(int(v) for v in rng.randint(0, 4, 4))
+        shape = (1, int(rng.randint(1, 4)), int(rng.randint(1, 20)), int(rng.randint(1, 41)))
+        if all(_out(shape[2 + d], kernel[d], strides[d], pads[d] + pads[d + 2],
+                    dilations[d]) > 0 and pads[d] < (kernel[d] - 1) * dilations[d] + 1
+               and pads[d + 2] < (kernel[d] - 1) * dilations[d] + 1 for d in (0, 1)):
+            cases.append((kernel, strides, pads, dilations, bool(rng.randint(2)), shape))
+    return cases
 
 
 def _out(size, k, s, pad, d):
     return (size + pad - (k - 1) * d - 1) // s + 1
 
 
-def _model(rng):
+def _model(rng, cases=CASES):
     """One model holding every case (one build), plus run-time weights
     and a Relu the fusion makes the kernel's epilogue."""
     nodes, inputs, outputs, inits, values = [], [], [], {}, []
-    for i, (kernel, strides, pads, dilations, bias, shape) in enumerate(CASES):
+    for i, (kernel, strides, pads, dilations, bias, shape) in enumerate(cases):
         n, c, h, w = shape
         inputs.append(('x%d' % i, F32, list(shape)))
-        values.append(_rand(rng, *shape))
-        inits['w%d' % i] = _rand(rng, c, 1, *kernel)
+        values.append(uniform(rng, *shape))
+        inits['w%d' % i] = uniform(rng, c, 1, *kernel)
         names = ['x%d' % i, 'w%d' % i]
         if bias:
-            inits['b%d' % i] = _rand(rng, c)
+            inits['b%d' % i] = uniform(rng, c)
             names.append('b%d' % i)
         nodes.append(helper.make_node('Conv', names, ['y%d' % i], group=c, kernel_shape=kernel,
                                       strides=strides, pads=pads, dilations=dilations))
@@ -71,7 +98,7 @@ def _model(rng):
                                               dilations[1])]))
     inputs.append(('xr', F32, [1, 6, 10, 10]))
     inputs.append(('wr', F32, [6, 1, 3, 3]))
-    values += [_rand(rng, 1, 6, 10, 10), _rand(rng, 6, 1, 3, 3)]
+    values += [uniform(rng, 1, 6, 10, 10), uniform(rng, 6, 1, 3, 3)]
     nodes += [helper.make_node('Conv', ['xr', 'wr'], ['cr'], group=6, pads=[1, 1, 1, 1],
                                strides=[2, 2]),
               helper.make_node('Relu', ['cr'], ['yr'])]
@@ -82,6 +109,13 @@ def _model(rng):
 @pytest.mark.native_build
 def test_depthwise_convolutions_equal_the_vm():
     model, values = _model(numpy.random.RandomState(5))
+    check_native(model, values, atol=1e-5)
+
+
+@pytest.mark.native_build
+def test_random_depthwise_geometries_equal_the_vm():
+    rng = numpy.random.RandomState(31)
+    model, values = _model(rng, _random_cases(rng, 24))
     check_native(model, values, atol=1e-5)
 
 
@@ -104,50 +138,105 @@ def test_only_one_channel_per_group_is_depthwise():
     assert not is_depthwise(8, 8, 4)
 
 
-def test_scratch_covers_the_padded_planes_and_rows():
-    # 3x3, stride 1, pads 1: per plane a 10 x 12 copy and 8 rows of 12.
-    assert depthwise_scratch((2, 3, 8, 10), (8, 10), (3, 3), (1, 1), (1, 1), (1, 1)) \
-        == 2 * 3 * (10 * 12 + 8 * 12)
-    # No padding and taps inside: no copy, only the rows for stride 1.
-    assert depthwise_scratch((1, 4, 6, 6), (4, 4), (3, 3), (1, 1), (1, 1), (0, 0)) == 4 * 4 * 6
-    # Stride 2: four 4 x 4 phases of the 7 x 7 plane and 3 rows of 4.
-    assert depthwise_scratch((1, 4, 7, 7), (3, 3), (3, 3), (2, 2), (1, 1), (0, 0)) \
-        == 4 * (4 * 4 * 4 + 3 * 4)
-    # Stride 2 dilated by 2 the same way: four 9 x 9 phases of the 17 x 17
-    # plane (the last output's taps reach 2 * 6 + 2 * 2 + 1), 7 rows of 9.
-    assert depthwise_scratch((1, 4, 13, 13), (7, 7), (3, 3), (2, 2), (2, 2), (2, 2)) \
-        == 4 * (4 * 9 * 9 + 7 * 9)
+#: The activations fused into the kernel (Swish as exporters write it,
+#: x * Sigmoid(x)), each after a depthwise Conv: (node, its CCN_ACT_*).
+ACTIVATIONS = [('Relu', 'CCN_ACT_RELU'), ('LeakyRelu', 'CCN_ACT_LEAKY_RELU'),
+               ('Clip', 'CCN_ACT_CLIP'), ('HardSwish', 'CCN_ACT_HARD_SWISH'),
+               ('Sigmoid', 'CCN_ACT_SIGMOID'), ('Tanh', 'CCN_ACT_TANH'),
+               ('Swish', 'CCN_ACT_SWISH'), ('Gelu', 'CCN_ACT_GELU')]
+
+
+def _activations_model(rng):
+    """A 3x3 depthwise Conv (stride 2 every other one, odd widths) into
+    each of ACTIVATIONS, on inputs wide enough to reach ReLU6's and
+    HardSwish's bounds."""
+    nodes, inputs, outputs, inits, values = [], [], [], {}, []
+    inits.update(zero=numpy.zeros((), F32), six=numpy.full((), 6, F32))
+    for i, (op, _) in enumerate(ACTIVATIONS):
+        s = 1 + i % 2
+        shape = (1, 3, 9, 19 + 2 * i)
+        inputs.append(('x%d' % i, F32, list(shape)))
+        values.append(4 * uniform(rng, *shape))
+        inits['w%d' % i], inits['b%d' % i] = uniform(rng, 3, 1, 3, 3), uniform(rng, 3)
+        nodes.append(helper.make_node('Conv', ['x%d' % i, 'w%d' % i, 'b%d' % i], ['c%d' % i],
+                                      group=3, kernel_shape=[3, 3], pads=[1, 1, 1, 1],
+                                      strides=[s, s]))
+        c, y = 'c%d' % i, 'y%d' % i
+        if op == 'Swish':
+            nodes += [helper.make_node('Sigmoid', [c], ['s%d' % i]),
+                      helper.make_node('Mul', [c, 's%d' % i], [y])]
+        elif op == 'Clip':
+            nodes.append(helper.make_node('Clip', [c, 'zero', 'six'], [y]))
+        else:
+            nodes.append(helper.make_node(op, [c], [y], **(
+                {'alpha': 0.1} if op == 'LeakyRelu' else {})))
+        outputs.append((y, F32, [1, 3, _out(9, 3, s, 2, 1), _out(shape[3], 3, s, 2, 1)]))
+    return make_model(nodes, inputs, outputs, inits, opset=20), values
+
+
+def test_every_activation_is_the_depthwise_kernels_epilogue(tmp_path):
+    model, _ = _activations_model(numpy.random.RandomState(7))
+    result = emit_c(build_program(model), str(tmp_path), 'model')
+    with open(next(p for p in result.files if p.endswith('/model.c'))) as f:
+        calls = f.read().split('ccn_conv2d_depthwise(')[1:]
+    assert [act for _, act in ACTIVATIONS] == [c.split('\n')[1].split(',')[0].strip()
+                                               for c in calls]
 
 
 @pytest.mark.native_build
-def test_the_scratch_is_what_the_kernel_computes(tmp_path):
-    # The emitter sizes the scratch, the kernel carves it up: both
-    # formulas must agree, for every case of the model above.
+def test_depthwise_with_every_activation_equals_the_vm():
+    model, values = _activations_model(numpy.random.RandomState(7))
+    check_native(model, values, atol=2e-5)
+
+
+EPILOGUE_CHECK = r"""
+#include <math.h>
+#include <stdio.h>
+#include <string.h>
+#include "ccn_depthwise.h"
+
+/* Each activation in the depthwise kernel's epilogue against the kernel
+ * without one and then ccn_activate (the products' epilogue): the same
+ * floats, NaN, infinities, signed zeros and ReLU6's bounds included. */
+int main(void)
+{
+    enum { C = 2, H = 5, W = 21 };
+    static float x[C * H * W], y[C * H * W], z[C * H * W];
+    const float special[] = {NAN, INFINITY, -INFINITY, 0.0f, -0.0f, 6.0f, 3.0f, -3.0f, 1e30f};
+    const float w[C] = {1, -1};  /* 1x1: the outputs are the inputs (negated) */
+    for (int i = 0; i < C * H * W; i++)
+        x[i] = i % 3 ? special[i % 9] : (float)(i % 17) - 8.0f;
+    const ccn_conv_geometry g = {1, C, H, W, C, H, W, 1, 1, C, 1, 1, 1, 1, 0, 0};
+    int bad = 0;
+    for (int act = CCN_ACT_NONE; act <= CCN_ACT_GELU; act++) {
+        const float alpha = act == CCN_ACT_CLIP ? 6.0f : act == CCN_ACT_SWISH ? 1.0f : 0.1f;
+        ccn_conv2d_depthwise(&g, act, alpha, x, w, NULL, y);
+        ccn_conv2d_depthwise(&g, CCN_ACT_NONE, 0.0f, x, w, NULL, z);
+        ccn_activate(C * H * W, z, act, alpha);
+        for (int i = 0; i < C * H * W; i++)
+            if (memcmp(&y[i], &z[i], sizeof y[i]) && !(isnan(y[i]) && isnan(z[i]))) {
+                printf("act %d, output %d: %g, not %g\n", act, i, y[i], z[i]);
+                bad = 1;
+            }
+    }
+    return bad;
+}
+"""
+
+
+@pytest.mark.native_build
+def test_epilogues_in_registers_equal_ccn_activate(tmp_path):
+    # The kernel applies the simple activations to its vectors before
+    # storing them: exactly what ccn_activate, the one table, computes.
     kernels = os.path.join(os.path.dirname(emit_c.__code__.co_filename), 'kernels')
-    lines = []
-    for kernel, strides, pads, dilations, _, shape in CASES:
-        out = [_out(shape[2 + d], kernel[d], strides[d], pads[d] + pads[d + 2], dilations[d])
-               for d in (0, 1)]
-        lines.append('{%d, %d, %d, %d, %d, %d, %d, %d, %d, %d, %d, %d, %d, %d, %d, %d},' % (
-            shape[0], shape[1], shape[2], shape[3], shape[1], out[0], out[1], kernel[0],
-            kernel[1], shape[1], strides[0], strides[1], dilations[0], dilations[1], pads[0],
-            pads[1]))
-    source = tmp_path / 'scratch.c'
-    source.write_text('#include <stdio.h>\n#include "ccn_depthwise.h"\n'
-                      'static const ccn_conv_geometry cases[] = {%s};\n'
-                      'int main(void) { for (unsigned i = 0; i < sizeof cases / sizeof *cases; '
-                      'i++) printf("%%ld\\n", ccn_depthwise_scratch(&cases[i])); return 0; }\n'
-                      % '\n'.join(lines))
-    program = str(tmp_path / 'scratch')
-    subprocess.run(['cc', '-std=c99', '-pthread', '-I', kernels, str(source)]
-                   + [os.path.join(kernels, 'ccn_%s.c' % f)
-                      for f in ('depthwise', 'gemm', 'threads')]
-                   + ['-o', program, '-lm'], check=True)
-    got = [int(v) for v in subprocess.run([program], check=True, capture_output=True,
-                                          text=True).stdout.split()]
-    want = []
-    for kernel, strides, pads, dilations, _, shape in CASES:
-        out = [_out(shape[2 + d], kernel[d], strides[d], pads[d] + pads[d + 2], dilations[d])
-               for d in (0, 1)]
-        want.append(depthwise_scratch(shape, out, kernel, strides, dilations, pads[:2]))
-    assert got == want
+    source = tmp_path / 'epilogues.c'
+    source.write_text(EPILOGUE_CHECK)
+    program = str(tmp_path / 'epilogues')
+    for flags in (['-O2'], ['-O3', '-march=native']):
+        subprocess.run(['cc', '-std=c99', '-pthread', '-fno-math-errno', '-I', kernels,
+                        str(source)] + flags
+                       + [os.path.join(kernels, 'ccn_%s.c' % f)
+                          for f in ('depthwise', 'gemm', 'threads')]
+                       + ['-o', program, '-lm'], check=True)
+        run = subprocess.run([program], capture_output=True, text=True)
+        assert run.returncode == 0, run.stdout
