@@ -286,9 +286,9 @@ class CompiledModel(chainer.Chain):
                 # Backward is handed the retained values, which follow the
                 # outputs' gradients (consume): on the native backend it may
                 # reuse their memory after their last read.  Chainer keeps
-                # the gradients.
-                Executor(programs.backward, donate_inputs=range(
-                    len(programs.grad_of_outputs), len(programs.backward.inputs)), **options),
+                # the gradients, and the model its parameters, the data and
+                # the outputs: donated, they would be copied at every call.
+                Executor(programs.backward, donate_inputs=_donated(programs), **options),
                 updates)
             _log.info('compiled the training programs of %s%s in %.1f s', self.onnx_file,
                       _describe_sizes(sizes), time.perf_counter() - start)
@@ -536,6 +536,15 @@ def _unflatten(flat, layout):
         values.append(flat[at] if length is None else list(flat[at:at + length]))
         at += 1 if length is None else length
     return values
+
+
+def _donated(programs):
+    """The positions of the backward inputs of training.TrainingPrograms
+    ``programs`` that the bridge gives up: the retained values that no one
+    else holds (not a forward input, not a model output)."""
+    kept = {v.name for v in programs.forward.inputs} | set(programs.outputs)
+    return [k for k in range(len(programs.grad_of_outputs), len(programs.backward.inputs))
+            if programs.backward.inputs[k].name not in kept]
 
 
 class _TrainingState:
