@@ -394,7 +394,7 @@ class _Fuser:
         assert inst is not None
         j = self._sole_reader(inst.outputs[0])
         view, v = None if j is None else self.insts[j], -1
-        if view is not None and view.op in _SHAPE_VIEWS:
+        if j is not None and view is not None and view.op in _SHAPE_VIEWS:
             v, j = j, self._sole_reader(view.outputs[0])
         else:
             view = None
