@@ -899,25 +899,37 @@ static void gemm_serial(long M, long N, long K, const a_operand *A, long row0,
             for (long i = 0; i < mc; i += mr)
                 ap[i / mr] = a_block(A, row0 + m0 + i, min_long(mr, mc - i), k0, kc,
                                      apack + i * kc, &lda[i / mr], &ars[i / mr]);
-            for (long n0 = 0; n0 < N; n0 += CCN_NR) {
-                const long nr = min_long(CCN_NR, N - n0);
-                /* A whole strip that few row blocks reuse is read in place:
-                 * packing it would cost as much as the product. */
-                long ldbp;
-                const float *b = b_strip(B, k0, kc, col0 + n0, nr,
-                                         nr == CCN_NR && mc <= CCN_PACK_B_ROWS, bpack, &ldbp);
-                for (long i = 0; i < mc; i += mr) {
-                    float *c = C + (m0 + i) * ldc + n0;
-                    const c_start st = start_at(&s, m0 + i, n0);
-                    if (tall)
-                        micro_kernel_tall(kc, ap[i / mr], lda[i / mr], b, ldbp, &st, c, ldc,
-                                          min_long(mr, mc - i), nr, first, last, act,
-                                          act_alpha);
-                    else
-                        micro_kernel(kc, ap[i / mr], lda[i / mr], ars[i / mr], b, ldbp, &st, c,
-                                     ldc, min_long(mr, mc - i), nr, first, last, act,
-                                     act_alpha);
+            /* Strips by blocks that fill bpack: one strip of a full depth
+             * slice, several of a shallow one, each tile of rows then
+             * running along the block's strips, so that it writes runs of
+             * C's rows rather than NR floats of each row in turn (a depth
+             * of 16 is bound by those writes). */
+            const long block = CCN_NR * (CCN_KC / kc);
+            for (long nb0 = 0; nb0 < N; nb0 += block) {
+                const long strips = (min_long(block, N - nb0) + CCN_NR - 1) / CCN_NR;
+                const float *b[CCN_KC];
+                long ldbp[CCN_KC];
+                for (long j = 0; j < strips; j++) {
+                    const long n0 = nb0 + j * CCN_NR, nr = min_long(CCN_NR, N - n0);
+                    /* A whole strip that few row blocks reuse is read in
+                     * place: packing it would cost as much as the product. */
+                    b[j] = b_strip(B, k0, kc, col0 + n0, nr, nr == CCN_NR && mc <= CCN_PACK_B_ROWS,
+                                   bpack + j * kc * CCN_NR, &ldbp[j]);
                 }
+                for (long i = 0; i < mc; i += mr)
+                    for (long j = 0; j < strips; j++) {
+                        const long n0 = nb0 + j * CCN_NR, nr = min_long(CCN_NR, N - n0);
+                        float *c = C + (m0 + i) * ldc + n0;
+                        const c_start st = start_at(&s, m0 + i, n0);
+                        if (tall)
+                            micro_kernel_tall(kc, ap[i / mr], lda[i / mr], b[j], ldbp[j], &st, c,
+                                              ldc, min_long(mr, mc - i), nr, first, last, act,
+                                              act_alpha);
+                        else
+                            micro_kernel(kc, ap[i / mr], lda[i / mr], ars[i / mr], b[j], ldbp[j],
+                                         &st, c, ldc, min_long(mr, mc - i), nr, first, last, act,
+                                         act_alpha);
+                    }
             }
         }
     }
