@@ -35,6 +35,11 @@ LAYERS = [
     (20, 260, 10, 10, 'Gelu', 'kept'),    # two depth slices: the start at the first
     (3, 6, 12, 12, None, 'kept'),         # too few rows for panels: fill_start's pass
     (56, 11, 28, 28, None, None),         # 784 columns, no epilogue
+    # Split between threads (at least 4M multiply-adds): by columns, and
+    # by rows (the wide tiles), each part's start from its first column
+    # or row.
+    (48, 40, 56, 56, 'Relu', 'kept'),
+    (960, 160, 7, 7, 'Clip', 'dying'),
 ]
 
 
