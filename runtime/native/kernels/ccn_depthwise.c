@@ -1,14 +1,15 @@
 /* Depthwise family: a convolution with one group per channel, summed
  * straight from the input plane.  A vector of VL consecutive outputs of
- * one row holds its sums in a register; each tap is one vector load of an
- * input row (stride 2: two, and their even lanes) times the tap's weight.
- * Rows of taps outside the plane are skipped, columns outside it load as
- * zeros (masked loads where the CPU has them), and only the vectors that
- * reach the border check at all: no padded copy, no scratch.  The bias
- * starts the sums and the simple activations are applied in registers
- * before the store.  im2col would copy each input KH*KW times for a
- * product of depth KH*KW with one output row: slower than the arithmetic
- * it feeds. */
+ * one row holds its sums in a register, four rows at a time; each tap is
+ * one vector load of an input row (stride 2: two, and their even lanes)
+ * times the tap's weight.  Rows of taps outside the plane are skipped,
+ * columns outside it load as zeros (masked loads where the CPU has them):
+ * no padded copy, no scratch.  Planes of rows narrower than half a vector
+ * run as flat vectors across rows.  The bias starts the sums and the
+ * simple activations are applied in registers before the store.  im2col
+ * would copy each input KH*KW times for a product of depth KH*KW with one
+ * output row: slower than the arithmetic it feeds
+ * (benchmarks/NOTES.md, "Depthwise kernels"). */
 /* ISO C mode (-std=c99) turns GCC's contraction of a * b + c into fused
  * multiply-adds off; the tap loops want them. */
 #if defined(__GNUC__) && !defined(__clang__)
@@ -16,7 +17,7 @@
 #endif
 #include <assert.h>
 #include <string.h>
-#if defined(__AVX2__)
+#if defined(__AVX__)
 #include <immintrin.h>
 #endif
 
@@ -37,85 +38,154 @@
 typedef float vec __attribute__((vector_size(VL * sizeof(float))));
 typedef int32_t ivec __attribute__((vector_size(VL * sizeof(float))));
 
+/* Lanes of a (indices from 0) and b (from VL) in the order of the
+ * constant indices that follow. */
+#if defined(__clang__) || __GNUC__ >= 12
+#define SHUFFLE(a, b, ...) __builtin_shufflevector(a, b, __VA_ARGS__)
+#else
+#define SHUFFLE(a, b, ...) __builtin_shuffle(a, b, (ivec){__VA_ARGS__})
+#endif
 /* The even lanes of a followed by b's: stride 2's outputs from a
  * window of 2 VL consecutive inputs. */
-#if defined(__clang__) || __GNUC__ >= 12
-#define EVEN_LANES(a, b) __builtin_shufflevector(a, b, EVEN)
-#else
-#define EVEN_LANES(a, b) __builtin_shuffle(a, b, (ivec){EVEN})
-#endif
+#define EVEN_LANES(a, b) SHUFFLE(a, b, EVEN)
 
 /* Which lanes of a load from column c of a row of W lie inside the row,
  * and the load of those lanes (the others zero, and not read): a mask
- * where the CPU has masked loads (AVX-512, AVX2), else the lanes'
- * range. */
+ * where the CPU has masked loads (AVX-512, AVX), else the lanes' range
+ * [lo, hi) (lane_range; lo == hi: none); lanes_where, a mask of any
+ * lanes. */
+static inline void lane_range(long c, long W, long *lo, long *hi)
+{
+    *lo = c < 0 ? (-c < VL ? -c : VL) : 0;
+    *hi = W - c < VL ? (W - c > *lo ? W - c : *lo) : VL;
+}
+
 #if defined(__AVX512F__)
+#define MASKED_LOADS 1
 typedef __mmask16 inside;
 
 static inline inside inside_of(long c, long W)
 {
-    const long lo = c < 0 ? -c : 0, hi = W - c < VL ? W - c : VL;
-    return lo < hi ? (inside)((1u << hi) - (1u << lo)) : 0;
+    long lo, hi;
+    lane_range(c, W, &lo, &hi);
+    return (inside)((1u << hi) - (1u << lo));
 }
 
-static inline vec load(const float *row, long c, inside m)
+static inline vec load(const float *row, long c, long W, inside m)
 {
+    (void)W;
     return (vec)_mm512_maskz_loadu_ps(m, row + c);
 }
-#elif defined(__AVX2__)
+
+static inline inside lanes_where(const int *ok)
+{
+    inside m = 0;
+    for (int l = 0; l < VL; l++)
+        m |= (inside)((unsigned)(ok[l] != 0) << l);
+    return m;
+}
+#elif defined(__AVX__)
+#define MASKED_LOADS 1
 typedef ivec inside;
 
 static inline inside inside_of(long c, long W)
 {
-    const ivec lane = {0, 1, 2, 3, 4, 5, 6, 7}, lo = lane * 0 - (int32_t)c,
-               hi = lane * 0 + (int32_t)(W - c);
-    return (lane >= lo) & (lane < hi);
+    long lo, hi;
+    lane_range(c, W, &lo, &hi);
+    const ivec lane = {0, 1, 2, 3, 4, 5, 6, 7};
+    return (lane >= lane * 0 + (int32_t)lo) & (lane < lane * 0 + (int32_t)hi);
 }
 
-static inline vec load(const float *row, long c, inside m)
+static inline vec load(const float *row, long c, long W, inside m)
 {
+    (void)W;
     return (vec)_mm256_maskload_ps(row + c, (__m256i)m);
 }
+
+static inline inside lanes_where(const int *ok)
+{
+    inside m;
+    for (int l = 0; l < VL; l++)
+        m[l] = ok[l] ? -1 : 0;
+    return m;
+}
 #else
+#define MASKED_LOADS 0
 typedef struct {
     long lo, hi;
 } inside;
 
 static inline inside inside_of(long c, long W)
 {
-    const long lo = c < 0 ? -c : 0, hi = W - c < VL ? W - c : VL;
-    return (inside){lo < VL ? lo : VL, hi > lo ? hi : lo};
+    inside m;
+    lane_range(c, W, &m.lo, &m.hi);
+    return m;
 }
 
-static inline vec load(const float *row, long c, inside m)
+/* A load that reaches past both ends of the row (narrower than a
+ * vector), lane by lane; out of line: inlined, the tap loops around it
+ * would no longer unroll. */
+#if defined(__GNUC__)
+__attribute__((noinline))
+#endif
+static vec load_lanes(const float *row, long c, inside m)
 {
-    vec v;
-    if (m.lo == 0 && m.hi == VL) {
-        memcpy(&v, row + c, sizeof v);
-        return v;
-    }
-    /* Lane by lane into the register: through an array in memory, the
-     * vector load would wait for the lanes' stores. */
-    v = (vec){0};
+    vec v = {0};
     for (int l = 0; l < VL; l++)
         if (l >= m.lo && l < m.hi)
             v[l] = row[c + l];
     return v;
 }
+
+/* Past the row's start, its first VL floats moved up by m.lo lanes;
+ * past its end, its last VL moved down (VL is 4 here). */
+static inline vec load(const float *row, long c, long W, inside m)
+{
+    const vec z = {0};
+    vec v;
+    if (m.lo == 0 && m.hi == VL) {
+        memcpy(&v, row + c, sizeof v);
+        return v;
+    }
+    if (m.lo == m.hi)
+        return z;
+    if (W < VL)
+        return load_lanes(row, c, m);
+    if (m.hi == VL) {
+        memcpy(&v, row, sizeof v);
+        return m.lo == 1 ? SHUFFLE(v, z, 4, 0, 1, 2)
+               : m.lo == 2 ? SHUFFLE(v, z, 4, 4, 0, 1)
+                           : SHUFFLE(v, z, 4, 4, 4, 0);
+    }
+    memcpy(&v, row + W - VL, sizeof v);
+    return m.hi == 3 ? SHUFFLE(v, z, 1, 2, 3, 4)
+           : m.hi == 2 ? SHUFFLE(v, z, 2, 3, 4, 4)
+                       : SHUFFLE(v, z, 3, 4, 4, 4);
+}
 #endif
 
 /* Tap inputs of VL outputs in one row: lane l = row[c + l sw], zero off
- * the row; m: inside_of c and of c + VL. */
+ * the row; m: inside_of c and of c + VL, NULL when all are inside. */
 CCN_ALWAYS_INLINE vec tap(const float *row, long c, long sw, long W, const inside *m)
 {
+    vec v;
+    if (!m && sw == 1) {
+        memcpy(&v, row + c, sizeof v);
+        return v;
+    }
+    if (!m && sw == 2) {
+        vec u;
+        memcpy(&v, row + c, sizeof v);
+        memcpy(&u, row + c + VL, sizeof u);
+        return EVEN_LANES(v, u);
+    }
     if (sw == 1)
-        return load(row, c, m[0]);
+        return load(row, c, W, m[0]);
     if (sw == 2)
-        return EVEN_LANES(load(row, c, m[0]), load(row, c + VL, m[1]));
+        return EVEN_LANES(load(row, c, W, m[0]), load(row, c + VL, W, m[1]));
     float t[VL];
     for (long l = 0; l < VL; l++)
         t[l] = c + l * sw >= 0 && c + l * sw < W ? row[c + l * sw] : 0.0f;
-    vec v;
     memcpy(&v, t, sizeof v);
     return v;
 }
@@ -160,13 +230,14 @@ static inline vec epilogue(vec v, int act, float a)
 /* The first n lanes of v to out. */
 static inline void store(float *out, vec v, long n)
 {
+    if (n == VL)  /* a constant size: one store, not a call */
+        memcpy(out, &v, sizeof v);
+    else
 #if defined(__AVX512F__)
-    if (n < VL) {
         _mm512_mask_storeu_ps(out, (__mmask16)((1u << n) - 1), (__m512)v);
-        return;
-    }
+#else
+        memcpy(out, &v, (size_t)n * sizeof(float));
 #endif
-    memcpy(out, &v, (size_t)n * sizeof(float));
 }
 
 /* Output rows computed together: their sums are independent chains of
@@ -176,8 +247,9 @@ static inline void store(float *out, vec v, long n)
 
 /* The strip's outputs from column ow0 (VL, or those before OW) of output
  * rows [oh, oh + R): each the bias plus its taps, then the epilogue.
- * Unless every tap row lies inside the plane (inside), a row of taps
- * outside it is skipped. */
+ * Unless every tap row lies inside the plane (inside_rows), a row of taps
+ * outside it is skipped; m: the strip's inside_of by column of taps
+ * (NULL: every load inside the rows). */
 CCN_ALWAYS_INLINE void rows(const ccn_conv_geometry *g, long KH, long KW, long sw, long R,
                             int inside_rows, const float *in, const vec *wv, inside (*m)[2],
                             float b, long ow0, long oh, float *out, int act, float act_alpha)
@@ -200,7 +272,8 @@ CCN_ALWAYS_INLINE void rows(const ccn_conv_geometry *g, long KH, long KW, long s
         for (long kw = 0; kw < KW; kw++)
             for (long r = 0; r < R; r++)
                 if (used[r])
-                    acc[r] += wv[kh * KW + kw] * tap(row[r], c0 + kw * dw, sw, W, m[kw]);
+                    acc[r] += wv[kh * KW + kw] * tap(row[r], c0 + kw * dw, sw, W,
+                                                     m ? m[kw] : NULL);
     }
     for (long r = 0; r < R; r++)
         store(out + (oh + r) * OW + ow0, epilogue(acc[r], act, act_alpha), n);
@@ -224,17 +297,27 @@ CCN_ALWAYS_INLINE void strip(const ccn_conv_geometry *g, long KH, long KW, long 
         m[kw][0] = inside_of(c0 + kw * dw, W);
         m[kw][1] = inside_of(c0 + kw * dw + VL, W);
     }
+    /* Without masked loads, a strip away from the left and right edges
+     * loads without checking its lanes (NULL masks). */
+    const int cols_inside = !MASKED_LOADS && sw <= 2 && c0 >= 0 &&
+                            c0 + (KW - 1) * dw + sw * VL <= W;
     const long sh = g->stride_h, pt = g->pad_top, reach = (KH - 1) * g->dil_h;
+#define CCN_ROWS(R, INSIDE_ROWS)                                                              \
+    (cols_inside ? rows(g, KH, KW, sw, R, INSIDE_ROWS, in, wv, NULL, b, ow0, oh, out, act,     \
+                        act_alpha)                                                            \
+                 : rows(g, KH, KW, sw, R, INSIDE_ROWS, in, wv, m, b, ow0, oh, out, act,        \
+                        act_alpha))
     long oh = 0;
     for (; oh + ROWS <= g->out_h; oh += ROWS) {
         /* Blocks away from the top and bottom check no rows. */
         if (oh * sh - pt >= 0 && (oh + ROWS - 1) * sh - pt + reach < g->in_h)
-            rows(g, KH, KW, sw, ROWS, 1, in, wv, m, b, ow0, oh, out, act, act_alpha);
+            CCN_ROWS(ROWS, 1);
         else
-            rows(g, KH, KW, sw, ROWS, 0, in, wv, m, b, ow0, oh, out, act, act_alpha);
+            CCN_ROWS(ROWS, 0);
     }
     for (; oh < g->out_h; oh++)
-        rows(g, KH, KW, sw, 1, 0, in, wv, m, b, ow0, oh, out, act, act_alpha);
+        CCN_ROWS(1, 0);
+#undef CCN_ROWS
 }
 
 /* One channel's plane: strip by strip, the 3x3 and 5x5 kernels at strides
@@ -261,14 +344,87 @@ static void plane(const ccn_conv_geometry *g, const float *in, const float *wc, 
         ccn_activate(g->out_h * OW, out, act, act_alpha);
 }
 
-/* The arguments of ccn_conv2d_depthwise, for its planes' task. */
+/* Masks of a flat plane's loads (flat_plane) at most. */
+#define FLAT_MASKS 128
+
+/* The arguments of ccn_conv2d_depthwise, for its planes' task, and a flat
+ * plane's tap offsets and masks (flat is its vectors; 0: by strips). */
 typedef struct {
     const ccn_conv_geometry *g;
     int act;
     float act_alpha;
     const float *x, *w, *bias;
     float *y;
+    long flat;
+#if MASKED_LOADS
+    long off[FLAT_MASKS];
+    inside mask[FLAT_MASKS];  /* vector j's tap t: mask[j * KH * KW + t] */
+#endif
 } depthwise_call;
+
+#if MASKED_LOADS
+/* Whether flat_plane takes convolution g, and if so its vectors: rows of
+ * half a vector or less (strips would leave half their lanes idle, the
+ * 7x7 planes of the mobile models' last stage), stride 1 and as wide as
+ * the input, so that a tap is a fixed offset from its output in the
+ * flattened plane too. */
+static long flat_vectors(const ccn_conv_geometry *g)
+{
+    const long S = g->out_h * g->out_w, n = (S + VL - 1) / VL;
+    return 2 * g->out_w <= VL && g->stride_h == 1 && g->stride_w == 1 &&
+                   g->out_w == g->in_w && n * g->kernel_h * g->kernel_w <= FLAT_MASKS
+               ? n
+               : 0;
+}
+
+/* Fills a's tap offsets and masks for flat_plane: output o reads tap
+ * (kh, kw) at o + off, if the tap's row and column lie in the plane. */
+static void flat_masks(depthwise_call *a)
+{
+    const ccn_conv_geometry *g = a->g;
+    const long KH = g->kernel_h, KW = g->kernel_w, OW = g->out_w, S = g->out_h * OW;
+    for (long kh = 0; kh < KH; kh++)
+        for (long kw = 0; kw < KW; kw++) {
+            const long dy = kh * g->dil_h - g->pad_top, dx = kw * g->dil_w - g->pad_left;
+            a->off[kh * KW + kw] = dy * g->in_w + dx;
+            for (long j = 0; j < a->flat; j++) {
+                int ok[VL];
+                for (long l = 0; l < VL; l++) {
+                    const long o = j * VL + l, ih = o / OW + dy, iw = o % OW + dx;
+                    ok[l] = o < S && ih >= 0 && ih < g->in_h && iw >= 0 && iw < g->in_w;
+                }
+                a->mask[j * KH * KW + kh * KW + kw] = lanes_where(ok);
+            }
+        }
+}
+
+/* One channel's plane as flat vectors of consecutive outputs, up to ROWS
+ * of them summed together, each tap one masked load. */
+static void flat_plane(const depthwise_call *a, const float *in, const float *wc, float b,
+                       float *out)
+{
+    const long T = a->g->kernel_h * a->g->kernel_w, S = a->g->out_h * a->g->out_w;
+    for (long j0 = 0; j0 < a->flat; j0 += ROWS) {
+        const long R = a->flat - j0 < ROWS ? a->flat - j0 : ROWS;
+        vec acc[ROWS];
+        for (long r = 0; r < ROWS; r++)
+            acc[r] = (vec){0} + b;
+        for (long t = 0; t < T; t++) {
+            const vec w = (vec){0} + wc[t];
+            for (long r = 0; r < ROWS; r++)
+                if (r < R)
+                    acc[r] += w * load(in, (j0 + r) * VL + a->off[t], 0,
+                                       a->mask[(j0 + r) * T + t]);
+        }
+        for (long r = 0; r < R; r++) {
+            const long o = (j0 + r) * VL;
+            store(out + o, epilogue(acc[r], a->act, a->act_alpha), S - o < VL ? S - o : VL);
+        }
+    }
+    if (!in_registers(a->act))
+        ccn_activate(S, out, a->act, a->act_alpha);
+}
+#endif
 
 /* Planes [begin, end) (image * channels + channel) of the convolution. */
 static void depthwise_range(void *context, long begin, long end)
@@ -276,10 +432,18 @@ static void depthwise_range(void *context, long begin, long end)
     const depthwise_call *a = context;
     const ccn_conv_geometry *g = a->g;
     const long C = g->in_channels, taps = g->kernel_h * g->kernel_w;
-    for (long i = begin; i < end; i++)
-        plane(g, a->x + i * g->in_h * g->in_w, a->w + (i % C) * taps,
-              a->bias ? a->bias[i % C] : 0.0f, a->y + i * g->out_h * g->out_w, a->act,
-              a->act_alpha);
+    for (long i = begin; i < end; i++) {
+        const float *in = a->x + i * g->in_h * g->in_w, *wc = a->w + (i % C) * taps;
+        const float b = a->bias ? a->bias[i % C] : 0.0f;
+        float *out = a->y + i * g->out_h * g->out_w;
+#if MASKED_LOADS
+        if (a->flat) {
+            flat_plane(a, in, wc, b, out);
+            continue;
+        }
+#endif
+        plane(g, in, wc, b, out, a->act, a->act_alpha);
+    }
 }
 
 void ccn_conv2d_depthwise(const ccn_conv_geometry *geometry, int act, float act_alpha,
@@ -287,7 +451,13 @@ void ccn_conv2d_depthwise(const ccn_conv_geometry *geometry, int act, float act_
 {
     const ccn_conv_geometry *g = geometry;
     assert(g->group == g->in_channels && g->out_channels == g->in_channels);
-    depthwise_call a = {g, act, act_alpha, x, w, bias, y};
+    depthwise_call a = {.g = g, .act = act, .act_alpha = act_alpha, .x = x, .w = w,
+                        .bias = bias, .y = y};
+#if MASKED_LOADS
+    a.flat = flat_vectors(g);
+    if (a.flat)
+        flat_masks(&a);
+#endif
     const long planes = g->batch * g->in_channels;
     ccn_parallel_for(planes, planes * g->out_h * g->out_w * g->kernel_h * g->kernel_w,
                      depthwise_range, &a);

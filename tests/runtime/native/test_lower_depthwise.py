@@ -52,6 +52,10 @@ CASES = [
     ((3, 3), (3, 3), (1, 1, 1, 1), (1, 1), True, (1, 3, 10, 20)),
     ((3, 3), (2, 1), (1, 1, 1, 1), (1, 1), True, (1, 3, 9, 18)),
     ((5, 5), (1, 1), (0, 0, 0, 0), (1, 1), True, (1, 3, 21, 40)),    # no padding, wide
+    # Narrow planes summed as flat vectors (AVX-512): more than four of
+    # them, and too many masks (by strips again).
+    ((3, 3), (1, 1), (1, 1, 1, 1), (1, 1), True, (2, 3, 20, 8)),
+    ((5, 5), (1, 1), (2, 2, 2, 2), (1, 1), True, (1, 2, 40, 8)),
 ]
 
 
@@ -189,16 +193,17 @@ def test_depthwise_with_every_activation_equals_the_vm():
     check_native(model, values, atol=2e-5)
 
 
-EPILOGUE_CHECK = r"""
+KERNEL_CHECK = r"""
 #include <math.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include "ccn_depthwise.h"
 
 /* Each activation in the depthwise kernel's epilogue against the kernel
  * without one and then ccn_activate (the products' epilogue): the same
  * floats, NaN, infinities, signed zeros and ReLU6's bounds included. */
-int main(void)
+static int check_epilogues(void)
 {
     enum { C = 2, H = 5, W = 21 };
     static float x[C * H * W], y[C * H * W], z[C * H * W];
@@ -221,17 +226,77 @@ int main(void)
     }
     return bad;
 }
+
+/* Geometry g against the sum of each output's taps inside the input,
+ * written out plainly. */
+static int check_geometry(const ccn_conv_geometry *g)
+{
+    const long C = g->in_channels, H = g->in_h, W = g->in_w, OH = g->out_h, OW = g->out_w;
+    const long KH = g->kernel_h, KW = g->kernel_w;
+    float *x = malloc(sizeof(float) * C * H * W), *w = malloc(sizeof(float) * C * KH * KW);
+    float *b = malloc(sizeof(float) * C), *y = malloc(sizeof(float) * C * OH * OW);
+    for (long i = 0; i < C * H * W; i++)
+        x[i] = (float)((i * 37 + 11) % 23) / 11.0f - 1.0f;
+    for (long i = 0; i < C * KH * KW; i++)
+        w[i] = (float)((i * 13 + 5) % 17) / 8.0f - 1.0f;
+    for (long c = 0; c < C; c++)
+        b[c] = (float)c / 4.0f;
+    ccn_conv2d_depthwise(g, CCN_ACT_NONE, 0.0f, x, w, b, y);
+    int bad = 0;
+    for (long c = 0; c < C; c++)
+        for (long oh = 0; oh < OH; oh++)
+            for (long ow = 0; ow < OW; ow++) {
+                double s = b[c];
+                for (long kh = 0; kh < KH; kh++)
+                    for (long kw = 0; kw < KW; kw++) {
+                        const long ih = oh * g->stride_h - g->pad_top + kh * g->dil_h;
+                        const long iw = ow * g->stride_w - g->pad_left + kw * g->dil_w;
+                        if (ih >= 0 && ih < H && iw >= 0 && iw < W)
+                            s += (double)w[(c * KH + kh) * KW + kw] * x[(c * H + ih) * W + iw];
+                    }
+                const float got = y[(c * OH + oh) * OW + ow];
+                if (!(fabs(got - s) <= 1e-5 * (1 + fabs(s)))) {
+                    printf("%ldx%ld over %ldx%ld, output (%ld, %ld, %ld): %g, not %g\n", KH, KW,
+                           H, W, c, oh, ow, got, s);
+                    bad = 1;
+                }
+            }
+    free(x), free(w), free(b), free(y);
+    return bad;
+}
+
+static const ccn_conv_geometry geometries[] = {GEOMETRIES};
+
+int main(void)
+{
+    int bad = check_epilogues();
+    for (unsigned i = 0; i < sizeof geometries / sizeof *geometries; i++)
+        bad |= check_geometry(&geometries[i]);
+    return bad;
+}
 """
 
 
 @pytest.mark.native_build
-def test_epilogues_in_registers_equal_ccn_activate(tmp_path):
-    # The kernel applies the simple activations to its vectors before
-    # storing them: exactly what ccn_activate, the one table, computes.
+def test_kernel_builds_sum_the_taps_and_apply_ccn_activate(tmp_path):
+    # Each build of the kernel (the portable one: 4 lanes without masked
+    # loads, the edges by shuffles; this CPU's: masked loads, flat planes)
+    # sums every geometry's taps as written out plainly, and applies the
+    # simple activations to its vectors before storing them exactly as
+    # ccn_activate, the one table, computes them.
     kernels = os.path.join(os.path.dirname(emit_c.__code__.co_filename), 'kernels')
-    source = tmp_path / 'epilogues.c'
-    source.write_text(EPILOGUE_CHECK)
-    program = str(tmp_path / 'epilogues')
+    geometries = []
+    for kernel, strides, pads, dilations, _, shape in CASES + _random_cases(
+            numpy.random.RandomState(3), 24):
+        out = [_out(shape[2 + d], kernel[d], strides[d], pads[d] + pads[d + 2], dilations[d])
+               for d in (0, 1)]
+        geometries.append('{1, %d, %d, %d, %d, %d, %d, %d, %d, %d, %d, %d, %d, %d, %d, %d}' % (
+            shape[1], shape[2], shape[3], shape[1], out[0], out[1], kernel[0],
+            kernel[1], shape[1], strides[0], strides[1], dilations[0], dilations[1], pads[0],
+            pads[1]))
+    source = tmp_path / 'check.c'
+    source.write_text(KERNEL_CHECK.replace('GEOMETRIES', ',\n'.join(geometries)))
+    program = str(tmp_path / 'check')
     for flags in (['-O2'], ['-O3', '-march=native']):
         subprocess.run(['cc', '-std=c99', '-pthread', '-fno-math-errno', '-I', kernels,
                         str(source)] + flags
@@ -239,4 +304,4 @@ def test_epilogues_in_registers_equal_ccn_activate(tmp_path):
                           for f in ('depthwise', 'gemm', 'threads')]
                        + ['-o', program, '-lm'], check=True)
         run = subprocess.run([program], capture_output=True, text=True)
-        assert run.returncode == 0, run.stdout
+        assert run.returncode == 0, (flags, run.stdout[-3000:])
