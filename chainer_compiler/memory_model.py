@@ -109,17 +109,29 @@ def graph_schedule(nodes, inputs, constants, outputs, scratch=None):
     renames its output to its input before code is emitted, so reads of
     the output count as reads of the input.  ``scratch(node)``: the bytes
     its kernel holds besides (node_scratch); None: none counted."""
-    alias = {}
+    alias = _identity_sources(nodes)
     steps, held = [], []
     for node in nodes:
-        if node.op_type == 'Identity' and node.domain == '' and node.input[0]:
-            alias[node.output[0]] = alias.get(node.input[0], node.input[0])
+        if _is_identity(node):
             continue
         steps.append(([alias.get(name, name) for name in reads(node)],
                       [o for o in node.output if o]))
         held.append(scratch(node) if scratch else 0)
     return Schedule(list(inputs) + list(constants), set(constants), steps,
                     {alias.get(name, name) for name in outputs}, held if scratch else None)
+
+
+def _is_identity(node):
+    return node.op_type == 'Identity' and node.domain == '' and bool(node.input[0])
+
+
+def _identity_sources(nodes):
+    """{an Identity's output: the value it copies} over ``nodes``, in order."""
+    source = {}
+    for node in nodes:
+        if _is_identity(node):
+            source[node.output[0]] = source.get(node.input[0], node.input[0])
+    return source
 
 
 def node_scratch(node, types, opsets=None):
@@ -234,12 +246,28 @@ def joined_schedule(forward_graph, backward, scratch=None):
     """The Schedule of one program running ``forward_graph`` then the
     autodiff.BackwardGraph ``backward`` (the training step, before its
     optimizer updates): forward values die at their last read, in either
-    half; the gradients stay.  ``scratch``: as graph_schedule's."""
-    return graph_schedule(
-        list(forward_graph.node) + list(backward.nodes), [v.name for v in forward_graph.input],
+    half; each gradient once its parameter's update has run, as
+    pipeline.add_optimizer_update places it: after the last node that
+    reads the parameter or makes or reads the gradient, not before the
+    forward's end.  ``scratch``: as graph_schedule's."""
+    nodes = list(forward_graph.node) + list(backward.nodes)
+    schedule = graph_schedule(
+        nodes, [v.name for v in forward_graph.input],
         [t.name for t in list(forward_graph.initializer) + list(backward.initializers)],
-        [v.name for v in forward_graph.output]
-        + [g for g in backward.grad_outputs.values() if g is not None], scratch)
+        [v.name for v in forward_graph.output], scratch)
+    source = _identity_sources(nodes)
+    last = {}
+    for index, (read, written) in enumerate(schedule.steps):
+        for name in (*read, *written):
+            last[name] = index
+    forward_end = sum(not _is_identity(node) for node in forward_graph.node) - 1
+    for param, grad in backward.grad_outputs.items():
+        if grad is not None:
+            grad = source.get(grad, grad)
+            # The update reads the gradient there: it is freed after.
+            schedule.steps[max(forward_end, last.get(param, -1), last.get(grad, -1))][0] \
+                .append(grad)
+    return schedule
 
 
 def constant_sizes(tensors):

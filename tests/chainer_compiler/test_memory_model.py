@@ -11,6 +11,7 @@ from onnx import TensorProto, helper
 
 import chainer_compiler
 from chainer_compiler import memory_model
+from chainer_compiler.autodiff.generate import BackwardGraph
 from chainer_compiler.onnx_graph import SequenceType
 from chainer_compiler.pipeline import build_program
 from chainer_compiler.recompute.problem import Problem
@@ -260,6 +261,31 @@ def test_gt_planning_on_the_kernels_scratch_holds_less_than_on_the_count(tmp, mo
     planned = [memory_model.compiled_planned_peak(c._training_states()[0].programs)
                for c in (aware, counted)]
     assert planned[0] < planned[1]
+
+
+def test_a_joined_step_frees_each_gradient_once_its_update_has_run():
+    """gt plans a compile_training_step on joined_schedule: each update runs
+    after the last read of its parameter (pipeline.add_optimizer_update),
+    freeing its gradient, so two layers' gradients are never live at once
+    here (it planned on every gradient living to the step's end)."""
+    forward = helper.make_graph(
+        [helper.make_node('MatMul', ['x', 'W1'], ['h']),
+         helper.make_node('MatMul', ['h', 'W2'], ['y'])], 'forward',
+        [helper.make_tensor_value_info('x', TensorProto.FLOAT, [1])],
+        [helper.make_tensor_value_info('y', TensorProto.FLOAT, [1])],
+        [helper.make_tensor('W1', TensorProto.FLOAT, [1], [1.0]),
+         helper.make_tensor('W2', TensorProto.FLOAT, [1], [1.0])])
+    backward = BackwardGraph(
+        [helper.make_node('Neg', ['y'], ['gy']),
+         helper.make_node('MatMul', ['h', 'gy'], ['gW2']),
+         helper.make_node('MatMul', ['gy', 'W2'], ['gh']),  # W2's last read: its update
+         helper.make_node('MatMul', ['x', 'gh'], ['gW1']),
+         helper.make_node('Identity', ['gW1'], ['grad/W1'])],
+        [], [], [], {'W1': 'grad/W1', 'W2': 'gW2'})
+    schedule = memory_model.joined_schedule(forward, backward)
+    sizes = {'gW1': 1000, 'gW2': 1000}
+    # At gW2's making: x, W1, W2, h, y, gy and gW2 (gW1 comes after gW2 is freed).
+    assert schedule.peak(lambda name: sizes.get(name, 1)) == 1000 + 6
 
 
 def _wide_mlp_step(**runtime_kwargs):
