@@ -136,7 +136,7 @@ void ccn_gemm_init(long M, long N, float *C, const float *bias, long bias_rs, lo
  * floats of c; returns 0 for the others (with n 0: says which act is).
  * Inlined with a constant n, a tile's row, they run as vector operations
  * on the row just stored, where activate_row was a call per row of every
- * tile (a 1x1 convolution of depth 24 with ReLU6: 0.88x the time). */
+ * tile: ReLU6 so took a tenth to a quarter of a shallow 1x1 convolution. */
 CCN_ALWAYS_INLINE int activate_simple(long n, float *restrict c, int act, float act_alpha)
 {
     switch (act) {
