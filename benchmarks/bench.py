@@ -29,9 +29,8 @@ import inference_candidates as inference  # noqa: E402
 import models  # noqa: E402
 import report  # noqa: E402
 import training_candidates as training  # noqa: E402
-from foreign_models import _busy_neighbour as busy_neighbour  # noqa: E402
 from numpy_reference import numpy_step  # noqa: E402
-from timing import time_interleaved  # noqa: E402
+from timing import busy_neighbour, time_interleaved  # noqa: E402
 
 import chainer_compiler  # noqa: E402
 from chainer_compiler.pipeline import build_program  # noqa: E402
@@ -115,13 +114,9 @@ def bench_training(name, constructor, spec, shape, batch, args):
         notes['pytorch'] = str(e)
     try:
         times = time_interleaved(steps, budget_s=args.budget)
-        neighbour = busy_neighbour()
-        try:
+        with busy_neighbour():
             busy = time_interleaved({i: steps[i] for i in BUSY_IMPLS if i in steps},
                                     budget_s=args.budget)
-        finally:
-            neighbour.kill()
-            neighbour.wait()
         times.update({'%s_busy' % impl: ms for impl, ms in busy.items()})
     finally:
         if torch_step is not None:

@@ -50,7 +50,7 @@ import onnxruntime
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import inference_candidates as inference  # noqa: E402
-from timing import time_interleaved  # noqa: E402
+from timing import busy_neighbour, time_interleaved  # noqa: E402
 
 from chainer_compiler.pipeline import build_program  # noqa: E402
 from chainer_compiler.runtime.executor import Executor  # noqa: E402
@@ -196,13 +196,6 @@ def accept_worker(args):
     return row
 
 
-def _busy_neighbour():
-    """A competing process that keeps one core busy until killed."""
-    child = subprocess.Popen([sys.executable, '-c', 'while True: pass'])
-    time.sleep(0.3)  # let it get going
-    return child
-
-
 def _median_ms(fn, budget_s):
     # One candidate at a time: the min_reps keep batch 32's calls of seconds bounded.
     return time_interleaved({'fn': fn}, budget_s=budget_s, min_reps=3, rounds=1)['fn']
@@ -224,8 +217,7 @@ def time_worker(args):
                       **candidates}
     ms = {}
     for load in ('quiet', 'busy'):
-        neighbour = _busy_neighbour() if load == 'busy' else None
-        try:
+        with busy_neighbour(load == 'busy'):
             for impl, fn in candidates.items():
                 if impl != 'vm' or load == 'quiet':
                     ms['%s_%s' % (impl, load)] = _median_ms(fn, args.budget)
@@ -237,10 +229,6 @@ def time_worker(args):
                     Executor(program, backend='native', threads=1), inputs)},
                     budget_s=args.budget, min_reps=3, rounds=10)
                 ms['native_2t_over_1t_busy'] = pair['default'] / pair['one']
-        finally:
-            if neighbour is not None:
-                neighbour.kill()
-                neighbour.wait()
     return {'ms': ms}
 
 

@@ -11,9 +11,7 @@ the default threads were slower than one thread under contention, which
 they must never be.  The candidates of one condition are timed round by
 round, interleaved (benchmarks/timing.py)."""
 import argparse
-import contextlib
 import os
-import subprocess
 import sys
 
 import numpy
@@ -22,7 +20,7 @@ from onnx import helper, numpy_helper
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from benchmarks.timing import time_interleaved  # noqa: E402
+from benchmarks.timing import busy_neighbour, time_interleaved  # noqa: E402
 from chainer_compiler.pipeline import build_program  # noqa: E402
 from chainer_compiler.runtime.executor import Executor  # noqa: E402
 from chainer_compiler.runtime.native.library import machine_threads  # noqa: E402
@@ -105,18 +103,6 @@ def small_cnn(batch=1, size=32, classes=10):
 
 
 MODELS = {'resnet18': resnet18, 'small-cnn': small_cnn}
-
-
-@contextlib.contextmanager
-def busy_neighbour(on):
-    """One child process spinning on a CPU while the block runs (when ``on``)."""
-    child = subprocess.Popen([sys.executable, '-c', 'while 1: pass']) if on else None
-    try:
-        yield
-    finally:
-        if child is not None:
-            child.kill()
-            child.wait()
 
 
 def candidates(model, x, threads):

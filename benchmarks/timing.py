@@ -7,8 +7,11 @@ each one's median.
 work costs while the OS runs others beside it; on a loaded machine it moves
 far less than the wall time).  Compare candidates on one thread each with
 'cpu': with more, it adds up every thread's time."""
+import contextlib
 import math
 import statistics
+import subprocess
+import sys
 import time
 
 #: The clocks ``clock`` names.
@@ -74,3 +77,28 @@ def time_interleaved(candidates, budget_s=2.0, min_reps=5, max_reps=300, rounds=
     same arguments)."""
     samples = interleaved_samples(candidates, budget_s, min_reps, max_reps, rounds, clock)
     return {name: statistics.median(s) * 1e3 for name, s in samples.items()}
+
+
+# The neighbour spins while its parent lives: a benchmark killed before its
+# cleanup (a timeout, ^C, SIGKILL) must not leave a core busy under every
+# later measurement on the machine.
+_SPIN_WHILE_PARENT_LIVES = ('import os\nparent = os.getppid()\n'
+                            'while os.getppid() == parent:\n'
+                            '    for _ in range(100000):\n        pass\n')
+
+
+@contextlib.contextmanager
+def busy_neighbour(on=True):
+    """While the block runs (when ``on``), one child process keeps a CPU
+    busy: the competing process a shared machine has.  It is killed when the
+    block ends and exits by itself if this process dies first.  Yields the
+    child (None when not ``on``)."""
+    child = subprocess.Popen([sys.executable, '-c', _SPIN_WHILE_PARENT_LIVES]) if on else None
+    try:
+        if child is not None:
+            time.sleep(0.3)  # let it get going
+        yield child
+    finally:
+        if child is not None:
+            child.kill()
+            child.wait()

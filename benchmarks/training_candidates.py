@@ -31,7 +31,7 @@ import numpy
 import chainer_compiler
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from timing import CLOCKS, time_interleaved  # noqa: E402
+from timing import CLOCKS, busy_neighbour, time_interleaved  # noqa: E402
 
 OPTIMIZERS = {
     'sgd': chainer.optimizers.SGD,
@@ -230,18 +230,13 @@ def _target_rows(target, args):
         restores = [checkpoint(step) for step in steps.values() if step is not torch_step]
         rows = []
         for load in ('quiet', 'busy'):
-            neighbour = bench.busy_neighbour() if load == 'busy' else None
-            try:
+            with busy_neighbour(load == 'busy'):
                 for clock in args.clocks:
                     for restore in restores:
                         restore()
                     ms = time_interleaved(steps, budget_s=args.budget, clock=clock)
                     rows.append('| %s | %s | %s | %.3f | %.3f | %.2f |' % (
                         target, clock, load, ms[first], ms[second], ms[first] / ms[second]))
-            finally:
-                if neighbour is not None:
-                    neighbour.kill()
-                    neighbour.wait()
     finally:
         if torch_step is not None:
             torch_step.close()

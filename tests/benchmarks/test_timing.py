@@ -1,8 +1,11 @@
 """The benchmark's timing: candidates that time themselves in another
-process (PyTorch) are interleaved like the others, and a PyTorch process
-that cannot run says why."""
+process (PyTorch) are interleaved like the others, a PyTorch process
+that cannot run says why, and the busy neighbour never outlives its
+benchmark."""
 import os
+import subprocess
 import sys
+import textwrap
 import time
 
 import numpy
@@ -11,7 +14,7 @@ import pytest
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), '..', '..', 'benchmarks'))
 import models  # noqa: E402
 import training_candidates as training  # noqa: E402
-from timing import time_interleaved  # noqa: E402
+from timing import busy_neighbour, time_interleaved  # noqa: E402
 
 
 class _SelfTimed:
@@ -85,3 +88,40 @@ def test_a_checkpoint_rewinds_the_training_so_every_row_times_the_same_steps(mak
     assert first[0] == again[0] and first[2] == again[2] == 4
     for a, b in zip(first[1], again[1]):
         numpy.testing.assert_array_equal(a, b)
+
+
+def _running(pid):
+    """Whether ``pid`` is a process that has not exited (a zombie has)."""
+    try:
+        with open('/proc/%d/stat' % pid) as stat:
+            return stat.read().rsplit(')', 1)[1].split()[0] != 'Z'
+    except FileNotFoundError:
+        return False
+
+
+@pytest.mark.skipif(not os.path.isdir('/proc/self'), reason='reads /proc')
+def test_the_busy_neighbour_exits_when_its_benchmark_dies_without_cleaning_up():
+    # A benchmark killed by a timeout leaves no spinning process behind to
+    # slow every later measurement on the machine.
+    script = textwrap.dedent('''
+        import os, sys
+        sys.path.insert(0, %r)
+        from timing import busy_neighbour
+        with busy_neighbour() as child:
+            print(child.pid, flush=True)
+            os._exit(0)  # no finally, no kill: as SIGKILL would leave it
+    ''' % os.path.dirname(sys.modules['timing'].__file__))
+    pid = int(subprocess.run([sys.executable, '-c', script], capture_output=True, text=True,
+                             check=True, timeout=60).stdout)
+    deadline = time.monotonic() + 10
+    while _running(pid) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert not _running(pid)
+
+
+def test_the_busy_neighbour_spins_only_inside_its_block():
+    with busy_neighbour() as child:
+        assert child.poll() is None
+    assert child.returncode is not None
+    with busy_neighbour(False) as nobody:
+        assert nobody is None
