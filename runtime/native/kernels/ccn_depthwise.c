@@ -165,23 +165,25 @@ static inline vec load(const float *row, long c, long W, inside m)
 #endif
 
 /* Tap inputs of VL outputs in one row: lane l = row[c + l sw], zero off
- * the row; m: inside_of c and of c + VL, NULL when all are inside. */
-CCN_ALWAYS_INLINE vec tap(const float *row, long c, long sw, long W, const inside *m)
+ * the row; m: inside_of c and of c + VL, NULL when all are inside;
+ * gather: lane by lane instead (strides past 2, kernels past MAX_KW). */
+CCN_ALWAYS_INLINE vec tap(const float *row, long c, long sw, long W, const inside *m,
+                          int gather)
 {
     vec v;
-    if (!m && sw == 1) {
+    if (!gather && !m && sw == 1) {
         memcpy(&v, row + c, sizeof v);
         return v;
     }
-    if (!m && sw == 2) {
+    if (!gather && !m && sw == 2) {
         vec u;
         memcpy(&v, row + c, sizeof v);
         memcpy(&u, row + c + VL, sizeof u);
         return EVEN_LANES(v, u);
     }
-    if (sw == 1)
+    if (!gather && sw == 1)
         return load(row, c, W, m[0]);
-    if (sw == 2)
+    if (!gather && sw == 2)
         return EVEN_LANES(load(row, c, W, m[0]), load(row, c + VL, W, m[1]));
     float t[VL];
     for (long l = 0; l < VL; l++)
@@ -251,8 +253,9 @@ static inline void store(float *out, vec v, long n)
  * outside it is skipped; m: the strip's inside_of by column of taps
  * (NULL: every load inside the rows). */
 CCN_ALWAYS_INLINE void rows(const ccn_conv_geometry *g, long KH, long KW, long sw, long R,
-                            int inside_rows, const float *in, const vec *wv, inside (*m)[2],
-                            float b, long ow0, long oh, float *out, int act, float act_alpha)
+                            int inside_rows, const float *in, const float *wc,
+                            inside (*m)[2], int gather, float b, long ow0, long oh, float *out,
+                            int act, float act_alpha)
 {
     const long H = g->in_h, W = g->in_w, OW = g->out_w, dh = g->dil_h, dw = g->dil_w;
     const long c0 = ow0 * sw - g->pad_left, n = OW - ow0 < VL ? OW - ow0 : VL;
@@ -269,43 +272,44 @@ CCN_ALWAYS_INLINE void rows(const ccn_conv_geometry *g, long KH, long KW, long s
             used[r] = inside_rows || (ih >= 0 && ih < H);
             row[r] = in + (used[r] ? ih : 0) * W;
         }
-        for (long kw = 0; kw < KW; kw++)
+        for (long kw = 0; kw < KW; kw++) {
+            const vec w = (vec){0} + wc[kh * KW + kw];
             for (long r = 0; r < R; r++)
                 if (used[r])
-                    acc[r] += wv[kh * KW + kw] * tap(row[r], c0 + kw * dw, sw, W,
-                                                     m ? m[kw] : NULL);
+                    acc[r] += w * tap(row[r], c0 + kw * dw, sw, W, m ? m[kw] : NULL, gather);
+        }
     }
     for (long r = 0; r < R; r++)
         store(out + (oh + r) * OW + ow0, epilogue(acc[r], act, act_alpha), n);
 }
 
+/* Columns of taps whose masks a strip keeps, on the stack: a kernel's
+ * size comes from the model, and an array sized by it could overflow the
+ * stack.  Wider kernels load lane by lane. */
+#define MAX_KW 16
+
 /* Outputs [ow0, ow0 + VL) of every row of one plane (those before OW),
- * ROWS rows at a time.  Called with constant KH, KW and sw, the taps
- * unroll with their weights in registers. */
+ * ROWS rows at a time, gathered lane by lane or not (tap).  Called with
+ * constant KH, KW and sw, the taps unroll. */
 CCN_ALWAYS_INLINE void strip(const ccn_conv_geometry *g, long KH, long KW, long sw,
-                             const float *in, const float *wc, float b, long ow0, float *out,
+                             int gather, const float *in, const float *wc, float b, long ow0, float *out,
                              int act, float act_alpha)
 {
     const long W = g->in_w, dw = g->dil_w, c0 = ow0 * sw - g->pad_left;
-    /* The weights in registers: read through wc, which might alias out,
-     * they would be loaded again after every store. */
-    vec wv[KH * KW];
-    for (long t = 0; t < KH * KW; t++)
-        wv[t] = (vec){0} + wc[t];
-    inside m[KW][2];
-    for (long kw = 0; kw < KW; kw++) {
+    inside m[MAX_KW][2];
+    for (long kw = 0; !gather && kw < KW; kw++) {
         m[kw][0] = inside_of(c0 + kw * dw, W);
         m[kw][1] = inside_of(c0 + kw * dw + VL, W);
     }
     /* Without masked loads, a strip away from the left and right edges
      * loads without checking its lanes (NULL masks). */
-    const int cols_inside = !MASKED_LOADS && sw <= 2 && c0 >= 0 &&
+    const int cols_inside = !MASKED_LOADS && !gather && c0 >= 0 &&
                             c0 + (KW - 1) * dw + sw * VL <= W;
     const long sh = g->stride_h, pt = g->pad_top, reach = (KH - 1) * g->dil_h;
 #define CCN_ROWS(R, INSIDE_ROWS)                                                              \
-    (cols_inside ? rows(g, KH, KW, sw, R, INSIDE_ROWS, in, wv, NULL, b, ow0, oh, out, act,     \
-                        act_alpha)                                                            \
-                 : rows(g, KH, KW, sw, R, INSIDE_ROWS, in, wv, m, b, ow0, oh, out, act,        \
+    (cols_inside ? rows(g, KH, KW, sw, R, INSIDE_ROWS, in, wc, NULL, gather, b, ow0, oh, out,  \
+                        act, act_alpha)                                                       \
+                 : rows(g, KH, KW, sw, R, INSIDE_ROWS, in, wc, m, gather, b, ow0, oh, out, act, \
                         act_alpha))
     long oh = 0;
     for (; oh + ROWS <= g->out_h; oh += ROWS) {
@@ -328,17 +332,17 @@ static void plane(const ccn_conv_geometry *g, const float *in, const float *wc, 
     const long KH = g->kernel_h, KW = g->kernel_w, sw = g->stride_w, OW = g->out_w;
     for (long ow0 = 0; ow0 < OW; ow0 += VL) {
         if (KH == 3 && KW == 3 && sw == 1)
-            strip(g, 3, 3, 1, in, wc, b, ow0, out, act, act_alpha);
+            strip(g, 3, 3, 1, 0, in, wc, b, ow0, out, act, act_alpha);
         else if (KH == 3 && KW == 3 && sw == 2)
-            strip(g, 3, 3, 2, in, wc, b, ow0, out, act, act_alpha);
+            strip(g, 3, 3, 2, 0, in, wc, b, ow0, out, act, act_alpha);
         else if (KH == 5 && KW == 5 && sw == 1)
-            strip(g, 5, 5, 1, in, wc, b, ow0, out, act, act_alpha);
+            strip(g, 5, 5, 1, 0, in, wc, b, ow0, out, act, act_alpha);
         else if (KH == 5 && KW == 5 && sw == 2)
-            strip(g, 5, 5, 2, in, wc, b, ow0, out, act, act_alpha);
-        else if (sw == 1)  /* ConvNeXt's 7x7, MixNet's 7x7 and 9x9 */
-            strip(g, KH, KW, 1, in, wc, b, ow0, out, act, act_alpha);
+            strip(g, 5, 5, 2, 0, in, wc, b, ow0, out, act, act_alpha);
+        else if (sw == 1 && KW <= MAX_KW)  /* ConvNeXt's 7x7, MixNet's 7x7 and 9x9 */
+            strip(g, KH, KW, 1, 0, in, wc, b, ow0, out, act, act_alpha);
         else
-            strip(g, KH, KW, sw, in, wc, b, ow0, out, act, act_alpha);
+            strip(g, KH, KW, sw, 1, in, wc, b, ow0, out, act, act_alpha);
     }
     if (!in_registers(act))
         ccn_activate(g->out_h * OW, out, act, act_alpha);

@@ -56,6 +56,9 @@ CASES = [
     # them, and too many masks (by strips again).
     ((3, 3), (1, 1), (1, 1, 1, 1), (1, 1), True, (2, 3, 20, 8)),
     ((5, 5), (1, 1), (2, 2, 2, 2), (1, 1), True, (1, 2, 40, 8)),
+    # Wider than the 16 columns of taps whose masks a strip keeps: lane by
+    # lane.
+    ((1, 17), (1, 1), (0, 8, 0, 8), (1, 1), True, (1, 2, 3, 40)),
 ]
 
 
