@@ -126,8 +126,13 @@ void NAME(enum ccn_unary_op op, long n, double alpha, double beta,            \
     }                                                                         \
 }
 
-CCN_UNARY(ccn_unary_float32, float, sigmoid_float32, tanh_float32, erf_float32, gelu_float32,
-          gelu_tanh_float32, swish_float32)
+/* float32 built for the CPU's level (CCN_LEVELS, ccn_common.h): Swish,
+ * Sigmoid, Gelu... in AVX2 or AVX-512 in the default build. */
+CCN_ALWAYS_INLINE CCN_UNARY(unary_float32, float, sigmoid_float32, tanh_float32, erf_float32,
+                            gelu_float32, gelu_tanh_float32, swish_float32)
+CCN_LEVELS(, ccn_unary_float32, unary_float32,
+           (enum ccn_unary_op op, long n, double alpha, double beta, const float *x, float *y),
+           (op, n, alpha, beta, x, y))
 CCN_UNARY(ccn_unary_float64, double, sigmoid_float64, tanh_float64, erf_float64, gelu_float64,
           gelu_tanh_float64, swish_float64)
 
@@ -252,7 +257,7 @@ typedef struct {
 } softmax_call;
 
 /* Slices [begin, end) of the outer axis of ccn_softmax. */
-static void softmax_range(void *context, long begin, long end)
+CCN_ALWAYS_INLINE void softmax_rows(void *context, long begin, long end)
 {
     const softmax_call *a = context;
     const long len = a->len, inner = a->inner;
@@ -267,6 +272,9 @@ static void softmax_range(void *context, long begin, long end)
                 softmax_row(len, inner, a->log_softmax, cut, in + j, out + j);
     }
 }
+
+CCN_LEVELS(static, softmax_range, softmax_rows, (void *context, long begin, long end),
+           (context, begin, end))
 
 void ccn_softmax(long outer, long len, long inner, int log_softmax, const float *x, float *y)
 {

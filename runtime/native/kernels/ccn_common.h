@@ -55,6 +55,39 @@
 #define CCN_ALWAYS_INLINE static inline
 #endif
 
+/* Multi-versioning of the hot loops.  The emitted Makefile's default build
+ * on x86-64 defines CCN_GEMM_VARIANTS: the products are also compiled for
+ * x86-64-v3 (AVX2, FMA) and -v4 (AVX-512) and ccn_gemm_level() (ccn_gemm.c)
+ * tells the one this CPU runs, asked once, so one level serves the whole
+ * program.  CCN_LEVELS(DECL, NAME, BODY, PARAMS, ARGS) defines
+ * `DECL void NAME PARAMS`, which runs `BODY ARGS` (a CCN_ALWAYS_INLINE
+ * function, so that it and its inline helpers are compiled again for each
+ * target) built for that level, and `NAME##_best()`, that build's address
+ * (for a caller that calls it per row).  Without CCN_GEMM_VARIANTS (other
+ * CPUs, ARCH=..., the in-Python library's -march=native) NAME is BODY
+ * alone. */
+#ifdef CCN_GEMM_VARIANTS
+CCN_BEGIN_DECLS
+int ccn_gemm_level(void);
+CCN_END_DECLS
+#define CCN_TARGET_V3 __attribute__((target("arch=x86-64-v3")))
+#define CCN_TARGET_V4 __attribute__((target("arch=x86-64-v4")))
+#define CCN_LEVELS(DECL, NAME, BODY, PARAMS, ARGS)                                   \
+    static void NAME##_base PARAMS { BODY ARGS; }                                    \
+    CCN_TARGET_V3 static void NAME##_v3 PARAMS { BODY ARGS; }                        \
+    CCN_TARGET_V4 static void NAME##_v4 PARAMS { BODY ARGS; }                        \
+    static inline void (*NAME##_best(void)) PARAMS                                   \
+    {                                                                                \
+        const int level = ccn_gemm_level();                                          \
+        return level == 4 ? NAME##_v4 : level == 3 ? NAME##_v3 : NAME##_base;        \
+    }                                                                                \
+    DECL void NAME PARAMS { NAME##_best() ARGS; }
+#else
+#define CCN_LEVELS(DECL, NAME, BODY, PARAMS, ARGS)                                   \
+    DECL void NAME PARAMS { BODY ARGS; }                                             \
+    static inline void (*NAME##_best(void)) PARAMS { return NAME; }
+#endif
+
 /* float32 e^v and sigmoid as a polynomial after range reduction (Cephes'
  * expf, within 3 ulp of the exact values), tanh as a rational function
  * (within 5 ulp; tests/runtime/native/test_recurrent_fast_paths.py): the

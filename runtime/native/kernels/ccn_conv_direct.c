@@ -89,11 +89,11 @@ CCN_DIRECT_TILE_FN(tile_native, v4, 1, )
 static const tile_kernel native = {tile_native, 4, 1};
 #endif
 /* With CCN_GEMM_VARIANTS (the emitted Makefile's default build on x86-64),
- * builds for x86-64-v3 and -v4 too, chosen as the products are
- * (ccn_gemm_level). */
+ * builds for x86-64-v3 and -v4 too, chosen at the products' level
+ * (ccn_common.h): not CCN_LEVELS, as each level has its own tile shape. */
 #ifdef CCN_GEMM_VARIANTS
-CCN_DIRECT_TILE_FN(tile_v3, v8, 1, __attribute__((target("arch=x86-64-v3"))))
-CCN_DIRECT_TILE_FN(tile_v4, v16, 3, __attribute__((target("arch=x86-64-v4"))))
+CCN_DIRECT_TILE_FN(tile_v3, v8, 1, CCN_TARGET_V3)
+CCN_DIRECT_TILE_FN(tile_v4, v16, 3, CCN_TARGET_V4)
 #endif
 
 static const tile_kernel *best_kernel(void)

@@ -6,8 +6,9 @@
 
 #include "ccn_normalization.h"
 
-void ccn_batchnorm(long N, long C, long S, float epsilon, const float *x, const float *scale,
-                   const float *bias, const float *mean, const float *var, float *y)
+CCN_ALWAYS_INLINE void batchnorm(long N, long C, long S, float epsilon, const float *x,
+                                 const float *scale, const float *bias, const float *mean,
+                                 const float *var, float *y)
 {
     for (long c = 0; c < C; c++) {
         /* y = (x - mean) / sqrt(var + eps) * scale + bias = x * k + d */
@@ -21,6 +22,13 @@ void ccn_batchnorm(long N, long C, long S, float epsilon, const float *x, const 
         }
     }
 }
+
+/* Built for the CPU's level (CCN_LEVELS, ccn_common.h), as are
+ * standardize_range's rows. */
+CCN_LEVELS(, ccn_batchnorm, batchnorm,
+           (long N, long C, long S, float epsilon, const float *x, const float *scale,
+            const float *bias, const float *mean, const float *var, float *y),
+           (N, C, S, epsilon, x, scale, bias, mean, var, y))
 
 /* The sum of the S values EXPR(in[i]) (a double expression of v) in 8
  * running double sums, which vectorise where one sum's chain of dependent
@@ -46,7 +54,7 @@ void ccn_batchnorm(long N, long C, long S, float epsilon, const float *x, const 
 /* The mean and 1 / sqrt(var + epsilon) of the S values at in (population
  * variance; 0 for no values).  Two passes with double sums: the centred
  * variance does not lose digits to cancellation when the mean is large. */
-static void row_moments(long S, const float *in, float epsilon, float *mean, float *inv_std)
+CCN_ALWAYS_INLINE void row_moments(long S, const float *in, float epsilon, float *mean, float *inv_std)
 {
     double sum, squares;
     ROW_SUM(sum, S, in, (double)v);
@@ -70,7 +78,7 @@ typedef struct {
     float *inv_std;
 } standardize_call;
 
-static void standardize_range(void *context, long begin, long end)
+CCN_ALWAYS_INLINE void standardize_rows(void *context, long begin, long end)
 {
     const standardize_call *a = context;
     long S = a->S;
@@ -107,6 +115,9 @@ static void standardize_range(void *context, long begin, long end)
         }
     }
 }
+
+CCN_LEVELS(static, standardize_range, standardize_rows, (void *context, long begin, long end),
+           (context, begin, end))
 
 void ccn_standardize(long R, long S, float epsilon, const float *x, const float *scale,
                      const float *bias, ccn_param_layout layout, float *y, float *mean,

@@ -39,8 +39,8 @@ static inline float add(float s, float v)
 /* m[j] for j < span: the maximum (average: the sum) down the rows ih0 +
  * kh * dil_h (kh < KH) of input column c0 + j of the H x W plane `in`;
  * -inf (0) outside the input. */
-static void pool_rows(float *restrict m, const float *in, long H, long W, long c0, long span,
-                      long ih0, long KH, long dil_h, int average)
+CCN_ALWAYS_INLINE void pool_rows(float *restrict m, const float *in, long H, long W, long c0,
+                                 long span, long ih0, long KH, long dil_h, int average)
 {
     const float pad = average ? 0.0f : -INFINITY;
     /* m's columns [lo, hi) lie inside the input. */
@@ -102,8 +102,8 @@ static void pool_rows(float *restrict m, const float *in, long H, long W, long c
         }                                                                     \
     } while (0)
 
-static void pool_columns(float *restrict o, const float *restrict m, long n, long stride_w,
-                         long KW, long dil_w, int average)
+CCN_ALWAYS_INLINE void pool_columns(float *restrict o, const float *restrict m, long n,
+                                    long stride_w, long KW, long dil_w, int average)
 {
     if (average && stride_w == 1)
         POOL_COLUMNS(1, add);
@@ -134,7 +134,7 @@ static long taps_within(long o, long stride, long pad, long K, long lo, long hi)
  * count of its taps inside the input (with count_include_pad, inside the
  * explicit padding; ceil_mode's extra windows reach past it: those taps
  * never count), rows times columns. */
-static void pool2d_range(void *context, long begin, long end)
+CCN_ALWAYS_INLINE void pool2d_rows(void *context, long begin, long end)
 {
     const pool2d_call *a = context;
     const ccn_pool_geometry *g = a->g;
@@ -166,6 +166,10 @@ static void pool2d_range(void *context, long begin, long end)
         }
     }
 }
+
+/* Built for the CPU's level (CCN_LEVELS, ccn_common.h). */
+CCN_LEVELS(static, pool2d_range, pool2d_rows, (void *context, long begin, long end),
+           (context, begin, end))
 
 static void pool2d(const ccn_pool_geometry *g, int average, const float *x, float *y)
 {
@@ -207,7 +211,7 @@ void ccn_avgpool2d(const ccn_pool_geometry *g, const float *x, float *y)
 /* The sum of the S floats at x: SUM_LANES independent partial sums that
  * the compiler keeps in vector registers (a single running sum is one
  * chain of dependent adds, which it may not reorder), then the tail. */
-static float plane_sum(const float *restrict x, long S)
+CCN_ALWAYS_INLINE float plane_sum(const float *restrict x, long S)
 {
     float lanes[SUM_LANES] = {0.0f};
     long s = 0;
@@ -229,12 +233,14 @@ typedef struct {
     float *y;
 } global_pool_call;
 
-static void global_avgpool_range(void *context, long begin, long end)
+CCN_ALWAYS_INLINE void global_avgpool_planes(void *context, long begin, long end)
 {
     const global_pool_call *a = context;
     for (long p = begin; p < end; p++)
         a->y[p] = plane_sum(a->x + p * a->S, a->S) / (float)a->S;
 }
+CCN_LEVELS(static, global_avgpool_range, global_avgpool_planes,
+           (void *context, long begin, long end), (context, begin, end))
 
 void ccn_global_avgpool(long NC, long S, const float *x, float *y)
 {

@@ -1,6 +1,7 @@
 """The emitted Makefile's default build: the products (ccn_gemm.c) also
 built for x86-64-v3 and -v4 (render.gemm_variant), the best one this CPU
-runs chosen at run time."""
+runs chosen at run time, and the other families' hot loops at the same
+level (CCN_LEVELS, ccn_common.h)."""
 import os
 import platform
 import subprocess
@@ -59,3 +60,74 @@ def test_the_default_build_has_every_level_and_matches_the_executor(tmp_path):
             assert 'mv_ccn_gemm_serial_core_v%d' % level in symbols
     built.check_against_executor([rng.uniform(-1, 1, (64, 300)).astype(numpy.float32)],
                                  tmp_path)
+
+
+def _hot_families_model(rng):
+    """BatchNormalization, Swish, MaxPool, a broadcast Add, GlobalAveragePool,
+    a product and its Softmax, and LayerNormalization: a kernel of each
+    family built for every level (CCN_LEVELS, ccn_common.h)."""
+    F32 = numpy.float32
+    nodes = [
+        helper.make_node('BatchNormalization', ['x', 'bs', 'bb', 'bm', 'bv'], ['b']),
+        helper.make_node('Sigmoid', ['b'], ['s']),
+        helper.make_node('Mul', ['b', 's'], ['sw']),
+        helper.make_node('MaxPool', ['sw'], ['p'], kernel_shape=[3, 3], pads=[1, 1, 1, 1]),
+        helper.make_node('Add', ['p', 'c'], ['a']),
+        helper.make_node('GlobalAveragePool', ['a'], ['g']),
+        helper.make_node('Flatten', ['g'], ['f']),
+        helper.make_node('Gemm', ['f', 'w'], ['h']),
+        helper.make_node('Softmax', ['h'], ['y1']),
+        helper.make_node('LayerNormalization', ['a', 'ls', 'lb'], ['y2'], axis=-1),
+    ]
+    inits = {'bs': rng.uniform(0.5, 2, 16), 'bb': rng.uniform(-1, 1, 16),
+             'bm': rng.uniform(-1, 1, 16), 'bv': rng.uniform(0.5, 2, 16),
+             'c': rng.uniform(-1, 1, (16, 1, 1)), 'w': rng.uniform(-1, 1, (16, 40)),
+             'ls': rng.uniform(-1, 1, 37), 'lb': rng.uniform(-1, 1, 37)}
+    return make_model(nodes, [('x', F32, [2, 16, 29, 37])],
+                      [('y1', F32, [2, 40]), ('y2', F32, [2, 16, 29, 37])],
+                      {k: v.astype(F32) for k, v in inits.items()}, opset=17)
+
+
+@pytest.mark.native_build
+@pytest.mark.slow
+@pytest.mark.skipif(platform.machine() != 'x86_64', reason='the levels are x86-64 ones')
+def test_every_hot_family_gives_the_executors_values_at_every_level(tmp_path):
+    """The default build runs the element-wise, pooling, normalization and
+    Softmax loops at the products' level; forced to each level (0, 3 and 4,
+    as far as this CPU goes) the executable gives the Executor's values."""
+    rng = numpy.random.RandomState(2)
+    program = build_program(_hot_families_model(rng))
+    folder = tmp_path / 'c'
+    result = emit_c(program, folder, 'hot')
+    with open(folder / 'hot.c') as f:
+        code = f.read()
+    for kernel in ('batchnorm', 'unary_float32', 'maxpool2d', 'binary_float32',
+                   'global_avgpool', 'softmax', 'standardize'):
+        assert 'hot_ccn_%s(' % kernel in code, kernel
+    output = make_folder(folder)
+    assert 'warning' not in output, output
+    probe = subprocess.run(['cc', '-march=x86-64-v4', '-x', 'c', '-', '-o', os.devnull],
+                           input='int main(void){return 0;}\n', capture_output=True, text=True)
+    if probe.returncode != 0:  # no levels: the baseline alone
+        levels = [None]
+    else:
+        symbols = set(subprocess.run(['nm', str(folder / 'libhot.a')], capture_output=True,
+                                     text=True).stdout.split())
+        for name in ('hot_ccn_batchnorm', 'hot_ccn_unary_float32', 'pool2d_range',
+                     'global_avgpool_range', 'row_float32', 'softmax_range',
+                     'standardize_range'):
+            assert {name + '_base', name + '_v3', name + '_v4'} <= symbols, name
+        levels = [0, 3, 4]
+    gemm = folder / 'ccn_gemm.c'
+    text = gemm.read_text()
+    inputs = [rng.uniform(-3, 3, (2, 16, 29, 37)).astype(numpy.float32)]
+    for level in levels:
+        if level is not None:
+            # The other families' level, at most the CPU's (the products keep theirs).
+            assert text.count('return best_level();') == 1
+            gemm.write_text(text.replace('return best_level();',
+                                         'return best_level() < %d ? best_level() : %d;'
+                                         % (level, level)))
+            make_folder(folder)
+        Built(program, str(folder), 'hot', result, output).check_against_executor(
+            inputs, tmp_path)
