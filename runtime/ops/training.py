@@ -85,10 +85,39 @@ def momentum(xp, R, T, *inputs, alpha, beta, mode, norm_coefficient):
     return _flatten(results)
 
 
+#: Elements a NumPy update works on at a time: its temporaries (``lr *
+#: grad``, Adam's step) are then a block, not the parameter's size, which a
+#: training step's peak would otherwise carry beside every weight it holds.
+UPDATE_BLOCK = 1 << 15
+
+
+def _blocks(xp, *arrays):
+    """Flat views of ``arrays`` (of one size), a block of UPDATE_BLOCK
+    elements at a time; the whole arrays at once on CuPy (a kernel launch
+    per block would cost more than the memory saves) or when one is not
+    contiguous (no flat view of it exists)."""
+    if xp is not numpy or not all(a.flags.c_contiguous for a in arrays):
+        yield arrays
+        return
+    flat = [a.reshape(-1) for a in arrays]
+    for start in range(0, flat[0].size, UPDATE_BLOCK):
+        yield tuple(f[start:start + UPDATE_BLOCK] for f in flat)
+
+
+def _blocks_scratch(temporaries):
+    """OpRecord.scratch of an update holding ``temporaries`` block-sized
+    arrays at once on NumPy."""
+    def scratch(inputs, outputs, attributes):
+        size = elements(inputs[0])
+        if size is None or inputs[0][0] is None:
+            return None
+        return temporaries * min(size, UPDATE_BLOCK) * inputs[0][0].itemsize
+    return scratch
+
+
 def _one_parameter(inputs, outputs, attributes):
-    """The scratch of an update on NumPy: one array the size of the
-    parameter (``lr * grad``, the product, Adam's step; NumPy reuses the
-    other temporaries in place)."""
+    """The scratch of GemmSGDUpdate on NumPy: the product, one array the
+    size of the parameter."""
     size = elements(inputs[0])
     return None if size is None or inputs[0][0] is None else size * inputs[0][0].itemsize
 
@@ -96,11 +125,12 @@ def _one_parameter(inputs, outputs, attributes):
 # The updates overwrite the parameter and its state (``in_place``) and
 # return the parameter's own array.
 @kernel('SGDUpdate', domain=CUSTOM_DOMAIN, in_place=(0,), gradient=False,
-        outputs=('param_out',), types=like(0), scratch=_one_parameter)
+        outputs=('param_out',), types=like(0), scratch=_blocks_scratch(1))
 def sgd_update(xp, param, grad, lr):
     """In place: ``param -= lr * grad`` (chainer.optimizers.SGD).  Returns ``param``."""
     if xp is numpy or not cupy_kernels.sgd_update(xp, param, grad, float(lr)):
-        param -= float(lr) * grad
+        for p, g in _blocks(xp, param, grad):
+            p -= float(lr) * g
     return param
 
 
@@ -116,33 +146,42 @@ def gemm_sgd_update(xp, param, a, b, lr, *, alpha=1.0, transA=0, transB=0):
 
 
 @kernel('MomentumSGDUpdate', domain=CUSTOM_DOMAIN, in_place=(0, 2), gradient=False,
-        outputs=('param_out',), types=like(0), scratch=_one_parameter)
+        outputs=('param_out',), types=like(0), scratch=_blocks_scratch(1))
 def momentum_sgd_update(xp, param, grad, v, lr, momentum):
     """In place: ``v = momentum * v - lr * grad; param += v``
     (chainer.optimizers.MomentumSGD).  Returns ``param``."""
-    v *= float(momentum)
-    v -= float(lr) * grad
-    param += v
+    for p, g, v_block in _blocks(xp, param, grad, v):
+        v_block *= float(momentum)
+        v_block -= float(lr) * g
+        p += v_block
     return param
 
 
 @kernel('AdamUpdate', domain=CUSTOM_DOMAIN, in_place=(0, 2, 3), gradient=False,
-        outputs=('param_out',), types=like(0), scratch=_one_parameter)
+        outputs=('param_out',), types=like(0), scratch=_blocks_scratch(1))
 def adam_update(xp, param, grad, m, v, alpha_t, beta1, beta2, eps, eta, weight_decay_rate):
     """In place, chainer.optimizers.Adam with the bias-corrected ``alpha_t``:
     ``m += (1 - beta1) * (grad - m); v += (1 - beta2) * (grad**2 - v);
     param -= eta * (alpha_t * m / (sqrt(v) + eps) + weight_decay_rate * param)``.
     Returns ``param``."""
-    m += (1.0 - float(beta1)) * (grad - m)
-    v += (1.0 - float(beta2)) * (grad * grad - v)
-    step = xp.sqrt(v)
-    step += float(eps)
-    xp.divide(float(alpha_t), step, out=step)
-    step *= m
     eta, decay = float(eta), float(weight_decay_rate)
-    if decay:
-        param *= 1.0 - eta * decay
-    if eta != 1.0:
-        step *= eta
-    param -= step
+    for p, g, m_block, v_block in _blocks(xp, param, grad, m, v):
+        # One temporary, reused: the products and sums of the formula, in its order.
+        step = g - m_block
+        step *= 1.0 - float(beta1)
+        m_block += step
+        xp.multiply(g, g, out=step)
+        step -= v_block
+        step *= 1.0 - float(beta2)
+        v_block += step
+        xp.sqrt(v_block, out=step)
+        step += float(eps)
+        xp.divide(float(alpha_t), step, out=step)
+        step *= m_block
+        if decay:
+            p *= 1.0 - eta * decay
+        if eta != 1.0:
+            step *= eta
+        p -= step
+        del step  # before the next block's is made
     return param

@@ -11,6 +11,12 @@ from chainer_compiler.runtime.ops.connection import conv, conv_grad_filter, conv
 from chainer_compiler.runtime.ops.normalization import batch_normalization, batch_normalization_grad
 from chainer_compiler.runtime.ops.pooling import max_pool, max_pool_grad
 from chainer_compiler.runtime.ops.registry import CUSTOM_DOMAIN, operator_record
+from chainer_compiler.runtime.ops.training import (
+    UPDATE_BLOCK,
+    adam_update,
+    momentum_sgd_update,
+    sgd_update,
+)
 
 from .test_connection_chunks import _peak
 
@@ -93,6 +99,13 @@ _PADS = dict(pads=[1, 1, 1, 1])
     ('MaxPoolGrad', CUSTOM_DOMAIN, max_pool_grad, [_X, _Y, _GY_POOL],
      dict(kernel_shape=[3, 3], strides=[2, 2], **_PADS)),
     ('ReluGrad', CUSTOM_DOMAIN, relu_grad, [_X, _GY], {}),
+    # a block of the parameter at a time, not a temporary of its size
+    ('SGDUpdate', CUSTOM_DOMAIN, sgd_update, [_X.copy(), _GY, np.float32(0.1)], {}),
+    ('MomentumSGDUpdate', CUSTOM_DOMAIN, momentum_sgd_update,
+     [_X.copy(), _GY, np.zeros_like(_X), np.float32(0.1), np.float32(0.9)], {}),
+    ('AdamUpdate', CUSTOM_DOMAIN, adam_update,
+     [_X.copy(), _GY, np.zeros_like(_X), np.ones_like(_X)] +
+     [np.float32(a) for a in (1e-3, 0.9, 0.999, 1e-8, 0.5, 1e-2)], {}),
 ])
 def test_declared_scratch_is_what_the_kernel_holds(op, domain, fn, args, attrs):
     """OpRecord.scratch, which the memory model adds to the VM's count, is
@@ -101,8 +114,60 @@ def test_declared_scratch_is_what_the_kernel_holds(op, domain, fn, args, attrs):
     its result exists), to a few percent."""
     outputs, peak = _peak(lambda: fn(np, *args, **attrs))
     outputs = outputs if isinstance(outputs, tuple) else (outputs,)
-    made = sum(o.nbytes for o in outputs)
+    # An in-place update returns its parameter: nothing made.
+    made = sum(o.nbytes for o in outputs if not any(o is a for a in args))
     declared = operator_record(op, domain).scratch_bytes(
         [_typed(a) for a in args], [_typed(o) for o in outputs], attrs)
     slack = 0.05 * (peak - made) + 2 ** 17
     assert peak - made - slack <= declared <= peak + slack, (declared, peak - made)
+
+
+def _update_formulas(param, grad, m, v, lr=0.1, momentum=0.9, alpha_t=1e-3, beta1=0.9,
+                     beta2=0.999, eps=1e-8, eta=0.5, decay=1e-2):
+    """The three updates written out over whole arrays: (SGD's param,
+    momentum's param and v, Adam's param, m and v)."""
+    sgd = param - lr * grad
+    v_momentum = momentum * v - lr * grad
+    m_adam = m + (1 - beta1) * (grad - m)
+    v_adam = v + (1 - beta2) * (grad * grad - v)
+    step = alpha_t / (np.sqrt(v_adam) + eps) * m_adam
+    adam = param * (1 - eta * decay) - step * eta
+    return sgd, param + v_momentum, v_momentum, adam, m_adam, v_adam
+
+
+@pytest.mark.parametrize('dtype', [np.float16, np.float32, np.float64])
+@pytest.mark.parametrize('layout', ['contiguous', 'transposed gradient'])
+def test_updates_by_blocks_give_the_formulas_bits(dtype, layout):
+    """Block by block (across block edges, a last partial block) or whole
+    (a gradient that is a transposed view), each update gives the bits of
+    its formula over the whole arrays."""
+    shape = (3, UPDATE_BLOCK // 2 + 7)
+    param, m = (_RNG.standard_normal(shape).astype(dtype) for _ in range(2))
+    v = np.abs(_RNG.standard_normal(shape)).astype(dtype)
+    grad = _RNG.standard_normal(shape).astype(dtype)
+    if layout == 'transposed gradient':
+        grad = np.ascontiguousarray(grad.T).T
+    sgd, momentum, v_momentum, adam, m_adam, v_adam = _update_formulas(param, grad, m, v)
+    p = param.copy()
+    assert sgd_update(np, p, grad, 0.1) is p
+    np.testing.assert_array_equal(p, sgd)
+    p, v_out = param.copy(), v.copy()
+    momentum_sgd_update(np, p, grad, v_out, 0.1, 0.9)
+    np.testing.assert_array_equal(v_out, v_momentum)
+    np.testing.assert_array_equal(p, momentum)
+    p, m_out, v_out = param.copy(), m.copy(), v.copy()
+    adam_update(np, p, grad, m_out, v_out, 1e-3, 0.9, 0.999, 1e-8, 0.5, 1e-2)
+    np.testing.assert_array_equal(m_out, m_adam)
+    np.testing.assert_array_equal(v_out, v_adam)
+    np.testing.assert_array_equal(p, adam)
+
+
+def test_an_update_holds_a_block_not_a_parameter():
+    """A training step's peak carries an update's temporaries beside every
+    weight it holds: a 4 MiB parameter's update holds about one block."""
+    args = [_X.copy(), _GY, np.zeros_like(_X), np.ones_like(_X)]
+    for call in (lambda: sgd_update(np, *args[:2], 0.1),
+                 lambda: momentum_sgd_update(np, *args[:3], 0.1, 0.9),
+                 lambda: adam_update(np, *args, 1e-3, 0.9, 0.999, 1e-8, 1.0, 0.0)):
+        _, peak = _peak(call)
+        assert peak < 1.2 * UPDATE_BLOCK * _X.itemsize < _X.nbytes / 16
