@@ -38,18 +38,22 @@ FIRST_FAILURE = 2
 #: the products for (ccn_gemm_v<level>.c, -march=x86-64-v<level>); the
 #: baseline build runs the best one the CPU has.
 GEMM_LEVELS = (3, 4)
+#: The families whose file is built so too, as their vectors' width is
+#: chosen at compile time (the other families' hot loops are built for each
+#: level in the baseline file itself: CCN_LEVELS in ccn_common.h).
+LEVEL_FAMILIES = ('gemm', 'depthwise')
 #: An exported function definition of a kernel file (at the start of a line).
 _C_DEFINITION = re.compile(r'^(?:[A-Za-z_]\w*[ *]+)+?(\w*ccn_\w+)\(', re.M)
 
 
 def gemm_variant(text: str, level: int) -> str:
-    """The text of ccn_gemm.c (``text``, symbols prefixed) as the build for
-    x86-64 level ``level``: every function it exports renamed with the
-    suffix _v<level>, so that the builds link into one program."""
+    """The text of a file of LEVEL_FAMILIES (``text``, symbols prefixed) as
+    the build for x86-64 level ``level``: every function it exports renamed
+    with the suffix _v<level>, so that the builds link into one program."""
     names = {m.group(1) for m in _C_DEFINITION.finditer(text)
              if not m.group(0).startswith('static')}
     pattern = re.compile(r'\b(%s)\b' % '|'.join(sorted(names)))
-    return ('/* ccn_gemm.c for x86-64-v%d (emit_c.gemm_variant): its functions end in _v%d. */\n'
+    return ('/* The build for x86-64-v%d (render.gemm_variant): its functions end in _v%d. */\n'
             % (level, level) + pattern.sub(r'\1_v%d' % level, text))
 
 
@@ -175,9 +179,9 @@ class _Renderer:
         for filename in headers + ['ccn_%s.c' % f for f in families]:
             with open(os.path.join(KERNEL_DIR, filename), encoding='utf-8') as f:
                 texts[filename] = prefix_kernel_symbols(f.read(), self.name)
-        if 'gemm' in families:
-            for level in GEMM_LEVELS:
-                texts['ccn_gemm_v%d.c' % level] = gemm_variant(texts['ccn_gemm.c'], level)
+        for family, level in _level_builds(families):
+            texts['ccn_%s_v%d.c' % (family, level)] = gemm_variant(texts['ccn_%s.c' % family],
+                                                                   level)
         return Rendered(texts, self.layout, self.weights, families)
 
     def families(self) -> list[str]:
@@ -891,7 +895,7 @@ class _Renderer:
             'OBJS = %s' % objs,
             ] + ([
                 'ifeq ($(GEMM_VARIANTS),yes)',
-                'OBJS += %s' % ' '.join('ccn_gemm_v%d.o' % v for v in GEMM_LEVELS),
+                'OBJS += %s' % ' '.join('ccn_%s_v%d.o' % b for b in _level_builds(families)),
                 'ALL_CFLAGS += -DCCN_GEMM_VARIANTS',
                 'endif'] if 'gemm' in families else []) + [
             '',
@@ -910,8 +914,8 @@ class _Renderer:
             '%.o: %.c ' + ' '.join(headers + ['%s.h' % n]),
             '\t$(CC) $(ALL_CFLAGS) -c -o $@ $<',
             '',
-            ] + [line for v in GEMM_LEVELS if 'gemm' in families for line in (
-                'ccn_gemm_v%d.o: ccn_gemm_v%d.c %s' % (v, v, ' '.join(headers)),
+            ] + [line for f, v in _level_builds(families) for line in (
+                'ccn_%s_v%d.o: ccn_%s_v%d.c %s' % (f, v, f, v, ' '.join(headers)),
                 '\t$(CC) $(ALL_CFLAGS) -UCCN_GEMM_VARIANTS -march=x86-64-v%d -c -o $@ $<' % v,
                 '')] + [
             'clean:',
@@ -919,6 +923,14 @@ class _Renderer:
             '',
             '.PHONY: all clean',
             ''])
+
+
+def _level_builds(families: list[str]) -> list[tuple[str, int]]:
+    """(family, level) of each build of a LEVEL_FAMILIES file for one of
+    GEMM_LEVELS among ``families`` (none without the products, whose file
+    tells the level: ccn_gemm_level)."""
+    return [(f, v) for f in LEVEL_FAMILIES if f in families and 'gemm' in families
+            for v in GEMM_LEVELS]
 
 
 def _renamed(names: dict[str, str], match: re.Match) -> str:

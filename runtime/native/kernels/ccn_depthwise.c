@@ -450,9 +450,26 @@ static void depthwise_range(void *context, long begin, long end)
     }
 }
 
+#ifdef CCN_GEMM_VARIANTS
+/* The default build also compiles this file for x86-64-v3 and -v4, its
+ * functions renamed (render.LEVEL_FAMILIES: VL and the masked loads are
+ * chosen at compile time), and runs the products' level (ccn_common.h). */
+typedef void depthwise_fn(const ccn_conv_geometry *, int, float, const float *, const float *,
+                          const float *, float *);
+depthwise_fn ccn_conv2d_depthwise_v3, ccn_conv2d_depthwise_v4;
+#endif
+
 void ccn_conv2d_depthwise(const ccn_conv_geometry *geometry, int act, float act_alpha,
                           const float *x, const float *w, const float *bias, float *y)
 {
+#ifdef CCN_GEMM_VARIANTS
+    const int level = ccn_gemm_level();
+    if (level >= 3) {
+        (level == 4 ? ccn_conv2d_depthwise_v4 : ccn_conv2d_depthwise_v3)(geometry, act, act_alpha,
+                                                                          x, w, bias, y);
+        return;
+    }
+#endif
     const ccn_conv_geometry *g = geometry;
     assert(g->group == g->in_channels && g->out_channels == g->in_channels);
     depthwise_call a = {.g = g, .act = act, .act_alpha = act_alpha, .x = x, .w = w,

@@ -63,9 +63,10 @@ def test_the_default_build_has_every_level_and_matches_the_executor(tmp_path):
 
 
 def _hot_families_model(rng):
-    """BatchNormalization, Swish, MaxPool, a broadcast Add, GlobalAveragePool,
-    a product and its Softmax, and LayerNormalization: a kernel of each
-    family built for every level (CCN_LEVELS, ccn_common.h)."""
+    """BatchNormalization, Swish, MaxPool, a broadcast Add, a depthwise
+    convolution, GlobalAveragePool, a product and its Softmax, and
+    LayerNormalization: a kernel of each family built for every level
+    (CCN_LEVELS, ccn_common.h; render.LEVEL_FAMILIES)."""
     F32 = numpy.float32
     nodes = [
         helper.make_node('BatchNormalization', ['x', 'bs', 'bb', 'bm', 'bv'], ['b']),
@@ -73,7 +74,8 @@ def _hot_families_model(rng):
         helper.make_node('Mul', ['b', 's'], ['sw']),
         helper.make_node('MaxPool', ['sw'], ['p'], kernel_shape=[3, 3], pads=[1, 1, 1, 1]),
         helper.make_node('Add', ['p', 'c'], ['a']),
-        helper.make_node('GlobalAveragePool', ['a'], ['g']),
+        helper.make_node('Conv', ['a', 'wd'], ['d'], group=16, pads=[1, 1, 1, 1]),
+        helper.make_node('GlobalAveragePool', ['d'], ['g']),
         helper.make_node('Flatten', ['g'], ['f']),
         helper.make_node('Gemm', ['f', 'w'], ['h']),
         helper.make_node('Softmax', ['h'], ['y1']),
@@ -81,7 +83,8 @@ def _hot_families_model(rng):
     ]
     inits = {'bs': rng.uniform(0.5, 2, 16), 'bb': rng.uniform(-1, 1, 16),
              'bm': rng.uniform(-1, 1, 16), 'bv': rng.uniform(0.5, 2, 16),
-             'c': rng.uniform(-1, 1, (16, 1, 1)), 'w': rng.uniform(-1, 1, (16, 40)),
+             'c': rng.uniform(-1, 1, (16, 1, 1)), 'wd': rng.uniform(-1, 1, (16, 1, 3, 3)),
+             'w': rng.uniform(-1, 1, (16, 40)),
              'ls': rng.uniform(-1, 1, 37), 'lb': rng.uniform(-1, 1, 37)}
     return make_model(nodes, [('x', F32, [2, 16, 29, 37])],
                       [('y1', F32, [2, 40]), ('y2', F32, [2, 16, 29, 37])],
@@ -102,7 +105,7 @@ def test_every_hot_family_gives_the_executors_values_at_every_level(tmp_path):
     with open(folder / 'hot.c') as f:
         code = f.read()
     for kernel in ('batchnorm', 'unary_float32', 'maxpool2d', 'binary_float32',
-                   'global_avgpool', 'softmax', 'standardize'):
+                   'conv2d_depthwise', 'global_avgpool', 'softmax', 'standardize'):
         assert 'hot_ccn_%s(' % kernel in code, kernel
     output = make_folder(folder)
     assert 'warning' not in output, output
@@ -117,6 +120,7 @@ def test_every_hot_family_gives_the_executors_values_at_every_level(tmp_path):
                      'global_avgpool_range', 'row_float32', 'softmax_range',
                      'standardize_range'):
             assert {name + '_base', name + '_v3', name + '_v4'} <= symbols, name
+        assert {'hot_ccn_conv2d_depthwise_v3', 'hot_ccn_conv2d_depthwise_v4'} <= symbols
         levels = [0, 3, 4]
     gemm = folder / 'ccn_gemm.c'
     text = gemm.read_text()
