@@ -956,6 +956,12 @@ void ccn_gemm_serial_core(long M, long N, long K, const a_operand *A, long row0,
 typedef void serial_fn(long, long, long, const a_operand *, long, const b_operand *, long,
                        const c_start *, float *, long, int, int, float);
 serial_fn ccn_gemm_serial_core_v3, ccn_gemm_serial_core_v4;
+/* ccn_activate and ccn_add_activate (the epilogues of the depthwise and
+ * direct convolutions, a residual Add) at that level too. */
+typedef void activate_fn(long, float *, int, float);
+typedef void add_activate_fn(long, float *, const float *, int, float);
+activate_fn ccn_activate_v3, ccn_activate_v4;
+add_activate_fn ccn_add_activate_v3, ccn_add_activate_v4;
 
 /* 4, 3 or 0: the x86-64 level of the best build this CPU runs (asked once;
  * libgcc's answer includes the OS's support of the wider registers). */
@@ -1129,12 +1135,25 @@ void ccn_gemm_one_thread(long M, long N, long K, const float *A, long lda, const
 
 void ccn_activate(long n, float *x, int act, float act_alpha)
 {
+#ifdef CCN_GEMM_VARIANTS
+    if (act != CCN_ACT_NONE && ccn_gemm_level() >= 3) {
+        (ccn_gemm_level() == 4 ? ccn_activate_v4 : ccn_activate_v3)(n, x, act, act_alpha);
+        return;
+    }
+#endif
     if (act != CCN_ACT_NONE)
         activate_row(n, x, act, act_alpha);
 }
 
 void ccn_add_activate(long n, float *x, const float *residual, int act, float act_alpha)
 {
+#ifdef CCN_GEMM_VARIANTS
+    if (ccn_gemm_level() >= 3) {
+        (ccn_gemm_level() == 4 ? ccn_add_activate_v4 : ccn_add_activate_v3)(n, x, residual,
+                                                                            act, act_alpha);
+        return;
+    }
+#endif
     for (long j = 0; j < n; j++)
         x[j] += residual[j];
     ccn_activate(n, x, act, act_alpha);

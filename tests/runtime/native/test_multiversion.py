@@ -64,7 +64,7 @@ def test_the_default_build_has_every_level_and_matches_the_executor(tmp_path):
 
 def _hot_families_model(rng):
     """BatchNormalization, Swish, MaxPool, a broadcast Add, a depthwise
-    convolution, GlobalAveragePool, a product and its Softmax, and
+    convolution and its Swish, GlobalAveragePool, a product and its Softmax, and
     LayerNormalization: a kernel of each family built for every level
     (CCN_LEVELS, ccn_common.h; render.LEVEL_FAMILIES)."""
     F32 = numpy.float32
@@ -75,7 +75,9 @@ def _hot_families_model(rng):
         helper.make_node('MaxPool', ['sw'], ['p'], kernel_shape=[3, 3], pads=[1, 1, 1, 1]),
         helper.make_node('Add', ['p', 'c'], ['a']),
         helper.make_node('Conv', ['a', 'wd'], ['d'], group=16, pads=[1, 1, 1, 1]),
-        helper.make_node('GlobalAveragePool', ['d'], ['g']),
+        helper.make_node('Sigmoid', ['d'], ['ds']),
+        helper.make_node('Mul', ['d', 'ds'], ['dw']),  # Swish: the epilogue's ccn_activate
+        helper.make_node('GlobalAveragePool', ['dw'], ['g']),
         helper.make_node('Flatten', ['g'], ['f']),
         helper.make_node('Gemm', ['f', 'w'], ['h']),
         helper.make_node('Softmax', ['h'], ['y1']),
