@@ -19,7 +19,9 @@ COMMAND_LINE_BUDGET = 350
 #: the kernels with large temporaries declare for the memory model (issue 34).
 #: + 18: which fusion rules each backend applies (fusion_rules.RULES) and
 #: MatMul's fused bias, the VM running the native backend's rules (issue 30).
-KERNEL_BUDGET = 4200 + 100 + 30 + 18
+#: + 25: the optimizer updates a block at a time and their declared scratch
+#: (issue 34: their temporaries sat beside a training step's peak).
+KERNEL_BUDGET = 4200 + 100 + 30 + 18 + 25
 
 _LAYOUT = {tokenize.COMMENT, tokenize.NL, tokenize.NEWLINE, tokenize.INDENT,
            tokenize.DEDENT, tokenize.ENCODING, tokenize.ENDMARKER}
