@@ -39,29 +39,6 @@ def test_each_level_renames_every_function_the_file_exports():
         assert 'm_ccn_parallel_for(' in variant
 
 
-@pytest.mark.native_build
-@pytest.mark.skipif(platform.machine() != 'x86_64', reason='the levels are x86-64 ones')
-def test_the_default_build_has_every_level_and_matches_the_executor(tmp_path):
-    rng = numpy.random.RandomState(0)
-    model = make_model([helper.make_node('Gemm', ['x', 'w'], ['h']),
-                        helper.make_node('Relu', ['h'], ['y'])],
-                       [('x', numpy.float32, [64, 300])], [('y', numpy.float32, [64, 200])],
-                       {'w': rng.uniform(-1, 1, (300, 200)).astype(numpy.float32)})
-    program = build_program(model)
-    folder = tmp_path / 'c'
-    result = emit_c(program, folder, 'mv')
-    built = Built(program, str(folder), 'mv', result, make_folder(folder))
-    symbols = subprocess.run(['nm', str(folder / 'libmv.a')], capture_output=True,
-                             text=True).stdout
-    probe = subprocess.run(['cc', '-march=x86-64-v4', '-x', 'c', '-', '-o', os.devnull],
-                           input='int main(void){return 0;}\n', capture_output=True, text=True)
-    if probe.returncode == 0:  # a compiler that knows the levels (gcc 11, clang 12)
-        for level in GEMM_LEVELS:
-            assert 'mv_ccn_gemm_serial_core_v%d' % level in symbols
-    built.check_against_executor([rng.uniform(-1, 1, (64, 300)).astype(numpy.float32)],
-                                 tmp_path)
-
-
 def _hot_families_model(rng):
     """BatchNormalization, Swish, MaxPool, a broadcast Add, a depthwise
     convolution and its Swish, GlobalAveragePool, a product and its Softmax, and
@@ -97,9 +74,10 @@ def _hot_families_model(rng):
 @pytest.mark.slow
 @pytest.mark.skipif(platform.machine() != 'x86_64', reason='the levels are x86-64 ones')
 def test_every_hot_family_gives_the_executors_values_at_every_level(tmp_path):
-    """The default build runs the element-wise, pooling, normalization and
-    Softmax loops at the products' level; forced to each level (0, 3 and 4,
-    as far as this CPU goes) the executable gives the Executor's values."""
+    """The default build has the products for every level and runs the
+    element-wise, pooling, normalization and Softmax loops at the products'
+    level; forced to each level (0, 3 and 4, as far as this CPU goes) the
+    executable gives the Executor's values."""
     rng = numpy.random.RandomState(2)
     program = build_program(_hot_families_model(rng))
     folder = tmp_path / 'c'
@@ -123,6 +101,7 @@ def test_every_hot_family_gives_the_executors_values_at_every_level(tmp_path):
                      'standardize_range'):
             assert {name + '_base', name + '_v3', name + '_v4'} <= symbols, name
         assert {'hot_ccn_conv2d_depthwise_v3', 'hot_ccn_conv2d_depthwise_v4'} <= symbols
+        assert {'hot_ccn_gemm_serial_core_v%d' % v for v in GEMM_LEVELS} <= symbols
         levels = [0, 3, 4]
     gemm = folder / 'ccn_gemm.c'
     text = gemm.read_text()
