@@ -104,28 +104,21 @@ def _blocks(xp, *arrays):
         yield tuple(f[start:start + UPDATE_BLOCK] for f in flat)
 
 
-def _blocks_scratch(temporaries):
-    """OpRecord.scratch of an update holding ``temporaries`` block-sized
-    arrays at once on NumPy."""
+def _one_temporary(block=None):
+    """OpRecord.scratch of an update on NumPy: one temporary the size of
+    its parameter, or of at most ``block`` elements."""
     def scratch(inputs, outputs, attributes):
         size = elements(inputs[0])
         if size is None or inputs[0][0] is None:
             return None
-        return temporaries * min(size, UPDATE_BLOCK) * inputs[0][0].itemsize
+        return min(size, block or size) * inputs[0][0].itemsize
     return scratch
-
-
-def _one_parameter(inputs, outputs, attributes):
-    """The scratch of GemmSGDUpdate on NumPy: the product, one array the
-    size of the parameter."""
-    size = elements(inputs[0])
-    return None if size is None or inputs[0][0] is None else size * inputs[0][0].itemsize
 
 
 # The updates overwrite the parameter and its state (``in_place``) and
 # return the parameter's own array.
 @kernel('SGDUpdate', domain=CUSTOM_DOMAIN, in_place=(0,), gradient=False,
-        outputs=('param_out',), types=like(0), scratch=_blocks_scratch(1))
+        outputs=('param_out',), types=like(0), scratch=_one_temporary(UPDATE_BLOCK))
 def sgd_update(xp, param, grad, lr):
     """In place: ``param -= lr * grad`` (chainer.optimizers.SGD).  Returns ``param``."""
     if xp is numpy or not cupy_kernels.sgd_update(xp, param, grad, float(lr)):
@@ -135,7 +128,7 @@ def sgd_update(xp, param, grad, lr):
 
 
 @kernel('GemmSGDUpdate', domain=CUSTOM_DOMAIN, in_place=(0,), gradient=False,
-        outputs=('param_out',), types=like(0), scratch=_one_parameter)
+        outputs=('param_out',), types=like(0), scratch=_one_temporary())
 def gemm_sgd_update(xp, param, a, b, lr, *, alpha=1.0, transA=0, transB=0):
     """In place: ``param -= lr * alpha * op(a) @ op(b)``, SGDUpdate of the
     gradient a Gemm (without C) makes, as one instruction: the native
@@ -146,7 +139,7 @@ def gemm_sgd_update(xp, param, a, b, lr, *, alpha=1.0, transA=0, transB=0):
 
 
 @kernel('MomentumSGDUpdate', domain=CUSTOM_DOMAIN, in_place=(0, 2), gradient=False,
-        outputs=('param_out',), types=like(0), scratch=_blocks_scratch(1))
+        outputs=('param_out',), types=like(0), scratch=_one_temporary(UPDATE_BLOCK))
 def momentum_sgd_update(xp, param, grad, v, lr, momentum):
     """In place: ``v = momentum * v - lr * grad; param += v``
     (chainer.optimizers.MomentumSGD).  Returns ``param``."""
@@ -158,7 +151,7 @@ def momentum_sgd_update(xp, param, grad, v, lr, momentum):
 
 
 @kernel('AdamUpdate', domain=CUSTOM_DOMAIN, in_place=(0, 2, 3), gradient=False,
-        outputs=('param_out',), types=like(0), scratch=_blocks_scratch(1))
+        outputs=('param_out',), types=like(0), scratch=_one_temporary(UPDATE_BLOCK))
 def adam_update(xp, param, grad, m, v, alpha_t, beta1, beta2, eps, eta, weight_decay_rate):
     """In place, chainer.optimizers.Adam with the bias-corrected ``alpha_t``:
     ``m += (1 - beta1) * (grad - m); v += (1 - beta2) * (grad**2 - v);
