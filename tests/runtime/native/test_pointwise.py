@@ -5,7 +5,9 @@ emit-time panels, and its first store adds the bias and a fused residual
 first; the epilogue runs on the finished sums.  Shapes cover every tile of
 ccn_gemm.c: the NR-column tiles with a part strip, the tall tile (at most
 half a strip of columns), the wide tiles (7x7 outputs, one pass and two
-over the depth), part row tiles, small odd depths.  Values are the NumPy
+over the depth; their sums, residual and old values transposed in
+registers by blocks of 16 rows, any count of columns up to 8), part row
+tiles, small odd depths.  Values are the NumPy
 VM's."""
 import numpy
 import pytest
@@ -40,6 +42,11 @@ LAYERS = [
     # or row.
     (48, 40, 56, 56, 'Relu', 'kept'),
     (960, 160, 7, 7, 'Clip', 'dying'),
+    # Wide tiles' transposed loads and stores: 9 columns (blocks of 5 and
+    # 4), a last 16-row group of 5 rows, two passes over the depth with a
+    # residual; one column (a squeeze-and-excitation layer) in place.
+    (53, 1030, 3, 3, 'Relu', 'kept'),
+    (20, 40, 1, 1, 'Clip', 'dying'),
 ]
 
 
