@@ -1,15 +1,19 @@
 /* Winograd family: 3x3 stride-1 convolutions by minimal filtering F(2x2,
- * 3x3) (Lavin and Gray, "Fast Algorithms for Convolutional Neural
- * Networks", 2016).  Each 2x2 block (tile) of outputs comes from the 4x4
- * input patch around it: with the patch transformed, V = B^T d B, and each
- * filter transformed, U = G g G^T, the outputs are A^T (sum over input
- * channels of U . V) A.  The sum is 16 matrix products, one per element of
- * the 4x4 transforms, over the channels: 16 multiply-adds per tile and
- * channel pair where im2col's product takes 36.
+ * 3x3) and F(4x4, 3x3) (Lavin and Gray, "Fast Algorithms for
+ * Convolutional Neural Networks", 2016).  Each 2x2 block (tile) of outputs
+ * comes from the 4x4 input patch around it: with the patch transformed, V
+ * = B^T d B, and each filter transformed, U = G g G^T, the outputs are A^T
+ * (sum over input channels of U . V) A.  The sum is 16 matrix products,
+ * one per element of the 4x4 transforms, over the channels: 16
+ * multiply-adds per tile and channel pair where im2col's product takes 36.
+ * F(4x4, 3x3) takes 4x4 tiles from 6x6 patches: 36 products per 16
+ * outputs, and its transforms read and write 2.25 floats per output where
+ * F(2x2, 3x3)'s take 4 (its filters come transformed, at emit time).
  *
  * The transforms run along whole rows of tiles, so that their loops are
- * vector operations on contiguous rows: a tile row's patches are four
- * input rows, and tile j's columns are the input's columns 2j .. 2j + 3. */
+ * vector operations on contiguous rows: a tile row's patches are tile + 2
+ * input rows, and tile j's columns are the input's columns tile * j ..
+ * tile * j + tile + 1. */
 #include <assert.h>
 #include <string.h>
 
@@ -34,7 +38,7 @@ typedef struct {
     long I, H, W, O, OH, OW, TH, TW, pad_top, pad_left, ld;
     long row0, rows; /* the block of tile rows */
     const float *x, *w, *gy, *bias;
-    int weights, act;
+    int weights, act, tile;
     float act_alpha;
     float *U, *V, *M, *y, *GY, *GYt, *dUt, *gw;
 } winograd;
@@ -74,6 +78,26 @@ static void transform_filters(void *context, long begin, long end)
         }
 }
 
+/* d[r * PW + s] = x[y0 + r][s - pl] (zero outside the image: padding) for
+ * the `rows` input rows of a row of patches PW wide from row y0 of one
+ * channel's image x (H x W). */
+static void patch_rows(long H, long W, long PW, long y0, long pl, const float *x, long rows,
+                       float *d)
+{
+    const long s0 = pl > 0 ? (pl < PW ? pl : PW) : 0;               /* first column inside */
+    const long s1 = W + pl < PW ? (W + pl > s0 ? W + pl : s0) : PW;  /* past the last */
+    for (long r = 0; r < rows; r++, d += PW) {
+        const long iy = y0 + r;
+        if (iy < 0 || iy >= H) {
+            memset(d, 0, (size_t)PW * sizeof(float));
+            continue;
+        }
+        memset(d, 0, (size_t)s0 * sizeof(float));
+        memcpy(d + s0, x + iy * W + s0 - pl, (size_t)(s1 - s0) * sizeof(float));
+        memset(d + s1, 0, (size_t)(PW - s1) * sizeof(float));
+    }
+}
+
 /* V[xi][j] = element xi of B^T d B for the patch d of tile j of the row of
  * TW tiles whose patches start at input row y0 of one channel's image x (H
  * x W, padded by pl on the left); xi's rows of V are rows_apart apart. */
@@ -83,20 +107,8 @@ static void transform_patch_row(long H, long W, long TW, long y0, long pl, const
     const long PW = 2 * TW + 2;
     float t[4][PW];  /* B^T d for the whole row of patches */
     {
-        /* The patches' input rows, zero outside the image. */
         float d[4][PW];
-        const long s0 = pl > 0 ? (pl < PW ? pl : PW) : 0;      /* first column in the image */
-        const long s1 = W + pl < PW ? (W + pl > s0 ? W + pl : s0) : PW;  /* past the last */
-        for (long r = 0; r < 4; r++) {
-            const long iy = y0 + r;
-            if (iy < 0 || iy >= H) {
-                memset(d[r], 0, sizeof d[r]);
-                continue;
-            }
-            memset(d[r], 0, (size_t)s0 * sizeof(float));
-            memcpy(d[r] + s0, x + iy * W + s0 - pl, (size_t)(s1 - s0) * sizeof(float));
-            memset(d[r] + s1, 0, (size_t)(PW - s1) * sizeof(float));
-        }
+        patch_rows(H, W, PW, y0, pl, x, 4, d[0]);
         for (long s = 0; s < PW; s++) {
             t[0][s] = d[0][s] - d[2][s];
             t[1][s] = d[1][s] + d[2][s];
@@ -122,27 +134,81 @@ static void transform_patch_row(long H, long W, long TW, long y0, long pl, const
     }
 }
 
+/* transform_patch_row for F(4x4, 3x3): 6x6 patches 4 apart, 36 elements
+ * xi = 6 r + c of B^T d B, B^T's rows (4, 0, -5, 0, 1, 0), (0, -4, -4, 1,
+ * 1, 0), (0, 4, -4, -1, 1, 0), (0, -2, -1, 2, 1, 0), (0, 2, -1, -2, 1, 0),
+ * (0, 4, 0, -5, 0, 1).  The row is computed in whole vectors of
+ * CCN_WINOGRAD_LANES tiles, so each row of V takes that many floats less
+ * one past its TW (the tiles past the image's edge read zeros). */
+static void transform_patch_row4(long H, long W, long TW, long y0, long pl, const float *x,
+                                 float *V, long rows_apart)
+{
+    const long L = CCN_WINOGRAD_LANES, TWL = (TW + L - 1) / L * L, PW = 4 * TWL + 2;
+    float t[6][PW];  /* B^T d for the whole row of patches */
+    {
+        float d[6][PW];
+        patch_rows(H, W, PW, y0, pl, x, 6, d[0]);
+        for (long s = 0; s < PW; s++) {
+            const float d0 = d[0][s], d1 = d[1][s], d2 = d[2][s], d3 = d[3][s], d4 = d[4][s];
+            t[0][s] = 4.0f * d0 - 5.0f * d2 + d4;
+            t[1][s] = d3 + d4 - 4.0f * (d1 + d2);
+            t[2][s] = 4.0f * (d1 - d2) + d4 - d3;
+            t[3][s] = 2.0f * (d3 - d1) + d4 - d2;
+            t[4][s] = 2.0f * (d1 - d3) + d4 - d2;
+            t[5][s] = 4.0f * d1 - 5.0f * d3 + d[5][s];
+        }
+    }
+    /* Tile j's columns are p0[j], p1[j], p2[j], p3[j], p0[j + 1], p1[j + 1]. */
+    float p[4][TWL + 1], *p0 = p[0], *p1 = p[1], *p2 = p[2], *p3 = p[3];
+    for (long r = 0; r < 6; r++) {
+        for (long j = 0; j < TWL; j++) {
+            p0[j] = t[r][4 * j];
+            p1[j] = t[r][4 * j + 1];
+            p2[j] = t[r][4 * j + 2];
+            p3[j] = t[r][4 * j + 3];
+        }
+        p0[TWL] = t[r][4 * TWL];
+        p1[TWL] = t[r][4 * TWL + 1];
+        /* Three rows of V per loop: six took GCC past its checks of
+         * aliasing, and it did not vectorise. */
+        float *v0 = V + 6 * r * rows_apart, *v1 = v0 + rows_apart, *v2 = v1 + rows_apart,
+              *v3 = v2 + rows_apart, *v4 = v3 + rows_apart, *v5 = v4 + rows_apart;
+        for (long j = 0; j < TWL; j++) {
+            v0[j] = 4.0f * p0[j] - 5.0f * p2[j] + p0[j + 1];
+            v1[j] = p3[j] + p0[j + 1] - 4.0f * (p1[j] + p2[j]);
+            v2[j] = 4.0f * (p1[j] - p2[j]) + p0[j + 1] - p3[j];
+        }
+        for (long j = 0; j < TWL; j++) {
+            v3[j] = 2.0f * (p3[j] - p1[j]) + p0[j + 1] - p2[j];
+            v4[j] = 2.0f * (p1[j] - p3[j]) + p0[j + 1] - p2[j];
+            v5[j] = 4.0f * p1[j] - 5.0f * p3[j] + p1[j + 1];
+        }
+    }
+}
+
 /* V[xi][i][t] (rows ld apart, planes plane(I * ld) apart) for the tiles of
  * the block's tile rows, of the N x TH rows of TW tiles over images x (N x
- * I x H x W, padded): (tile row, channel) pairs [begin, end). */
+ * I x H x W, padded), for channels i in [begin, end): a channel's rows in
+ * order, so that each overwrites what F(4x4, 3x3)'s vectors wrote past
+ * the one before. */
 static void transform_patches(void *context, long begin, long end)
 {
     const winograd *c = context;
     const long I = c->I, TH = c->TH, TW = c->TW, ld = c->ld;
-    for (long p = begin; p < end; p++) {
-        const long row = c->row0 + p / I, i = p % I, n = row / TH, ty = row % TH;
-        transform_patch_row(c->H, c->W, TW, 2 * ty - c->pad_top, c->pad_left,
-                            c->x + (n * I + i) * c->H * c->W, c->V + i * ld + (p / I) * TW,
-                            plane(I * ld));
-    }
+    for (long i = begin; i < end; i++)
+        for (long q = 0; q < c->rows; q++) {
+            const long row = c->row0 + q, n = row / TH, ty = row % TH;
+            (c->tile == 4 ? transform_patch_row4 : transform_patch_row)(
+                c->H, c->W, TW, c->tile * ty - c->pad_top, c->pad_left,
+                c->x + (n * I + i) * c->H * c->W, c->V + i * ld + q * TW, plane(I * ld));
+        }
 }
 
 /* Output rows y0 and y0 + 1 (those below OH) of one channel (OW wide, rows
  * OW apart in y) from the products m[xi][j] (rows rows_apart apart) of a
- * row of TW tiles: A^T m A, plus bias, then the activation. */
+ * row of TW tiles: A^T m A, plus bias. */
 static void transform_output_row(long OH, long OW, long TW, long y0, const float *m,
-                                 long rows_apart, float bias, float *y, int act,
-                                 float act_alpha)
+                                 long rows_apart, float bias, float *y)
 {
     for (long a = 0; a < 2 && y0 + a < OH; a++) {
         /* Row a of A^T m: element c of tile j in r[c][j]. */
@@ -164,7 +230,44 @@ static void transform_output_row(long OH, long OW, long TW, long y0, const float
         }
         if (OW % 2)  /* the last tile's left column only */
             out[OW - 1] = bias + r[0][TW - 1] + r[1][TW - 1] + r[2][TW - 1];
-        ccn_activate(OW, out, act, act_alpha);
+    }
+}
+
+/* transform_output_row for F(4x4, 3x3): output rows y0 .. y0 + 3, A^T's
+ * rows (1, 1, 1, 1, 1, 0), (0, 1, -1, 2, -2, 0), (0, 1, 1, 4, 4, 0), (0,
+ * 1, -1, 8, -8, 1) over the 36 products of each tile, in whole vectors of
+ * CCN_WINOGRAD_LANES tiles (so m's rows are read that many floats less one
+ * past TW). */
+static void transform_output_row4(long OH, long OW, long TW, long y0, const float *m,
+                                  long rows_apart, float bias, float *y)
+{
+    const long L = CCN_WINOGRAD_LANES, TWL = (TW + L - 1) / L * L;
+    float r[4][6][TWL];  /* element c of row a of A^T m for tile j: r[a][c][j] */
+    for (long c = 0; c < 6; c++) {
+        const float *m0 = m + c * rows_apart, *m1 = m0 + 6 * rows_apart,
+                    *m2 = m1 + 6 * rows_apart, *m3 = m2 + 6 * rows_apart,
+                    *m4 = m3 + 6 * rows_apart, *m5 = m4 + 6 * rows_apart;
+        for (long j = 0; j < TWL; j++) {
+            const float s12 = m1[j] + m2[j], d12 = m1[j] - m2[j];
+            const float s34 = m3[j] + m4[j], d34 = m3[j] - m4[j];
+            r[0][c][j] = m0[j] + s12 + s34;
+            r[1][c][j] = d12 + 2.0f * d34;
+            r[2][c][j] = s12 + 4.0f * s34;
+            r[3][c][j] = d12 + 8.0f * d34 + m5[j];
+        }
+    }
+    for (long a = 0; a < 4 && y0 + a < OH; a++) {
+        const float(*q)[TWL] = r[a];
+        float out[4 * TWL];  /* the row, past OW too */
+        for (long j = 0; j < TWL; j++) {
+            const float s12 = q[1][j] + q[2][j], d12 = q[1][j] - q[2][j];
+            const float s34 = q[3][j] + q[4][j], d34 = q[3][j] - q[4][j];
+            out[4 * j] = bias + q[0][j] + s12 + s34;
+            out[4 * j + 1] = bias + d12 + 2.0f * d34;
+            out[4 * j + 2] = bias + s12 + 4.0f * s34;
+            out[4 * j + 3] = bias + d12 + 8.0f * d34 + q[5][j];
+        }
+        memcpy(y + (y0 + a) * OW, out, (size_t)OW * sizeof(float));
     }
 }
 
@@ -187,16 +290,18 @@ static void multiply_planes(void *context, long begin, long end)
 }
 
 /* The outputs of the block's (tile row, output channel) pairs [begin,
- * end) from M. */
+ * end) from M, then the activation over each pair's rows at once. */
 static void transform_outputs(void *context, long begin, long end)
 {
     const winograd *c = context;
-    const long O = c->O, TH = c->TH, TW = c->TW, OH = c->OH, OW = c->OW;
+    const long O = c->O, TH = c->TH, TW = c->TW, OH = c->OH, OW = c->OW, m = c->tile;
     for (long p = begin; p < end; p++) {
-        const long row = c->row0 + p / O, o = p % O, n = row / TH, ty = row % TH;
-        transform_output_row(OH, OW, TW, 2 * ty, c->M + o * c->ld + (p / O) * TW,
-                             plane(O * c->ld), c->bias ? c->bias[o] : 0.0f,
-                             c->y + (n * O + o) * OH * OW, c->act, c->act_alpha);
+        const long row = c->row0 + p / O, o = p % O, n = row / TH, y0 = m * (row % TH);
+        float *y = c->y + (n * O + o) * OH * OW;
+        (m == 4 ? transform_output_row4 : transform_output_row)(
+            OH, OW, TW, y0, c->M + o * c->ld + (p / O) * TW, plane(O * c->ld),
+            c->bias ? c->bias[o] : 0.0f, y);
+        ccn_activate((OH - y0 < m ? OH - y0 : m) * OW, y + y0 * OW, c->act, c->act_alpha);
     }
 }
 
@@ -205,27 +310,29 @@ static void transform_outputs(void *context, long begin, long end)
     const long N = (g)->batch, I = (g)->in_channels, H = (g)->in_h, W = (g)->in_w;   \
     const long O = (g)->out_channels, OH = (g)->out_h, OW = (g)->out_w;              \
     const long pad_top = (g)->pad_top, pad_left = (g)->pad_left, tiles = (p)->tiles; \
+    const long TH = (OH + (p)->tile - 1) / (p)->tile, TW = (OW + (p)->tile - 1) / (p)->tile; \
     assert((g)->kernel_h == 3 && (g)->kernel_w == 3 && (g)->group == 1 &&           \
            (g)->stride_h == 1 && (g)->stride_w == 1 && (g)->dil_h == 1 &&           \
-           (g)->dil_w == 1 && tiles > 0 && tiles % ((OW + 1) / 2) == 0)
+           (g)->dil_w == 1 && tiles > 0 && tiles % TW == 0)
 
 void ccn_conv2d_winograd(const ccn_conv_geometry *geometry, const ccn_winograd_plan *plan,
                          const float *x, const float *w, const float *bias, float *y,
                          float *scratch)
 {
     CCN_WINOGRAD_LOCALS(geometry, plan);
-    const int weights = plan->weights, act = plan->act;
+    const int weights = plan->weights, act = plan->act, tile = plan->tile;
     const float act_alpha = plan->act_alpha;
-    const long TH = (OH + 1) / 2, TW = (OW + 1) / 2;
-    const long tile_rows = N * TH, block_rows = tiles / TW, ld = tiles;
-    const long up = plane(O * I), vp = plane(I * ld);
+    /* Rows of V and M have CCN_WINOGRAD_LANES floats of slack. */
+    const long tile_rows = N * TH, block_rows = tiles / TW, ld = tiles + CCN_WINOGRAD_LANES;
+    const long up = plane(O * I), vp = plane(I * ld), planes = (tile + 2) * (tile + 2);
     /* The filters' transforms, unless they come transformed, then V and M. */
     const int transformed = weights == CCN_WINOGRAD_TRANSFORMED;
-    float *V = transformed ? scratch : scratch + 16 * up, *M = V + 16 * vp;
+    assert(tile == 2 || (tile == 4 && transformed));
+    float *V = transformed ? scratch : scratch + 16 * up, *M = V + planes * vp;
     winograd c = {.I = I, .H = H, .W = W, .O = O, .OH = OH, .OW = OW, .TH = TH, .TW = TW,
                   .pad_top = pad_top, .pad_left = pad_left, .ld = ld, .x = x, .w = w,
                   .bias = bias, .weights = weights, .act = act, .act_alpha = act_alpha,
-                  .U = transformed ? NULL : scratch, .V = V, .M = M, .y = y};
+                  .tile = tile, .U = transformed ? NULL : scratch, .V = V, .M = M, .y = y};
     (void)N;
     /* Each stage's work: the 16 elements it writes per filter or tile and
      * channel, or its products' multiply-adds, of which CCN_MACS_PER_WORK
@@ -235,9 +342,10 @@ void ccn_conv2d_winograd(const ccn_conv_geometry *geometry, const ccn_winograd_p
     for (c.row0 = 0; c.row0 < tile_rows; c.row0 += block_rows) {
         c.rows = block_rows < tile_rows - c.row0 ? block_rows : tile_rows - c.row0;
         const long tiles_now = c.rows * TW;
-        ccn_parallel_for(c.rows * I, 16 * tiles_now * I, transform_patches, &c);
-        ccn_parallel_for(16, 16 * O * I * tiles_now / CCN_MACS_PER_WORK, multiply_planes, &c);
-        ccn_parallel_for(c.rows * O, 16 * tiles_now * O, transform_outputs, &c);
+        ccn_parallel_for(I, planes * tiles_now * I, transform_patches, &c);
+        ccn_parallel_for(planes, planes * O * I * tiles_now / CCN_MACS_PER_WORK,
+                         multiply_planes, &c);
+        ccn_parallel_for(c.rows * O, planes * tiles_now * O, transform_outputs, &c);
     }
 }
 
@@ -336,7 +444,7 @@ void ccn_conv2d_grad_filter_winograd(const ccn_conv_geometry *geometry,
                                      const float *gy, float *gw, float *scratch)
 {
     CCN_WINOGRAD_LOCALS(geometry, plan);
-    const long TH = (OH + 1) / 2, TW = (OW + 1) / 2;
+    assert(plan->tile == 2);
     const long tile_rows = N * TH, block_rows = tiles / TW, ld = tiles;
     const long up = plane(I * O), vp = plane(I * ld), gp = plane(O * ld);
     float *dUt = scratch, *V = dUt + 16 * up, *GY = V + 16 * vp, *GYt = GY + 16 * gp;
@@ -344,11 +452,11 @@ void ccn_conv2d_grad_filter_winograd(const ccn_conv_geometry *geometry,
         memset(dUt, 0, (size_t)(16 * up) * sizeof(float));
     winograd c = {.I = I, .H = H, .W = W, .O = O, .OH = OH, .OW = OW, .TH = TH, .TW = TW,
                   .pad_top = pad_top, .pad_left = pad_left, .ld = ld, .x = x, .gy = gy,
-                  .V = V, .GY = GY, .GYt = GYt, .dUt = dUt, .gw = gw};
+                  .tile = 2, .V = V, .GY = GY, .GYt = GYt, .dUt = dUt, .gw = gw};
     for (c.row0 = 0; c.row0 < tile_rows; c.row0 += block_rows) {
         c.rows = block_rows < tile_rows - c.row0 ? block_rows : tile_rows - c.row0;
         const long count = c.rows * TW;
-        ccn_parallel_for(c.rows * I, 16 * count * I, transform_patches, &c);
+        ccn_parallel_for(I, 16 * count * I, transform_patches, &c);
         ccn_parallel_for(c.rows * O, 16 * count * O, transform_gradients, &c);
         ccn_parallel_for(16, 16 * O * I * count / CCN_MACS_PER_WORK, multiply_gradient_planes,
                          &c);

@@ -1,5 +1,5 @@
 /* ccn_winograd.h: Winograd family: 3x3 stride-1 convolutions by minimal
- * filtering, F(2x2, 3x3). */
+ * filtering, F(2x2, 3x3) and, for constant weights, F(4x4, 3x3). */
 #ifndef CCN_WINOGRAD_H
 #define CCN_WINOGRAD_H
 
@@ -10,34 +10,42 @@ CCN_BEGIN_DECLS
 
 /* Floats between consecutive planes of a transform beyond its size. */
 #define CCN_WINOGRAD_SKEW 16
+/* Tiles F(4x4, 3x3)'s transforms take at a time, in vectors: a row of
+ * their inputs and products has this many floats of slack. */
+#define CCN_WINOGRAD_LANES 16
 /* How ccn_conv2d_winograd's weights come: (O, I, 3, 3) filters; a
  * ConvTranspose's (I, O, 3, 3), read rotated half a turn (so that the
  * gradient of a convolution's input is this convolution of the output's
- * gradient); or transformed already (constant weights, at emit time): 16
- * planes, each G g G^T's element as an O x I matrix in the panel layout of
- * ccn_gemm.h (ccn_panel_rows(O) * I floats), CCN_WINOGRAD_SKEW floats
- * after one another. */
+ * gradient); or transformed already (constant weights, at emit time): a
+ * plane per element of G g G^T ((tile + 2)^2 of them, row-major), each an
+ * O x I matrix in the panel layout of ccn_gemm.h (ccn_panel_rows(O) * I
+ * floats), CCN_WINOGRAD_SKEW floats after one another. */
 enum { CCN_WINOGRAD_FILTERS, CCN_WINOGRAD_ROTATED, CCN_WINOGRAD_TRANSFORMED };
 /* Floats of scratch ccn_conv2d_winograd needs for I input and O output
- * channels and blocks of `tiles` 2x2 output tiles (the weights'
+ * channels and blocks of `tiles` output tiles `tile` wide (the weights'
  * transforms too unless they come transformed). */
-#define CCN_WINOGRAD_SCRATCH(I, O, tiles, weights)                               \
-    (16 * (((weights) == CCN_WINOGRAD_TRANSFORMED ? 0 : (O) * (I) + CCN_WINOGRAD_SKEW) + \
-           ((I) + (O)) * (tiles) + 2 * CCN_WINOGRAD_SKEW))
+#define CCN_WINOGRAD_SCRATCH(I, O, tiles, weights, tile)                         \
+    (((tile) + 2) * ((tile) + 2) *                                               \
+     (((weights) == CCN_WINOGRAD_TRANSFORMED ? 0 : (O) * (I) + CCN_WINOGRAD_SKEW) + \
+      ((I) + (O)) * ((tiles) + CCN_WINOGRAD_LANES) + 2 * CCN_WINOGRAD_SKEW))
 /* The same for ccn_conv2d_grad_filter_winograd. */
 #define CCN_WINOGRAD_GRAD_SCRATCH(I, O, tiles) \
     (16 * ((O) * (I) + ((I) + 2 * (O)) * (tiles) + 4 * CCN_WINOGRAD_SKEW))
 
 /* How a Winograd convolution runs, decided when the C is emitted
- * (WINOGRAD_PLAN in lowerings/winograd.py): the 2x2 output tiles taken at
- * a time (whole rows of tiles: a multiple of (out_w + 1) / 2), how the
- * weights come (CCN_WINOGRAD_*) and the epilogue activation (CCN_ACT_*,
- * act_alpha its LeakyRelu slope); the filter gradient reads only tiles. */
+ * (WINOGRAD_PLAN in lowerings/winograd.py): the output tiles taken at a
+ * time (whole rows of tiles: a multiple of (out_w + tile - 1) / tile), how
+ * the weights come (CCN_WINOGRAD_*), the epilogue activation (CCN_ACT_*,
+ * act_alpha its LeakyRelu slope) and the tiles' width: 2, F(2x2, 3x3), or
+ * 4, F(4x4, 3x3), whose 36 products per 16 outputs take 0.56x the
+ * multiply-adds of 16 per 4 but whose filters come transformed only; the
+ * filter gradient reads only tiles (F(2x2, 3x3)). */
 typedef struct {
     long tiles;
     int weights;
     int act;
     float act_alpha;
+    int tile;
 } ccn_winograd_plan;
 
 /* y (batch, out_channels, out_h, out_w) = the 3x3 convolution, stride 1,
@@ -46,7 +54,7 @@ typedef struct {
  * reach), plus bias (may be NULL), then the plan's activation; the
  * geometry's kernel is 3x3 with stride and dilation 1 in one group.
  * scratch holds CCN_WINOGRAD_SCRATCH(in_channels, out_channels, tiles,
- * weights) floats. */
+ * weights, tile) floats. */
 void ccn_conv2d_winograd(const ccn_conv_geometry *geometry, const ccn_winograd_plan *plan,
                          const float *x, const float *w, const float *bias, float *y,
                          float *scratch);

@@ -2,7 +2,9 @@
 input) and ConvGradFilter by Winograd's minimal filtering F(2x2, 3x3), as
 calls into ccn_winograd.c: 16 multiply-adds per 2x2 outputs and channel
 pair where im2col's product takes 36, for transforms of the input and
-output that cost memory traffic.
+output that cost memory traffic.  A Conv with constant weights takes
+F(4x4, 3x3) (36 per 4x4 outputs) where its outputs are TILE4_MIN_WIDTH
+wide.
 
 Measured against im2col and GEMM on 2 cores at batch 8 (forward, filter
 gradient; the input gradient about as the forward): 64 channels at 32x32
@@ -44,9 +46,18 @@ MAX_BLOCK_TILES = 128
 #: CCN_WINOGRAD_SKEW of ccn_winograd.h: floats between the planes of a
 #: transform beyond their size.
 SKEW = 16
+#: CCN_WINOGRAD_LANES of ccn_winograd.h: floats of slack after each row of
+#: a convolution's transformed inputs and products.
+LANES = 16
+#: Narrowest output of a Conv with constant weights that takes F(4x4, 3x3):
+#: one thread, batch 1, against F(2x2, 3x3), C driver, CPU time: 0.62x to
+#: 0.72x at 27 to 56 wide (32 to 128 channels), 0.76x at 20 (128 and 256);
+#: 1.11x at 16 (64), 1.17x at 13 and 14 (256: rows of 4 tiles, products
+#: of 16 columns).
+TILE4_MIN_WIDTH = 20
 #: The plan struct of ccn_winograd.h: tiles per block, the weights' form
-#: (CCN_WINOGRAD_*) and the epilogue activation.
-WINOGRAD_PLAN = CStruct('ccn_winograd_plan', ('tiles', 'weights', 'act', 'act_alpha'))
+#: (CCN_WINOGRAD_*), the epilogue activation and the tiles' width.
+WINOGRAD_PLAN = CStruct('ccn_winograd_plan', ('tiles', 'weights', 'act', 'act_alpha', 'tile'))
 
 
 def winograd_tiles(batch, channels_in, channels_out, out_size, kernel, strides, dilations,
@@ -61,26 +72,39 @@ def winograd_tiles(batch, channels_in, channels_out, out_size, kernel, strides, 
             or group != 1 or channels < MIN_CHANNELS or out_size[1] < min_width \
             or out_size[1] > MAX_WIDTH or channels * out_size[1] < MIN_WIDTH_CHANNELS:
         return None
-    tile_cols = (out_size[1] + 1) // 2
-    tile_rows = batch * ((out_size[0] + 1) // 2)
-    rows = max(1, min(BLOCK_FLOATS // (16 * (channels_in + channels_out) * tile_cols),
+    return block_tiles(batch, channels_in, channels_out, out_size, 2)
+
+
+def block_tiles(batch, channels_in, channels_out, out_size, tile) -> int:
+    """The output tiles ``tile`` wide per block, whole rows of them: at
+    most MAX_BLOCK_TILES (a row at least) and BLOCK_FLOATS of transformed
+    inputs and products, at most all of them."""
+    tile_cols = -(-out_size[1] // tile)
+    tile_rows = batch * -(-out_size[0] // tile)
+    planes = (tile + 2) ** 2
+    rows = max(1, min(BLOCK_FLOATS // (planes * (channels_in + channels_out) * tile_cols),
                       MAX_BLOCK_TILES // tile_cols))
     return min(rows, tile_rows) * tile_cols
 
 
-#: G of F(2x2, 3x3): a filter g becomes G g G^T (ccn_winograd.c's
-#: transform_filters does the same at run time).
-_G = numpy.array([[1, 0, 0], [0.5, 0.5, 0.5], [0.5, -0.5, 0.5], [0, 0, 1]], numpy.float32)
+#: G of F(2x2, 3x3) and F(4x4, 3x3) by tile width: a filter g becomes G g
+#: G^T (ccn_winograd.c's transform_filters does F(2x2, 3x3)'s at run time).
+_G = {2: numpy.array([[1, 0, 0], [0.5, 0.5, 0.5], [0.5, -0.5, 0.5], [0, 0, 1]]),
+      4: numpy.array([[1 / 4, 0, 0], [-1 / 6, -1 / 6, -1 / 6], [-1 / 6, 1 / 6, -1 / 6],
+                      [1 / 24, 1 / 12, 1 / 6], [1 / 24, -1 / 12, 1 / 6], [0, 0, 1]])}
 
 
-def transformed_filters(w) -> numpy.ndarray:
+def transformed_filters(w, tile=2) -> numpy.ndarray:
     """Constant (O, I, 3, 3) weights in the layout
-    CCN_WINOGRAD_TRANSFORMED of ccn_winograd.h: 16 planes, each an element
-    of G g G^T as an O x I matrix in the panel layout of ccn_gemm.h (the
-    products read it as it lies), SKEW floats after one another."""
-    w = numpy.asarray(w, numpy.float32)
+    CCN_WINOGRAD_TRANSFORMED of ccn_winograd.h for tiles ``tile`` wide:
+    (tile + 2)^2 planes, each an element of G g G^T (computed in float64)
+    as an O x I matrix in the panel layout of ccn_gemm.h (the products read
+    it as it lies), SKEW floats after one another."""
+    w = numpy.asarray(w, numpy.float64)
     out_channels, in_channels = w.shape[:2]
-    u = numpy.einsum('ar,oirs,bs->aboi', _G, w, _G).reshape(16, out_channels, in_channels)
+    g = _G[tile]
+    u = numpy.einsum('ar,oirs,bs->aboi', g, w, g).astype(numpy.float32)
+    u = u.reshape(-1, out_channels, in_channels)
     return numpy.concatenate([numpy.pad(pack_panels(plane), (0, SKEW)) for plane in u])
 
 
@@ -98,12 +122,16 @@ def winograd_step(em, inst, geometry, x_shape, channels_out, out_size, tiles, we
     has_bias = em.has(inst, 2)
     constant = em.const(inst.inputs[1]) if weights == 'filters' else None
     transformed = None
+    tile = 2
     if constant is not None:
         weights = 'transformed'
+        if OW >= TILE4_MIN_WIDTH:
+            tile = 4
+            tiles = block_tiles(N, channels_in, channels_out, out_size, tile)
         transformed = em.constant_array('winograd%d' % inst.outputs[0],
-                                        transformed_filters(constant))
+                                        transformed_filters(constant, tile))
     plan = WINOGRAD_PLAN.literal(tiles=tiles, weights='CCN_WINOGRAD_' + weights.upper(),
-                                 act=act[0], act_alpha=act[1])
+                                 act=act[0], act_alpha=act[1], tile=tile)
 
     def render(ref, scratch):
         return ['ccn_conv2d_winograd(%s,' % geometry,
@@ -114,7 +142,8 @@ def winograd_step(em, inst, geometry, x_shape, channels_out, out_size, tiles, we
                     scratch)]
     # CCN_WINOGRAD_SCRATCH of ccn_winograd.h.
     filters = 0 if transformed else channels_out * channels_in + SKEW
-    scratch = 16 * (filters + (channels_in + channels_out) * tiles + 2 * SKEW)
+    scratch = (tile + 2) ** 2 * (filters + (channels_in + channels_out) * (tiles + LANES)
+                                 + 2 * SKEW)
     return Step('winograd', [(N, channels_out, OH, OW)], render, scratch=scratch,
                 also=('gemm',))
 
@@ -126,7 +155,7 @@ def winograd_grad_filter_step(em, inst, geometry, x_shape, channels_out, tiles) 
     ``channels_out`` channels, from input 1, its output's gradient."""
     channels_in = x_shape[1]
     plan = WINOGRAD_PLAN.literal(tiles=tiles, weights='CCN_WINOGRAD_FILTERS',
-                                 act='CCN_ACT_NONE', act_alpha=0.0)
+                                 act='CCN_ACT_NONE', act_alpha=0.0, tile=2)
 
     def render(ref, scratch):
         return ['ccn_conv2d_grad_filter_winograd(%s,' % geometry,

@@ -1,7 +1,9 @@
-"""3x3 stride-1 convolutions through Winograd's F(2x2, 3x3) on the native
-backend (ccn_winograd.c), against the NumPy VM and onnxruntime: odd output
-sizes (a last tile half outside), padding on any side, several blocks of
-tiles across images, bias and a fused activation; ConvTranspose at stride 1
+"""3x3 stride-1 convolutions through Winograd's F(2x2, 3x3) and F(4x4, 3x3)
+on the native backend (ccn_winograd.c), against the NumPy VM and
+onnxruntime: odd output sizes (a last tile half outside; 1, 2 or 3 of a
+4x4 tile's columns inside), padding on any side, several blocks of tiles
+across images, bias, a fused activation and residual; ConvTranspose at
+stride 1
 (the gradient of a convolution's input) through the rotated weights;
 ConvGradFilter, whose products sum over blocks of tiles; and which
 convolutions the lowering sends there."""
@@ -19,6 +21,8 @@ from chainer_compiler.runtime.native.lowerings.winograd import (
     MIN_FILTER_GRADIENT_WIDTH,
     MIN_WIDTH,
     MIN_WIDTH_CHANNELS,
+    TILE4_MIN_WIDTH,
+    block_tiles,
     winograd_tiles,
 )
 
@@ -50,25 +54,47 @@ def test_conv_through_winograd(tmp_path):
     # ends inside an image.  y2: padding only at the bottom and right, then
     # a fused ReLU.  y3: no padding, no bias.  Their constant weights are
     # transformed at emit time; y4's, given at run time, by the kernel.
+    # y5 to y8, outputs TILE4_MIN_WIDTH and wider, take F(4x4, 3x3): y5
+    # 21 x 23 (the last tile row has 1 row inside, the last column 3), 6
+    # images of 6 tile rows in blocks ending inside an image, its residual
+    # Add and ReLU after; y6 21 x 22 (2 columns inside), padding on the
+    # left and bottom only, LeakyRelu; y7 19 x 21 (1 column), no padding,
+    # no bias; y8 20 x 24 (whole tiles), Sigmoid.
     rng = numpy.random.RandomState(0)
     node = helper.make_node
     nodes = [node('Conv', ['x', 'w1', 'b1'], ['y1'], pads=[1, 1, 1, 1]),
              node('Conv', ['x', 'w2', 'b2'], ['c2'], pads=[0, 0, 2, 2]),
              node('Relu', ['c2'], ['y2']),
              node('Conv', ['x', 'w1'], ['y3']),
-             node('Conv', ['x', 'wr'], ['y4'], pads=[1, 1, 1, 1])]
+             node('Conv', ['x', 'wr'], ['y4'], pads=[1, 1, 1, 1]),
+             node('Conv', ['x4', 'w1', 'b1'], ['c5'], pads=[1, 1, 1, 1]),
+             node('Add', ['c5', 'r5'], ['s5']), node('Relu', ['s5'], ['y5']),
+             node('Conv', ['x4', 'w2', 'b2'], ['c6'], pads=[0, 1, 2, 0]),
+             node('LeakyRelu', ['c6'], ['y6'], alpha=0.125),
+             node('Conv', ['x4', 'w1'], ['y7']),
+             node('Conv', ['x4', 'w2', 'b2'], ['c8'], pads=[0, 1, 1, 2]),
+             node('Sigmoid', ['c8'], ['y8'])]
     inits = {'w1': _rand(rng, C, C, 3, 3), 'b1': _rand(rng, C),
              'w2': _rand(rng, C + 8, C, 3, 3), 'b2': _rand(rng, C + 8)}
-    x_shape = [BATCH, C, 17, 19]
-    model = make_model(nodes, [('x', F32, x_shape), ('wr', F32, [C, C, 3, 3])],
+    x_shape, x4_shape = [BATCH, C, 17, 19], [BATCH, C, 21, 23]
+    model = make_model(nodes, [('x', F32, x_shape), ('wr', F32, [C, C, 3, 3]),
+                               ('x4', F32, x4_shape), ('r5', F32, x4_shape)],
                        [('y1', F32, [BATCH, C, 17, 19]), ('y2', F32, [BATCH, C + 8, 17, 19]),
-                        ('y3', F32, [BATCH, C, 15, 17]), ('y4', F32, [BATCH, C, 17, 19])],
+                        ('y3', F32, [BATCH, C, 15, 17]), ('y4', F32, [BATCH, C, 17, 19]),
+                        ('y5', F32, x4_shape), ('y6', F32, [BATCH, C + 8, 21, 22]),
+                        ('y7', F32, [BATCH, C, 19, 21]), ('y8', F32, [BATCH, C + 8, 20, 24])],
                        inits)
     tiles = winograd_tiles(BATCH, C, C + 8, (17, 19), (3, 3), (1, 1), (1, 1), 1)
     assert tiles is not None and tiles < BATCH * 9 * 10 and (BATCH * 9 * 10) % tiles
-    assert _count_in_code(model, tmp_path, 'ccn_conv2d_winograd(') == 4
-    assert _count_in_code(model, tmp_path, 'CCN_WINOGRAD_TRANSFORMED,') == 3
-    check_native(model, [_rand(rng, *x_shape), _rand(rng, C, C, 3, 3)], atol=1e-4)
+    tiles = block_tiles(BATCH, C, C, (21, 23), 4)
+    assert tiles < BATCH * 6 * 6 and (BATCH * 6 * 6) % tiles
+    assert _count_in_code(model, tmp_path, 'ccn_conv2d_winograd(') == 8
+    assert _count_in_code(model, tmp_path, 'CCN_WINOGRAD_TRANSFORMED,') == 7
+    assert _count_in_code(model, tmp_path, '.tile = 4}') == 4
+    # F(4x4, 3x3)'s transforms (entries up to 8 and down to 1/24) lose about
+    # two more bits than F(2x2, 3x3)'s: 3e-4 at most here, on outputs up to 40.
+    check_native(model, [_rand(rng, *x_shape), _rand(rng, C, C, 3, 3), _rand(rng, *x4_shape),
+                         _rand(rng, *x4_shape)], atol=5e-4)
 
 
 @pytest.mark.native_build
@@ -121,6 +147,10 @@ def test_which_convolutions_go_to_winograd():
     assert winograd_tiles(8, C, C, (2, 2 * MAX_BLOCK_TILES + 2), **args) == MAX_BLOCK_TILES + 1
     # Whole rows of tiles, at most all of them.
     assert winograd_tiles(1, C, C, (2, MIN_WIDTH), **args) == MIN_WIDTH // 2
+    # F(4x4, 3x3)'s blocks: 36 planes, whole rows of 4x4 tiles (9 of 14).
+    assert block_tiles(1, C, C, (56, 56), 4) == 9 * 14
+    assert block_tiles(1, 512, 512, (TILE4_MIN_WIDTH, 56), 4) == \
+        BLOCK_FLOATS // (36 * 1024 * 14) * 14
     for changed in [dict(kernel=(5, 5)), dict(strides=(2, 2)), dict(dilations=(2, 2)),
                     dict(group=2)]:
         assert winograd_tiles(8, C, C, (32, 32), **{**args, **changed}) is None
