@@ -63,7 +63,7 @@ import dataclasses
 import numpy
 
 from ..ops.fusion_rules import GELU_FORMS, RULES, clip_epilogue, epilogue_alpha, epilogue_fuses
-from ..ops.opset_rules import batch_norm_trains
+from ..ops.opset_rules import batch_norm_trains, softmax_axes
 from ..ops.registry import CUSTOM_DOMAIN, fill_defaults, lookup, operator_record
 from ..program import NO_REGISTER, Instruction, Program
 
@@ -81,6 +81,10 @@ _GELU_VERSION = 20  # the first with Gelu
 #: an element-wise activation after one may be applied before it.
 _SHAPE_VIEWS = ('Reshape', 'Flatten', 'Squeeze', 'Unsqueeze')
 _BATCH_NORM_GRAD = CUSTOM_DOMAIN + '::BatchNormalizationGrad'
+#: Most keys (columns of the scores) a fused attention takes: its kernel
+#: holds blocks of at least 16 rows of scores in a 256 KiB stack buffer
+#: (CCN_ATTENTION_BLOCK, ccn_attention.c; CCN_ATTENTION_KEYS there).
+ATTENTION_MAX_KEYS = 4096
 
 
 def written_inputs(inst: Instruction) -> list[int]:
@@ -166,7 +170,9 @@ class _Fuser:
             if inst.op == 'Conv':
                 changed |= self._apply('fuse_residual', i)
             if inst.op == 'MatMul':
-                changed |= self._apply('fuse_bias', i)
+                changed |= self._apply('fuse_attention', i) or self._apply('fuse_bias', i)
+            if self.insts[i] is None:
+                continue
             if inst.op in ('Conv', 'Gemm', 'MatMul'):
                 changed |= self._apply('fuse_activation', i)
             if inst.op == 'Sigmoid':
@@ -383,6 +389,103 @@ class _Fuser:
         self.insts[j] = dataclasses.replace(add, inputs=(m, add.inputs[k]))
         self._replace(i, dataclasses.replace(inst, inputs=inst.inputs + (add.inputs[k],),
                                              outputs=add.outputs), j)
+        return True
+
+    def _fuse_attention(self, i: int) -> bool:
+        """Make MatMul ``i`` (q by kt), the Mul by a scalar (or Div by a
+        power of two) and the Add of a mask that may follow it, the
+        Softmax over the last axis and the MatMul of its result by v one
+        FusedAttention in the second MatMul's place, when each value is
+        read by the next node alone and the shapes are known."""
+        first = self.insts[i]
+        assert first is not None
+        chain, r, scale, mask = [i], first.outputs[0], 1.0, None
+        j, inst = self._only_reader(r) or (-1, None)
+        if inst is not None and inst.op in ('Mul', 'Div') and inst.domain in _DEFAULT_DOMAINS:
+            c = self._const(inst, 1 if inst.inputs[0] == r else 0)
+            if c is None or c.size != 1 or (inst.op == 'Div' and (
+                    inst.inputs[0] != r or numpy.frexp(c)[0].item() != 0.5)):
+                return False  # x / c is x * (1 / c) only for powers of two
+            scale = float(c.item()) if inst.op == 'Mul' else 1.0 / float(c.item())
+            chain.append(j)
+            r = inst.outputs[0]
+            j, inst = self._only_reader(r) or (-1, None)
+        if inst is not None and inst.op == 'Add' and inst.domain in _DEFAULT_DOMAINS \
+                and inst.version >= 7 and len(inst.inputs) == 2:
+            mask = inst.inputs[1] if inst.inputs[0] == r else inst.inputs[0]
+            if mask == r:
+                return False
+            chain.append(j)
+            r = inst.outputs[0]
+            j, inst = self._only_reader(r) or (-1, None)
+        if inst is None or inst.op != 'Softmax' or inst.domain not in _DEFAULT_DOMAINS:
+            return False
+        chain.append(j)
+        k, last = self._only_reader(inst.outputs[0]) or (-1, None)
+        if last is None or last.op != 'MatMul' or last.domain not in _DEFAULT_DOMAINS \
+                or last.inputs[:1] != inst.outputs or len(last.inputs) != 2 \
+                or 'activation' in first.attrs or 'activation' in last.attrs \
+                or len(first.inputs) != 2:
+            return False
+        q, kt, v, scores = (self._float32_shape(x) for x in first.inputs[:2] + (
+            last.inputs[1], first.outputs[0]))
+        rank = len(scores)
+        # (A scale or mask of more dims than the scores would broadcast them up.)
+        if rank < 2 or not len(q) == len(kt) == len(v) == rank or 0 in q + kt + v \
+                or self._float32_shape(inst.outputs[0]) != scores \
+                or not q[:-2] == kt[:-2] == v[:-2] or scores[-1] > ATTENTION_MAX_KEYS \
+                or softmax_axes(inst.version, rank, inst.attrs.get('axis')) != (rank - 1,) \
+                or (mask is not None and not self._mask_fits(mask, scores)):
+            return False
+        return self._attention_replaces(chain, k, (first.inputs[0], first.inputs[1],
+                                                   last.inputs[1]), mask, scale)
+
+    def _float32_shape(self, r: int) -> tuple[int, ...]:
+        """The static shape of float32 register ``r``; () when it is not
+        float32 or its shape is not known in numbers."""
+        kind = self.p.types.get(r)
+        shape = () if kind is None or kind.dtype != 'float32' else kind.shape or ()
+        return tuple(d for d in shape if isinstance(d, int)) \
+            if all(isinstance(d, int) for d in shape) else ()
+
+    def _mask_fits(self, mask: int, scores: tuple[int, ...]) -> bool:
+        """Whether ``mask`` is a float32 tensor that broadcasts to the
+        scores' shape without changing it, with one value per key (its last
+        axis the keys')."""
+        shape = self._float32_shape(mask)
+        return 0 < len(shape) <= len(scores) and shape[-1] == scores[-1] and all(
+            d in (1, s) for d, s in zip(shape[::-1], scores[::-1]))
+
+    def _attention_replaces(self, chain: list[int], k: int, qkv: tuple, mask, scale) -> bool:
+        """Put the FusedAttention of ``qkv`` (and ``mask``) at ``k``, the
+        second MatMul, dropping ``chain``; the operands it reads there are
+        freed there, not before, and nothing between may update them."""
+        read = set(qkv[:2]) | ({mask} if mask is not None else set())
+        roots = {self._root(x) for x in read}
+        if any(self._root(w) in roots for inst in self.insts[chain[0] + 1:k]
+               if inst is not None for w in written_inputs(inst)):
+            return False
+        insts = self._cone(chain + [k])
+        made = {inst.outputs[0] for inst in insts[:-1]}
+        late = set()
+        for x in range(chain[0], k):
+            inst = self.insts[x]
+            if inst is not None and read & set(inst.frees):
+                late |= read & set(inst.frees)
+                self.insts[x] = dataclasses.replace(
+                    inst, frees=tuple(r for r in inst.frees if r not in read))
+        frees = [r for inst in insts for r in inst.frees if r not in made and r not in read]
+        self.insts[k] = Instruction(
+            op='FusedAttention', domain=CUSTOM_DOMAIN, version=1, attrs={'scale': scale},
+            inputs=qkv + ((mask,) if mask is not None else ()), outputs=insts[-1].outputs,
+            name='+'.join(inst.name for inst in insts if inst.name),
+            frees=tuple(dict.fromkeys(frees + sorted(late))))
+        for x in chain:
+            self.insts[x] = None
+        for r in made:
+            self.readers.pop(r, None)
+        for r in read:
+            self.readers[r] = [k if x in chain else x for x in self.readers[r]]
         return True
 
     def _fuse_activation(self, i: int) -> bool:

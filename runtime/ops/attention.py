@@ -195,3 +195,35 @@ def flex_attention(xp, Q, K, V, *, scale=None, softmax_precision=None, score_mod
     if prob_mod is not None:
         probs = prob_mod(probs)[0]
     return _grouped_matmul(xp, probs, V.astype(precision, copy=False)).astype(dtype, copy=False)
+
+
+# -- fused forms (org.chainer_compiler) --------------------------------------------------
+
+from .activation import softmax as _softmax_kernel  # noqa: E402
+from .registry import CUSTOM_DOMAIN, dim  # noqa: E402
+
+
+def _fused_attention_types(inputs, attributes):
+    """q's type with its last axis v's: (..., M, E) from q (..., M, D), kt
+    (..., D, N) and v (..., N, E)."""
+    q, v = inputs[0], inputs[2] if len(inputs) > 2 else None
+    if q is None or q[1] is None or dim(v, len(q[1]) - 1) is None:
+        return [None]
+    return [(q[0], tuple(q[1][:-1]) + (dim(v, len(q[1]) - 1),))]
+
+
+@kernel('FusedAttention', domain=CUSTOM_DOMAIN, outputs=('y',), types=_fused_attention_types,
+        gradient=False, recompute=False, samples='per_sample')
+def fused_attention(xp, q, kt, v, mask=None, *, scale=1.0):
+    """``Softmax(scale * (q @ kt) + mask) @ v`` along the last axis: the
+    nodes of an attention (MatMul, a Mul by a scalar, an Add of a mask,
+    Softmax, MatMul) as the native backend's fusion makes them one
+    instruction (runtime/native/fusion.py), whose kernel never stores the
+    scores whole.  Here each step is the unfused node's kernel, so the
+    values are those of the nodes."""
+    scores = xp.matmul(q, kt)
+    if scale != 1.0:
+        scores = scores * scores.dtype.type(scale)
+    if mask is not None:
+        scores = scores + mask
+    return xp.matmul(_softmax_kernel(xp, scores), v)

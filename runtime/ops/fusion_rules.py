@@ -27,6 +27,10 @@ RULES = {
     'fuse_residual': ('native',),
     # MatMul's third input (math.matmul adds it in place on the product).
     'fuse_bias': BACKENDS,
+    # Attention's products around its Softmax as one FusedAttention: the
+    # native kernel keeps a block of score rows in cache; the VM's kernel
+    # would store the scores whole as the nodes do.
+    'fuse_attention': ('native',),
     # Which product takes which activation: epilogue_fuses().
     'fuse_activation': BACKENDS,
     'fuse_swish': BACKENDS,

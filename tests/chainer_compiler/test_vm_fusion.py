@@ -248,6 +248,10 @@ def _rule_cases():
             [node('Sigmoid', ['x'], ['s']), node('Mul', ['x', 's'], ['y'])],
             [('x', F32, [2, 3])], [('y', F32, [2, 3])]),
         'fuse_gelu': _written_out_gelu('tanh'),
+        'fuse_attention': make_model(
+            [node('MatMul', ['q', 'kt'], ['s']), node('Softmax', ['s'], ['p']),
+             node('MatMul', ['p', 'v'], ['y'])],
+            [('q', F32, [2, 3]), ('kt', F32, [3, 4]), ('v', F32, [4, 5])], [('y', F32, [2, 5])]),
         'fuse_sgd_update': make_model(
             [node('Gemm', ['gy', 'a'], ['gW'], transA=1),
              node('SGDUpdate', ['W', 'gW', 'lr'], ['new_W'], domain=CUSTOM)],

@@ -282,6 +282,28 @@ void ccn_softmax(long outer, long len, long inner, int log_softmax, const float 
     ccn_parallel_for(outer, outer * len * inner * 8, softmax_range, &a);
 }
 
+/* ccn_softmax_scores's rows, built for the CPU's level. */
+CCN_ALWAYS_INLINE void softmax_scores(long rows, long len, float scale, const float *mask,
+                                      long mask_rs, float *x)
+{
+    const float cut = softmax_cut(len);
+    for (long r = 0; r < rows; r++) {
+        float *row = x + r * len;
+        const float *m = mask ? mask + r * mask_rs : NULL;
+        if (m)
+            for (long j = 0; j < len; j++)
+                row[j] = row[j] * scale + m[j];
+        else if (scale != 1.0f)
+            for (long j = 0; j < len; j++)
+                row[j] *= scale;
+        softmax_row(len, 1, 0, cut, row, row);
+    }
+}
+
+CCN_LEVELS(, ccn_softmax_scores, softmax_scores,
+           (long rows, long len, float scale, const float *mask, long mask_rs, float *x),
+           (rows, len, scale, mask, mask_rs, x))
+
 /* ccn_relu_grad: its elements [begin, end). */
 typedef struct {
     long n;

@@ -32,6 +32,12 @@ void ccn_unary_float64(enum ccn_unary_op op, long n, double alpha, double beta,
  * array; y may be x for Softmax, not for LogSoftmax. */
 void ccn_softmax(long outer, long len, long inner, int log_softmax, const float *x, float *y);
 
+/* x[r, :] = Softmax(scale * x[r, :] + mask[r * mask_rs, :]) for the rows
+ * r < rows of len floats, in place, on the calling thread (mask NULL:
+ * none): a block of an attention's scores (ccn_attention.c). */
+void ccn_softmax_scores(long rows, long len, float scale, const float *mask, long mask_rs,
+                        float *x);
+
 /* Gradient of Relu from its output y: gx[i] = y[i] > 0 ? gy[i] : 0 (gx may
  * be gy). */
 void ccn_relu_grad(long n, const float *y, const float *gy, float *gx);

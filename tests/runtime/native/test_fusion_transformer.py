@@ -197,3 +197,103 @@ def test_activation_fuses_into_the_product_through_a_reshape():
 def test_gelu_through_a_reshape_computes_what_the_nodes_do():
     model = _gemm_reshape_model(TANH_FORM)
     check_native(model, [numpy.random.RandomState(8).uniform(-3, 3, (5, 6)).astype(F32)])
+
+
+LOWEST = numpy.finfo(F32).min  # what exporters fill a padding mask with
+
+
+def _attention(tag, batch, M, N, D=8, scale=None, mask=None, softmax_axis=-1):
+    """Nodes, inputs and output of one attention over q (batch + (M, D)),
+    kt (batch + (D, N)) and v (batch + (N, D)), its names prefixed by
+    ``tag``: MatMul, then ``scale`` ((op, constant name)), the Add of a
+    ``mask`` input of that shape, Softmax, MatMul."""
+    def name(n):
+        return tag + n
+    nodes, s = [node('MatMul', [name('q'), name('kt')], [name('s')])], name('s')
+    if scale is not None:
+        nodes.append(node(scale[0], [s, scale[1]], [name('scaled')]))
+        s = name('scaled')
+    inputs = [(name('q'), F32, batch + [M, D]), (name('kt'), F32, batch + [D, N]),
+              (name('v'), F32, batch + [N, D])]
+    if mask is not None:
+        nodes.append(node('Add', [name('mask'), s], [name('masked')]))
+        inputs.append((name('mask'), F32, mask))
+        s = name('masked')
+    nodes += [node('Softmax', [s], [name('p')], axis=softmax_axis),
+              node('MatMul', [name('p'), name('v')], [name('y')])]
+    return nodes, inputs, [(name('y'), F32, batch + [M, D])]
+
+
+def _attention_model(*attentions, outputs=()):
+    nodes, inputs, outs = [], [], []
+    for n, i, o in attentions:
+        nodes, inputs, outs = nodes + n, inputs + i, outs + o
+    return make_model(nodes, inputs, outs + list(outputs),
+                      _consts(eight=8, three=3, half=0.5, pair=[0.5, 0.5]))
+
+
+def _attention_inputs(model, seed=11):
+    """Inputs of ``model``: masks of 0 and float32's lowest (a quarter
+    masked, never a whole row), the rest uniform."""
+    rng, arrays = numpy.random.RandomState(seed), []
+    for i in model.graph.input:
+        shape = [d.dim_value for d in i.type.tensor_type.shape.dim]
+        if i.name.endswith('mask'):
+            masked = rng.uniform(size=shape) < 0.25
+            masked[..., 0] = False
+            arrays.append(numpy.where(masked, LOWEST, 0).astype(F32))
+        else:
+            arrays.append(rng.uniform(-2, 2, shape).astype(F32))
+    return arrays
+
+
+def _fused_ops(model):
+    return [(i.op, i.attrs.get('scale')) for i in
+            fuse(build_program(model, fuse=False)).instructions]
+
+
+def test_attention_becomes_one_instruction():
+    """BERT's MatMul, Div by sqrt(64), Add of the padding mask, Softmax and
+    MatMul, and Whisper's and DeiT's bare MatMul, Softmax, MatMul become
+    one FusedAttention each; on the VM it gives the nodes' bits."""
+    model = _attention_model(
+        _attention('bert_', [1, 2], 5, 6, scale=('Div', 'eight'), mask=[1, 1, 1, 6]),
+        _attention('whisper_', [3], 7, 4))
+    assert _fused_ops(model) == [('FusedAttention', 0.125), ('FusedAttention', 1.0)]
+    inputs = _attention_inputs(model)
+    want = Executor(build_program(model, fuse=False)).run_positional(inputs)
+    got = Executor(fuse(build_program(model, fuse=False))).run_positional(inputs)
+    for g, w in zip(got, want):
+        assert numpy.array_equal(g, w)
+
+
+def test_what_is_not_an_attention_is_left_alone():
+    """A Div by 3 (x / 3 is not x * (1 / 3)), a scale of two values, a
+    Softmax over another axis, scores that are also an output, a mask
+    broadcast along the keys, and one key more than ATTENTION_MAX_KEYS
+    (the edge itself fuses)."""
+    from chainer_compiler.runtime.native.fusion import ATTENTION_MAX_KEYS
+    keys = ATTENTION_MAX_KEYS
+    for model in [_attention_model(_attention('a', [2], 3, 4, scale=('Div', 'three'))),
+                  _attention_model(_attention('a', [2], 3, 2, scale=('Mul', 'pair'))),
+                  _attention_model(_attention('a', [2], 3, 4, softmax_axis=1)),
+                  _attention_model(_attention('a', [2], 3, 4), outputs=[('as', F32, [2, 3, 4])]),
+                  _attention_model(_attention('a', [2], 3, 4, mask=[2, 3, 1])),
+                  _attention_model(_attention('a', [], 2, keys + 1, D=1))]:
+        assert 'FusedAttention' not in [op for op, _ in _fused_ops(model)]
+    edge = _attention_model(_attention('a', [], 2, keys, D=1, scale=('Mul', 'half')))
+    assert _fused_ops(edge) == [('FusedAttention', 0.5)]
+
+
+@pytest.mark.native_build
+def test_fused_attention_computes_what_the_nodes_do():
+    """Odd sizes; heads and a batch with a per-sample padding mask of
+    float32's lowest; a mask per query row; a rank-2 attention of 2048
+    keys, whose 70 query rows are three blocks of the kernel (32, 32, 6):
+    native equals the VM running the nodes, and onnxruntime."""
+    model = _attention_model(
+        _attention('a', [2, 3], 37, 53, scale=('Div', 'eight'), mask=[2, 1, 1, 53]),
+        _attention('b', [3], 5, 9, scale=('Mul', 'half'), mask=[3, 5, 9]),
+        _attention('c', [], 70, 2048, D=4, mask=[2048]))
+    assert [op for op, _ in _fused_ops(model)] == ['FusedAttention'] * 3
+    check_native(model, _attention_inputs(model))

@@ -1,0 +1,59 @@
+/* ccn_attention.c: see ccn_attention.h. */
+#include "ccn_attention.h"
+
+#include "ccn_activation.h"
+#include "ccn_gemm.h"
+#include "ccn_threads.h"
+
+/* Floats of scores a block holds (256 KiB, on the stack of the thread
+ * running it: the L2 keeps it between the two products), at least 16 rows
+ * of CCN_ATTENTION_KEYS: each block's products pack kt and v again, which
+ * blocks of 16 rows of Whisper's 1500 keys paid for in 1.3x the time of
+ * blocks of 40 to 64 (benchmarks/NOTES.md). */
+#define CCN_ATTENTION_BLOCK 65536
+
+typedef struct {
+    const ccn_attention_geometry *g;
+    const float *q, *kt, *v, *mask;
+    float *y;
+    long blocks, rows; /* blocks of `rows` query rows per product */
+} attention_part;
+
+/* Blocks [begin, end) of every product's rows. */
+static void attention_blocks(void *context, long begin, long end)
+{
+    const attention_part *p = context;
+    const ccn_attention_geometry *g = p->g;
+    const long M = g->M, N = g->N, D = g->D, E = g->E;
+    float scores[CCN_ATTENTION_BLOCK];
+    for (long b = begin; b < end; b++) {
+        const long t = b / p->blocks, m0 = b % p->blocks * p->rows;
+        const long rows = p->rows < M - m0 ? p->rows : M - m0;
+        const float *mask = p->mask;
+        if (mask) {
+            long rest = t;
+            for (long d = g->rank - 1; d >= 0; d--) {
+                mask += rest % g->dims[d] * g->mask_strides[d];
+                rest /= g->dims[d];
+            }
+            mask += m0 * g->mask_rs;
+        }
+        ccn_gemm_one_thread(rows, N, D, p->q + (t * M + m0) * D, D, p->kt + t * D * N, N,
+                            scores, N, 1);
+        ccn_softmax_scores(rows, N, g->scale, mask, g->mask_rs, scores);
+        ccn_gemm_one_thread(rows, E, N, scores, N, p->v + t * N * E, E,
+                            p->y + (t * M + m0) * E, E, 1);
+    }
+}
+
+void ccn_attention(const ccn_attention_geometry *g, const float *q, const float *kt,
+                   const float *v, const float *mask, float *y)
+{
+    /* Whole tiles of 8 rows where the keys leave room for them. */
+    long rows = CCN_ATTENTION_BLOCK / g->N;
+    rows = rows < g->M ? rows - rows % 8 : g->M;
+    const long blocks = (g->M + rows - 1) / rows;
+    attention_part part = {g, q, kt, v, mask, y, blocks, rows};
+    ccn_parallel_for(g->batch * blocks, g->batch * g->M * g->N * (g->D + g->E) / CCN_MACS_PER_WORK,
+                     attention_blocks, &part);
+}
