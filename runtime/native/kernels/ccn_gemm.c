@@ -687,14 +687,20 @@ static void gemm_shallow(long M, long N, long K, const float *A, long a_rs, long
 #include <immintrin.h>
 #define CCN_WIDE 1
 #define CCN_WIDE_NR 8
-/* Depth per pass over C: the tiles add their sums to C (transposed, element
- * by element) once per this many rows of B, CCN_KC-deep panel slices
+/* Depth per pass over C: the tiles add their sums to C (transposed) once
+ * per this many rows of B, CCN_KC-deep panel slices
  * whole; the two panels' slices (192 KiB) and B's rows stay in L2. */
 #define CCN_WIDE_KC (4 * CCN_KC)
 /* Widest product that takes it (measured against the NR-column tiles at
- * 256 rows by 2304 deep: 0.6x the time at 98 and 121 columns, 0.9x at 144,
- * 1.0x to 1.6x at 196). */
+ * 256 rows by 2304 deep: 0.6x the time at 98 and 121 columns, 0.9x at 144),
+ * and up to CCN_WIDE_DEEP_N columns from a depth of CCN_WIDE_DEEP_K to one
+ * pass over C (14x14 and 13x13 outputs; with the transposes in registers,
+ * 576 x 192 by 196 0.92x the time, 96 x 576 0.83x-0.92x, 192 x 960 0.82x,
+ * 1000 x 512 by 169 0.86x; but 576 x 96 0.98x, 192 x 128 with a residual
+ * 1.05x, and over several passes 256 x 2304 1.16x, 512 x 4608 1.24x). */
 #define CCN_WIDE_MAX_N 160
+#define CCN_WIDE_DEEP_N 200
+#define CCN_WIDE_DEEP_K 192
 typedef float half_vec __attribute__((vector_size(CCN_NR / 4 * sizeof(float))));
 
 /* t[j][i] = the sum over depth [k0, k1) (whole panel slices) of A[p0 + i,
@@ -900,11 +906,12 @@ static void gemm_wide(long M, long N, long K, const a_operand *A, long row0, con
     }
 }
 
-/* Whether gemm_wide computes the M x N product of panels with fewer wasted
- * lanes than the NR-column tiles (or the tall ones, for few columns). */
-static int wide_fits(long M, long N)
+/* Whether gemm_wide computes the M x N product of panels, K deep, with
+ * fewer wasted lanes than the NR-column tiles (or the tall ones, for few
+ * columns): the one rule of the wide tiles. */
+static int wide_fits(long M, long N, long K)
 {
-    if (N > CCN_WIDE_MAX_N)
+    if (N > (K >= CCN_WIDE_DEEP_K && K <= CCN_WIDE_KC ? CCN_WIDE_DEEP_N : CCN_WIDE_MAX_N))
         return 0;
     const long pairs = M / (2 * CCN_PANEL_ROWS), rest = M % (2 * CCN_PANEL_ROWS);
     const long lanes = pairs * 3 * (CCN_NR / 2) +
@@ -960,7 +967,7 @@ static void gemm_serial(long M, long N, long K, const a_operand *A, long row0,
         return;
     }
 #ifdef CCN_WIDE
-    if (A->panels != NULL && B->panels == NULL && K > 0 && wide_fits(M, N)) {
+    if (A->panels != NULL && B->panels == NULL && K > 0 && wide_fits(M, N, K)) {
         gemm_wide(M, N, K, A, row0, B->b + col0, B->ldb, &s, C, ldc, set, act, act_alpha);
         return;
     }

@@ -47,6 +47,8 @@ LAYERS = [
     # residual; one column (a squeeze-and-excitation layer) in place.
     (53, 1030, 3, 3, 'Relu', 'kept'),
     (20, 40, 1, 1, 'Clip', 'dying'),
+    # 196 columns deep enough for the wide tiles: blocks of 8 and of 7.
+    (96, 200, 14, 14, 'HardSwish', 'kept'),
 ]
 
 
