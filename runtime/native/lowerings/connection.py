@@ -38,6 +38,12 @@ from .winograd import (
 #: (N x K) by dot products (ccn_gemm_bt): a batch-1 layer is bound by
 #: reading B, which this reads once, in order.
 FEW_ROWS = 4
+#: A batched MatMul whose products have this many multiply-adds each (an
+#: attention's heads from 256 tokens of 64) runs them one after the other
+#: by the blocked GEMM, each split between threads: ccn_matmul_batched's
+#: tiles for small products took 1.1x to 2.2x its time there, and were
+#: ahead below (benchmarks/NOTES.md, "Attention at long sequences").
+BLOCKED_PRODUCT_MACS = 1 << 22
 #: A run-time transposed B goes to ccn_gemm_bt up to BT_MAX_ROWS rows of A
 #: from a depth of BT_MIN_DEPTH, and up to BT_DEEP_MAX_ROWS rows from
 #: BT_DEEP_DEPTH, instead of being transposed for ccn_gemm_ex (measured
@@ -192,6 +198,10 @@ def matmul(em, inst) -> Step:
     flat = not any(b_strides) and all(s == M * K * math.prod(batch[d + 1:]) or batch[d] == 1
                                       for d, s in enumerate(a_strides))
     rows = math.prod(batch) * M
+    # Large products whose matrices lie one after the other: one by one.
+    blocked = not flat and M * N * K >= BLOCKED_PRODUCT_MACS and \
+        a_strides == _batch_strides(batch + (M, K), batch) and \
+        b_strides == _batch_strides(batch + (K, N), batch)
     # A constant B for few rows: read transposed by dot products.
     b_const = em.const(inst.inputs[1])
     dots = flat and rows < FEW_ROWS and b_const is not None
@@ -225,6 +235,10 @@ def matmul(em, inst) -> Step:
                 a, strips, ref(bias) if bias is not None else 'NULL', y)]
         if flat:
             return ['ccn_gemm_set(%s,' % geometry, '    %s, %s, 1.0f, %s);' % (a, b, y)]
+        if blocked:
+            return ['for (long t = 0; t < %d; t++)' % math.prod(batch),
+                    '    ccn_gemm_set(%s,' % geometry, '        %s + t * %d, %s + t * %d, '
+                    '1.0f, %s + t * %d);' % (a, M * K, b, K * N, y, M * N)]
         return ['ccn_matmul_batched(%s,' % MATMUL_BATCH.literal(
                     rank=len(batch), dims=batch, a_strides=a_strides, b_strides=b_strides),
                 '    %s, %s, %s, %s);' % (geometry, a, b, y)]

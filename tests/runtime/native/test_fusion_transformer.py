@@ -10,6 +10,7 @@ from onnx import helper, numpy_helper
 
 from chainer_compiler.pipeline import build_program
 from chainer_compiler.runtime.executor import Executor
+from chainer_compiler.runtime.native import emit_c
 from chainer_compiler.runtime.native.fusion import fuse
 
 from .helpers import check_native, make_model
@@ -285,15 +286,35 @@ def test_what_is_not_an_attention_is_left_alone():
     assert _fused_ops(edge) == [('FusedAttention', 0.5)]
 
 
+#: Batched products at BLOCKED_PRODUCT_MACS (2^22: 256 x 64 by 64 x 256,
+#: with a Relu), the blocked GEMM's one by one, and just below (255 rows),
+#: ccn_matmul_batched's tiles.
+_LARGE_HEADS = ([node('MatMul', ['big_a', 'big_b'], ['big']), node('Relu', ['big'], ['big_y']),
+                 node('MatMul', ['below_a', 'big_b'], ['below_y'])],
+                [('big_a', F32, [2, 256, 64]), ('big_b', F32, [2, 64, 256]),
+                 ('below_a', F32, [2, 255, 64])],
+                [('big_y', F32, [2, 256, 256]), ('below_y', F32, [2, 255, 256])])
+
+
+def test_large_batched_products_go_to_the_blocked_gemm(tmp_path):
+    model = make_model(*_LARGE_HEADS)
+    emit_c(build_program(model), tmp_path)
+    text = (tmp_path / 'model.c').read_text()
+    assert text.count('ccn_gemm_set(') == 1 and 't < 2; t++' in text
+    assert text.count('ccn_matmul_batched(') == 1
+
+
 @pytest.mark.native_build
 def test_fused_attention_computes_what_the_nodes_do():
     """Odd sizes; heads and a batch with a per-sample padding mask of
     float32's lowest; a mask per query row; a rank-2 attention of 2048
-    keys, whose 70 query rows are three blocks of the kernel (32, 32, 6):
-    native equals the VM running the nodes, and onnxruntime."""
+    keys, whose 70 query rows are three blocks of the kernel (32, 32, 6);
+    and _LARGE_HEADS in the same build: native equals the VM running the
+    nodes, and onnxruntime."""
     model = _attention_model(
         _attention('a', [2, 3], 37, 53, scale=('Div', 'eight'), mask=[2, 1, 1, 53]),
         _attention('b', [3], 5, 9, scale=('Mul', 'half'), mask=[3, 5, 9]),
-        _attention('c', [], 70, 2048, D=4, mask=[2048]))
-    assert [op for op, _ in _fused_ops(model)] == ['FusedAttention'] * 3
-    check_native(model, _attention_inputs(model))
+        _attention('c', [], 70, 2048, D=4, mask=[2048]), _LARGE_HEADS)
+    assert [op for op, _ in _fused_ops(model)] == ['FusedAttention'] * 3 + [
+        'MatMul', 'MatMul']
+    check_native(model, _attention_inputs(model), rtol=1e-4, atol=1e-4)
