@@ -132,44 +132,11 @@ void ccn_gemm_init(long M, long N, float *C, const float *bias, long bias_rs, lo
     }
 }
 
-/* The epilogues of a few vector operations (and none), applied to the n
- * floats of c; returns 0 for the others (with n 0: says which act is).
- * Inlined with a constant n, a tile's row, they run as vector operations
- * on the row just stored, where activate_row was a call per row of every
- * tile: ReLU6 so took a tenth to a quarter of a shallow 1x1 convolution. */
-CCN_ALWAYS_INLINE int activate_simple(long n, float *restrict c, int act, float act_alpha)
-{
-    switch (act) {
-    case CCN_ACT_NONE:
-        return 1;
-    case CCN_ACT_RELU:
-        for (long j = 0; j < n; j++)
-            c[j] = c[j] > 0.0f ? c[j] : 0.0f;
-        return 1;
-    case CCN_ACT_LEAKY_RELU:
-        for (long j = 0; j < n; j++)
-            c[j] = c[j] >= 0.0f ? c[j] : act_alpha * c[j];
-        return 1;
-    case CCN_ACT_HARD_SWISH:  /* x * clip(x / 6 + 1/2, 0, 1), as the NumPy kernel */
-        for (long j = 0; j < n; j++) {
-            const float h = c[j] / 6.0f + 0.5f;
-            c[j] *= h < 0.0f ? 0.0f : h > 1.0f ? 1.0f : h;
-        }
-        return 1;
-    case CCN_ACT_CLIP:  /* NaN stays NaN, as NumPy's clip leaves it */
-        for (long j = 0; j < n; j++)
-            c[j] = c[j] < 0.0f ? 0.0f : c[j] > act_alpha ? act_alpha : c[j];
-        return 1;
-    default:
-        return 0;
-    }
-}
-
 /* The epilogue: activation act applied to the n floats of c, the switch
  * outside the loops so that each of them vectorises. */
 static void activate_row(long n, float *restrict c, int act, float act_alpha)
 {
-    if (activate_simple(n, c, act, act_alpha))
+    if (ccn_activate_simple(n, c, act, act_alpha))
         return;
     switch (act) {
     case CCN_ACT_SIGMOID:
@@ -410,7 +377,7 @@ CCN_ALWAYS_INLINE void micro_tile(long kc, const float *restrict ap, long lda, l
     if (mr == CCN_MR && nr == CCN_NR) {
         /* A whole tile goes from the registers to C, not through acc (a
          * copy the compiler makes a library call). */
-        const int simple = activate_simple(0, NULL, act, act_alpha);
+        const int simple = ccn_activate_simple(0, NULL, act, act_alpha);
         for (int i = 0; i < CCN_MR; i++) {
             float *c = C + i * ldc;
             for (int h = 0; h < 2; h++) {
@@ -438,7 +405,7 @@ CCN_ALWAYS_INLINE void micro_tile(long kc, const float *restrict ap, long lda, l
                 memcpy(c + j, &sum, sizeof sum);
             }
             if (last && simple)
-                activate_simple(CCN_NR, c, act, act_alpha);
+                ccn_activate_simple(CCN_NR, c, act, act_alpha);
             else if (last)
                 activate_row(CCN_NR, c, act, act_alpha);
         }

@@ -50,30 +50,49 @@ def test_direct_convolutions_match_the_vm(tmp_path):
     # 3x3 stride 2 padded at the bottom and right only, no bias, 20 output
     # channels (a part block).  y3: 3x3 stride 2 from 512 channels (bands of
     # 3 output rows), bias plus residual (the Add fused) and ReLU.  y4: 5x5
-    # at stride 1 (padded planes, no phases), 3x5 padding.
+    # at stride 1 (padded planes, no phases), 3x5 padding.  y5 to y8: a
+    # mobile model's 3x3 stride-2 stem with each other epilogue, inlined
+    # (ReLU6, HardSwish, LeakyReLU after a residual) or a pass after the
+    # tile (Swish).
     rng = numpy.random.RandomState(0)
     node = helper.make_node
+    stem = {'strides': [2, 2], 'pads': [1, 1, 1, 1]}
     nodes = [node('Conv', ['x', 'w1', 'b1'], ['c1'], strides=[2, 2], pads=[3, 3, 3, 3]),
              node('Relu', ['c1'], ['y1']),
              node('Conv', ['x', 'w2'], ['y2'], strides=[2, 2], pads=[0, 0, 1, 1]),
              node('Conv', ['z', 'w3', 'b3'], ['c3'], strides=[2, 2], pads=[1, 1, 1, 1]),
              node('Add', ['c3', 'r'], ['s3']),
              node('Relu', ['s3'], ['y3']),
-             node('Conv', ['x', 'w4', 'b4'], ['y4'], pads=[1, 2, 3, 2])]
+             node('Conv', ['x', 'w4', 'b4'], ['y4'], pads=[1, 2, 3, 2]),
+             node('Conv', ['x', 'w5', 'b5'], ['c5'], **stem),
+             node('Clip', ['c5', 'zero', 'six'], ['y5']),
+             node('Conv', ['x', 'w5'], ['c6'], **stem),
+             node('HardSwish', ['c6'], ['y6']),
+             node('Conv', ['x', 'w5', 'b5'], ['c7'], **stem),
+             node('Sigmoid', ['c7'], ['g7']),
+             node('Mul', ['c7', 'g7'], ['y7']),
+             node('Conv', ['x', 'w5', 'b5'], ['c8'], **stem),
+             node('Add', ['c8', 'r8'], ['s8']),
+             node('LeakyRelu', ['s8'], ['y8'], alpha=0.1)]
     inits = {'w1': uniform(rng, 11, 3, 7, 7), 'b1': uniform(rng, 11),
              'w2': uniform(rng, 20, 3, 3, 3),
              'w3': uniform(rng, 16, 512, 3, 3), 'b3': uniform(rng, 16),
-             'w4': uniform(rng, 9, 3, 5, 5), 'b4': uniform(rng, 9)}
+             'w4': uniform(rng, 9, 3, 5, 5), 'b4': uniform(rng, 9),
+             'w5': uniform(rng, 13, 3, 3, 3) * 4, 'b5': uniform(rng, 13) * 4,
+             'zero': numpy.array(0, F32), 'six': numpy.array(6, F32)}
     inputs = [('x', F32, [2, 3, 25, 27]), ('z', F32, [1, 512, 24, 26]),
-              ('r', F32, [1, 16, 12, 13])]
+              ('r', F32, [1, 16, 12, 13]), ('r8', F32, [2, 13, 13, 14])]
     outputs = [('y1', F32, [2, 11, 13, 14]), ('y2', F32, [2, 20, 12, 13]),
-               ('y3', F32, [1, 16, 12, 13]), ('y4', F32, [2, 9, 25, 27])]
-    model = make_model(nodes, inputs, outputs, inits)
+               ('y3', F32, [1, 16, 12, 13]), ('y4', F32, [2, 9, 25, 27])] + [
+                   ('y%d' % k, F32, [2, 13, 13, 14]) for k in (5, 6, 7, 8)]
+    model = make_model(nodes, inputs, outputs, inits, opset=20)
     result = emit_c(build_program(model), tmp_path, 'model')
     with open(next(p for p in result.files if p.endswith('/model.c'))) as f:
         code = f.read()
-    # (the residual fused: no add after)
-    assert code.count('ccn_conv2d_direct(') == 4 and 'ccn_add_activate' not in code
+    # (the residuals fused: no add after)
+    assert code.count('ccn_conv2d_direct(') == 8 and 'ccn_add_activate' not in code
+    for act in ('CLIP', 'HARD_SWISH', 'SWISH', 'LEAKY_RELU'):
+        assert '.act = CCN_ACT_%s,' % act in code
     check_native(model, [uniform(rng, *s) for _, _, s in inputs], rtol=1e-4, atol=1e-4)
 
 
