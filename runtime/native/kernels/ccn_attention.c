@@ -11,6 +11,9 @@
  * blocks of 16 rows of Whisper's 1500 keys paid for in 1.3x the time of
  * blocks of 40 to 64 (benchmarks/NOTES.md). */
 #define CCN_ATTENTION_BLOCK 65536
+#if CCN_ATTENTION_BLOCK < 16 * CCN_ATTENTION_KEYS
+#error "a block must hold 16 rows of the most keys"
+#endif
 
 typedef struct {
     const ccn_attention_geometry *g;

@@ -21,8 +21,12 @@ def fused_attention(em, inst) -> Step:
     q, kt, v = (em.shape(inst, k) for k in range(3))
     batch = q[:-2]
     if not (len(q) >= 2 and kt[:-2] == batch and v[:-2] == batch and q[-1] == kt[-2]
-            and kt[-1] == v[-2]) or 0 in q + kt + v or kt[-1] > ATTENTION_MAX_KEYS:
-        raise Refuse('FusedAttention of q %s, kt %s, v %s' % (list(q), list(kt), list(v)))
+            and kt[-1] == v[-2]) or 0 in q + kt + v:
+        raise Refuse('q %s, kt %s and v %s are not non-empty (..., M, D), (..., D, N) and '
+                     '(..., N, E)' % (list(q), list(kt), list(v)))
+    if kt[-1] > ATTENTION_MAX_KEYS:
+        raise Refuse('%d keys, more than the %d a block of scores holds'
+                     % (kt[-1], ATTENTION_MAX_KEYS))
     M, D, N, E = q[-2], q[-1], kt[-1], v[-1]
     mask = em.has(inst, 3)
     strides, mask_rs = [0] * len(batch), 0

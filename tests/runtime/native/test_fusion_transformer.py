@@ -10,7 +10,7 @@ from onnx import helper, numpy_helper
 
 from chainer_compiler.pipeline import build_program
 from chainer_compiler.runtime.executor import Executor
-from chainer_compiler.runtime.native import emit_c
+from chainer_compiler.runtime.native import UnsupportedNativeOpsError, emit_c
 from chainer_compiler.runtime.native.fusion import fuse
 
 from .helpers import check_native, make_model
@@ -284,6 +284,24 @@ def test_what_is_not_an_attention_is_left_alone():
         assert 'FusedAttention' not in [op for op, _ in _fused_ops(model)]
     edge = _attention_model(_attention('a', [], 2, keys, D=1, scale=('Mul', 'half')))
     assert _fused_ops(edge) == [('FusedAttention', 0.5)]
+
+
+def test_fused_attention_refuses_what_its_kernel_cannot_run(tmp_path):
+    """A FusedAttention given in a model (or a Program file), not made by
+    the fusion: more keys than ATTENTION_MAX_KEYS (its scores would not
+    fit the kernel's block), a mask along the queries only, operands whose
+    sizes do not chain: each refused by name before any C is written."""
+    def model(q, kt, v, mask=None):
+        names = ['q', 'kt', 'v'] + (['mask'] if mask else [])
+        inputs = [(n, F32, s) for n, s in zip(names, (q, kt, v, mask))]
+        return make_model([node('FusedAttention', names, ['y'], domain='org.chainer_compiler')],
+                          inputs, [('y', F32, q[:-1] + v[-1:])], custom=True)
+    for bad, reason in [(model([2, 4], [4, 4097], [4097, 3]), '4097 keys, more than the 4096'),
+                        (model([2, 4], [4, 5], [5, 3], [2, 1]), 'mask \\[2, 1\\]'),
+                        (model([2, 4], [3, 5], [5, 3]), 'q \\[2, 4\\], kt \\[3, 5\\]')]:
+        with pytest.raises(UnsupportedNativeOpsError, match='FusedAttention.*' + reason):
+            emit_c(build_program(bad), tmp_path)
+    assert not list(tmp_path.iterdir())
 
 
 #: Batched products at BLOCKED_PRODUCT_MACS (2^22: 256 x 64 by 64 x 256,

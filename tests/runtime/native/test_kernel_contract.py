@@ -10,7 +10,7 @@ import pytest
 from onnx import helper
 
 from chainer_compiler.pipeline import build_program
-from chainer_compiler.runtime.native import emit_c, gemm_layout
+from chainer_compiler.runtime.native import emit_c, fusion, gemm_layout
 from chainer_compiler.runtime.native.cformat import CStruct
 from chainer_compiler.runtime.native.lower import MAX_RANK
 from chainer_compiler.runtime.native.lowerings import array as native_array
@@ -101,6 +101,7 @@ def test_mirrored_constants_equal_the_c_ones():
     assert conv_direct.DIRECT_MAX_TAPS == _define('CCN_DIRECT_MAX_TAPS', 'ccn_conv_direct.h')
     assert conv_direct.DIRECT_TILE == _define('CCN_DIRECT_TILE', 'ccn_conv_direct.h')
     assert MAX_RANK == native_math.MAX_RANK == _define('CCN_MAX_RANK', 'ccn_common.h')
+    assert fusion.ATTENTION_MAX_KEYS == _define('CCN_ATTENTION_KEYS', 'ccn_attention.h')
 
 
 def test_a_struct_literal_names_every_field_and_nothing_else():
