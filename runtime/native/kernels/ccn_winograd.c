@@ -100,11 +100,14 @@ static void patch_rows(long H, long W, long PW, long y0, long pl, const float *x
 
 /* V[xi][j] = element xi of B^T d B for the patch d of tile j of the row of
  * TW tiles whose patches start at input row y0 of one channel's image x (H
- * x W, padded by pl on the left); xi's rows of V are rows_apart apart. */
+ * x W, padded by pl on the left); xi's rows of V are rows_apart apart.  The
+ * row is computed in whole vectors of CCN_WINOGRAD_LANES tiles (rows of 7
+ * tiles ran scalar), so each row of V takes that many floats less one past
+ * its TW (the tiles past the image's edge read zeros). */
 static void transform_patch_row(long H, long W, long TW, long y0, long pl, const float *x,
                                 float *V, long rows_apart)
 {
-    const long PW = 2 * TW + 2;
+    const long L = CCN_WINOGRAD_LANES, TWL = (TW + L - 1) / L * L, PW = 2 * TWL + 2;
     float t[4][PW];  /* B^T d for the whole row of patches */
     {
         float d[4][PW];
@@ -117,19 +120,15 @@ static void transform_patch_row(long H, long W, long TW, long y0, long pl, const
         }
     }
     for (long r = 0; r < 4; r++) {
-        /* Tile j's columns are e[j], o[j], e[j + 1], o[j + 1]. */
-        float e[TW + 1], o[TW + 1];
-        for (long j = 0; j <= TW; j++) {
-            e[j] = t[r][2 * j];
-            o[j] = t[r][2 * j + 1];
-        }
         float *v0 = V + 4 * r * rows_apart, *v1 = v0 + rows_apart, *v2 = v1 + rows_apart,
               *v3 = v2 + rows_apart;
-        for (long j = 0; j < TW; j++) {
-            v0[j] = e[j] - e[j + 1];
-            v1[j] = o[j] + e[j + 1];
-            v2[j] = e[j + 1] - o[j];
-            v3[j] = o[j] - o[j + 1];
+        for (long j = 0; j < TWL; j++) {
+            /* Tile j's columns are t[r][2j .. 2j + 3]. */
+            const float *q = t[r] + 2 * j;
+            v0[j] = q[0] - q[2];
+            v1[j] = q[1] + q[2];
+            v2[j] = q[2] - q[1];
+            v3[j] = q[1] - q[3];
         }
     }
 }
@@ -206,30 +205,32 @@ static void transform_patches(void *context, long begin, long end)
 
 /* Output rows y0 and y0 + 1 (those below OH) of one channel (OW wide, rows
  * OW apart in y) from the products m[xi][j] (rows rows_apart apart) of a
- * row of TW tiles: A^T m A, plus bias. */
+ * row of TW tiles: A^T m A, plus bias; in whole vectors of
+ * CCN_WINOGRAD_LANES tiles (so m's rows are read that many floats less one
+ * past TW). */
 static void transform_output_row(long OH, long OW, long TW, long y0, const float *m,
                                  long rows_apart, float bias, float *y)
 {
+    const long L = CCN_WINOGRAD_LANES, TWL = (TW + L - 1) / L * L;
     for (long a = 0; a < 2 && y0 + a < OH; a++) {
         /* Row a of A^T m: element c of tile j in r[c][j]. */
-        float r[4][TW];
+        float r[4][TWL];
         for (long c = 0; c < 4; c++) {
             const float *m0 = m + c * rows_apart, *m1 = m0 + 4 * rows_apart,
                         *m2 = m1 + 4 * rows_apart, *m3 = m2 + 4 * rows_apart;
             if (a == 0)
-                for (long j = 0; j < TW; j++)
+                for (long j = 0; j < TWL; j++)
                     r[c][j] = m0[j] + m1[j] + m2[j];
             else
-                for (long j = 0; j < TW; j++)
+                for (long j = 0; j < TWL; j++)
                     r[c][j] = m1[j] - m2[j] - m3[j];
         }
-        float *out = y + (y0 + a) * OW;
-        for (long j = 0; j < OW / 2; j++) {
+        float out[2 * TWL];  /* the row, past OW too */
+        for (long j = 0; j < TWL; j++) {
             out[2 * j] = bias + r[0][j] + r[1][j] + r[2][j];
             out[2 * j + 1] = bias + r[1][j] - r[2][j] - r[3][j];
         }
-        if (OW % 2)  /* the last tile's left column only */
-            out[OW - 1] = bias + r[0][TW - 1] + r[1][TW - 1] + r[2][TW - 1];
+        memcpy(y + (y0 + a) * OW, out, (size_t)OW * sizeof(float));
     }
 }
 
@@ -445,7 +446,8 @@ void ccn_conv2d_grad_filter_winograd(const ccn_conv_geometry *geometry,
 {
     CCN_WINOGRAD_LOCALS(geometry, plan);
     assert(plan->tile == 2);
-    const long tile_rows = N * TH, block_rows = tiles / TW, ld = tiles;
+    /* Rows of V have CCN_WINOGRAD_LANES floats of slack. */
+    const long tile_rows = N * TH, block_rows = tiles / TW, ld = tiles + CCN_WINOGRAD_LANES;
     const long up = plane(I * O), vp = plane(I * ld), gp = plane(O * ld);
     float *dUt = scratch, *V = dUt + 16 * up, *GY = V + 16 * vp, *GYt = GY + 16 * gp;
     if (tile_rows == 0)

@@ -10,9 +10,9 @@ CCN_BEGIN_DECLS
 
 /* Floats between consecutive planes of a transform beyond its size. */
 #define CCN_WINOGRAD_SKEW 16
-/* Tiles F(4x4, 3x3)'s transforms take at a time, in vectors: a row of
- * their inputs and products has this many floats of slack. */
-#define CCN_WINOGRAD_LANES 16
+/* Tiles the transforms take at a time, in vectors: a row of their inputs
+ * and products has this many floats of slack. */
+#define CCN_WINOGRAD_LANES 8
 /* How ccn_conv2d_winograd's weights come: (O, I, 3, 3) filters; a
  * ConvTranspose's (I, O, 3, 3), read rotated half a turn (so that the
  * gradient of a convolution's input is this convolution of the output's
@@ -29,8 +29,9 @@ enum { CCN_WINOGRAD_FILTERS, CCN_WINOGRAD_ROTATED, CCN_WINOGRAD_TRANSFORMED };
      (((weights) == CCN_WINOGRAD_TRANSFORMED ? 0 : (O) * (I) + CCN_WINOGRAD_SKEW) + \
       ((I) + (O)) * ((tiles) + CCN_WINOGRAD_LANES) + 2 * CCN_WINOGRAD_SKEW))
 /* The same for ccn_conv2d_grad_filter_winograd. */
-#define CCN_WINOGRAD_GRAD_SCRATCH(I, O, tiles) \
-    (16 * ((O) * (I) + ((I) + 2 * (O)) * (tiles) + 4 * CCN_WINOGRAD_SKEW))
+#define CCN_WINOGRAD_GRAD_SCRATCH(I, O, tiles)                                 \
+    (16 * ((O) * (I) + ((I) + 2 * (O)) * ((tiles) + CCN_WINOGRAD_LANES) + \
+           4 * CCN_WINOGRAD_SKEW))
 
 /* How a Winograd convolution runs, decided when the C is emitted
  * (WINOGRAD_PLAN in lowerings/winograd.py): the output tiles taken at a

@@ -47,8 +47,9 @@ MAX_BLOCK_TILES = 128
 #: transform beyond their size.
 SKEW = 16
 #: CCN_WINOGRAD_LANES of ccn_winograd.h: floats of slack after each row of
-#: a convolution's transformed inputs and products.
-LANES = 16
+#: a convolution's transformed inputs and products (the transforms run in
+#: vectors of that many tiles).
+LANES = 8
 #: Narrowest output of a Conv with constant weights that takes F(4x4, 3x3):
 #: one thread, batch 1, against F(2x2, 3x3), C driver, CPU time: 0.62x to
 #: 0.72x at 27 to 56 wide (32 to 128 channels), 0.76x at 20 (128 and 256);
@@ -163,7 +164,8 @@ def winograd_grad_filter_step(em, inst, geometry, x_shape, channels_out, tiles) 
                 '                                %s, %s, %s, %s);' % (
                     ref(inst.inputs[0]), ref(inst.inputs[1]), ref(inst.outputs[0]), scratch)]
     # CCN_WINOGRAD_GRAD_SCRATCH of ccn_winograd.h.
-    scratch = 16 * (channels_out * channels_in + (channels_in + 2 * channels_out) * tiles
+    scratch = 16 * (channels_out * channels_in + (channels_in + 2 * channels_out)
+                    * (tiles + LANES)
                     + 4 * SKEW)
     return Step('winograd', [(channels_out, channels_in, 3, 3)], render, scratch=scratch,
                 also=('gemm',))
