@@ -127,6 +127,12 @@ static long taps_within(long o, long stride, long pad, long K, long lo, long hi)
     return b > a ? b - a : 0;
 }
 
+/* How many of output column ow's window columns fall in [lo, hi). */
+static inline long columns_in(const ccn_pool_geometry *g, long ow, long lo, long hi)
+{
+    return taps_within(ow, g->stride_w, g->pad_left, g->kernel_w, lo, hi);
+}
+
 /* Pooling is separable: per output row, the maxima or sums down the
  * window's in-bounds rows (contiguous loads), then across each window's
  * columns, in chunks of output columns whose span of input columns fits
@@ -158,10 +164,22 @@ CCN_ALWAYS_INLINE void pool2d_rows(void *context, long begin, long end)
                 pool_rows(m, in, H, W, c0, (ow1 - 1 - ow0) * stride_w + reach, ih0, KH, dil_h,
                           a->average);
                 pool_columns(o + ow0, m, ow1 - ow0, stride_w, KW, dil_w, a->average);
-                if (a->average)
-                    for (long ow = ow0; ow < ow1; ow++)
-                        o[ow] /= (float)(rows * taps_within(ow, stride_w, g->pad_left, KW,
-                                                            cols_lo, cols_hi));
+                if (!a->average)
+                    continue;
+                /* Windows [in0, in1) have all KW columns inside: one divisor,
+                 * a loop that vectorises (a count per output left it scalar). */
+                const long in0 = (cols_lo + g->pad_left + stride_w - 1) / stride_w;
+                const long reach_hi = cols_hi + g->pad_left - KW;
+                const long in1 = reach_hi < 0 ? 0 : reach_hi / stride_w + 1;
+                const long i0 = in0 > ow0 ? (in0 < ow1 ? in0 : ow1) : ow0;
+                const long i1 = in1 > i0 ? (in1 < ow1 ? in1 : ow1) : i0;
+                const float full = (float)(rows * KW);
+                for (long ow = i0; ow < i1; ow++)
+                    o[ow] /= full;
+                for (long ow = ow0; ow < i0; ow++)
+                    o[ow] /= (float)(rows * columns_in(g, ow, cols_lo, cols_hi));
+                for (long ow = i1; ow < ow1; ow++)
+                    o[ow] /= (float)(rows * columns_in(g, ow, cols_lo, cols_hi));
             }
         }
     }
