@@ -24,7 +24,10 @@ _ELEMENTWISE = set(_UNARY) | set(_ARITHMETIC) | set(_BOOLEAN) | set(_VARIADIC) |
 _PER_SAMPLE = set(_CELLS) | {
     'Conv', 'ConvTranspose', 'MaxPool', 'AveragePool', 'GlobalAveragePool', 'GlobalMaxPool',
     'LRN', 'InstanceNormalization', 'Reshape', 'Flatten', 'Squeeze', 'Unsqueeze', 'Expand',
-    'Tile', 'SoftmaxCrossEntropyLoss'}
+    'Tile', 'SoftmaxCrossEntropyLoss',
+    # Made since by the native fusion of MatMul, Softmax and MatMul, which
+    # batched.py took (the batch on axis 0: a sample's heads are its own).
+    'org.chainer_compiler::FusedAttention'}
 _ALONG_AXIS = {'Softmax', 'LogSoftmax', 'ArgMax', 'ArgMin', 'Concat', 'Split',
                'LayerNormalization'}
 _SHAPE_INPUTS = {'Reshape': 1, 'Expand': 1, 'Tile': 1}
