@@ -33,8 +33,9 @@ MIN_WIDTH = 7
 MIN_WIDTH_CHANNELS = 224
 MIN_FILTER_GRADIENT_WIDTH = 16
 #: Widest output sent there: the transforms keep a few rows of the image
-#: on the stack (about 36 bytes per output column), which a worker
-#: thread's stack holds up to this width with room to spare.
+#: on the stack (at most about 56 bytes per output column: F(4x4, 3x3)'s
+#: six rows and their transforms), which a worker thread's stack holds up
+#: to this width with room to spare.
 MAX_WIDTH = 1024
 #: Floats of transformed inputs and products per block of tiles, the
 #: scratch that goes round the 16 products (measured best against half and
