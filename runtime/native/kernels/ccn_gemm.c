@@ -962,6 +962,18 @@ static void gemm_serial(long M, long N, long K, const a_operand *A, long row0,
         gemm_wide(M, N, K, A, row0, B->b + col0, B->ldb, &s, C, ldc, set, act, act_alpha);
         return;
     }
+    /* A last strip of at most CCN_WIDE_NR columns (196 columns: 6 strips
+     * and 4) by the wide tiles, which compute 48 rows of those columns
+     * where the NR-column tiles compute 8 rows of 32: 14x14 layers 0.82x-
+     * 0.89x the time (576 x 96 by 196, 112 x 672 with a residual). */
+    const long tail = N % CCN_NR;
+    if (A->panels != NULL && B->panels == NULL && K > 0 && N > CCN_NR && tail > 0 &&
+        tail <= CCN_WIDE_NR) {
+        const c_start st = start_at(&s, 0, N - tail);
+        gemm_wide(M, tail, K, A, row0, B->b + col0 + N - tail, B->ldb, &st, C + N - tail, ldc,
+                  set, act, act_alpha);
+        N -= tail;
+    }
 #endif
     float apack[CCN_MC * CCN_KC];
     float bpack[CCN_KC * CCN_NR];

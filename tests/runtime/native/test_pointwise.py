@@ -6,8 +6,8 @@ first; the epilogue runs on the finished sums.  Shapes cover every tile of
 ccn_gemm.c: the NR-column tiles with a part strip, the tall tile (at most
 half a strip of columns), the wide tiles (7x7 outputs, one pass and two
 over the depth; their sums, residual and old values transposed in
-registers by blocks of 16 rows, any count of columns up to 8), part row
-tiles, small odd depths.  Values are the NumPy
+registers by blocks of 16 rows, any count of columns up to 8; the last
+few columns of a wider product), part row tiles, small odd depths.  Values are the NumPy
 VM's."""
 import numpy
 import pytest
@@ -26,7 +26,8 @@ node = helper.make_node
 #: memory and the first store reads each element just before writing it.
 LAYERS = [
     (30, 7, 11, 19, 'Relu', None),        # 209 columns: 6 strips + 17; 3 tiles + 6 rows
-    (24, 5, 13, 15, 'Clip', 'dying'),     # ReLU6 at the first store, in place
+    (24, 5, 13, 15, 'Clip', 'dying'),     # ReLU6 at the first store, in place; 6
+                                          # strips + 3 columns by the wide tiles
     (72, 1100, 7, 7, 'Clip', None),       # wide tiles, two passes over the depth
     (96, 33, 7, 7, 'HardSwish', 'kept'),  # wide tiles, one pass, pairs of panels
     (29, 300, 3, 5, 'HardSwish', None),   # 15 columns: the tall tile, two depth slices
