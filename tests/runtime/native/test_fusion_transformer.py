@@ -268,6 +268,29 @@ def test_attention_becomes_one_instruction():
         assert numpy.array_equal(g, w)
 
 
+def test_operands_read_between_the_nodes_live_until_the_fused_instruction():
+    """q read last by a Neg between the scores and the Softmax, kt by one
+    after the attention: q's free moves to the FusedAttention (which now
+    reads it later), kt's stays with its last reader; the VM running the
+    fused Program frees nothing early and gives the nodes' bits."""
+    nodes, inputs, outputs = _attention('a', [2], 3, 4, mask=[2, 1, 4])
+    nodes.insert(1, node('Neg', ['aq'], ['nq']))
+    nodes.append(node('Neg', ['akt'], ['nkt']))
+    model = make_model(nodes, inputs, outputs + [('nq', F32, [2, 3, 8]),
+                                                 ('nkt', F32, [2, 8, 4])])
+    program = build_program(model, fuse=False)
+    fused = fuse(program)
+    ops = [i.op for i in fused.instructions]
+    assert ops == ['Neg', 'FusedAttention', 'Neg']
+    q, kt = fused.instructions[1].inputs[:2]
+    assert q in fused.instructions[1].frees and q not in fused.instructions[0].frees
+    assert kt in fused.instructions[2].frees and kt not in fused.instructions[1].frees
+    arrays = _attention_inputs(model)
+    for got, want in zip(Executor(fused).run_positional(arrays),
+                         Executor(program).run_positional(arrays)):
+        assert numpy.array_equal(got, want)
+
+
 def test_what_is_not_an_attention_is_left_alone():
     """A Div by 3 (x / 3 is not x * (1 / 3)), a scale of two values, a
     Softmax over another axis, scores that are also an output, a mask
