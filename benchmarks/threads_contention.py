@@ -212,7 +212,8 @@ def main(argv=None):
             verdicts.append('%s: %d threads / 1 beside a busy neighbour, paired, by pass: %s '
                             '(median %.2f): %s' % (name, default, ', '.join(
                                 '%.2f' % m for m in medians), statistics.median(medians), verdict))
-    print('\n'.join(verdicts) or 'one thread only: nothing to compare')
+    print(('\n'.join(verdicts) or 'no verdict: this process may use one CPU only') if models
+          else 'no model to time')
     return 0
 
 
