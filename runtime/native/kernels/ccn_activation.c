@@ -214,9 +214,13 @@ static inline float softmax_exp(float d, float cut)
  * Terms with x - max at most cut (softmax_cut) are 0, so that no output is
  * subnormal: a masked attention score (x - max near -3.4e38) otherwise
  * came out near FLT_MIN / sum, and every product reading it took a
- * microcode assist per vector (the scores times V 20x slower). */
+ * microcode assist per vector (the scores times V 20x slower).
+ * next, when not NULL, is the row after (contiguous): each cache line of it
+ * is prefetched as the same line of this row is exponentiated, so that its
+ * maximum's pass does not wait for memory (rows of 1500 from memory in
+ * place 0.76x the time, of 256 0.81x to 0.87x, of 64 0.93x). */
 static inline void softmax_row(long len, long stride, int log_softmax, float cut,
-                               const float *in, float *out)
+                               const float *in, float *out, const float *next)
 {
     /* Subtract the maximum first, as NumPy's kernel does (NaN ignored
      * here; the row comes out NaN below). */
@@ -224,11 +228,16 @@ static inline void softmax_row(long len, long stride, int log_softmax, float cut
     /* e^(x - max) stored and summed in the same pass. */
     float sums[16] = {0.0f}, sum = 0.0f;
     long i = 0;
-    for (; i + 16 <= len; i += 16)
+    for (; i + 16 <= len; i += 16) {
+#if defined(__GNUC__)
+        if (next)
+            __builtin_prefetch(next + i);
+#endif
         for (long k = 0; k < 16; k++) {
             out[(i + k) * stride] = softmax_exp(in[(i + k) * stride] - top, cut);
             sums[k] += out[(i + k) * stride];
         }
+    }
     for (; i < len; i++) {
         out[i * stride] = softmax_exp(in[i * stride] - top, cut);
         sum += out[i * stride];
@@ -266,10 +275,10 @@ CCN_ALWAYS_INLINE void softmax_rows(void *context, long begin, long end)
         const float *in = a->x + o * len * inner;
         float *out = a->y + o * len * inner;
         if (inner == 1)  /* the last axis: contiguous, the loops vectorise */
-            softmax_row(len, 1, a->log_softmax, cut, in, out);
+            softmax_row(len, 1, a->log_softmax, cut, in, out, o + 1 < end ? in + len : NULL);
         else
             for (long j = 0; j < inner; j++)
-                softmax_row(len, inner, a->log_softmax, cut, in + j, out + j);
+                softmax_row(len, inner, a->log_softmax, cut, in + j, out + j, NULL);
     }
 }
 
@@ -296,7 +305,7 @@ CCN_ALWAYS_INLINE void softmax_scores(long rows, long len, float scale, const fl
         else if (scale != 1.0f)
             for (long j = 0; j < len; j++)
                 row[j] *= scale;
-        softmax_row(len, 1, 0, cut, row, row);
+        softmax_row(len, 1, 0, cut, row, row, NULL); /* in the L2 already */
     }
 }
 
