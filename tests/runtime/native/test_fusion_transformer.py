@@ -6,6 +6,8 @@ import math
 
 import numpy
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 from onnx import helper, numpy_helper
 
 from chainer_compiler.pipeline import build_program
@@ -266,6 +268,28 @@ def test_attention_becomes_one_instruction():
     got = Executor(fuse(build_program(model, fuse=False))).run_positional(inputs)
     for g, w in zip(got, want):
         assert numpy.array_equal(g, w)
+
+
+@given(st.data())
+def test_attentions_of_any_shape_fuse_and_keep_their_values(data):
+    """Any leading dims, sizes, scale and mask shape the rule takes: one
+    FusedAttention, which on the VM gives the nodes' bits (its inputs in
+    q, kt, v, mask order; nothing freed before it reads it)."""
+    batch = data.draw(st.lists(st.integers(1, 3), max_size=2))
+    M, N, D = (data.draw(st.integers(1, 6)) for _ in range(3))
+    scale = data.draw(st.sampled_from([None, ('Mul', 'half'), ('Div', 'eight')]))
+    full = batch + [M, N]
+    keep = data.draw(st.lists(st.booleans(), min_size=len(full) - 1, max_size=len(full) - 1))
+    mask = data.draw(st.one_of(st.none(), st.integers(1, len(full)).map(
+        lambda rank: [d if k else 1 for d, k in zip(full[:-1], keep)][len(full) - rank:] + [N])))
+    model = _attention_model(_attention('a', batch, M, N, D=D, scale=scale, mask=mask))
+    program = build_program(model, fuse=False)
+    fused = fuse(program)
+    assert [(i.op, i.inputs) for i in fused.instructions] == [(
+        'FusedAttention', tuple(range(4 if mask else 3)))]
+    arrays = _attention_inputs(model, seed=M * N * D)
+    got, want = (Executor(p).run_positional(arrays)[0] for p in (fused, program))
+    assert numpy.array_equal(got, want)
 
 
 def test_operands_read_between_the_nodes_live_until_the_fused_instruction():
