@@ -883,9 +883,9 @@ static void gemm_wide(long M, long N, long K, const a_operand *A, long row0, con
     }
 }
 
-/* Whether gemm_wide computes the M x N product of panels, K deep, with
- * fewer wasted lanes than the NR-column tiles (or the tall ones, for few
- * columns): the one rule of the wide tiles. */
+/* Whether gemm_wide computes the whole M x N product of panels, K deep,
+ * with fewer wasted lanes than the NR-column tiles (or the tall ones, for
+ * few columns); gemm_serial also gives it a product's last few columns. */
 static int wide_fits(long M, long N, long K)
 {
     if (N > (K >= CCN_WIDE_DEEP_K && K <= CCN_WIDE_KC ? CCN_WIDE_DEEP_N : CCN_WIDE_MAX_N))
