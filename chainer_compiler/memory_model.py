@@ -276,12 +276,6 @@ def constant_sizes(tensors):
             * helper.tensor_dtype_to_np_dtype(t.data_type).itemsize for t in tensors}
 
 
-def training_peak(schedules, known):
-    """The predicted peak of a training step: the larger of its programs'
-    Schedules' peaks, ``known`` giving values' bytes (others: none)."""
-    return max(s.peak(lambda name: known.get(name, 0)) for s in schedules)
-
-
 def program_sizes(program):
     """{register: bytes} of the registers of ``program`` (a runtime
     Program) whose size is static: constants by their arrays, other values

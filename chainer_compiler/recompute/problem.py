@@ -15,8 +15,9 @@ class Problem:
 
     ``plan(keep)`` makes the backward program keeping ``keep``;
     ``peak(plan)`` is the memory model's peak of the training step running
-    it, kernels' temporaries included, ``work(plan)`` the operations its
-    replays add.  ``joined``: forward and backward become one program (the
+    it, kernels' temporaries included (``process_peak(plan)``: with the
+    parameters and the batch held throughout), ``work(plan)`` the
+    operations its replays add.  ``joined``: forward and backward become one program (the
     training step).
     """
 
@@ -70,9 +71,23 @@ class Problem:
         ``chosen``: the values live at once, as the VM counts them, and
         each kernel's temporaries while it runs (OpRecord.scratch, the
         numbers compiled_process_peak adds to the compiled programs'), so a
-        plan replaying a wide convolution pays its columns.  (The process
-        also holds the parameters the VM lets go: about the same bytes
-        whatever the plan, left out.)"""
+        plan replaying a wide convolution pays its columns.  What
+        ``memory_budget`` bounds (compiled_planned_peak)."""
+        return self.live_at_peak(chosen)[0]
+
+    def process_peak(self, chosen):
+        """peak with the forward graph's inputs (parameters, the batch)
+        held for the whole step, as the model and the caller hold them,
+        where the VM lets each go after its last read: the process's peak
+        less the optimizer's state, which is the same whatever the plan.
+        Where the held parameters move the peak (the updates of a large
+        layer early in backward, beside every checkpoint still live) the
+        count alone puts it elsewhere; what gt minimises."""
+        return self.live_at_peak(chosen, held=True)[0]
+
+    def live_at_peak(self, chosen, held=False):
+        """(peak, the values live at its first moment) of Plan ``chosen``;
+        ``held``: the forward graph's inputs never freed (process_peak)."""
         backward = dataclasses.replace(self.backward, nodes=chosen.nodes,
                                        retained=chosen.retained,
                                        initializers=chosen.initializers)
@@ -85,8 +100,14 @@ class Problem:
         if self.joined:
             schedules = [memory_model.joined_schedule(self.graph, backward, scratch)]
         else:
-            schedules = memory_model.training_schedules(self.graph, backward, scratch)
-        return memory_model.training_peak(schedules, known)
+            schedules = list(memory_model.training_schedules(self.graph, backward, scratch))
+        if held:
+            inputs = [v.name for v in self.graph.input]
+            for schedule in schedules:
+                schedule.inputs += [name for name in inputs if name not in schedule.inputs]
+                schedule.constants |= set(inputs)
+        return max((s.live_at_peak(lambda name: known.get(name, 0)) for s in schedules),
+                   key=lambda found: found[0])
 
     def _scratch(self, node, copies):
         """memory_model.node_scratch of ``node``, a replay's fresh names

@@ -87,15 +87,20 @@ def _as_plan(problem, choice):
 
 
 def _gt_choice(problem, families=None):
-    """What gt returns for ``problem`` over ``families`` (as for _gt)."""
+    """What gt returns for ``problem`` over ``families`` (as for _gt): the
+    families' own plans, unrefined (gt._refine), chosen on the VM's count:
+    these models' weights, held by the process (Problem.process_peak), put
+    every plan's peak at backward's end, beside every gradient."""
     every = GT._families(problem)
     chosen = every if families is None else every[families]
-    saved = GT._families
-    GT._families = lambda _: chosen
+    saved, refine, live_at_peak = GT._families, GT.REFINE_PLANS, type(problem).live_at_peak
+    GT._families, GT.REFINE_PLANS = (lambda _: chosen), 0
+    problem.live_at_peak = lambda plan, held=False: live_at_peak(problem, plan)
     try:
         return GT.gt(problem)
     finally:
-        GT._families = saved
+        GT._families, GT.REFINE_PLANS = saved, refine
+        del problem.live_at_peak
 
 
 def _orders(problem):
