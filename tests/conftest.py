@@ -46,8 +46,14 @@ def native_cache(tmp_path_factory):
     """One native library cache (CHAINER_COMPILER_CACHE) for the whole run:
     each kernel object is compiled once and every test that builds the same
     C reuses the library, instead of each test compiling into a cache of its
-    own.  Tests of the cache itself set their own folder."""
-    folder = tmp_path_factory.mktemp('native-cache')
+    own.  Under pytest-xdist the workers share it (the run's temporary
+    folder, above each worker's), so the kernels are not compiled once per
+    worker; the cache's atomic renames make concurrent builds safe.  Tests
+    of the cache itself set their own folder."""
+    if os.environ.get('PYTEST_XDIST_WORKER'):
+        folder = tmp_path_factory.getbasetemp().parent / 'native-cache'
+    else:
+        folder = tmp_path_factory.mktemp('native-cache')
     with pytest.MonkeyPatch.context() as patch:
         patch.setenv('CHAINER_COMPILER_CACHE', str(folder))
         yield folder
