@@ -1,4 +1,5 @@
-"""Attention kernels: Attention, RotaryEmbedding, LinearAttention, FlexAttention.
+"""Attention kernels: Attention, RotaryEmbedding, LinearAttention, FlexAttention
+and FusedAttention (the native fusion's form).
 
 Grouped-query attention is computed without repeating K and V: the query
 heads are viewed as (kv_num_heads, group) so that each K/V head broadcasts
@@ -8,7 +9,8 @@ import math
 
 import numpy
 
-from .registry import LATEST, kernel
+from .activation import softmax as _softmax_kernel
+from .registry import CUSTOM_DOMAIN, LATEST, dim, kernel
 
 #: ONNX TensorProto element types a ``softmax_precision`` attribute may name.
 _PRECISIONS = {1: numpy.float32, 10: numpy.float16, 11: numpy.float64}
@@ -198,9 +200,6 @@ def flex_attention(xp, Q, K, V, *, scale=None, softmax_precision=None, score_mod
 
 
 # -- fused forms (org.chainer_compiler) --------------------------------------------------
-
-from .activation import softmax as _softmax_kernel  # noqa: E402
-from .registry import CUSTOM_DOMAIN, dim  # noqa: E402
 
 
 def _fused_attention_types(inputs, attributes):
