@@ -161,7 +161,7 @@ def _refine(problem, candidates, best):
     stem's outputs, through stage 4's gradients).  Every plan still
     recomputes each value at most once."""
     tried = 0
-    while tried < REFINE_PLANS:
+    while True:
         keep = set(problem.forward.producer) if best is None else best
         chosen = problem.plan(keep)
         live = problem.live_at_peak(chosen, held=True)[1]
@@ -170,6 +170,8 @@ def _refine(problem, candidates, best):
         for value in sorted(values, key=lambda v: (-problem.size(v), v)):
             trial = frozenset(keep ^ {value})
             if trial not in candidates:
+                if tried == REFINE_PLANS:
+                    return best
                 tried += 1
                 plan = problem.plan(trial)
                 candidates[trial] = (problem.process_peak(plan), problem.work(plan))
@@ -178,7 +180,6 @@ def _refine(problem, candidates, best):
                 break
         else:
             return best
-    return best
 
 
 def _bisect_budget(problem, keep_of, costs, candidates, budget, swept):

@@ -310,3 +310,16 @@ def test_replays_before_their_first_read_hold_less_than_at_a_segments_start(monk
         got = _gradients(model, params, order, **options)
         for name, grad in expected.items():
             numpy.testing.assert_array_equal(got[name], grad, err_msg='%s %s' % (order, name))
+
+
+@pytest.mark.parametrize('limit', [0, 2])
+def test_gt_refines_at_most_refine_plans(monkeypatch, limit):
+    """The refinement's planning is bounded, whatever the graph: at most
+    REFINE_PLANS plans predicted beyond the families' (the chain has more
+    values live where it peaks than that)."""
+    problem = _problem(*_dag([([-1], 64)] + [([k], 64) for k in range(7)]))
+    monkeypatch.setattr(GT, 'REFINE_PLANS', limit)
+    candidates = {None: (problem.process_peak(problem.unchanged), 0)}
+    best = GT._refine(problem, candidates, None)
+    assert len(candidates) - 1 == limit
+    assert candidates[best] <= candidates[None]
