@@ -40,6 +40,7 @@ from benchmarks.timing import (  # noqa: E402
 from chainer_compiler.pipeline import build_program  # noqa: E402
 from chainer_compiler.runtime.executor import Executor  # noqa: E402
 from chainer_compiler.runtime.native.library import machine_threads  # noqa: E402
+from chainer_compiler.runtime.random_inputs import random_inputs  # noqa: E402
 
 
 class _Graph:
@@ -125,24 +126,6 @@ MODELS = {'resnet18': resnet18, 'small-cnn': small_cnn}
 TIE = 0.02
 
 
-def random_inputs(model):
-    """{input name: random array} of an ONNX model's declared shapes and
-    element types (symbolic dimensions 1; integers 0, as token ids)."""
-    rng = numpy.random.default_rng(1)
-    initializers = {i.name for i in model.graph.initializer}
-    inputs = {}
-    for value in model.graph.input:
-        if value.name in initializers:
-            continue
-        tensor = value.type.tensor_type
-        shape = [d.dim_value or 1 for d in tensor.shape.dim]
-        dtype = helper.tensor_dtype_to_np_dtype(tensor.elem_type)
-        inputs[value.name] = (rng.standard_normal(shape).astype(dtype)
-                              if numpy.issubdtype(dtype, numpy.floating)
-                              else numpy.zeros(shape, dtype))
-    return inputs
-
-
 def paired_ratios(calls, default, budget_s, passes):
     """Per pass beside its own busy neighbour, the median over pairs of
     calls made one right after the other (in alternating order) of native
@@ -160,10 +143,12 @@ def paired_ratios(calls, default, budget_s, passes):
     return medians
 
 
-def candidates(model, feed, threads):
+def candidates(model, threads):
     """name -> zero-argument callable: native and onnxruntime at each count,
-    on ``feed`` ({input name: array})."""
+    on the same random inputs of the model's declared types (symbolic
+    dimensions 1)."""
     program = build_program(model)
+    feed = random_inputs(program, numpy.random.RandomState(1))
     calls = {}
     for t in threads:
         run = Executor(program, backend='native', threads=t).run
@@ -198,7 +183,7 @@ def main(argv=None):
     models = [(name, MODELS[name]()) for name in args.models]
     models += [(os.path.basename(path), onnx.load(path)) for path in args.onnx]
     for name, model in models:
-        calls = candidates(model, random_inputs(model), threads)
+        calls = candidates(model, threads)
         for busy in (False, True):
             with busy_neighbour(busy):
                 ms = time_interleaved(calls, budget_s=args.budget)
