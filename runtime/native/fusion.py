@@ -87,6 +87,15 @@ _BATCH_NORM_GRAD = CUSTOM_DOMAIN + '::BatchNormalizationGrad'
 ATTENTION_MAX_KEYS = 4096
 
 
+def mask_fits(mask: tuple[int, ...], scores: tuple[int, ...]) -> bool:
+    """Whether an attention's mask of shape ``mask`` broadcasts to the
+    scores' shape without enlarging it, one value per key (its last axis
+    the keys'): what FusedAttention takes, fused here or written in a file
+    (lowerings/attention.py)."""
+    return 0 < len(mask) <= len(scores) and mask[-1] == scores[-1] and all(
+        d in (1, s) for d, s in zip(mask[::-1], scores[::-1]))
+
+
 def written_inputs(inst: Instruction) -> list[int]:
     """The registers ``inst`` updates in place (its operator's record says
     which inputs: the optimizer updates)."""
@@ -435,7 +444,7 @@ class _Fuser:
                 or self._float32_shape(inst.outputs[0]) != scores \
                 or not q[:-2] == kt[:-2] == v[:-2] or scores[-1] > ATTENTION_MAX_KEYS \
                 or softmax_axes(inst.version, rank, inst.attrs.get('axis')) != (rank - 1,) \
-                or (mask is not None and not self._mask_fits(mask, scores)):
+                or (mask is not None and not mask_fits(self._float32_shape(mask), scores)):
             return False
         return self._attention_replaces(chain, k, (first.inputs[0], first.inputs[1],
                                                    last.inputs[1]), mask, scale)
@@ -447,14 +456,6 @@ class _Fuser:
         shape = () if kind is None or kind.dtype != 'float32' else kind.shape or ()
         return tuple(d for d in shape if isinstance(d, int)) \
             if all(isinstance(d, int) for d in shape) else ()
-
-    def _mask_fits(self, mask: int, scores: tuple[int, ...]) -> bool:
-        """Whether ``mask`` is a float32 tensor that broadcasts to the
-        scores' shape without changing it, with one value per key (its last
-        axis the keys')."""
-        shape = self._float32_shape(mask)
-        return 0 < len(shape) <= len(scores) and shape[-1] == scores[-1] and all(
-            d in (1, s) for d, s in zip(shape[::-1], scores[::-1]))
 
     def _attention_replaces(self, chain: list[int], k: int, qkv: tuple, mask, scale) -> bool:
         """Put the FusedAttention of ``qkv`` (and ``mask``) at ``k``, the

@@ -6,7 +6,7 @@ import math
 
 from ...ops.registry import CUSTOM_DOMAIN
 from ..cformat import CStruct
-from ..fusion import ATTENTION_MAX_KEYS
+from ..fusion import ATTENTION_MAX_KEYS, mask_fits
 from ..lowering import Refuse, Step, lowers
 
 ATTENTION_GEOMETRY = CStruct('ccn_attention_geometry', (
@@ -31,12 +31,11 @@ def fused_attention(em, inst) -> Step:
     mask = em.has(inst, 3)
     strides, mask_rs = [0] * len(batch), 0
     if mask:
-        shape = em.shape(inst, 3)
-        full = (1,) * (len(q) - len(shape)) + tuple(shape)
-        if len(shape) > len(q) or full[-1] != N or any(
-                d not in (1, s) for d, s in zip(full[:-1], batch + (M,))):
+        shape = tuple(em.shape(inst, 3))
+        if not mask_fits(shape, batch + (M, N)):
             raise Refuse('mask %s does not broadcast to the scores %s' % (
                 list(shape), list(batch + (M, N))))
+        full = (1,) * (len(q) - len(shape)) + shape
         mask_rs = N if full[-2] == M else 0
         for d in range(len(batch)):
             strides[d] = 0 if full[d] == 1 else math.prod(full[d + 1:])
