@@ -147,7 +147,7 @@ def _native_candidates(program, x, directory, args):
     else:
         try:
             ms['executable'], fields['executable_best_ms'], outputs['executable'] = \
-                inference.executable_timing(build, program, x, args.budget / 2,
+                inference.executable_timing(build, program, [x], args.budget / 2,
                                             args.compile_timeout)
         except (OSError, ValueError, subprocess.SubprocessError) as e:
             notes['executable'] = 'run failed: %s' % e

@@ -239,7 +239,6 @@ def executable_worker(args):
     path = os.path.join(args.dir, file_name(args.model, args.exporter, 1))
     program = build_program(path)
     inputs = load_inputs(args.dir, args.model, 1, program)
-    x = next(iter(inputs.values()))
     built = os.path.join(args.build_dir, 'model')
     if os.path.exists(built):
         build = inference.NativeBuild(args.build_dir, executable=built)
@@ -247,7 +246,8 @@ def executable_worker(args):
         build = inference.build_executable(program, args.build_dir, 900, make_variables=())
         if build.executable is None:
             return {'failure': build.failure}
-    mean_ms, best_ms, _ = inference.executable_timing(build, program, x, args.budget, 900)
+    mean_ms, best_ms, _ = inference.executable_timing(build, program, list(inputs.values()),
+                                                      args.budget, 900)
     native = _median_ms(native_call(Executor(program, backend='native'), inputs), args.budget)
     return {'executable_mean_ms': mean_ms, 'executable_best_ms': best_ms,
             'native_ms': native, 'compile_s': build.compile_s}

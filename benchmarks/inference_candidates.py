@@ -165,23 +165,29 @@ def parse_iterations(stdout):
     return int(found.group(1)), float(found.group(2)), float(found.group(3))
 
 
-def _run_executable(build, input_file, iterations, timeout_s):
+def _run_executable(build, input_files, iterations, timeout_s):
     out_dir = os.path.join(build.directory, 'out')
     done = subprocess.run([build.executable, '--iterations', str(iterations), '-o', out_dir,
-                           input_file], capture_output=True, text=True, timeout=timeout_s,
+                           *input_files], capture_output=True, text=True, timeout=timeout_s,
                           check=True)
     return parse_iterations(done.stdout)
 
 
-def executable_timing(build, program, x, budget_s, timeout_s):
+def executable_timing(build, program, inputs, budget_s, timeout_s):
     """(mean ms, best ms, first output) of the built executable timing
-    itself with ``--iterations``: a short run estimates the time per call,
-    the second's count fills ``budget_s`` like timing.time_interleaved."""
-    input_file = os.path.join(build.directory, 'in.npy')
-    numpy.save(input_file, x)
-    _, estimate_ms, _ = _run_executable(build, input_file, 3, timeout_s)
+    itself with ``--iterations`` on ``inputs`` (one array per graph input,
+    in graph-input order): a short run estimates the time per call, the
+    second's count fills ``budget_s`` like timing.time_interleaved."""
+    if len(inputs) != len(program.inputs):
+        raise ValueError('%d inputs for the executable, whose graph has %d'
+                         % (len(inputs), len(program.inputs)))
+    input_files = []
+    for k, x in enumerate(inputs):
+        input_files.append(os.path.join(build.directory, 'in_%d.npy' % k))
+        numpy.save(input_files[-1], x)
+    _, estimate_ms, _ = _run_executable(build, input_files, 3, timeout_s)
     _, mean_ms, best_ms = _run_executable(
-        build, input_file, repetitions(budget_s, estimate_ms / 1e3), timeout_s)
+        build, input_files, repetitions(budget_s, estimate_ms / 1e3), timeout_s)
     # main.c names output files after the output, other characters as '_'.
     name = re.sub(r'[^A-Za-z0-9_.-]', '_', program.outputs[0].name)
     return mean_ms, best_ms, numpy.load(os.path.join(build.directory, 'out', name + '.npy'))

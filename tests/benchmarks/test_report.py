@@ -195,25 +195,29 @@ def test_repetitions_fill_the_budget_within_bounds():
     assert repetitions(1.0, 0.0) == 300
 
 
-def _program(op, **attrs):
-    node = helper.make_node(op, ['x'], ['y'], **attrs)
+def _program(op, inputs=('x',), **attrs):
+    node = helper.make_node(op, list(inputs), ['y'], **attrs)
     graph = helper.make_graph(
-        [node], 'g', [helper.make_tensor_value_info('x', TensorProto.FLOAT, [2, 3])],
+        [node], 'g', [helper.make_tensor_value_info(n, TensorProto.FLOAT, [2, 3]) for n in inputs],
         [helper.make_tensor_value_info('y', TensorProto.FLOAT, [2, 3])])
     return build_program(helper.make_model(graph, opset_imports=[helper.make_opsetid('', 13)]))
 
 
 @pytest.mark.native_build
 def test_executable_is_built_and_times_itself(tmp_path):
-    program = _program('Relu')
+    # Two inputs: each reaches the executable, in graph-input order.
+    program = _program('Sub', inputs=('x', 'z'))
     build = inference.build_executable(program, str(tmp_path / 'c'), timeout_s=120)
     assert build.failure is None, build.failure
     assert build.emit_s > 0 and build.compile_s > 0 and build.arena_bytes >= 0
     x = numpy.array([[-1, 2, -3], [4, -5, 6]], numpy.float32)
-    mean_ms, best_ms, y = inference.executable_timing(build, program, x, budget_s=0.01,
+    z = numpy.full((2, 3), 0.5, numpy.float32)
+    mean_ms, best_ms, y = inference.executable_timing(build, program, [x, z], budget_s=0.01,
                                                       timeout_s=60)
     assert 0 <= best_ms <= mean_ms
-    numpy.testing.assert_array_equal(y, numpy.maximum(x, 0))
+    numpy.testing.assert_array_equal(y, x - z)
+    with pytest.raises(ValueError, match='1 inputs for the executable, whose graph has 2'):
+        inference.executable_timing(build, program, [x], budget_s=0.01, timeout_s=60)
 
 
 def test_refused_program_is_reported_not_raised(tmp_path):
