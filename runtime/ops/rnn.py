@@ -287,12 +287,20 @@ def _activation_pairs(xp, names, alphas, betas, num_directions, per_direction):
     return [pairs[d * per_direction:(d + 1) * per_direction] for d in range(num_directions)]
 
 
-def _clip_grad(xp, clip):
-    """(clip function, gradient mask function) of the cell clip."""
-    if clip is None:
-        return (lambda x: x), None
-    return (lambda x: xp.clip(x, -clip, clip)), \
-        (lambda x: ((x >= -clip) & (x <= clip)).astype(x.dtype))
+def _activation_with_slope(xp, clip):
+    """``act(fn, dfn, pre) -> (fn(clip(pre)), d fn(clip(pre)) / d pre)``: an
+    activation of the clipped pre-activation with its slope, zero where the
+    cell clip cut ``pre``."""
+    clipped = _clipper(xp, clip)
+
+    def act(fn, dfn, pre):
+        z = clipped(pre)
+        a = fn(z)
+        slope = dfn(z, a)
+        if clip is None:
+            return a, slope
+        return a, slope * ((pre >= -clip) & (pre <= clip)).astype(pre.dtype)
+    return act
 
 
 def _through_time(xp, cell_grad, X, W, R, B, sequence_lens, initial_states, Y, gY, g_finals,
@@ -386,15 +394,12 @@ def rnn_grad(xp, X, W, R, B=None, sequence_lens=None, initial_h=None, Y=None, gY
     num_directions = 2 if direction == 'bidirectional' else 1
     pairs = _activation_pairs(xp, activations, activation_alpha, activation_beta,
                               num_directions, 1)
-    clipped, clip_mask = _clip_grad(xp, clip)
+    act = _activation_with_slope(xp, clip)
 
     def cell_grad(d, x_proj, hs, states0, mask, gy, g_final, R_d, Rb):
         ((f, df),) = pairs[d]
         pre = x_proj + xp.matmul(hs, R_d.T) + Rb
-        z = clipped(pre)
-        slope = df(z, f(z))
-        if clip_mask is not None:
-            slope = slope * clip_mask(pre)
+        _, slope = act(f, df, pre)
         g_pre = xp.empty_like(pre)
         dh = _zeros_or(xp, g_final[0], states0[0])
         for t in range(len(pre) - 1, -1, -1):
@@ -426,13 +431,7 @@ def gru_grad(xp, X, W, R, B=None, sequence_lens=None, initial_h=None, Y=None, gY
     num_directions = 2 if direction == 'bidirectional' else 1
     pairs = _activation_pairs(xp, activations, activation_alpha, activation_beta,
                               num_directions, 2)
-    clipped, clip_mask = _clip_grad(xp, clip)
-
-    def act(fn, dfn, pre):
-        z = clipped(pre)
-        a = fn(z)
-        slope = dfn(z, a)
-        return a, (slope if clip_mask is None else slope * clip_mask(pre))
+    act = _activation_with_slope(xp, clip)
 
     def cell_grad(d, x_proj, hs, states0, mask, gy, g_final, R_d, Rb):
         (f, df), (g, dg) = pairs[d]
@@ -505,14 +504,8 @@ def lstm_grad(xp, X, W, R, B=None, sequence_lens=None, initial_h=None, initial_c
     num_directions = 2 if direction == 'bidirectional' else 1
     pairs = _activation_pairs(xp, activations, activation_alpha, activation_beta,
                               num_directions, 3)
-    clipped, clip_mask = _clip_grad(xp, clip)
+    act = _activation_with_slope(xp, clip)
     gP = None if P is None else xp.zeros_like(P)
-
-    def act(fn, dfn, pre):
-        z = clipped(pre)
-        a = fn(z)
-        slope = dfn(z, a)
-        return a, (slope if clip_mask is None else slope * clip_mask(pre))
 
     def cell_grad(d, x_proj, hs, states0, mask, gy, g_final, R_d, Rb):
         (f, df), (g, dg), (h_act, dh_act) = pairs[d]
