@@ -7,6 +7,7 @@
 #endif
 #include <assert.h>
 #include <math.h>
+#include <string.h>
 
 #include "ccn_pooling.h"
 
@@ -119,6 +120,128 @@ CCN_ALWAYS_INLINE void pool_columns(float *restrict o, const float *restrict m, 
         POOL_COLUMNS(stride_w, max_nan);
 }
 
+static inline long min_long(long a, long b)
+{
+    return a < b ? a : b;
+}
+
+/* Outputs per chunk of pool_chunk: a vector of 8 (two of SSE's). */
+#define POOL_CHUNK 8
+typedef float v8 __attribute__((vector_size(POOL_CHUNK * sizeof(float))));
+typedef int32_t i8 __attribute__((vector_size(POOL_CHUNK * sizeof(float))));
+#if defined(__clang__) || __GNUC__ >= 12
+#define SHUFFLE8(a, b, ...) __builtin_shufflevector(a, b, __VA_ARGS__)
+#else
+#define SHUFFLE8(a, b, ...) __builtin_shuffle(a, b, (i8){__VA_ARGS__})
+#endif
+
+static inline v8 load8(const float *p)
+{
+    v8 v;
+    memcpy(&v, p, sizeof v);
+    return v;
+}
+
+/* max_nan and add, lane by lane. */
+static inline v8 max_nan8(v8 m, v8 v)
+{
+    const i8 take = (v > m) | (v != v);
+    return (v8)(((i8)v & take) | ((i8)m & ~take));
+}
+
+static inline v8 add8(v8 s, v8 v)
+{
+    return s + v;
+}
+
+/* The maxima (average: sums) down `rows` rows (step apart) of the 8
+ * columns at r. */
+CCN_ALWAYS_INLINE v8 down8(const float *r, long step, long rows, int average)
+{
+    v8 d = load8(r);
+    for (long kh = 1; kh < rows; kh++)
+        d = average ? d + load8(r + kh * step) : max_nan8(d, load8(r + kh * step));
+    return d;
+}
+
+CCN_ALWAYS_INLINE v8 join8(v8 a, v8 b, int average)
+{
+    return average ? a + b : max_nan8(a, b);
+}
+
+/* Whether pool_run takes windows of KW columns at stride_w (dilation 1):
+ * those of the models' MaxPools and AveragePools. */
+static inline int chunked(long KW, long stride_w, long dil_w)
+{
+    return dil_w == 1 && (KW == 2 || KW == 3) && (stride_w == 1 || stride_w == 2);
+}
+
+/* n >= POOL_CHUNK outputs at o of one row whose windows (a shape that
+ * `chunked` takes) have every tap inside the plane: their `rows` rows
+ * (step apart) start at r.  By chunks of POOL_CHUNK outputs, the last
+ * overlapping the one before (writing the same values again), so that no
+ * loop has a row's length (pool_rows' scalar tails took most of a 13-wide
+ * output row): at stride 1 each column offset down the rows; at stride 2
+ * 16 columns down the rows, then their even and odd lanes (and, KW 3, the
+ * evens one further, column 16 from the next chunk's first vector). */
+CCN_ALWAYS_INLINE void pool_run_of(float *o, const float *r, long step, long rows, long n,
+                                   long KW, long stride_w, int average)
+{
+    v8 a = down8(r, step, rows, average);
+    for (long j = 0; j < n; j += POOL_CHUNK) {
+        const long at = j + POOL_CHUNK <= n ? j : n - POOL_CHUNK;
+        const float *q = r + at * stride_w;
+        v8 out, next = a;
+        if (stride_w == 1) {
+            out = join8(down8(q, step, rows, average), down8(q + 1, step, rows, average),
+                        average);
+            if (KW == 3)
+                out = join8(out, down8(q + 2, step, rows, average), average);
+            memcpy(o + at, &out, sizeof out);
+            continue;
+        }
+        if (at != j)  /* the overlapping last chunk */
+            a = down8(q, step, rows, average);
+        const v8 b = down8(q + 8, step, rows, average);
+        out = join8(SHUFFLE8(a, b, 0, 2, 4, 6, 8, 10, 12, 14),
+                    SHUFFLE8(a, b, 1, 3, 5, 7, 9, 11, 13, 15), average);
+        /* The next chunk's first vector, when that chunk is a whole one. */
+        const int carry = at + 2 * POOL_CHUNK <= n;
+        if (carry)
+            next = down8(q + 16, step, rows, average);
+        if (KW == 3) {  /* columns 2, 4, .. 16 */
+            const v8 t = SHUFFLE8(a, b, 2, 4, 6, 8, 10, 12, 14, 14);
+            out = join8(out, carry ? SHUFFLE8(t, next, 0, 1, 2, 3, 4, 5, 6, 8)
+                                   : SHUFFLE8(t, down8(q + 9, step, rows, average),
+                                              0, 1, 2, 3, 4, 5, 6, 15), average);
+        }
+        memcpy(o + at, &out, sizeof out);
+        a = next;
+    }
+}
+
+CCN_ALWAYS_INLINE void pool_run(float *o, const float *r, long step, long rows, long n, long KW,
+                                long stride_w, int average)
+{
+    if (average)
+        pool_run_of(o, r, step, rows, n, KW, stride_w, 1);
+    else
+        pool_run_of(o, r, step, rows, n, KW, stride_w, 0);
+}
+
+/* The maximum (average: sum) of the taps inside the row of W columns of
+ * a window of KW columns from column c0 (dilation 1), `rows` rows (step
+ * apart) from r: an output at the padding's or ceil_mode's edge. */
+CCN_ALWAYS_INLINE float pool_edge(const float *r, long step, long rows, long c0, long KW,
+                                  long W, int average)
+{
+    float acc = average ? 0.0f : -INFINITY;
+    for (long c = c0 < 0 ? 0 : c0; c < c0 + KW && c < W; c++)
+        for (long kh = 0; kh < rows; kh++)
+            acc = average ? acc + r[kh * step + c] : max_nan(acc, r[kh * step + c]);
+    return acc;
+}
+
 /* How many of the K taps o*stride - pad + k (k < K) fall in [lo, hi). */
 static long taps_within(long o, long stride, long pad, long K, long lo, long hi)
 {
@@ -135,11 +258,14 @@ static inline long columns_in(const ccn_pool_geometry *g, long ow, long lo, long
 
 /* Pooling is separable: per output row, the maxima or sums down the
  * window's in-bounds rows (contiguous loads), then across each window's
- * columns, in chunks of output columns whose span of input columns fits
- * MAX_SPAN (wider windows go to ccn_pool3d).  An average divides by the
- * count of its taps inside the input (with count_include_pad, inside the
- * explicit padding; ceil_mode's extra windows reach past it: those taps
- * never count), rows times columns. */
+ * columns.  The outputs whose windows have every column inside the row
+ * go by pool_chunk, the last chunk overlapping the one before (it writes
+ * the same values again); the others (the padding's and ceil_mode's edges,
+ * other windows) in chunks whose span of input columns fits MAX_SPAN
+ * (wider windows go to ccn_pool3d).  An average divides by the count of
+ * its taps inside the input (with count_include_pad, inside the explicit
+ * padding; ceil_mode's extra windows reach past it: those taps never
+ * count), rows times columns. */
 CCN_ALWAYS_INLINE void pool2d_rows(void *context, long begin, long end)
 {
     const pool2d_call *a = context;
@@ -151,36 +277,60 @@ CCN_ALWAYS_INLINE void pool2d_rows(void *context, long begin, long end)
     const int padded = g->count_include_pad;
     const long rows_lo = padded ? -g->pad_top : 0, rows_hi = H + (padded ? g->pad_bottom : 0);
     const long cols_lo = padded ? -g->pad_left : 0, cols_hi = W + (padded ? g->pad_right : 0);
+    /* Outputs [inner0, inner1) have every window column inside the row. */
+    const long inner0 = (g->pad_left + stride_w - 1) / stride_w;
+    const long inner_hi = W - reach + g->pad_left;
+    const long inner1 = inner_hi < 0 ? 0 : min_long(inner_hi / stride_w + 1, OW);
+    const int by_chunks = chunked(KW, stride_w, dil_w) && inner1 - inner0 >= POOL_CHUNK;
     float m[MAX_SPAN];
     for (long p = begin; p < end; p++) {
         const float *in = a->x + p * H * W;
         for (long oh = 0; oh < OH; oh++) {
             float *o = a->y + (p * OH + oh) * OW;
             const long ih0 = oh * stride_h - g->pad_top;
+            /* The window's rows inside the plane: [k0, k1). */
+            long k0 = 0, k1 = KH;
+            while (k0 < KH && ih0 + k0 * dil_h < 0)
+                k0++;
+            while (k1 > k0 && ih0 + (k1 - 1) * dil_h >= H)
+                k1--;
+            if (by_chunks && k1 > k0) {
+                /* The outputs with every window column inside by pool_run,
+                 * those at the edges one by one. */
+                const float *r = in + (ih0 + k0 * dil_h) * W;
+                const long step = dil_h * W, rows = k1 - k0;
+                for (long ow = 0; ow < inner0; ow++)
+                    o[ow] = pool_edge(r, step, rows, ow * stride_w - g->pad_left, KW, W,
+                                      a->average);
+                pool_run(o + inner0, r + inner0 * stride_w - g->pad_left, step, rows,
+                         inner1 - inner0, KW, stride_w, a->average);
+                for (long ow = inner1; ow < OW; ow++)
+                    o[ow] = pool_edge(r, step, rows, ow * stride_w - g->pad_left, KW, W,
+                                      a->average);
+            } else
+                for (long ow0 = 0; ow0 < OW; ow0 += chunk) {
+                    const long ow1 = min_long(ow0 + chunk, OW);
+                    const long c0 = ow0 * stride_w - g->pad_left;
+                    pool_rows(m, in, H, W, c0, (ow1 - 1 - ow0) * stride_w + reach, ih0, KH,
+                              dil_h, a->average);
+                    pool_columns(o + ow0, m, ow1 - ow0, stride_w, KW, dil_w, a->average);
+                }
+            if (!a->average)
+                continue;
+            /* Windows [in0, in1) have all KW columns inside: one divisor,
+             * a loop that vectorises (a count per output left it scalar). */
             const long rows = taps_within(oh, stride_h, g->pad_top, KH, rows_lo, rows_hi);
-            for (long ow0 = 0; ow0 < OW; ow0 += chunk) {
-                const long ow1 = ow0 + chunk < OW ? ow0 + chunk : OW;
-                const long c0 = ow0 * stride_w - g->pad_left;
-                pool_rows(m, in, H, W, c0, (ow1 - 1 - ow0) * stride_w + reach, ih0, KH, dil_h,
-                          a->average);
-                pool_columns(o + ow0, m, ow1 - ow0, stride_w, KW, dil_w, a->average);
-                if (!a->average)
-                    continue;
-                /* Windows [in0, in1) have all KW columns inside: one divisor,
-                 * a loop that vectorises (a count per output left it scalar). */
-                const long in0 = (cols_lo + g->pad_left + stride_w - 1) / stride_w;
-                const long reach_hi = cols_hi + g->pad_left - KW;
-                const long in1 = reach_hi < 0 ? 0 : reach_hi / stride_w + 1;
-                const long i0 = in0 > ow0 ? (in0 < ow1 ? in0 : ow1) : ow0;
-                const long i1 = in1 > i0 ? (in1 < ow1 ? in1 : ow1) : i0;
-                const float full = (float)(rows * KW);
-                for (long ow = i0; ow < i1; ow++)
-                    o[ow] /= full;
-                for (long ow = ow0; ow < i0; ow++)
-                    o[ow] /= (float)(rows * columns_in(g, ow, cols_lo, cols_hi));
-                for (long ow = i1; ow < ow1; ow++)
-                    o[ow] /= (float)(rows * columns_in(g, ow, cols_lo, cols_hi));
-            }
+            const long in0 = (cols_lo + g->pad_left + stride_w - 1) / stride_w;
+            const long reach_hi = cols_hi + g->pad_left - KW;
+            const long in1 = reach_hi < 0 ? 0 : reach_hi / stride_w + 1;
+            const long d0 = in0 < OW ? in0 : OW, d1 = in1 > d0 ? (in1 < OW ? in1 : OW) : d0;
+            const float full = (float)(rows * KW);
+            for (long ow = d0; ow < d1; ow++)
+                o[ow] /= full;
+            for (long ow = 0; ow < d0; ow++)
+                o[ow] /= (float)(rows * columns_in(g, ow, cols_lo, cols_hi));
+            for (long ow = d1; ow < OW; ow++)
+                o[ow] /= (float)(rows * columns_in(g, ow, cols_lo, cols_hi));
         }
     }
 }

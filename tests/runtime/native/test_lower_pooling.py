@@ -44,6 +44,24 @@ AVERAGE_POOLS = [
     {'kernel_shape': [5, 4], 'strides': [3, 1], 'pads': [2, 3, 1, 0], 'ceil_mode': 1},
 ]
 
+#: Pools of a (1, 2, 11, 38) input whose rows have 8 or more outputs with
+#: every window column inside: those go by chunks of 8 (the last one
+#: overlapping), the padding's and ceil_mode's edges one by one.
+CHUNKED_POOLS = [
+    ('MaxPool', {'kernel_shape': [3, 3], 'strides': [2, 2], 'ceil_mode': 1}),  # edge right
+    ('MaxPool', {'kernel_shape': [3, 3], 'strides': [2, 2], 'pads': [1, 1, 1, 1]}),
+    ('MaxPool', {'kernel_shape': [2, 2], 'strides': [2, 2], 'ceil_mode': 1}),
+    ('MaxPool', {'kernel_shape': [3, 3], 'pads': [1, 1, 1, 1]}),  # stride 1
+    ('MaxPool', {'kernel_shape': [3, 2], 'strides': [1, 1], 'dilations': [2, 1]}),
+    ('MaxPool', {'kernel_shape': [3, 3], 'strides': [2, 2], 'pads': [2, 1, 0, 0]}),
+    ('AveragePool', {'kernel_shape': [3, 3], 'strides': [2, 2], 'pads': [1, 1, 1, 1],
+                     'ceil_mode': 1}),
+    ('AveragePool', {'kernel_shape': [3, 3], 'strides': [2, 2], 'pads': [1, 1, 1, 1],
+                     'count_include_pad': 1}),
+    ('AveragePool', {'kernel_shape': [2, 2], 'strides': [2, 2]}),
+    ('AveragePool', {'kernel_shape': [3, 2], 'pads': [1, 1, 1, 0]}),
+]
+
 
 @pytest.mark.native_build
 def test_max_pool_rows_then_columns_and_global_average_lanes():
@@ -62,19 +80,26 @@ def test_max_pool_rows_then_columns_and_global_average_lanes():
               helper.make_node('ReduceMean', ['x'], ['r1'], axes=[-1], keepdims=0),
               helper.make_node('ReduceMean', ['x'], ['r2'], axes=[3, 1, 2]),
               helper.make_node('ReduceMean', ['x'], ['r3'], axes=[1])]
+    nodes += [helper.make_node(op, ['u'], ['c%d' % k], **attrs)
+              for k, (op, attrs) in enumerate(CHUNKED_POOLS)]
+    # 3x3 stride 2 over 17 columns: one chunk of 8 outputs, no edge.
+    nodes += [helper.make_node('MaxPool', ['v'], ['one'], kernel_shape=[3, 3], strides=[2, 2])]
     outputs = [(node.output[0], F32, None) for node in nodes]  # shapes inferred
+    shapes = {'x': (2, 3, 12, 13), 't': (1, 2, 1, 3), 'u': (1, 2, 11, 38), 'v': (1, 1, 5, 17)}
     model = onnx.shape_inference.infer_shapes(
-        make_model(nodes, [('x', F32, (2, 3, 12, 13)), ('t', F32, (1, 2, 1, 3))], outputs,
+        make_model(nodes, [(name, F32, shape) for name, shape in shapes.items()], outputs,
                    opset=13))
-    x = rng.randn(2, 3, 12, 13).astype(F32)
-    t = rng.randn(1, 2, 1, 3).astype(F32)
-    check_native(model, [x, t])
+    x, t, u, v = (rng.randn(*shape).astype(F32) for shape in shapes.values())
+    check_native(model, [x, t, u, v])
     # A NaN wins its windows, as in the VM (NumPy's maximum); before, the
     # native kernel skipped it.  onnxruntime's max drops NaN: not compared.
     x[1, 2, 4, 4] = numpy.nan
-    got = check_native(model, [x, t], onnxruntime_check=False)
+    u[0, 1, 4, 20] = u[0, 0, 3, 37] = numpy.nan  # a chunk's column 16; ceil_mode's edge
+    got = check_native(model, [x, t, u, v], onnxruntime_check=False)
     assert numpy.isnan(got[0][1, 2, 1:3, 1:3]).all()
     assert numpy.isnan(got[0]).sum() == 4
+    chunked = got[len(MAX_POOLS) + len(AVERAGE_POOLS) + 7]  # 3x3 stride 2, ceil_mode
+    assert numpy.isnan(chunked[0, 1, 1:3, 9:11]).all() and numpy.isnan(chunked[0, 0, 1:2, 18])
 
 
 @pytest.mark.native_build
