@@ -21,7 +21,11 @@ Executor never imports it, the compiler when it fuses.
   Flatten, Squeeze or Unsqueeze that alone reads it, becomes that
   instruction's ``activation`` attribute (``activation_alpha`` for
   LeakyRelu's slope), which the kernels apply as they store the product;
-  a Gemm so fused becomes FusedGemm, as in the VM's own fusion.
+  a Gemm so fused becomes FusedGemm, as in the VM's own fusion.  On the
+  native backend one of NORM_EPILOGUES so reading an inference
+  BatchNormalization becomes its epilogue too (DenseNet's pre-activation
+  BatchNormalization and Relu, which no Conv before it can fold: one pass
+  over the tensor instead of two).
 * An Add of another float32 tensor of exactly the output's shape (no
   broadcasting) that alone reads a 2-D Conv's output (a ResNet block's
   residual) becomes that Conv's fourth input, which its product starts
@@ -81,6 +85,9 @@ _GELU_VERSION = 20  # the first with Gelu
 #: an element-wise activation after one may be applied before it.
 _SHAPE_VIEWS = ('Reshape', 'Flatten', 'Squeeze', 'Unsqueeze')
 _BATCH_NORM_GRAD = CUSTOM_DOMAIN + '::BatchNormalizationGrad'
+#: The epilogues an inference BatchNormalization applies (the simple ones
+#: of ccn_gemm.h's ccn_activate_simple; lowerings/normalization.py).
+NORM_EPILOGUES = ('Relu', 'LeakyRelu', 'HardSwish', 'Clip')
 #: Most keys (columns of the scores) a fused attention takes: its kernel
 #: holds blocks of at least 16 rows of scores in a 256 KiB stack buffer
 #: (CCN_ATTENTION_BLOCK, ccn_attention.c; CCN_ATTENTION_KEYS there).
@@ -182,7 +189,8 @@ class _Fuser:
                 changed |= self._apply('fuse_attention', i) or self._apply('fuse_bias', i)
             if self.insts[i] is None:
                 continue
-            if inst.op in ('Conv', 'Gemm', 'MatMul'):
+            if inst.op in ('Conv', 'Gemm', 'MatMul') or (
+                    inst.op == 'BatchNormalization' and self._inference(inst)):
                 changed |= self._apply('fuse_activation', i)
             if inst.op == 'Sigmoid':
                 changed |= self._apply('fuse_swish', i)
@@ -505,6 +513,7 @@ class _Fuser:
         act = None if j is None else self.insts[j]
         if j is None or act is None or act.domain not in _DEFAULT_DOMAINS \
                 or not epilogue_fuses(self.backend, inst.op, act.op) \
+                or (inst.op == 'BatchNormalization' and act.op not in NORM_EPILOGUES) \
                 or 'activation' in inst.attrs:
             return False
         attrs = dict(inst.attrs, activation=act.op)

@@ -8,7 +8,7 @@
 
 CCN_ALWAYS_INLINE void batchnorm(long N, long C, long S, float epsilon, const float *x,
                                  const float *scale, const float *bias, const float *mean,
-                                 const float *var, float *y)
+                                 const float *var, int act, float act_alpha, float *y)
 {
     for (long c = 0; c < C; c++) {
         /* y = (x - mean) / sqrt(var + eps) * scale + bias = x * k + d */
@@ -17,8 +17,16 @@ CCN_ALWAYS_INLINE void batchnorm(long N, long C, long S, float epsilon, const fl
         for (long n = 0; n < N; n++) {
             const float *in = x + (n * C + c) * S;
             float *out = y + (n * C + c) * S;
+            if (act == CCN_ACT_RELU) { /* pre-activation's: one pass, not two */
+                for (long s = 0; s < S; s++) {
+                    const float v = in[s] * k + d;
+                    out[s] = v > 0.0f ? v : 0.0f;
+                }
+                continue;
+            }
             for (long s = 0; s < S; s++)
                 out[s] = in[s] * k + d;
+            ccn_activate_simple(S, out, act, act_alpha); /* on the row still in cache */
         }
     }
 }
@@ -27,8 +35,9 @@ CCN_ALWAYS_INLINE void batchnorm(long N, long C, long S, float epsilon, const fl
  * standardize_range's rows. */
 CCN_LEVELS(, ccn_batchnorm, batchnorm,
            (long N, long C, long S, float epsilon, const float *x, const float *scale,
-            const float *bias, const float *mean, const float *var, float *y),
-           (N, C, S, epsilon, x, scale, bias, mean, var, y))
+            const float *bias, const float *mean, const float *var, int act, float act_alpha,
+            float *y),
+           (N, C, S, epsilon, x, scale, bias, mean, var, act, act_alpha, y))
 
 /* The sum of the S values EXPR(in[i]) (a double expression of v) in 8
  * running double sums, which vectorise where one sum's chain of dependent

@@ -5,12 +5,17 @@
 #define CCN_NORMALIZATION_H
 
 #include "ccn_common.h"
+#include "ccn_gemm.h" /* the epilogues (CCN_ACT_*) */
 
 CCN_BEGIN_DECLS
 
-/* Inference BatchNormalization over axis 1 of an (N, C, S) array. */
+/* Inference BatchNormalization over axis 1 of an (N, C, S) array, then the
+ * epilogue act (CCN_ACT_* of ccn_gemm.h: those ccn_activate_simple
+ * applies, NONE, RELU, LEAKY_RELU, HARD_SWISH or CLIP; act_alpha its
+ * slope or bound). */
 void ccn_batchnorm(long N, long C, long S, float epsilon, const float *x, const float *scale,
-                   const float *bias, const float *mean, const float *var, float *y);
+                   const float *bias, const float *mean, const float *var, int act,
+                   float act_alpha, float *y);
 
 /* Training BatchNormalization over axis 1 of an (N, C, S) array: y is x
  * normalised with the batch's mean and population variance, then scaled

@@ -10,7 +10,9 @@ from ...ops.opset_rules import batch_norm_trains
 from ...ops.registry import CUSTOM_DOMAIN
 from ...program import NO_REGISTER
 from ..cformat import cfloat, clist
+from ..fusion import NORM_EPILOGUES
 from ..lowering import Refuse, Step, lowers
+from .connection import activation
 from .math import broadcast_strides
 from .reduction import reduce_lines
 
@@ -28,11 +30,16 @@ def batch_norm(em, inst) -> Step:
     for k in range(1, 5):
         _per_channel(em, inst, k, sx[1])
     eps = float(a['epsilon'])
+    # An activation fused after it (fusion.py): one the kernel applies.
+    if a.get('activation', NORM_EPILOGUES[0]) not in NORM_EPILOGUES:
+        raise Refuse('activation %r is not one of %s' % (a['activation'],
+                                                         ', '.join(NORM_EPILOGUES)))
+    act, act_alpha = activation(inst)
 
     def render(ref, scratch):
-        return ['ccn_batchnorm(%d, %d, %d, %s, %s, %s, %s, %s, %s, %s);' % (
+        return ['ccn_batchnorm(%d, %d, %d, %s, %s, %s, %s, %s, %s, %s, %s, %s);' % (
             sx[0], sx[1], math.prod(sx[2:]), cfloat(eps),
-            *(ref(r) for r in inst.inputs[:5]), ref(inst.outputs[0]))]
+            *(ref(r) for r in inst.inputs[:5]), act, cfloat(act_alpha), ref(inst.outputs[0]))]
     return Step('normalization', [sx] + [None] * (len(inst.outputs) - 1), render,
                 in_place=(0,))
 

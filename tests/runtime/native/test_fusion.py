@@ -32,12 +32,28 @@ def _ops(program):
     return [(inst.op, inst.attrs.get('activation')) for inst in program.instructions]
 
 
+def _pre_activations(rng):
+    """Pre-activation BatchNormalizations (DenseNet's: no product before
+    them to fold into) on an input of odd sizes, each followed by one of
+    fusion.NORM_EPILOGUES: nodes, initializers, input and output."""
+    node = helper.make_node
+    nodes = [_bn('o', 'e', 'o1'), node('Relu', ['o1'], ['o2']),
+             _bn('o2', 'f', 'o3'), node('LeakyRelu', ['o3'], ['o4'], alpha=0.3),
+             _bn('o4', 'k', 'o5', epsilon=1e-3), node('HardSwish', ['o5'], ['o6']),
+             _bn('o6', 'l', 'o7'), node('Clip', ['o7', 'lo', 'hi'], ['z'])]
+    inits = {'lo': F32(0), 'hi': F32(0.5), **{k: v for p in 'efkl'
+                                              for k, v in _bn_params(rng, p, 3).items()}}
+    return nodes, inits, ('o', F32, [2, 3, 5, 7]), ('z', F32, [2, 3, 5, 7])
+
+
 @pytest.mark.native_build
 def test_conv_bn_relu_and_gemm_bn_leaky_relu():
     """Conv(no bias)-BN-Relu and Conv(bias)-BN become one Conv each; Gemm
-    (transB, bias)-BN-LeakyRelu one FusedGemm; values unchanged."""
+    (transB, bias)-BN-LeakyRelu one FusedGemm; a BN reading no product
+    takes the activation after it (each NORM_EPILOGUES); values unchanged."""
     rng = numpy.random.RandomState(0)
     node = helper.make_node
+    pre, pre_inits, pre_input, pre_output = _pre_activations(rng)
     nodes = [node('Conv', ['x', 'w1'], ['c1'], pads=[1, 1, 1, 1]),
              _bn('c1', 'p', 'n1', epsilon=1e-3),
              node('Relu', ['n1'], ['r1']),
@@ -45,19 +61,44 @@ def test_conv_bn_relu_and_gemm_bn_leaky_relu():
              _bn('c2', 'q', 'y1'),
              node('Gemm', ['a', 'g', 'gb'], ['h'], transB=1, beta=0.5),
              _bn('h', 'u', 'hn'),
-             node('LeakyRelu', ['hn'], ['y2'], alpha=0.2)]
+             node('LeakyRelu', ['hn'], ['y2'], alpha=0.2)] + pre
     inits = {'w1': _rand(rng, 6, 3, 3, 3), 'w2': _rand(rng, 4, 6, 1, 1), 'b2': _rand(rng, 4),
              'g': _rand(rng, 5, 7), 'gb': _rand(rng, 5), **_bn_params(rng, 'p', 6),
-             **_bn_params(rng, 'q', 4), **_bn_params(rng, 'u', 5)}
-    inputs = [('x', F32, [2, 3, 6, 6]), ('a', F32, [3, 7])]
-    model = make_model(nodes, inputs, [('y1', F32, [2, 4, 6, 6]), ('y2', F32, [3, 5])], inits)
+             **_bn_params(rng, 'q', 4), **_bn_params(rng, 'u', 5), **pre_inits}
+    inputs = [('x', F32, [2, 3, 6, 6]), ('a', F32, [3, 7]), pre_input]
+    model = make_model(nodes, inputs, [('y1', F32, [2, 4, 6, 6]), ('y2', F32, [3, 5]),
+                                       pre_output], inits, opset=14)  # HardSwish
     program = build_program(model, fuse=False)
     fused = fuse(program)
-    assert _ops(fused) == [('Conv', 'Relu'), ('Conv', None), ('FusedGemm', 'LeakyRelu')]
+    assert _ops(fused) == [('Conv', 'Relu'), ('Conv', None), ('FusedGemm', 'LeakyRelu')] + [
+        ('BatchNormalization', a) for a in ('Relu', 'LeakyRelu', 'HardSwish', 'Clip')]
     assert fused.instructions[2].attrs['activation_alpha'] == numpy.float32(0.2)
     assert fused.instructions[2].attrs['beta'] == 1.0
-    assert len(program.instructions) == 8  # the input Program is left alone
-    check_native(model, [_rand(rng, *s) for _, _, s in inputs], atol=1e-4)
+    assert [i.attrs.get('activation_alpha') for i in fused.instructions[3:]] == [
+        None, numpy.float32(0.3), None, 0.5]
+    assert len(program.instructions) == 16  # the input Program is left alone
+    # Values around the activations' kinks (HardSwish's at -3 and 3).
+    feeds = [_rand(rng, *s) for _, _, s in inputs]
+    feeds[2] *= 4
+    check_native(model, feeds, atol=1e-4)
+
+
+def test_batch_norm_epilogues_native_only():
+    """The VM's BatchNormalization applies no activation: only the native
+    fusion makes one its epilogue, and only an inference one's, of
+    NORM_EPILOGUES."""
+    rng = numpy.random.RandomState(4)
+    node = helper.make_node
+    pre, inits, pre_input, pre_output = _pre_activations(rng)
+    nodes = pre + [_bn('z', 'e', 's1'), node('Sigmoid', ['s1'], ['s2']),
+                   _bn('s2', 'f', 't1', training_mode=1), node('Relu', ['t1'], ['t2'])]
+    model = make_model(nodes, [pre_input], [('t2', F32, [2, 3, 5, 7])], inits, opset=15)
+    program = build_program(model, fuse=False)
+    assert fuse(program, 'vm') is program
+    # Sigmoid is no NORM_EPILOGUES; the last BatchNormalization trains.
+    assert _ops(fuse(program))[3:] == [
+        ('BatchNormalization', 'Clip'), ('BatchNormalization', None), ('Sigmoid', None),
+        ('BatchNormalization', None), ('Relu', None)]
 
 
 @pytest.mark.native_build
