@@ -82,8 +82,10 @@ def plan(lowered: Lowered, donate: Collection[int] = ()) -> ArenaPlan:
             if r != NO_REGISTER:
                 root = alias_of.get(r, r)
                 last_use[root] = i
-    _share_in_place(lowered, alias_of, output_of, produced, last_use)
+    prefixes = _prefix_concats(lowered, alias_of)
+    _share_in_place(lowered, alias_of, output_of, produced, last_use, prefixes)
     placed, first_use = _place_parts(lowered, alias_of, output_of, produced, last_use)
+    _place_prefixes(lowered, prefixes, alias_of, placed, produced, last_use)
     # Inputs written in place are the caller's own arrays, writable in C.
     updated_inputs = sorted({
         lowered.input_of[root] for inst, step in zip(p.instructions, lowered.steps)
@@ -207,11 +209,53 @@ def _place_parts(lowered: Lowered, alias_of: dict, output_of: dict, produced: di
     return placed, first_use
 
 
+def _prefix_concats(lowered: Lowered, alias_of: dict) -> set[int]:
+    """The outputs of the steps with parts (Concats at batch 1) whose
+    inputs begin a later one's, neither program outputs nor updated in
+    place: DenseNet's layers each concatenate every feature before them,
+    so each layer's Concat is the start of its block's last, and may be
+    that block of its output (_place_prefixes)."""
+    p = lowered.program
+    kept = {alias_of.get(r, r) for inst in p.instructions for r in written_inputs(inst)} | {
+        v.register for v in p.outputs}
+    later: set[tuple[int, ...]] = set()  # every prefix of the inputs of a later one
+    prefixes = set()
+    for inst, step in reversed(list(zip(p.instructions, lowered.steps))):
+        if step is None or not step.parts:
+            continue
+        inputs = tuple(inst.inputs)
+        if inputs in later and inst.outputs[0] not in kept:
+            prefixes.add(inst.outputs[0])
+        later.update(inputs[:n] for n in range(1, len(inputs)))
+    return prefixes
+
+
+def _place_prefixes(lowered: Lowered, prefixes: set[int], alias_of: dict, placed: dict,
+                    produced: dict, last_use: dict):
+    """Make each of ``prefixes`` whose parts all lie in one container
+    (_place_parts) at its own offsets, and which is read for the last time
+    before that container's Concat, the block at the container's start: it
+    then copies nothing.  Its parts were written by their producers and
+    nothing writes that block again while it is read (no output takes its
+    memory in place: _share_in_place kept ``prefixes`` apart)."""
+    for i, (inst, step) in enumerate(zip(lowered.program.instructions, lowered.steps)):
+        out = inst.outputs[0] if inst.outputs else NO_REGISTER
+        if step is None or out not in prefixes or out in placed or out not in produced:
+            continue
+        spots = [placed.get(alias_of.get(inst.inputs[k], inst.inputs[k])) for k, _ in step.parts]
+        container = spots[0][0] if spots[0] is not None else None
+        if container is not None and spots == [(container, o) for _, o in step.parts] \
+                and last_use.get(out, i) < produced.get(container, -1):
+            placed[out] = (container, 0)
+
+
 def _share_in_place(lowered: Lowered, alias_of: dict, output_of: dict, produced: dict,
-                    last_use: dict):
+                    last_use: dict, kept: set[int]):
     """Let output 0 of an instruction take the memory of an input it
     reads for the last time (Step.in_place), as a view takes its
-    input's: the arena then holds one buffer where it held two."""
+    input's: the arena then holds one buffer where it held two.  Not the
+    memory of ``kept`` (_prefix_concats: it may be a block of a later
+    Concat's output)."""
     for i, (inst, step) in enumerate(zip(lowered.program.instructions, lowered.steps)):
         out = inst.outputs[0] if inst.outputs else NO_REGISTER
         if step is None or not step.in_place or out not in produced \
@@ -223,6 +267,7 @@ def _share_in_place(lowered: Lowered, alias_of: dict, output_of: dict, produced:
             # No other input may read the same memory through another
             # view: its elements could be overwritten before they are read.
             if has_input(inst, k) and root in produced and root not in output_of and \
+                    root not in kept and \
                     last_use.get(root) == i and lowered.dtypes[root] == lowered.dtypes[out] and \
                     lowered.nbytes(root) == lowered.nbytes(out) and \
                     all(r == inst.inputs[k] for r, q in zip(inst.inputs, roots) if q == root):

@@ -100,6 +100,8 @@ def _replay(lowered, arena, inputs):
         xs = [read(r) for r in inst.inputs]
         if inst.op == 'Concat':
             y = numpy.concatenate(xs, axis=inst.attrs['axis'])
+        elif inst.op == 'Transpose':
+            y = numpy.transpose(xs[0], inst.attrs['perm'])
         elif inst.op == 'Add':
             y = xs[0] + xs[1]
         else:
@@ -120,9 +122,24 @@ def _concat_graphs(draw):
     nodes = []
     for k in range(draw(st.integers(2, 12))):
         name, names = 'v%d' % k, sorted(channels)
-        kind = draw(st.sampled_from(['unary', 'add', 'concat', 'concat']))
-        if kind == 'concat':
+        kind = draw(st.sampled_from(['unary', 'add', 'concat', 'concat', 'layer', 'layer']))
+        concats = [n for n in nodes if n.op_type == 'Concat']
+        if kind == 'layer':
+            # DenseNet's: a feature made from the last Concat (by an
+            # element-wise op, which may write over it, then copies, which
+            # do not, as a Conv), then the Concat of that one's parts and
+            # the new feature.
+            source, parts = (concats[-1].output[0], list(concats[-1].input)) if concats \
+                else ('x', [])
+            nodes += [helper.make_node(draw(st.sampled_from(sorted(_UNARY))), [source],
+                                       [name + 'a']),
+                      helper.make_node('Transpose', [name + 'a'], [name + 't'], perm=[0, 2, 1]),
+                      helper.make_node('Transpose', [name + 't'], [name + 'b'], perm=[0, 2, 1])]
+            channels[name + 'a'] = channels[name + 'b'] = channels[source]
+            parts.append(name + 'b')
+        elif kind == 'concat':
             parts = draw(st.lists(st.sampled_from(names), min_size=1, max_size=3))
+        if kind in ('concat', 'layer'):
             if sum(channels[n] for n in parts) > 24:
                 continue
             nodes.append(helper.make_node('Concat', parts, [name], axis=1))
@@ -137,7 +154,7 @@ def _concat_graphs(draw):
             a = draw(st.sampled_from(names + ['x'] * len(names)))
             nodes.append(helper.make_node(draw(st.sampled_from(sorted(_UNARY))), [a], [name]))
             channels[name] = channels[a]
-    produced = [n.output[0] for n in nodes] or ['x']
+    produced = [n.output[0] for n in nodes if n.output[0] in channels] or ['x']
     outputs = sorted({produced[-1]} | set(draw(st.lists(st.sampled_from(produced),
                                                         max_size=2))))
     model = make_model(nodes, [('x', 'float32', (batch, 2, 3))],
@@ -162,23 +179,41 @@ def test_planned_memory_computes_what_the_vm_computes(case):
 
 # -- DenseNet- and Inception-style blocks, built --------------------------------
 def _dense_block():
-    """Two DenseNet layers (each Concat(input, Relu(Conv(input)))) and an
+    """Two DenseNet layers each Concat(input, Relu(Conv(input))) (nested),
+    then three as torchvision writes them (layer k: Conv(Relu(BN(Concat of
+    the block's input and every layer's output before k)))), and an
     Inception-style Concat of two branches that is the model's output."""
     rng = numpy.random.RandomState(0)
-    nodes = [helper.make_node('Conv', ['x', 'w1'], ['a1'], pads=[1, 1, 1, 1]),
-             helper.make_node('Relu', ['a1'], ['r1']),
-             helper.make_node('Concat', ['x', 'r1'], ['c1'], axis=1),
-             helper.make_node('Conv', ['c1', 'w2'], ['a2'], pads=[1, 1, 1, 1]),
-             helper.make_node('Relu', ['a2'], ['r2']),
-             helper.make_node('Concat', ['c1', 'r2'], ['c2'], axis=1),
-             helper.make_node('Conv', ['c2', 'w3'], ['b1']),
-             helper.make_node('MaxPool', ['c2'], ['b2'], kernel_shape=[3, 3],
-                              pads=[1, 1, 1, 1]),
-             helper.make_node('Concat', ['b1', 'b2'], ['y'], axis=1)]
-    weights = {'w1': rng.randn(3, 4, 3, 3), 'w2': rng.randn(3, 7, 3, 3),
-               'w3': rng.randn(5, 10, 1, 1)}
+    node = helper.make_node
+    nodes = [node('Conv', ['x', 'w1'], ['a1'], pads=[1, 1, 1, 1]),
+             node('Relu', ['a1'], ['r1']),
+             node('Concat', ['x', 'r1'], ['c1'], axis=1),
+             node('Conv', ['c1', 'w2'], ['a2'], pads=[1, 1, 1, 1]),
+             node('Relu', ['a2'], ['r2']),
+             node('Concat', ['c1', 'r2'], ['c2'], axis=1),
+             node('MaxPool', ['c2'], ['t0'], kernel_shape=[3, 3], pads=[1, 1, 1, 1])]
+    features, weights = ['t0'], {}
+    for k in range(1, 4):
+        channels = 10 + 3 * (k - 1)
+        if k > 1:
+            nodes.append(node('Concat', list(features), ['d%d' % k], axis=1))
+        nodes += [node('BatchNormalization', [features[-1] if k == 1 else 'd%d' % k] + [
+                      'n%d%s' % (k, p) for p in 'sbmv'], ['n%d' % k]),
+                  node('Relu', ['n%d' % k], ['p%d' % k]),
+                  node('Conv', ['p%d' % k, 'v%d' % k], ['f%d' % k], pads=[1, 1, 1, 1])]
+        weights.update({'v%d' % k: rng.randn(3, channels, 3, 3),
+                        'n%ds' % k: rng.uniform(0.5, 1.5, channels),
+                        'n%db' % k: rng.randn(channels), 'n%dm' % k: rng.randn(channels),
+                        'n%dv' % k: rng.uniform(0.5, 1.5, channels)})
+        features.append('f%d' % k)
+    nodes += [node('Concat', features, ['d4'], axis=1),
+              node('Conv', ['d4', 'w3'], ['b1']),
+              node('MaxPool', ['d4'], ['b2'], kernel_shape=[3, 3], pads=[1, 1, 1, 1]),
+              node('Concat', ['b1', 'b2'], ['y'], axis=1)]
+    weights.update({'w1': rng.randn(3, 4, 3, 3), 'w2': rng.randn(3, 7, 3, 3),
+                    'w3': rng.randn(5, 19, 1, 1)})
     model = make_model(nodes, [('x', 'float32', (1, 4, 6, 6))],
-                       [('y', 'float32', (1, 15, 6, 6))],
+                       [('y', 'float32', (1, 24, 6, 6))],
                        {k: w.astype(numpy.float32) for k, w in weights.items()})
     return model, [rng.uniform(-1, 1, (1, 4, 6, 6)).astype(numpy.float32)]
 
@@ -188,9 +223,13 @@ def test_dense_block_concats_copy_only_the_graph_input():
     lowered = _lowered(model)
     arena = plan(lowered)
     # Every part but x, an input of the program, lies in its Concat's output:
-    # c1 in c2 (nested), the branches in the program's output buffer.
-    assert _placed_names(lowered, arena) == {'r1': 'c1', 'c1': 'c2', 'r2': 'c2', 'b1': 'y',
-                                             'b2': 'y'}
+    # c1 in c2 (nested), the torchvision layers' features in the block's
+    # last Concat d4, and the layers' Concats d2 and d3 are its first
+    # blocks (read by their BatchNormalizations, which write elsewhere);
+    # the branches lie in the program's output buffer.
+    assert _placed_names(lowered, arena) == {
+        'r1': 'c1', 'c1': 'c2', 'r2': 'c2', 't0': 'd4', 'f1': 'd4', 'f2': 'd4', 'f3': 'd4',
+        'd2': 'd4', 'd3': 'd4', 'b1': 'y', 'b2': 'y'}
     text = render(lowered, arena, 'embed').texts['m.c']
     assert text.count('ccn_strided_copy') == 1  # x into c1
     # c2's buffer holds everything from the first Conv on: one buffer, no copy.
@@ -262,6 +301,24 @@ def test_parts_needed_elsewhere_are_copied():
     # after Add and Relu in place) d reads twice: it lies in d's last block
     # of r; c is read only by d, d by y; not o (an output) nor zr (batch 2).
     assert _placed_names(lowered, plan(lowered)) == {'n': 'c', 'a': 'd', 'c': 'd', 'd': 'y'}
+
+
+def test_a_prefix_read_after_its_container_is_copied():
+    """p's parts begin c's, but p is read after c's last read, when c's
+    memory may hold other values: p keeps a buffer of its own."""
+    node = helper.make_node
+    nodes = [node('Neg', ['x'], ['a']), node('Abs', ['x'], ['b']),
+             node('Concat', ['a'], ['p'], axis=1),
+             node('Concat', ['a', 'b'], ['c'], axis=1),
+             node('Transpose', ['c'], ['ct'], perm=[0, 2, 1]),  # c's last read
+             node('Transpose', ['ct'], ['u'], perm=[0, 2, 1]),
+             node('Neg', ['p'], ['w']),
+             node('Concat', ['w', 'w'], ['ww'], axis=1),
+             node('Add', ['u', 'ww'], ['y'])]
+    model = make_model(nodes, [('x', 'float32', (1, 2, 3))], [('y', 'float32', (1, 4, 3))])
+    x = numpy.random.RandomState(4).uniform(-1, 1, (1, 2, 3)).astype(numpy.float32)
+    lowered = _check_replay(model, [x])
+    assert _placed_names(lowered, plan(lowered)) == {'a': 'c', 'b': 'c', 'w': 'ww'}
 
 
 @pytest.mark.native_build

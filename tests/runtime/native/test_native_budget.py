@@ -113,6 +113,11 @@ NATIVE_BUDGET += 9
 #: pre-activation), issue 31.
 NATIVE_BUDGET += 9
 
+#: + 28: a Concat whose inputs begin a later Concat's placed as that one's
+#: first block (plan._prefix_concats, _place_prefixes: torchvision's
+#: DenseNet layers), issue 31.
+NATIVE_BUDGET += 28
+
 
 def test_the_native_backend_stays_within_its_budget():
     used = _total((RUNTIME / 'native').rglob('*.py'))
