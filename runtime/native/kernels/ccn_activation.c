@@ -136,6 +136,14 @@ CCN_LEVELS(, ccn_unary_float32, unary_float32,
 CCN_UNARY(ccn_unary_float64, double, sigmoid_float64, tanh_float64, erf_float64, gelu_float64,
           gelu_tanh_float64, swish_float64)
 
+/* Softmax's loops (to ccn_softmax_scores) with the products of its
+ * exponential's reduction and polynomial fused into the sums that follow
+ * them (FMA where the CPU has it; -std=c99 turns GCC's contraction off):
+ * 0.72x to 0.78x the time over rows of 64 to 1500, within an ulp. */
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC push_options
+#pragma GCC optimize("no-trapping-math", "fp-contract=fast")
+#endif
 /* The largest of the len values at in, stride apart, NaN ignored (-inf
  * when all are NaN).  A contiguous row runs in vectors of 16 compared
  * and selected whole (1.6x faster Softmax over rows of 256: GCC leaves
@@ -204,8 +212,11 @@ static inline float softmax_exp(float d, float cut)
     return d <= cut ? 0.0f : p * scale.f;
 }
 
-/* Softmax (or its log) of the len values at in, stride apart, into out
- * (stride apart too).  e^(x - max) is written to out by the vectorised
+/* Softmax (or its log) of scale times the len values at in, stride apart,
+ * into out (stride apart too); scale > 0, so that the largest of scale x
+ * is scale times the largest x (rounding keeps the order), and the
+ * products go into the exponentials' pass (FMA) rather than a pass of
+ * their own (0.87x to 0.91x the time over rows of 64 to 1500).  e^(x - max) is written to out by the vectorised
  * softmax_exp and summed in 16 running sums, which also keeps a long sum
  * from losing its small terms.  Softmax may run in place (out == in: each
  * value is read before it is written over; a dying input's memory spares
@@ -219,12 +230,12 @@ static inline float softmax_exp(float d, float cut)
  * is prefetched as the same line of this row is exponentiated, so that its
  * maximum's pass does not wait for memory (rows of 1500 from memory in
  * place 0.76x the time, of 256 0.81x to 0.87x, of 64 0.93x). */
-static inline void softmax_row(long len, long stride, int log_softmax, float cut,
+static inline void softmax_row(long len, long stride, int log_softmax, float cut, float scale,
                                const float *in, float *out, const float *next)
 {
     /* Subtract the maximum first, as NumPy's kernel does (NaN ignored
      * here; the row comes out NaN below). */
-    const float top = row_max(len, stride, in);
+    const float top = row_max(len, stride, in) * scale;
     /* e^(x - max) stored and summed in the same pass. */
     float sums[16] = {0.0f}, sum = 0.0f;
     long i = 0;
@@ -234,12 +245,12 @@ static inline void softmax_row(long len, long stride, int log_softmax, float cut
             __builtin_prefetch(next + i);
 #endif
         for (long k = 0; k < 16; k++) {
-            out[(i + k) * stride] = softmax_exp(in[(i + k) * stride] - top, cut);
+            out[(i + k) * stride] = softmax_exp(in[(i + k) * stride] * scale - top, cut);
             sums[k] += out[(i + k) * stride];
         }
     }
     for (; i < len; i++) {
-        out[i * stride] = softmax_exp(in[i * stride] - top, cut);
+        out[i * stride] = softmax_exp(in[i * stride] * scale - top, cut);
         sum += out[i * stride];
     }
     for (long k = 0; k < 16; k++)
@@ -247,7 +258,7 @@ static inline void softmax_row(long len, long stride, int log_softmax, float cut
     if (log_softmax) {
         const float lse = logf(sum);
         for (i = 0; i < len; i++)
-            out[i * stride] = in[i * stride] - top - lse;
+            out[i * stride] = in[i * stride] * scale - top - lse;
     } else {
         /* One division per row (a division per element took a fifth of
          * the time; the results differ from it by at most an ulp). */
@@ -275,10 +286,11 @@ CCN_ALWAYS_INLINE void softmax_rows(void *context, long begin, long end)
         const float *in = a->x + o * len * inner;
         float *out = a->y + o * len * inner;
         if (inner == 1)  /* the last axis: contiguous, the loops vectorise */
-            softmax_row(len, 1, a->log_softmax, cut, in, out, o + 1 < end ? in + len : NULL);
+            softmax_row(len, 1, a->log_softmax, cut, 1.0f, in, out,
+                        o + 1 < end ? in + len : NULL);
         else
             for (long j = 0; j < inner; j++)
-                softmax_row(len, inner, a->log_softmax, cut, in + j, out + j, NULL);
+                softmax_row(len, inner, a->log_softmax, cut, 1.0f, in + j, out + j, NULL);
     }
 }
 
@@ -299,19 +311,25 @@ CCN_ALWAYS_INLINE void softmax_scores(long rows, long len, float scale, const fl
     for (long r = 0; r < rows; r++) {
         float *row = x + r * len;
         const float *m = mask ? mask + r * mask_rs : NULL;
+        /* A positive scale without a mask goes into softmax_row's passes. */
+        const int folded = !m && scale > 0.0f;
         if (m)
             for (long j = 0; j < len; j++)
                 row[j] = row[j] * scale + m[j];
-        else if (scale != 1.0f)
+        else if (!folded && scale != 1.0f)
             for (long j = 0; j < len; j++)
                 row[j] *= scale;
-        softmax_row(len, 1, 0, cut, row, row, NULL); /* in the L2 already */
+        /* in the L2 already: no prefetch */
+        softmax_row(len, 1, 0, cut, folded ? scale : 1.0f, row, row, NULL);
     }
 }
 
 CCN_LEVELS(, ccn_softmax_scores, softmax_scores,
            (long rows, long len, float scale, const float *mask, long mask_rs, float *x),
            (rows, len, scale, mask, mask_rs, x))
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC pop_options
+#endif
 
 /* ccn_relu_grad: its elements [begin, end). */
 typedef struct {

@@ -14,6 +14,16 @@
 #if CCN_ATTENTION_BLOCK < 16 * CCN_ATTENTION_KEYS
 #error "a block must hold 16 rows of the most keys"
 #endif
+/* Outputs of this many columns per row (MobileViT's 16-deep heads) take
+ * the product by v on the batched products' tiles (ccn_matmul_batched: a
+ * whole vector per row, the scores and v read in place), where the
+ * blocked GEMM's 32-column tile runs half empty: 0.85x to 0.89x the time
+ * of a [16, 256, 256, 16] attention.  Other widths, and the scores'
+ * product, were as fast or faster on the GEMM (benchmarks/NOTES.md). */
+#define CCN_ATTENTION_TILED_E 16
+/* Past this many keys ccn_matmul_batched leaves its tiles (CCN_BATCH_K in
+ * ccn_gemm.c) for a GEMM that took 1.13x ccn_gemm_one_thread's time. */
+#define CCN_ATTENTION_TILED_KEYS 2048
 
 typedef struct {
     const ccn_attention_geometry *g;
@@ -41,11 +51,20 @@ static void attention_blocks(void *context, long begin, long end)
             }
             mask += m0 * g->mask_rs;
         }
-        ccn_gemm_one_thread(rows, N, D, p->q + (t * M + m0) * D, D, p->kt + t * D * N, N,
-                            scores, N, 1);
+        const float *q = p->q + (t * M + m0) * D, *kt = p->kt + t * D * N, *v = p->v + t * N * E;
+        float *y = p->y + (t * M + m0) * E;
+        ccn_gemm_one_thread(rows, N, D, q, D, kt, N, scores, N, 1);
         ccn_softmax_scores(rows, N, g->scale, mask, g->mask_rs, scores);
-        ccn_gemm_one_thread(rows, E, N, scores, N, p->v + t * N * E, E,
-                            p->y + (t * M + m0) * E, E, 1);
+        if (E == CCN_ATTENTION_TILED_E && N <= CCN_ATTENTION_TILED_KEYS) {
+            /* One product (a batch of rank 0), on this thread: its work,
+             * a block of scores, is below CCN_PARALLEL_WORK. */
+            static const ccn_matmul_batch one = {0};
+            const ccn_gemm_geometry yg = {.M = rows, .N = E, .K = N, .a_rs = N, .a_cs = 1,
+                                          .ldb = E, .ldc = E};
+            ccn_matmul_batched(&one, &yg, scores, v, y);
+        } else {
+            ccn_gemm_one_thread(rows, E, N, scores, N, v, E, y, E, 1);
+        }
     }
 }
 

@@ -232,7 +232,7 @@ def _attention_model(*attentions, outputs=()):
     for n, i, o in attentions:
         nodes, inputs, outs = nodes + n, inputs + i, outs + o
     return make_model(nodes, inputs, outs + list(outputs),
-                      _consts(eight=8, three=3, half=0.5, pair=[0.5, 0.5]))
+                      _consts(eight=8, three=3, half=0.5, pair=[0.5, 0.5], negative=-0.75))
 
 
 def _attention_inputs(model, seed=11):
@@ -371,15 +371,22 @@ def test_large_batched_products_go_to_the_blocked_gemm(tmp_path):
 
 @pytest.mark.native_build
 def test_fused_attention_computes_what_the_nodes_do():
-    """Odd sizes; heads and a batch with a per-sample padding mask of
-    float32's lowest; a mask per query row; a rank-2 attention of 2048
-    keys, whose 70 query rows are three blocks of the kernel (32, 32, 6);
-    and _LARGE_HEADS in the same build: native equals the VM running the
-    nodes, and onnxruntime."""
+    """Odd sizes and an odd depth; heads and a batch with a per-sample
+    padding mask of float32's lowest; a mask per query row; a rank-2
+    attention of 2048 keys, whose 70 query rows are three blocks of the
+    kernel (32, 32, 6); heads 16 deep (the product by v on the batched
+    tiles: CCN_ATTENTION_TILED_E), masked, their 230 rows of 300 keys two
+    blocks (216, 14), and 16 deep over 2049 keys (the blocked GEMM again),
+    scaled without a mask (the scale inside the Softmax's passes); a
+    negative scale (a pass of its own); and _LARGE_HEADS in the same build:
+    native equals the VM running the nodes, and onnxruntime."""
     model = _attention_model(
         _attention('a', [2, 3], 37, 53, scale=('Div', 'eight'), mask=[2, 1, 1, 53]),
-        _attention('b', [3], 5, 9, scale=('Mul', 'half'), mask=[3, 5, 9]),
-        _attention('c', [], 70, 2048, D=4, mask=[2048]), _LARGE_HEADS)
-    assert [op for op, _ in _fused_ops(model)] == ['FusedAttention'] * 3 + [
+        _attention('b', [3], 5, 9, scale=('Mul', 'half'), mask=[3, 5, 9], D=7),
+        _attention('c', [], 70, 2048, D=4, mask=[2048]),
+        _attention('d', [2], 230, 300, D=16, scale=('Mul', 'half'), mask=[2, 1, 300]),
+        _attention('e', [], 9, 2049, D=16, scale=('Mul', 'half')),
+        _attention('f', [2], 5, 7, D=3, scale=('Mul', 'negative')), _LARGE_HEADS)
+    assert [op for op, _ in _fused_ops(model)] == ['FusedAttention'] * 6 + [
         'MatMul', 'MatMul']
     check_native(model, _attention_inputs(model), rtol=1e-4, atol=1e-4)
