@@ -204,6 +204,15 @@ void ccn_conv2d(const ccn_conv_geometry *geometry, const ccn_conv_plan *plan, co
     assert(!direct || (images == 1 && KH == 1 && KW == 1 && stride_h == 1 && stride_w == 1 &&
                        pad_top == 0 && pad_left == 0 && OH == H && OW == W));
     assert(direct || col != NULL);
+    if (direct && w_panels) {
+        /* Image by image, each read and written where it lies. */
+        for (long g = 0; g < group; g++)
+            ccn_gemm_panels_images(Mg, S, K, w + g * ccn_panel_rows(Mg) * K, N,
+                                   x + g * Cg * S, C * S, bias ? bias + g * Mg : NULL,
+                                   residual ? residual + g * Mg * S : NULL, M * S,
+                                   y + g * Mg * S, M * S, act, act_alpha);
+        return;
+    }
     for (long n0 = 0; n0 < N; n0 += images) {
         const long nb = min_long(images, N - n0), ld = nb * S;
         /* Several images share one product (columns image by image), so
@@ -225,12 +234,6 @@ void ccn_conv2d(const ccn_conv_geometry *geometry, const ccn_conv_plan *plan, co
                               pad_top, pad_left, x + (n0 * C + g * Cg) * H * W, C * H * W,
                               col, ld);
             float *out = nb == 1 ? y + (n0 * M + g * Mg) * S : prod;
-            if (w_panels && nb == 1) {
-                /* The bias and residual enter at the product's first store. */
-                ccn_gemm_panels_start(Mg, S, K, w + g * ccn_panel_rows(Mg) * K, cols, S, bg, rg,
-                                      S, out, S, act, act_alpha);
-                continue;
-            }
             /* The product adds to the bias and residual (image by image),
              * or without them sets the output. */
             const int set = bg == NULL && rg == NULL;

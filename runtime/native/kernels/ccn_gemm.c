@@ -241,12 +241,15 @@ static void pack_b(long kc, long nr, const float *B, long ldb, float *restrict b
 
 /* The B operand of a product: row-major with rows ldb apart, or (panels
  * not NULL) the strip layout of ccn_gemm.h with panel_cols columns
- * (N rounded up to CCN_STRIP_COLS). */
+ * (N rounded up to CCN_STRIP_COLS).  cold: B is one image of a batch,
+ * read from memory rather than from the cache its producer left it in
+ * (wide_fits). */
 typedef struct {
     const float *b;
     long ldb;
     const float *panels;
     long panel_cols;
+    int cold;
 } b_operand;
 
 /* What the first store of a set product adds to its sums, so that no pass
@@ -885,10 +888,15 @@ static void gemm_wide(long M, long N, long K, const a_operand *A, long row0, con
 
 /* Whether gemm_wide computes the whole M x N product of panels, K deep,
  * with fewer wasted lanes than the NR-column tiles (or the tall ones, for
- * few columns); gemm_serial also gives it a product's last few columns. */
-static int wide_fits(long M, long N, long K)
+ * few columns); gemm_serial also gives it a product's last few columns.
+ * A cold B (an image of a batch) takes it only up to CCN_WIDE_MAX_N
+ * columns: the tiles read each of B's K rows a few columns at a time, and
+ * from memory those reads cost more than packing B's strips (96 x 576 by
+ * 196 with a residual, batch 32: 1.8x the time of the NR-column tiles). */
+static int wide_fits(long M, long N, long K, int cold)
 {
-    if (N > (K >= CCN_WIDE_DEEP_K && K <= CCN_WIDE_KC ? CCN_WIDE_DEEP_N : CCN_WIDE_MAX_N))
+    if (N > (!cold && K >= CCN_WIDE_DEEP_K && K <= CCN_WIDE_KC ? CCN_WIDE_DEEP_N
+                                                                : CCN_WIDE_MAX_N))
         return 0;
     const long pairs = M / (2 * CCN_PANEL_ROWS), rest = M % (2 * CCN_PANEL_ROWS);
     const long lanes = pairs * 3 * (CCN_NR / 2) +
@@ -958,7 +966,7 @@ static void gemm_serial(long M, long N, long K, const a_operand *A, long row0,
         return;
     }
 #ifdef CCN_WIDE
-    if (A->panels != NULL && B->panels == NULL && K > 0 && wide_fits(M, N, K)) {
+    if (A->panels != NULL && B->panels == NULL && K > 0 && wide_fits(M, N, K, B->cold)) {
         gemm_wide(M, N, K, A, row0, B->b + col0, B->ldb, &s, C, ldc, set, act, act_alpha);
         return;
     }
@@ -1163,7 +1171,7 @@ static void gemm_strided(long M, long N, long K, const float *A, long a_rs, long
     }
 #endif
     const a_operand a = {A, a_rs, a_cs, alpha, NULL, 0};
-    const b_operand b = {B, ldb, NULL, 0};
+    const b_operand b = {B, ldb, NULL, 0, 0};
     gemm_any(M, N, K, &a, &b, &NO_START, C, ldc, set, act, act_alpha);
 }
 
@@ -1185,7 +1193,7 @@ void ccn_gemm_strips(const ccn_gemm_geometry *g, const float *A, const float *st
                      float alpha, float *C)
 {
     const a_operand a = {A, g->a_rs, g->a_cs, alpha, NULL, 0};
-    const b_operand b = {NULL, 0, strips, ccn_strip_cols(g->N)};
+    const b_operand b = {NULL, 0, strips, ccn_strip_cols(g->N), 0};
     gemm_any(g->M, g->N, g->K, &a, &b, &NO_START, C, g->ldc, 0, g->act, g->act_alpha);
 }
 
@@ -1193,7 +1201,7 @@ void ccn_gemm_strips_set(const ccn_gemm_geometry *g, const float *A, const float
                          float alpha, const float *bias, float *C)
 {
     const a_operand a = {A, g->a_rs, g->a_cs, alpha, NULL, 0};
-    const b_operand b = {NULL, 0, strips, ccn_strip_cols(g->N)};
+    const b_operand b = {NULL, 0, strips, ccn_strip_cols(g->N), 0};
     const c_start s = {bias, NULL, NULL, 0};
     gemm_any(g->M, g->N, g->K, &a, &b, &s, C, g->ldc, 1, g->act, g->act_alpha);
 }
@@ -1202,7 +1210,7 @@ void ccn_gemm_panels(long M, long N, long K, const float *panels, const float *B
                      float *C, long ldc, int set, int act, float act_alpha)
 {
     const a_operand a = {NULL, 0, 0, 1.0f, panels, ccn_panel_rows(M)};
-    const b_operand b = {B, ldb, NULL, 0};
+    const b_operand b = {B, ldb, NULL, 0, 0};
     gemm_any(M, N, K, &a, &b, &NO_START, C, ldc, set, act, act_alpha);
 }
 
@@ -1211,16 +1219,42 @@ void ccn_gemm_panels_start(long M, long N, long K, const float *panels, const fl
                            float *C, long ldc, int act, float act_alpha)
 {
     const a_operand a = {NULL, 0, 0, 1.0f, panels, ccn_panel_rows(M)};
-    const b_operand b = {B, ldb, NULL, 0};
+    const b_operand b = {B, ldb, NULL, 0, 0};
     const c_start s = {NULL, bias, residual, ldr};
     gemm_any(M, N, K, &a, &b, &s, C, ldc, 1, act, act_alpha);
+}
+
+/* Bytes of one image's B and residual up to which ccn_gemm_panels_images
+ * prefetches the next image's during the current product: the late
+ * layers' (7x7 to 28x28), whose B the tiles read by short rows that the
+ * hardware prefetcher does not run ahead of (7x7 and 14x14 layers at
+ * batch 32: 0.88x-0.97x the time); a larger image streams by itself. */
+#define CCN_PREFETCH_IMAGE (512L << 10)
+
+void ccn_gemm_panels_images(long M, long S, long K, const float *panels, long nb,
+                            const float *B, long b_image, const float *bias,
+                            const float *residual, long r_image, float *C, long c_image,
+                            int act, float act_alpha)
+{
+    const a_operand a = {NULL, 0, 0, 1.0f, panels, ccn_panel_rows(M)};
+    const int next = (K + (residual ? M : 0)) * S * (long)sizeof(float) <= CCN_PREFETCH_IMAGE;
+    for (long i = 0; i < nb; i++) {
+        /* A line (16 floats) at a time, into L2. */
+        for (long j = 0; next && i + 1 < nb && j < K * S; j += 16)
+            __builtin_prefetch(B + (i + 1) * b_image + j, 0, 1);
+        for (long j = 0; next && residual && i + 1 < nb && j < M * S; j += 16)
+            __builtin_prefetch(residual + (i + 1) * r_image + j, 0, 1);
+        const b_operand b = {B + i * b_image, S, NULL, 0, nb > 1};
+        const c_start s = {NULL, bias, residual ? residual + i * r_image : NULL, S};
+        gemm_any(M, S, K, &a, &b, &s, C + i * c_image, S, 1, act, act_alpha);
+    }
 }
 
 void ccn_gemm_one_thread(long M, long N, long K, const float *A, long lda, const float *B,
                          long ldb, float *C, long ldc, int set)
 {
     const a_operand a = {A, lda, 1, 1.0f, NULL, 0};
-    const b_operand b = {B, ldb, NULL, 0};
+    const b_operand b = {B, ldb, NULL, 0, 0};
     GEMM_SERIAL(M, N, K, &a, 0, &b, 0, &NO_START, C, ldc, set, CCN_ACT_NONE, 0.0f);
 }
 
@@ -1511,7 +1545,7 @@ void ccn_matmul_batched_core(long t0, long t1, const ccn_matmul_batch *batch,
         batch_product(M, N, K, a, b, N == padded ? g->ldb : padded, c, g->act, g->act_alpha);
 #else
         const a_operand ao = {a, g->a_rs, g->a_cs, 1.0f, NULL, 0};
-        const b_operand bo = {b, g->ldb, NULL, 0};
+        const b_operand bo = {b, g->ldb, NULL, 0, 0};
         gemm_serial(M, N, K, &ao, 0, &bo, 0, &NO_START, c, N, 1, g->act, g->act_alpha);
 #endif
     }

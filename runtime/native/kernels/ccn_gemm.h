@@ -152,6 +152,16 @@ void ccn_gemm_panels(long M, long N, long K, const float *panels, const float *B
 void ccn_gemm_panels_start(long M, long N, long K, const float *panels, const float *B,
                            long ldb, const float *bias, const float *residual, long ldr,
                            float *C, long ldc, int act, float act_alpha);
+/* ccn_gemm_panels_start for each of nb images, NCHW, read and written in
+ * place (a 1x1 convolution of a batch): C_i = bias + residual_i + A B_i
+ * with B_i (K x S, rows S apart) at B + i*b_image, C_i (M x S, rows S
+ * apart) at C + i*c_image and residual_i (NULL: none) at residual +
+ * i*r_image.  No copies: a product of several images' columns side by
+ * side needed them gathered and its result scattered back. */
+void ccn_gemm_panels_images(long M, long S, long K, const float *panels, long nb,
+                            const float *B, long b_image, const float *bias,
+                            const float *residual, long r_image, float *C, long c_image,
+                            int act, float act_alpha);
 /* dst_i (C x R) = src_i (R x C) transposed for nb matrices, src_i at
  * src + i*src_stride and dst_i at dst + i*dst_stride: one parallel loop over
  * every matrix's rows of 8x8 blocks, as each is small in a late layer. */

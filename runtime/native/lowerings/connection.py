@@ -395,10 +395,6 @@ def conv(em, inst) -> Step:
         return direct_step(em, inst, geometry, numpy.asarray(w, numpy.float32),
                            (N, C, H, W, M, OH, OW), (win.strides, pads_begin), (act, act_alpha))
     S = OH * OW
-    images = images_per_product(N, S, CONV_COLUMNS)
-    # Decided here, once: the kernel trusts it (no scratch on this path).
-    direct = images == 1 and (KH, KW, OH, OW) == (1, 1, H, W) and win.strides == (1, 1) \
-        and tuple(pads_begin) == (0, 0)
     has_bias = em.has(inst, 2)
     # Constant weights go in the panel layout, packed here once rather than
     # on every call.
@@ -407,6 +403,16 @@ def conv(em, inst) -> Step:
         mats = numpy.asarray(w, numpy.float32).reshape(group, M // group, -1)
         panels = em.constant_array('panels%d' % inst.outputs[0],
                                    numpy.concatenate([pack_panels(m) for m in mats]))
+    pointwise = (KH, KW, OH, OW) == (1, 1, H, W) and win.strides == (1, 1) \
+        and tuple(pads_begin) == (0, 0)
+    # A 1x1 convolution of constant weights multiplies each image where it
+    # lies (ccn_gemm_panels_images), however few its pixels: several images
+    # per product copied their columns in and the result out (7x7 and 14x14
+    # layers at batch 32 0.83x-0.97x the time; benchmarks/NOTES.md).
+    images = 1 if pointwise and panels is not None else \
+        images_per_product(N, S, CONV_COLUMNS)
+    # Decided here, once: the kernel trusts it (no scratch on this path).
+    direct = images == 1 and pointwise
 
     plan = CONV_PLAN.literal(images=images, direct=direct, w_panels=panels is not None,
                              act=act, act_alpha=act_alpha)

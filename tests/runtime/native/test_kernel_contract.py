@@ -67,7 +67,7 @@ def test_structs_list_the_fields_of_their_header(struct, header):
 #: Kernels with more than MAX_POSITIONAL_SIZES sizes that only other
 #: kernels call (C's own loops); generated code never does.
 _C_INTERNAL = {'ccn_gemm', 'ccn_gemm_one_thread', 'ccn_gemm_panels', 'ccn_gemm_panels_start',
-               'ccn_copy_image_rows', 'ccn_transpose_batch'}
+               'ccn_gemm_panels_images', 'ccn_copy_image_rows', 'ccn_transpose_batch'}
 MAX_POSITIONAL_SIZES = 4
 
 

@@ -140,7 +140,8 @@ def test_batched_matmul_tiles():
 def test_conv_variants():
     """im2col with stride, padding and dilation; groups; several images per
     product (8x8 outputs: 4 images share one, the last product 2); a
-    direct 1x1 convolution for one image and for a batch; no bias."""
+    direct 1x1 convolution for one image and for a batch, and in two groups
+    of constant weights (each group's panels, image by image); no bias."""
     rng = numpy.random.RandomState(3)
     node = helper.make_node
     nodes = [node('Conv', ['x', 'w1', 'b1'], ['y1'], pads=[1, 2, 1, 0], strides=[2, 1],
@@ -148,12 +149,14 @@ def test_conv_variants():
              node('Conv', ['x', 'w2', 'b2'], ['y2'], group=2, pads=[1, 1, 1, 1]),
              node('Conv', ['x', 'w3'], ['y3']),
              node('Conv', ['x1', 'w3', 'b3'], ['y4']),
-             node('Conv', ['x8', 'w1', 'b1'], ['y5'], pads=[1, 1, 1, 1])]
+             node('Conv', ['x8', 'w1', 'b1'], ['y5'], pads=[1, 1, 1, 1]),
+             node('Conv', ['x', 'w6', 'b6'], ['y6'], group=2)]
     inits = {'w1': uniform(rng, 5, 4, 3, 3), 'b1': uniform(rng, 5), 'w2': uniform(rng, 6, 2, 3, 3),
-             'b2': uniform(rng, 6), 'w3': uniform(rng, 7, 4, 1, 1), 'b3': uniform(rng, 7)}
+             'b2': uniform(rng, 6), 'w3': uniform(rng, 7, 4, 1, 1), 'b3': uniform(rng, 7),
+             'w6': uniform(rng, 8, 2, 1, 1), 'b6': uniform(rng, 8)}
     inputs = [('x', F32, [3, 4, 7, 9]), ('x1', F32, [1, 4, 5, 6]), ('x8', F32, [6, 4, 8, 8])]
     outputs = [('y1', F32, [3, 5, 4, 7]), ('y2', F32, [3, 6, 7, 9]), ('y3', F32, [3, 7, 7, 9]),
-               ('y4', F32, [1, 7, 5, 6]), ('y5', F32, [6, 5, 8, 8])]
+               ('y4', F32, [1, 7, 5, 6]), ('y5', F32, [6, 5, 8, 8]), ('y6', F32, [3, 8, 7, 9])]
     model = make_model(nodes, inputs, outputs, inits)
     check_native(model, [uniform(rng, *s) for _, _, s in inputs], atol=1e-4)
 

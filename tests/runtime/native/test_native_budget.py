@@ -108,6 +108,11 @@ NATIVE_BUDGET += 118
 #: (lowerings/connection.py, BLOCKED_PRODUCT_MACS), issue 31.
 NATIVE_BUDGET += 9
 
+
+#: + 2: a batch's 1x1 convolutions of constant weights image by image, in
+#: place (lowerings/connection.py, ccn_gemm_panels_images), issue 31.
+NATIVE_BUDGET += 2
+
 #: + 9: an inference BatchNormalization's activation as its epilogue
 #: (fusion.NORM_EPILOGUES, lowerings/normalization.py: DenseNet's
 #: pre-activation), issue 31.

@@ -7,13 +7,19 @@ ccn_gemm.c: the NR-column tiles with a part strip, the tall tile (at most
 half a strip of columns), the wide tiles (7x7 outputs, one pass and two
 over the depth; their sums, residual and old values transposed in
 registers by blocks of 16 rows, any count of columns up to 8; the last
-few columns of a wider product), part row tiles, small odd depths.  Values are the NumPy
-VM's."""
+few columns of a wider product), part row tiles, small odd depths.  A batch's
+1x1 convolutions multiply each image where it lies (ccn_gemm_panels_images),
+every epilogue, residual and tile again with B read from memory (the wide
+tiles only up to 160 columns) and the next image prefetched.  Values are
+the NumPy VM's."""
+import re
+
 import numpy
 import pytest
 from onnx import helper
 
 from chainer_compiler.pipeline import build_program
+from chainer_compiler.runtime.native.emit_c import emit_c
 from chainer_compiler.runtime.native.fusion import fuse
 
 from .helpers import check_native, make_model, uniform
@@ -51,6 +57,19 @@ LAYERS = [
     # 196 columns deep enough for the wide tiles: blocks of 8 and of 7.
     (96, 200, 14, 14, 'HardSwish', 'kept'),
 ]
+#: (images, then as LAYERS): several images, each its own product.
+BATCHED = [
+    (3, 96, 200, 14, 14, 'HardSwish', 'kept'),  # 196 columns: the NR-column tiles (B cold)
+    (2, 960, 160, 7, 7, 'Clip', 'dying'),       # wide tiles, split between threads
+    (3, 30, 7, 11, 19, 'Relu', None),
+    (2, 29, 300, 3, 5, 'Sigmoid', None),        # the tall tile, two depth slices
+    (2, 12, 9, 16, 16, 'LeakyRelu', 'kept'),
+    (3, 64, 48, 7, 7, 'Swish', None),
+    (2, 20, 260, 10, 10, 'Gelu', 'kept'),
+    (2, 16, 3, 9, 29, 'Tanh', 'dying'),
+    (2, 72, 1100, 7, 7, None, None),            # wide tiles, two passes over the depth
+    (3, 3, 6, 12, 12, None, 'kept'),            # no panels: images share a product
+]
 
 
 def _epilogue(kind, x, y):
@@ -68,13 +87,14 @@ def _model():
     rng = numpy.random.RandomState(31)
     nodes, inputs, outputs = [], [], []
     inits = {'zero': numpy.array(0, F32), 'six': numpy.array(6, F32)}
-    for k, (M, K, H, W, act, residual) in enumerate(LAYERS):
-        inputs.append(('x%d' % k, F32, [1, K, H, W]))
+    layers = [(1,) + layer for layer in LAYERS] + BATCHED
+    for k, (N, M, K, H, W, act, residual) in enumerate(layers):
+        inputs.append(('x%d' % k, F32, [N, K, H, W]))
         inits['w%d' % k] = uniform(rng, M, K, 1, 1) * 2
         inits['b%d' % k] = uniform(rng, M) * 4
         out, r = 'c%d' % k, 'r%d' % k
         if residual:
-            inputs.append((r, F32, [1, M, H, W]))
+            inputs.append((r, F32, [N, M, H, W]))
         if residual == 'dying':  # (made before the Conv, read by its Add alone)
             nodes.append(node('Neg', [r], ['n%d' % k]))
             r = 'n%d' % k
@@ -89,7 +109,7 @@ def _model():
             nodes += _epilogue(act, out, last)
         if not act or last != 'y%d' % k:
             nodes.append(node('Neg', [last if act else out], ['y%d' % k]))
-        outputs.append(('y%d' % k, F32, [1, M, H, W]))
+        outputs.append(('y%d' % k, F32, [N, M, H, W]))
     return make_model(nodes, inputs, outputs, inits, opset=20), inputs
 
 
@@ -97,7 +117,18 @@ def test_every_layer_fuses_its_residual_and_epilogue():
     model, _ = _model()
     convs = [i for i in fuse(build_program(model, fuse=False)).instructions if i.op == 'Conv']
     assert [(len(c.inputs) == 4, c.attrs.get('activation')) for c in convs] == [
-        (residual is not None, act) for _, _, _, _, act, residual in LAYERS]
+        (residual is not None, act) for *_, act, residual in LAYERS + BATCHED]
+
+
+def test_batched_layers_read_and_write_each_image_in_place(tmp_path):
+    """Every 1x1 layer whose weights fill panels runs on the direct path,
+    the images of a batch too (no columns copied: no scratch); the layer
+    of too few rows for panels still shares a product between images."""
+    model, _ = _model()
+    result = emit_c(build_program(model), tmp_path, 'model')
+    with open(next(p for p in result.files if p.endswith('/model.c'))) as f:
+        plans = re.findall(r'ccn_conv_plan\)\{\.images = (\d+), \.direct = (\d)', f.read())
+    assert plans == [('1', '1')] * (len(LAYERS) + len(BATCHED) - 1) + [('2', '0')]
 
 
 @pytest.mark.native_build
