@@ -13,7 +13,16 @@
  * The transforms run along whole rows of tiles, so that their loops are
  * vector operations on contiguous rows: a tile row's patches are tile + 2
  * input rows, and tile j's columns are the input's columns tile * j ..
- * tile * j + tile + 1. */
+ * tile * j + tile + 1.
+ *
+ * A convolution dilated by (dh, dw) is dh * dw undilated ones: output
+ * (dh * a + py, dw * b + px) reads only the input's rows py - pad_top + dh
+ * * k and columns px - pad_left + dw * k (its phase (py, px)).  The
+ * patches gather a phase's rows and columns from the input in place, and
+ * the outputs go back to their phase's positions; a row of tiles holds
+ * the dw column phases of one row phase side by side, so that an output
+ * row is whole when its tile row is done (FCN's and DeepLabV3's dilated
+ * layers, 28x28 at dilations 2 and 4, took im2col's product of 9 taps). */
 #include <assert.h>
 #include <string.h>
 
@@ -35,7 +44,9 @@ static long plane(long floats)
  * ccn_parallel_for splits between threads and that ends when every thread
  * is done with it. */
 typedef struct {
-    long I, H, W, O, OH, OW, TH, TW, pad_top, pad_left, ld;
+    /* TH tile rows per image and row phase; TW tiles per tile row: dw
+     * phases of TWp. */
+    long I, H, W, O, OH, OW, TH, TW, TWp, dh, dw, pad_top, pad_left, ld;
     long row0, rows; /* the block of tile rows */
     const float *x, *w, *gy, *bias;
     int weights, act, tile;
@@ -78,40 +89,48 @@ static void transform_filters(void *context, long begin, long end)
         }
 }
 
-/* d[r * PW + s] = x[y0 + r][s - pl] (zero outside the image: padding) for
- * the `rows` input rows of a row of patches PW wide from row y0 of one
+/* d[r * PW + s] = x[y0 + dh * r][x0 + dw * s] (zero outside the image:
+ * padding) for the `rows` patch rows PW wide of a row of patches of one
  * channel's image x (H x W). */
-static void patch_rows(long H, long W, long PW, long y0, long pl, const float *x, long rows,
+static void patch_rows(const winograd *c, const float *x, long y0, long x0, long PW, long rows,
                        float *d)
 {
-    const long s0 = pl > 0 ? (pl < PW ? pl : PW) : 0;               /* first column inside */
-    const long s1 = W + pl < PW ? (W + pl > s0 ? W + pl : s0) : PW;  /* past the last */
+    const long W = c->W, dw = c->dw;
+    /* Patch columns [s0, s1) read the image. */
+    const long s0 = x0 >= 0 ? 0 : (-x0 + dw - 1) / dw < PW ? (-x0 + dw - 1) / dw : PW;
+    const long past = x0 < W ? (W - x0 + dw - 1) / dw : 0;
+    const long s1 = past < s0 ? s0 : past < PW ? past : PW;
     for (long r = 0; r < rows; r++, d += PW) {
-        const long iy = y0 + r;
-        if (iy < 0 || iy >= H) {
+        const long iy = y0 + c->dh * r;
+        if (iy < 0 || iy >= c->H) {
             memset(d, 0, (size_t)PW * sizeof(float));
             continue;
         }
+        const float *row = x + iy * W;
         memset(d, 0, (size_t)s0 * sizeof(float));
-        memcpy(d + s0, x + iy * W + s0 - pl, (size_t)(s1 - s0) * sizeof(float));
+        if (dw == 1)
+            memcpy(d + s0, row + x0 + s0, (size_t)(s1 - s0) * sizeof(float));
+        else
+            for (long s = s0; s < s1; s++)
+                d[s] = row[x0 + dw * s];
         memset(d + s1, 0, (size_t)(PW - s1) * sizeof(float));
     }
 }
 
-/* V[xi][j] = element xi of B^T d B for the patch d of tile j of the row of
- * TW tiles whose patches start at input row y0 of one channel's image x (H
- * x W, padded by pl on the left); xi's rows of V are rows_apart apart.  The
+/* V[xi][j] = element xi of B^T d B for the patch d of tile j of a phase's
+ * row of TWp tiles whose patches read one channel's image x from row y0
+ * and column x0 (patch_rows); xi's rows of V are plane(I * ld) apart.  The
  * row is computed in whole vectors of CCN_WINOGRAD_LANES tiles (rows of 7
  * tiles ran scalar), so each row of V takes that many floats less one past
- * its TW (the tiles past the image's edge read zeros). */
-static void transform_patch_row(long H, long W, long TW, long y0, long pl, const float *x,
-                                float *V, long rows_apart)
+ * its TWp (the tiles past the image's edge read zeros). */
+static void transform_patch_row(const winograd *c, const float *x, long y0, long x0, float *V)
 {
-    const long L = CCN_WINOGRAD_LANES, TWL = (TW + L - 1) / L * L, PW = 2 * TWL + 2;
+    const long L = CCN_WINOGRAD_LANES, TWL = (c->TWp + L - 1) / L * L, PW = 2 * TWL + 2;
+    const long rows_apart = plane(c->I * c->ld);
     float t[4][PW];  /* B^T d for the whole row of patches */
     {
         float d[4][PW];
-        patch_rows(H, W, PW, y0, pl, x, 4, d[0]);
+        patch_rows(c, x, y0, x0, PW, 4, d[0]);
         for (long s = 0; s < PW; s++) {
             t[0][s] = d[0][s] - d[2][s];
             t[1][s] = d[1][s] + d[2][s];
@@ -138,15 +157,15 @@ static void transform_patch_row(long H, long W, long TW, long y0, long pl, const
  * 1, 0), (0, 4, -4, -1, 1, 0), (0, -2, -1, 2, 1, 0), (0, 2, -1, -2, 1, 0),
  * (0, 4, 0, -5, 0, 1).  The row is computed in whole vectors of
  * CCN_WINOGRAD_LANES tiles, so each row of V takes that many floats less
- * one past its TW (the tiles past the image's edge read zeros). */
-static void transform_patch_row4(long H, long W, long TW, long y0, long pl, const float *x,
-                                 float *V, long rows_apart)
+ * one past its TWp (the tiles past the image's edge read zeros). */
+static void transform_patch_row4(const winograd *c, const float *x, long y0, long x0, float *V)
 {
-    const long L = CCN_WINOGRAD_LANES, TWL = (TW + L - 1) / L * L, PW = 4 * TWL + 2;
+    const long L = CCN_WINOGRAD_LANES, TWL = (c->TWp + L - 1) / L * L, PW = 4 * TWL + 2;
+    const long rows_apart = plane(c->I * c->ld);
     float t[6][PW];  /* B^T d for the whole row of patches */
     {
         float d[6][PW];
-        patch_rows(H, W, PW, y0, pl, x, 6, d[0]);
+        patch_rows(c, x, y0, x0, PW, 6, d[0]);
         for (long s = 0; s < PW; s++) {
             const float d0 = d[0][s], d1 = d[1][s], d2 = d[2][s], d3 = d[3][s], d4 = d[4][s];
             t[0][s] = 4.0f * d0 - 5.0f * d2 + d4;
@@ -186,33 +205,46 @@ static void transform_patch_row4(long H, long W, long TW, long y0, long pl, cons
 }
 
 /* V[xi][i][t] (rows ld apart, planes plane(I * ld) apart) for the tiles of
- * the block's tile rows, of the N x TH rows of TW tiles over images x (N x
- * I x H x W, padded), for channels i in [begin, end): a channel's rows in
- * order, so that each overwrites what F(4x4, 3x3)'s vectors wrote past
+ * the block's tile rows, of the N x dh x TH rows of TW tiles over images x
+ * (N x I x H x W, padded), for channels i in [begin, end): a channel's rows
+ * and phases in order, so that each overwrites what the vectors wrote past
  * the one before. */
 static void transform_patches(void *context, long begin, long end)
 {
     const winograd *c = context;
-    const long I = c->I, TH = c->TH, TW = c->TW, ld = c->ld;
+    const long I = c->I, TH = c->TH, TW = c->TW, ld = c->ld, dh = c->dh;
     for (long i = begin; i < end; i++)
         for (long q = 0; q < c->rows; q++) {
-            const long row = c->row0 + q, n = row / TH, ty = row % TH;
-            (c->tile == 4 ? transform_patch_row4 : transform_patch_row)(
-                c->H, c->W, TW, c->tile * ty - c->pad_top, c->pad_left,
-                c->x + (n * I + i) * c->H * c->W, c->V + i * ld + q * TW, plane(I * ld));
+            const long row = c->row0 + q, n = row / (dh * TH), py = row / TH % dh;
+            const long y0 = dh * c->tile * (row % TH) + py - c->pad_top;
+            for (long px = 0; px < c->dw; px++)
+                (c->tile == 4 ? transform_patch_row4 : transform_patch_row)(
+                    c, c->x + (n * I + i) * c->H * c->W, y0, px - c->pad_left,
+                    c->V + i * ld + q * TW + px * c->TWp);
         }
 }
 
-/* Output rows y0 and y0 + 1 (those below OH) of one channel (OW wide, rows
- * OW apart in y) from the products m[xi][j] (rows rows_apart apart) of a
- * row of TW tiles: A^T m A, plus bias; in whole vectors of
- * CCN_WINOGRAD_LANES tiles (so m's rows are read that many floats less one
- * past TW). */
-static void transform_output_row(long OH, long OW, long TW, long y0, const float *m,
-                                 long rows_apart, float bias, float *y)
+/* The `cols` outputs of one of a phase's rows from out, dw apart in y. */
+static void store_row(const float *out, long cols, long dw, float *y)
 {
-    const long L = CCN_WINOGRAD_LANES, TWL = (TW + L - 1) / L * L;
-    for (long a = 0; a < 2 && y0 + a < OH; a++) {
+    if (dw == 1)
+        memcpy(y, out, (size_t)cols * sizeof(float));
+    else
+        for (long j = 0; j < cols; j++)
+            y[dw * j] = out[j];
+}
+
+/* A phase's output rows y0 and y0 + 1 (those below its `rows`, `cols`
+ * wide; row r at y + r * dh * OW) of one channel from the products m[xi][j]
+ * (rows plane(O * ld) apart) of a row of TWp tiles: A^T m A, plus bias; in
+ * whole vectors of CCN_WINOGRAD_LANES tiles (so m's rows are read that
+ * many floats less one past TWp). */
+static void transform_output_row(const winograd *c, long y0, long rows, long cols,
+                                 const float *m, float bias, float *y)
+{
+    const long L = CCN_WINOGRAD_LANES, TWL = (c->TWp + L - 1) / L * L;
+    const long rows_apart = plane(c->O * c->ld);
+    for (long a = 0; a < 2 && y0 + a < rows; a++) {
         /* Row a of A^T m: element c of tile j in r[c][j]. */
         float r[4][TWL];
         for (long c = 0; c < 4; c++) {
@@ -230,7 +262,7 @@ static void transform_output_row(long OH, long OW, long TW, long y0, const float
             out[2 * j] = bias + r[0][j] + r[1][j] + r[2][j];
             out[2 * j + 1] = bias + r[1][j] - r[2][j] - r[3][j];
         }
-        memcpy(y + (y0 + a) * OW, out, (size_t)OW * sizeof(float));
+        store_row(out, cols, c->dw, y + (y0 + a) * c->dh * c->OW);
     }
 }
 
@@ -238,11 +270,12 @@ static void transform_output_row(long OH, long OW, long TW, long y0, const float
  * rows (1, 1, 1, 1, 1, 0), (0, 1, -1, 2, -2, 0), (0, 1, 1, 4, 4, 0), (0,
  * 1, -1, 8, -8, 1) over the 36 products of each tile, in whole vectors of
  * CCN_WINOGRAD_LANES tiles (so m's rows are read that many floats less one
- * past TW). */
-static void transform_output_row4(long OH, long OW, long TW, long y0, const float *m,
-                                  long rows_apart, float bias, float *y)
+ * past TWp). */
+static void transform_output_row4(const winograd *c, long y0, long rows, long cols,
+                                  const float *m, float bias, float *y)
 {
-    const long L = CCN_WINOGRAD_LANES, TWL = (TW + L - 1) / L * L;
+    const long L = CCN_WINOGRAD_LANES, TWL = (c->TWp + L - 1) / L * L;
+    const long rows_apart = plane(c->O * c->ld);
     float r[4][6][TWL];  /* element c of row a of A^T m for tile j: r[a][c][j] */
     for (long c = 0; c < 6; c++) {
         const float *m0 = m + c * rows_apart, *m1 = m0 + 6 * rows_apart,
@@ -257,7 +290,7 @@ static void transform_output_row4(long OH, long OW, long TW, long y0, const floa
             r[3][c][j] = d12 + 8.0f * d34 + m5[j];
         }
     }
-    for (long a = 0; a < 4 && y0 + a < OH; a++) {
+    for (long a = 0; a < 4 && y0 + a < rows; a++) {
         const float(*q)[TWL] = r[a];
         float out[4 * TWL];  /* the row, past OW too */
         for (long j = 0; j < TWL; j++) {
@@ -268,7 +301,7 @@ static void transform_output_row4(long OH, long OW, long TW, long y0, const floa
             out[4 * j + 2] = bias + s12 + 4.0f * s34;
             out[4 * j + 3] = bias + d12 + 8.0f * d34 + q[5][j];
         }
-        memcpy(y + (y0 + a) * OW, out, (size_t)OW * sizeof(float));
+        store_row(out, cols, c->dw, y + (y0 + a) * c->dh * c->OW);
     }
 }
 
@@ -291,30 +324,39 @@ static void multiply_planes(void *context, long begin, long end)
 }
 
 /* The outputs of the block's (tile row, output channel) pairs [begin,
- * end) from M, then the activation over each pair's rows at once. */
+ * end) from M, every column phase of the row, then the activation over
+ * each of the pair's output rows, whole now. */
 static void transform_outputs(void *context, long begin, long end)
 {
     const winograd *c = context;
-    const long O = c->O, TH = c->TH, TW = c->TW, OH = c->OH, OW = c->OW, m = c->tile;
+    const long O = c->O, TH = c->TH, OH = c->OH, OW = c->OW, m = c->tile, dh = c->dh, dw = c->dw;
     for (long p = begin; p < end; p++) {
-        const long row = c->row0 + p / O, o = p % O, n = row / TH, y0 = m * (row % TH);
-        float *y = c->y + (n * O + o) * OH * OW;
-        (m == 4 ? transform_output_row4 : transform_output_row)(
-            OH, OW, TW, y0, c->M + o * c->ld + (p / O) * TW, plane(O * c->ld),
-            c->bias ? c->bias[o] : 0.0f, y);
-        ccn_activate((OH - y0 < m ? OH - y0 : m) * OW, y + y0 * OW, c->act, c->act_alpha);
+        const long row = c->row0 + p / O, o = p % O, n = row / (dh * TH), py = row / TH % dh;
+        const long y0 = m * (row % TH), rows = (OH - py + dh - 1) / dh;
+        float *y = c->y + (n * O + o) * OH * OW + py * OW;
+        for (long px = 0; px < dw; px++)
+            (m == 4 ? transform_output_row4 : transform_output_row)(
+                c, y0, rows, (OW - px + dw - 1) / dw,
+                c->M + o * c->ld + (p / O) * c->TW + px * c->TWp, c->bias ? c->bias[o] : 0.0f,
+                y + px);
+        for (long a = y0; a < y0 + m && a < rows; a++)
+            ccn_activate(OW, y + a * dh * OW, c->act, c->act_alpha);
     }
 }
 
-/* The fields of geometry g and plan p as the locals the loops below use. */
+/* The fields of geometry g and plan p as the locals the loops below use:
+ * TH tile rows per image and row phase (the first phase, the tallest),
+ * TWp tiles per column phase (the first), TW per tile row. */
 #define CCN_WINOGRAD_LOCALS(g, p)                                                     \
     const long N = (g)->batch, I = (g)->in_channels, H = (g)->in_h, W = (g)->in_w;   \
     const long O = (g)->out_channels, OH = (g)->out_h, OW = (g)->out_w;              \
     const long pad_top = (g)->pad_top, pad_left = (g)->pad_left, tiles = (p)->tiles; \
-    const long TH = (OH + (p)->tile - 1) / (p)->tile, TW = (OW + (p)->tile - 1) / (p)->tile; \
+    const long dh = (g)->dil_h, dw = (g)->dil_w, m = (p)->tile;                      \
+    const long TH = ((OH + dh - 1) / dh + m - 1) / m;                                 \
+    const long TWp = ((OW + dw - 1) / dw + m - 1) / m, TW = dw * TWp;                \
     assert((g)->kernel_h == 3 && (g)->kernel_w == 3 && (g)->group == 1 &&           \
-           (g)->stride_h == 1 && (g)->stride_w == 1 && (g)->dil_h == 1 &&           \
-           (g)->dil_w == 1 && tiles > 0 && tiles % TW == 0)
+           (g)->stride_h == 1 && (g)->stride_w == 1 && dh >= 1 && dw >= 1 &&        \
+           tiles > 0 && tiles % TW == 0)
 
 void ccn_conv2d_winograd(const ccn_conv_geometry *geometry, const ccn_winograd_plan *plan,
                          const float *x, const float *w, const float *bias, float *y,
@@ -324,14 +366,16 @@ void ccn_conv2d_winograd(const ccn_conv_geometry *geometry, const ccn_winograd_p
     const int weights = plan->weights, act = plan->act, tile = plan->tile;
     const float act_alpha = plan->act_alpha;
     /* Rows of V and M have CCN_WINOGRAD_LANES floats of slack. */
-    const long tile_rows = N * TH, block_rows = tiles / TW, ld = tiles + CCN_WINOGRAD_LANES;
+    const long tile_rows = N * dh * TH, block_rows = tiles / TW;
+    const long ld = tiles + CCN_WINOGRAD_LANES;
     const long up = plane(O * I), vp = plane(I * ld), planes = (tile + 2) * (tile + 2);
     /* The filters' transforms, unless they come transformed, then V and M. */
     const int transformed = weights == CCN_WINOGRAD_TRANSFORMED;
     assert(tile == 2 || (tile == 4 && transformed));
     float *V = transformed ? scratch : scratch + 16 * up, *M = V + planes * vp;
     winograd c = {.I = I, .H = H, .W = W, .O = O, .OH = OH, .OW = OW, .TH = TH, .TW = TW,
-                  .pad_top = pad_top, .pad_left = pad_left, .ld = ld, .x = x, .w = w,
+                  .TWp = TWp, .dh = dh, .dw = dw, .pad_top = pad_top, .pad_left = pad_left,
+                  .ld = ld, .x = x, .w = w,
                   .bias = bias, .weights = weights, .act = act, .act_alpha = act_alpha,
                   .tile = tile, .U = transformed ? NULL : scratch, .V = V, .M = M, .y = y};
     (void)N;
@@ -445,7 +489,7 @@ void ccn_conv2d_grad_filter_winograd(const ccn_conv_geometry *geometry,
                                      const float *gy, float *gw, float *scratch)
 {
     CCN_WINOGRAD_LOCALS(geometry, plan);
-    assert(plan->tile == 2);
+    assert(m == 2 && dh == 1 && dw == 1);
     /* Rows of V have CCN_WINOGRAD_LANES floats of slack. */
     const long tile_rows = N * TH, block_rows = tiles / TW, ld = tiles + CCN_WINOGRAD_LANES;
     const long up = plane(I * O), vp = plane(I * ld), gp = plane(O * ld);
@@ -453,7 +497,8 @@ void ccn_conv2d_grad_filter_winograd(const ccn_conv_geometry *geometry,
     if (tile_rows == 0)
         memset(dUt, 0, (size_t)(16 * up) * sizeof(float));
     winograd c = {.I = I, .H = H, .W = W, .O = O, .OH = OH, .OW = OW, .TH = TH, .TW = TW,
-                  .pad_top = pad_top, .pad_left = pad_left, .ld = ld, .x = x, .gy = gy,
+                  .TWp = TW, .dh = 1, .dw = 1, .pad_top = pad_top, .pad_left = pad_left,
+                  .ld = ld, .x = x, .gy = gy,
                   .tile = 2, .V = V, .GY = GY, .GYt = GYt, .dUt = dUt, .gw = gw};
     for (c.row0 = 0; c.row0 < tile_rows; c.row0 += block_rows) {
         c.rows = block_rows < tile_rows - c.row0 ? block_rows : tile_rows - c.row0;

@@ -35,9 +35,10 @@ enum { CCN_WINOGRAD_FILTERS, CCN_WINOGRAD_ROTATED, CCN_WINOGRAD_TRANSFORMED };
 
 /* How a Winograd convolution runs, decided when the C is emitted
  * (WINOGRAD_PLAN in lowerings/winograd.py): the output tiles taken at a
- * time (whole rows of tiles: a multiple of (out_w + tile - 1) / tile), how
- * the weights come (CCN_WINOGRAD_*), the epilogue activation (CCN_ACT_*,
- * act_alpha its LeakyRelu slope) and the tiles' width: 2, F(2x2, 3x3), or
+ * time (whole rows of tiles: a multiple of dil_w * ((ceil(out_w / dil_w)
+ * + tile - 1) / tile)), how the weights come (CCN_WINOGRAD_*), the
+ * epilogue activation (CCN_ACT_*, act_alpha its LeakyRelu slope) and the
+ * tiles' width: 2, F(2x2, 3x3), or
  * 4, F(4x4, 3x3), whose 36 products per 16 outputs take 0.56x the
  * multiply-adds of 16 per 4 but whose filters come transformed only; the
  * filter gradient reads only tiles (F(2x2, 3x3)). */
@@ -53,7 +54,9 @@ typedef struct {
  * of x (batch, in_channels, in_h, in_w) padded by pad_top and pad_left
  * (and zeros past the bottom and right edges as far as out_h and out_w
  * reach), plus bias (may be NULL), then the plan's activation; the
- * geometry's kernel is 3x3 with stride and dilation 1 in one group.
+ * geometry's kernel is 3x3 with stride 1 in one group, at any dilation
+ * (an undilated convolution per phase of the input; the plan's tiles are
+ * then whole rows of dil_w phases' tiles, ccn_winograd.c).
  * scratch holds CCN_WINOGRAD_SCRATCH(in_channels, out_channels, tiles,
  * weights, tile) floats. */
 void ccn_conv2d_winograd(const ccn_conv_geometry *geometry, const ccn_winograd_plan *plan,
@@ -61,7 +64,7 @@ void ccn_conv2d_winograd(const ccn_conv_geometry *geometry, const ccn_winograd_p
                          float *scratch);
 
 /* The gradient gw (O, I, 3, 3) of ccn_conv2d_winograd's weights (not
- * transposed) from its input x and the gradient gy (N, O, OH, OW) of its
+ * transposed; dilation 1) from its input x and the gradient gy (N, O, OH, OW) of its
  * output, by the same transforms: the 16 products sum over the tiles.
  * scratch holds CCN_WINOGRAD_GRAD_SCRATCH(I, O, tiles) floats. */
 void ccn_conv2d_grad_filter_winograd(const ccn_conv_geometry *geometry,

@@ -382,15 +382,16 @@ def conv(em, inst) -> Step:
             em, inst, geometry, numpy.asarray(w, numpy.float32), (N, C, M, OH, OW),
             ('CCN_ACT_NONE', 0.0) if residual else (act, act_alpha)), (act, act_alpha),
             N * M * OH * OW)
-    tiles = winograd_tiles(N, C, M, (OH, OW), (KH, KW), win.strides, win.dilations, group)
+    tiles = winograd_tiles(N, C, M, (OH, OW), (KH, KW), win.strides, win.dilations, group,
+                           phases=True)
     if tiles is not None and trimmed is None:  # (Winograd reads the untrimmed weights)
         # The residual in a pass after: added inside the output transform
         # (each channel's rows in turn) the block took 1.14x the unfused
         # time (64 channels at 56x56, one thread), after it 1.0x.
         return _add_residual(inst, winograd_step(
             em, inst, geometry, sx, M, (OH, OW), tiles, 'filters',
-            ('CCN_ACT_NONE', 0.0) if residual else (act, act_alpha)), (act, act_alpha),
-            N * M * OH * OW)
+            ('CCN_ACT_NONE', 0.0) if residual else (act, act_alpha), win.dilations),
+            (act, act_alpha), N * M * OH * OW)
     if takes_direct(w is not None, group, (KH, KW), win.strides, win.dilations, OW):
         return direct_step(em, inst, geometry, numpy.asarray(w, numpy.float32),
                            (N, C, H, W, M, OH, OW), (win.strides, pads_begin), (act, act_alpha))

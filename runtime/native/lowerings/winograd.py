@@ -41,6 +41,12 @@ MAX_WIDTH = 1024
 #: scratch that goes round the 16 products (measured best against half and
 #: twice this on an AMD Zen 5).
 BLOCK_FLOATS = 16 * 65536
+#: Fewest tiles per block (whole rows of tiles, all of them permitting),
+#: past BLOCK_FLOATS: each block's products read every transformed filter,
+#: and a few tiles per read left them bound by memory (FCN's 2048 -> 512
+#: channels at 28x28, batch 1, F(4x4, 3x3): blocks of one row of 7 tiles
+#: 122 ms, 2 rows 58 ms, all 49 tiles 46 ms; one thread, CPU time).
+MIN_BLOCK_TILES = 64
 #: Most tiles per block (whole rows of tiles permitting): on an Intel Xeon
 #: with AVX-512 (2 MiB of L2), one thread, batch 8, blocks of 128 tiles
 #: made the forward at 64 channels and 32x32 23% faster than 512 and the
@@ -58,7 +64,9 @@ LANES = 8
 #: one thread, batch 1, against F(2x2, 3x3), C driver, CPU time: 0.62x to
 #: 0.72x at 27 to 56 wide (32 to 128 channels), 0.76x at 20 (128 and 256);
 #: 1.11x at 16 (64), 1.17x at 13 and 14 (256: rows of 4 tiles, products
-#: of 16 columns).
+#: of 16 columns).  A dilated output counts whole, as its phases share a row
+#: of tiles: 28 wide at dilation 4 (rows of 4 x 2 tiles), 512 channels,
+#: 0.69x F(2x2, 3x3)'s time; at dilation 2, 256 and 512 channels, 0.97x-1.03x.
 TILE4_MIN_WIDTH = 20
 #: The plan struct of ccn_winograd.h: tiles per block, the weights' form
 #: (CCN_WINOGRAD_*), the epilogue activation and the tiles' width.
@@ -66,29 +74,41 @@ WINOGRAD_PLAN = CStruct('ccn_winograd_plan', ('tiles', 'weights', 'act', 'act_al
 
 
 def winograd_tiles(batch, channels_in, channels_out, out_size, kernel, strides, dilations,
-                   group, min_width=MIN_WIDTH) -> int | None:
+                   group, min_width=MIN_WIDTH, phases=False) -> int | None:
     """The 2x2 output tiles per block (whole rows of them) with which
     ccn_winograd.c computes this convolution or one of its gradients, or
-    None when it should not: not 3x3 with stride and dilation 1 in one
-    group, or too few channels or too narrow an output (below
-    ``min_width``) for it to pay, or an output wider than MAX_WIDTH."""
+    None when it should not: not 3x3 with stride 1 in one group, dilated
+    unless ``phases`` (a Conv: ccn_conv2d_winograd runs it per phase of
+    the input, and the widths below are a phase's), too few channels or
+    too narrow an output (below ``min_width``) for it to pay, or an output
+    wider than MAX_WIDTH."""
     channels = min(channels_in, channels_out)
-    if tuple(kernel) != (3, 3) or tuple(strides) != (1, 1) or tuple(dilations) != (1, 1) \
-            or group != 1 or channels < MIN_CHANNELS or out_size[1] < min_width \
-            or out_size[1] > MAX_WIDTH or channels * out_size[1] < MIN_WIDTH_CHANNELS:
+    width = -(-out_size[1] // dilations[1])
+    if tuple(kernel) != (3, 3) or tuple(strides) != (1, 1) or group != 1 \
+            or (tuple(dilations) != (1, 1) and not phases) or channels < MIN_CHANNELS \
+            or width < min_width or out_size[1] > MAX_WIDTH \
+            or channels * width < MIN_WIDTH_CHANNELS:
         return None
-    return block_tiles(batch, channels_in, channels_out, out_size, 2)
+    return block_tiles(batch, channels_in, channels_out, out_size, 2, dilations)
 
 
-def block_tiles(batch, channels_in, channels_out, out_size, tile) -> int:
-    """The output tiles ``tile`` wide per block, whole rows of them: at
-    most MAX_BLOCK_TILES (a row at least) and BLOCK_FLOATS of transformed
-    inputs and products, at most all of them."""
-    tile_cols = -(-out_size[1] // tile)
-    tile_rows = batch * -(-out_size[0] // tile)
+def _tiles_across(size, dilation, tile) -> int:
+    """Tiles ``tile`` wide across an axis of ``size`` outputs dilated by
+    ``dilation``: as many for each phase as the first (widest) takes."""
+    phase = -(-size // dilation)
+    return dilation * -(-phase // tile)
+
+
+def block_tiles(batch, channels_in, channels_out, out_size, tile, dilations=(1, 1)) -> int:
+    """The output tiles ``tile`` wide per block, whole rows of them (a row
+    holds the tiles of every column phase): at most MAX_BLOCK_TILES (a row
+    at least) and BLOCK_FLOATS of transformed inputs and products unless
+    that leaves fewer than MIN_BLOCK_TILES, at most all of them."""
+    tile_cols = _tiles_across(out_size[1], dilations[1], tile)
+    tile_rows = batch * _tiles_across(out_size[0], dilations[0], tile)
     planes = (tile + 2) ** 2
-    rows = max(1, min(BLOCK_FLOATS // (planes * (channels_in + channels_out) * tile_cols),
-                      MAX_BLOCK_TILES // tile_cols))
+    fit = BLOCK_FLOATS // (planes * (channels_in + channels_out) * tile_cols)
+    rows = max(1, min(max(fit, MIN_BLOCK_TILES // tile_cols), MAX_BLOCK_TILES // tile_cols))
     return min(rows, tile_rows) * tile_cols
 
 
@@ -114,14 +134,14 @@ def transformed_filters(w, tile=2) -> numpy.ndarray:
 
 
 def winograd_step(em, inst, geometry, x_shape, channels_out, out_size, tiles, weights,
-                  act) -> Step:
+                  act, dilations=(1, 1)) -> Step:
     """The Step of ``inst`` as ccn_conv2d_winograd: a convolution of input
     0 (``x_shape``, NCHW) into ``channels_out`` channels of ``out_size``
     (``geometry``: its ccn_conv_geometry, lowerings/connection.py's
-    conv_geometry), with input 1 the weights, 'filters' (O, I, 3, 3) or a
-    ConvTranspose's (I, O, 3, 3), 'rotated'; constant filters are
-    transformed here, once.  Input 2 is an optional bias; ``act`` the
-    activation (its CCN_ACT_* enum, its slope)."""
+    conv_geometry, with these ``dilations``), with input 1 the weights,
+    'filters' (O, I, 3, 3) or a ConvTranspose's (I, O, 3, 3), 'rotated';
+    constant filters are transformed here, once.  Input 2 is an optional
+    bias; ``act`` the activation (its CCN_ACT_* enum, its slope)."""
     N, channels_in, H, W = x_shape
     OH, OW = out_size
     has_bias = em.has(inst, 2)
@@ -130,9 +150,9 @@ def winograd_step(em, inst, geometry, x_shape, channels_out, out_size, tiles, we
     tile = 2
     if constant is not None:
         weights = 'transformed'
-        if OW >= TILE4_MIN_WIDTH:
+        if OW >= TILE4_MIN_WIDTH:  # (a dilated one's row of tiles spans its phases)
             tile = 4
-            tiles = block_tiles(N, channels_in, channels_out, out_size, tile)
+            tiles = block_tiles(N, channels_in, channels_out, out_size, tile, dilations)
         transformed = em.constant_array('winograd%d' % inst.outputs[0],
                                         transformed_filters(constant, tile))
     plan = WINOGRAD_PLAN.literal(tiles=tiles, weights='CCN_WINOGRAD_' + weights.upper(),

@@ -5,8 +5,11 @@ onnxruntime: odd output sizes (a last tile half outside; 1, 2 or 3 of a
 across images, bias, a fused activation and residual; ConvTranspose at
 stride 1
 (the gradient of a convolution's input) through the rotated weights;
-ConvGradFilter, whose products sum over blocks of tiles; and which
-convolutions the lowering sends there."""
+ConvGradFilter, whose products sum over blocks of tiles; dilated
+convolutions, an undilated one per phase of the input (dilations 2, 4 and
+(2, 3), odd sizes, so that phases differ in size, pads equal to the
+dilation or not, every epilogue); and which convolutions the lowering
+sends there."""
 import numpy
 import pytest
 from onnx import helper
@@ -17,6 +20,7 @@ from chainer_compiler.runtime.native.lowerings.winograd import (
     BLOCK_FLOATS,
     MAX_BLOCK_TILES,
     MAX_WIDTH,
+    MIN_BLOCK_TILES,
     MIN_CHANNELS,
     MIN_FILTER_GRADIENT_WIDTH,
     MIN_WIDTH,
@@ -40,8 +44,9 @@ def _rand(rng, *shape):
 
 
 def _count_in_code(model, tmp_path, text):
-    """How many times ``text`` occurs in the model's emitted code."""
-    result = emit_c(build_program(model), tmp_path, 'model')
+    """How many times ``text`` occurs in the model's emitted code (the
+    weights in a file: as C literals they took most of the test's time)."""
+    result = emit_c(build_program(model), tmp_path, 'model', weights='file')
     source = next(p for p in result.files if p.endswith('/model.c'))
     with open(source) as f:
         return f.read().count(text)
@@ -59,7 +64,12 @@ def test_conv_through_winograd(tmp_path):
     # images of 6 tile rows in blocks ending inside an image, its residual
     # Add and ReLU after; y6 21 x 22 (2 columns inside), padding on the
     # left and bottom only, LeakyRelu; y7 19 x 21 (1 column), no padding,
-    # no bias; y8 20 x 24 (whole tiles), Sigmoid.
+    # no bias; y8 20 x 24 (whole tiles), Sigmoid.  y9 to y12 are dilated,
+    # so run per phase: y9 dilation 2, 17 x 19 (phases of 9 and 8 rows, 10
+    # and 9 columns), F(2x2, 3x3), its residual Add and ReLU after; y10
+    # dilation 4, 21 x 31 (phases of 6 and 5 rows, 8 and 7 columns), F(4x4,
+    # 3x3), LeakyRelu; y11 dilation 2, pads not the dilation, no bias, ReLU;
+    # y12 dilation (2, 3) with weights given at run time, Sigmoid.
     rng = numpy.random.RandomState(0)
     node = helper.make_node
     nodes = [node('Conv', ['x', 'w1', 'b1'], ['y1'], pads=[1, 1, 1, 1]),
@@ -73,7 +83,15 @@ def test_conv_through_winograd(tmp_path):
              node('LeakyRelu', ['c6'], ['y6'], alpha=0.125),
              node('Conv', ['x4', 'w1'], ['y7']),
              node('Conv', ['x4', 'w2', 'b2'], ['c8'], pads=[0, 1, 1, 2]),
-             node('Sigmoid', ['c8'], ['y8'])]
+             node('Sigmoid', ['c8'], ['y8']),
+             node('Conv', ['x', 'w1', 'b1'], ['c9'], pads=[2, 2, 2, 2], dilations=[2, 2]),
+             node('Add', ['c9', 'x'], ['s9']), node('Relu', ['s9'], ['y9']),
+             node('Conv', ['x4', 'w2', 'b2'], ['c10'], pads=[4, 8, 4, 8], dilations=[4, 4]),
+             node('LeakyRelu', ['c10'], ['y10'], alpha=0.125),
+             node('Conv', ['x4', 'w2'], ['c11'], pads=[1, 3, 3, 0], dilations=[2, 2]),
+             node('Relu', ['c11'], ['y11']),
+             node('Conv', ['x', 'wr'], ['c12'], pads=[2, 3, 2, 3], dilations=[2, 3]),
+             node('Sigmoid', ['c12'], ['y12'])]
     inits = {'w1': _rand(rng, C, C, 3, 3), 'b1': _rand(rng, C),
              'w2': _rand(rng, C + 8, C, 3, 3), 'b2': _rand(rng, C + 8)}
     x_shape, x4_shape = [BATCH, C, 17, 19], [BATCH, C, 21, 23]
@@ -82,15 +100,17 @@ def test_conv_through_winograd(tmp_path):
                        [('y1', F32, [BATCH, C, 17, 19]), ('y2', F32, [BATCH, C + 8, 17, 19]),
                         ('y3', F32, [BATCH, C, 15, 17]), ('y4', F32, [BATCH, C, 17, 19]),
                         ('y5', F32, x4_shape), ('y6', F32, [BATCH, C + 8, 21, 22]),
-                        ('y7', F32, [BATCH, C, 19, 21]), ('y8', F32, [BATCH, C + 8, 20, 24])],
+                        ('y7', F32, [BATCH, C, 19, 21]), ('y8', F32, [BATCH, C + 8, 20, 24]),
+                        ('y9', F32, x_shape), ('y10', F32, [BATCH, C + 8, 21, 31]),
+                        ('y11', F32, [BATCH, C + 8, 21, 22]), ('y12', F32, [BATCH, C, 17, 19])],
                        inits)
     tiles = winograd_tiles(BATCH, C, C + 8, (17, 19), (3, 3), (1, 1), (1, 1), 1)
     assert tiles is not None and tiles < BATCH * 9 * 10 and (BATCH * 9 * 10) % tiles
     tiles = block_tiles(BATCH, C, C, (21, 23), 4)
     assert tiles < BATCH * 6 * 6 and (BATCH * 6 * 6) % tiles
-    assert _count_in_code(model, tmp_path, 'ccn_conv2d_winograd(') == 8
-    assert _count_in_code(model, tmp_path, 'CCN_WINOGRAD_TRANSFORMED,') == 7
-    assert _count_in_code(model, tmp_path, '.tile = 4}') == 4
+    assert _count_in_code(model, tmp_path, 'ccn_conv2d_winograd(') == 12
+    assert _count_in_code(model, tmp_path, 'CCN_WINOGRAD_TRANSFORMED,') == 10
+    assert _count_in_code(model, tmp_path, '.tile = 4}') == 6
     # F(4x4, 3x3)'s transforms (entries up to 8 and down to 1/24) lose about
     # two more bits than F(2x2, 3x3)'s: 3e-4 at most here, on outputs up to 40.
     check_native(model, [_rand(rng, *x_shape), _rand(rng, C, C, 3, 3), _rand(rng, *x4_shape),
@@ -149,8 +169,12 @@ def test_which_convolutions_go_to_winograd():
     assert winograd_tiles(1, C, C, (2, MIN_WIDTH), **args) == (MIN_WIDTH + 1) // 2
     # F(4x4, 3x3)'s blocks: 36 planes, whole rows of 4x4 tiles (9 of 14).
     assert block_tiles(1, C, C, (56, 56), 4) == 9 * 14
-    assert block_tiles(1, 512, 512, (TILE4_MIN_WIDTH, 56), 4) == \
-        BLOCK_FLOATS // (36 * 1024 * 14) * 14
+    # Where BLOCK_FLOATS would leave fewer than MIN_BLOCK_TILES, that many
+    # (512 channels: 2 rows of 14, then 4), or all of them (FCN's 2048 ->
+    # 512 channels at 28x28: 49).
+    assert BLOCK_FLOATS // (36 * 1024 * 14) == 2
+    assert block_tiles(1, 512, 512, (TILE4_MIN_WIDTH, 56), 4) == MIN_BLOCK_TILES // 14 * 14
+    assert block_tiles(1, 2048, 512, (28, 28), 4) == 7 * 7
     for changed in [dict(kernel=(5, 5)), dict(strides=(2, 2)), dict(dilations=(2, 2)),
                     dict(group=2)]:
         assert winograd_tiles(8, C, C, (32, 32), **{**args, **changed}) is None
@@ -166,6 +190,19 @@ def test_which_convolutions_go_to_winograd():
     narrow = MIN_WIDTH_CHANNELS // MIN_WIDTH
     assert winograd_tiles(8, narrow, narrow, (8, MIN_WIDTH), **args) is not None
     assert winograd_tiles(8, narrow - 1, narrow, (8, MIN_WIDTH), **args) is None
+    # A dilated Conv runs per phase (phases=True; not the gradients): rows
+    # of 16 tiles (4 phases 7 wide, 4 tiles each), 4 of the 16 rows (4 row
+    # phases of 4) in a block; F(4x4, 3x3) all 8 rows of 8.  The least width
+    # is a phase's.
+    dilated = dict(args, dilations=(4, 4))
+    assert winograd_tiles(1, 512, 512, (28, 28), **dilated) is None
+    assert winograd_tiles(1, 512, 512, (28, 28), **dilated, phases=True) == 4 * 16
+    assert block_tiles(1, 512, 512, (28, 28), 4, (4, 4)) == 8 * 8
+    assert winograd_tiles(1, 512, 512, (28, 4 * MIN_WIDTH - 3), **dilated, phases=True) \
+        is not None
+    assert winograd_tiles(1, 512, 512, (28, 4 * MIN_WIDTH - 4), **dilated, phases=True) is None
+    assert winograd_tiles(1, narrow, narrow, (28, 28), **dilated, phases=True) is not None
+    assert winograd_tiles(1, narrow - 1, narrow, (28, 28), **dilated, phases=True) is None
     # The filter gradient asks for wider outputs.
     width = MIN_FILTER_GRADIENT_WIDTH
     assert winograd_tiles(8, C, C, (8, width - 1), **args, min_width=width) is None
