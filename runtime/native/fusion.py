@@ -26,6 +26,11 @@ Executor never imports it, the compiler when it fuses.
   BatchNormalization becomes its epilogue too (DenseNet's pre-activation
   BatchNormalization and Relu, which no Conv before it can fold: one pass
   over the tensor instead of two).
+* An AveragePool without padding (or a GlobalAveragePool) that alone
+  reads a 1x1 Conv's output runs before it, on the Conv's input, and the
+  Conv on the pooled pixels: both are linear per pixel, so the result is
+  the same up to rounding, for a quarter of the products after a 2x2 pool
+  (DenseNet's transitions).
 * An Add of another float32 tensor of exactly the output's shape (no
   broadcasting) that alone reads a 2-D Conv's output (a ResNet block's
   residual) becomes that Conv's fourth input, which its product starts
@@ -101,6 +106,12 @@ def mask_fits(mask: tuple[int, ...], scores: tuple[int, ...]) -> bool:
     (lowerings/attention.py)."""
     return 0 < len(mask) <= len(scores) and mask[-1] == scores[-1] and all(
         d in (1, s) for d, s in zip(mask[::-1], scores[::-1]))
+
+
+def _unpadded(attrs: dict) -> bool:
+    """Whether a Conv's or pool's ``attrs`` add no padding."""
+    return not any(attrs.get('pads') or ()) and attrs.get('auto_pad', 'NOTSET') in (
+        'NOTSET', 'VALID')
 
 
 def written_inputs(inst: Instruction) -> list[int]:
@@ -185,6 +196,9 @@ class _Fuser:
                 changed |= self._apply('fold_batch_norm', i)
             if inst.op == 'Conv':
                 changed |= self._apply('fuse_residual', i)
+                if self._apply('pool_first', i):
+                    changed = True
+                    continue
             if inst.op == 'MatMul':
                 changed |= self._apply('fuse_attention', i) or self._apply('fuse_bias', i)
             if self.insts[i] is None:
@@ -379,6 +393,37 @@ class _Fuser:
                                              outputs=add.outputs), j)
         self.readers[r] = [i if k == j else k for k in self.readers[r]]
         self.producer[add.outputs[0]] = i
+        return True
+
+    def _pool_first(self, i: int) -> bool:
+        """Make the unpadded AveragePool or GlobalAveragePool that alone
+        reads 1x1 Conv ``i``'s output, and leaves fewer pixels, pool the
+        Conv's input at ``i``, and the Conv read the pooled input at the
+        pool's place."""
+        conv = self.insts[i]
+        assert conv is not None
+        j = self._sole_reader(conv.outputs[0])
+        pool = None if j is None else self.insts[j]
+        a, w = conv.attrs, self._float32_shape(conv.inputs[1])
+        x, z = self._float32_shape(conv.inputs[0]), self._float32_shape(
+            pool.outputs[0]) if pool is not None else ()
+        if j is None or pool is None or pool.op not in ('AveragePool', 'GlobalAveragePool') \
+                or len(conv.inputs) > 3 or len(conv.outputs) != 1 or 'activation' in a \
+                or len(w) != 4 or w[2:] != (1, 1) or any(s != 1 for s in a.get('strides') or ()) \
+                or not _unpadded(a) or not _unpadded(pool.attrs) or pool.attrs.get('ceil_mode') \
+                or len(x) != 4 or len(z) != 4 or z[2] * z[3] >= x[2] * x[3]:
+            return False
+        y, pooled = conv.outputs[0], self.next_register
+        self.next_register += 1
+        self.names[pooled] = self.p.register_name(conv.inputs[0]) + '_pooled'
+        self.insts[i] = dataclasses.replace(pool, inputs=conv.inputs[:1], outputs=(pooled,),
+                                            frees=conv.frees)
+        self.insts[j] = dataclasses.replace(
+            conv, inputs=(pooled,) + conv.inputs[1:], outputs=pool.outputs,
+            frees=tuple(r for r in pool.frees if r != y) + (pooled,))
+        del self.readers[y]
+        self.readers[pooled], self.producer[pooled] = [j], i
+        self.producer[pool.outputs[0]] = j
         return True
 
     def _fuse_bias(self, i: int) -> bool:

@@ -22,6 +22,9 @@ BACKENDS = ('vm', 'native')
 RULES = {
     # Folded weights: a plain Conv or Gemm, which every backend runs.
     'fold_batch_norm': BACKENDS,
+    # A 1x1 Conv on pooled pixels: the native backend's (its results move
+    # by rounding from the unfused Program's, which the VM runs as written).
+    'pool_first': ('native',),
     # A fourth input of Conv: the native kernels only (on NumPy the Add is
     # one pass over the output either way).
     'fuse_residual': ('native',),

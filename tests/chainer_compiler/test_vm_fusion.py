@@ -234,6 +234,10 @@ def _rule_cases():
             [node('Conv', ['x', 'w'], ['c'], pads=[1] * 4), node('BatchNormalization',
                                                                  ['c'] + bn, ['y'])],
             image, [('y', F32, [1, 4, 5, 5])], {**conv_w, **bn_params}),
+        'pool_first': make_model(
+            [node('Conv', ['x', 'k'], ['c']),
+             node('AveragePool', ['c'], ['y'], kernel_shape=[2, 2], strides=[2, 2])],
+            image, [('y', F32, [1, 4, 2, 2])], {'k': rng.randn(4, 4, 1, 1).astype(F32)}),
         'fuse_residual': make_model(
             [node('Conv', ['x', 'w'], ['c'], pads=[1] * 4), node('Add', ['c', 'x'], ['y'])],
             image, [('y', F32, [1, 4, 5, 5])], conv_w),

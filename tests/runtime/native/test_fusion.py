@@ -46,14 +46,29 @@ def _pre_activations(rng):
     return nodes, inits, ('o', F32, [2, 3, 5, 7]), ('z', F32, [2, 3, 5, 7])
 
 
+def _transitions(rng, x, c):
+    """DenseNet's transition (a 1x1 Conv, with a bias here, then a 2x2
+    AveragePool, over odd sizes) and a 1x1 Conv before a
+    GlobalAveragePool, both of ``x`` (``c`` channels): nodes,
+    initializers, outputs 't' and 'gp'."""
+    node = helper.make_node
+    nodes = [node('Conv', [x, 'wt', 'bt'], ['tc']),
+             node('AveragePool', ['tc'], ['t'], kernel_shape=[2, 2], strides=[2, 2]),
+             node('Conv', [x, 'wg'], ['gc']), node('GlobalAveragePool', ['gc'], ['gp'])]
+    return nodes, {'wt': _rand(rng, 4, c, 1, 1), 'bt': _rand(rng, 4), 'wg': _rand(rng, 5, c, 1, 1)}
+
+
 @pytest.mark.native_build
 def test_conv_bn_relu_and_gemm_bn_leaky_relu():
     """Conv(no bias)-BN-Relu and Conv(bias)-BN become one Conv each; Gemm
     (transB, bias)-BN-LeakyRelu one FusedGemm; a BN reading no product
-    takes the activation after it (each NORM_EPILOGUES); values unchanged."""
+    takes the activation after it (each NORM_EPILOGUES); an average pool
+    after a 1x1 Conv runs before it; values unchanged."""
     rng = numpy.random.RandomState(0)
     node = helper.make_node
     pre, pre_inits, pre_input, pre_output = _pre_activations(rng)
+    transitions, transition_inits = _transitions(rng, 'z', 3)
+    pre, pre_inits = pre + transitions, {**pre_inits, **transition_inits}
     nodes = [node('Conv', ['x', 'w1'], ['c1'], pads=[1, 1, 1, 1]),
              _bn('c1', 'p', 'n1', epsilon=1e-3),
              node('Relu', ['n1'], ['r1']),
@@ -67,16 +82,18 @@ def test_conv_bn_relu_and_gemm_bn_leaky_relu():
              **_bn_params(rng, 'q', 4), **_bn_params(rng, 'u', 5), **pre_inits}
     inputs = [('x', F32, [2, 3, 6, 6]), ('a', F32, [3, 7]), pre_input]
     model = make_model(nodes, inputs, [('y1', F32, [2, 4, 6, 6]), ('y2', F32, [3, 5]),
-                                       pre_output], inits, opset=14)  # HardSwish
+                                       pre_output, ('t', F32, [2, 4, 2, 3]),
+                                       ('gp', F32, [2, 5, 1, 1])], inits, opset=14)  # HardSwish
     program = build_program(model, fuse=False)
     fused = fuse(program)
     assert _ops(fused) == [('Conv', 'Relu'), ('Conv', None), ('FusedGemm', 'LeakyRelu')] + [
-        ('BatchNormalization', a) for a in ('Relu', 'LeakyRelu', 'HardSwish', 'Clip')]
+        ('BatchNormalization', a) for a in ('Relu', 'LeakyRelu', 'HardSwish', 'Clip')] + [
+        ('AveragePool', None), ('Conv', None), ('GlobalAveragePool', None), ('Conv', None)]
     assert fused.instructions[2].attrs['activation_alpha'] == numpy.float32(0.2)
     assert fused.instructions[2].attrs['beta'] == 1.0
-    assert [i.attrs.get('activation_alpha') for i in fused.instructions[3:]] == [
+    assert [i.attrs.get('activation_alpha') for i in fused.instructions[3:7]] == [
         None, numpy.float32(0.3), None, 0.5]
-    assert len(program.instructions) == 16  # the input Program is left alone
+    assert len(program.instructions) == 20  # the input Program is left alone
     # Values around the activations' kinks (HardSwish's at -3 and 3).
     feeds = [_rand(rng, *s) for _, _, s in inputs]
     feeds[2] *= 4
@@ -99,6 +116,41 @@ def test_batch_norm_epilogues_native_only():
     assert _ops(fuse(program))[3:] == [
         ('BatchNormalization', 'Clip'), ('BatchNormalization', None), ('Sigmoid', None),
         ('BatchNormalization', None), ('Relu', None)]
+
+
+def test_pool_first_only_where_it_computes_the_same():
+    """The pools run first on the native backend alone, and only after a
+    1x1 Conv without padding, stride or activation that they alone read,
+    when they are unpadded, floor their windows and leave fewer pixels."""
+    rng = numpy.random.RandomState(5)
+    node = helper.make_node
+    nodes, inits = _transitions(rng, 'x', 3)
+    pool = {'kernel_shape': [2, 2], 'strides': [2, 2]}
+    left = [(node('Conv', ['x', 'w3'], ['a']), {}, [2, 3]),  # 3x3
+            (node('Conv', ['x', 'wt'], ['b'], strides=[2, 2]), {}, [2, 2]),
+            (node('Conv', ['x', 'wt'], ['c'], pads=[1, 1, 1, 1]), {}, [4, 5]),
+            (node('Conv', ['x', 'wt'], ['d']), {'pads': [0, 0, 1, 1]}, [4, 5]),
+            (node('Conv', ['x', 'wt'], ['e']), {'ceil_mode': 1}, [4, 5]),
+            (node('Conv', ['x', 'wt'], ['f']), {'kernel_shape': [1, 1], 'strides': [1, 1]},
+             [7, 9])]  # as many pixels
+    outputs = [('t', F32, [1, 4, 3, 4]), ('gp', F32, [1, 5, 1, 1])]
+    for conv, changed, size in left:
+        y = conv.output[0]
+        nodes += [conv, node('AveragePool', [y], [y + 'p'], **{**pool, **changed})]
+        outputs.append((y + 'p', F32, [1, 4] + size))
+    nodes += [node('Conv', ['x', 'wt'], ['g']), node('Relu', ['g'], ['gr']),
+              node('AveragePool', ['gr'], ['gq'], **pool),  # the Relu between
+              node('Conv', ['x', 'wt'], ['h']), node('AveragePool', ['h'], ['hp'], **pool),
+              node('Neg', ['h'], ['hn'])]  # h read twice
+    outputs += [('gq', F32, [1, 4, 3, 4]), ('hp', F32, [1, 4, 3, 4]), ('hn', F32, [1, 4, 7, 9])]
+    inits['w3'] = _rand(rng, 4, 3, 3, 3)
+    model = make_model(nodes, [('x', F32, [1, 3, 7, 9])], outputs, inits)
+    program = build_program(model, fuse=False)
+    assert fuse(program, 'vm') is program
+    assert _ops(fuse(program))[:4] == [('AveragePool', None), ('Conv', None),
+                                       ('GlobalAveragePool', None), ('Conv', None)]
+    # Each other pool still reads its Conv (g's with the Relu its epilogue).
+    assert [op for op, _ in _ops(fuse(program))[4:]] == ['Conv', 'AveragePool'] * 8 + ['Neg']
 
 
 @pytest.mark.native_build

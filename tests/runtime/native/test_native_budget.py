@@ -127,6 +127,10 @@ NATIVE_BUDGET += 28
 #: (lowerings/winograd.py: phases, the blocks' least tiles), issue 31.
 NATIVE_BUDGET += 8
 
+#: + 32: an average pool after a 1x1 Conv run before it (fusion._pool_first:
+#: DenseNet's transitions multiply a quarter of the pixels), issue 31.
+NATIVE_BUDGET += 32
+
 
 def test_the_native_backend_stays_within_its_budget():
     used = _total((RUNTIME / 'native').rglob('*.py'))
