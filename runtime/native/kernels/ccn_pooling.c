@@ -125,49 +125,103 @@ static inline long min_long(long a, long b)
     return a < b ? a : b;
 }
 
-/* Outputs per chunk of pool_chunk: a vector of 8 (two of SSE's). */
-#define POOL_CHUNK 8
-typedef float v8 __attribute__((vector_size(POOL_CHUNK * sizeof(float))));
-typedef int32_t i8 __attribute__((vector_size(POOL_CHUNK * sizeof(float))));
+/* Lanes of pool_run's shuffles (of a and b: a's lanes from 0, b's from
+ * the vector's length L), listed in parentheses: the even lanes, the odd
+ * ones, the even ones from lane 2 (the last repeated), then those and
+ * lane L - 1 of a third vector (c) or its lane 0 (next). */
+#define LANES_8 (0, 2, 4, 6, 8, 10, 12, 14), (1, 3, 5, 7, 9, 11, 13, 15),                   \
+                (2, 4, 6, 8, 10, 12, 14, 14), (0, 1, 2, 3, 4, 5, 6, 15), (0, 1, 2, 3, 4, 5, 6, 8)
+#define LANES_16                                                                           \
+    (0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30),                           \
+        (1, 3, 5, 7, 9, 11, 13, 15, 17, 19, 21, 23, 25, 27, 29, 31),                       \
+        (2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30, 30),                      \
+        (0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 31),                            \
+        (0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 16)
+#define UNPAREN(...) __VA_ARGS__
 #if defined(__clang__) || __GNUC__ >= 12
-#define SHUFFLE8(a, b, ...) __builtin_shufflevector(a, b, __VA_ARGS__)
+#define SHUFFLE(IVEC, a, b, lanes) __builtin_shufflevector(a, b, UNPAREN lanes)
 #else
-#define SHUFFLE8(a, b, ...) __builtin_shuffle(a, b, (i8){__VA_ARGS__})
+#define SHUFFLE(IVEC, a, b, lanes) __builtin_shuffle(a, b, (IVEC){UNPAREN lanes})
 #endif
 
-static inline v8 load8(const float *p)
-{
-    v8 v;
-    memcpy(&v, p, sizeof v);
-    return v;
-}
+/* m = max_nan(m, v) (average: m + v) lane by lane for vectors of type VEC:
+ * two selects, in bits (C has no ?: on vectors).  Macros: passing these
+ * vectors by value from a function built for SSE changes the ABI, and
+ * through a pointer they left registers (1.1x the time). */
+#define JOIN_INTO(VEC, IVEC, m, v, average)                                                \
+    do {                                                                                   \
+        if (average)                                                                       \
+            (m) += (v);                                                                    \
+        else {                                                                             \
+            const IVEC take_ = ((v) > (m)) | ((v) != (v));                                 \
+            (m) = (VEC)(((IVEC)(v) & take_) | ((IVEC)(m) & ~take_));                       \
+        }                                                                                  \
+    } while (0)
 
-/* max_nan and add, lane by lane. */
-static inline v8 max_nan8(v8 m, v8 v)
-{
-    const i8 take = (v > m) | (v != v);
-    return (v8)(((i8)v & take) | ((i8)m & ~take));
-}
+/* d = the maxima (average: sums) down `rows` rows (step apart) of the
+ * columns at r, a vector of type VEC. */
+#define DOWN_INTO(VEC, IVEC, d, r)                                                         \
+    do {                                                                                   \
+        memcpy(&(d), (r), sizeof(d));                                                      \
+        for (long kh = 1; kh < rows; kh++) {                                               \
+            VEC v_;                                                                        \
+            memcpy(&v_, (r) + kh * step, sizeof v_);                                       \
+            JOIN_INTO(VEC, IVEC, d, v_, average);                                          \
+        }                                                                                  \
+    } while (0)
 
-static inline v8 add8(v8 s, v8 v)
-{
-    return s + v;
-}
-
-/* The maxima (average: sums) down `rows` rows (step apart) of the 8
- * columns at r. */
-CCN_ALWAYS_INLINE v8 down8(const float *r, long step, long rows, int average)
-{
-    v8 d = load8(r);
-    for (long kh = 1; kh < rows; kh++)
-        d = average ? d + load8(r + kh * step) : max_nan8(d, load8(r + kh * step));
-    return d;
-}
-
-CCN_ALWAYS_INLINE v8 join8(v8 a, v8 b, int average)
-{
-    return average ? a + b : max_nan8(a, b);
-}
+/* pool_run##L: pool_run by chunks of L outputs, vectors of L floats (vec##L;
+ * whole AVX-512 vectors for 16, two of SSE's for 8) whose lanes shuffle as
+ * the lists EVEN, ODD, SHIFT, LAST and CARRY say (LANES_##L). */
+#define POOL_RUN(L, EVEN, ODD, SHIFT, LAST, CARRY)                                        \
+    typedef float vec##L __attribute__((vector_size(L * sizeof(float))));                 \
+    typedef int32_t ivec##L __attribute__((vector_size(L * sizeof(float))));              \
+    CCN_ALWAYS_INLINE void pool_run##L(float *o, const float *r, long step, long rows,     \
+                                       long n, long KW, long stride_w, int average)       \
+    {                                                                                      \
+        vec##L a, b, t, u, out;                                                            \
+        DOWN_INTO(vec##L, ivec##L, a, r);                                                  \
+        for (long j = 0; j < n; j += L) {                                                  \
+            const long at = j + L <= n ? j : n - L;                                        \
+            const float *q = r + at * stride_w;                                            \
+            if (stride_w == 1) {                                                           \
+                DOWN_INTO(vec##L, ivec##L, out, q);                                        \
+                for (long kw = 1; kw < KW; kw++) {                                         \
+                    DOWN_INTO(vec##L, ivec##L, u, q + kw);                                 \
+                    JOIN_INTO(vec##L, ivec##L, out, u, average);                           \
+                }                                                                          \
+                memcpy(o + at, &out, sizeof out);                                          \
+                continue;                                                                  \
+            }                                                                              \
+            if (at != j) /* the overlapping last chunk */                                  \
+                DOWN_INTO(vec##L, ivec##L, a, q);                                          \
+            DOWN_INTO(vec##L, ivec##L, b, q + L);                                          \
+            out = SHUFFLE(ivec##L, a, b, EVEN);                                            \
+            u = SHUFFLE(ivec##L, a, b, ODD);                                               \
+            JOIN_INTO(vec##L, ivec##L, out, u, average);                                   \
+            /* The next chunk's first vector, when that chunk is a whole one    \
+             * (never for L 8: pool_run takes 16 from 16 outputs). */                      \
+            const int carry = at + 2 * L <= n;                                             \
+            vec##L next = a;                                                               \
+            if (carry)                                                                     \
+                DOWN_INTO(vec##L, ivec##L, next, q + 2 * L);                               \
+            if (KW == 3) { /* columns 2, 4, .. 2 L */                                      \
+                t = SHUFFLE(ivec##L, a, b, SHIFT);                                         \
+                if (carry)                                                                 \
+                    u = SHUFFLE(ivec##L, t, next, CARRY);                                  \
+                else {                                                                     \
+                    DOWN_INTO(vec##L, ivec##L, u, q + L + 1);                              \
+                    u = SHUFFLE(ivec##L, t, u, LAST);                                      \
+                }                                                                          \
+                JOIN_INTO(vec##L, ivec##L, out, u, average);                               \
+            }                                                                              \
+            memcpy(o + at, &out, sizeof out);                                              \
+            a = next;                                                                      \
+        }                                                                                  \
+    }
+#define POOL_RUN_OF(L, LANES) POOL_RUN(L, LANES)
+POOL_RUN_OF(8, LANES_8)
+POOL_RUN_OF(16, LANES_16)
 
 /* Whether pool_run takes windows of KW columns at stride_w (dilation 1):
  * those of the models' MaxPools and AveragePools. */
@@ -176,57 +230,33 @@ static inline int chunked(long KW, long stride_w, long dil_w)
     return dil_w == 1 && (KW == 2 || KW == 3) && (stride_w == 1 || stride_w == 2);
 }
 
-/* n >= POOL_CHUNK outputs at o of one row whose windows (a shape that
- * `chunked` takes) have every tap inside the plane: their `rows` rows
- * (step apart) start at r.  By chunks of POOL_CHUNK outputs, the last
+/* n >= 8 outputs at o of one row whose windows (a shape that `chunked`
+ * takes) have every tap inside the plane: their `rows` rows (step apart)
+ * start at r.  By chunks of 16 outputs (8 when n < 16), the last
  * overlapping the one before (writing the same values again), so that no
  * loop has a row's length (pool_rows' scalar tails took most of a 13-wide
  * output row): at stride 1 each column offset down the rows; at stride 2
- * 16 columns down the rows, then their even and odd lanes (and, KW 3, the
- * evens one further, column 16 from the next chunk's first vector). */
-CCN_ALWAYS_INLINE void pool_run_of(float *o, const float *r, long step, long rows, long n,
-                                   long KW, long stride_w, int average)
+ * 2 L columns down the rows, then their even and odd lanes (and, KW 3, the
+ * evens one further: column 2 L from the next chunk's first vector). */
+CCN_ALWAYS_INLINE void pool_run(float *o, const float *r, long step, long rows, long n, long KW,
+                                long stride_w, int average, int wide)
 {
-    v8 a = down8(r, step, rows, average);
-    for (long j = 0; j < n; j += POOL_CHUNK) {
-        const long at = j + POOL_CHUNK <= n ? j : n - POOL_CHUNK;
-        const float *q = r + at * stride_w;
-        v8 out, next = a;
-        if (stride_w == 1) {
-            out = join8(down8(q, step, rows, average), down8(q + 1, step, rows, average),
-                        average);
-            if (KW == 3)
-                out = join8(out, down8(q + 2, step, rows, average), average);
-            memcpy(o + at, &out, sizeof out);
-            continue;
-        }
-        if (at != j)  /* the overlapping last chunk */
-            a = down8(q, step, rows, average);
-        const v8 b = down8(q + 8, step, rows, average);
-        out = join8(SHUFFLE8(a, b, 0, 2, 4, 6, 8, 10, 12, 14),
-                    SHUFFLE8(a, b, 1, 3, 5, 7, 9, 11, 13, 15), average);
-        /* The next chunk's first vector, when that chunk is a whole one. */
-        const int carry = at + 2 * POOL_CHUNK <= n;
-        if (carry)
-            next = down8(q + 16, step, rows, average);
-        if (KW == 3) {  /* columns 2, 4, .. 16 */
-            const v8 t = SHUFFLE8(a, b, 2, 4, 6, 8, 10, 12, 14, 14);
-            out = join8(out, carry ? SHUFFLE8(t, next, 0, 1, 2, 3, 4, 5, 6, 8)
-                                   : SHUFFLE8(t, down8(q + 9, step, rows, average),
-                                              0, 1, 2, 3, 4, 5, 6, 15), average);
-        }
-        memcpy(o + at, &out, sizeof out);
-        a = next;
-    }
+    if (wide && average)
+        pool_run16(o, r, step, rows, n, KW, stride_w, 1);
+    else if (wide)
+        pool_run16(o, r, step, rows, n, KW, stride_w, 0);
+    else if (average)
+        pool_run8(o, r, step, rows, n, KW, stride_w, 1);
+    else
+        pool_run8(o, r, step, rows, n, KW, stride_w, 0);
 }
 
-CCN_ALWAYS_INLINE void pool_run(float *o, const float *r, long step, long rows, long n, long KW,
-                                long stride_w, int average)
+/* Outputs [*inner0, *inner1) of a row have every window column inside it. */
+static void inner_outputs(const ccn_pool_geometry *g, long *inner0, long *inner1)
 {
-    if (average)
-        pool_run_of(o, r, step, rows, n, KW, stride_w, 1);
-    else
-        pool_run_of(o, r, step, rows, n, KW, stride_w, 0);
+    const long hi = g->in_w - ((g->kernel_w - 1) * g->dil_w + 1) + g->pad_left;
+    *inner0 = (g->pad_left + g->stride_w - 1) / g->stride_w;
+    *inner1 = hi < 0 ? 0 : min_long(hi / g->stride_w + 1, g->out_w);
 }
 
 /* The maximum (average: sum) of the taps inside the row of W columns of
@@ -266,7 +296,7 @@ static inline long columns_in(const ccn_pool_geometry *g, long ow, long lo, long
  * its taps inside the input (with count_include_pad, inside the explicit
  * padding; ceil_mode's extra windows reach past it: those taps never
  * count), rows times columns. */
-CCN_ALWAYS_INLINE void pool2d_rows(void *context, long begin, long end)
+CCN_ALWAYS_INLINE void pool2d_rows(void *context, long begin, long end, int wide)
 {
     const pool2d_call *a = context;
     const ccn_pool_geometry *g = a->g;
@@ -277,11 +307,9 @@ CCN_ALWAYS_INLINE void pool2d_rows(void *context, long begin, long end)
     const int padded = g->count_include_pad;
     const long rows_lo = padded ? -g->pad_top : 0, rows_hi = H + (padded ? g->pad_bottom : 0);
     const long cols_lo = padded ? -g->pad_left : 0, cols_hi = W + (padded ? g->pad_right : 0);
-    /* Outputs [inner0, inner1) have every window column inside the row. */
-    const long inner0 = (g->pad_left + stride_w - 1) / stride_w;
-    const long inner_hi = W - reach + g->pad_left;
-    const long inner1 = inner_hi < 0 ? 0 : min_long(inner_hi / stride_w + 1, OW);
-    const int by_chunks = chunked(KW, stride_w, dil_w) && inner1 - inner0 >= POOL_CHUNK;
+    long inner0, inner1;
+    inner_outputs(g, &inner0, &inner1);
+    const int by_chunks = chunked(KW, stride_w, dil_w) && inner1 - inner0 >= 8;
     float m[MAX_SPAN];
     for (long p = begin; p < end; p++) {
         const float *in = a->x + p * H * W;
@@ -303,7 +331,7 @@ CCN_ALWAYS_INLINE void pool2d_rows(void *context, long begin, long end)
                     o[ow] = pool_edge(r, step, rows, ow * stride_w - g->pad_left, KW, W,
                                       a->average);
                 pool_run(o + inner0, r + inner0 * stride_w - g->pad_left, step, rows,
-                         inner1 - inner0, KW, stride_w, a->average);
+                         inner1 - inner0, KW, stride_w, a->average, wide);
                 for (long ow = inner1; ow < OW; ow++)
                     o[ow] = pool_edge(r, step, rows, ow * stride_w - g->pad_left, KW, W,
                                       a->average);
@@ -336,7 +364,20 @@ CCN_ALWAYS_INLINE void pool2d_rows(void *context, long begin, long end)
 }
 
 /* Built for the CPU's level (CCN_LEVELS, ccn_common.h). */
-CCN_LEVELS(static, pool2d_range, pool2d_rows, (void *context, long begin, long end),
+/* pool2d_rows for rows of fewer than 16 outputs by chunks (narrow) and
+ * the others (wide), apart: one body with both took 1.1x the time on
+ * SqueezeNet's 13-wide rows. */
+CCN_ALWAYS_INLINE void pool2d_narrow(void *context, long begin, long end)
+{
+    pool2d_rows(context, begin, end, 0);
+}
+CCN_ALWAYS_INLINE void pool2d_wide(void *context, long begin, long end)
+{
+    pool2d_rows(context, begin, end, 1);
+}
+CCN_LEVELS(static, pool2d_range, pool2d_narrow, (void *context, long begin, long end),
+           (context, begin, end))
+CCN_LEVELS(static, pool2d_wide_range, pool2d_wide, (void *context, long begin, long end),
            (context, begin, end))
 
 static void pool2d(const ccn_pool_geometry *g, int average, const float *x, float *y)
@@ -344,7 +385,10 @@ static void pool2d(const ccn_pool_geometry *g, int average, const float *x, floa
     assert((g->kernel_w - 1) * g->dil_w + 1 <= MAX_SPAN);
     pool2d_call a = {g, average, x, y};
     const long work = g->planes * g->out_h * g->out_w * g->kernel_h * g->kernel_w;
-    ccn_parallel_for(g->planes, work, pool2d_range, &a);
+    long inner0, inner1;
+    inner_outputs(g, &inner0, &inner1);
+    ccn_parallel_for(g->planes, work,
+                     inner1 - inner0 >= 16 ? pool2d_wide_range : pool2d_range, &a);
 }
 
 void ccn_maxpool2d(const ccn_pool_geometry *g, const float *x, float *y)

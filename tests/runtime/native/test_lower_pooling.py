@@ -44,9 +44,10 @@ AVERAGE_POOLS = [
     {'kernel_shape': [5, 4], 'strides': [3, 1], 'pads': [2, 3, 1, 0], 'ceil_mode': 1},
 ]
 
-#: Pools of a (1, 2, 11, 38) input whose rows have 8 or more outputs with
-#: every window column inside: those go by chunks of 8 (the last one
-#: overlapping), the padding's and ceil_mode's edges one by one.
+#: Pools of a (1, 2, 11, 70) input whose rows have 16 or more outputs with
+#: every window column inside: those go by chunks of 16 (the last one
+#: overlapping; at stride 2 a chunk takes its last column from the next
+#: chunk's first vector), the padding's and ceil_mode's edges one by one.
 CHUNKED_POOLS = [
     ('MaxPool', {'kernel_shape': [3, 3], 'strides': [2, 2], 'ceil_mode': 1}),  # edge right
     ('MaxPool', {'kernel_shape': [3, 3], 'strides': [2, 2], 'pads': [1, 1, 1, 1]}),
@@ -82,10 +83,12 @@ def test_max_pool_rows_then_columns_and_global_average_lanes():
               helper.make_node('ReduceMean', ['x'], ['r3'], axes=[1])]
     nodes += [helper.make_node(op, ['u'], ['c%d' % k], **attrs)
               for k, (op, attrs) in enumerate(CHUNKED_POOLS)]
-    # 3x3 stride 2 over 17 columns: one chunk of 8 outputs, no edge.
-    nodes += [helper.make_node('MaxPool', ['v'], ['one'], kernel_shape=[3, 3], strides=[2, 2])]
+    # Over 17 columns, chunks of 8: one at stride 2 (8 outputs), two
+    # overlapping at stride 1 (15).
+    nodes += [helper.make_node('MaxPool', ['v'], ['v%d' % k], kernel_shape=[3, 3],
+                               strides=[k, k]) for k in (2, 1)]
     outputs = [(node.output[0], F32, None) for node in nodes]  # shapes inferred
-    shapes = {'x': (2, 3, 12, 13), 't': (1, 2, 1, 3), 'u': (1, 2, 11, 38), 'v': (1, 1, 5, 17)}
+    shapes = {'x': (2, 3, 12, 13), 't': (1, 2, 1, 3), 'u': (1, 2, 11, 70), 'v': (1, 4, 9, 17)}
     model = onnx.shape_inference.infer_shapes(
         make_model(nodes, [(name, F32, shape) for name, shape in shapes.items()], outputs,
                    opset=13))
@@ -94,12 +97,17 @@ def test_max_pool_rows_then_columns_and_global_average_lanes():
     # A NaN wins its windows, as in the VM (NumPy's maximum); before, the
     # native kernel skipped it.  onnxruntime's max drops NaN: not compared.
     x[1, 2, 4, 4] = numpy.nan
-    u[0, 1, 4, 20] = u[0, 0, 3, 37] = numpy.nan  # a chunk's column 16; ceil_mode's edge
+    # The last column of a chunk taken from the next one (32), of one whose
+    # next is the overlapping last (64), and ceil_mode's edge (69).
+    u[0, 1, 4, 32] = u[0, 1, 4, 64] = u[0, 0, 3, 69] = numpy.nan
+    v[0, 0, 2, 16] = numpy.nan  # the last column of a chunk of 8
     got = check_native(model, [x, t, u, v], onnxruntime_check=False)
     assert numpy.isnan(got[0][1, 2, 1:3, 1:3]).all()
     assert numpy.isnan(got[0]).sum() == 4
     chunked = got[len(MAX_POOLS) + len(AVERAGE_POOLS) + 7]  # 3x3 stride 2, ceil_mode
-    assert numpy.isnan(chunked[0, 1, 1:3, 9:11]).all() and numpy.isnan(chunked[0, 0, 1:2, 18])
+    assert numpy.isnan(chunked[0, 1, 1:3][:, [15, 16, 31, 32]]).all()
+    assert numpy.isnan(chunked[0, 0, 1, 34]) and numpy.isnan(chunked).sum() == 9
+    assert numpy.isnan(got[-2][0, 0, 0:2, 7]).all() and numpy.isnan(got[-2]).sum() == 2
 
 
 @pytest.mark.native_build
