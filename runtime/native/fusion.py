@@ -416,11 +416,15 @@ class _Fuser:
         y, pooled = conv.outputs[0], self.next_register
         self.next_register += 1
         self.names[pooled] = self.p.register_name(conv.inputs[0]) + '_pooled'
-        self.insts[i] = dataclasses.replace(pool, inputs=conv.inputs[:1], outputs=(pooled,),
-                                            frees=conv.frees)
+        # The weights (a computed W too) are read at j now: freed there.
+        weights = conv.inputs[1:]
+        self.insts[i] = dataclasses.replace(
+            pool, inputs=conv.inputs[:1], outputs=(pooled,),
+            frees=tuple(r for r in conv.frees if r not in weights))
         self.insts[j] = dataclasses.replace(
-            conv, inputs=(pooled,) + conv.inputs[1:], outputs=pool.outputs,
-            frees=tuple(r for r in pool.frees if r != y) + (pooled,))
+            conv, inputs=(pooled,) + weights, outputs=pool.outputs,
+            frees=tuple(r for r in pool.frees if r != y) + (pooled,)
+            + tuple(r for r in conv.frees if r in weights))
         del self.readers[y]
         self.readers[pooled], self.producer[pooled] = [j], i
         self.producer[pool.outputs[0]] = j

@@ -153,6 +153,23 @@ def test_pool_first_only_where_it_computes_the_same():
     assert [op for op, _ in _ops(fuse(program))[4:]] == ['Conv', 'AveragePool'] * 8 + ['Neg']
 
 
+def test_pool_first_frees_a_computed_weight_after_the_conv():
+    """A W made in the graph (here Neg of an input) is freed after the
+    Conv that reads it, not at the pool that now runs where the Conv was."""
+    node = helper.make_node
+    model = make_model([node('Neg', ['w'], ['wn']), node('Conv', ['x', 'wn'], ['c']),
+                        node('AveragePool', ['c'], ['y'], kernel_shape=[2, 2], strides=[2, 2])],
+                       [('x', F32, [1, 3, 6, 6]), ('w', F32, [4, 3, 1, 1])],
+                       [('y', F32, [1, 4, 3, 3])], {})
+    fused = fuse(build_program(model, fuse=False))
+    assert [inst.op for inst in fused.instructions] == ['Neg', 'AveragePool', 'Conv']
+    freed = set()
+    for inst in fused.instructions:
+        assert not freed & set(inst.inputs), (inst.op, inst.inputs, freed)
+        freed |= set(inst.frees)
+    assert fused.instructions[2].inputs[1] in fused.instructions[2].frees
+
+
 @pytest.mark.native_build
 def test_matmul_and_gemm_activations():
     """MatMul-Sigmoid, MatMul-Tanh and Gemm-Relu (FusedGemm, as the VM's
