@@ -38,10 +38,12 @@ FIRST_FAILURE = 2
 #: the products for (ccn_gemm_v<level>.c, -march=x86-64-v<level>); the
 #: baseline build runs the best one the CPU has.
 GEMM_LEVELS = (3, 4)
-#: The families whose file is built so too, as their vectors' width is
-#: chosen at compile time (the other families' hot loops are built for each
-#: level in the baseline file itself: CCN_LEVELS in ccn_common.h).
-LEVEL_FAMILIES = ('gemm', 'depthwise')
+#: The families whose file is built so too: the depthwise convolutions, as
+#: their vectors' width is chosen at compile time, and Winograd's, whose
+#: transforms are stages of the thread pool that the compiler vectorises
+#: (the other families' hot loops are built for each level in the baseline
+#: file itself: CCN_LEVELS in ccn_common.h).
+LEVEL_FAMILIES = ('gemm', 'depthwise', 'winograd')
 #: An exported function definition of a kernel file (at the start of a line).
 _C_DEFINITION = re.compile(r'^(?:[A-Za-z_]\w*[ *]+)+?(\w*ccn_\w+)\(', re.M)
 

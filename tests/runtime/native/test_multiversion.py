@@ -41,9 +41,10 @@ def test_each_level_renames_every_function_the_file_exports():
 
 def _hot_families_model(rng):
     """BatchNormalization, Swish, MaxPool, a broadcast Add, a depthwise
-    convolution and its Swish, GlobalAveragePool, a product and its Softmax, and
-    LayerNormalization: a kernel of each family built for every level
-    (CCN_LEVELS, ccn_common.h; render.LEVEL_FAMILIES)."""
+    convolution and its Swish, GlobalAveragePool, a product and its Softmax,
+    LayerNormalization and a dilated 3x3 convolution (Winograd's, per
+    phase): a kernel of each family built for every level (CCN_LEVELS,
+    ccn_common.h; render.LEVEL_FAMILIES)."""
     F32 = numpy.float32
     nodes = [
         helper.make_node('BatchNormalization', ['x', 'bs', 'bb', 'bm', 'bv'], ['b']),
@@ -59,14 +60,19 @@ def _hot_families_model(rng):
         helper.make_node('Gemm', ['f', 'w'], ['h']),
         helper.make_node('Softmax', ['h'], ['y1']),
         helper.make_node('LayerNormalization', ['a', 'ls', 'lb'], ['y2'], axis=-1),
+        helper.make_node('Conv', ['a', 'wc'], ['y3'], pads=[2, 2, 2, 2], dilations=[2, 2]),
     ]
     inits = {'bs': rng.uniform(0.5, 2, 16), 'bb': rng.uniform(-1, 1, 16),
              'bm': rng.uniform(-1, 1, 16), 'bv': rng.uniform(0.5, 2, 16),
              'c': rng.uniform(-1, 1, (16, 1, 1)), 'wd': rng.uniform(-1, 1, (16, 1, 3, 3)),
              'w': rng.uniform(-1, 1, (16, 40)),
-             'ls': rng.uniform(-1, 1, 37), 'lb': rng.uniform(-1, 1, 37)}
+             'ls': rng.uniform(-1, 1, 37), 'lb': rng.uniform(-1, 1, 37),
+             # F(4x4, 3x3) is within about 4e-6 of its outputs' scale, here
+             # about 1: the check's atol is 1e-5.
+             'wc': rng.uniform(-1, 1, (16, 16, 3, 3)) / 16}
     return make_model(nodes, [('x', F32, [2, 16, 29, 37])],
-                      [('y1', F32, [2, 40]), ('y2', F32, [2, 16, 29, 37])],
+                      [('y1', F32, [2, 40]), ('y2', F32, [2, 16, 29, 37]),
+                       ('y3', F32, [2, 16, 29, 37])],
                       {k: v.astype(F32) for k, v in inits.items()}, opset=17)
 
 
@@ -85,7 +91,8 @@ def test_every_hot_family_gives_the_executors_values_at_every_level(tmp_path):
     with open(folder / 'hot.c') as f:
         code = f.read()
     for kernel in ('batchnorm', 'unary_float32', 'maxpool2d', 'binary_float32',
-                   'conv2d_depthwise', 'global_avgpool', 'softmax', 'standardize'):
+                   'conv2d_depthwise', 'global_avgpool', 'softmax', 'standardize',
+                   'conv2d_winograd'):
         assert 'hot_ccn_%s(' % kernel in code, kernel
     output = make_folder(folder)
     assert 'warning' not in output, output
@@ -101,7 +108,8 @@ def test_every_hot_family_gives_the_executors_values_at_every_level(tmp_path):
     for name in ('hot_ccn_batchnorm', 'hot_ccn_unary_float32', 'pool2d_range',
                  'global_avgpool_range', 'row_float32', 'softmax_range', 'standardize_range'):
         assert {name + '_base', name + '_v3', name + '_v4'} <= symbols, name
-    assert {'hot_ccn_conv2d_depthwise_v3', 'hot_ccn_conv2d_depthwise_v4'} <= symbols
+    for name in ('hot_ccn_conv2d_depthwise', 'hot_ccn_conv2d_winograd'):
+        assert {name + '_v3', name + '_v4'} <= symbols, name
     assert {'hot_ccn_gemm_serial_core_v%d' % v for v in GEMM_LEVELS} <= symbols
     gemm = folder / 'ccn_gemm.c'
     text = gemm.read_text()
