@@ -146,16 +146,19 @@ CCN_UNARY(ccn_unary_float64, double, sigmoid_float64, tanh_float64, erf_float64,
 #pragma GCC optimize("no-trapping-math", "fp-contract=fast")
 #endif
 /* The largest of the len values at in, stride apart, NaN ignored (-inf
- * when all are NaN).  A contiguous row runs in vectors of 16 compared
- * and selected whole (1.6x faster Softmax over rows of 256: GCC leaves
- * the 16 running maxima of the scalar loop below as scalar compares and
- * moves); a strided one in 16 running maxima, selects rather than one
- * maximum's branch, mispredicted on unordered values. */
+ * when all are NaN).  A contiguous row runs in vectors compared and
+ * selected whole (1.6x faster Softmax over rows of 256: GCC leaves the 16
+ * running maxima of the scalar loop below as scalar compares and moves):
+ * one of 16 floats with AVX-512, else two of 8, as GCC split a 16-float
+ * compare and select into scalars without AVX-512 (Softmax 3.2x the time
+ * at x86-64-v3, the default build's level 3 included); a strided row in 16
+ * running maxima, selects rather than one maximum's branch, mispredicted
+ * on unordered values. */
 static inline float row_max(long len, long stride, const float *in)
 {
     float tops[16], top = -INFINITY;
     long i = 0;
-#if defined(__GNUC__)
+#if defined(__GNUC__) && defined(__AVX512F__)
     typedef float vec16 __attribute__((vector_size(16 * sizeof(float))));
     typedef int32_t mask16 __attribute__((vector_size(16 * sizeof(float))));
     if (stride == 1) {
@@ -166,6 +169,21 @@ static inline float row_max(long len, long stride, const float *in)
             m = (vec16)((up & (mask16)v) | (~up & (mask16)m));
         }
         memcpy(tops, &m, sizeof m);
+    } else
+#elif defined(__GNUC__)
+    typedef float vec8 __attribute__((vector_size(8 * sizeof(float))));
+    typedef int32_t mask8 __attribute__((vector_size(8 * sizeof(float))));
+    if (stride == 1) {
+        vec8 m0 = -INFINITY + (vec8){0}, m1 = m0, v0, v1;
+        for (; i + 16 <= len; i += 16) {
+            memcpy(&v0, in + i, sizeof v0);
+            memcpy(&v1, in + i + 8, sizeof v1);
+            const mask8 up0 = v0 > m0, up1 = v1 > m1;
+            m0 = (vec8)((up0 & (mask8)v0) | (~up0 & (mask8)m0));
+            m1 = (vec8)((up1 & (mask8)v1) | (~up1 & (mask8)m1));
+        }
+        memcpy(tops, &m0, sizeof m0);
+        memcpy(tops + 8, &m1, sizeof m1);
     } else
 #endif
     {
@@ -198,10 +216,14 @@ static float softmax_cut(long len)
  * and the arithmetic.  ccn_exp_reduced's reduction and polynomial, but
  * n = round(d log2 e) is read from the low bits of d log2 e + 1.5 2^23
  * (no conversions to and from int, nor their clamps): 0.9x the time of
- * the Softmax over rows of 197 or 256, the same values. */
+ * the Softmax over rows of 197 or 256, the same values.  d is clamped at
+ * cut (at least CCN_EXP_LO), whose lanes come out 0 all the same: lower,
+ * e^d came out subnormal before that select, a microcode assist per vector
+ * with AVX2 (rows mostly far below their maximum, a masked attention's,
+ * took 10x the time at x86-64-v3). */
 static inline float softmax_exp(float d, float cut)
 {
-    const float x = d < CCN_EXP_LO ? CCN_EXP_LO : d, shift = 0x1.8p23f;
+    const float x = d < cut ? cut : d, shift = 0x1.8p23f;
     const float shifted = x * 1.44269504088896341f + shift, n = shifted - shift;
     const float r = x - n * 0.693359375f + n * 2.12194440e-4f;
     const float p = (((((1.9875691500e-4f * r + 1.3981999507e-3f) * r + 8.3334519073e-3f) * r +
