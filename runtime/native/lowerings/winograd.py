@@ -4,7 +4,7 @@ calls into ccn_winograd.c: 16 multiply-adds per 2x2 outputs and channel
 pair where im2col's product takes 36, for transforms of the input and
 output that cost memory traffic.  A Conv with constant weights takes
 F(4x4, 3x3) (36 per 4x4 outputs) where its outputs are TILE4_MIN_WIDTH
-wide.
+wide; a dilated Conv runs as an undilated one per phase of its input.
 
 Measured against im2col and GEMM on 2 cores at batch 8 (forward, filter
 gradient; the input gradient about as the forward): 64 channels at 32x32
