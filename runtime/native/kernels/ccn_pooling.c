@@ -261,14 +261,18 @@ static void inner_outputs(const ccn_pool_geometry *g, long *inner0, long *inner1
 
 /* The maximum (average: sum) of the taps inside the row of W columns of
  * a window of KW columns from column c0 (dilation 1), `rows` rows (step
- * apart) from r: an output at the padding's or ceil_mode's edge. */
+ * apart) from r: an output at the padding's or ceil_mode's edge.  Down
+ * each column, then across, as pool_rows and the chunks add. */
 CCN_ALWAYS_INLINE float pool_edge(const float *r, long step, long rows, long c0, long KW,
                                   long W, int average)
 {
     float acc = average ? 0.0f : -INFINITY;
-    for (long c = c0 < 0 ? 0 : c0; c < c0 + KW && c < W; c++)
-        for (long kh = 0; kh < rows; kh++)
-            acc = average ? acc + r[kh * step + c] : max_nan(acc, r[kh * step + c]);
+    for (long c = c0 < 0 ? 0 : c0; c < c0 + KW && c < W; c++) {
+        float column = r[c];
+        for (long kh = 1; kh < rows; kh++)
+            column = average ? column + r[kh * step + c] : max_nan(column, r[kh * step + c]);
+        acc = c == (c0 < 0 ? 0 : c0) ? column : average ? acc + column : max_nan(acc, column);
+    }
     return acc;
 }
 
