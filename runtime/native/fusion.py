@@ -426,6 +426,8 @@ class _Fuser:
             frees=tuple(r for r in pool.frees if r != y) + (pooled,)
             + tuple(r for r in conv.frees if r in weights))
         del self.readers[y]
+        for r in set(weights) - {NO_REGISTER}:
+            self.readers[r] = sorted(j if k == i else k for k in self.readers[r])
         self.readers[pooled], self.producer[pooled] = [j], i
         self.producer[pool.outputs[0]] = j
         return True

@@ -7,7 +7,7 @@ from onnx import helper, numpy_helper
 
 from chainer_compiler.pipeline import build_program
 from chainer_compiler.runtime.executor import Executor
-from chainer_compiler.runtime.native.fusion import fuse
+from chainer_compiler.runtime.native.fusion import _Fuser, fuse
 
 from .helpers import check_native, make_model
 
@@ -161,8 +161,12 @@ def test_pool_first_frees_a_computed_weight_after_the_conv():
                         node('AveragePool', ['c'], ['y'], kernel_shape=[2, 2], strides=[2, 2])],
                        [('x', F32, [1, 3, 6, 6]), ('w', F32, [4, 3, 1, 1])],
                        [('y', F32, [1, 4, 3, 3])], {})
-    fused = fuse(build_program(model, fuse=False))
+    fuser = _Fuser(build_program(model, fuse=False), 'native')
+    fused = fuser.run()
     assert [inst.op for inst in fused.instructions] == ['Neg', 'AveragePool', 'Conv']
+    # The rules after it see the weights' reader where it now is.
+    for r, readers in fuser.readers.items():
+        assert all(r in fuser.insts[k].inputs for k in readers), (r, readers)
     freed = set()
     for inst in fused.instructions:
         assert not freed & set(inst.inputs), (inst.op, inst.inputs, freed)
