@@ -72,6 +72,11 @@
 /* Rows of A whose packed KC slices (MC x KC floats, 96 KiB) are reused
  * from L2 across every NR strip of B. */
 #define CCN_MC 96
+/* The same for A in panels, which costs no packing: so many rows (their
+ * slices at most 768 KiB, in L2) run along each block of B's strips,
+ * packed once for them, where CCN_MC rows packed it M / CCN_MC times
+ * (a ninth of 384 x 64 by 196, a 1x1 convolution at 14x14). */
+#define CCN_PANEL_MC (8 * CCN_MC)
 /* Rows of a block from which a strip of B is packed (else read in place). */
 #define CCN_PACK_B_ROWS (2 * CCN_MR)
 /* A slice at most this deep reads its strips in place whatever the rows
@@ -985,8 +990,9 @@ static void gemm_serial(long M, long N, long K, const a_operand *A, long row0,
 #endif
     float apack[CCN_MC * CCN_KC];
     float bpack[CCN_KC * CCN_NR];
-    const float *ap[CCN_MC / CCN_MR];
-    long lda[CCN_MC / CCN_MR], ars[CCN_MC / CCN_MR];
+    const float *ap[CCN_PANEL_MC / CCN_MR];
+    long lda[CCN_PANEL_MC / CCN_MR], ars[CCN_PANEL_MC / CCN_MR];
+    const long mc_max = A->panels != NULL ? CCN_PANEL_MC : CCN_MC;
     /* Row blocks of the tile (A's panels start at multiples of it). */
     const int tall = A->panels != NULL && N <= CCN_NR / 2;
     const long mr = tall ? CCN_TALL_MR : CCN_MR;
@@ -999,8 +1005,8 @@ static void gemm_serial(long M, long N, long K, const a_operand *A, long row0,
     for (long k0 = 0; k0 < K; k0 += CCN_KC) {
         const long kc = min_long(CCN_KC, K - k0);
         const int first = set && k0 == 0, last = k0 + kc == K;
-        for (long m0 = 0; m0 < M; m0 += CCN_MC) {
-            const long mc = min_long(CCN_MC, M - m0);
+        for (long m0 = 0; m0 < M; m0 += mc_max) {
+            const long mc = min_long(mc_max, M - m0);
             for (long i = 0; i < mc; i += mr)
                 ap[i / mr] = a_block(A, row0 + m0 + i, min_long(mr, mc - i), k0, kc,
                                      apack + i * kc, &lda[i / mr], &ars[i / mr]);
@@ -1008,8 +1014,13 @@ static void gemm_serial(long M, long N, long K, const a_operand *A, long row0,
              * slice, several of a shallow one, each tile of rows then
              * running along the block's strips, so that it writes runs of
              * C's rows rather than NR floats of each row in turn (a depth
-             * of 16 is bound by those writes). */
-            const long block = CCN_NR * (CCN_KC / kc);
+             * of 16 is bound by those writes).  A shallow slice whose strips
+             * are read in place fills no buffer (bar a part last strip,
+             * packed alone): its blocks are CCN_KC strips, runs of C's rows
+             * 8192 floats long with AVX-512 (96 x 16 by 12544, a 1x1
+             * convolution at 112x112: 0.91x-0.93x the time). */
+            const int long_runs = kc <= CCN_SHALLOW_IN_PLACE && reads_in_place(B, CCN_NR, mc, kc);
+            const long block = CCN_NR * (long_runs ? CCN_KC : CCN_KC / kc);
             for (long nb0 = 0; nb0 < N; nb0 += block) {
                 const long strips = (min_long(block, N - nb0) + CCN_NR - 1) / CCN_NR;
                 const float *b[CCN_KC];
@@ -1017,7 +1028,7 @@ static void gemm_serial(long M, long N, long K, const a_operand *A, long row0,
                 for (long j = 0; j < strips; j++) {
                     const long n0 = nb0 + j * CCN_NR, nr = min_long(CCN_NR, N - n0);
                     b[j] = b_strip(B, k0, kc, col0 + n0, nr, reads_in_place(B, nr, mc, kc),
-                                   bpack + j * kc * CCN_NR, &ldbp[j]);
+                                   bpack + j % (CCN_KC / kc) * kc * CCN_NR, &ldbp[j]);
                 }
                 for (long i = 0; i < mc; i += mr)
                     for (long j = 0; j < strips; j++) {

@@ -7,7 +7,8 @@ ccn_gemm.c: the NR-column tiles with a part strip, the tall tile (at most
 half a strip of columns), the wide tiles (7x7 outputs, one pass and two
 over the depth; their sums, residual and old values transposed in
 registers by blocks of 16 rows, any count of columns up to 8; the last
-few columns of a wider product), part row tiles, small odd depths.  A batch's
+few columns of a wider product), part row tiles, small odd depths, row
+blocks past 96 and 768 rows, a shallow product's long runs of columns.  A batch's
 1x1 convolutions multiply each image where it lies (ccn_gemm_panels_images),
 every epilogue, residual and tile again with B read from memory (the wide
 tiles only up to 160 columns) and the next image prefetched.  Values are
@@ -56,6 +57,15 @@ LAYERS = [
     (20, 40, 1, 1, 'Clip', 'dying'),
     # 196 columns deep enough for the wide tiles: blocks of 8 and of 7.
     (96, 200, 14, 14, 'HardSwish', 'kept'),
+    # Weights in panels: blocks of up to 768 rows run along each block of
+    # B's strips, packed once for them: 120 rows on the NR-column tiles
+    # (a part strip), 200 on the tall tile, 776 in two blocks.
+    (120, 40, 14, 14, 'Relu', 'kept'),
+    (200, 20, 4, 4, 'Clip', None),
+    (776, 8, 13, 13, 'Clip', 'kept'),
+    # A shallow slice read in place runs along blocks of 256 strips: 8487
+    # columns, the second block's part last strip (its tenth) packed alone.
+    (8, 30, 23, 369, 'Relu', None),
 ]
 #: (images, then as LAYERS): several images, each its own product.
 BATCHED = [
