@@ -131,6 +131,9 @@ NATIVE_BUDGET += 8
 #: DenseNet's transitions multiply a quarter of the pixels), issue 31.
 NATIVE_BUDGET += 32
 
+#: + 2: pool_first keeps the weights' readers at the moved Conv, issue 31.
+NATIVE_BUDGET += 2
+
 
 def test_the_native_backend_stays_within_its_budget():
     used = _total((RUNTIME / 'native').rglob('*.py'))
