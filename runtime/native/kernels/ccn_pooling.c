@@ -12,12 +12,13 @@
 #include "ccn_pooling.h"
 
 /* A 2-D pooling's planes [begin, end): the call of ccn_maxpool2d
- * (average 0) or ccn_avgpool2d (1). */
+ * (average 0) or ccn_avgpool2d (1); wide: by chunks of 16 (pool_run). */
 typedef struct {
     const ccn_pool_geometry *g;
     int average;
     const float *x;
     float *y;
+    int wide;
 } pool2d_call;
 
 /* The larger of m and v, or v when it is NaN (NumPy's maximum, which the
@@ -144,29 +145,25 @@ static inline long min_long(long a, long b)
 #define SHUFFLE(IVEC, a, b, lanes) __builtin_shuffle(a, b, (IVEC){UNPAREN lanes})
 #endif
 
-/* m = max_nan(m, v) (average: m + v) lane by lane for vectors of type VEC:
- * two selects, in bits (C has no ?: on vectors).  Macros: passing these
- * vectors by value from a function built for SSE changes the ABI, and
- * through a pointer they left registers (1.1x the time). */
-#define JOIN_INTO(VEC, IVEC, m, v, average)                                                \
+/* m = max_nan(m, v) lane by lane for vectors of type VEC: two selects,
+ * in bits (C has no ?: on vectors).  Macros: passing these vectors by
+ * value from a function built for SSE changes the ABI, and through a
+ * pointer they left registers (1.1x the time). */
+#define JOIN_INTO(VEC, IVEC, m, v)                                                         \
     do {                                                                                   \
-        if (average)                                                                       \
-            (m) += (v);                                                                    \
-        else {                                                                             \
-            const IVEC take_ = ((v) > (m)) | ((v) != (v));                                 \
-            (m) = (VEC)(((IVEC)(v) & take_) | ((IVEC)(m) & ~take_));                       \
-        }                                                                                  \
+        const IVEC take_ = ((v) > (m)) | ((v) != (v));                                     \
+        (m) = (VEC)(((IVEC)(v) & take_) | ((IVEC)(m) & ~take_));                           \
     } while (0)
 
-/* d = the maxima (average: sums) down `rows` rows (step apart) of the
- * columns at r, a vector of type VEC. */
+/* d = the maxima down `rows` rows (step apart) of the columns at r, a
+ * vector of type VEC. */
 #define DOWN_INTO(VEC, IVEC, d, r)                                                         \
     do {                                                                                   \
         memcpy(&(d), (r), sizeof(d));                                                      \
         for (long kh = 1; kh < rows; kh++) {                                               \
             VEC v_;                                                                        \
             memcpy(&v_, (r) + kh * step, sizeof v_);                                       \
-            JOIN_INTO(VEC, IVEC, d, v_, average);                                          \
+            JOIN_INTO(VEC, IVEC, d, v_);                                                   \
         }                                                                                  \
     } while (0)
 
@@ -177,7 +174,7 @@ static inline long min_long(long a, long b)
     typedef float vec##L __attribute__((vector_size(L * sizeof(float))));                 \
     typedef int32_t ivec##L __attribute__((vector_size(L * sizeof(float))));              \
     CCN_ALWAYS_INLINE void pool_run##L(float *o, const float *r, long step, long rows,     \
-                                       long n, long KW, long stride_w, int average)       \
+                                       long n, long KW, long stride_w)                    \
     {                                                                                      \
         vec##L a, b, t, u, out;                                                            \
         DOWN_INTO(vec##L, ivec##L, a, r);                                                  \
@@ -188,7 +185,7 @@ static inline long min_long(long a, long b)
                 DOWN_INTO(vec##L, ivec##L, out, q);                                        \
                 for (long kw = 1; kw < KW; kw++) {                                         \
                     DOWN_INTO(vec##L, ivec##L, u, q + kw);                                 \
-                    JOIN_INTO(vec##L, ivec##L, out, u, average);                           \
+                    JOIN_INTO(vec##L, ivec##L, out, u);                           \
                 }                                                                          \
                 memcpy(o + at, &out, sizeof out);                                          \
                 continue;                                                                  \
@@ -198,9 +195,9 @@ static inline long min_long(long a, long b)
             DOWN_INTO(vec##L, ivec##L, b, q + L);                                          \
             out = SHUFFLE(ivec##L, a, b, EVEN);                                            \
             u = SHUFFLE(ivec##L, a, b, ODD);                                               \
-            JOIN_INTO(vec##L, ivec##L, out, u, average);                                   \
+            JOIN_INTO(vec##L, ivec##L, out, u);                                   \
             /* The next chunk's first vector, when that chunk is a whole one    \
-             * (never for L 8: pool_run takes 16 from 16 outputs). */                      \
+             * (for L 8, in the builds without POOL_WIDE only). */                         \
             const int carry = at + 2 * L <= n;                                             \
             vec##L next = a;                                                               \
             if (carry)                                                                     \
@@ -213,7 +210,7 @@ static inline long min_long(long a, long b)
                     DOWN_INTO(vec##L, ivec##L, u, q + L + 1);                              \
                     u = SHUFFLE(ivec##L, t, u, LAST);                                      \
                 }                                                                          \
-                JOIN_INTO(vec##L, ivec##L, out, u, average);                               \
+                JOIN_INTO(vec##L, ivec##L, out, u);                               \
             }                                                                              \
             memcpy(o + at, &out, sizeof out);                                              \
             a = next;                                                                      \
@@ -221,34 +218,44 @@ static inline long min_long(long a, long b)
     }
 #define POOL_RUN_OF(L, LANES) POOL_RUN(L, LANES)
 POOL_RUN_OF(8, LANES_8)
+/* Chunks of 16 where the whole build has AVX-512 (the in-Python library's
+ * -march=native): built for SSE or AVX2 (the default Makefile's levels),
+ * their shuffles go lane by lane, and the file took 4x as long to compile. */
+#if defined(__AVX512F__)
+#define POOL_WIDE 1
 POOL_RUN_OF(16, LANES_16)
+#else
+#define POOL_WIDE 0
+#endif
 
-/* Whether pool_run takes windows of KW columns at stride_w (dilation 1):
- * those of the models' MaxPools and AveragePools. */
+/* Whether pool_run takes a MaxPool's windows of KW columns at stride_w
+ * (dilation 1): those of the models' MaxPools.  (AveragePool keeps
+ * pool_rows: by chunks, DenseNet's 2x2 took 0.8x the time, but the file
+ * took 1.5x as long to compile.) */
 static inline int chunked(long KW, long stride_w, long dil_w)
 {
     return dil_w == 1 && (KW == 2 || KW == 3) && (stride_w == 1 || stride_w == 2);
 }
 
-/* n >= 8 outputs at o of one row whose windows (a shape that `chunked`
- * takes) have every tap inside the plane: their `rows` rows (step apart)
- * start at r.  By chunks of 16 outputs (8 when n < 16), the last
+/* n >= 8 MaxPool outputs at o of one row whose windows (a shape that
+ * `chunked` takes) have every tap inside the plane: their `rows` rows (step apart)
+ * start at r.  By chunks of 16 outputs (wide, POOL_WIDE; else 8), the last
  * overlapping the one before (writing the same values again), so that no
  * loop has a row's length (pool_rows' scalar tails took most of a 13-wide
  * output row): at stride 1 each column offset down the rows; at stride 2
  * 2 L columns down the rows, then their even and odd lanes (and, KW 3, the
  * evens one further: column 2 L from the next chunk's first vector). */
 CCN_ALWAYS_INLINE void pool_run(float *o, const float *r, long step, long rows, long n, long KW,
-                                long stride_w, int average, int wide)
+                                long stride_w, int wide)
 {
-    if (wide && average)
-        pool_run16(o, r, step, rows, n, KW, stride_w, 1);
-    else if (wide)
-        pool_run16(o, r, step, rows, n, KW, stride_w, 0);
-    else if (average)
-        pool_run8(o, r, step, rows, n, KW, stride_w, 1);
-    else
-        pool_run8(o, r, step, rows, n, KW, stride_w, 0);
+#if POOL_WIDE
+    if (wide) {
+        pool_run16(o, r, step, rows, n, KW, stride_w);
+        return;
+    }
+#endif
+    (void)wide;
+    pool_run8(o, r, step, rows, n, KW, stride_w);
 }
 
 /* Outputs [*inner0, *inner1) of a row have every window column inside it. */
@@ -259,21 +266,16 @@ static void inner_outputs(const ccn_pool_geometry *g, long *inner0, long *inner1
     *inner1 = hi < 0 ? 0 : min_long(hi / g->stride_w + 1, g->out_w);
 }
 
-/* The maximum (average: sum) of the taps inside the row of W columns of
- * a window of KW columns from column c0 (dilation 1), `rows` rows (step
- * apart) from r: an output at the padding's or ceil_mode's edge.  Down
- * each column, then across, as pool_rows and the chunks add. */
-CCN_ALWAYS_INLINE float pool_edge(const float *r, long step, long rows, long c0, long KW,
-                                  long W, int average)
+/* The maximum of the taps inside the row of W columns of a window of KW
+ * columns from column c0 (dilation 1), `rows` rows (step apart) from r:
+ * an output at the padding's or ceil_mode's edge. */
+CCN_ALWAYS_INLINE float pool_edge(const float *r, long step, long rows, long c0, long KW, long W)
 {
-    float acc = average ? 0.0f : -INFINITY;
-    for (long c = c0 < 0 ? 0 : c0; c < c0 + KW && c < W; c++) {
-        float column = r[c];
-        for (long kh = 1; kh < rows; kh++)
-            column = average ? column + r[kh * step + c] : max_nan(column, r[kh * step + c]);
-        acc = c == (c0 < 0 ? 0 : c0) ? column : average ? acc + column : max_nan(acc, column);
-    }
-    return acc;
+    float top = -INFINITY;
+    for (long c = c0 < 0 ? 0 : c0; c < c0 + KW && c < W; c++)
+        for (long kh = 0; kh < rows; kh++)
+            top = max_nan(top, r[kh * step + c]);
+    return top;
 }
 
 /* How many of the K taps o*stride - pad + k (k < K) fall in [lo, hi). */
@@ -290,17 +292,29 @@ static inline long columns_in(const ccn_pool_geometry *g, long ow, long lo, long
     return taps_within(ow, g->stride_w, g->pad_left, g->kernel_w, lo, hi);
 }
 
+/* The window's rows from ih0 inside the plane of H rows: [*k0, *k1);
+ * whether there are any. */
+static inline int rows_inside(long ih0, long KH, long dil_h, long H, long *k0, long *k1)
+{
+    *k0 = 0, *k1 = KH;
+    while (*k0 < KH && ih0 + *k0 * dil_h < 0)
+        ++*k0;
+    while (*k1 > *k0 && ih0 + (*k1 - 1) * dil_h >= H)
+        --*k1;
+    return *k1 > *k0;
+}
+
 /* Pooling is separable: per output row, the maxima or sums down the
  * window's in-bounds rows (contiguous loads), then across each window's
- * columns.  The outputs whose windows have every column inside the row
- * go by pool_chunk, the last chunk overlapping the one before (it writes
- * the same values again); the others (the padding's and ceil_mode's edges,
- * other windows) in chunks whose span of input columns fits MAX_SPAN
+ * columns.  A MaxPool's outputs whose windows have every column inside the
+ * row go by pool_run, those at the padding's and ceil_mode's edges by
+ * pool_edge; the others (other windows, AveragePool) in chunks whose span
+ * of input columns fits MAX_SPAN
  * (wider windows go to ccn_pool3d).  An average divides by the count of
  * its taps inside the input (with count_include_pad, inside the explicit
  * padding; ceil_mode's extra windows reach past it: those taps never
  * count), rows times columns. */
-CCN_ALWAYS_INLINE void pool2d_rows(void *context, long begin, long end, int wide)
+CCN_ALWAYS_INLINE void pool2d_rows(void *context, long begin, long end)
 {
     const pool2d_call *a = context;
     const ccn_pool_geometry *g = a->g;
@@ -313,32 +327,25 @@ CCN_ALWAYS_INLINE void pool2d_rows(void *context, long begin, long end, int wide
     const long cols_lo = padded ? -g->pad_left : 0, cols_hi = W + (padded ? g->pad_right : 0);
     long inner0, inner1;
     inner_outputs(g, &inner0, &inner1);
-    const int by_chunks = chunked(KW, stride_w, dil_w) && inner1 - inner0 >= 8;
+    const int by_chunks = !a->average && chunked(KW, stride_w, dil_w) && inner1 - inner0 >= 8;
     float m[MAX_SPAN];
     for (long p = begin; p < end; p++) {
         const float *in = a->x + p * H * W;
         for (long oh = 0; oh < OH; oh++) {
             float *o = a->y + (p * OH + oh) * OW;
             const long ih0 = oh * stride_h - g->pad_top;
-            /* The window's rows inside the plane: [k0, k1). */
-            long k0 = 0, k1 = KH;
-            while (k0 < KH && ih0 + k0 * dil_h < 0)
-                k0++;
-            while (k1 > k0 && ih0 + (k1 - 1) * dil_h >= H)
-                k1--;
-            if (by_chunks && k1 > k0) {
+            long k0, k1;  /* asked only for the chunks (a tenth of 7-wide rows' time) */
+            if (by_chunks && rows_inside(ih0, KH, dil_h, H, &k0, &k1)) {
                 /* The outputs with every window column inside by pool_run,
                  * those at the edges one by one. */
                 const float *r = in + (ih0 + k0 * dil_h) * W;
                 const long step = dil_h * W, rows = k1 - k0;
                 for (long ow = 0; ow < inner0; ow++)
-                    o[ow] = pool_edge(r, step, rows, ow * stride_w - g->pad_left, KW, W,
-                                      a->average);
+                    o[ow] = pool_edge(r, step, rows, ow * stride_w - g->pad_left, KW, W);
                 pool_run(o + inner0, r + inner0 * stride_w - g->pad_left, step, rows,
-                         inner1 - inner0, KW, stride_w, a->average, wide);
+                         inner1 - inner0, KW, stride_w, a->wide);
                 for (long ow = inner1; ow < OW; ow++)
-                    o[ow] = pool_edge(r, step, rows, ow * stride_w - g->pad_left, KW, W,
-                                      a->average);
+                    o[ow] = pool_edge(r, step, rows, ow * stride_w - g->pad_left, KW, W);
             } else
                 for (long ow0 = 0; ow0 < OW; ow0 += chunk) {
                     const long ow1 = min_long(ow0 + chunk, OW);
@@ -368,31 +375,18 @@ CCN_ALWAYS_INLINE void pool2d_rows(void *context, long begin, long end, int wide
 }
 
 /* Built for the CPU's level (CCN_LEVELS, ccn_common.h). */
-/* pool2d_rows for rows of fewer than 16 outputs by chunks (narrow) and
- * the others (wide), apart: one body with both took 1.1x the time on
- * SqueezeNet's 13-wide rows. */
-CCN_ALWAYS_INLINE void pool2d_narrow(void *context, long begin, long end)
-{
-    pool2d_rows(context, begin, end, 0);
-}
-CCN_ALWAYS_INLINE void pool2d_wide(void *context, long begin, long end)
-{
-    pool2d_rows(context, begin, end, 1);
-}
-CCN_LEVELS(static, pool2d_range, pool2d_narrow, (void *context, long begin, long end),
-           (context, begin, end))
-CCN_LEVELS(static, pool2d_wide_range, pool2d_wide, (void *context, long begin, long end),
+CCN_LEVELS(static, pool2d_range, pool2d_rows, (void *context, long begin, long end),
            (context, begin, end))
 
 static void pool2d(const ccn_pool_geometry *g, int average, const float *x, float *y)
 {
     assert((g->kernel_w - 1) * g->dil_w + 1 <= MAX_SPAN);
-    pool2d_call a = {g, average, x, y};
+    pool2d_call a = {g, average, x, y, 0};
     const long work = g->planes * g->out_h * g->out_w * g->kernel_h * g->kernel_w;
     long inner0, inner1;
     inner_outputs(g, &inner0, &inner1);
-    ccn_parallel_for(g->planes, work,
-                     inner1 - inner0 >= 16 ? pool2d_wide_range : pool2d_range, &a);
+    a.wide = POOL_WIDE && inner1 - inner0 >= 16;
+    ccn_parallel_for(g->planes, work, pool2d_range, &a);
 }
 
 void ccn_maxpool2d(const ccn_pool_geometry *g, const float *x, float *y)

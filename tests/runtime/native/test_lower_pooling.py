@@ -45,9 +45,10 @@ AVERAGE_POOLS = [
 ]
 
 #: Pools of a (1, 2, 11, 70) input whose rows have 16 or more outputs with
-#: every window column inside: those go by chunks of 16 (the last one
+#: every window column inside: a MaxPool's go by chunks of 16 (the last one
 #: overlapping; at stride 2 a chunk takes its last column from the next
-#: chunk's first vector), the padding's and ceil_mode's edges one by one.
+#: chunk's first vector), the padding's and ceil_mode's edges one by one;
+#: the AveragePools beside them keep the rows' sums.
 CHUNKED_POOLS = [
     ('MaxPool', {'kernel_shape': [3, 3], 'strides': [2, 2], 'ceil_mode': 1}),  # edge right
     ('MaxPool', {'kernel_shape': [3, 3], 'strides': [2, 2], 'pads': [1, 1, 1, 1]}),
