@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 import numpy
 from onnx import helper, numpy_helper
 
+from .. import memory_model
 from ..onnx_builder import GraphBuilder
 from ..onnx_graph import (
     SequenceType,
@@ -257,6 +258,10 @@ class BackwardGraph:
     #: made each (None: the renaming of the gradients at the end).  What an
     #: explicit computation order's 'backward' steps name.
     origins: list = field(default_factory=list)
+    #: Every forward node's index in the order its gradient rule was
+    #: considered (whether it ran or not): reversed, a topological order of
+    #: the forward graph that lists the origins' runs in reverse.
+    order: list = field(default_factory=list)
 
     def graph(self, name='backward'):
         """The backward graph as a GraphProto (for dumps and code emission)."""
@@ -312,13 +317,16 @@ def differentiate(graph, opset, wrt, outputs=None, outer=None):
                         outer._taken if outer is not None else None)
     b.notes = notes
     grads, grad_inputs = {}, []
+    grad_of = {}  # gradient -> the forward value it is of, for its size
     for out in outputs:
         if out in requires:
             grads[out] = _grad_name(b, out, outer)
+            grad_of[grads[out]] = out
             grad_inputs.append((grads[out], out))
 
-    origins = []
-    for index in reversed(range(len(graph.node))):
+    origins, order = [], []
+    for index in _rule_order(graph.node, grads, requires, types):
+        order.append(index)
         node = graph.node[index]
         gys = [grads.get(o) if o else None for o in node.output]
         inputs = list(node.input) + implicit_inputs(node)
@@ -336,7 +344,10 @@ def differentiate(graph, opset, wrt, outputs=None, outer=None):
             if gx is None or name not in requires:
                 continue
             grads[name] = b.add_gradients(name, grads[name], gx) if name in grads else gx
+            grad_of[gx] = grad_of[grads[name]] = name
         origins += [index] * (len(b.nodes) - len(origins))
+    _defer_weight_gradients(b.nodes, origins, {o for n in graph.node for o in n.output if o},
+                            lambda name: _bytes(types, grad_of.get(name, name)))
 
     grad_outputs = {}
     for name in wrt:
@@ -349,7 +360,78 @@ def differentiate(graph, opset, wrt, outputs=None, outer=None):
     constants = {t.name: t for t in graph.initializer}
     retained = outside_reads(b.nodes, b.initializers, [g for g, _ in grad_inputs], constants)
     return BackwardGraph(b.nodes, b.initializers, grad_inputs, retained, grad_outputs, types,
-                         origins)
+                         origins, order)
+
+
+def _rule_order(nodes, grads, requires, types):
+    """The indices of the forward ``nodes``, every one, in the order their
+    gradient rules run (``grads``: the gradients made so far, which the
+    caller fills in between): a node once the rules of all readers of its
+    outputs have run; of those, first the one whose rule adds the fewest
+    bytes (the first gradients it makes of values forward nodes made, less
+    its outputs' gradients, last read there; a weight's gradient is made
+    once whatever the order), the latest in forward order on a tie.  On a
+    chain this is the reverse forward order.  At a fork (a residual block's
+    main branch beside its projection shortcut) the branch that shrinks
+    the gradients goes first, so the shortcut's larger input gradient is
+    not made until the main branch's are summed."""
+    producer = {o: k for k, node in enumerate(nodes) for o in node.output if o}
+    feeds = [{producer[name] for name in reads(node) if name in producer} for node in nodes]
+    waiting = [0] * len(nodes)
+    for sources in feeds:
+        for k in sources:
+            waiting[k] += 1
+
+    def added(k):
+        node = nodes[k]
+        new = {name for name in list(node.input) + implicit_inputs(node)
+               if name in requires and name in producer and name not in grads}
+        return sum(_bytes(types, name) for name in new) - sum(_bytes(types, o)
+                                                               for o in node.output if o in grads)
+
+    ready = [k for k, count in enumerate(waiting) if not count]
+    while ready:
+        k = min(ready, key=lambda k: (added(k), -k))
+        ready.remove(k)
+        yield k
+        for source in feeds[k]:
+            waiting[source] -= 1
+            if not waiting[source]:
+                ready.append(source)
+
+
+def _defer_weight_gradients(nodes, origins, made, size):
+    """Move each backward node whose outputs no other rule's node reads (a
+    weight's gradient, such as ConvGradFilter, read only by the final
+    renaming) to just before the next node reading all the values forward
+    nodes ``made`` that it reads, into that node's run (its origin), where
+    those values outweigh the gradients it reads that nothing reads from
+    there on (``size``: bytes by name), which then wait for it.  Recompute replays a value right
+    before its first read: a block's input, read by its first 1x1
+    convolution's weight gradient, would be replayed there and live
+    through the other branch's gradients, or beside the partial gradients
+    not yet summed, until its next reader."""
+    node_reads = [set(reads(node)) for node in nodes]
+    read = set().union(*node_reads)
+    for i in reversed(range(len(nodes))):
+        values = node_reads[i] & made
+        if not values or any(o in read for o in nodes[i].output if o):
+            continue
+        j = next((j for j in range(i + 1, len(nodes)) if values <= node_reads[j]), None)
+        if j is None or j == i + 1:
+            continue
+        waiting = node_reads[i] - made - set().union(*node_reads[j:])
+        if sum(map(size, values)) <= sum(map(size, waiting)):
+            continue
+        for column in (nodes, node_reads):
+            column.insert(j - 1, column.pop(i))
+        origins.insert(j - 1, origins.pop(i))
+        origins[j - 1] = origins[j]
+
+
+def _bytes(types, name):
+    """The bytes of forward value ``name`` (0 where not static)."""
+    return memory_model.value_bytes(types.get(name)) or 0
 
 
 def _grad_name(b, name, outer):

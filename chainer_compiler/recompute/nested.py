@@ -17,7 +17,7 @@ import math
 
 from ..onnx_graph import implicit_inputs, reads
 from .ordered import ordered_plan
-from .segments import equal_cuts, last_reads
+from .segments import equal_cuts, last_reads, reordered
 
 #: The most levels of cuts tried.
 MAX_LEVELS = 4
@@ -43,16 +43,22 @@ def nested_order(forward, backward, splits):
     """The explicit order cutting the replay.Forward ``forward`` into
     ``splits[0]`` segments, each of those into ``splits[1]`` when backward
     reaches it, and so on (see the module docstring); ``backward`` is the
-    autodiff.BackwardGraph whose gradients the order runs."""
-    return _Nesting(forward, backward).order(list(splits))
+    autodiff.BackwardGraph whose gradients the order runs.  The segments
+    are those of the reverse of backward's rule order, a topological order
+    in which reversing a segment runs its gradients as backward does."""
+    order = list(reversed(backward.order)) or list(range(len(forward.nodes)))
+    position = {k: p for p, k in enumerate(order)}
+    graded = {position[k] for k in backward.origins if k is not None}
+    steps = _Nesting(reordered(forward, order), backward, graded).order(list(splits))
+    return [(kind, target if kind == 'forget' else order[target]) for kind, target in steps]
 
 
 class _Nesting:
-    def __init__(self, forward, backward):
+    def __init__(self, forward, backward, graded):
         self.forward = forward
         self.n = len(forward.nodes)
         self.last = last_reads(forward)
-        self.graded = {k for k in backward.origins if k is not None}
+        self.graded = graded
         # Sub-graphs of backward read these by name: never dropped.
         self.fixed = set(forward.pinned) | {name for node in backward.nodes
                                             for name in implicit_inputs(node)}

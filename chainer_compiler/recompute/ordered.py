@@ -16,7 +16,10 @@ The forward program computes every node once, in its order: the leading
 'forget' steps are its, every later step is the backward program's.  The
 'backward' steps name every
 forward node that has a gradient, in the order the backward graph runs them
-(the reverse of the forward order).  What a step reads must be held there.
+(the reverse of the forward order on a chain; at a fork, the branch that
+shrinks the gradients first: autodiff.generate._rule_order; a weight's
+gradient may run in the step of the next gradient reading its input:
+_defer_weight_gradients there).  What a step reads must be held there.
 A value may be recomputed again after it is forgotten, which expresses the
 multi-level schedules that one pass of replays (replay.plan) cannot.
 """

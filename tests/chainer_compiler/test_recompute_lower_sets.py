@@ -14,9 +14,11 @@ from hypothesis import strategies as st
 from onnx import TensorProto, helper, numpy_helper
 
 from chainer_compiler import recompute
+from chainer_compiler.autodiff import generate
 from chainer_compiler.onnx_graph import reads
 from chainer_compiler.pipeline import CompilerOptions
 from chainer_compiler.recompute import lower_sets
+from chainer_compiler.recompute.nested import nested_order
 from chainer_compiler.recompute.ordered import order_of, ordered_plan
 from chainer_compiler.recompute.segments import equal_cuts, keep_for_cuts, segment_costs
 from chainer_compiler.runtime import Executor
@@ -126,18 +128,20 @@ def _nodes_making(problem, names):
 
 
 def test_lower_sets_beat_the_prefixes_of_three_orders_where_three_branches_meet():
-    # The least peak holds A's narrow product, recomputes A's and B's wide
-    # values and keeps C's: its chain passes through A and B finished and
-    # multiplied into the join while C has not started, a lower set that no
-    # prefix of the forward order, of the earliest or of the latest is
-    # (each runs C's product before the join's).
+    # The least peak recomputes A's and B's values and keeps C's: its chain
+    # passes through A and B finished and multiplied into the join while C
+    # has not started, a lower set that no prefix of the forward order, of
+    # the earliest or of the latest is (each runs C's product before the
+    # join's).  (875556 bytes, holding A's narrow product, when backward
+    # ran the rules in reverse forward order: autodiff.generate._rule_order
+    # and _defer_weight_gradients.)
     problem = _problem(*_dag(BRANCHES))
     prefixes = _gt(problem, _orders(problem))
     both = _gt(problem)
     assert _peak_and_work(problem, None)[0] == 1005568
     assert _peak_and_work(problem, prefixes) == (940032, pytest.approx(108134.4))
-    assert _peak_and_work(problem, both) == (875556, pytest.approx(217548.8))
-    assert {'m1_0', 't3'} <= set(both.retained) and 't1' not in both.retained
+    assert _peak_and_work(problem, both) == (873472, pytest.approx(243763.2))
+    assert 't3' in both.retained and not {'m1_0', 't1', 't2'} & set(both.retained)
     sets = lower_sets.lower_sets(problem.forward, problem.size, _differentiated(problem))
     a_and_b = _nodes_making(problem, {'m0_0', 't0', 'm1_0', 't1', 'm2_0', 't2', 'm4_0', 'm4_1'})
     assert frozenset(a_and_b) in sets
@@ -209,6 +213,36 @@ def test_the_lower_sets_plan_gives_the_same_gradients():
     assert set(got) == set(expected)
     for name, grad in expected.items():
         numpy.testing.assert_array_equal(got[name], grad, err_msg=name)
+
+
+def test_backward_differentiates_the_shrinking_branch_first_and_gt_peaks_lower(monkeypatch):
+    """autodiff.generate._rule_order finishes C's branch (its gradient
+    ends at the input, which needs none) before the join's other products
+    make theirs, and _defer_weight_gradients runs a weight's gradient
+    where its input is next read: gt's plan peaks lower than with the
+    rules in reverse forward order, with the same gradients; nested orders
+    (nested.py) follow backward's order."""
+    model, params = _dag(BRANCHES)
+
+    def planned():
+        problem = _problem(model, params)
+        return problem.process_peak(_as_plan(problem, GT.gt(problem))), problem
+    peak, problem = planned()
+    order = [problem.forward.nodes[k].output[0] for k in problem.backward.order]
+    assert order.index('m3_0') < order.index('m4_0+')
+    with monkeypatch.context() as reverse:
+        reverse.setattr(generate, '_rule_order', lambda nodes, *_: reversed(range(len(nodes))))
+        reverse.setattr(generate, '_defer_weight_gradients', lambda *_: None)
+        before, _ = planned()
+        expected = _gradients(model, params, None)
+    assert peak < 0.96 * before  # 1284132 bytes, 1403940 before
+    monkeypatch.setitem(recompute.POLICIES, 'custom', lambda problem: ordered_plan(
+        problem.forward, problem.backward,
+        nested_order(problem.forward, problem.backward, (2, 2)), problem.joined))
+    for order, options in (('gt', {}), ('custom', {'retain': []})):
+        got = _gradients(model, params, order, **options)
+        for name, grad in expected.items():
+            numpy.testing.assert_allclose(got[name], grad, rtol=1e-6, err_msg=name)
 
 
 @st.composite
@@ -302,8 +336,10 @@ def test_replays_before_their_first_read_hold_less_than_at_a_segments_start(monk
         return ordered_plan(problem.forward, problem.backward,
                             _replays_at_segment_starts(steps, cuts))
     assert sorted(at_start(problem).replayed) == sorted(first_read.replayed)
-    assert problem.peak(first_read) == 1614900
-    assert problem.peak(at_start(problem)) == 1811508  # + the first branch's 3 values
+    # (1614900 and 1811508 when backward ran the rules in reverse forward
+    # order: autodiff.generate._rule_order and _defer_weight_gradients.)
+    assert problem.peak(first_read) == 1565748
+    assert problem.peak(at_start(problem)) == 1762356  # + the first branch's 3 values
     monkeypatch.setitem(recompute.POLICIES, 'custom', at_start)
     expected = _gradients(model, params, None)
     for order, options in (('chen', {}), ('custom', {'retain': []})):
