@@ -360,6 +360,7 @@ typedef struct {
     const float *x, *w, *bias;
     float *y;
     long flat;
+    int by_channels;  /* channel_block's */
 #if MASKED_LOADS
     long off[FLAT_MASKS];
     inside mask[FLAT_MASKS];  /* vector j's tap t: mask[j * KH * KW + t] */
@@ -430,13 +431,107 @@ static void flat_plane(const depthwise_call *a, const float *in, const float *wc
 }
 #endif
 
+/* Padded input pixels, and outputs, of a plane that by_channels takes at
+ * most (20x20: three such blocks of vectors are 75 KB of stack with
+ * AVX-512), and its taps. */
+#define BLOCK_PIXELS 400
+#define BLOCK_TAPS 81
+
+/* Rows and columns of the zero-padded input that g's taps reach. */
+static long reach_h(const ccn_conv_geometry *g)
+{
+    return (g->out_h - 1) * g->stride_h + (g->kernel_h - 1) * g->dil_h + 1;
+}
+
+static long reach_w(const ccn_conv_geometry *g)
+{
+    return (g->out_w - 1) * g->stride_w + (g->kernel_w - 1) * g->dil_w + 1;
+}
+
+/* Whether channel_block takes convolution g: 25 taps or more over output
+ * rows of half a vector or less (the mobile models' last stages, 7x7
+ * outputs), where a strip leaves half its lanes idle and masks every
+ * load; 49 or more over wider rows (ConvNeXt's 7x7 at 14x14).  Its copies
+ * cost more than they save with fewer taps (1.3x-1.7x the strips' and
+ * flat planes' time with 3x3 kernels, 1.2x with 5x5 at 14x14). */
+static int by_channels(const ccn_conv_geometry *g)
+{
+    const long taps = g->kernel_h * g->kernel_w;
+    return taps >= (2 * g->out_w <= VL ? 25 : 49) && taps <= BLOCK_TAPS &&
+           reach_h(g) * reach_w(g) <= BLOCK_PIXELS && g->out_h * g->out_w <= BLOCK_PIXELS;
+}
+
+/* Outputs computed together by channel_block (independent chains). */
+#define BLOCK_OUTPUTS 8
+
+/* Planes [i, i + nc) (nc <= VL, one image) with the channels in the
+ * lanes, as onnxruntime's NCHWc kernels: the planes are copied into a
+ * zero-padded block of pixels, so that each tap is one full, unmasked
+ * vector load at any stride, and the outputs copied back; the sums are
+ * in the strips' order (the same values). */
+static void channel_block(const depthwise_call *a, long i, long nc)
+{
+    const ccn_conv_geometry *g = a->g;
+    const long H = g->in_h, W = g->in_w, OW = g->out_w, S = g->out_h * OW;
+    const long KH = g->kernel_h, KW = g->kernel_w, C = g->in_channels;
+    const long hp = reach_h(g), wp = reach_w(g), pt = g->pad_top, pl = g->pad_left;
+    vec pix[BLOCK_PIXELS], wv[BLOCK_TAPS], res[BLOCK_PIXELS], bv = {0};
+    /* Lane by lane through floats: a lane of a vector in memory is a
+     * load, an insert and a store of the whole vector. */
+    float *pf = (float *)pix, *wf = (float *)wv, *bf = (float *)&bv;
+    const float *rf = (const float *)res;
+    memset(pix, 0, (size_t)(hp * wp) * sizeof(vec));
+    memset(wv, 0, (size_t)(KH * KW) * sizeof(vec));
+    for (long l = 0; l < nc; l++) {
+        const long c = (i + l) % C;
+        const float *in = a->x + (i + l) * H * W;
+        for (long ih = 0; ih < H && ih + pt < hp; ih++)
+            for (long iw = 0; iw < W && iw + pl < wp; iw++)
+                pf[((ih + pt) * wp + iw + pl) * VL + l] = in[ih * W + iw];
+        for (long t = 0; t < KH * KW; t++)
+            wf[t * VL + l] = a->w[c * KH * KW + t];
+        bf[l] = a->bias ? a->bias[c] : 0.0f;
+    }
+    for (long o0 = 0; o0 < S; o0 += BLOCK_OUTPUTS) {
+        /* Past S, the chains repeat output o0 (not stored). */
+        long at[BLOCK_OUTPUTS];
+        vec acc[BLOCK_OUTPUTS];
+        for (long r = 0; r < BLOCK_OUTPUTS; r++) {
+            const long o = o0 + r < S ? o0 + r : o0;
+            at[r] = o / OW * g->stride_h * wp + o % OW * g->stride_w;
+            acc[r] = bv;
+        }
+        for (long kh = 0; kh < KH; kh++)
+            for (long kw = 0; kw < KW; kw++) {
+                const vec w = wv[kh * KW + kw];
+                const long off = kh * g->dil_h * wp + kw * g->dil_w;
+                for (long r = 0; r < BLOCK_OUTPUTS; r++)
+                    acc[r] += w * pix[at[r] + off];
+            }
+        for (long r = 0; r < BLOCK_OUTPUTS && o0 + r < S; r++)
+            res[o0 + r] = epilogue(acc[r], a->act, a->act_alpha);
+    }
+    if (!in_registers(a->act))
+        ccn_activate(S * VL, (float *)res, a->act, a->act_alpha);
+    for (long l = 0; l < nc; l++)
+        for (long o = 0; o < S; o++)
+            a->y[(i + l) * S + o] = rf[o * VL + l];
+}
+
 /* Planes [begin, end) (image * channels + channel) of the convolution. */
 static void depthwise_range(void *context, long begin, long end)
 {
     const depthwise_call *a = context;
     const ccn_conv_geometry *g = a->g;
     const long C = g->in_channels, taps = g->kernel_h * g->kernel_w;
-    for (long i = begin; i < end; i++) {
+    for (long i = begin; i < end && a->by_channels;) {
+        /* Up to VL channels of one image. */
+        const long nc = VL < end - i && VL < C - i % C ? VL : end - i < C - i % C ? end - i
+                                                                                 : C - i % C;
+        channel_block(a, i, nc);
+        i += nc;
+    }
+    for (long i = begin; i < end && !a->by_channels; i++) {
         const float *in = a->x + i * g->in_h * g->in_w, *wc = a->w + (i % C) * taps;
         const float b = a->bias ? a->bias[i % C] : 0.0f;
         float *out = a->y + i * g->out_h * g->out_w;
@@ -474,8 +569,9 @@ void ccn_conv2d_depthwise(const ccn_conv_geometry *geometry, int act, float act_
     assert(g->group == g->in_channels && g->out_channels == g->in_channels);
     depthwise_call a = {.g = g, .act = act, .act_alpha = act_alpha, .x = x, .w = w,
                         .bias = bias, .y = y};
+    a.by_channels = by_channels(g);
 #if MASKED_LOADS
-    a.flat = flat_vectors(g);
+    a.flat = a.by_channels ? 0 : flat_vectors(g);
     if (a.flat)
         flat_masks(&a);
 #endif

@@ -59,6 +59,17 @@ CASES = [
     # Wider than the 16 columns of taps whose masks a strip keeps: lane by
     # lane.
     ((1, 17), (1, 1), (0, 8, 0, 8), (1, 1), True, (1, 2, 3, 40)),
+    # Rows of half a vector or less with 25 taps or more, or 49 taps: the
+    # channels in the lanes (16 with AVX-512), the last block partial and
+    # one block split between images; stride 2; inputs past the taps'
+    # reach (no padding); dilated and asymmetric.  Six rows: a block of
+    # four and one of two.
+    ((7, 7), (1, 1), (3, 3, 3, 3), (1, 1), True, (2, 20, 7, 7)),
+    ((7, 7), (1, 1), (3, 3, 3, 3), (1, 1), False, (1, 18, 14, 14)),
+    ((5, 5), (2, 2), (2, 2, 2, 2), (1, 1), False, (1, 17, 14, 13)),
+    ((5, 5), (2, 2), (0, 0, 0, 0), (1, 1), True, (1, 3, 12, 12)),
+    ((5, 5), (1, 1), (4, 1, 3, 2), (2, 1), True, (1, 5, 6, 4)),
+    ((3, 3), (1, 1), (1, 1, 1, 1), (1, 1), True, (1, 3, 6, 37)),
 ]
 
 
@@ -156,18 +167,20 @@ ACTIVATIONS = [('Relu', 'CCN_ACT_RELU'), ('LeakyRelu', 'CCN_ACT_LEAKY_RELU'),
 def _activations_model(rng):
     """A 3x3 depthwise Conv (stride 2 every other one, odd widths) into
     each of ACTIVATIONS, on inputs wide enough to reach ReLU6's and
-    HardSwish's bounds."""
+    HardSwish's bounds; before HardSwish (in registers), Swish and Gelu
+    (ccn_activate), 5x5 over 18 channels of 7x7 (channels in the lanes)."""
     nodes, inputs, outputs, inits, values = [], [], [], {}, []
     inits.update(zero=numpy.zeros((), F32), six=numpy.full((), 6, F32))
     for i, (op, _) in enumerate(ACTIVATIONS):
-        s = 1 + i % 2
-        shape = (1, 3, 9, 19 + 2 * i)
+        s, k = 1 + i % 2, 5 if op in ('HardSwish', 'Swish', 'Gelu') else 3
+        shape = (1, 18, 7, 7) if k == 5 else (1, 3, 9, 19 + 2 * i)
         inputs.append(('x%d' % i, F32, list(shape)))
         values.append(4 * uniform(rng, *shape))
-        inits['w%d' % i], inits['b%d' % i] = uniform(rng, 3, 1, 3, 3), uniform(rng, 3)
+        inits['w%d' % i] = uniform(rng, shape[1], 1, k, k)
+        inits['b%d' % i] = uniform(rng, shape[1])
         nodes.append(helper.make_node('Conv', ['x%d' % i, 'w%d' % i, 'b%d' % i], ['c%d' % i],
-                                      group=3, kernel_shape=[3, 3], pads=[1, 1, 1, 1],
-                                      strides=[s, s]))
+                                      group=shape[1], kernel_shape=[k, k],
+                                      pads=[k // 2] * 4, strides=[s, s]))
         c, y = 'c%d' % i, 'y%d' % i
         if op == 'Swish':
             nodes += [helper.make_node('Sigmoid', [c], ['s%d' % i]),
@@ -177,7 +190,8 @@ def _activations_model(rng):
         else:
             nodes.append(helper.make_node(op, [c], [y], **(
                 {'alpha': 0.1} if op == 'LeakyRelu' else {})))
-        outputs.append((y, F32, [1, 3, _out(9, 3, s, 2, 1), _out(shape[3], 3, s, 2, 1)]))
+        outputs.append((y, F32, [1, shape[1], _out(shape[2], k, s, k - 1, 1),
+                                 _out(shape[3], k, s, k - 1, 1)]))
     return make_model(nodes, inputs, outputs, inits, opset=20), values
 
 
