@@ -449,15 +449,15 @@ static long reach_w(const ccn_conv_geometry *g)
 }
 
 /* Whether channel_block takes convolution g: 25 taps or more over output
- * rows of half a vector or less (the mobile models' last stages, 7x7
- * outputs), where a strip leaves half its lanes idle and masks every
- * load; 49 or more over wider rows (ConvNeXt's 7x7 at 14x14).  Its copies
+ * rows of 8 or fewer (the mobile models' last stages, 7x7 outputs), where
+ * a strip masks every load and leaves half its lanes idle with AVX-512;
+ * 49 or more over wider rows (ConvNeXt's 7x7 at 14x14).  Its copies
  * cost more than they save with fewer taps (1.3x-1.7x the strips' and
  * flat planes' time with 3x3 kernels, 1.2x with 5x5 at 14x14). */
 static int by_channels(const ccn_conv_geometry *g)
 {
     const long taps = g->kernel_h * g->kernel_w;
-    return taps >= (2 * g->out_w <= VL ? 25 : 49) && taps <= BLOCK_TAPS &&
+    return taps >= (g->out_w <= 8 ? 25 : 49) && taps <= BLOCK_TAPS &&
            reach_h(g) * reach_w(g) <= BLOCK_PIXELS && g->out_h * g->out_w <= BLOCK_PIXELS;
 }
 
