@@ -432,9 +432,10 @@ static void flat_plane(const depthwise_call *a, const float *in, const float *wc
 #endif
 
 /* Padded input pixels, and outputs, of a plane that by_channels takes at
- * most (20x20: three such blocks of vectors are 75 KB of stack with
- * AVX-512), and its taps. */
-#define BLOCK_PIXELS 400
+ * most (34x34, ConvNeXt's 7x7 at 28x28: two such blocks of vectors are
+ * 154 KB of stack with AVX-512; the pool's threads have 8 MB), and its
+ * taps. */
+#define BLOCK_PIXELS 1200
 #define BLOCK_TAPS 81
 
 /* Rows and columns of the zero-padded input that g's taps reach. */
@@ -450,14 +451,16 @@ static long reach_w(const ccn_conv_geometry *g)
 
 /* Whether channel_block takes convolution g: 25 taps or more over output
  * rows of 8 or fewer (the mobile models' last stages, 7x7 outputs), where
- * a strip masks every load and leaves half its lanes idle with AVX-512;
- * 49 or more over wider rows (ConvNeXt's 7x7 at 14x14).  Its copies
- * cost more than they save with fewer taps (1.3x-1.7x the strips' and
- * flat planes' time with 3x3 kernels, 1.2x with 5x5 at 14x14). */
+ * a strip masks every load and leaves half its lanes idle with AVX-512,
+ * or at stride 2 (each strip's tap two loads and a shuffle); 49 or more
+ * over wider rows (ConvNeXt's 7x7 at 14x14 and 28x28).  Its copies cost
+ * more than they save with fewer taps (1.3x-1.7x the strips' and flat
+ * planes' time with 3x3 kernels; 5x5 at stride 1 over 14x14 0.95x-1.07x,
+ * over 28x28 1.26x). */
 static int by_channels(const ccn_conv_geometry *g)
 {
     const long taps = g->kernel_h * g->kernel_w;
-    return taps >= (g->out_w <= 8 ? 25 : 49) && taps <= BLOCK_TAPS &&
+    return taps >= (g->out_w <= 8 || g->stride_w > 1 ? 25 : 49) && taps <= BLOCK_TAPS &&
            reach_h(g) * reach_w(g) <= BLOCK_PIXELS && g->out_h * g->out_w <= BLOCK_PIXELS;
 }
 
@@ -482,12 +485,21 @@ static void channel_block(const depthwise_call *a, long i, long nc)
     const float *rf = (const float *)res;
     memset(pix, 0, (size_t)(hp * wp) * sizeof(vec));
     memset(wv, 0, (size_t)(KH * KW) * sizeof(vec));
+    /* Pixel by pixel, each channel's lane: with a constant count of
+     * lanes GCC transposes whole vectors (0.8x the block's time). */
+    const long rows = H < hp - pt ? H : hp - pt, cols = W < wp - pl ? W : wp - pl;
+    for (long ih = 0; ih < rows; ih++) {
+        const float *in = a->x + i * H * W + ih * W;
+        float *p = pf + ((ih + pt) * wp + pl) * VL;
+        for (long iw = 0; nc == VL && iw < cols; iw++)
+            for (long l = 0; l < VL; l++)
+                p[iw * VL + l] = in[l * H * W + iw];
+        for (long iw = 0; nc < VL && iw < cols; iw++)
+            for (long l = 0; l < nc; l++)
+                p[iw * VL + l] = in[l * H * W + iw];
+    }
     for (long l = 0; l < nc; l++) {
         const long c = (i + l) % C;
-        const float *in = a->x + (i + l) * H * W;
-        for (long ih = 0; ih < H && ih + pt < hp; ih++)
-            for (long iw = 0; iw < W && iw + pl < wp; iw++)
-                pf[((ih + pt) * wp + iw + pl) * VL + l] = in[ih * W + iw];
         for (long t = 0; t < KH * KW; t++)
             wf[t * VL + l] = a->w[c * KH * KW + t];
         bf[l] = a->bias ? a->bias[c] : 0.0f;
