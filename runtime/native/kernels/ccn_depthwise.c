@@ -5,8 +5,11 @@
  * times the tap's weight.  Rows of taps outside the plane are skipped,
  * columns outside it load as zeros (masked loads where the CPU has them):
  * no padded copy, no scratch.  Planes of rows narrower than half a vector
- * run as flat vectors across rows.  The bias starts the sums and the
- * simple activations are applied in registers before the store.  im2col
+ * run as flat vectors across rows; 5x5 and larger kernels over narrow
+ * rows or at stride 2, and 7x7 ones, a vector of channels at a time in
+ * the lanes of a padded copy on the stack (channel_block).  The bias
+ * starts the sums and the simple activations are applied in registers
+ * before the store.  im2col
  * would copy each input KH*KW times for a product of depth KH*KW with one
  * output row: slower than the arithmetic it feeds
  * (benchmarks/NOTES.md, "Depthwise kernels"). */

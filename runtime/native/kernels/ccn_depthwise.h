@@ -11,8 +11,9 @@ CCN_BEGIN_DECLS
 /* The convolution `geometry` (group == in_channels == out_channels) of x
  * by (C, 1, KH, KW) weights w plus bias (may be NULL), then activation
  * act (CCN_ACT_*, act_alpha its parameter): each output sums its KH*KW
- * taps in a vector register, straight from x (no padded copy, no
- * scratch); the 3x3 and 5x5 kernels at strides 1 and 2 unrolled, any
+ * taps in a vector register, straight from x (no scratch; large kernels
+ * over small planes by channels in the lanes of a padded copy on the
+ * stack); the 3x3 and 5x5 kernels at strides 1 and 2 unrolled, any
  * other size, stride and dilation with them as variables. */
 void ccn_conv2d_depthwise(const ccn_conv_geometry *geometry, int act, float act_alpha,
                           const float *x, const float *w, const float *bias, float *y);
