@@ -28,7 +28,8 @@ count is read when the native library and onnxruntime start):
   its ``--iterations`` timing against the in-Python native backend.
 - profile: per-instruction profiles of the native backend (its profiling
   build) and onnxruntime's per-operator profile, for the three models with
-  the worst one-thread ratio at each batch size timed.
+  the worst one-thread ratio at each batch size timed (every model of
+  --models when the time stage does not run).
 
 Writes foreign_models.md and foreign_models.json to --out and prints the
 markdown; --refusals also writes the refused operators per file.
@@ -426,20 +427,28 @@ def ratio(row, impl, setting):
     return None if a is None or b is None else a / b
 
 
-def profile_stage(args, timings):
-    """The three worst one-thread ratios of each batch size timed."""
+def profile_stage(args, manifest, timings):
+    """The three worst one-thread ratios of each batch size timed; without
+    the time stage, every model of --models at each of --batches."""
+    if timings:
+        chosen = []
+        for batch in sorted({r['batch'] for r in timings}):
+            chosen += sorted((r for r in timings if r['batch'] == batch and
+                              ratio(r, 'native', 'quiet_threads_1') is not None),
+                             key=lambda r: -ratio(r, 'native', 'quiet_threads_1'))[:3]
+    else:
+        chosen = [{'model': name, 'exporter': exporter, 'batch': batch}
+                  for name in args.models for batch in args.batches
+                  for exporter in [e for e in args.time_exporters
+                                   if _ok(manifest, name, e, batch)][:1]]
     rows = []
-    for batch in sorted({r['batch'] for r in timings}):
-        ranked = sorted((r for r in timings if r['batch'] == batch and
-                         ratio(r, 'native', 'quiet_threads_1') is not None),
-                        key=lambda r: -ratio(r, 'native', 'quiet_threads_1'))
-        for row in ranked[:3]:
-            print('profile: %s batch %d ...' % (row['model'], batch), file=sys.stderr,
-                  flush=True)
-            rows.append(dict(run_worker('profile', args, row['model'], row['exporter'],
-                                        batch=batch, extra=['--runs', '20']),
-                             model=row['model'], exporter=row['exporter'], batch=batch,
-                             ratio=ratio(row, 'native', 'quiet_threads_1')))
+    for row in chosen:
+        print('profile: %s batch %d ...' % (row['model'], row['batch']), file=sys.stderr,
+              flush=True)
+        rows.append(dict(run_worker('profile', args, row['model'], row['exporter'],
+                                    batch=row['batch'], extra=['--runs', '20']),
+                         model=row['model'], exporter=row['exporter'], batch=row['batch'],
+                         ratio=ratio(row, 'native', 'quiet_threads_1') if 'ms' in row else None))
     return rows
 
 
@@ -560,7 +569,7 @@ def executable_markdown(rows):
 
 
 def profile_markdown(rows):
-    lines = ['## Profiles of the three worst of each batch size (one thread)']
+    lines = ['## Profiles, one thread (the worst three of each batch timed, or those asked for)']
     for r in rows:
         lines += ['', '### %s (%s export, batch %d), %s onnxruntime\'s time' % (
             r['model'], r['exporter'], r.get('batch', 1), _fmt(r['ratio']))]
@@ -650,7 +659,7 @@ def main(argv=None):
     stages = {'accept': lambda: accept_stage(args, manifest),
               'time': lambda: time_stage(args, manifest, results.get('accept', [])),
               'executable': lambda: executable_stage(args, manifest),
-              'profile': lambda: profile_stage(args, results.get('time', []))}
+              'profile': lambda: profile_stage(args, manifest, results.get('time', []))}
     os.makedirs(args.out, exist_ok=True)
     for stage, run in stages.items():
         if stage in args.stages:

@@ -1,6 +1,7 @@
 """The foreign-models benchmark's own logic (no torch, no C compiler): how
 outputs are compared, how refusals are collected and listed, how the
 tables read, and the executable built with the Makefile's defaults."""
+import argparse
 import os
 import sys
 
@@ -99,11 +100,29 @@ def test_profiles_are_of_the_worst_three_of_each_batch_size(monkeypatch):
         calls.append((kind, model, batch))
         return {'layers': [], 'native_ops': {}, 'ort_ops': {}}
     monkeypatch.setattr(foreign, 'run_worker', worker)
-    rows = foreign.profile_stage(None, timings)
+    rows = foreign.profile_stage(None, {}, timings)
     assert calls == [('profile', 'b', 1), ('profile', 'd', 1), ('profile', 'c', 1),
                      ('profile', 'a', 32), ('profile', 'b', 32)]
     assert '### a (torchscript export, batch 32), 1.30x' in '\n'.join(
         foreign.profile_markdown(rows))
+
+
+def test_without_the_time_stage_the_models_asked_for_are_profiled(monkeypatch):
+    # --stages profile alone used to write an empty table.
+    calls = []
+
+    def worker(kind, args, model, exporter, threads=1, batch=1, extra=()):
+        calls.append((model, exporter, batch))
+        return {'layers': [], 'native_ops': {}, 'ort_ops': {}}
+    monkeypatch.setattr(foreign, 'run_worker', worker)
+    manifest = {foreign.file_name(m, e, b): {'status': 'ok'}
+                for m, e, b in [('a', 'torchscript', 1), ('a', 'dynamo', 1),
+                                ('b', 'dynamo', 1), ('a', 'torchscript', 32)]}
+    args = argparse.Namespace(models=['a', 'b', 'c'], batches=[1, 32],
+                              time_exporters=['torchscript', 'dynamo'])
+    rows = foreign.profile_stage(args, manifest, [])
+    assert calls == [('a', 'torchscript', 1), ('a', 'torchscript', 32), ('b', 'dynamo', 1)]
+    assert '### b (dynamo export, batch 1), n/a' in '\n'.join(foreign.profile_markdown(rows))
 
 
 def test_executable_can_be_built_with_the_makefiles_defaults(tmp_path):
