@@ -542,8 +542,8 @@ static void depthwise_range(void *context, long begin, long end)
     const long C = g->in_channels, taps = g->kernel_h * g->kernel_w;
     for (long i = begin; i < end && a->by_channels;) {
         /* Up to VL channels of one image. */
-        const long nc = VL < end - i && VL < C - i % C ? VL : end - i < C - i % C ? end - i
-                                                                                 : C - i % C;
+        const long left = end - i < C - i % C ? end - i : C - i % C;
+        const long nc = left < VL ? left : VL;
         channel_block(a, i, nc);
         i += nc;
     }

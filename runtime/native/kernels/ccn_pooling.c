@@ -18,6 +18,7 @@ typedef struct {
     int average;
     const float *x;
     float *y;
+    long inner0, inner1; /* inner_outputs */
     int wide;
 } pool2d_call;
 
@@ -185,7 +186,7 @@ static inline long min_long(long a, long b)
                 DOWN_INTO(vec##L, ivec##L, out, q);                                        \
                 for (long kw = 1; kw < KW; kw++) {                                         \
                     DOWN_INTO(vec##L, ivec##L, u, q + kw);                                 \
-                    JOIN_INTO(vec##L, ivec##L, out, u);                           \
+                    JOIN_INTO(vec##L, ivec##L, out, u);                                    \
                 }                                                                          \
                 memcpy(o + at, &out, sizeof out);                                          \
                 continue;                                                                  \
@@ -195,8 +196,8 @@ static inline long min_long(long a, long b)
             DOWN_INTO(vec##L, ivec##L, b, q + L);                                          \
             out = SHUFFLE(ivec##L, a, b, EVEN);                                            \
             u = SHUFFLE(ivec##L, a, b, ODD);                                               \
-            JOIN_INTO(vec##L, ivec##L, out, u);                                   \
-            /* The next chunk's first vector, when that chunk is a whole one    \
+            JOIN_INTO(vec##L, ivec##L, out, u);                                            \
+            /* The next chunk's first vector, when that chunk is a whole one               \
              * (for L 8, in the builds without POOL_WIDE only). */                         \
             const int carry = at + 2 * L <= n;                                             \
             vec##L next = a;                                                               \
@@ -210,7 +211,7 @@ static inline long min_long(long a, long b)
                     DOWN_INTO(vec##L, ivec##L, u, q + L + 1);                              \
                     u = SHUFFLE(ivec##L, t, u, LAST);                                      \
                 }                                                                          \
-                JOIN_INTO(vec##L, ivec##L, out, u);                               \
+                JOIN_INTO(vec##L, ivec##L, out, u);                                        \
             }                                                                              \
             memcpy(o + at, &out, sizeof out);                                              \
             a = next;                                                                      \
@@ -325,8 +326,7 @@ CCN_ALWAYS_INLINE void pool2d_rows(void *context, long begin, long end)
     const int padded = g->count_include_pad;
     const long rows_lo = padded ? -g->pad_top : 0, rows_hi = H + (padded ? g->pad_bottom : 0);
     const long cols_lo = padded ? -g->pad_left : 0, cols_hi = W + (padded ? g->pad_right : 0);
-    long inner0, inner1;
-    inner_outputs(g, &inner0, &inner1);
+    const long inner0 = a->inner0, inner1 = a->inner1;
     const int by_chunks = !a->average && chunked(KW, stride_w, dil_w) && inner1 - inner0 >= 8;
     float m[MAX_SPAN];
     for (long p = begin; p < end; p++) {
@@ -381,11 +381,10 @@ CCN_LEVELS(static, pool2d_range, pool2d_rows, (void *context, long begin, long e
 static void pool2d(const ccn_pool_geometry *g, int average, const float *x, float *y)
 {
     assert((g->kernel_w - 1) * g->dil_w + 1 <= MAX_SPAN);
-    pool2d_call a = {g, average, x, y, 0};
+    pool2d_call a = {g, average, x, y, 0, 0, 0};
     const long work = g->planes * g->out_h * g->out_w * g->kernel_h * g->kernel_w;
-    long inner0, inner1;
-    inner_outputs(g, &inner0, &inner1);
-    a.wide = POOL_WIDE && inner1 - inner0 >= 16;
+    inner_outputs(g, &a.inner0, &a.inner1);
+    a.wide = POOL_WIDE && a.inner1 - a.inner0 >= 16;
     ccn_parallel_for(g->planes, work, pool2d_range, &a);
 }
 
