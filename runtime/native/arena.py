@@ -5,10 +5,15 @@ A buffer is live over an inclusive range of instruction indices: from the
 instruction that writes it to the last one that reads it.  Two buffers whose
 ranges overlap must not overlap in memory (an instruction's output never
 shares memory with its own inputs, since both are live at that instruction).
-The planner is greedy first-fit: buffers are placed in order of their first
-instruction (larger first on ties), each at the lowest aligned offset where
-it collides with no overlapping buffer already placed.  That is simple,
-deterministic and reuses the space of dead buffers.
+The planner is greedy first-fit: buffers are placed one by one, each at the
+lowest aligned offset where it collides with no overlapping buffer already
+placed.  It tries two orders and keeps the smaller arena: by first
+instruction (larger first on ties), and largest first (longer-lived first
+on ties), which leaves no holes between the large values where a training
+step's gradients and replays come and go among the checkpoints (ResNet-50's
+gt step at batch 64: 125.5 MiB by first use, 118.0 largest first, the most
+its buffers hold live at once).  That is simple, deterministic and reuses
+the space of dead buffers.
 """
 from dataclasses import dataclass
 
@@ -32,8 +37,18 @@ def aligned(nbytes: int) -> int:
 
 
 def plan_arena(buffers: list[Buffer]) -> tuple[dict[object, int], int]:
-    """({key: byte offset}, arena size in bytes) for ``buffers``."""
-    order = sorted(buffers, key=lambda b: (b.start, -b.nbytes, b.end))
+    """({key: byte offset}, arena size in bytes) for ``buffers``: the
+    smaller of the two orders' plans (the module's docstring), the first
+    on a tie."""
+    by_start = _first_fit(sorted(buffers, key=lambda b: (b.start, -b.nbytes, b.end)))
+    largest = _first_fit(sorted(buffers, key=lambda b: (-b.nbytes, b.start - b.end, b.start)))
+    return largest if largest[1] < by_start[1] else by_start
+
+
+def _first_fit(order: list[Buffer]) -> tuple[dict[object, int], int]:
+    """Place ``order``'s buffers one after another, each at the lowest
+    aligned offset free of the buffers placed before it that are live at
+    the same time: ({key: byte offset}, arena size in bytes)."""
     placed: list[tuple[int, int, Buffer]] = []  # (offset, end offset, buffer)
     offsets: dict[object, int] = {}
     size = 0

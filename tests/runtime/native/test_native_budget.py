@@ -134,6 +134,10 @@ NATIVE_BUDGET += 32
 #: + 2: pool_first keeps the weights' readers at the moved Conv, issue 31.
 NATIVE_BUDGET += 2
 
+#: + 3: the arena planned in two orders, the smaller kept (arena.py: the
+#: native training step's peak), issue 34.
+NATIVE_BUDGET += 3
+
 
 def test_the_native_backend_stays_within_its_budget():
     used = _total((RUNTIME / 'native').rglob('*.py'))
