@@ -23,22 +23,58 @@ typedef float v16 __attribute__((vector_size(16 * sizeof(float))));
 typedef float v8 __attribute__((vector_size(8 * sizeof(float))));
 typedef float v4 __attribute__((vector_size(4 * sizeof(float))));
 
-/* A tile kernel: t[i][0:nv*VL] (rows ldt apart) = start[i] plus the sums
- * over C channels and T taps of w's row i (a block: [c][tap][row]) times
- * the planes (plane floats apart) at the tap's offset off[tap], nv of its
- * vectors. */
+/* Where a tile kernel stores: rows i < `rows` of t (ldt floats apart),
+ * nv vectors each but only `last` floats of the last one, as act(sum +
+ * res), res (laid out as t, read before t is written: t may be res) unless
+ * NULL, act one of ccn_activate_simple's (CCN_ACT_*, its alpha). */
+typedef struct {
+    float *t;
+    const float *res;
+    long ldt;
+    int rows, last, act;
+    float alpha;
+} tile_out;
+
+/* m ? a : b for each lane of float vectors a and b, m their comparison
+ * (-1 true, 0 false): C has no ?: on vectors. */
+#define CCN_DIRECT_SELECT(m, a, b) \
+    ((__typeof__(a))(((__typeof__(m))(a) & (m)) | ((__typeof__(m))(b) & ~(m))))
+
+/* A tile kernel: t[i][0:nv*VL] = start[i] plus the sums over C channels
+ * and T taps of w's row i (a block: [c][tap][row]) times the planes (plane
+ * floats apart) at the tap's offset off[tap], nv of its vectors. */
 typedef void tile_fn(long C, long T, const long *off, const float *planes, long plane,
-                     const float *w, const float *start, int nv, float *t, long ldt);
+                     const float *w, const float *start, int nv, const tile_out *out);
 
 /* NAME, a tile_fn on vectors of type VEC, up to NV of them (the
  * accumulators, CCN_DIRECT_ROWS * NV vectors, fit the registers), compiled
  * with ATTRIBUTES (an instruction set).  Each nv is its own unrolled copy,
  * so that the sums stay in registers. */
 #define CCN_DIRECT_TILE_FN(NAME, VEC, NV, ATTRIBUTES)                                     \
+    /* ccn_activate_simple's activations on a vector, in registers (as it   */           \
+    /* computes them: NaN to 0 by ReLU, kept by Clip).                      */           \
+    ATTRIBUTES CCN_ALWAYS_INLINE VEC NAME##_act(VEC v, int act, float alpha)              \
+    {                                                                                      \
+        const VEC zero = {0}, one = zero + 1.0f, top = zero + alpha;                      \
+        VEC h = v / 6.0f + 0.5f;                                                           \
+        switch (act) {                                                                     \
+        case CCN_ACT_RELU:                                                                 \
+            return CCN_DIRECT_SELECT(v > zero, v, zero);                                   \
+        case CCN_ACT_LEAKY_RELU:                                                           \
+            return CCN_DIRECT_SELECT(v >= zero, v, alpha * v);                             \
+        case CCN_ACT_CLIP:                                                                 \
+            return CCN_DIRECT_SELECT(v < zero, zero, CCN_DIRECT_SELECT(v > top, top, v));  \
+        case CCN_ACT_HARD_SWISH:                                                           \
+            h = CCN_DIRECT_SELECT(h < zero, zero, CCN_DIRECT_SELECT(h > one, one, h));     \
+            return v * h;                                                                  \
+        default:                                                                           \
+            return v;                                                                      \
+        }                                                                                  \
+    }                                                                                      \
     ATTRIBUTES CCN_ALWAYS_INLINE void NAME##_nv(long C, long T, const long *off,          \
                                                 const float *planes, long plane,          \
                                                 const float *w, const float *start,       \
-                                                const int nv, float *t, long ldt)          \
+                                                const int nv, const tile_out *out)         \
     {                                                                                      \
         const long VL = (long)(sizeof(VEC) / sizeof(float));                              \
         VEC acc[CCN_DIRECT_ROWS][NV];                                                      \
@@ -54,20 +90,39 @@ typedef void tile_fn(long C, long T, const long *off, const float *planes, long 
                     for (int j = 0; j < nv; j++)                                           \
                         acc[i][j] += w[i] * v[j];                                          \
             }                                                                              \
+        /* (constant bounds, so that acc stays in registers) */                           \
         for (int i = 0; i < CCN_DIRECT_ROWS; i++)                                          \
-            for (int j = 0; j < nv; j++)                                                   \
-                memcpy(t + i * ldt + j * VL, &acc[i][j], sizeof acc[i][j]);                \
+            for (int j = 0; j < nv && i < out->rows; j++) {                                \
+                float *o = out->t + i * out->ldt + j * VL;                                 \
+                const float *r = out->res ? out->res + i * out->ldt + j * VL : NULL;       \
+                const int n = j + 1 < nv ? (int)VL : out->last;                            \
+                VEC v = acc[i][j], add = {0};                                              \
+                /* (a part vector lane by lane: a loop to n became a call */              \
+                /* to memcpy, 14% of a stem's time)                       */              \
+                if (r && n == VL)                                                          \
+                    memcpy(&add, r, sizeof add);                                           \
+                for (int k = 0; r && n < VL && k < VL; k++)                                \
+                    add[k] = k < n ? r[k] : 0.0f;                                          \
+                if (r)                                                                     \
+                    v += add;                                                              \
+                v = NAME##_act(v, out->act, out->alpha);                                   \
+                if (n == VL)                                                               \
+                    memcpy(o, &v, sizeof v);                                               \
+                for (int k = 0; n < VL && k < VL; k++)                                     \
+                    if (k < n)                                                             \
+                        o[k] = v[k];                                                       \
+            }                                                                              \
     }                                                                                      \
     ATTRIBUTES static void NAME(long C, long T, const long *off, const float *planes,     \
                                 long plane, const float *w, const float *start, int nv,   \
-                                float *t, long ldt)                                        \
+                                const tile_out *out)                                       \
     {                                                                                      \
         if (NV >= 3 && nv == 3)                                                            \
-            NAME##_nv(C, T, off, planes, plane, w, start, NV >= 3 ? 3 : 1, t, ldt);        \
+            NAME##_nv(C, T, off, planes, plane, w, start, NV >= 3 ? 3 : 1, out);           \
         else if (NV >= 2 && nv == 2)                                                       \
-            NAME##_nv(C, T, off, planes, plane, w, start, NV >= 2 ? 2 : 1, t, ldt);        \
+            NAME##_nv(C, T, off, planes, plane, w, start, NV >= 2 ? 2 : 1, out);           \
         else                                                                               \
-            NAME##_nv(C, T, off, planes, plane, w, start, 1, t, ldt);                      \
+            NAME##_nv(C, T, off, planes, plane, w, start, 1, out);                         \
     }
 
 /* A tile kernel and its shape: VL floats per vector, up to nv vectors. */
@@ -123,7 +178,7 @@ typedef struct {
     const ccn_conv_geometry *g;
     const ccn_conv_direct_plan *p;
     const tile_kernel *kernel;
-    const float *planes, *w, *bias, *residual;
+    const float *x, *planes, *w, *bias, *residual;
     float *y;
     long off[CCN_DIRECT_MAX_TAPS];
     long blocks, band;  /* blocks of output channels; output rows per band */
@@ -199,13 +254,32 @@ static void direct_blocks(void *context, long begin, long end)
         const long rows = min_long(CCN_DIRECT_ROWS, g->out_channels - b * CCN_DIRECT_ROWS);
         for (long i = 0; d->bias != NULL && i < rows; i++)
             start[i] = d->bias[b * CCN_DIRECT_ROWS + i];
+        const tile_out out = {t, NULL, ldt, CCN_DIRECT_ROWS, (int)vl, CCN_ACT_NONE, 0.0f};
         for (long k = 0, o0 = o_begin; k < tiles; k++) {
             const int nv = (int)(vectors / tiles + (k < vectors % tiles));
             d->kernel->fn(g->in_channels, T, d->off, d->planes + o0, d->p->plane, w, start, nv,
-                          t, ldt);
+                          &out);
             store_tile(d, b * CCN_DIRECT_ROWS, o0, min_long(nv * vl, o_begin + O - o0), t, ldt);
             o0 += nv * vl;
         }
+    }
+}
+
+/* The input row `in` (W floats) into the zeroed row `out` of a padded
+ * plane, pad_left zeros before it: at stride 2, padded column pw to phase
+ * pw % 2 (`phase` floats apart) at pw / 2, the even and odd columns each
+ * to their phase. */
+static void put_row(const float *in, long W, long pad_left, long s, float *out, long phase)
+{
+    if (s == 1) {
+        memcpy(out + pad_left, in, (size_t)W * sizeof(float));
+        return;
+    }
+    for (long q = 0; q < 2; q++) {
+        const long iw0 = (q + pad_left) & 1, pw0 = iw0 + pad_left;
+        float *restrict o = out + q * phase + (pw0 >> 1);
+        for (long j = 0; iw0 + 2 * j < W; j++)
+            o[j] = in[iw0 + 2 * j];
     }
 }
 
@@ -217,25 +291,81 @@ static void fill_planes(const ccn_conv_geometry *g, const ccn_conv_direct_plan *
     const long C = g->in_channels, H = g->in_h, W = g->in_w, s = p->stride;
     memset(planes, 0, (size_t)(C * p->plane + p->row + g->kernel_w + CCN_DIRECT_TILE) *
                           sizeof(float));
+    /* Phase (ph % 2, pw % 2) holds (ph, pw) at (ph / 2, pw / 2). */
     for (long c = 0; c < C; c++)
         for (long ih = 0; ih < H; ih++) {
             const long ph = ih + g->pad_top;
-            const float *in = x + (c * H + ih) * W;
-            float *plane = planes + c * p->plane;
-            if (s == 1) {
-                memcpy(plane + ph * p->row + g->pad_left, in, (size_t)W * sizeof(float));
-                continue;
-            }
-            /* Phase (ph % 2, pw % 2) holds (ph, pw) at (ph / 2, pw / 2):
-             * the row's even and odd columns each to their phase. */
-            for (long q = 0; q < 2; q++) {
-                const long iw0 = (q + g->pad_left) & 1, pw0 = iw0 + g->pad_left;
-                float *restrict out = plane + ((ph & 1) * 2 + q) * p->rows * p->row +
-                                      (ph >> 1) * p->row + (pw0 >> 1);
-                for (long j = 0; iw0 + 2 * j < W; j++)
-                    out[j] = in[iw0 + 2 * j];
-            }
+            const long at = s == 1 ? ph * p->row
+                                   : (ph & 1) * 2 * p->rows * p->row + (ph >> 1) * p->row;
+            put_row(x + (c * H + ih) * W, W, g->pad_left, s, planes + c * p->plane + at,
+                    p->rows * p->row);
         }
+}
+
+/* The stem (plan->stem: few input channels): bands [begin, end) of
+ * d->band output rows of every image, each read from the input where it
+ * lies.  The input rows a band reads, of every channel, go to `lines` on
+ * the stack, padded and split into phases (where the planes of the whole
+ * image were written to memory and read back), and each block of output
+ * channels is summed by tiles along the output rows, stored straight into
+ * y with the residual: a stem's tiles spent three quarters of their time
+ * again copying the tile buffer into eight output planes
+ * (benchmarks/NOTES.md, "The 3-channel stem"). */
+static void stem_bands(void *context, long begin, long end)
+{
+    const direct_call *d = context;
+    const ccn_conv_geometry *g = d->g;
+    const long C = g->in_channels, H = g->in_h, W = g->in_w, M = g->out_channels;
+    const long KH = g->kernel_h, T = KH * g->kernel_w, s = d->p->stride;
+    const long OH = g->out_h, OW = g->out_w, S = OH * OW, L = d->p->row + CCN_DIRECT_STEM_TAIL;
+    const long bands = (OH + d->band - 1) / d->band, R = (d->band - 1) * s + KH;
+    const long vl = d->kernel->vl, vectors = (OW + vl - 1) / vl;
+    const long tiles = (vectors + d->kernel->nv - 1) / d->kernel->nv;
+    /* The simple activations in the tiles' registers, the others a pass
+     * over the band's rows after. */
+    const int act = d->p->act, simple = ccn_activate_simple(0, NULL, act, 0.0f);
+    const float alpha = d->p->act_alpha;
+    const int aliased = d->residual == d->y;
+    float lines[CCN_DIRECT_STEM_FLOATS];
+    for (long item = begin; item < end; item++) {
+        const long n = item / bands, oh0 = item % bands * d->band;
+        const long rows = min_long(d->band, OH - oh0);
+        /* Line r of channel c: input row oh0 * s - pad_top + r. */
+        memset(lines, 0, (size_t)(C * R * s * L) * sizeof(float));
+        for (long c = 0; c < C; c++)
+            for (long r = 0, ih = oh0 * s - g->pad_top; r < R; r++, ih++)
+                if (ih >= 0 && ih < H)
+                    put_row(d->x + ((n * C + c) * H + ih) * W, W, g->pad_left, s,
+                            lines + (c * R + r) * s * L, L);
+        float *y = d->y + n * M * S + oh0 * OW;
+        const float *res = d->residual ? d->residual + n * M * S + oh0 * OW : NULL;
+        for (long m0 = 0; m0 < M; m0 += CCN_DIRECT_ROWS) {
+            const int block = (int)min_long(CCN_DIRECT_ROWS, M - m0);
+            const float *w = d->w + m0 * C * T;
+            float start[CCN_DIRECT_ROWS] = {0};
+            for (int i = 0; d->bias != NULL && i < block; i++)
+                start[i] = d->bias[m0 + i];
+            for (long oh = 0; oh < rows; oh++)
+                for (long k = 0, c0 = 0, nv; k < tiles; k++, c0 += nv * vl) {
+                    nv = vectors / tiles + (k < vectors % tiles);
+                    /* A last tile reaching past the row ends where it
+                     * does, storing whole vectors (a part one took a
+                     * fifth of the time) and some outputs again, unless
+                     * it would read back a residual y has overwritten. */
+                    const long at = c0 + nv * vl > OW && OW >= nv * vl && !aliased
+                                        ? OW - nv * vl
+                                        : c0;
+                    const long o0 = oh * OW + at, width = min_long(nv * vl, OW - at);
+                    const tile_out out = {y + m0 * S + o0, res ? res + m0 * S + o0 : NULL, S,
+                                          block, (int)(width - (nv - 1) * vl),
+                                          simple ? act : CCN_ACT_NONE, alpha};
+                    d->kernel->fn(C, T, d->off, lines + oh * s * s * L + at, R * s * L, w, start,
+                                  (int)nv, &out);
+                }
+            for (int i = 0; !simple && i < block; i++)
+                ccn_activate(rows * OW, y + (m0 + i) * S, act, alpha);
+        }
+    }
 }
 
 void ccn_conv2d_direct(const ccn_conv_geometry *g, const ccn_conv_direct_plan *plan,
@@ -248,7 +378,22 @@ void ccn_conv2d_direct(const ccn_conv_geometry *g, const ccn_conv_direct_plan *p
     assert(g->group == 1 && g->dil_h == 1 && g->dil_w == 1 && g->stride_h == s &&
            g->stride_w == s && (s == 1 || s == 2) && KH * KW <= CCN_DIRECT_MAX_TAPS &&
            plan->plane == plan->rows * plan->row * s * s);
-    direct_call d = {g, plan, best_kernel(), scratch, w, bias, NULL, NULL, {0}, 0, 0};
+    direct_call d = {g, plan, best_kernel(), x, scratch, w, bias, residual, y, {0}, 0, 0};
+    if (plan->stem) {
+        /* Tap (kh, kw) of output column ow: line kh's element ow + off
+         * (each line's `s` phases L floats apart); bands of as many output
+         * rows as their lines fit the stack array. */
+        const long L = plan->row + CCN_DIRECT_STEM_TAIL;
+        assert(C * KH * s * L <= CCN_DIRECT_STEM_FLOATS);
+        for (long kh = 0; kh < KH; kh++)
+            for (long kw = 0; kw < KW; kw++)
+                d.off[kh * KW + kw] = kh * s * L + (s == 1 ? kw : (kw & 1) * L + (kw >> 1));
+        d.band = (CCN_DIRECT_STEM_FLOATS / (C * s * L) - KH) / s + 1;
+        ccn_parallel_for(g->batch * ((g->out_h + d.band - 1) / d.band),
+                         g->batch * M * S * (C * KH * KW / CCN_MACS_PER_WORK + 1), stem_bands,
+                         &d);
+        return;
+    }
     /* Tap (kh, kw) of output o: plane element o + off (in its phase). */
     for (long kh = 0; kh < KH; kh++)
         for (long kw = 0; kw < KW; kw++)

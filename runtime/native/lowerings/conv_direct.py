@@ -10,15 +10,21 @@ from ..cformat import CStruct
 from ..lowering import Step
 from .depthwise import _extent
 
-#: ccn_conv_direct.h's CCN_DIRECT_ROWS, CCN_DIRECT_MAX_TAPS and
-#: CCN_DIRECT_TILE (test_kernel_contract checks them).
+#: ccn_conv_direct.h's CCN_DIRECT_ROWS, CCN_DIRECT_MAX_TAPS,
+#: CCN_DIRECT_TILE, CCN_DIRECT_STEM_TAIL and CCN_DIRECT_STEM_FLOATS
+#: (test_kernel_contract checks them).
 DIRECT_ROWS = 8
 DIRECT_MAX_TAPS = 64
 DIRECT_TILE = 64
+DIRECT_STEM_TAIL = 16
+DIRECT_STEM_FLOATS = 16384
+#: Input channels up to which a direct convolution is a stem (an image's
+#: RGB or RGBA): read a row at a time, no planes.
+DIRECT_STEM_CHANNELS = 4
 #: Outputs per row from which the rule sends a convolution direct.
 DIRECT_MIN_WIDTH = 12
 #: The struct of ccn_conv_direct.h: how the input is laid out in scratch.
-DIRECT_PLAN = CStruct('ccn_conv_direct_plan', ('stride', 'rows', 'row', 'plane', 'act',
+DIRECT_PLAN = CStruct('ccn_conv_direct_plan', ('stride', 'rows', 'row', 'plane', 'stem', 'act',
                                                 'act_alpha'))
 
 
@@ -65,8 +71,12 @@ def direct_step(em, inst, geometry, w, sizes, window, act) -> Step:
     PH = _extent(H, pads_begin[0], OH, stride, KH, 1)
     PW = _extent(W, pads_begin[1], OW, stride, KW, 1)
     rows, row = -(-PH // stride), -(-PW // stride)
+    # A stem's lines (C x KH, each `stride` phases) must fit the kernel's
+    # stack array.
+    stem = (C <= DIRECT_STEM_CHANNELS
+            and C * KH * stride * (row + DIRECT_STEM_TAIL) <= DIRECT_STEM_FLOATS)
     plan = DIRECT_PLAN.literal(stride=stride, rows=rows, row=row,
-                               plane=rows * row * stride * stride, act=act[0],
+                               plane=rows * row * stride * stride, stem=int(stem), act=act[0],
                                act_alpha=act[1])
     blocks = em.constant_array('direct%d' % inst.outputs[0], direct_blocks(w))
     extra = [em.has(inst, k) for k in (2, 3)]
@@ -78,8 +88,8 @@ def direct_step(em, inst, geometry, w, sizes, window, act) -> Step:
                 '                  %s,' % plan,
                 '                  %s, %s, %s, %s, %s, %s);' % (
                     ref(inst.inputs[0]), blocks, bias, residual, ref(inst.outputs[0]),
-                    scratch)]
-    scratch = C * rows * row * stride * stride + row + KW + DIRECT_TILE
+                    'NULL' if stem else scratch)]
+    scratch = 0 if stem else C * rows * row * stride * stride + row + KW + DIRECT_TILE
     # The output may take a dying residual's memory: each element is read
     # before it is written.
     return Step('conv_direct', [(N, M, OH, OW)], render, scratch=scratch, also=('gemm',),

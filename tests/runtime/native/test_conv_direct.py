@@ -53,7 +53,11 @@ def test_direct_convolutions_match_the_vm(tmp_path):
     # at stride 1 (padded planes, no phases), 3x5 padding.  y5 to y8: a
     # mobile model's 3x3 stride-2 stem with each other epilogue, inlined
     # (ReLU6, HardSwish, LeakyReLU after a residual) or a pass after the
-    # tile (Swish).
+    # tile (Swish).  y1, y2, y4 to y10 read their 3 channels a row at a
+    # time (the stem path); y9 and y10 have rows of 56 outputs (a last tile
+    # of two vectors moved back to end at the row; y10's residual is a
+    # dying value whose memory y10 takes, so its last tile stores a part
+    # vector instead of reading the residual back after storing).
     rng = numpy.random.RandomState(0)
     node = helper.make_node
     stem = {'strides': [2, 2], 'pads': [1, 1, 1, 1]}
@@ -73,7 +77,14 @@ def test_direct_convolutions_match_the_vm(tmp_path):
              node('Mul', ['c7', 'g7'], ['y7']),
              node('Conv', ['x', 'w5', 'b5'], ['c8'], **stem),
              node('Add', ['c8', 'r8'], ['s8']),
-             node('LeakyRelu', ['s8'], ['y8'], alpha=0.1)]
+             node('LeakyRelu', ['s8'], ['y8'], alpha=0.1),
+             node('Conv', ['v', 'w5', 'b5'], ['c9'], **stem),
+             node('Relu', ['c9'], ['y9']),
+             node('Relu', ['u'], ['r10']),
+             node('Conv', ['v', 'w5', 'b5'], ['c10'], **stem),
+             node('Add', ['c10', 'r10'], ['s10']),
+             node('Clip', ['s10', 'zero', 'six'], ['k10']),
+             node('Neg', ['k10'], ['y10'])]
     inits = {'w1': uniform(rng, 11, 3, 7, 7), 'b1': uniform(rng, 11),
              'w2': uniform(rng, 20, 3, 3, 3),
              'w3': uniform(rng, 16, 512, 3, 3), 'b3': uniform(rng, 16),
@@ -81,16 +92,19 @@ def test_direct_convolutions_match_the_vm(tmp_path):
              'w5': uniform(rng, 13, 3, 3, 3) * 4, 'b5': uniform(rng, 13) * 4,
              'zero': numpy.array(0, F32), 'six': numpy.array(6, F32)}
     inputs = [('x', F32, [2, 3, 25, 27]), ('z', F32, [1, 512, 24, 26]),
-              ('r', F32, [1, 16, 12, 13]), ('r8', F32, [2, 13, 13, 14])]
+              ('r', F32, [1, 16, 12, 13]), ('r8', F32, [2, 13, 13, 14]),
+              ('v', F32, [2, 3, 9, 111]), ('u', F32, [2, 13, 5, 56])]
     outputs = [('y1', F32, [2, 11, 13, 14]), ('y2', F32, [2, 20, 12, 13]),
                ('y3', F32, [1, 16, 12, 13]), ('y4', F32, [2, 9, 25, 27])] + [
-                   ('y%d' % k, F32, [2, 13, 13, 14]) for k in (5, 6, 7, 8)]
+                   ('y%d' % k, F32, [2, 13, 13, 14]) for k in (5, 6, 7, 8)] + [
+                   ('y%d' % k, F32, [2, 13, 5, 56]) for k in (9, 10)]
     model = make_model(nodes, inputs, outputs, inits, opset=20)
     result = emit_c(build_program(model), tmp_path, 'model')
     with open(next(p for p in result.files if p.endswith('/model.c'))) as f:
         code = f.read()
     # (the residuals fused: no add after)
-    assert code.count('ccn_conv2d_direct(') == 8 and 'ccn_add_activate' not in code
+    assert code.count('ccn_conv2d_direct(') == 10 and 'ccn_add_activate' not in code
+    assert code.count('.stem = 1,') == 9
     for act in ('CLIP', 'HARD_SWISH', 'SWISH', 'LEAKY_RELU'):
         assert '.act = CCN_ACT_%s,' % act in code
     check_native(model, [uniform(rng, *s) for _, _, s in inputs], rtol=1e-4, atol=1e-4)

@@ -100,6 +100,9 @@ def test_mirrored_constants_equal_the_c_ones():
     assert conv_direct.DIRECT_ROWS == _define('CCN_DIRECT_ROWS', 'ccn_conv_direct.h')
     assert conv_direct.DIRECT_MAX_TAPS == _define('CCN_DIRECT_MAX_TAPS', 'ccn_conv_direct.h')
     assert conv_direct.DIRECT_TILE == _define('CCN_DIRECT_TILE', 'ccn_conv_direct.h')
+    assert conv_direct.DIRECT_STEM_TAIL == _define('CCN_DIRECT_STEM_TAIL', 'ccn_conv_direct.h')
+    assert conv_direct.DIRECT_STEM_FLOATS == _define('CCN_DIRECT_STEM_FLOATS',
+                                                     'ccn_conv_direct.h')
     assert MAX_RANK == native_math.MAX_RANK == _define('CCN_MAX_RANK', 'ccn_common.h')
     assert fusion.ATTENTION_MAX_KEYS == _define('CCN_ATTENTION_KEYS', 'ccn_attention.h')
 
