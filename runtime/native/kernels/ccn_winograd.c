@@ -23,6 +23,10 @@
  * the dw column phases of one row phase side by side, so that an output
  * row is whole when its tile row is done (FCN's and DeepLabV3's dilated
  * layers, 28x28 at dilations 2 and 4, took im2col's product of 9 taps). */
+/* Multiply-adds as FMA where the CPU has it (-std=c99 turns GCC's
+ * contraction off): the shallow products ran a multiply and an add. */
+#pragma GCC optimize("fp-contract=fast")
+
 #include <assert.h>
 #include <string.h>
 
@@ -262,6 +266,7 @@ static void transform_output_row(const winograd *c, long y0, long rows, long col
             out[2 * j] = bias + r[0][j] + r[1][j] + r[2][j];
             out[2 * j + 1] = bias + r[1][j] - r[2][j] - r[3][j];
         }
+        ccn_activate_simple(cols, out, c->act, c->act_alpha);
         store_row(out, cols, c->dw, y + (y0 + a) * c->dh * c->OW);
     }
 }
@@ -301,6 +306,7 @@ static void transform_output_row4(const winograd *c, long y0, long rows, long co
             out[4 * j + 2] = bias + s12 + 4.0f * s34;
             out[4 * j + 3] = bias + d12 + 8.0f * d34 + q[5][j];
         }
+        ccn_activate_simple(cols, out, c->act, c->act_alpha);
         store_row(out, cols, c->dw, y + (y0 + a) * c->dh * c->OW);
     }
 }
@@ -323,24 +329,118 @@ static void multiply_planes(void *context, long begin, long end)
     }
 }
 
+/* Output tile row q of the block, channel o, from M: every column phase
+ * of the row, then the activation over its output rows, whole now. */
+static void transform_output_pair(const winograd *c, long q, long o)
+{
+    const long O = c->O, TH = c->TH, OH = c->OH, OW = c->OW, m = c->tile, dh = c->dh, dw = c->dw;
+    const long row = c->row0 + q, n = row / (dh * TH), py = row / TH % dh;
+    const long y0 = m * (row % TH), rows = (OH - py + dh - 1) / dh;
+    float *y = c->y + (n * O + o) * OH * OW + py * OW;
+    for (long px = 0; px < dw; px++)
+        (m == 4 ? transform_output_row4 : transform_output_row)(
+            c, y0, rows, (OW - px + dw - 1) / dw, c->M + o * c->ld + q * c->TW + px * c->TWp,
+            c->bias ? c->bias[o] : 0.0f, y + px);
+    /* The activations ccn_activate_simple left (the rows' stores applied
+     * the others). */
+    for (long a = y0; a < y0 + m && a < rows && !ccn_activate_simple(0, NULL, c->act, 0.0f); a++)
+        ccn_activate(OW, y + a * dh * OW, c->act, c->act_alpha);
+}
+
 /* The outputs of the block's (tile row, output channel) pairs [begin,
- * end) from M, every column phase of the row, then the activation over
- * each of the pair's output rows, whole now. */
+ * end) from M. */
 static void transform_outputs(void *context, long begin, long end)
 {
     const winograd *c = context;
-    const long O = c->O, TH = c->TH, OH = c->OH, OW = c->OW, m = c->tile, dh = c->dh, dw = c->dw;
-    for (long p = begin; p < end; p++) {
-        const long row = c->row0 + p / O, o = p % O, n = row / (dh * TH), py = row / TH % dh;
-        const long y0 = m * (row % TH), rows = (OH - py + dh - 1) / dh;
-        float *y = c->y + (n * O + o) * OH * OW + py * OW;
-        for (long px = 0; px < dw; px++)
-            (m == 4 ? transform_output_row4 : transform_output_row)(
-                c, y0, rows, (OW - px + dw - 1) / dw,
-                c->M + o * c->ld + (p / O) * c->TW + px * c->TWp, c->bias ? c->bias[o] : 0.0f,
-                y + px);
-        for (long a = y0; a < y0 + m && a < rows; a++)
-            ccn_activate(OW, y + a * dh * OW, c->act, c->act_alpha);
+    for (long p = begin; p < end; p++)
+        transform_output_pair(c, p / c->O, p % c->O);
+}
+
+/* The shallow products' vectors and output channels at a time: 2 x 8
+ * accumulators in the 32 registers of AVX-512 (each of V's vectors read
+ * from L2 serves 8 channels), 2 x 4 in the 16 of AVX2. */
+#ifdef __AVX512F__
+#define SHALLOW_VL 16
+#define SHALLOW_OB 8
+#else
+#define SHALLOW_VL 8
+#define SHALLOW_OB 4
+#endif
+typedef float shallow_vec __attribute__((vector_size(SHALLOW_VL * sizeof(float))));
+/* Most input channels of shallow products: the panels' depth (ccn_gemm.h),
+ * so that one slice holds a row of transformed filters. */
+#define SHALLOW_MAX_I 256
+/* Blocks of SHALLOW_OB output channels whose products read each plane's V
+ * in turn: against one, 16 -> 64 channels at 55x55 and 32 -> 128 at 27x27
+ * 0.93x the time (4: about as 2, 8: 0.97x). */
+#define SHALLOW_GROUP 2
+
+/* m[r * ldm + t] = sum over i < I of u[r * u_o + i * u_i] v[i * ldv + t]
+ * for rows r < R (at most SHALLOW_OB) and tiles t < count, rounded up to
+ * 2 * SHALLOW_VL (m's and v's rows have that much slack): the R rows'
+ * 2 * R accumulators stay in registers over the whole depth, and m is
+ * written once. */
+CCN_ALWAYS_INLINE void shallow_product(long R, long I, const float *u, long u_o, long u_i,
+                                       const float *v, long ldv, long count, float *m, long ldm)
+{
+    for (long t = 0; t < count; t += 2 * SHALLOW_VL) {
+        shallow_vec acc[SHALLOW_OB][2] = {{{0}}};
+        for (long i = 0; i < I; i++) {
+            shallow_vec v0, v1;
+            memcpy(&v0, v + i * ldv + t, sizeof v0);
+            memcpy(&v1, v + i * ldv + t + SHALLOW_VL, sizeof v1);
+            __builtin_prefetch(v + i * ldv + t + 2 * SHALLOW_VL);
+            __builtin_prefetch(v + i * ldv + t + 3 * SHALLOW_VL);
+            for (long r = 0; r < R; r++) {
+                const float s = u[r * u_o + i * u_i];
+                acc[r][0] += s * v0;
+                acc[r][1] += s * v1;
+            }
+        }
+        for (long r = 0; r < R; r++) {
+            memcpy(m + r * ldm + t, &acc[r][0], sizeof acc[r][0]);
+            memcpy(m + r * ldm + t + SHALLOW_VL, &acc[r][1], sizeof acc[r][1]);
+        }
+    }
+}
+
+/* For blocks [begin, end) of SHALLOW_OB output channels, SHALLOW_GROUP
+ * blocks at a time: their rows of M, plane by plane (each plane's V read
+ * from L2 once for the group), by shallow_product, then their outputs
+ * (transform_output_pair) while those rows are still in cache: for
+ * shallow inputs, whose products through ccn_gemm_panels were mostly the
+ * products' overhead and M's traffic (SqueezeNet's 16 -> 64 channels at
+ * 55x55, F(4x4, 3x3)). */
+static void multiply_transform_outputs(void *context, long begin, long end)
+{
+    const winograd *c = context;
+    const long O = c->O, I = c->I, ld = c->ld, count = c->rows * c->TW;
+    const long planes = (c->tile + 2) * (c->tile + 2);
+    const long vp = plane(I * ld), mp = plane(O * ld);
+    /* U[xi]'s rows o0 .. o0 + R at input i: in panels (one panel holds all
+     * R; at most SHALLOW_MAX_I channels deep: one slice), or O x I as
+     * transform_filters writes them. */
+    const long u_o = c->U == NULL ? 1 : I, u_i = c->U == NULL ? CCN_PANEL_ROWS : 1;
+    for (long g = begin; g < end; g += SHALLOW_GROUP) {
+        const long o_end = (g + SHALLOW_GROUP < end ? g + SHALLOW_GROUP : end) * SHALLOW_OB;
+        for (long xi = 0; xi < planes; xi++)
+            for (long o0 = g * SHALLOW_OB; o0 < o_end && o0 < O; o0 += SHALLOW_OB) {
+                const long R = O - o0 < SHALLOW_OB ? O - o0 : SHALLOW_OB;
+                const float *u = c->U == NULL
+                                     ? c->w + xi * plane(ccn_panel_rows(O) * I) +
+                                           o0 / CCN_PANEL_ROWS * CCN_PANEL_ROWS * I +
+                                           o0 % CCN_PANEL_ROWS
+                                     : c->U + xi * plane(O * I) + o0 * I;
+                const float *v = c->V + xi * vp;
+                float *m = c->M + xi * mp + o0 * ld;
+                if (R == SHALLOW_OB)
+                    shallow_product(SHALLOW_OB, I, u, u_o, u_i, v, ld, count, m, ld);
+                else
+                    shallow_product(R, I, u, u_o, u_i, v, ld, count, m, ld);
+            }
+        for (long q = 0; q < c->rows; q++)
+            for (long o = g * SHALLOW_OB; o < o_end && o < O; o++)
+                transform_output_pair(c, q, o);
     }
 }
 
@@ -388,14 +488,16 @@ void ccn_conv2d_winograd(const ccn_conv_geometry *geometry, const ccn_winograd_p
     CCN_WINOGRAD_AT_LEVEL(ccn_conv2d_winograd, geometry, plan, x, w, bias, y, scratch);
     CCN_WINOGRAD_LOCALS(geometry, plan);
     const int weights = plan->weights, act = plan->act, tile = plan->tile;
+    const int shallow = plan->shallow;
     const float act_alpha = plan->act_alpha;
-    /* Rows of V and M have CCN_WINOGRAD_LANES floats of slack. */
+    /* Rows of V and M have CCN_WINOGRAD_SLACK floats of slack. */
     const long tile_rows = N * dh * TH, block_rows = tiles / TW;
-    const long ld = tiles + CCN_WINOGRAD_LANES;
+    const long ld = tiles + CCN_WINOGRAD_SLACK(shallow);
     const long up = plane(O * I), vp = plane(I * ld), planes = (tile + 2) * (tile + 2);
     /* The filters' transforms, unless they come transformed, then V and M. */
     const int transformed = weights == CCN_WINOGRAD_TRANSFORMED;
     assert(tile == 2 || (tile == 4 && transformed));
+    assert(!shallow || (I <= SHALLOW_MAX_I && 2 * SHALLOW_VL <= CCN_WINOGRAD_SHALLOW_CHUNK));
     float *V = transformed ? scratch : scratch + 16 * up, *M = V + planes * vp;
     winograd c = {.I = I, .H = H, .W = W, .O = O, .OH = OH, .OW = OW, .TH = TH, .TW = TW,
                   .TWp = TWp, .dh = dh, .dw = dw, .pad_top = pad_top, .pad_left = pad_left,
@@ -412,6 +514,12 @@ void ccn_conv2d_winograd(const ccn_conv_geometry *geometry, const ccn_winograd_p
         c.rows = block_rows < tile_rows - c.row0 ? block_rows : tile_rows - c.row0;
         const long tiles_now = c.rows * TW;
         ccn_parallel_for(I, planes * tiles_now * I, transform_patches, &c);
+        if (shallow) {
+            ccn_parallel_for((O + SHALLOW_OB - 1) / SHALLOW_OB,
+                             planes * O * (I / CCN_MACS_PER_WORK + 1) * tiles_now,
+                             multiply_transform_outputs, &c);
+            continue;
+        }
         ccn_parallel_for(planes, planes * O * I * tiles_now / CCN_MACS_PER_WORK,
                          multiply_planes, &c);
         ccn_parallel_for(c.rows * O, planes * tiles_now * O, transform_outputs, &c);

@@ -13,6 +13,12 @@ CCN_BEGIN_DECLS
 /* Tiles the transforms take at a time, in vectors: a row of their inputs
  * and products has this many floats of slack. */
 #define CCN_WINOGRAD_LANES 8
+/* Most tiles the shallow products (the plan's `shallow`) take at a time:
+ * two vectors of up to 16. */
+#define CCN_WINOGRAD_SHALLOW_CHUNK 32
+/* Floats of slack after each row of transformed inputs and products: the
+ * transforms' vectors, or the shallow products' chunk. */
+#define CCN_WINOGRAD_SLACK(shallow) ((shallow) ? CCN_WINOGRAD_SHALLOW_CHUNK : CCN_WINOGRAD_LANES)
 /* How ccn_conv2d_winograd's weights come: (O, I, 3, 3) filters; a
  * ConvTranspose's (I, O, 3, 3), read rotated half a turn (so that the
  * gradient of a convolution's input is this convolution of the output's
@@ -23,11 +29,12 @@ CCN_BEGIN_DECLS
 enum { CCN_WINOGRAD_FILTERS, CCN_WINOGRAD_ROTATED, CCN_WINOGRAD_TRANSFORMED };
 /* Floats of scratch ccn_conv2d_winograd needs for I input and O output
  * channels and blocks of `tiles` output tiles `tile` wide (the weights'
- * transforms too unless they come transformed). */
-#define CCN_WINOGRAD_SCRATCH(I, O, tiles, weights, tile)                         \
+ * transforms too unless they come transformed), the products shallow or
+ * not. */
+#define CCN_WINOGRAD_SCRATCH(I, O, tiles, weights, tile, shallow)                \
     (((tile) + 2) * ((tile) + 2) *                                               \
      (((weights) == CCN_WINOGRAD_TRANSFORMED ? 0 : (O) * (I) + CCN_WINOGRAD_SKEW) + \
-      ((I) + (O)) * ((tiles) + CCN_WINOGRAD_LANES) + 2 * CCN_WINOGRAD_SKEW))
+      ((I) + (O)) * ((tiles) + CCN_WINOGRAD_SLACK(shallow)) + 2 * CCN_WINOGRAD_SKEW))
 /* The same for ccn_conv2d_grad_filter_winograd. */
 #define CCN_WINOGRAD_GRAD_SCRATCH(I, O, tiles)                                 \
     (16 * ((O) * (I) + ((I) + 2 * (O)) * ((tiles) + CCN_WINOGRAD_LANES) + \
@@ -41,13 +48,17 @@ enum { CCN_WINOGRAD_FILTERS, CCN_WINOGRAD_ROTATED, CCN_WINOGRAD_TRANSFORMED };
  * tiles' width: 2, F(2x2, 3x3), or
  * 4, F(4x4, 3x3), whose 36 products per 16 outputs take 0.56x the
  * multiply-adds of 16 per 4 but whose filters come transformed only; the
- * filter gradient reads only tiles (F(2x2, 3x3)). */
+ * filter gradient reads only tiles (F(2x2, 3x3)).  `shallow` (a
+ * convolution's, at most 256 input channels): each few output channels'
+ * products, over the whole depth in registers, then their outputs at once,
+ * rather than each plane's product by ccn_gemm.c, then every output. */
 typedef struct {
     long tiles;
     int weights;
     int act;
     float act_alpha;
     int tile;
+    int shallow;
 } ccn_winograd_plan;
 
 /* y (batch, out_channels, out_h, out_w) = the 3x3 convolution, stride 1,
@@ -58,7 +69,7 @@ typedef struct {
  * (an undilated convolution per phase of the input; the plan's tiles are
  * then whole rows of dil_w phases' tiles, ccn_winograd.c).
  * scratch holds CCN_WINOGRAD_SCRATCH(in_channels, out_channels, tiles,
- * weights, tile) floats. */
+ * weights, tile, shallow) floats. */
 void ccn_conv2d_winograd(const ccn_conv_geometry *geometry, const ccn_winograd_plan *plan,
                          const float *x, const float *w, const float *bias, float *y,
                          float *scratch);

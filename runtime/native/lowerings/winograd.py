@@ -68,9 +68,26 @@ LANES = 8
 #: of tiles: 28 wide at dilation 4 (rows of 4 x 2 tiles), 512 channels,
 #: 0.69x F(2x2, 3x3)'s time; at dilation 2, 256 and 512 channels, 0.97x-1.03x.
 TILE4_MIN_WIDTH = 20
+#: Most input channels of a Conv with constant weights whose F(4x4, 3x3)
+#: products run shallow (ccn_winograd.h's plan): a few output channels'
+#: products over the whole depth in registers, then their outputs at once.
+#: One thread, batch 1, C driver, CPU time, against ccn_gemm.c's products
+#: of each plane: SqueezeNet's 16 -> 64 channels at 55x55 0.7x, 32 -> 128
+#: at 27x27 0.75x-0.85x; 48 and 64 channels at 13x13 (F(2x2, 3x3)) 0.95x-1.0x.
+SHALLOW_MAX_CHANNELS = 32
+#: Most tiles per block of shallow products: their rows of V and M stay
+#: in L1 and L2 (16 -> 64 channels at 55x55: blocks of 28 to 56 tiles
+#: 0.70x the old time, of 126 0.8x-0.9x).
+SHALLOW_BLOCK_TILES = 64
+#: Tiles the shallow products take at a time (two vectors of 16; a block
+#: of 49 tiles computes 64), and so the floats of slack after each row of
+#: their transformed inputs and products (CCN_WINOGRAD_SLACK).
+SHALLOW_CHUNK = 32
 #: The plan struct of ccn_winograd.h: tiles per block, the weights' form
-#: (CCN_WINOGRAD_*), the epilogue activation and the tiles' width.
-WINOGRAD_PLAN = CStruct('ccn_winograd_plan', ('tiles', 'weights', 'act', 'act_alpha', 'tile'))
+#: (CCN_WINOGRAD_*), the epilogue activation, the tiles' width and whether
+#: the products run shallow.
+WINOGRAD_PLAN = CStruct('ccn_winograd_plan',
+                        ('tiles', 'weights', 'act', 'act_alpha', 'tile', 'shallow'))
 
 
 def winograd_tiles(batch, channels_in, channels_out, out_size, kernel, strides, dilations,
@@ -112,6 +129,17 @@ def block_tiles(batch, channels_in, channels_out, out_size, tile, dilations=(1, 
     return min(rows, tile_rows) * tile_cols
 
 
+def shallow_block_tiles(batch, out_size, tile, dilations=(1, 1)) -> int:
+    """The output tiles per block of shallow products: whole rows of them,
+    at most SHALLOW_BLOCK_TILES (a row at least), the count that wastes
+    least of its last SHALLOW_CHUNK (the most rows among equals)."""
+    tile_cols = _tiles_across(out_size[1], dilations[1], tile)
+    tile_rows = batch * _tiles_across(out_size[0], dilations[0], tile)
+    candidates = range(1, max(1, min(tile_rows, SHALLOW_BLOCK_TILES // tile_cols)) + 1)
+    rows = max(candidates, key=lambda r: (r * tile_cols / -(-r * tile_cols // SHALLOW_CHUNK), r))
+    return rows * tile_cols
+
+
 #: G of F(2x2, 3x3) and F(4x4, 3x3) by tile width: a filter g becomes G g
 #: G^T (ccn_winograd.c's transform_filters does F(2x2, 3x3)'s at run time).
 _G = {2: numpy.array([[1, 0, 0], [0.5, 0.5, 0.5], [0.5, -0.5, 0.5], [0, 0, 1]]),
@@ -147,16 +175,19 @@ def winograd_step(em, inst, geometry, x_shape, channels_out, out_size, tiles, we
     has_bias = em.has(inst, 2)
     constant = em.const(inst.inputs[1]) if weights == 'filters' else None
     transformed = None
-    tile = 2
+    tile, shallow = 2, 0
     if constant is not None:
         weights = 'transformed'
         if OW >= TILE4_MIN_WIDTH:  # (a dilated one's row of tiles spans its phases)
             tile = 4
             tiles = block_tiles(N, channels_in, channels_out, out_size, tile, dilations)
+            if channels_in <= SHALLOW_MAX_CHANNELS:
+                shallow = 1
+                tiles = shallow_block_tiles(N, out_size, tile, dilations)
         transformed = em.constant_array('winograd%d' % inst.outputs[0],
                                         transformed_filters(constant, tile))
     plan = WINOGRAD_PLAN.literal(tiles=tiles, weights='CCN_WINOGRAD_' + weights.upper(),
-                                 act=act[0], act_alpha=act[1], tile=tile)
+                                 act=act[0], act_alpha=act[1], tile=tile, shallow=shallow)
 
     def render(ref, scratch):
         return ['ccn_conv2d_winograd(%s,' % geometry,
@@ -167,7 +198,8 @@ def winograd_step(em, inst, geometry, x_shape, channels_out, out_size, tiles, we
                     scratch)]
     # CCN_WINOGRAD_SCRATCH of ccn_winograd.h.
     filters = 0 if transformed else channels_out * channels_in + SKEW
-    scratch = (tile + 2) ** 2 * (filters + (channels_in + channels_out) * (tiles + LANES)
+    slack = SHALLOW_CHUNK if shallow else LANES
+    scratch = (tile + 2) ** 2 * (filters + (channels_in + channels_out) * (tiles + slack)
                                  + 2 * SKEW)
     return Step('winograd', [(N, channels_out, OH, OW)], render, scratch=scratch,
                 also=('gemm',))
@@ -180,7 +212,7 @@ def winograd_grad_filter_step(em, inst, geometry, x_shape, channels_out, tiles) 
     ``channels_out`` channels, from input 1, its output's gradient."""
     channels_in = x_shape[1]
     plan = WINOGRAD_PLAN.literal(tiles=tiles, weights='CCN_WINOGRAD_FILTERS',
-                                 act='CCN_ACT_NONE', act_alpha=0.0, tile=2)
+                                 act='CCN_ACT_NONE', act_alpha=0.0, tile=2, shallow=0)
 
     def render(ref, scratch):
         return ['ccn_conv2d_grad_filter_winograd(%s,' % geometry,

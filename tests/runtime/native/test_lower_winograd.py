@@ -10,6 +10,8 @@ convolutions, an undilated one per phase of the input (dilations 2, 4 and
 (2, 3), odd sizes, so that phases differ in size, pads equal to the
 dilation or not, every epilogue); and which convolutions the lowering
 sends there."""
+import os
+
 import numpy
 import pytest
 from onnx import helper
@@ -25,10 +27,15 @@ from chainer_compiler.runtime.native.lowerings.winograd import (
     MIN_FILTER_GRADIENT_WIDTH,
     MIN_WIDTH,
     MIN_WIDTH_CHANNELS,
+    SHALLOW_BLOCK_TILES,
+    SHALLOW_CHUNK,
+    SHALLOW_MAX_CHANNELS,
     TILE4_MIN_WIDTH,
     block_tiles,
+    shallow_block_tiles,
     winograd_tiles,
 )
+from chainer_compiler.runtime.native.render import KERNEL_DIR
 
 from .helpers import check_native, make_model
 
@@ -37,6 +44,8 @@ F32 = numpy.float32
 #: of 10 tiles, more tiles than one block.
 C = 64
 BATCH = 6
+#: Output channels of the convolutions whose products run shallow.
+S_OUT = 30
 
 
 def _rand(rng, *shape):
@@ -69,7 +78,14 @@ def test_conv_through_winograd(tmp_path):
     # and 9 columns), F(2x2, 3x3), its residual Add and ReLU after; y10
     # dilation 4, 21 x 31 (phases of 6 and 5 rows, 8 and 7 columns), F(4x4,
     # 3x3), LeakyRelu; y11 dilation 2, pads not the dilation, no bias, ReLU;
-    # y12 dilation (2, 3) with weights given at run time, Sigmoid.
+    # y12 dilation (2, 3) with weights given at run time, Sigmoid.  y13
+    # to y16 have SHALLOW_MAX_CHANNELS inputs or fewer, so their F(4x4,
+    # 3x3) products run shallow: S_OUT output channels, not a whole number
+    # of the products' blocks of 4 or 8 and more than a panel of 24; 2
+    # images of 6 tile rows in blocks of 8 rows (one ends inside an image):
+    # y13 21 x 31 with bias and ReLU; y14 padding on the right and bottom
+    # only, no bias, Sigmoid (applied after the rows); y15 dilation 2 (rows
+    # of 2 x 4 tiles), LeakyRelu; y16 its residual Add and ReLU after.
     rng = numpy.random.RandomState(0)
     node = helper.make_node
     nodes = [node('Conv', ['x', 'w1', 'b1'], ['y1'], pads=[1, 1, 1, 1]),
@@ -91,30 +107,46 @@ def test_conv_through_winograd(tmp_path):
              node('Conv', ['x4', 'w2'], ['c11'], pads=[1, 3, 3, 0], dilations=[2, 2]),
              node('Relu', ['c11'], ['y11']),
              node('Conv', ['x', 'wr'], ['c12'], pads=[2, 3, 2, 3], dilations=[2, 3]),
-             node('Sigmoid', ['c12'], ['y12'])]
+             node('Sigmoid', ['c12'], ['y12']),
+             node('Conv', ['xs', 'ws', 'bs'], ['c13'], pads=[1, 1, 1, 1]),
+             node('Relu', ['c13'], ['y13']),
+             node('Conv', ['xs', 'ws'], ['c14'], pads=[0, 0, 2, 1]),
+             node('Sigmoid', ['c14'], ['y14']),
+             node('Conv', ['xs', 'ws', 'bs'], ['c15'], pads=[2, 2, 2, 2], dilations=[2, 2]),
+             node('LeakyRelu', ['c15'], ['y15'], alpha=0.125),
+             node('Conv', ['xs', 'ws', 'bs'], ['c16'], pads=[1, 1, 1, 1]),
+             node('Add', ['c16', 'rs'], ['s16']), node('Relu', ['s16'], ['y16'])]
     inits = {'w1': _rand(rng, C, C, 3, 3), 'b1': _rand(rng, C),
-             'w2': _rand(rng, C + 8, C, 3, 3), 'b2': _rand(rng, C + 8)}
+             'w2': _rand(rng, C + 8, C, 3, 3), 'b2': _rand(rng, C + 8),
+             'ws': _rand(rng, S_OUT, SHALLOW_MAX_CHANNELS // 2, 3, 3), 'bs': _rand(rng, S_OUT)}
     x_shape, x4_shape = [BATCH, C, 17, 19], [BATCH, C, 21, 23]
+    xs_shape, ys_shape = [2, SHALLOW_MAX_CHANNELS // 2, 21, 31], [2, S_OUT, 21, 31]
     model = make_model(nodes, [('x', F32, x_shape), ('wr', F32, [C, C, 3, 3]),
-                               ('x4', F32, x4_shape), ('r5', F32, x4_shape)],
+                               ('x4', F32, x4_shape), ('r5', F32, x4_shape),
+                               ('xs', F32, xs_shape), ('rs', F32, ys_shape)],
                        [('y1', F32, [BATCH, C, 17, 19]), ('y2', F32, [BATCH, C + 8, 17, 19]),
                         ('y3', F32, [BATCH, C, 15, 17]), ('y4', F32, [BATCH, C, 17, 19]),
                         ('y5', F32, x4_shape), ('y6', F32, [BATCH, C + 8, 21, 22]),
                         ('y7', F32, [BATCH, C, 19, 21]), ('y8', F32, [BATCH, C + 8, 20, 24]),
                         ('y9', F32, x_shape), ('y10', F32, [BATCH, C + 8, 21, 31]),
-                        ('y11', F32, [BATCH, C + 8, 21, 22]), ('y12', F32, [BATCH, C, 17, 19])],
+                        ('y11', F32, [BATCH, C + 8, 21, 22]), ('y12', F32, [BATCH, C, 17, 19]),
+                        ('y13', F32, ys_shape), ('y14', F32, [2, S_OUT, 21, 30]),
+                        ('y15', F32, ys_shape), ('y16', F32, ys_shape)],
                        inits)
     tiles = winograd_tiles(BATCH, C, C + 8, (17, 19), (3, 3), (1, 1), (1, 1), 1)
     assert tiles is not None and tiles < BATCH * 9 * 10 and (BATCH * 9 * 10) % tiles
     tiles = block_tiles(BATCH, C, C, (21, 23), 4)
     assert tiles < BATCH * 6 * 6 and (BATCH * 6 * 6) % tiles
-    assert _count_in_code(model, tmp_path, 'ccn_conv2d_winograd(') == 12
-    assert _count_in_code(model, tmp_path, 'CCN_WINOGRAD_TRANSFORMED,') == 10
-    assert _count_in_code(model, tmp_path, '.tile = 4}') == 6
+    assert shallow_block_tiles(2, (21, 31), 4) == 8 * 8
+    assert _count_in_code(model, tmp_path, 'ccn_conv2d_winograd(') == 16
+    assert _count_in_code(model, tmp_path, 'CCN_WINOGRAD_TRANSFORMED,') == 14
+    assert _count_in_code(model, tmp_path, '.tile = 4, .shallow = 0}') == 6
+    assert _count_in_code(model, tmp_path, '.tile = 4, .shallow = 1}') == 4
     # F(4x4, 3x3)'s transforms (entries up to 8 and down to 1/24) lose about
     # two more bits than F(2x2, 3x3)'s: 3e-4 at most here, on outputs up to 40.
     check_native(model, [_rand(rng, *x_shape), _rand(rng, C, C, 3, 3), _rand(rng, *x4_shape),
-                         _rand(rng, *x4_shape)], atol=5e-4)
+                         _rand(rng, *x4_shape), _rand(rng, *xs_shape), _rand(rng, *ys_shape)],
+                 atol=5e-4)
 
 
 @pytest.mark.native_build
@@ -155,6 +187,11 @@ def test_conv_grad_filter_through_winograd(tmp_path):
                  atol=1e-4, onnxruntime_check=False)
 
 
+def test_the_shallow_chunk_mirrors_the_header():
+    with open(os.path.join(KERNEL_DIR, 'ccn_winograd.h'), encoding='utf-8') as f:
+        assert '#define CCN_WINOGRAD_SHALLOW_CHUNK %d\n' % SHALLOW_CHUNK in f.read()
+
+
 def test_which_convolutions_go_to_winograd():
     args = dict(kernel=(3, 3), strides=(1, 1), dilations=(1, 1), group=1)
     # Blocks of whole rows of tiles, at most MAX_BLOCK_TILES of them (64
@@ -175,6 +212,13 @@ def test_which_convolutions_go_to_winograd():
     assert BLOCK_FLOATS // (36 * 1024 * 14) == 2
     assert block_tiles(1, 512, 512, (TILE4_MIN_WIDTH, 56), 4) == MIN_BLOCK_TILES // 14 * 14
     assert block_tiles(1, 2048, 512, (28, 28), 4) == 7 * 7
+    # Shallow products' blocks: at most SHALLOW_BLOCK_TILES, whole rows, the
+    # count that wastes least of its last SHALLOW_CHUNK (SqueezeNet's 55x55:
+    # 4 rows of 14; 27x27: 4 rows of 7, where 7 rows would compute 64 for
+    # 49), one row when a row is longer.
+    assert shallow_block_tiles(1, (55, 55), 4) == 4 * 14 <= SHALLOW_BLOCK_TILES
+    assert shallow_block_tiles(1, (27, 27), 4) == 4 * 7 == SHALLOW_CHUNK - 4
+    assert shallow_block_tiles(1, (8, 4 * SHALLOW_BLOCK_TILES + 4), 4) == SHALLOW_BLOCK_TILES + 1
     for changed in [dict(kernel=(5, 5)), dict(strides=(2, 2)), dict(dilations=(2, 2)),
                     dict(group=2)]:
         assert winograd_tiles(8, C, C, (32, 32), **{**args, **changed}) is None

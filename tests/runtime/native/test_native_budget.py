@@ -146,6 +146,7 @@ NATIVE_BUDGET += 5
 #: convolutions, their blocks of tiles), issue 31.
 NATIVE_BUDGET += 14
 
+
 def test_the_native_backend_stays_within_its_budget():
     used = _total((RUNTIME / 'native').rglob('*.py'))
     assert used <= NATIVE_BUDGET, ('runtime/native/ has %d code lines, budget %d'
