@@ -75,6 +75,11 @@ TILE4_MIN_WIDTH = 20
 #: of each plane: SqueezeNet's 16 -> 64 channels at 55x55 0.7x, 32 -> 128
 #: at 27x27 0.75x-0.85x; 48 and 64 channels at 13x13 (F(2x2, 3x3)) 0.95x-1.0x.
 SHALLOW_MAX_CHANNELS = 32
+#: The same for weights given at run time (F(2x2, 3x3): a training step's
+#: forward and input gradient), whose blocks waste at most an eighth of
+#: their last SHALLOW_CHUNK: batch 8, 64 channels at 32x32 0.94x, 128 at
+#: 16x16 0.85x-0.90x (one run 1.02x); 256 at 8x8 1.16x-1.26x.
+SHALLOW_MAX_RUNTIME_CHANNELS = 128
 #: Most tiles per block of shallow products: their rows of V and M stay
 #: in L1 and L2 (16 -> 64 channels at 55x55: blocks of 28 to 56 tiles
 #: 0.70x the old time, of 126 0.8x-0.9x).
@@ -186,6 +191,9 @@ def winograd_step(em, inst, geometry, x_shape, channels_out, out_size, tiles, we
                 tiles = shallow_block_tiles(N, out_size, tile, dilations)
         transformed = em.constant_array('winograd%d' % inst.outputs[0],
                                         transformed_filters(constant, tile))
+    elif channels_in <= SHALLOW_MAX_RUNTIME_CHANNELS \
+            and -(-tiles // SHALLOW_CHUNK) * SHALLOW_CHUNK * 8 <= tiles * 9:
+        shallow = 1
     plan = WINOGRAD_PLAN.literal(tiles=tiles, weights='CCN_WINOGRAD_' + weights.upper(),
                                  act=act[0], act_alpha=act[1], tile=tile, shallow=shallow)
 

@@ -142,6 +142,8 @@ def test_conv_through_winograd(tmp_path):
     assert _count_in_code(model, tmp_path, 'CCN_WINOGRAD_TRANSFORMED,') == 14
     assert _count_in_code(model, tmp_path, '.tile = 4, .shallow = 0}') == 6
     assert _count_in_code(model, tmp_path, '.tile = 4, .shallow = 1}') == 4
+    # y4 and y12, weights given at run time: shallow F(2x2, 3x3) products.
+    assert _count_in_code(model, tmp_path, '.tile = 2, .shallow = 1}') == 2
     # F(4x4, 3x3)'s transforms (entries up to 8 and down to 1/24) lose about
     # two more bits than F(2x2, 3x3)'s: 3e-4 at most here, on outputs up to 40.
     check_native(model, [_rand(rng, *x_shape), _rand(rng, C, C, 3, 3), _rand(rng, *x4_shape),
@@ -164,6 +166,8 @@ def test_conv_transpose_at_stride_one_through_winograd(tmp_path):
                        [('y1', F32, [2, C + 8, 16, 17]), ('y2', F32, [2, C + 8, 18, 19]),
                         ('y3', F32, [2, C + 8, 16, 17])], inits)
     assert _count_in_code(model, tmp_path, 'ccn_conv2d_winograd(') == 3
+    # Weights given at run time, 64 input channels: shallow products.
+    assert _count_in_code(model, tmp_path, '.shallow = 1}') == 3
     check_native(model, [_rand(rng, *x_shape)], atol=1e-4)
 
 
