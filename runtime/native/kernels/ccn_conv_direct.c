@@ -46,6 +46,17 @@ typedef struct {
 typedef void tile_fn(long C, long T, const long *off, const float *planes, long plane,
                      const float *w, const float *start, int nv, const tile_out *out);
 
+/* A tile's rows i < out->rows of acc (nv vectors each) stored whole to
+ * out->t as EXPR of v, the vector. */
+#define CCN_DIRECT_STORE(EXPR)                                                             \
+    for (int i = 0; i < CCN_DIRECT_ROWS; i++)                                              \
+        for (int j = 0; j < nv && i < out->rows; j++) {                                    \
+            __typeof__(acc[0][0]) v = acc[i][j];                                           \
+            v = EXPR;                                                                      \
+            memcpy(out->t + i * out->ldt + j * (long)(sizeof v / sizeof(float)), &v,       \
+                   sizeof v);                                                              \
+        }
+
 /* NAME, a tile_fn on vectors of type VEC, up to NV of them (the
  * accumulators, CCN_DIRECT_ROWS * NV vectors, fit the registers), compiled
  * with ATTRIBUTES (an instruction set).  Each nv is its own unrolled copy,
@@ -89,6 +100,24 @@ typedef void tile_fn(long C, long T, const long *off, const float *planes, long 
                 for (int i = 0; i < CCN_DIRECT_ROWS; i++)                                  \
                     for (int j = 0; j < nv; j++)                                           \
                         acc[i][j] += w[i] * v[j];                                          \
+            }                                                                              \
+        /* Whole vectors without a residual (a stem's but for odd edges): each */          \
+        /* activation its own unrolled stores.  Through the lane-by-lane loop   */          \
+        /* below, acc left the registers and the stores took as long as the sums. */       \
+        if (out->res == NULL && out->last == VL)                                           \
+            switch (out->act) {                                                            \
+            case CCN_ACT_NONE:                                                             \
+                CCN_DIRECT_STORE(v);                                                       \
+                return;                                                                    \
+            case CCN_ACT_RELU:                                                             \
+                CCN_DIRECT_STORE(NAME##_act(v, CCN_ACT_RELU, 0.0f));                       \
+                return;                                                                    \
+            case CCN_ACT_CLIP:                                                             \
+                CCN_DIRECT_STORE(NAME##_act(v, CCN_ACT_CLIP, out->alpha));                 \
+                return;                                                                    \
+            case CCN_ACT_HARD_SWISH:                                                       \
+                CCN_DIRECT_STORE(NAME##_act(v, CCN_ACT_HARD_SWISH, 0.0f));                 \
+                return;                                                                    \
             }                                                                              \
         /* (constant bounds, so that acc stays in registers) */                           \
         for (int i = 0; i < CCN_DIRECT_ROWS; i++)                                          \
