@@ -45,6 +45,7 @@ from .batched import (
     NotSeparableError,
     check_separable,
 )
+from .blocked import block_chains
 from .cformat import Shape
 from .errors import NativeEmitError
 from .fusion import fuse
@@ -228,8 +229,12 @@ def fuse_epilogues(c: NativeCompilation) -> None:
     """Fold inference BatchNormalizations into the products before them, run
     epilogue activations in the products (runtime/ops/fusion_rules.py, the
     rule set the VM's `fuse` reads), fuse an SGDUpdate with its Gemm
-    gradient (runtime/native/fusion.py)."""
+    gradient (runtime/native/fusion.py); run chains of mobile convolutions
+    in blocks of channels (blocked.py; not for emit-c --max, whose buckets
+    are lowered as the program for one sample is)."""
     c.program = fuse(c.program)
+    if c.max_batch is None:
+        c.program = block_chains(c.program)
 
 
 def fold_and_lower(c: NativeCompilation) -> None:

@@ -43,7 +43,7 @@ GEMM_LEVELS = (3, 4)
 #: transforms are stages of the thread pool that the compiler vectorises
 #: (the other families' hot loops are built for each level in the baseline
 #: file itself: CCN_LEVELS in ccn_common.h).
-LEVEL_FAMILIES = ('gemm', 'depthwise', 'winograd')
+LEVEL_FAMILIES = ('gemm', 'depthwise', 'winograd', 'nchwc')
 #: An exported function definition of a kernel file (at the start of a line).
 _C_DEFINITION = re.compile(r'^(?:[A-Za-z_]\w*[ *]+)+?(\w*ccn_\w+)\(', re.M)
 

@@ -1,0 +1,185 @@
+"""The NCHWc pass of the native backend: chains of mobile convolutions run
+in a blocked channel layout, converted only at the chain's edges.
+
+After fusion (fusion.py), a Conv whose weights and bias are constants and
+that is a 1x1 product (stride 1, no padding) or a depthwise 3x3 or 5x5
+(strides 1 or 2, any padding, no dilation), of at least MIN_CHANNELS
+channels in and out, with any epilogue and residual fusion gave it, may run
+as NchwcConv (lowerings/nchwc.py, kernels/ccn_nchwc.c) on tensors of shape
+(N, ceil(C / BLOCK), H, W, BLOCK).  Such Convs that read each other's
+outputs (as input or residual) form a chain; a chain with more depthwise
+Convs than values to reorder at its edges runs blocked: an NchwcReorderIn
+before it for each value it reads from outside, an NchwcReorderOut after
+a Conv whose value something outside the chain (or the caller) reads.  One 1x1 product and the
+depthwise after it then share a layout with no repacking (onnxruntime's
+MLAS runs every convolution so; benchmarks/NOTES.md, "NCHWc through
+mobile chains").
+
+The pass reads the static shapes of the Program's types; without them it
+changes nothing.
+"""
+import dataclasses
+
+from ..ops.registry import CUSTOM_DOMAIN
+from ..program import NO_REGISTER, Instruction, Program, RegisterType
+from .lowering import Refuse, window
+
+#: Channels per block (ccn_nchwc.h's CCN_NCHWC_BLOCK).
+BLOCK = 16
+#: Fewest channels in and out of a Conv that runs blocked: below, most of
+#: a block is padding.
+MIN_CHANNELS = 16
+#: The depthwise kernels and strides ccn_nchwc_depthwise unrolls.
+DEPTHWISE_KERNELS = (3, 5)
+DEPTHWISE_STRIDES = (1, 2)
+
+
+def blocked_shape(shape: tuple[int, ...]) -> tuple[int, ...]:
+    """The blocked shape of an (N, C, H, W) tensor."""
+    n, c, h, w = shape
+    return (n, -(-c // BLOCK), h, w, BLOCK)
+
+
+def _static(program: Program, r: int) -> tuple[int, ...] | None:
+    """Register ``r``'s static float32 shape, None when not known."""
+    t = program.types.get(r)
+    if t is None or t.kind != 'tensor' or t.dtype != 'float32' or t.shape is None:
+        return None
+    dims = tuple(d for d in t.shape if isinstance(d, int))
+    return dims if len(dims) == len(t.shape) else None
+
+
+def _blocked_type(program: Program, r: int) -> RegisterType:
+    """The type of register ``r`` (of a static shape: blockable checked it)
+    blocked."""
+    shape = _static(program, r)
+    assert shape is not None
+    return RegisterType('tensor', 'float32', blocked_shape(shape))
+
+
+def blockable(program: Program, inst: Instruction) -> bool:
+    """Whether Conv ``inst`` may run as NchwcConv (see the module)."""
+    if inst.op != 'Conv' or inst.domain not in ('', 'ai.onnx') or len(inst.inputs) < 2:
+        return False
+    x, w = _static(program, inst.inputs[0]), program.constants.get(inst.inputs[1])
+    bias = inst.inputs[2] if len(inst.inputs) > 2 else NO_REGISTER
+    y = _static(program, inst.outputs[0])
+    if x is None or len(x) != 4 or y is None or w is None or w.ndim != 4 or \
+            (bias != NO_REGISTER and bias not in program.constants):
+        return False
+    if len(inst.inputs) > 3 and inst.inputs[3] != NO_REGISTER and \
+            _static(program, inst.inputs[3]) is None:
+        return False
+    (_, c, h, wd), (m, cg, kh, kw) = x, w.shape
+    group = int(inst.attrs.get('group', 1))
+    try:
+        win = window(inst.attrs, (h, wd), (kh, kw))
+    except Refuse:
+        return False
+    if min(c, m) < MIN_CHANNELS or win.dilations != (1, 1):
+        return False
+    if group == 1 and cg == c:  # a 1x1 product
+        return (kh, kw) == (1, 1) and win.strides == (1, 1) and win.out == (h, wd)
+    return group == c == m and cg == 1 and kh == kw and kh in DEPTHWISE_KERNELS and \
+        win.strides[0] == win.strides[1] and win.strides[0] in DEPTHWISE_STRIDES
+
+
+def chains(program: Program) -> list[set[int]]:
+    """The instruction indices of each chain that runs blocked: blockable
+    Convs linked by the values they read (input 0, the residual 3), more
+    of them depthwise than the chain has edges to reorder (what pays:
+    the depthwise convolutions gain most, the products about break even,
+    a reorder costs a pass over its tensor; benchmarks/NOTES.md)."""
+    insts = program.instructions
+    eligible = [i for i, inst in enumerate(insts) if blockable(program, inst)]
+    producer = {insts[i].outputs[0]: i for i in eligible}
+    parent = {i: i for i in eligible}
+
+    def root(i):
+        while parent[i] != i:
+            parent[i] = parent[parent[i]]
+            i = parent[i]
+        return i
+
+    for i in eligible:
+        for r in _chained_inputs(insts[i]):
+            if r in producer:
+                parent[root(i)] = root(producer[r])
+    groups: dict[int, set[int]] = {}
+    for i in eligible:
+        groups.setdefault(root(i), set()).add(i)
+    return [g for g in groups.values()
+            if sum(int(insts[i].attrs.get('group', 1)) > 1 for i in g) > _edges(program, g)]
+
+
+def _edges(program: Program, chain: set[int]) -> int:
+    """How many reorders ``chain`` needs: values it reads from outside,
+    values it makes that something outside reads."""
+    made = {program.instructions[i].outputs[0] for i in chain}
+    read = {r for i in chain for r in _chained_inputs(program.instructions[i])}
+    return len(read - made) + len(made & _outside(program, chain))
+
+
+def _outside(program: Program, chosen: set[int]) -> set[int]:
+    """The registers read other than as a chained input of ``chosen``
+    (a program output counts as read)."""
+    outside = {v.register for v in program.outputs}
+    for i, inst in enumerate(program.instructions):
+        passed = _chained_inputs(inst) if i in chosen else []
+        outside.update(r for r in inst.inputs + inst.captures if r not in passed)
+    return outside
+
+
+def _chained_inputs(inst: Instruction) -> list[int]:
+    """The inputs of a Conv a chain passes blocked: x and the residual."""
+    return [inst.inputs[k] for k in (0, 3)
+            if k < len(inst.inputs) and inst.inputs[k] != NO_REGISTER]
+
+
+def block_chains(program: Program) -> Program:
+    """``program`` with its chains (``chains``) as NchwcConv between
+    NchwcReorderIn and NchwcReorderOut; the same object when it has none."""
+    found = chains(program)
+    if not found:
+        return program
+    chosen = set().union(*found)
+    insts = program.instructions
+    # A value a chain makes keeps its register when only the chain reads
+    # it; otherwise the chain writes a blocked copy, reordered after it.
+    outside = _outside(program, chosen)
+    types = dict(program.types)
+    count = program.num_registers
+    blocked: dict[int, int] = {}
+    rewritten = []
+
+    def new_register(like: int) -> int:
+        nonlocal count
+        types[count] = _blocked_type(program, like)
+        count += 1
+        return count - 1
+
+    for i, inst in enumerate(insts):
+        if i not in chosen:
+            rewritten.append(inst)
+            continue
+        inputs = list(inst.inputs)
+        for k in (0, 3):
+            r = inputs[k] if k < len(inputs) else NO_REGISTER
+            if r != NO_REGISTER:
+                if r not in blocked:  # from outside the chain
+                    blocked[r] = new_register(r)
+                    rewritten.append(Instruction('NchwcReorderIn', (r,), (blocked[r],),
+                                                 domain=CUSTOM_DOMAIN, name=inst.name))
+                inputs[k] = blocked[r]
+        y = inst.outputs[0]
+        yb = new_register(y) if y in outside else y
+        if yb == y:
+            types[y] = _blocked_type(program, y)
+        blocked[y] = yb
+        rewritten.append(dataclasses.replace(inst, op='NchwcConv', domain=CUSTOM_DOMAIN,
+                                             inputs=tuple(inputs), outputs=(yb,)))
+        if yb != y:
+            rewritten.append(Instruction('NchwcReorderOut', (yb,), (y,), domain=CUSTOM_DOMAIN,
+                                         name=inst.name))
+    return dataclasses.replace(program, instructions=rewritten, types=types,
+                               num_registers=count)

@@ -1,0 +1,346 @@
+/* NCHWc family: a chain of mobile convolutions in blocks of 16 channels
+ * per pixel (runtime/native/blocked.py chooses the chains).  A 1x1
+ * product keeps a tile of pixels by output blocks in vector registers and
+ * adds, per input channel, its broadcast value times the weights' vector
+ * (as onnxruntime's MLAS runs its NCHWc products); a depthwise one sums
+ * each output pixel's taps as whole vectors of 16 channels, so neither
+ * repacks its input and a plane's border costs no masked lanes.  The
+ * block is 16 channels in every build (render.LEVEL_FAMILIES compiles the
+ * file for x86-64-v3 and -v4 too), written with GCC's vector extension:
+ * one AVX-512 register, two AVX2 ones. */
+/* ISO C mode (-std=c99) turns GCC's contraction of a * b + c into fused
+ * multiply-adds off; the tile loops want them. */
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC optimize("fp-contract=fast")
+#endif
+#include <stdint.h>
+#include <string.h>
+
+#include "ccn_gemm.h"
+#include "ccn_nchwc.h"
+#include "ccn_threads.h"
+
+#define B CCN_NCHWC_BLOCK
+typedef float v16 __attribute__((vector_size(B * sizeof(float))));
+typedef int32_t iv16 __attribute__((vector_size(B * sizeof(float))));
+/* Any 4-byte aligned address: the arena's offsets are whole floats. */
+typedef float v16u __attribute__((vector_size(B * sizeof(float)), aligned(4), may_alias));
+#define LOAD(p) ((v16) * (const v16u *)(p))
+#define STORE(p, v) (*(v16u *)(p) = (v))
+
+/* Output blocks and pixels of a product's tile, and pixels of a depthwise
+ * row's tile: what the build's registers hold (AVX-512: 32 of 16 lanes;
+ * AVX2: 16 of 8; SSE: 16 of 4). */
+#if defined(__AVX512F__)
+#define PW_BLOCKS 4
+#define PW_PIXELS 6
+#define DW_PIXELS 8
+#elif defined(__AVX__)
+#define PW_BLOCKS 1
+#define PW_PIXELS 6
+#define DW_PIXELS 4
+#else
+#define PW_BLOCKS 1
+#define PW_PIXELS 3
+#define DW_PIXELS 2
+#endif
+
+typedef struct {
+    long channels, pixels, blocks;
+    const float *x;
+    float *y;
+} reorder_call;
+
+static void reorder_in_range(void *context, long begin, long end)
+{
+    const reorder_call *a = context;
+    for (long t = begin; t < end; t++) {
+        const long n = t / a->blocks, c0 = t % a->blocks * B;
+        const long live = a->channels - c0 < B ? a->channels - c0 : B;
+        const float *x = a->x + (n * a->channels + c0) * a->pixels;
+        float *y = a->y + t * a->pixels * B;
+        for (long p = 0; p < a->pixels; p++) {
+            float *yp = y + p * B;
+            for (long c = 0; c < live; c++)
+                yp[c] = x[c * a->pixels + p];
+            for (long c = live; c < B; c++)
+                yp[c] = 0.0f;
+        }
+    }
+}
+
+static void reorder_out_range(void *context, long begin, long end)
+{
+    const reorder_call *a = context;
+    for (long t = begin; t < end; t++) {
+        const long n = t / a->blocks, c0 = t % a->blocks * B;
+        const long live = a->channels - c0 < B ? a->channels - c0 : B;
+        const float *x = a->x + t * a->pixels * B;
+        float *y = a->y + (n * a->channels + c0) * a->pixels;
+        for (long c = 0; c < live; c++)
+            for (long p = 0; p < a->pixels; p++)
+                y[c * a->pixels + p] = x[p * B + c];
+    }
+}
+
+static void reorder(long batch, long channels, long pixels, const float *x, float *y,
+                    ccn_task task)
+{
+    reorder_call a = {.channels = channels, .pixels = pixels,
+                      .blocks = (channels + B - 1) / B, .x = x, .y = y};
+    ccn_parallel_for(batch * a.blocks, batch * a.blocks * pixels * B, task, &a);
+}
+
+void ccn_nchwc_reorder_in(long batch, long channels, long pixels, const float *x, float *y)
+{
+    reorder(batch, channels, pixels, x, y, reorder_in_range);
+}
+
+void ccn_nchwc_reorder_out(long batch, long channels, long pixels, const float *x, float *y)
+{
+    reorder(batch, channels, pixels, x, y, reorder_out_range);
+}
+
+typedef struct {
+    const ccn_nchwc_geometry *g;
+    const float *x, *w, *bias, *residual;
+    float *y;
+} conv_call;
+
+#ifdef CCN_GEMM_VARIANTS
+/* The default build also compiles this file for x86-64-v3 and -v4, its
+ * functions renamed (render.LEVEL_FAMILIES: the tiles are chosen at
+ * compile time), and runs the products' level (ccn_common.h). */
+typedef void conv_fn(const ccn_nchwc_geometry *, const float *, const float *, const float *,
+                     const float *, float *);
+conv_fn ccn_nchwc_pointwise_v3, ccn_nchwc_pointwise_v4;
+conv_fn ccn_nchwc_depthwise_v3, ccn_nchwc_depthwise_v4;
+#define AT_LEVEL(NAME, ...)                                                     \
+    do {                                                                        \
+        const int level_ = ccn_gemm_level();                                    \
+        if (level_ >= 3) {                                                      \
+            (level_ == 4 ? NAME##_v4 : NAME##_v3)(__VA_ARGS__);                 \
+            return;                                                             \
+        }                                                                       \
+    } while (0)
+#else
+#define AT_LEVEL(NAME, ...) (void)0
+#endif
+
+/* m ? a : b, lane by lane (m from a comparison). */
+#define SELECT(m, a, b) ((v16)(((iv16)(a) & (m)) | ((iv16)(b) & ~(m))))
+
+/* Stores the outputs *v of one pixel of one block at y, plus the residual
+ * res (or NULL), with the simple epilogues (ccn_activate_simple's, as it
+ * computes them) in registers; the others are left to finish. */
+static inline void store(float *y, const v16 *v, const float *res, int act, float act_alpha)
+{
+    const v16 zero = {0}, one = zero + 1.0f;
+    v16 u = res ? *v + LOAD(res) : *v, h;
+    switch (act) {
+    case CCN_ACT_RELU:
+        u = SELECT(u > zero, u, zero);
+        break;
+    case CCN_ACT_LEAKY_RELU:
+        u = SELECT(u >= zero, u, u * act_alpha);
+        break;
+    case CCN_ACT_CLIP:  /* NaN stays NaN */
+        u = SELECT(u < zero, zero, u);
+        u = SELECT(u > act_alpha, zero + act_alpha, u);
+        break;
+    case CCN_ACT_HARD_SWISH:
+        h = u / 6.0f + 0.5f;
+        h = SELECT(h < zero, zero, h);
+        u *= SELECT(h > one, one, h);
+        break;
+    default:
+        break;
+    }
+    STORE(y, u);
+}
+
+/* The epilogues store leaves, on the n floats stored at y. */
+static inline void finish(float *y, long n, int act, float act_alpha)
+{
+    if (!ccn_activate_simple(0, y, act, act_alpha))
+        ccn_activate(n, y, act, act_alpha);
+}
+
+/* The outputs of `blocks` output blocks at `pixels` pixels from p0 of one
+ * image: x and y that image's, w the first block's weights. */
+CCN_ALWAYS_INLINE void pointwise_tile(const conv_call *a, const float *x, const float *w,
+                                      long ob0, long p0, float *y, const float *res,
+                                      int blocks, int pixels)
+{
+    const ccn_nchwc_geometry *g = a->g;
+    const long plane = g->out_h * g->out_w, depth = g->in_blocks * B;
+    v16 acc[PW_BLOCKS][PW_PIXELS];
+    for (int o = 0; o < blocks; o++) {
+        const v16 start = a->bias ? LOAD(a->bias + (ob0 + o) * B) : (v16){0};
+        for (int p = 0; p < pixels; p++)
+            acc[o][p] = start;
+    }
+    for (long cb = 0; cb < g->in_blocks; cb++) {
+        const float *xb = x + (cb * plane + p0) * B;
+        const float *wb = w + cb * B * B;
+        for (int c = 0; c < B; c++) {
+            v16 wv[PW_BLOCKS];
+            for (int o = 0; o < blocks; o++)
+                wv[o] = LOAD(wb + o * depth * B + c * B);
+            for (int p = 0; p < pixels; p++) {
+                const float xv = xb[p * B + c];
+                for (int o = 0; o < blocks; o++)
+                    acc[o][p] += wv[o] * xv;
+            }
+        }
+    }
+    for (int o = 0; o < blocks; o++) {
+        const long at = ((ob0 + o) * plane + p0) * B;
+        for (int p = 0; p < pixels; p++)
+            store(y + at + p * B, &acc[o][p], res ? res + at + p * B : NULL, g->act,
+                  g->act_alpha);
+        finish(y + at, (long)pixels * B, g->act, g->act_alpha);
+    }
+}
+
+static void pointwise_range(void *context, long begin, long end)
+{
+    const conv_call *a = context;
+    const ccn_nchwc_geometry *g = a->g;
+    const long plane = g->out_h * g->out_w, depth = g->in_blocks * B;
+    const long tiles = (plane + PW_PIXELS - 1) / PW_PIXELS;
+    const long groups = (g->out_blocks + PW_BLOCKS - 1) / PW_BLOCKS;
+    for (long t = begin; t < end; t++) {
+        const long n = t / (tiles * groups), ob0 = t / tiles % groups * PW_BLOCKS;
+        const long p0 = t % tiles * PW_PIXELS;
+        const float *x = a->x + n * g->in_blocks * plane * B;
+        const float *w = a->w + ob0 * depth * B;
+        float *y = a->y + n * g->out_blocks * plane * B;
+        const float *res = a->residual ? a->residual + n * g->out_blocks * plane * B : NULL;
+        const long blocks = g->out_blocks - ob0 < PW_BLOCKS ? g->out_blocks - ob0 : PW_BLOCKS;
+        const long pixels = plane - p0 < PW_PIXELS ? plane - p0 : PW_PIXELS;
+        if (pixels == PW_PIXELS)
+            switch (blocks) {  /* constant sizes: the tile in registers */
+#if PW_BLOCKS == 4
+            case 4:
+                pointwise_tile(a, x, w, ob0, p0, y, res, 4, PW_PIXELS);
+                break;
+            case 3:
+                pointwise_tile(a, x, w, ob0, p0, y, res, 3, PW_PIXELS);
+                break;
+            case 2:
+                pointwise_tile(a, x, w, ob0, p0, y, res, 2, PW_PIXELS);
+                break;
+#endif
+            default:
+                pointwise_tile(a, x, w, ob0, p0, y, res, 1, PW_PIXELS);
+            }
+        else  /* the last pixels: one at a time */
+            for (long o = 0; o < blocks; o++)
+                for (long p = p0; p < p0 + pixels; p++)
+                    pointwise_tile(a, x, w + o * depth * B, ob0 + o, p, y, res, 1, 1);
+    }
+}
+
+void ccn_nchwc_pointwise(const ccn_nchwc_geometry *g, const float *x, const float *w,
+                         const float *bias, const float *residual, float *y)
+{
+    AT_LEVEL(ccn_nchwc_pointwise, g, x, w, bias, residual, y);
+    const long plane = g->out_h * g->out_w;
+    const long tiles = (plane + PW_PIXELS - 1) / PW_PIXELS;
+    const long groups = (g->out_blocks + PW_BLOCKS - 1) / PW_BLOCKS;
+    conv_call a = {.g = g, .x = x, .w = w, .bias = bias, .residual = residual, .y = y};
+    ccn_parallel_for(g->batch * groups * tiles,
+                     g->batch * g->out_blocks * plane * g->in_blocks * B * B, pointwise_range, &a);
+}
+
+/* Output row oh of one block of one image (x, w, y, res that block's),
+ * from column ow0 to ow1, `pixels` at a time, every tap inside the row
+ * (columns: `inside`; rows: kh0 to kh1) or each checked. */
+CCN_ALWAYS_INLINE void depthwise_pixels(const ccn_nchwc_geometry *g, const float *x,
+                                        const float *w, const v16 *start, long oh, long ow0,
+                                        float *y, const float *res, int pixels, int inside, long kernel_w,
+                                        long stride_w)
+{
+    const long ih0 = oh * g->stride_h - g->pad_top;
+    const long kh0 = ih0 < 0 ? -ih0 : 0;
+    const long kh1 = g->in_h - ih0 < g->kernel_h ? g->in_h - ih0 : g->kernel_h;
+    v16 acc[DW_PIXELS];
+    for (int p = 0; p < pixels; p++)
+        acc[p] = *start;
+    for (long kh = kh0; kh < kh1; kh++) {
+        const float *row = x + (ih0 + kh) * g->in_w * B;
+        for (long kw = 0; kw < kernel_w; kw++) {
+            const v16 wv = LOAD(w + (kh * kernel_w + kw) * B);
+            for (int p = 0; p < pixels; p++) {
+                const long iw = (ow0 + p) * stride_w - g->pad_left + kw;
+                if (inside || (iw >= 0 && iw < g->in_w))
+                    acc[p] += LOAD(row + iw * B) * wv;
+            }
+        }
+    }
+    const long at = (oh * g->out_w + ow0) * B;
+    for (int p = 0; p < pixels; p++)
+        store(y + at + p * B, &acc[p], res ? res + at + p * B : NULL, g->act, g->act_alpha);
+}
+
+/* One output row: the columns whose taps all lie inside by whole tiles,
+ * the others one by one. */
+CCN_ALWAYS_INLINE void depthwise_row(const ccn_nchwc_geometry *g, const float *x,
+                                     const float *w, const v16 *start, long oh, float *y,
+                                     const float *res,
+                                     long kernel_w, long stride_w)
+{
+    /* Columns [lo, hi) read inside the row at every tap. */
+    long lo = (g->pad_left + stride_w - 1) / stride_w;
+    long hi = g->in_w + g->pad_left - kernel_w < 0 ? 0
+              : (g->in_w + g->pad_left - kernel_w) / stride_w + 1;
+    hi = hi < g->out_w ? hi : g->out_w;
+    lo = lo < hi ? lo : hi;
+    long ow = 0;
+    for (; ow < lo; ow++)
+        depthwise_pixels(g, x, w, start, oh, ow, y, res, 1, 0, kernel_w, stride_w);
+    for (; ow + DW_PIXELS <= hi; ow += DW_PIXELS)
+        depthwise_pixels(g, x, w, start, oh, ow, y, res, DW_PIXELS, 1, kernel_w, stride_w);
+    for (; ow < hi; ow++)
+        depthwise_pixels(g, x, w, start, oh, ow, y, res, 1, 1, kernel_w, stride_w);
+    for (; ow < g->out_w; ow++)
+        depthwise_pixels(g, x, w, start, oh, ow, y, res, 1, 0, kernel_w, stride_w);
+}
+
+static void depthwise_range(void *context, long begin, long end)
+{
+    const conv_call *a = context;
+    const ccn_nchwc_geometry *g = a->g;
+    const long in_plane = g->in_h * g->in_w * B, out_plane = g->out_h * g->out_w * B;
+    for (long t = begin; t < end; t++) {
+        const long oh = t % g->out_h, nb = t / g->out_h, cb = nb % g->out_blocks;
+        const float *x = a->x + nb * in_plane;
+        const float *w = a->w + cb * g->kernel_h * g->kernel_w * B;
+        float *y = a->y + nb * out_plane;
+        const float *res = a->residual ? a->residual + nb * out_plane : NULL;
+        const v16 start = a->bias ? LOAD(a->bias + cb * B) : (v16){0};
+        const long kw = g->kernel_w, sw = g->stride_w;
+        /* The common windows with constant sizes, the others as they come. */
+        if (kw == 3 && sw == 1)
+            depthwise_row(g, x, w, &start, oh, y, res, 3, 1);
+        else if (kw == 3 && sw == 2)
+            depthwise_row(g, x, w, &start, oh, y, res, 3, 2);
+        else if (kw == 5 && sw == 1)
+            depthwise_row(g, x, w, &start, oh, y, res, 5, 1);
+        else if (kw == 5 && sw == 2)
+            depthwise_row(g, x, w, &start, oh, y, res, 5, 2);
+        else
+            depthwise_row(g, x, w, &start, oh, y, res, kw, sw);
+        finish(y + oh * g->out_w * B, g->out_w * B, g->act, g->act_alpha);
+    }
+}
+
+void ccn_nchwc_depthwise(const ccn_nchwc_geometry *g, const float *x, const float *w,
+                         const float *bias, const float *residual, float *y)
+{
+    AT_LEVEL(ccn_nchwc_depthwise, g, x, w, bias, residual, y);
+    const long rows = g->batch * g->out_blocks * g->out_h;
+    conv_call a = {.g = g, .x = x, .w = w, .bias = bias, .residual = residual, .y = y};
+    ccn_parallel_for(rows, rows * g->out_w * g->kernel_h * g->kernel_w * B, depthwise_range, &a);
+}

@@ -1,0 +1,43 @@
+/* ccn_nchwc.h: NCHWc family: chains of mobile convolutions (1x1 products,
+ * depthwise 3x3 and 5x5) in a blocked channel layout, converted to and
+ * from NCHW only at the chain's edges (runtime/native/blocked.py). */
+#ifndef CCN_NCHWC_H
+#define CCN_NCHWC_H
+
+#include "ccn_common.h"
+
+CCN_BEGIN_DECLS
+
+/* Channels per block: a tensor of C channels is (N, ceil(C / 16), H, W,
+ * 16), the channels past C zero.  Fixed for every build level (the
+ * buffers and re-laid weights are sized at emit time, the level chosen at
+ * run time): one AVX-512 vector, two AVX2 ones. */
+#define CCN_NCHWC_BLOCK 16
+
+/* A blocked convolution: channel blocks in and out, the planes, the
+ * window (a 1x1 product takes stride 1 and no padding) and the epilogue
+ * (CCN_ACT_*, whose value at 0 is 0, so that padded channels stay 0). */
+typedef struct {
+    long batch, in_blocks, out_blocks, in_h, in_w, out_h, out_w;
+    long kernel_h, kernel_w, stride_h, stride_w, pad_top, pad_left;
+    int act;
+    float act_alpha;
+} ccn_nchwc_geometry;
+
+/* y (blocked) = x (N, C, pixels) in blocks of CCN_NCHWC_BLOCK channels. */
+void ccn_nchwc_reorder_in(long batch, long channels, long pixels, const float *x, float *y);
+/* y (N, C, pixels) = the first C channels of blocked x. */
+void ccn_nchwc_reorder_out(long batch, long channels, long pixels, const float *x, float *y);
+/* A 1x1 convolution of blocked x by w, (out_blocks, in_blocks * 16, 16)
+ * (w[ob][ci][o] the weight of output 16 ob + o from input ci, zero past
+ * the channels), plus bias (out_blocks * 16 or NULL) and residual
+ * (blocked like y, or NULL), then the activation. */
+void ccn_nchwc_pointwise(const ccn_nchwc_geometry *g, const float *x, const float *w,
+                         const float *bias, const float *residual, float *y);
+/* A depthwise convolution of blocked x by w, (blocks, KH, KW, 16), plus
+ * bias and residual as ccn_nchwc_pointwise, then the activation. */
+void ccn_nchwc_depthwise(const ccn_nchwc_geometry *g, const float *x, const float *w,
+                         const float *bias, const float *residual, float *y);
+
+CCN_END_DECLS
+#endif /* CCN_NCHWC_H */

@@ -1,0 +1,107 @@
+"""The blocked convolutions blocked.py puts in chains (NchwcConv) and the
+reorders at their edges, as calls into ccn_nchwc.c; the weights, biases
+re-laid here, once, in blocks of BLOCK output channels (zero past the
+channels, so that the padded lanes of the inputs add nothing)."""
+import numpy
+
+from ...ops.registry import CUSTOM_DOMAIN
+from ..blocked import BLOCK, blocked_shape
+from ..cformat import CStruct
+from ..lowering import Refuse, Step, lowers, window
+from .connection import activation
+
+#: ccn_nchwc.h's geometry of a blocked convolution.
+NCHWC_GEOMETRY = CStruct('ccn_nchwc_geometry', (
+    'batch', 'in_blocks', 'out_blocks', 'in_h', 'in_w', 'out_h', 'out_w', 'kernel_h',
+    'kernel_w', 'stride_h', 'stride_w', 'pad_top', 'pad_left', 'act', 'act_alpha'))
+
+
+def _blocks(channels: int) -> int:
+    return -(-channels // BLOCK)
+
+
+@lowers(CUSTOM_DOMAIN + '::NchwcReorderIn')
+def reorder_in(em, inst) -> Step:
+    s = em.shape(inst, 0)
+    if len(s) != 4:
+        raise Refuse('NchwcReorderIn takes (N, C, H, W), got %s' % list(s))
+    n, c, h, w = s
+
+    def render(ref, scratch):
+        return ['ccn_nchwc_reorder_in(%d, %d, %d, %s, %s);' % (
+            n, c, h * w, ref(inst.inputs[0]), ref(inst.outputs[0]))]
+    return Step('nchwc', [blocked_shape(s)], render)
+
+
+@lowers(CUSTOM_DOMAIN + '::NchwcReorderOut')
+def reorder_out(em, inst) -> Step:
+    s = em.shape(inst, 0)
+    declared = em.p.types.get(inst.outputs[0])
+    out = tuple(declared.shape or ()) if declared is not None else ()
+    if len(s) != 5 or len(out) != 4 or not all(isinstance(d, int) and d >= 0 for d in out):
+        raise Refuse('NchwcReorderOut takes a blocked tensor to a declared (N, C, H, W)')
+    if blocked_shape(out) != s:
+        raise Refuse('blocked %s is not %s' % (list(s), list(out)))
+
+    def render(ref, scratch):
+        return ['ccn_nchwc_reorder_out(%d, %d, %d, %s, %s);' % (
+            out[0], out[1], out[2] * out[3], ref(inst.inputs[0]), ref(inst.outputs[0]))]
+    return Step('nchwc', [out], render)
+
+
+@lowers(CUSTOM_DOMAIN + '::NchwcConv')
+def nchwc_conv(em, inst) -> Step:
+    """A Conv of blocked.blockable on blocked tensors: a 1x1 product or a
+    depthwise convolution."""
+    sx = em.shape(inst, 0)
+    w = em.const(inst.inputs[1])
+    if len(sx) != 5 or w is None or w.ndim != 4:
+        raise Refuse('NchwcConv takes a blocked input and constant 4-D weights')
+    n, blocks, h, wd, lanes = sx
+    m, cg, kh, kw = w.shape
+    win = window(inst.attrs, (h, wd), (kh, kw))
+    group = int(inst.attrs.get('group', 1))
+    depthwise = group > 1
+    # What the kernels compute, nothing else (a Program may say anything).
+    if lanes != BLOCK or win.dilations != (1, 1) or (
+            (group, cg) != (m, 1) if depthwise else
+            (kh, kw, win.strides, win.out) != (1, 1, (1, 1), (h, wd))):
+        raise Refuse('NchwcConv is a 1x1 product (stride 1, no padding) or a depthwise '
+                     'convolution without dilation, on blocks of %d channels' % BLOCK)
+    channels = m if depthwise else cg
+    if _blocks(channels) != blocks:
+        raise Refuse('%d channels are not %d blocks' % (channels, blocks))
+    out = (n, _blocks(m), win.out[0], win.out[1], BLOCK)
+    residual = em.has(inst, 3)
+    if residual and em.shape(inst, 3) != out:
+        raise Refuse('residual %s is not the output %s' % (list(em.shape(inst, 3)), list(out)))
+    w = numpy.asarray(w, numpy.float32)
+    if depthwise:  # (blocks, KH, KW, BLOCK)
+        padded = numpy.zeros((out[1] * BLOCK, kh, kw), numpy.float32)
+        padded[:m] = w[:, 0]
+        laid = padded.reshape(out[1], BLOCK, kh, kw).transpose(0, 2, 3, 1)
+    else:  # (out blocks, in blocks * BLOCK, BLOCK)
+        padded = numpy.zeros((out[1] * BLOCK, blocks * BLOCK), numpy.float32)
+        padded[:m, :channels] = w[:, :, 0, 0]
+        laid = padded.reshape(out[1], BLOCK, blocks * BLOCK).transpose(0, 2, 1)
+    weights = em.constant_array('nchwc%d' % inst.outputs[0], laid)
+    bias = None
+    if em.has(inst, 2):
+        b = em.const(inst.inputs[2])
+        if b is None or b.shape != (m,):
+            raise Refuse('NchwcConv takes a constant bias of %d values' % m)
+        bias = em.constant_array('nchwcb%d' % inst.outputs[0], numpy.pad(
+            numpy.asarray(b, numpy.float32), (0, out[1] * BLOCK - m)))
+    act, act_alpha = activation(inst)
+    geometry = NCHWC_GEOMETRY.literal(
+        batch=n, in_blocks=blocks, out_blocks=out[1], in_h=h, in_w=wd, out_h=out[2],
+        out_w=out[3], kernel_h=kh, kernel_w=kw, stride_h=win.strides[0],
+        stride_w=win.strides[1], pad_top=win.pads_begin[0], pad_left=win.pads_begin[1],
+        act=act, act_alpha=act_alpha)
+    function = 'ccn_nchwc_depthwise' if depthwise else 'ccn_nchwc_pointwise'
+
+    def render(ref, scratch):
+        return ['%s(%s,' % (function, geometry), '    %s, %s, %s, %s, %s);' % (
+            ref(inst.inputs[0]), weights, bias or 'NULL',
+            ref(inst.inputs[3]) if residual else 'NULL', ref(inst.outputs[0]))]
+    return Step('nchwc', [out], render, also=('gemm',))

@@ -1,0 +1,135 @@
+"""Chains of mobile convolutions in the blocked channel layout (NCHWc,
+runtime/native/blocked.py, lowerings/nchwc.py, kernels/ccn_nchwc.c): which
+Convs the pass chains and where it reorders, without a C compiler, and one
+small native build of a chain (odd channel counts, strides 1 and 2,
+asymmetric padding, a residual Add, every kind of epilogue, batch 2)
+against the NumPy VM and onnxruntime."""
+import dataclasses
+
+import numpy
+import pytest
+from onnx import helper
+
+from chainer_compiler.pipeline import build_program
+from chainer_compiler.runtime.native import UnsupportedNativeOpsError
+from chainer_compiler.runtime.native.blocked import BLOCK, block_chains, chains
+from chainer_compiler.runtime.native.fusion import fuse
+from chainer_compiler.runtime.native.lower import lower
+from chainer_compiler.runtime.native.lowering import with_defaults
+from chainer_compiler.runtime.native.lowerings.nchwc import NCHWC_GEOMETRY
+
+from .helpers import check_native, make_model, uniform
+from .test_kernel_contract import _define, _struct_fields
+
+NCHWC = 'org.chainer_compiler::'
+
+
+def _conv(init, rng, name, x, cin, cout, k, stride, pads, group=1, bias=True):
+    init[name + '_w'] = uniform(rng, cout, cin // group, k, k)
+    inputs = [x, name + '_w']
+    if bias:
+        init[name + '_b'] = uniform(rng, cout)
+        inputs.append(name + '_b')
+    return helper.make_node('Conv', inputs, [name], kernel_shape=[k, k], strides=[stride] * 2,
+                            pads=list(pads), group=group)
+
+
+def chain_model(rng, batch=2):
+    """A MobileNet-like chain from x (batch, 20, 9, 11): 1x1 products and
+    depthwise 3x3 and 5x5 at strides 1 and 2 (asymmetric padding), with
+    ReLU6, HardSwish, none, a residual Add of x, Swish, Relu, LeakyRelu
+    and Sigmoid; outputs the residual sum (read mid-chain) and the end."""
+    init = {'lo': numpy.array(0, numpy.float32), 'hi': numpy.array(6, numpy.float32)}
+
+    def conv(*args, **kwargs):
+        return _conv(init, rng, *args, **kwargs)
+    nodes = [
+        conv('c1', 'x', 20, 36, 1, 1, (0, 0, 0, 0)),
+        helper.make_node('Clip', ['c1', 'lo', 'hi'], ['a1']),
+        conv('c2', 'a1', 36, 36, 3, 1, (1, 1, 1, 1), group=36),
+        helper.make_node('HardSwish', ['c2'], ['a2']),
+        conv('c3', 'a2', 36, 20, 1, 1, (0, 0, 0, 0), bias=False),
+        helper.make_node('Add', ['c3', 'x'], ['a3']),
+        conv('c4', 'a3', 20, 20, 5, 2, (2, 2, 2, 2), group=20),
+        helper.make_node('Sigmoid', ['c4'], ['s4']),
+        helper.make_node('Mul', ['c4', 's4'], ['a4']),
+        conv('c5', 'a4', 20, 17, 1, 1, (0, 0, 0, 0)),
+        helper.make_node('Relu', ['c5'], ['a5']),
+        conv('c6', 'a5', 17, 17, 3, 2, (0, 1, 1, 0), group=17),
+        helper.make_node('LeakyRelu', ['c6'], ['a6'], alpha=0.1),
+        conv('c7', 'a6', 17, 17, 3, 1, (1, 1, 1, 1), group=17),
+        conv('c8', 'c7', 17, 16, 1, 1, (0, 0, 0, 0)),
+        helper.make_node('Sigmoid', ['c8'], ['y']),
+    ]
+    return make_model(nodes, [('x', numpy.float32, (batch, 20, 9, 11))],
+                      [('a3', numpy.float32, (batch, 20, 9, 11)),
+                       ('y', numpy.float32, (batch, 16, 2, 3))], init, opset=14)
+
+
+def _blocked(model):
+    return block_chains(fuse(with_defaults(build_program(model))))
+
+
+def test_a_chain_runs_blocked_between_reorders_at_its_edges():
+    program = _blocked(chain_model(numpy.random.default_rng(0)))
+    ops = [i.qualified_op.replace(NCHWC, '') for i in program.instructions]
+    # x in once (read by c1 and as c3's residual), the residual sum out
+    # mid-chain for the caller, the end out; nothing else leaves the chain.
+    assert ops == ['NchwcReorderIn'] + ['NchwcConv'] * 3 + ['NchwcReorderOut'] + \
+        ['NchwcConv'] * 5 + ['NchwcReorderOut']
+    conv = program.instructions[3]
+    assert conv.inputs[3] == program.instructions[0].outputs[0]  # x blocked, as residual
+    # A value only the chain reads keeps its register, now blocked.
+    assert program.types[program.instructions[1].outputs[0]].shape == (2, 3, 9, 11, BLOCK)
+
+
+def test_chains_that_do_not_pay_stay_as_they_are():
+    rng = numpy.random.default_rng(0)
+    init = {}
+    # MobileNet's block around a squeeze-excitation: the depthwise output
+    # leaves the chain (for the Mul) and comes back; one depthwise Conv
+    # does not pay two reorders.
+    nodes = [_conv(init, rng, 'e', 'x', 16, 32, 1, 1, (0, 0, 0, 0)),
+             _conv(init, rng, 'd', 'e', 32, 32, 3, 1, (1, 1, 1, 1), group=32),
+             helper.make_node('Mul', ['d', 'x2'], ['m'])]
+    init['x2'] = uniform(rng, 1, 32, 1, 1)
+    model = make_model(nodes, [('x', numpy.float32, (1, 16, 8, 8))],
+                       [('m', numpy.float32, (1, 32, 8, 8))], init)
+    program = fuse(with_defaults(build_program(model)))
+    assert chains(program) == [] and block_chains(program) is program
+    # Fewer than MIN_CHANNELS channels: mostly padding, never blocked.
+    init = {}
+    nodes = [_conv(init, rng, 'e', 'x', 8, 8, 1, 1, (0, 0, 0, 0)),
+             _conv(init, rng, 'd', 'e', 8, 8, 3, 1, (1, 1, 1, 1), group=8),
+             _conv(init, rng, 'f', 'd', 8, 8, 3, 1, (1, 1, 1, 1), group=8)]
+    model = make_model(nodes, [('x', numpy.float32, (1, 8, 8, 8))],
+                       [('f', numpy.float32, (1, 8, 8, 8))], init)
+    assert chains(fuse(with_defaults(build_program(model)))) == []
+
+
+@pytest.mark.parametrize('attrs', [{'strides': [2, 2]}, {'pads': [1, 1, 1, 1]},
+                                   {'group': 3}, {'kernel_shape': None}])
+def test_a_program_asking_the_kernels_for_more_is_refused(attrs):
+    # A Program file may hold NchwcConv itself: a strided or padded 1x1
+    # would read past its input, a group that is not the channels another
+    # convolution than the kernel's.
+    program = _blocked(chain_model(numpy.random.default_rng(0)))
+    k = 1 if attrs.get('group') is None else 2  # the first 1x1, the first depthwise
+    inst = program.instructions[k]
+    program.instructions[k] = dataclasses.replace(inst, attrs={**inst.attrs, **attrs})
+    if attrs.get('kernel_shape', 0) is None:  # a 3x3 weight for the 1x1
+        program.constants[inst.inputs[1]] = numpy.zeros((36, 20, 3, 3), numpy.float32)
+        program.instructions[k].attrs['pads'] = [1, 1, 1, 1]
+    with pytest.raises(UnsupportedNativeOpsError, match='NchwcConv is a 1x1 product'):
+        lower(program, 'm')
+
+
+def test_the_block_and_geometry_are_the_headers():
+    assert BLOCK == _define('CCN_NCHWC_BLOCK', 'ccn_nchwc.h')
+    assert NCHWC_GEOMETRY.fields == _struct_fields('ccn_nchwc.h', NCHWC_GEOMETRY.ctype)
+
+
+@pytest.mark.native_build
+def test_a_blocked_chain_computes_what_the_vm_computes():
+    rng = numpy.random.default_rng(1)
+    check_native(chain_model(rng), [uniform(rng, 2, 20, 9, 11)])
