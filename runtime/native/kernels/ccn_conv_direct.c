@@ -388,6 +388,12 @@ static void stem_bands(void *context, long begin, long end)
                     const tile_out out = {y + m0 * S + o0, res ? res + m0 * S + o0 : NULL, S,
                                           block, (int)(width - (nv - 1) * vl),
                                           simple ? act : CCN_ACT_NONE, alpha};
+                    /* The tile's output lines fetched for writing as it sums:
+                     * its stores otherwise waited for them (1.07-1.2x the
+                     * time). */
+                    for (int i = 0; i < block; i++)
+                        for (long j = 0; j < width + vl; j += vl)
+                            __builtin_prefetch(out.t + i * S + j, 1, 3);
                     d->kernel->fn(C, T, d->off, lines + oh * s * s * L + at, R * s * L, w, start,
                                   (int)nv, &out);
                 }
