@@ -183,7 +183,9 @@ CCN_ALWAYS_INLINE void pointwise_tile(const conv_call *a, const float *x, const 
     for (long cb = 0; cb < g->in_blocks; cb++) {
         const float *xb = x + (cb * plane + p0) * B;
         const float *wb = w + cb * B * B;
-        for (int c = 0; c < B; c++) {
+        /* The input's padded channels have zero weights: skipped. */
+        const long live = g->in_channels - cb * B < B ? g->in_channels - cb * B : B;
+        for (long c = 0; c < live; c++) {
             v16 wv[PW_BLOCKS];
             for (int o = 0; o < blocks; o++)
                 wv[o] = LOAD(wb + o * depth * B + c * B);

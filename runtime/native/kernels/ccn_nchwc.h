@@ -9,16 +9,18 @@
 CCN_BEGIN_DECLS
 
 /* Channels per block: a tensor of C channels is (N, ceil(C / 16), H, W,
- * 16), the channels past C zero.  Fixed for every build level (the
+ * 16), the channels past C padding.  Fixed for every build level (the
  * buffers and re-laid weights are sized at emit time, the level chosen at
  * run time): one AVX-512 vector, two AVX2 ones. */
 #define CCN_NCHWC_BLOCK 16
 
-/* A blocked convolution: channel blocks in and out, the planes, the
- * window (a 1x1 product takes stride 1 and no padding) and the epilogue
- * (CCN_ACT_*, whose value at 0 is 0, so that padded channels stay 0). */
+/* A blocked convolution: the input's channels and blocks, the output's
+ * blocks, the planes, the window (a 1x1 product takes stride 1 and no
+ * padding) and the epilogue (CCN_ACT_*).  The padded channels of a result hold finite values (the
+ * epilogue of 0, Sigmoid's 1/2) that the next convolution's zero weights
+ * drop, and the reorder out never reads. */
 typedef struct {
-    long batch, in_blocks, out_blocks, in_h, in_w, out_h, out_w;
+    long batch, in_channels, in_blocks, out_blocks, in_h, in_w, out_h, out_w;
     long kernel_h, kernel_w, stride_h, stride_w, pad_top, pad_left;
     int act;
     float act_alpha;

@@ -12,8 +12,8 @@ from .connection import activation
 
 #: ccn_nchwc.h's geometry of a blocked convolution.
 NCHWC_GEOMETRY = CStruct('ccn_nchwc_geometry', (
-    'batch', 'in_blocks', 'out_blocks', 'in_h', 'in_w', 'out_h', 'out_w', 'kernel_h',
-    'kernel_w', 'stride_h', 'stride_w', 'pad_top', 'pad_left', 'act', 'act_alpha'))
+    'batch', 'in_channels', 'in_blocks', 'out_blocks', 'in_h', 'in_w', 'out_h', 'out_w',
+    'kernel_h', 'kernel_w', 'stride_h', 'stride_w', 'pad_top', 'pad_left', 'act', 'act_alpha'))
 
 
 def _blocks(channels: int) -> int:
@@ -94,8 +94,8 @@ def nchwc_conv(em, inst) -> Step:
             numpy.asarray(b, numpy.float32), (0, out[1] * BLOCK - m)))
     act, act_alpha = activation(inst)
     geometry = NCHWC_GEOMETRY.literal(
-        batch=n, in_blocks=blocks, out_blocks=out[1], in_h=h, in_w=wd, out_h=out[2],
-        out_w=out[3], kernel_h=kh, kernel_w=kw, stride_h=win.strides[0],
+        batch=n, in_channels=channels, in_blocks=blocks, out_blocks=out[1], in_h=h, in_w=wd,
+        out_h=out[2], out_w=out[3], kernel_h=kh, kernel_w=kw, stride_h=win.strides[0],
         stride_w=win.strides[1], pad_top=win.pads_begin[0], pad_left=win.pads_begin[1],
         act=act, act_alpha=act_alpha)
     function = 'ccn_nchwc_depthwise' if depthwise else 'ccn_nchwc_pointwise'
