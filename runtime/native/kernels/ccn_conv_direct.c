@@ -46,22 +46,41 @@ typedef struct {
 typedef void tile_fn(long C, long T, const long *off, const float *planes, long plane,
                      const float *w, const float *start, int nv, const tile_out *out);
 
-/* A tile's rows i < out->rows of acc (nv vectors each) stored whole to
- * out->t as EXPR of v, the vector. */
-#define CCN_DIRECT_STORE(EXPR)                                                             \
+/* A tile's rows i < out->rows of acc (nv vectors each) stored whole to T
+ * (rows LDT floats apart) as EXPR of v, the vector, and r, where the
+ * residual's vector is (NULL without one). */
+#define CCN_DIRECT_STORE(T, LDT, EXPR)                                                     \
     for (int i = 0; i < CCN_DIRECT_ROWS; i++)                                              \
         for (int j = 0; j < nv && i < out->rows; j++) {                                    \
             __typeof__(acc[0][0]) v = acc[i][j];                                           \
+            const long at = j * (long)(sizeof v / sizeof(float));                          \
+            const float *r = out->res ? out->res + i * out->ldt + at : NULL;               \
+            (void)r;                                                                       \
             v = EXPR;                                                                      \
-            memcpy(out->t + i * out->ldt + j * (long)(sizeof v / sizeof(float)), &v,       \
-                   sizeof v);                                                              \
+            memcpy((T) + i * (LDT) + at, &v, sizeof v);                                    \
         }
+/* CCN_DIRECT_STORE to out->t of ACT (a tile kernel's activation) of v plus
+ * the residual, if any: one unrolled loop per case. */
+#define CCN_DIRECT_STORE_ACT(ACT, act)                                                     \
+    do {                                                                                   \
+        if (out->res) {                                                                    \
+            CCN_DIRECT_STORE(out->t, out->ldt, ACT(v + ACT##_load(r), act, out->alpha))    \
+        } else {                                                                           \
+            CCN_DIRECT_STORE(out->t, out->ldt, ACT(v, act, out->alpha))                    \
+        }                                                                                  \
+    } while (0)
 
 /* NAME, a tile_fn on vectors of type VEC, up to NV of them (the
  * accumulators, CCN_DIRECT_ROWS * NV vectors, fit the registers), compiled
  * with ATTRIBUTES (an instruction set).  Each nv is its own unrolled copy,
  * so that the sums stay in registers. */
 #define CCN_DIRECT_TILE_FN(NAME, VEC, NV, ATTRIBUTES)                                     \
+    ATTRIBUTES CCN_ALWAYS_INLINE VEC NAME##_act_load(const float *p)                      \
+    {                                                                                      \
+        VEC v;                                                                             \
+        memcpy(&v, p, sizeof v);                                                           \
+        return v;                                                                          \
+    }                                                                                      \
     /* ccn_activate_simple's activations on a vector, in registers (as it   */           \
     /* computes them: NaN to 0 by ReLU, kept by Clip).                      */           \
     ATTRIBUTES CCN_ALWAYS_INLINE VEC NAME##_act(VEC v, int act, float alpha)              \
@@ -101,46 +120,38 @@ typedef void tile_fn(long C, long T, const long *off, const float *planes, long 
                     for (int j = 0; j < nv; j++)                                           \
                         acc[i][j] += w[i] * v[j];                                          \
             }                                                                              \
-        /* Whole vectors without a residual (a stem's but for odd edges): each */          \
-        /* activation its own unrolled stores.  Through the lane-by-lane loop   */          \
-        /* below, acc left the registers and the stores took as long as the sums. */       \
-        if (out->res == NULL && out->last == VL)                                           \
+        /* Whole vectors: each activation its own unrolled stores.  Through a */           \
+        /* loop that could end in a part vector, acc left the registers and  */           \
+        /* the stores took as long as the sums.                               */           \
+        if (out->last == VL)                                                               \
             switch (out->act) {                                                            \
             case CCN_ACT_NONE:                                                             \
-                CCN_DIRECT_STORE(v);                                                       \
+                CCN_DIRECT_STORE_ACT(NAME##_act, CCN_ACT_NONE);                            \
                 return;                                                                    \
             case CCN_ACT_RELU:                                                             \
-                CCN_DIRECT_STORE(NAME##_act(v, CCN_ACT_RELU, 0.0f));                       \
+                CCN_DIRECT_STORE_ACT(NAME##_act, CCN_ACT_RELU);                            \
+                return;                                                                    \
+            case CCN_ACT_LEAKY_RELU:                                                       \
+                CCN_DIRECT_STORE_ACT(NAME##_act, CCN_ACT_LEAKY_RELU);                      \
                 return;                                                                    \
             case CCN_ACT_CLIP:                                                             \
-                CCN_DIRECT_STORE(NAME##_act(v, CCN_ACT_CLIP, out->alpha));                 \
+                CCN_DIRECT_STORE_ACT(NAME##_act, CCN_ACT_CLIP);                            \
                 return;                                                                    \
             case CCN_ACT_HARD_SWISH:                                                       \
-                CCN_DIRECT_STORE(NAME##_act(v, CCN_ACT_HARD_SWISH, 0.0f));                 \
+                CCN_DIRECT_STORE_ACT(NAME##_act, CCN_ACT_HARD_SWISH);                      \
                 return;                                                                    \
             }                                                                              \
-        /* (constant bounds, so that acc stays in registers) */                           \
-        for (int i = 0; i < CCN_DIRECT_ROWS; i++)                                          \
-            for (int j = 0; j < nv && i < out->rows; j++) {                                \
-                float *o = out->t + i * out->ldt + j * VL;                                 \
-                const float *r = out->res ? out->res + i * out->ldt + j * VL : NULL;       \
-                const int n = j + 1 < nv ? (int)VL : out->last;                            \
-                VEC v = acc[i][j], add = {0};                                              \
-                /* (a part vector lane by lane: a loop to n became a call */              \
-                /* to memcpy, 14% of a stem's time)                       */              \
-                if (r && n == VL)                                                          \
-                    memcpy(&add, r, sizeof add);                                           \
-                for (int k = 0; r && n < VL && k < VL; k++)                                \
-                    add[k] = k < n ? r[k] : 0.0f;                                          \
-                if (r)                                                                     \
-                    v += add;                                                              \
-                v = NAME##_act(v, out->act, out->alpha);                                   \
-                if (n == VL)                                                               \
-                    memcpy(o, &v, sizeof v);                                               \
-                for (int k = 0; n < VL && k < VL; k++)                                     \
-                    if (k < n)                                                             \
-                        o[k] = v[k];                                                       \
-            }                                                                              \
+        /* A part vector last: the sums to a buffer, then float by float. */             \
+        float sums[CCN_DIRECT_ROWS * NV * VL];                                             \
+        CCN_DIRECT_STORE(sums, NV * VL, v);                                                \
+        const long n = (nv - 1) * VL + out->last;                                          \
+        for (int i = 0; i < out->rows; i++) {                                              \
+            float *o = out->t + i * out->ldt;                                              \
+            const float *r = out->res ? out->res + i * out->ldt : NULL;                    \
+            for (long k = 0; k < n; k++)                                                   \
+                o[k] = r ? sums[i * NV * VL + k] + r[k] : sums[i * NV * VL + k];           \
+            (void)ccn_activate_simple(n, o, out->act, out->alpha);                         \
+        }                                                                                  \
     }                                                                                      \
     ATTRIBUTES static void NAME(long C, long T, const long *off, const float *planes,     \
                                 long plane, const float *w, const float *start, int nv,   \
