@@ -5,6 +5,8 @@ odd sizes (a last block of output channels part empty, a last tile part
 outside), bias, fused activation and residual, the Makefile's default
 build (the tiles for x86-64-v3 and -v4 chosen at run time); and which
 convolutions the rule sends there."""
+import re
+
 import numpy
 import pytest
 from onnx import helper
@@ -41,6 +43,25 @@ def test_weight_blocks_layout():
     assert blocks[0, 4, 5] == w[5, 0, 1, 1]
     assert blocks[1, 9, 2] == w[10, 1, 0, 0]
     assert not blocks[1, :, 3:].any()  # channels 11 to 15 are padding
+
+
+@pytest.mark.parametrize('channels, width, stem', [(3, 224, 1), (4, 224, 1), (5, 224, 0),
+                                                    (3, 1780, 1), (3, 1800, 0)])
+def test_a_stem_is_decided_at_emit_time_within_its_stack_lines(tmp_path, channels, width, stem):
+    # 1 to 4 input channels read a row at a time, without scratch (NULL),
+    # where the lines of one band's 3 input rows (each two phases of
+    # width / 2 + 1 + DIRECT_STEM_TAIL floats) fit the kernel's stack array
+    # of DIRECT_STEM_FLOATS: an image 1800 wide takes the planes instead.
+    out = (width - 1) // 2 + 1
+    model = make_model([helper.make_node('Conv', ['x', 'w'], ['y'], strides=[2, 2],
+                                         pads=[1, 1, 1, 1])],
+                       [('x', F32, [1, channels, 8, width])], [('y', F32, [1, 16, 4, out])],
+                       {'w': numpy.ones((16, channels, 3, 3), F32)})
+    result = emit_c(build_program(model), tmp_path, 'model')
+    with open(next(p for p in result.files if p.endswith('/model.c'))) as f:
+        call = re.search(r'ccn_conv2d_direct\(.*?\);', f.read(), re.S).group()
+    assert ('.stem = %d,' % stem) in call
+    assert call.endswith('NULL);') == bool(stem)
 
 
 @pytest.mark.native_build
