@@ -311,6 +311,30 @@ void ccn_conv2d_taps(const ccn_conv_geometry *geometry, int act, float act_alpha
     }
 }
 
+/* dst[c * ld + r] = src[r * cols + c] (add: +=) for an R x cols src, by
+ * 8 x 8 tiles: rows of gw transposed into columns of gw. */
+static void store_transposed(long R, long cols, const float *src, float *dst, long ld, int add)
+{
+    for (long r0 = 0; r0 < R; r0 += 8)
+        for (long c0 = 0; c0 < cols; c0 += 8) {
+            if (r0 + 8 <= R && c0 + 8 <= cols) {
+                /* Whole tiles through a local one: vector shuffles. */
+                float tile[8][8];
+                for (int i = 0; i < 8; i++)
+                    for (int j = 0; j < 8; j++)
+                        tile[j][i] = src[(r0 + i) * cols + c0 + j];
+                for (int j = 0; j < 8; j++)
+                    for (int i = 0; i < 8; i++)
+                        dst[(c0 + j) * ld + r0 + i] =
+                            (add ? dst[(c0 + j) * ld + r0 + i] : 0.0f) + tile[j][i];
+                continue;
+            }
+            for (long c = c0; c < cols && c < c0 + 8; c++)
+                for (long r = r0; r < R && r < r0 + 8; r++)
+                    dst[c * ld + r] = (add ? dst[c * ld + r] : 0.0f) + src[r * cols + c];
+        }
+}
+
 void ccn_conv2d_grad_filter(const ccn_conv_geometry *geometry, const ccn_conv_plan *plan,
                             const float *x, const float *gy, float *gw, float *col)
 {
@@ -331,6 +355,13 @@ void ccn_conv2d_grad_filter(const ccn_conv_geometry *geometry, const ccn_conv_pl
     const double fill_rows = ccn_gemm_tile_fill(Mg, K), fill_columns = ccn_gemm_tile_fill(K, Mg);
     const int by_columns = fill_rows < fill_columns || (fill_rows == fill_columns && Mg <= N * S);
     const long taps = KH * KW, columns = ccn_grad_columns(Cg, taps, images * S);
+    /* By columns, gw_t holds at most max(columns, Mg) floats of gw^T: all
+     * of it if it fits, summed over the batches by the products and
+     * transposed once; else each product makes `chunk` of its rows and
+     * stores them into gw at once (gw^T whole was the largest scratch of
+     * a training step: 8 MiB for ResNet-50's 2048 x 1024 shortcut). */
+    const long room = columns > Mg ? columns : Mg, chunk = room / Mg;
+    const int whole = K * Mg <= room;
     float *gy_t = col + columns;
     float *gw_t = gy_t + (by_columns ? images * S * Mg : columns);
     for (long g = 0; g < group; g++) {
@@ -340,7 +371,7 @@ void ccn_conv2d_grad_filter(const ccn_conv_geometry *geometry, const ccn_conv_pl
         for (long n0 = 0; n0 < N; n0 += images) {
             const long nb = min_long(images, N - n0), ld = nb * S;
             const float *gy_n = gy + (n0 * M + g * Mg) * S;
-            /* The first batch's product sets the result, the others add. */
+            /* The first batch's products set gw, the others add to it. */
             void (*product)(const ccn_gemm_geometry *, const float *, const float *, float,
                             float *) = n0 == 0 ? ccn_gemm_set : ccn_gemm_ex;
             /* The columns by blocks of channels, each multiplied while it
@@ -357,10 +388,16 @@ void ccn_conv2d_grad_filter(const ccn_conv_geometry *geometry, const ccn_conv_pl
                               pad_top, pad_left, x + (n0 * C + g * Cg + c0) * H * W, C * H * W,
                               col, ld);
                 if (by_columns) {
-                    product(&(const ccn_gemm_geometry){.M = kb, .N = Mg, .K = ld, .a_rs = ld,
+                    for (long r0 = 0; r0 < kb; r0 += chunk) {
+                        const long rows = min_long(chunk, kb - r0);
+                        (whole ? product : ccn_gemm_set)(
+                            &(const ccn_gemm_geometry){.M = rows, .N = Mg, .K = ld, .a_rs = ld,
                                                        .a_cs = 1, .ldb = Mg, .ldc = Mg,
                                                        .act = CCN_ACT_NONE},
-                            col, gy_t, 1.0f, gw_t + k0 * Mg);
+                            col + r0 * ld, gy_t, 1.0f, whole ? gw_t + (k0 + r0) * Mg : gw_t);
+                        if (!whole)
+                            store_transposed(rows, Mg, gw_t, gw_g + k0 + r0, K, n0 > 0);
+                    }
                     continue;
                 }
                 /* gy_t holds the block's columns transposed. */
@@ -371,7 +408,7 @@ void ccn_conv2d_grad_filter(const ccn_conv_geometry *geometry, const ccn_conv_pl
                         nb > 1 ? gw_t : gy_n, gy_t, 1.0f, gw_g + k0);
             }
         }
-        if (by_columns && N > 0)
+        if (by_columns && whole && N > 0)
             ccn_transpose(K, Mg, gw_t, gw_g);
     }
 }

@@ -92,10 +92,10 @@ static inline long ccn_grad_columns(long channels, long taps, long ld)
  * KW) = the sum over the N images of gy's (M/group) x OH*OW rows times the
  * im2col columns of x, group by group, plan->images images per product
  * (the plan's other fields unused), the columns by blocks of channels.
- * col is scratch of 2*ccn_grad_columns(C/group, KH*KW, OH*OW*images) +
- * OH*OW*images*(M/group) + K*(M/group) floats, K = (C/group)*KH*KW (a
- * block of columns, then one operand transposed and one gathered or
- * transposed). */
+ * col is scratch of B + OH*OW*images*(M/group) + max(B, M/group) floats,
+ * B = ccn_grad_columns(C/group, KH*KW, OH*OW*images) (a block of columns,
+ * gy transposed or gathered, then the columns transposed or a part of
+ * gw^T of at most max(B, M/group) floats). */
 void ccn_conv2d_grad_filter(const ccn_conv_geometry *geometry, const ccn_conv_plan *plan,
                             const float *x, const float *gy, float *gw, float *col);
 

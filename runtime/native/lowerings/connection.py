@@ -492,7 +492,7 @@ def conv_grad_filter(em, inst) -> Step:
     if tiles is not None:
         return winograd_grad_filter_step(em, inst, geometry, sx, M, tiles)
     Cg = C // group
-    K, S = Cg * KH * KW, OH * OW
+    S = OH * OW
     images = images_per_product(N, S, GRAD_COLUMNS)
 
     plan = CONV_PLAN.literal(images=images, direct=False, w_panels=False, act='CCN_ACT_NONE',
@@ -503,7 +503,10 @@ def conv_grad_filter(em, inst) -> Step:
                 '                       %s,' % plan,
                 '                       %s, %s, %s, %s);' % (
                     ref(inst.inputs[0]), ref(inst.inputs[1]), ref(inst.outputs[0]), scratch)]
-    scratch = 2 * grad_columns(Cg, KH * KW, S * images) + (S * images + K) * (M // group)
+    # ccn_conv2d_grad_filter's: a block of columns, gy, then the block
+    # transposed or a part of gw^T no larger than it (or one row).
+    columns = grad_columns(Cg, KH * KW, S * images)
+    scratch = columns + S * images * (M // group) + max(columns, M // group)
     return Step('connection', [(M, Cg, KH, KW)], render, scratch=scratch, also=('gemm',))
 
 

@@ -14,7 +14,7 @@ from onnx import helper, numpy_helper
 from chainer_compiler.pipeline import build_program
 from chainer_compiler.runtime.errors import RuntimeVMError
 from chainer_compiler.runtime.executor import Executor
-from chainer_compiler.runtime.native.emit_c import emit_c
+from chainer_compiler.runtime.native.emit_c import _lowered, emit_c
 from chainer_compiler.runtime.program import NO_REGISTER
 
 from .helpers import ATOL, RTOL, Built, check_native, make_folder, make_model
@@ -284,6 +284,20 @@ CONV_CASES = [
 ]
 
 
+def _grad_filter_model(cases):
+    """One ConvGradFilter per (x shape, kernel, M, attributes) of
+    ``cases``, x_i and gy_i into gw_i; and the output sizes of each."""
+    nodes, inputs, outputs, outs = [], [], [], []
+    for i, (shape, kernel, m, attrs) in enumerate(cases):
+        out = _window_out(shape[2:], kernel, attrs)
+        nodes.append(helper.make_node('ConvGradFilter', ['x%d' % i, 'gy%d' % i], ['gw%d' % i],
+                                      domain=CUSTOM, kernel_shape=list(kernel), **attrs))
+        inputs += [('x%d' % i, F32, list(shape)), ('gy%d' % i, F32, [shape[0], m] + out)]
+        outputs.append(('gw%d' % i, F32, [m, shape[1] // attrs.get('group', 1)] + list(kernel)))
+        outs.append(out)
+    return _custom_model(nodes, inputs, outputs), outs
+
+
 def _window_out(spatial, kernel, attrs, ceil_mode=0):
     """The output size of a 2-D window (ONNX's formula)."""
     strides, dilations = attrs.get('strides', [1, 1]), attrs.get('dilations', [1, 1])
@@ -298,14 +312,8 @@ def _window_out(spatial, kernel, attrs, ceil_mode=0):
 @pytest.mark.parametrize('shape,kernel,m,attrs', CONV_CASES)
 @pytest.mark.native_build
 def test_conv_grad_filter(shape, kernel, m, attrs):
-    n, c = shape[:2]
-    out = _window_out(shape[2:], kernel, attrs)
-    group = attrs.get('group', 1)
-    model = _custom_model(
-        [helper.make_node('ConvGradFilter', ['x', 'gy'], ['gw'], domain=CUSTOM,
-                          kernel_shape=list(kernel), **attrs)],
-        [('x', F32, list(shape)), ('gy', F32, [n, m] + out)],
-        [('gw', F32, [m, c // group] + list(kernel))])
+    n = shape[0]
+    model, (out,) = _grad_filter_model([(shape, kernel, m, attrs)])
     rng = numpy.random.RandomState(0)
     # Each weight's gradient sums n * OH * OW products: float32 rounding
     # grows with that depth.
@@ -313,6 +321,39 @@ def test_conv_grad_filter(shape, kernel, m, attrs):
     check_native(model, [rng.uniform(-1, 1, shape).astype(F32),
                          rng.uniform(-1, 1, [n, m] + out).astype(F32)],
                  atol=ATOL * max(1, depth / 512), onnxruntime_check=False)
+
+
+@pytest.mark.native_build
+def test_conv_grad_filter_stores_gw_by_parts():
+    """By columns, where gw^T is larger than a block of columns, each
+    product's rows of it go into gw at once (the scratch holds a part):
+    two batches of images whose second adds to gw (10 images of 128 pixels,
+    blocks of 7 channels, 576 x 128 > 65536 floats), and one row at a time
+    (64 output channels, 8 input channels of 2x2 pixels: 32 floats of
+    columns, full tiles only by columns with AVX2 or AVX-512)."""
+    cases = [((10, 64, 16, 8), (3, 3), 128, {'pads': [1, 1, 1, 1]}),
+             ((1, 8, 2, 2), (1, 1), 64, {})]
+    model, outs = _grad_filter_model(cases)
+    rng = numpy.random.RandomState(0)
+    inputs = []
+    for (shape, _, m, _), out in zip(cases, outs):
+        inputs += [rng.uniform(-1, 1, shape).astype(F32),
+                   rng.uniform(-1, 1, [shape[0], m] + out).astype(F32)]
+    # Depth 10 x 128 (as test_conv_grad_filter tolerates).
+    check_native(model, inputs, atol=ATOL * 1280 / 512, onnxruntime_check=False)
+
+
+def test_conv_grad_filter_scratch_is_not_the_whole_gradient():
+    """ResNet-50's stage 4 shortcut at 64x64, batch 64 (1x1, stride 2, 1024
+    to 2048 channels): its filter gradient's scratch is a block of columns
+    (65536 floats), the batch's gy (256 pixels x 2048) and at most a
+    block more, 2.5 MiB; it was 10.5 with gw^T whole (8 MiB), the largest
+    scratch of the native training step, at its peak (issue 34)."""
+    model, _ = _grad_filter_model([((64, 1024, 4, 4), (1, 1), 2048, {'strides': [2, 2]})])
+    lowered = _lowered(build_program(model), 'model')
+    (step,) = [s for s in lowered.steps if s is not None]
+    assert step.scratch == 2 * 65536 + 256 * 2048
+    assert step.scratch < 1024 * 2048
 
 
 #: (x shape, MaxPool attributes)
