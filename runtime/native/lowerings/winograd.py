@@ -73,8 +73,9 @@ TILE4_MIN_WIDTH = 20
 #: products over the whole depth in registers, then their outputs at once.
 #: One thread, batch 1, C driver, CPU time, against ccn_gemm.c's products
 #: of each plane: SqueezeNet's 16 -> 64 channels at 55x55 0.7x, 32 -> 128
-#: at 27x27 0.75x-0.85x; 48 and 64 channels at 13x13 (F(2x2, 3x3)) 0.95x-1.0x.
-SHALLOW_MAX_CHANNELS = 32
+#: at 27x27 0.83x-0.97x, 48 -> 192 0.93x-0.96x; ResNet's 64 -> 64 at 56x56
+#: 0.81x-0.85x; 128 -> 128 at 28x28 1.16x-1.23x.
+SHALLOW_MAX_CHANNELS = 64
 #: The same for weights given at run time (F(2x2, 3x3): a training step's
 #: forward and input gradient), whose blocks waste at most an eighth of
 #: their last SHALLOW_CHUNK: batch 8, 64 channels at 32x32 0.94x, 128 at
