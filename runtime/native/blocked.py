@@ -10,10 +10,10 @@ as NchwcConv (lowerings/nchwc.py, kernels/ccn_nchwc.c) on tensors of shape
 outputs (as input or residual) form a chain; a chain with more depthwise
 Convs than values to reorder at its edges runs blocked: an NchwcReorderIn
 before it for each value it reads from outside, an NchwcReorderOut after
-a Conv whose value something outside the chain (or the caller) reads.  One 1x1 product and the
-depthwise after it then share a layout with no repacking (onnxruntime's
-MLAS runs every convolution so; benchmarks/NOTES.md, "NCHWc through
-mobile chains").
+a Conv whose value something outside the chain (or the caller) reads.
+One 1x1 product and the depthwise after it then share a layout with no
+repacking (onnxruntime's MLAS runs every convolution so;
+benchmarks/NOTES.md, "NCHWc through mobile chains").
 
 The pass reads the static shapes of the Program's types; without them it
 changes nothing.
