@@ -389,6 +389,8 @@ CCN_ALWAYS_INLINE void shallow_product(long R, long I, const float *u, long u_o,
             shallow_vec v0, v1;
             memcpy(&v0, v + i * ldv + t, sizeof v0);
             memcpy(&v1, v + i * ldv + t + SHALLOW_VL, sizeof v1);
+            /* The next chunk's row i (rows ld apart: the hardware did not
+             * fetch them ahead; 0.94x and 0.87x the time at 55x55, 27x27). */
             __builtin_prefetch(v + i * ldv + t + 2 * SHALLOW_VL);
             __builtin_prefetch(v + i * ldv + t + 3 * SHALLOW_VL);
             for (long r = 0; r < R; r++) {
