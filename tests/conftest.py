@@ -49,13 +49,18 @@ def native_cache(tmp_path_factory):
     own.  Under pytest-xdist the workers share it (the run's temporary
     folder, above each worker's), so the kernels are not compiled once per
     worker; the cache's atomic renames make concurrent builds safe.  Tests
-    of the cache itself set their own folder."""
+    of the cache itself set their own folder.  The kernel objects of the
+    emitted Makefiles that tests build with make are shared the same way
+    (tests/runtime/native/helpers.py, make_folder)."""
     if os.environ.get('PYTEST_XDIST_WORKER'):
         folder = tmp_path_factory.getbasetemp().parent / 'native-cache'
+        objects = tmp_path_factory.getbasetemp().parent / 'make-objects'
     else:
         folder = tmp_path_factory.mktemp('native-cache')
+        objects = tmp_path_factory.mktemp('make-objects')
     with pytest.MonkeyPatch.context() as patch:
         patch.setenv('CHAINER_COMPILER_CACHE', str(folder))
+        patch.setenv('CHAINER_COMPILER_TEST_OBJECTS', str(objects))
         yield folder
 
 

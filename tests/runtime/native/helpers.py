@@ -2,8 +2,15 @@
 native backend (the Program compiled to C) and compare with the NumPy
 Executor and onnxruntime; build emitted C with make and run the executable
 with nothing from the Python environment."""
+import glob
+import hashlib
 import os
+import pathlib
+import re
+import shlex
+import shutil
 import subprocess
+import tempfile
 
 import numpy
 import onnxruntime
@@ -100,10 +107,63 @@ def sanitize(name):
     return ''.join(c if c.isascii() and (c.isalnum() or c in '_.-') else '_' for c in name)
 
 
-def make_folder(folder):
-    """`make -C folder`, asserted to succeed; returns its output."""
-    done = subprocess.run(['make', '-C', str(folder)], capture_output=True, text=True,
-                          timeout=300)
-    output = done.stdout + done.stderr
+#: Where make_folder keeps the kernel objects of emitted Makefiles for the
+#: whole run (tests/conftest.py sets it; unset, nothing is shared).
+OBJECT_CACHE = 'CHAINER_COMPILER_TEST_OBJECTS'
+#: A kernel's compile line in `make -n`'s plan (render's Makefile rules).
+_KERNEL_COMPILE = re.compile(r' -c -o (ccn_\w+\.o) (ccn_\w+\.c)$')
+
+
+def _shared_kernel_objects(folder, args):
+    """Put the kernel objects (ccn_*.o) that `make -C folder *args` would
+    compile into ``folder``, newer than their sources so make keeps them:
+    each is compiled by the Makefile's own command line, once per run for
+    that line and the same kernel source and ccn_*.h headers (what the
+    object is made of), and copied from the run's cache after that.
+    Returns what those compiles printed (their command lines and
+    diagnostics), as make would have; a compile that fails is left to make,
+    which reports it."""
+    cache = os.environ.get(OBJECT_CACHE)
+    if not cache:
+        return ''
+    os.makedirs(cache, exist_ok=True)
+    plan = subprocess.run(['make', '-n', '-C', str(folder)] + list(args), capture_output=True,
+                          text=True, timeout=60).stdout
+    common = b''.join(pathlib.Path(p).name.encode() + pathlib.Path(p).read_bytes()
+                      for p in sorted(glob.glob(os.path.join(folder, 'ccn_*.h'))))
+    printed = []
+    for line in plan.splitlines():
+        match = _KERNEL_COMPILE.search(line)
+        if match is None:
+            continue
+        target, source = match.groups()
+        code = pathlib.Path(folder, source).read_bytes()
+        key = hashlib.sha256(line.encode() + b'\0' + code + b'\0' + common).hexdigest()
+        entry = os.path.join(cache, key)
+        if not os.path.exists(entry + '.o'):
+            done = subprocess.run(shlex.split(line), cwd=folder, capture_output=True, text=True,
+                                  timeout=300)
+            if done.returncode != 0:
+                break
+            # Output first: an object in the cache always has its output.
+            for suffix, data in (('.txt', (done.stdout + done.stderr).encode()),
+                                 ('.o', pathlib.Path(folder, target).read_bytes())):
+                with tempfile.NamedTemporaryFile(dir=cache, delete=False) as f:
+                    f.write(data)
+                os.replace(f.name, entry + suffix)
+        shutil.copyfile(entry + '.o', os.path.join(folder, target))
+        with open(entry + '.txt') as f:
+            printed.append(line + '\n' + f.read())
+    return ''.join(printed)
+
+
+def make_folder(folder, *args):
+    """`make -C folder *args`, asserted to succeed; returns its output.  The
+    kernels are compiled once per run (_shared_kernel_objects): model
+    tests would otherwise compile the same kernel files in every build."""
+    printed = _shared_kernel_objects(folder, args)
+    done = subprocess.run(['make', '-C', str(folder)] + list(args), capture_output=True,
+                          text=True, timeout=300)
+    output = printed + done.stdout + done.stderr
     assert done.returncode == 0, output
     return output
