@@ -64,6 +64,11 @@ TAPS_SHARE = 0.5
 #: depth, ConvTranspose's columns), whose other operands are not packed at
 #: emit time: each product reads or writes the whole weight gradient.
 GRAD_COLUMNS = 1024
+#: The most floats of gy one ConvGradFilter product takes, fewer images
+#: where the output channels are many: that gy is transposed or gathered
+#: into scratch (ResNet-50's 256 -> 1024 at 4x4, batch 64: 32 images, 2
+#: MiB, not 64; 0.8-0.95x the kernel's time, the copy staying in cache).
+GRAD_GY_FLOATS = 1 << 19
 #: ccn_connection.h's CCN_GRAD_BLOCK_FLOATS: the gradients' im2col columns
 #: are built and multiplied by blocks of about this many floats.
 GRAD_BLOCK_FLOATS = 65536
@@ -493,7 +498,7 @@ def conv_grad_filter(em, inst) -> Step:
         return winograd_grad_filter_step(em, inst, geometry, sx, M, tiles)
     Cg = C // group
     S = OH * OW
-    images = images_per_product(N, S, GRAD_COLUMNS)
+    images = images_per_product(N, S, min(GRAD_COLUMNS, GRAD_GY_FLOATS // (M // group)))
 
     plan = CONV_PLAN.literal(images=images, direct=False, w_panels=False, act='CCN_ACT_NONE',
                              act_alpha=0.0)
