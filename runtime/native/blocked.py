@@ -86,14 +86,18 @@ def blockable(program: Program, inst: Instruction) -> bool:
 
 def chains(program: Program) -> list[set[int]]:
     """The instruction indices of each chain that runs blocked: blockable
-    Convs linked by the values they read (input 0, the residual 3), more
-    of them depthwise than the chain has edges to reorder (what pays:
-    the depthwise convolutions gain most, the products about break even,
-    a reorder costs a pass over its tensor; benchmarks/NOTES.md)."""
+    Convs linked by the values they read (input 0, the residual 3, the
+    tensor of a squeeze-excitation's Mul folded into a 1x1 product), with
+    the GlobalAveragePools of their outputs; more of them depthwise than
+    the chain has edges to reorder (what pays: the depthwise convolutions
+    gain most, the products about break even, a reorder costs a pass over
+    its tensor; benchmarks/NOTES.md)."""
     insts = program.instructions
-    eligible = [i for i, inst in enumerate(insts) if blockable(program, inst)]
-    producer = {insts[i].outputs[0]: i for i in eligible}
-    parent = {i: i for i in eligible}
+    scales = _scales(program)
+    reads = _blocked_reads(program, scales)
+    producer = {insts[i].outputs[0]: i for i in reads if insts[i].op == 'Conv'}
+    members = [i for i in reads if insts[i].op == 'Conv' or insts[i].inputs[0] in producer]
+    parent = {i: i for i in members}
 
     def root(i):
         while parent[i] != i:
@@ -101,32 +105,89 @@ def chains(program: Program) -> list[set[int]]:
             i = parent[i]
         return i
 
-    for i in eligible:
-        for r in _chained_inputs(insts[i]):
+    for i in members:
+        for r in reads[i]:
             if r in producer:
                 parent[root(i)] = root(producer[r])
     groups: dict[int, set[int]] = {}
-    for i in eligible:
+    for i in members:
         groups.setdefault(root(i), set()).add(i)
     return [g for g in groups.values()
-            if sum(int(insts[i].attrs.get('group', 1)) > 1 for i in g) > _edges(program, g)]
+            if sum(int(insts[i].attrs.get('group', 1)) > 1 for i in g) >
+            _edges(program, g, reads, scales)]
 
 
-def _edges(program: Program, chain: set[int]) -> int:
+def _scales(program: Program) -> dict[int, int]:
+    """The squeeze-excitation Muls a 1x1 product may fold, by the product:
+    a Mul of an (N, C, H, W) tensor by an (N, C, 1, 1) one whose result
+    only that product reads, as its input."""
+    insts = program.instructions
+    readers: dict[int, list[int]] = {}
+    for i, inst in enumerate(insts):
+        for r in set(inst.inputs + inst.captures):
+            readers.setdefault(r, []).append(i)
+    found = {}
+    for i, inst in enumerate(insts):
+        if inst.op != 'Mul' or inst.domain not in ('', 'ai.onnx') or len(inst.inputs) != 2:
+            continue
+        y = _static(program, inst.outputs[0])
+        to = readers.get(inst.outputs[0], [])
+        if y is None or len(y) != 4 or y[2] * y[3] == 1 or len(to) != 1 or \
+                inst.outputs[0] in {v.register for v in program.outputs}:
+            continue
+        conv = insts[to[0]]
+        shapes = [_static(program, r) for r in inst.inputs]
+        if sorted(shapes, key=str) == sorted([y, y[:2] + (1, 1)], key=str) and \
+                blockable(program, conv) and int(conv.attrs.get('group', 1)) == 1 and \
+                conv.inputs[0] == inst.outputs[0] and inst.outputs[0] not in conv.inputs[1:]:
+            found[to[0]] = i
+    return found
+
+
+def _blocked_reads(program: Program, scales: dict[int, int]) -> dict[int, list[int]]:
+    """The registers each blockable Conv and GlobalAveragePool would read
+    blocked, by instruction: a Conv's input 0 (a folded Mul's tensor in
+    its place: ``scales``, the folded Muls) and residual, a pool's input."""
+    insts = program.instructions
+    reads = {}
+    for i, inst in enumerate(insts):
+        if i in scales:
+            mul = insts[scales[i]]
+            x = mul.inputs[0] if _static(program, mul.inputs[0]) == \
+                _static(program, mul.outputs[0]) else mul.inputs[1]
+            reads[i] = [x] + _chained_inputs(inst)[1:]
+        elif blockable(program, inst):
+            reads[i] = _chained_inputs(inst)
+        elif inst.op == 'GlobalAveragePool' and inst.domain in ('', 'ai.onnx'):
+            shape = _static(program, inst.inputs[0])
+            # Its lowering takes the channels from the output's type.
+            if shape is not None and len(shape) == 4 and \
+                    _static(program, inst.outputs[0]) == shape[:2] + (1, 1):
+                reads[i] = [inst.inputs[0]]
+    return reads
+
+
+def _edges(program: Program, chain: set[int], reads: dict[int, list[int]],
+           scales: dict[int, int]) -> int:
     """How many reorders ``chain`` needs: values it reads from outside,
     values it makes that something outside reads."""
-    made = {program.instructions[i].outputs[0] for i in chain}
-    read = {r for i in chain for r in _chained_inputs(program.instructions[i])}
-    return len(read - made) + len(made & _outside(program, chain))
+    made = {program.instructions[i].outputs[0] for i in chain
+            if program.instructions[i].op == 'Conv'}
+    read = {r for i in chain for r in reads[i]}
+    return len(read - made) + len(made & _outside(program, chain, reads, scales))
 
 
-def _outside(program: Program, chosen: set[int]) -> set[int]:
-    """The registers read other than as a chained input of ``chosen``
-    (a program output counts as read)."""
+def _outside(program: Program, chosen: set[int], reads: dict[int, list[int]],
+             scales: dict[int, int]) -> set[int]:
+    """The registers read other than blocked by ``chosen`` (a program
+    output counts as read; a Mul folded into a chosen product reads
+    nothing)."""
+    folded = {m for c, m in scales.items() if c in chosen}
     outside = {v.register for v in program.outputs}
     for i, inst in enumerate(program.instructions):
-        passed = _chained_inputs(inst) if i in chosen else []
-        outside.update(r for r in inst.inputs + inst.captures if r not in passed)
+        passed = reads[i] if i in chosen else []
+        if i not in folded:
+            outside.update(r for r in inst.inputs + inst.captures if r not in passed)
     return outside
 
 
@@ -137,16 +198,22 @@ def _chained_inputs(inst: Instruction) -> list[int]:
 
 
 def block_chains(program: Program) -> Program:
-    """``program`` with its chains (``chains``) as NchwcConv between
-    NchwcReorderIn and NchwcReorderOut; the same object when it has none."""
+    """``program`` with its chains (``chains``) as NchwcConv and
+    NchwcGlobalAveragePool between NchwcReorderIn and NchwcReorderOut, a
+    folded Mul's scale as its product's input 4; the same object when it
+    has none."""
     found = chains(program)
     if not found:
         return program
     chosen = set().union(*found)
     insts = program.instructions
+    all_scales = _scales(program)
+    reads = _blocked_reads(program, all_scales)
+    scales = {c: insts[m] for c, m in all_scales.items() if c in chosen}
+    folded = {m.outputs[0] for m in scales.values()}
     # A value a chain makes keeps its register when only the chain reads
     # it; otherwise the chain writes a blocked copy, reordered after it.
-    outside = _outside(program, chosen)
+    outside = _outside(program, chosen, reads, all_scales)
     types = dict(program.types)
     count = program.num_registers
     blocked: dict[int, int] = {}
@@ -160,17 +227,27 @@ def block_chains(program: Program) -> Program:
 
     for i, inst in enumerate(insts):
         if i not in chosen:
-            rewritten.append(inst)
+            if not (inst.op == 'Mul' and inst.outputs[0] in folded):
+                rewritten.append(inst)
+            continue
+        for r in reads[i]:
+            if r not in blocked:  # from outside the chain
+                blocked[r] = new_register(r)
+                rewritten.append(Instruction('NchwcReorderIn', (r,), (blocked[r],),
+                                             domain=CUSTOM_DOMAIN, name=inst.name))
+        if inst.op == 'GlobalAveragePool':
+            rewritten.append(dataclasses.replace(inst, op='NchwcGlobalAveragePool',
+                                                 domain=CUSTOM_DOMAIN,
+                                                 inputs=(blocked[reads[i][0]],)))
             continue
         inputs = list(inst.inputs)
-        for k in (0, 3):
-            r = inputs[k] if k < len(inputs) else NO_REGISTER
-            if r != NO_REGISTER:
-                if r not in blocked:  # from outside the chain
-                    blocked[r] = new_register(r)
-                    rewritten.append(Instruction('NchwcReorderIn', (r,), (blocked[r],),
-                                                 domain=CUSTOM_DOMAIN, name=inst.name))
-                inputs[k] = blocked[r]
+        inputs[0] = blocked[reads[i][0]]
+        if len(inputs) > 3 and inputs[3] != NO_REGISTER:
+            inputs[3] = blocked[inputs[3]]
+        if i in scales:
+            mul = scales[i]
+            inputs += [NO_REGISTER] * (4 - len(inputs)) + [
+                mul.inputs[1] if reads[i][0] == mul.inputs[0] else mul.inputs[0]]
         y = inst.outputs[0]
         yb = new_register(y) if y in outside else y
         if yb == y:

@@ -83,6 +83,22 @@ static void reorder_out_range(void *context, long begin, long end)
     }
 }
 
+/* The mean of each channel of one block of one image (t = n * blocks + b). */
+static void pool_range(void *context, long begin, long end)
+{
+    const reorder_call *a = context;
+    for (long t = begin; t < end; t++) {
+        const long n = t / a->blocks, c0 = t % a->blocks * B;
+        const long live = a->channels - c0 < B ? a->channels - c0 : B;
+        const float *x = a->x + t * a->pixels * B;
+        v16 sum = {0};
+        for (long p = 0; p < a->pixels; p++)
+            sum += LOAD(x + p * B);
+        for (long c = 0; c < live; c++)
+            a->y[n * a->channels + c0 + c] = sum[c] / (float)a->pixels;
+    }
+}
+
 static void reorder(long batch, long channels, long pixels, const float *x, float *y,
                     ccn_task task)
 {
@@ -101,9 +117,15 @@ void ccn_nchwc_reorder_out(long batch, long channels, long pixels, const float *
     reorder(batch, channels, pixels, x, y, reorder_out_range);
 }
 
+void ccn_nchwc_global_average_pool(long batch, long channels, long pixels, const float *x,
+                                   float *y)
+{
+    reorder(batch, channels, pixels, x, y, pool_range);
+}
+
 typedef struct {
     const ccn_nchwc_geometry *g;
-    const float *x, *w, *bias, *residual;
+    const float *x, *scale, *w, *bias, *residual;
     float *y;
 } conv_call;
 
@@ -113,7 +135,9 @@ typedef struct {
  * compile time), and runs the products' level (ccn_common.h). */
 typedef void conv_fn(const ccn_nchwc_geometry *, const float *, const float *, const float *,
                      const float *, float *);
-conv_fn ccn_nchwc_pointwise_v3, ccn_nchwc_pointwise_v4;
+typedef void pointwise_fn(const ccn_nchwc_geometry *, const float *, const float *,
+                          const float *, const float *, const float *, float *);
+pointwise_fn ccn_nchwc_pointwise_v3, ccn_nchwc_pointwise_v4;
 conv_fn ccn_nchwc_depthwise_v3, ccn_nchwc_depthwise_v4;
 #define AT_LEVEL(NAME, ...)                                                     \
     do {                                                                        \
@@ -167,10 +191,13 @@ static inline void finish(float *y, long n, int act, float act_alpha)
 }
 
 /* The outputs of `blocks` output blocks at `pixels` pixels from p0 of one
- * image: x and y that image's, w the first block's weights. */
-CCN_ALWAYS_INLINE void pointwise_tile(const conv_call *a, const float *x, const float *w,
-                                      long ob0, long p0, float *y, const float *res,
-                                      int blocks, int pixels)
+ * image: x, its channels' scales sc (when `scaled`) and y that image's, w
+ * the first block's weights.  Scaling the weights' vectors per input
+ * channel costs `blocks` multiplies against blocks x pixels FMAs; a pass
+ * of the Mul would read and write the whole input. */
+CCN_ALWAYS_INLINE void pointwise_tile(const conv_call *a, const float *x, const float *sc,
+                                      const float *w, long ob0, long p0, float *y,
+                                      const float *res, int blocks, int pixels, int scaled)
 {
     const ccn_nchwc_geometry *g = a->g;
     const long plane = g->out_h * g->out_w, depth = g->in_blocks * B;
@@ -189,6 +216,9 @@ CCN_ALWAYS_INLINE void pointwise_tile(const conv_call *a, const float *x, const 
             v16 wv[PW_BLOCKS];
             for (int o = 0; o < blocks; o++)
                 wv[o] = LOAD(wb + o * depth * B + c * B);
+            if (scaled)
+                for (int o = 0; o < blocks; o++)
+                    wv[o] *= sc[cb * B + c];
             for (int p = 0; p < pixels; p++) {
                 const float xv = xb[p * B + c];
                 for (int o = 0; o < blocks; o++)
@@ -205,6 +235,11 @@ CCN_ALWAYS_INLINE void pointwise_tile(const conv_call *a, const float *x, const 
     }
 }
 
+/* A tile of pointwise_tile, the scaling chosen at compile time. */
+#define TILE(W, OB0, P, BLOCKS, PIXELS)                                              \
+    (sc ? pointwise_tile(a, x, sc, W, OB0, P, y, res, BLOCKS, PIXELS, 1)            \
+        : pointwise_tile(a, x, NULL, W, OB0, P, y, res, BLOCKS, PIXELS, 0))
+
 static void pointwise_range(void *context, long begin, long end)
 {
     const conv_call *a = context;
@@ -216,6 +251,7 @@ static void pointwise_range(void *context, long begin, long end)
         const long n = t / (tiles * groups), ob0 = t / tiles % groups * PW_BLOCKS;
         const long p0 = t % tiles * PW_PIXELS;
         const float *x = a->x + n * g->in_blocks * plane * B;
+        const float *sc = a->scale ? a->scale + n * g->in_channels : NULL;
         const float *w = a->w + ob0 * depth * B;
         float *y = a->y + n * g->out_blocks * plane * B;
         const float *res = a->residual ? a->residual + n * g->out_blocks * plane * B : NULL;
@@ -225,33 +261,34 @@ static void pointwise_range(void *context, long begin, long end)
             switch (blocks) {  /* constant sizes: the tile in registers */
 #if PW_BLOCKS == 4
             case 4:
-                pointwise_tile(a, x, w, ob0, p0, y, res, 4, PW_PIXELS);
+                TILE(w, ob0, p0, 4, PW_PIXELS);
                 break;
             case 3:
-                pointwise_tile(a, x, w, ob0, p0, y, res, 3, PW_PIXELS);
+                TILE(w, ob0, p0, 3, PW_PIXELS);
                 break;
             case 2:
-                pointwise_tile(a, x, w, ob0, p0, y, res, 2, PW_PIXELS);
+                TILE(w, ob0, p0, 2, PW_PIXELS);
                 break;
 #endif
             default:
-                pointwise_tile(a, x, w, ob0, p0, y, res, 1, PW_PIXELS);
+                TILE(w, ob0, p0, 1, PW_PIXELS);
             }
         else  /* the last pixels: one at a time */
             for (long o = 0; o < blocks; o++)
                 for (long p = p0; p < p0 + pixels; p++)
-                    pointwise_tile(a, x, w + o * depth * B, ob0 + o, p, y, res, 1, 1);
+                    TILE(w + o * depth * B, ob0 + o, p, 1, 1);
     }
 }
 
-void ccn_nchwc_pointwise(const ccn_nchwc_geometry *g, const float *x, const float *w,
-                         const float *bias, const float *residual, float *y)
+void ccn_nchwc_pointwise(const ccn_nchwc_geometry *g, const float *x, const float *scale,
+                         const float *w, const float *bias, const float *residual, float *y)
 {
-    AT_LEVEL(ccn_nchwc_pointwise, g, x, w, bias, residual, y);
+    AT_LEVEL(ccn_nchwc_pointwise, g, x, scale, w, bias, residual, y);
     const long plane = g->out_h * g->out_w;
     const long tiles = (plane + PW_PIXELS - 1) / PW_PIXELS;
     const long groups = (g->out_blocks + PW_BLOCKS - 1) / PW_BLOCKS;
-    conv_call a = {.g = g, .x = x, .w = w, .bias = bias, .residual = residual, .y = y};
+    conv_call a = {.g = g, .x = x, .scale = scale, .w = w, .bias = bias, .residual = residual,
+                   .y = y};
     ccn_parallel_for(g->batch * groups * tiles,
                      g->batch * g->out_blocks * plane * g->in_blocks * B * B, pointwise_range, &a);
 }

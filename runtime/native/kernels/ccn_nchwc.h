@@ -30,12 +30,18 @@ typedef struct {
 void ccn_nchwc_reorder_in(long batch, long channels, long pixels, const float *x, float *y);
 /* y (N, C, pixels) = the first C channels of blocked x. */
 void ccn_nchwc_reorder_out(long batch, long channels, long pixels, const float *x, float *y);
+/* y (N, C) = the means of blocked x's first C channels over its pixels:
+ * a squeeze-excitation's pool. */
+void ccn_nchwc_global_average_pool(long batch, long channels, long pixels, const float *x,
+                                   float *y);
 /* A 1x1 convolution of blocked x by w, (out_blocks, in_blocks * 16, 16)
  * (w[ob][ci][o] the weight of output 16 ob + o from input ci, zero past
- * the channels), plus bias (out_blocks * 16 or NULL) and residual
- * (blocked like y, or NULL), then the activation. */
-void ccn_nchwc_pointwise(const ccn_nchwc_geometry *g, const float *x, const float *w,
-                         const float *bias, const float *residual, float *y);
+ * the channels), its input channel c of image n first scaled by
+ * scale[n * in_channels + c] (a squeeze-excitation's Mul; NULL: none),
+ * plus bias (out_blocks * 16 or NULL) and residual (blocked like y, or
+ * NULL), then the activation. */
+void ccn_nchwc_pointwise(const ccn_nchwc_geometry *g, const float *x, const float *scale,
+                         const float *w, const float *bias, const float *residual, float *y);
 /* A depthwise convolution of blocked x by w, (blocks, KH, KW, 16), plus
  * bias and residual as ccn_nchwc_pointwise, then the activation. */
 void ccn_nchwc_depthwise(const ccn_nchwc_geometry *g, const float *x, const float *w,

@@ -49,10 +49,28 @@ def reorder_out(em, inst) -> Step:
     return Step('nchwc', [out], render)
 
 
+@lowers(CUSTOM_DOMAIN + '::NchwcGlobalAveragePool')
+def global_average_pool(em, inst) -> Step:
+    """A squeeze-excitation's pool of a blocked tensor, to a plain (N, C, 1, 1)."""
+    s = em.shape(inst, 0)
+    declared = em.p.types.get(inst.outputs[0])
+    out = tuple(declared.shape or ()) if declared is not None else ()
+    if len(s) != 5 or len(out) != 4 or not all(isinstance(d, int) and d >= 0 for d in out) \
+            or out[2:] != (1, 1) or blocked_shape(out[:2] + s[2:4]) != s:
+        raise Refuse('NchwcGlobalAveragePool takes a blocked tensor to a declared (N, C, 1, 1) '
+                     'of its channels, got %s to %s' % (list(s), list(out)))
+
+    def render(ref, scratch):
+        return ['ccn_nchwc_global_average_pool(%d, %d, %d, %s, %s);' % (
+            out[0], out[1], s[2] * s[3], ref(inst.inputs[0]), ref(inst.outputs[0]))]
+    return Step('nchwc', [out], render)
+
+
 @lowers(CUSTOM_DOMAIN + '::NchwcConv')
 def nchwc_conv(em, inst) -> Step:
     """A Conv of blocked.blockable on blocked tensors: a 1x1 product or a
-    depthwise convolution."""
+    depthwise convolution; a product's input 4, (N, C, 1, 1), scales its
+    input's channels per image (a squeeze-excitation's Mul)."""
     sx = em.shape(inst, 0)
     w = em.const(inst.inputs[1])
     if len(sx) != 5 or w is None or w.ndim != 4:
@@ -75,6 +93,10 @@ def nchwc_conv(em, inst) -> Step:
     residual = em.has(inst, 3)
     if residual and em.shape(inst, 3) != out:
         raise Refuse('residual %s is not the output %s' % (list(em.shape(inst, 3)), list(out)))
+    scaled = em.has(inst, 4)
+    if scaled and (depthwise or em.shape(inst, 4) != (n, channels, 1, 1)):
+        raise Refuse('NchwcConv scales the input of a 1x1 product by (%d, %d, 1, 1), got %s'
+                     % (n, channels, list(em.shape(inst, 4))))
     w = numpy.asarray(w, numpy.float32)
     if depthwise:  # (blocks, KH, KW, BLOCK)
         padded = numpy.zeros((out[1] * BLOCK, kh, kw), numpy.float32)
@@ -101,7 +123,8 @@ def nchwc_conv(em, inst) -> Step:
     function = 'ccn_nchwc_depthwise' if depthwise else 'ccn_nchwc_pointwise'
 
     def render(ref, scratch):
-        return ['%s(%s,' % (function, geometry), '    %s, %s, %s, %s, %s);' % (
-            ref(inst.inputs[0]), weights, bias or 'NULL',
+        scale = '' if depthwise else (ref(inst.inputs[4]) if scaled else 'NULL') + ', '
+        return ['%s(%s,' % (function, geometry), '    %s, %s%s, %s, %s, %s);' % (
+            ref(inst.inputs[0]), scale, weights, bias or 'NULL',
             ref(inst.inputs[3]) if residual else 'NULL', ref(inst.outputs[0]))]
     return Step('nchwc', [out], render, also=('gemm',))

@@ -38,7 +38,8 @@ def chain_model(rng, batch=2):
     """A MobileNet-like chain from x (batch, 20, 9, 11): 1x1 products and
     depthwise 3x3 and 5x5 at strides 1 and 2 (asymmetric padding), with
     ReLU6, HardSwish, none, a residual Add of x, Swish, Relu, LeakyRelu
-    and Sigmoid; outputs the residual sum (read mid-chain) and the end."""
+    and Sigmoid, a squeeze-excitation before the last product; outputs the
+    residual sum (read mid-chain) and the end."""
     init = {'lo': numpy.array(0, numpy.float32), 'hi': numpy.array(6, numpy.float32)}
 
     def conv(*args, **kwargs):
@@ -58,7 +59,14 @@ def chain_model(rng, batch=2):
         conv('c6', 'a5', 17, 17, 3, 2, (0, 1, 1, 0), group=17),
         helper.make_node('LeakyRelu', ['c6'], ['a6'], alpha=0.1),
         conv('c7', 'a6', 17, 17, 3, 1, (1, 1, 1, 1), group=17),
-        conv('c8', 'c7', 17, 16, 1, 1, (0, 0, 0, 0)),
+        # A squeeze-excitation: its pool and the Mul (folded into c8) on blocks.
+        helper.make_node('GlobalAveragePool', ['c7'], ['g7']),
+        conv('q1', 'g7', 17, 8, 1, 1, (0, 0, 0, 0)),
+        helper.make_node('Relu', ['q1'], ['r1']),
+        conv('q2', 'r1', 8, 17, 1, 1, (0, 0, 0, 0)),
+        helper.make_node('HardSigmoid', ['q2'], ['h2']),
+        helper.make_node('Mul', ['h2', 'c7'], ['m7']),
+        conv('c8', 'm7', 17, 16, 1, 1, (0, 0, 0, 0)),
         helper.make_node('Sigmoid', ['c8'], ['y']),
     ]
     return make_model(nodes, [('x', numpy.float32, (batch, 20, 9, 11))],
@@ -75,12 +83,27 @@ def test_a_chain_runs_blocked_between_reorders_at_its_edges():
     ops = [i.qualified_op.replace(NCHWC, '') for i in program.instructions]
     # x in once (read by c1 and as c3's residual), the residual sum out
     # mid-chain for the caller, the end out; nothing else leaves the chain.
+    # The squeeze-excitation pools blocks; its Mul is the last product's
+    # input 4.
     assert ops == ['NchwcReorderIn'] + ['NchwcConv'] * 3 + ['NchwcReorderOut'] + \
-        ['NchwcConv'] * 5 + ['NchwcReorderOut']
+        ['NchwcConv'] * 4 + ['NchwcGlobalAveragePool', 'Conv', 'Conv', 'HardSigmoid',
+                             'NchwcConv', 'NchwcReorderOut']
+    assert program.instructions[-2].inputs[4] == program.instructions[-3].outputs[0]
     conv = program.instructions[3]
     assert conv.inputs[3] == program.instructions[0].outputs[0]  # x blocked, as residual
     # A value only the chain reads keeps its register, now blocked.
     assert program.types[program.instructions[1].outputs[0]].shape == (2, 3, 9, 11, BLOCK)
+
+
+def test_a_squeeze_excitation_read_elsewhere_keeps_its_mul():
+    # The caller reads the Mul's result too: the product cannot fold it,
+    # the scaled tensor leaves the chain for it.
+    model = chain_model(numpy.random.default_rng(0))
+    model.graph.output.append(helper.make_tensor_value_info(
+        'm7', helper.np_dtype_to_tensor_dtype(numpy.dtype(numpy.float32)), (2, 17, 2, 3)))
+    program = _blocked(model)
+    ops = [i.qualified_op.replace(NCHWC, '') for i in program.instructions]
+    assert 'Mul' in ops and all(len(i.inputs) < 5 for i in program.instructions)
 
 
 def test_chains_that_do_not_pay_stay_as_they_are():
@@ -121,6 +144,30 @@ def test_a_program_asking_the_kernels_for_more_is_refused(attrs):
         program.constants[inst.inputs[1]] = numpy.zeros((36, 20, 3, 3), numpy.float32)
         program.instructions[k].attrs['pads'] = [1, 1, 1, 1]
     with pytest.raises(UnsupportedNativeOpsError, match='NchwcConv is a 1x1 product'):
+        lower(program, 'm')
+
+
+@pytest.mark.parametrize('case', ['scale of x', 'scaled depthwise', 'pool of x', 'pool to 33'])
+def test_a_malformed_blocked_pool_or_scale_is_refused(case):
+    # A Program file may hold them itself: a scale not of the product's
+    # input channels, or a pool's channels not its input's blocks, would
+    # read or write past the buffers.
+    program = _blocked(chain_model(numpy.random.default_rng(0)))
+    insts = program.instructions
+    pool, product = insts[-6], insts[-2]
+    assert (pool.op, product.op) == ('NchwcGlobalAveragePool', 'NchwcConv')
+    if case == 'scale of x':
+        insts[-2] = dataclasses.replace(product, inputs=product.inputs[:4] + (0,))
+    elif case == 'scaled depthwise':
+        insts[2] = dataclasses.replace(insts[2], inputs=insts[2].inputs + (-1, 0))
+    elif case == 'pool of x':
+        insts[-6] = dataclasses.replace(pool, inputs=(0,))
+    else:
+        program.types[pool.outputs[0]] = dataclasses.replace(
+            program.types[pool.outputs[0]], shape=(2, 33, 1, 1))
+    match = 'NchwcConv scales the input of a 1x1 product by' if 'scale' in case else \
+        'NchwcGlobalAveragePool takes a blocked tensor to a declared'
+    with pytest.raises(UnsupportedNativeOpsError, match=match):
         lower(program, 'm')
 
 
