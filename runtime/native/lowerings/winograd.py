@@ -24,14 +24,21 @@ from ..lowering import Step
 #: Fewest channels (input and output), narrowest output, and least product
 #: of the two, with which a convolution goes to ccn_conv2d_winograd (and
 #: its input gradient to the same); the filter gradient needs outputs
-#: MIN_FILTER_GRADIENT_WIDTH wide.  At 7 wide, with the transforms in
-#: vectors, against im2col (one thread, one process, CPU time): 512
-#: channels 0.98x at batch 1 and 0.99x at 8, 256 0.91x and 0.99x, 128 to 32
-#: (DenseNet's) 0.96x and 0.88x.
+#: MIN_FILTER_GRADIENT_WIDTH wide.  At 7 wide Winograd's time against
+#: im2col's at batch 8 (one thread, one process, CPU time): 512 channels
+#: 0.93x (batch 1: FEW_TILES).
 MIN_CHANNELS = 8
 MIN_WIDTH = 7
 MIN_WIDTH_CHANNELS = 224
 MIN_FILTER_GRADIENT_WIDTH = 16
+#: Most 2x2 tiles (all images) of a convolution that goes to im2col even
+#: though it is wide enough: each of the 16 products reads a whole plane of
+#: transformed filters (16 of them, 1.8x the filters) for these few columns.
+#: 7 wide at batch 1 (16 tiles), one thread, CPU time, im2col / Winograd:
+#: ResNet's 512 channels 0.62, 256 0.84, DenseNet's 128 -> 32 0.79; 512 at
+#: 8x8 0.97.  Past it Winograd wins: 256 at 10x10 (25 tiles) 0.85, 512 at
+#: 7x7 batch 8 0.93 (batch 2, 32 tiles, was 1.12: left to Winograd).
+FEW_TILES = 16
 #: Widest output sent there: the transforms keep a few rows of the image
 #: on the stack (at most about 56 bytes per output column: F(4x4, 3x3)'s
 #: six rows and their transforms), which a worker thread's stack holds up
@@ -103,14 +110,16 @@ def winograd_tiles(batch, channels_in, channels_out, out_size, kernel, strides, 
     None when it should not: not 3x3 with stride 1 in one group, dilated
     unless ``phases`` (a Conv: ccn_conv2d_winograd runs it per phase of
     the input, and the widths below are a phase's), too few channels or
-    too narrow an output (below ``min_width``) for it to pay, or an output
-    wider than MAX_WIDTH."""
+    too narrow an output (below ``min_width``) or too few tiles (FEW_TILES)
+    for it to pay, or an output wider than MAX_WIDTH."""
     channels = min(channels_in, channels_out)
     width = -(-out_size[1] // dilations[1])
     if tuple(kernel) != (3, 3) or tuple(strides) != (1, 1) or group != 1 \
             or (tuple(dilations) != (1, 1) and not phases) or channels < MIN_CHANNELS \
             or width < min_width or out_size[1] > MAX_WIDTH \
-            or channels * width < MIN_WIDTH_CHANNELS:
+            or channels * width < MIN_WIDTH_CHANNELS \
+            or batch * _tiles_across(out_size[0], dilations[0], 2) \
+            * _tiles_across(out_size[1], dilations[1], 2) <= FEW_TILES:
         return None
     return block_tiles(batch, channels_in, channels_out, out_size, 2, dilations)
 

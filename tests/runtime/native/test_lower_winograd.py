@@ -209,7 +209,7 @@ def test_which_convolutions_go_to_winograd():
         BLOCK_FLOATS // (16 * 1024 * 16) * 16 == 4 * 16
     assert winograd_tiles(8, C, C, (2, 2 * MAX_BLOCK_TILES + 2), **args) == MAX_BLOCK_TILES + 1
     # Whole rows of tiles, at most all of them.
-    assert winograd_tiles(1, C, C, (2, MIN_WIDTH), **args) == (MIN_WIDTH + 1) // 2
+    assert winograd_tiles(8, C, C, (2, MIN_WIDTH), **args) == 8 * (MIN_WIDTH + 1) // 2
     # F(4x4, 3x3)'s blocks: 36 planes, whole rows of 4x4 tiles (9 of 14).
     assert block_tiles(1, C, C, (56, 56), 4) == 9 * 14
     # Where BLOCK_FLOATS would leave fewer than MIN_BLOCK_TILES, that many
@@ -233,9 +233,14 @@ def test_which_convolutions_go_to_winograd():
     assert winograd_tiles(8, C, C, (32, MIN_WIDTH - 1), **args) is None
     assert winograd_tiles(1, C, C, (2, MAX_WIDTH), **args) is not None
     assert winograd_tiles(1, C, C, (2, MAX_WIDTH + 1), **args) is None
-    # DenseNet's 7x7 layers (128 to 32 channels) and ResNet's (512).
-    assert winograd_tiles(1, 128, 32, (7, 7), **args) is not None
-    assert winograd_tiles(1, 512, 512, (7, 7), **args) is not None
+    # DenseNet's 7x7 layers (128 to 32 channels) and ResNet's (512) at
+    # batch 1 are too few tiles (16): im2col; at batch 2 (32) or 10x10 (25)
+    # not.
+    assert winograd_tiles(1, 128, 32, (7, 7), **args) is None
+    assert winograd_tiles(1, 512, 512, (7, 7), **args) is None
+    assert winograd_tiles(1, 512, 512, (8, 8), **args) is None
+    assert winograd_tiles(2, 512, 512, (7, 7), **args) is not None
+    assert winograd_tiles(1, 256, 256, (10, 10), **args) is not None
     # Few channels need a wide output, and the other way round.
     narrow = MIN_WIDTH_CHANNELS // MIN_WIDTH
     assert winograd_tiles(8, narrow, narrow, (8, MIN_WIDTH), **args) is not None
