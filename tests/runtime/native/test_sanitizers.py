@@ -23,7 +23,7 @@ from onnx import helper
 from chainer_compiler.pipeline import build_program
 from chainer_compiler.runtime.executor import Executor
 from chainer_compiler.runtime.native import emit_c
-from tests.runtime.native.helpers import ATOL, RTOL, make_model, sanitize
+from tests.runtime.native.helpers import ATOL, RTOL, make_folder, make_model, sanitize
 from tests.runtime.native.test_emit_c import _kernels_graph
 
 CC = shutil.which('gcc') or shutil.which('clang')
@@ -75,11 +75,8 @@ class Sanitized:
     def __init__(self, program, folder, weights='embed'):
         self.program, self.folder = program, folder
         self.result = emit_c(program, folder, 'model', weights=weights)
-        done = subprocess.run(['make', '-C', str(folder), 'CC=%s' % CC,
-                               'CFLAGS=-std=c99 -fno-math-errno -Wall -Wextra ' +
-                               ' '.join(SANITIZE)],
-                              capture_output=True, text=True, timeout=600)
-        assert done.returncode == 0, done.stdout + done.stderr
+        make_folder(folder, 'CC=%s' % CC,
+                    'CFLAGS=-std=c99 -fno-math-errno -Wall -Wextra ' + ' '.join(SANITIZE))
 
     def run(self, args, cwd):
         return _checked(subprocess.run(
