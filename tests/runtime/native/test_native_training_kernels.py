@@ -349,7 +349,8 @@ def test_conv_grad_filter_scratch_is_not_the_whole_gradient():
     the product's images' gy and at most a block more.  Stage 4's shortcut
     (1x1, stride 2, 1024 to 2048 channels, 256 pixels per product): 2.5
     MiB, was 10.5 with gw^T whole (8 MiB).  Stage 3's 256 to 1024 at 4x4:
-    32 images' gy per product (GRAD_GY_FLOATS), 2.5 MiB, was 4.5 (64)."""
+    32 images' gy per product (GRAD_GY_FLOATS), 2.5 MiB, was 5.5 (64, and
+    gw^T whole)."""
     model, _ = _grad_filter_model([((64, 1024, 4, 4), (1, 1), 2048, {'strides': [2, 2]}),
                                    ((64, 256, 4, 4), (1, 1), 1024, {})])
     lowered = _lowered(build_program(model), 'model')
