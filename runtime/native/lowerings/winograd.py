@@ -36,8 +36,8 @@ MIN_FILTER_GRADIENT_WIDTH = 16
 #: transformed filters (16 of them, 1.8x the filters) for these few columns.
 #: 7 wide at batch 1 (16 tiles), one thread, CPU time, im2col / Winograd:
 #: ResNet's 512 channels 0.62, 256 0.84, DenseNet's 128 -> 32 0.79; 512 at
-#: 8x8 0.97.  Past it Winograd wins: 256 at 10x10 (25 tiles) 0.85, 512 at
-#: 7x7 batch 8 0.93 (batch 2, 32 tiles, was 1.12: left to Winograd).
+#: 8x8 0.97.  Past it, Winograd / im2col: 256 at 10x10 (25 tiles) 0.85,
+#: 512 at 7x7 batch 8 0.93; at batch 2 (32 tiles) 1.12, left to Winograd.
 FEW_TILES = 16
 #: Widest output sent there: the transforms keep a few rows of the image
 #: on the stack (at most about 56 bytes per output column: F(4x4, 3x3)'s
