@@ -85,7 +85,9 @@ def test_conv_through_winograd(tmp_path):
     # images of 6 tile rows in blocks of 8 rows (one ends inside an image):
     # y13 21 x 31 with bias and ReLU; y14 padding on the right and bottom
     # only, no bias, Sigmoid (applied after the rows); y15 dilation 2 (rows
-    # of 2 x 4 tiles), LeakyRelu; y16 its residual Add and ReLU after.
+    # of 2 x 4 tiles), LeakyRelu; y16 its residual Add and ReLU after.  y17,
+    # one image at 7x7 (16 tiles, FEW_TILES), stays on im2col, with its
+    # residual Add and ReLU.
     rng = numpy.random.RandomState(0)
     node = helper.make_node
     nodes = [node('Conv', ['x', 'w1', 'b1'], ['y1'], pads=[1, 1, 1, 1]),
@@ -115,7 +117,9 @@ def test_conv_through_winograd(tmp_path):
              node('Conv', ['xs', 'ws', 'bs'], ['c15'], pads=[2, 2, 2, 2], dilations=[2, 2]),
              node('LeakyRelu', ['c15'], ['y15'], alpha=0.125),
              node('Conv', ['xs', 'ws', 'bs'], ['c16'], pads=[1, 1, 1, 1]),
-             node('Add', ['c16', 'rs'], ['s16']), node('Relu', ['s16'], ['y16'])]
+             node('Add', ['c16', 'rs'], ['s16']), node('Relu', ['s16'], ['y16']),
+             node('Conv', ['x7', 'w1', 'b1'], ['c17'], pads=[1, 1, 1, 1]),
+             node('Add', ['c17', 'x7'], ['s17']), node('Relu', ['s17'], ['y17'])]
     inits = {'w1': _rand(rng, C, C, 3, 3), 'b1': _rand(rng, C),
              'w2': _rand(rng, C + 8, C, 3, 3), 'b2': _rand(rng, C + 8),
              'ws': _rand(rng, S_OUT, SHALLOW_MAX_CHANNELS // 2, 3, 3), 'bs': _rand(rng, S_OUT)}
@@ -123,7 +127,8 @@ def test_conv_through_winograd(tmp_path):
     xs_shape, ys_shape = [2, SHALLOW_MAX_CHANNELS // 2, 21, 31], [2, S_OUT, 21, 31]
     model = make_model(nodes, [('x', F32, x_shape), ('wr', F32, [C, C, 3, 3]),
                                ('x4', F32, x4_shape), ('r5', F32, x4_shape),
-                               ('xs', F32, xs_shape), ('rs', F32, ys_shape)],
+                               ('xs', F32, xs_shape), ('rs', F32, ys_shape),
+                               ('x7', F32, [1, C, 7, 7])],
                        [('y1', F32, [BATCH, C, 17, 19]), ('y2', F32, [BATCH, C + 8, 17, 19]),
                         ('y3', F32, [BATCH, C, 15, 17]), ('y4', F32, [BATCH, C, 17, 19]),
                         ('y5', F32, x4_shape), ('y6', F32, [BATCH, C + 8, 21, 22]),
@@ -131,7 +136,8 @@ def test_conv_through_winograd(tmp_path):
                         ('y9', F32, x_shape), ('y10', F32, [BATCH, C + 8, 21, 31]),
                         ('y11', F32, [BATCH, C + 8, 21, 22]), ('y12', F32, [BATCH, C, 17, 19]),
                         ('y13', F32, ys_shape), ('y14', F32, [2, S_OUT, 21, 30]),
-                        ('y15', F32, ys_shape), ('y16', F32, ys_shape)],
+                        ('y15', F32, ys_shape), ('y16', F32, ys_shape),
+                        ('y17', F32, [1, C, 7, 7])],
                        inits)
     tiles = winograd_tiles(BATCH, C, C + 8, (17, 19), (3, 3), (1, 1), (1, 1), 1)
     assert tiles is not None and tiles < BATCH * 9 * 10 and (BATCH * 9 * 10) % tiles
@@ -148,7 +154,8 @@ def test_conv_through_winograd(tmp_path):
     # F(4x4, 3x3)'s transforms (entries up to 8 and down to 1/24) lose about
     # two more bits than F(2x2, 3x3)'s: 3e-4 at most here, on outputs up to 40.
     check_native(model, [_rand(rng, *x_shape), _rand(rng, C, C, 3, 3), _rand(rng, *x4_shape),
-                         _rand(rng, *x4_shape), _rand(rng, *xs_shape), _rand(rng, *ys_shape)],
+                         _rand(rng, *x4_shape), _rand(rng, *xs_shape), _rand(rng, *ys_shape),
+                         _rand(rng, 1, C, 7, 7)],
                  atol=5e-4)
 
 
