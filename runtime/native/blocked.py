@@ -15,6 +15,11 @@ One 1x1 product and the depthwise after it then share a layout with no
 repacking (onnxruntime's MLAS runs every convolution so;
 benchmarks/NOTES.md, "NCHWc through mobile chains").
 
+A chain's input that a stem makes (a Conv of ccn_conv2d_direct's stem
+path: stem_conv) and only the chain reads costs no reorder: the stem runs
+as NchwcStemConv, writing blocks (benchmarks/NOTES.md, "The stem into
+NCHWc blocks").
+
 The pass reads the static shapes of the Program's types; without them it
 changes nothing.
 """
@@ -82,6 +87,49 @@ def blockable(program: Program, inst: Instruction) -> bool:
         return (kh, kw) == (1, 1) and win.strides == (1, 1) and win.out == (h, wd)
     return group == c == m and cg == 1 and kh == kw and kh in DEPTHWISE_KERNELS and \
         win.strides[0] == win.strides[1] and win.strides[0] in DEPTHWISE_STRIDES
+
+
+def stem_conv(x, w, attrs) -> tuple[int, ...] | None:
+    """The sizes (N, C, H, W, M, OH, OW) of a one-group Conv of input shape
+    ``x`` and weight shape ``w`` that ccn_conv2d_direct's stem path takes
+    (lowerings/conv_direct.py), None when it takes no such Conv."""
+    from .lowerings.conv_direct import DIRECT_MAX_TAPS, is_stem
+    if len(x) != 4 or w is None or len(w) != 4 or x[1] != w[1] or \
+            int(attrs.get('group', 1)) != 1 or \
+            tuple(attrs.get('kernel_shape') or w[2:]) != tuple(w[2:]):
+        return None
+    try:
+        win = window(attrs, x[2:], w[2:])
+    except Refuse:
+        return None
+    sizes = tuple(x) + (w[0],) + tuple(win.out)
+    if win.dilations != (1, 1) or win.strides not in ((1, 1), (2, 2)) or \
+            not 1 < w[2] * w[3] <= DIRECT_MAX_TAPS or min(sizes) < 1 or \
+            not is_stem(sizes, win.strides[0], win.pads_begin, w[2:]):
+        return None
+    return sizes
+
+
+def _stems(program: Program) -> dict[int, int]:
+    """The Convs that may run as NchwcStemConv, by the register they
+    make: stem_conv's, with constant weights and bias, no residual, and
+    not a program output."""
+    found = {}
+    outputs = {v.register for v in program.outputs}
+    for i, inst in enumerate(program.instructions):
+        if inst.op != 'Conv' or inst.domain not in ('', 'ai.onnx') or \
+                not 2 <= len(inst.inputs) <= 3 or inst.outputs[0] in outputs:
+            continue
+        x, y = _static(program, inst.inputs[0]), _static(program, inst.outputs[0])
+        w = program.constants.get(inst.inputs[1])
+        b = program.constants.get(inst.inputs[2]) if len(inst.inputs) > 2 else None
+        if x is None or y is None or w is None or (len(inst.inputs) > 2 and (
+                b is None or b.shape != w.shape[:1])):
+            continue
+        sizes = stem_conv(x, w.shape, inst.attrs)
+        if sizes is not None and (sizes[0], sizes[4]) + sizes[5:] == y:
+            found[inst.outputs[0]] = i
+    return found
 
 
 def chains(program: Program) -> list[set[int]]:
@@ -174,7 +222,10 @@ def _edges(program: Program, chain: set[int], reads: dict[int, list[int]],
     made = {program.instructions[i].outputs[0] for i in chain
             if program.instructions[i].op == 'Conv'}
     read = {r for i in chain for r in reads[i]}
-    return len(read - made) + len(made & _outside(program, chain, reads, scales))
+    outside = _outside(program, chain, reads, scales)
+    # A stem only the chain reads writes blocks: no reorder.
+    stems = {r for r in _stems(program) if r not in outside}
+    return len(read - made - stems) + len(made & outside)
 
 
 def _outside(program: Program, chosen: set[int], reads: dict[int, list[int]],
@@ -214,6 +265,8 @@ def block_chains(program: Program) -> Program:
     # A value a chain makes keeps its register when only the chain reads
     # it; otherwise the chain writes a blocked copy, reordered after it.
     outside = _outside(program, chosen, reads, all_scales)
+    read = {r for i in chosen for r in reads[i]}
+    stems = {i for r, i in _stems(program).items() if r in read and r not in outside}
     types = dict(program.types)
     count = program.num_registers
     blocked: dict[int, int] = {}
@@ -226,6 +279,11 @@ def block_chains(program: Program) -> Program:
         return count - 1
 
     for i, inst in enumerate(insts):
+        if i in stems:
+            y = blocked[inst.outputs[0]] = inst.outputs[0]
+            types[y] = _blocked_type(program, y)
+            rewritten.append(dataclasses.replace(inst, op='NchwcStemConv', domain=CUSTOM_DOMAIN))
+            continue
         if i not in chosen:
             if not (inst.op == 'Mul' and inst.outputs[0] in folded):
                 rewritten.append(inst)

@@ -342,6 +342,75 @@ static void fill_planes(const ccn_conv_geometry *g, const ccn_conv_direct_plan *
         }
 }
 
+/* Lanes per block of the blocked layout (ccn_nchwc.h's CCN_NCHWC_BLOCK). */
+#define CCN_DIRECT_LANES 16
+
+/* One output row of a block of lanes of the blocked stem: y[ow][16] =
+ * bias + the sums over C channels and T taps of w ([c][tap][16]) times
+ * the line element at off[tap] + ow (x, `plane` floats per channel), a
+ * vector of 16 output channels per output, the input broadcast: no
+ * transposition to the blocked layout. */
+CCN_ALWAYS_INLINE void stem_lanes_body(const float *x, const long *off, long C, long T,
+                                       long plane, long OW, const float *w,
+                                       const float *bias, float *y)
+{
+    enum { P = 12 }; /* outputs per tile: 12 accumulators */
+    v16 b;
+    memcpy(&b, bias, sizeof b);
+    for (long ow0 = 0; ow0 < OW; ow0 += P) {
+        v16 acc[P];
+        for (int p = 0; p < P; p++)
+            acc[p] = b;
+        const float *wk = w;
+        for (long c = 0; c < C; c++)
+            for (long k = 0; k < T; k++, wk += 16) {
+                v16 wv;
+                memcpy(&wv, wk, sizeof wv);
+                const float *xp = x + c * plane + off[k] + ow0;
+                for (int p = 0; p < P; p++)
+                    acc[p] += xp[p] * wv;
+            }
+        for (long p = 0; p < P && ow0 + p < OW; p++)
+            memcpy(y + (ow0 + p) * 16, &acc[p], sizeof acc[p]);
+    }
+}
+CCN_LEVELS(static, stem_lanes, stem_lanes_body,
+           (const float *x, const long *off, long C, long T, long plane, long OW, const float *w,
+            const float *bias, float *y),
+           (x, off, C, T, plane, OW, w, bias, y))
+
+/* stem_bands' output rows [oh0, oh0 + rows) of image n to the blocked y
+ * (plan->blocked, w in blocks of 16 lanes, [c][tap][16]) from the band's
+ * lines (plane floats per channel), lanes past M zero.  A chain then
+ * starts at the stem with no reorder of its output (benchmarks/NOTES.md,
+ * "The stem into NCHWc blocks"). */
+static void stem_blocked(const direct_call *d, const float *lines, long plane, long n,
+                         long oh0, long rows)
+{
+    const ccn_conv_geometry *g = d->g;
+    const long C = g->in_channels, M = g->out_channels, T = g->kernel_h * g->kernel_w;
+    const long s = d->p->stride, L = d->p->row + CCN_DIRECT_STEM_TAIL;
+    const long OW = g->out_w, S = g->out_h * OW;
+    const long blocks = (M + CCN_DIRECT_LANES - 1) / CCN_DIRECT_LANES;
+    for (long b = 0; b < blocks; b++) {
+        float bias[CCN_DIRECT_LANES] = {0};
+        const long lanes = min_long(CCN_DIRECT_LANES, M - b * CCN_DIRECT_LANES);
+        for (long i = 0; d->bias != NULL && i < lanes; i++)
+            bias[i] = d->bias[b * CCN_DIRECT_LANES + i];
+        float *y = d->y + ((n * blocks + b) * S + oh0 * OW) * CCN_DIRECT_LANES;
+        for (long oh = 0; oh < rows; oh++) {
+            float *row = y + oh * OW * CCN_DIRECT_LANES;
+            stem_lanes(lines + oh * s * s * L, d->off, C, T, plane, OW,
+                       d->w + b * C * T * CCN_DIRECT_LANES, bias, row);
+            if (!ccn_activate_simple(OW * CCN_DIRECT_LANES, row, d->p->act, d->p->act_alpha))
+                ccn_activate(OW * CCN_DIRECT_LANES, row, d->p->act, d->p->act_alpha);
+            for (long o = 0; lanes < CCN_DIRECT_LANES && o < OW; o++)  /* act(0) may not be 0 */
+                memset(row + o * CCN_DIRECT_LANES + lanes, 0,
+                       (size_t)(CCN_DIRECT_LANES - lanes) * sizeof(float));
+        }
+    }
+}
+
 /* The stem (plan->stem: few input channels): bands [begin, end) of
  * d->band output rows of every image, each read from the input where it
  * lies.  The input rows a band reads, of every channel, go to `lines` on
@@ -377,6 +446,10 @@ static void stem_bands(void *context, long begin, long end)
                 if (ih >= 0 && ih < H)
                     put_row(d->x + ((n * C + c) * H + ih) * W, W, g->pad_left, s,
                             lines + (c * R + r) * s * L, L);
+        if (d->p->blocked) {
+            stem_blocked(d, lines, R * s * L, n, oh0, rows);
+            continue;
+        }
         float *y = d->y + n * M * S + oh0 * OW;
         const float *res = d->residual ? d->residual + n * M * S + oh0 * OW : NULL;
         for (long m0 = 0; m0 < M; m0 += CCN_DIRECT_ROWS) {
@@ -423,7 +496,8 @@ void ccn_conv2d_direct(const ccn_conv_geometry *g, const ccn_conv_direct_plan *p
     /* The emitter chose this path for these only (and sized the planes). */
     assert(g->group == 1 && g->dil_h == 1 && g->dil_w == 1 && g->stride_h == s &&
            g->stride_w == s && (s == 1 || s == 2) && KH * KW <= CCN_DIRECT_MAX_TAPS &&
-           plan->plane == plan->rows * plan->row * s * s);
+           plan->plane == plan->rows * plan->row * s * s &&
+           (!plan->blocked || (plan->stem && residual == NULL)));
     direct_call d = {g, plan, best_kernel(), x, scratch, w, bias, residual, y, {0}, 0, 0};
     if (plan->stem) {
         /* Tap (kh, kw) of output column ow: line kh's element ow + off

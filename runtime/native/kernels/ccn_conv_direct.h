@@ -40,6 +40,9 @@ typedef struct {
     long rows, row;  /* rows of a padded plane (or phase) and floats per row */
     long plane;      /* floats per channel: rows * row * stride * stride */
     long stem;       /* 1: the input read a row at a time, scratch unused */
+    long blocked;    /* 1 (stems only, no residual): y blocked, (N, ceil(M / 16), OH,
+                      * OW, 16), the lanes past M zero (ccn_nchwc.h's layout), w in
+                      * blocks of 16 output channels, [c][kh][kw][lane] */
     int act;         /* epilogue activation (CCN_ACT_*) */
     float act_alpha; /* its slope or bound */
 } ccn_conv_direct_plan;

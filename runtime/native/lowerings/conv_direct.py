@@ -6,6 +6,7 @@ that the product then packs back (benchmarks/NOTES.md, "Direct
 convolutions")."""
 import numpy
 
+from ..blocked import blocked_shape
 from ..cformat import CStruct
 from ..lowering import Step
 from .depthwise import _extent
@@ -24,8 +25,8 @@ DIRECT_STEM_CHANNELS = 4
 #: Outputs per row from which the rule sends a convolution direct.
 DIRECT_MIN_WIDTH = 12
 #: The struct of ccn_conv_direct.h: how the input is laid out in scratch.
-DIRECT_PLAN = CStruct('ccn_conv_direct_plan', ('stride', 'rows', 'row', 'plane', 'stem', 'act',
-                                                'act_alpha'))
+DIRECT_PLAN = CStruct('ccn_conv_direct_plan', ('stride', 'rows', 'row', 'plane', 'stem',
+                                                'blocked', 'act', 'act_alpha'))
 
 
 def takes_direct(weights_constant, group, kernel, strides, dilations, out_width) -> bool:
@@ -59,26 +60,53 @@ def direct_blocks(w) -> numpy.ndarray:
     return padded.reshape(-1, DIRECT_ROWS, w[0].size).transpose(0, 2, 1).ravel()
 
 
-def direct_step(em, inst, geometry, w, sizes, window, act) -> Step:
+def lane_blocks(w) -> numpy.ndarray:
+    """Constant (M, C, KH, KW) weights in the blocked stem's layout:
+    blocks of 16 output channels (the last padded with zeros), each
+    [c][kh][kw][lane]."""
+    w = numpy.asarray(w, numpy.float32)
+    lanes = blocked_shape((1,) + w.shape[:2] + (1,))[-1]
+    padded = numpy.zeros((-(-w.shape[0] // lanes) * lanes,) + w.shape[1:], numpy.float32)
+    padded[:w.shape[0]] = w
+    return padded.reshape(-1, lanes, w[0].size).transpose(0, 2, 1).ravel()
+
+
+def _padded(sizes, stride, pads_begin, kernel) -> tuple[int, int]:
+    """Rows of a padded plane (or phase) and floats per row."""
+    N, C, H, W, M, OH, OW = sizes
+    PH = _extent(H, pads_begin[0], OH, stride, kernel[0], 1)
+    PW = _extent(W, pads_begin[1], OW, stride, kernel[1], 1)
+    return -(-PH // stride), -(-PW // stride)
+
+
+def is_stem(sizes, stride, pads_begin, kernel) -> bool:
+    """Whether a direct convolution of ``sizes`` (N, C, H, W, M, OH, OW)
+    takes the stem path: few input channels, whose lines (C x KH, each
+    `stride` phases) fit the kernel's stack array."""
+    C, row = sizes[1], _padded(sizes, stride, pads_begin, kernel)[1]
+    return C <= DIRECT_STEM_CHANNELS and \
+        C * kernel[0] * stride * (row + DIRECT_STEM_TAIL) <= DIRECT_STEM_FLOATS
+
+
+def direct_step(em, inst, geometry, w, sizes, window, act, blocked=False) -> Step:
     """Conv ``inst`` as ccn_conv2d_direct: ``geometry`` its
     ccn_conv_geometry, ``w`` its constant weights (KH x KW taps), ``sizes``
     (N, C, H, W, M, OH, OW), ``window`` (strides, pads_begin), ``act`` the
     epilogue (CCN_ACT_* enum, slope).  A fourth input, the residual, is
-    added before the activation as the outputs are stored."""
+    added before the activation as the outputs are stored.  ``blocked``
+    (a stem without a residual: the caller checks) writes the output in
+    blocks of 16 channels (blocked.py's layout)."""
     N, C, H, W, M, OH, OW = sizes
     (stride, _), pads_begin = window
     KH, KW = w.shape[2:]
-    PH = _extent(H, pads_begin[0], OH, stride, KH, 1)
-    PW = _extent(W, pads_begin[1], OW, stride, KW, 1)
-    rows, row = -(-PH // stride), -(-PW // stride)
-    # A stem's lines (C x KH, each `stride` phases) must fit the kernel's
-    # stack array.
-    stem = (C <= DIRECT_STEM_CHANNELS
-            and C * KH * stride * (row + DIRECT_STEM_TAIL) <= DIRECT_STEM_FLOATS)
+    rows, row = _padded(sizes, stride, pads_begin, (KH, KW))
+    stem = is_stem(sizes, stride, pads_begin, (KH, KW))
+    assert stem or not blocked
     plan = DIRECT_PLAN.literal(stride=stride, rows=rows, row=row,
-                               plane=rows * row * stride * stride, stem=int(stem), act=act[0],
-                               act_alpha=act[1])
-    blocks = em.constant_array('direct%d' % inst.outputs[0], direct_blocks(w))
+                               plane=rows * row * stride * stride, stem=int(stem),
+                               blocked=int(blocked), act=act[0], act_alpha=act[1])
+    blocks = em.constant_array('direct%d' % inst.outputs[0],
+                               lane_blocks(w) if blocked else direct_blocks(w))
     extra = [em.has(inst, k) for k in (2, 3)]
 
     def render(ref, scratch):
@@ -92,6 +120,7 @@ def direct_step(em, inst, geometry, w, sizes, window, act) -> Step:
     scratch = 0 if stem else C * rows * row * stride * stride + row + KW + DIRECT_TILE
     # The output may take a dying residual's memory: each element is read
     # before it is written.
-    return Step('conv_direct', [(N, M, OH, OW)], render, scratch=scratch, also=('gemm',),
-                in_place=(3,) if extra[1] else ())
+    out = (N, M, OH, OW)
+    return Step('conv_direct', [blocked_shape(out) if blocked else out], render,
+                scratch=scratch, also=('gemm',), in_place=(3,) if extra[1] else ())
 

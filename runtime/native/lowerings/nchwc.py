@@ -5,10 +5,11 @@ channels, so that the padded lanes of the inputs add nothing)."""
 import numpy
 
 from ...ops.registry import CUSTOM_DOMAIN
-from ..blocked import BLOCK, blocked_shape
+from ..blocked import BLOCK, blocked_shape, stem_conv
 from ..cformat import CStruct
 from ..lowering import Refuse, Step, lowers, window
-from .connection import activation
+from .connection import activation, conv_geometry
+from .conv_direct import direct_step
 
 #: ccn_nchwc.h's geometry of a blocked convolution.
 NCHWC_GEOMETRY = CStruct('ccn_nchwc_geometry', (
@@ -64,6 +65,25 @@ def global_average_pool(em, inst) -> Step:
         return ['ccn_nchwc_global_average_pool(%d, %d, %d, %s, %s);' % (
             out[0], out[1], s[2] * s[3], ref(inst.inputs[0]), ref(inst.outputs[0]))]
     return Step('nchwc', [out], render)
+
+
+@lowers(CUSTOM_DOMAIN + '::NchwcStemConv')
+def stem(em, inst) -> Step:
+    """A stem Conv (blocked.stem_conv) writing a chain's blocked input:
+    ccn_conv2d_direct's stem path, its output in blocks."""
+    sx, w = em.shape(inst, 0), em.const(inst.inputs[1])
+    sizes = stem_conv(sx, None if w is None else w.shape, inst.attrs)
+    b = em.const(inst.inputs[2]) if em.has(inst, 2) else None
+    if sizes is None or em.has(inst, 3) or len(inst.inputs) > 4 or \
+            (em.has(inst, 2) and (b is None or b.shape != (sizes[4],))):
+        raise Refuse('NchwcStemConv is a direct stem Conv (at most 4 input channels, constant '
+                     'weights and bias, one group, no residual), got input %s' % list(sx))
+    N, C, H, W, M, OH, OW = sizes
+    win = window(inst.attrs, (H, W), w.shape[2:])
+    geometry = conv_geometry(N, C, (H, W), M, (OH, OW), w.shape[2:], 1, win.strides,
+                             win.dilations, win.pads_begin)
+    return direct_step(em, inst, geometry, numpy.asarray(w, numpy.float32), sizes,
+                       (win.strides, win.pads_begin), activation(inst), blocked=True)
 
 
 @lowers(CUSTOM_DOMAIN + '::NchwcConv')

@@ -35,7 +35,8 @@ def _conv(init, rng, name, x, cin, cout, k, stride, pads, group=1, bias=True):
 
 
 def chain_model(rng, batch=2):
-    """A MobileNet-like chain from x (batch, 20, 9, 11): 1x1 products and
+    """A MobileNet-like chain from a stem (3 channels of 18x22 to 20 of
+    9x11, stride 2, asymmetric padding, ReLU: x, written blocked): 1x1 products and
     depthwise 3x3 and 5x5 at strides 1 and 2 (asymmetric padding), with
     ReLU6, HardSwish, none, a residual Add of x, Swish, Relu, LeakyRelu
     and Sigmoid, a squeeze-excitation before the last product; outputs the
@@ -45,6 +46,8 @@ def chain_model(rng, batch=2):
     def conv(*args, **kwargs):
         return _conv(init, rng, *args, **kwargs)
     nodes = [
+        conv('stem', 'x0', 3, 20, 3, 2, (1, 1, 0, 0)),
+        helper.make_node('Relu', ['stem'], ['x']),
         conv('c1', 'x', 20, 36, 1, 1, (0, 0, 0, 0)),
         helper.make_node('Clip', ['c1', 'lo', 'hi'], ['a1']),
         conv('c2', 'a1', 36, 36, 3, 1, (1, 1, 1, 1), group=36),
@@ -69,7 +72,7 @@ def chain_model(rng, batch=2):
         conv('c8', 'm7', 17, 16, 1, 1, (0, 0, 0, 0)),
         helper.make_node('Sigmoid', ['c8'], ['y']),
     ]
-    return make_model(nodes, [('x', numpy.float32, (batch, 20, 9, 11))],
+    return make_model(nodes, [('x0', numpy.float32, (batch, 3, 18, 22))],
                       [('a3', numpy.float32, (batch, 20, 9, 11)),
                        ('y', numpy.float32, (batch, 16, 2, 3))], init, opset=14)
 
@@ -81,11 +84,12 @@ def _blocked(model):
 def test_a_chain_runs_blocked_between_reorders_at_its_edges():
     program = _blocked(chain_model(numpy.random.default_rng(0)))
     ops = [i.qualified_op.replace(NCHWC, '') for i in program.instructions]
-    # x in once (read by c1 and as c3's residual), the residual sum out
-    # mid-chain for the caller, the end out; nothing else leaves the chain.
+    # x from the stem in blocks (read by c1 and as c3's residual), the
+    # residual sum out mid-chain for the caller, the end out; nothing else
+    # leaves the chain.
     # The squeeze-excitation pools blocks; its Mul is the last product's
     # input 4.
-    assert ops == ['NchwcReorderIn'] + ['NchwcConv'] * 3 + ['NchwcReorderOut'] + \
+    assert ops == ['NchwcStemConv'] + ['NchwcConv'] * 3 + ['NchwcReorderOut'] + \
         ['NchwcConv'] * 4 + ['NchwcGlobalAveragePool', 'Conv', 'Conv', 'HardSigmoid',
                              'NchwcConv', 'NchwcReorderOut']
     assert program.instructions[-2].inputs[4] == program.instructions[-3].outputs[0]
@@ -171,6 +175,52 @@ def test_a_malformed_blocked_pool_or_scale_is_refused(case):
         lower(program, 'm')
 
 
+def _stem_block(outputs):
+    """A stem (3 to 32 channels, stride 2) and two depthwise Convs around a
+    product: they pay the reorder out, not the stem's in too."""
+    rng = numpy.random.default_rng(0)
+    init = {}
+    nodes = [_conv(init, rng, 's', 'x', 3, 32, 3, 2, (1, 1, 1, 1)),
+             _conv(init, rng, 'd', 's', 32, 32, 3, 1, (1, 1, 1, 1), group=32),
+             _conv(init, rng, 'p', 'd', 32, 32, 1, 1, (0, 0, 0, 0)),
+             _conv(init, rng, 'e', 'p', 32, 32, 3, 1, (1, 1, 1, 1), group=32)]
+    model = make_model(nodes, [('x', numpy.float32, (1, 3, 32, 32))],
+                       [(name, numpy.float32, (1, c, 16, 16)) for name, c in outputs], init)
+    return fuse(with_defaults(build_program(model)))
+
+
+def test_a_stem_only_the_chain_reads_writes_blocks():
+    program = block_chains(_stem_block([('e', 32)]))
+    ops = [i.qualified_op.replace(NCHWC, '') for i in program.instructions]
+    assert ops == ['NchwcStemConv'] + ['NchwcConv'] * 3 + ['NchwcReorderOut']
+    assert program.types[program.instructions[0].outputs[0]].shape == (1, 2, 16, 16, BLOCK)
+    # The caller reads the stem's output too: it stays NCHW, and two
+    # depthwise Convs do not pay two reorders.
+    program = _stem_block([('e', 32), ('s', 32)])
+    assert chains(program) == [] and block_chains(program) is program
+
+
+@pytest.mark.parametrize('case', ['residual', 'bias of 31', 'five channels', 'group 3'])
+def test_a_malformed_blocked_stem_is_refused(case):
+    # A Program file may hold NchwcStemConv itself: the kernel's stem path
+    # takes few channels, one group, no residual and M values of bias.
+    program = _blocked(chain_model(numpy.random.default_rng(0)))
+    stem = program.instructions[0]
+    assert stem.op == 'NchwcStemConv'
+    if case == 'residual':
+        program.instructions[0] = dataclasses.replace(stem, inputs=stem.inputs + (0,))
+    elif case == 'bias of 31':
+        program.constants[stem.inputs[2]] = numpy.zeros(31, numpy.float32)
+    elif case == 'five channels':
+        program.constants[stem.inputs[1]] = numpy.zeros((20, 5, 3, 3), numpy.float32)
+        program.types[0] = dataclasses.replace(program.types[0], shape=(2, 5, 18, 22))
+    else:
+        program.instructions[0] = dataclasses.replace(stem, attrs={**stem.attrs, 'group': 3})
+        program.constants[stem.inputs[1]] = numpy.zeros((20, 1, 3, 3), numpy.float32)
+    with pytest.raises(UnsupportedNativeOpsError, match='NchwcStemConv is a direct stem Conv'):
+        lower(program, 'm')
+
+
 def test_the_block_and_geometry_are_the_headers():
     assert BLOCK == _define('CCN_NCHWC_BLOCK', 'ccn_nchwc.h')
     assert NCHWC_GEOMETRY.fields == _struct_fields('ccn_nchwc.h', NCHWC_GEOMETRY.ctype)
@@ -179,4 +229,4 @@ def test_the_block_and_geometry_are_the_headers():
 @pytest.mark.native_build
 def test_a_blocked_chain_computes_what_the_vm_computes():
     rng = numpy.random.default_rng(1)
-    check_native(chain_model(rng), [uniform(rng, 2, 20, 9, 11)])
+    check_native(chain_model(rng), [uniform(rng, 2, 3, 18, 22)])
