@@ -42,9 +42,10 @@ def test_a_large_value_made_later_leaves_no_hole():
 def test_a_training_steps_arena_is_the_most_its_values_hold_at_once():
     """compile_training_step's one program on a small ResNet, planned as
     the native backend plans it: the arena is what its buffers hold live at
-    once, 5% less than by first use alone (578,176 against 608,768 bytes;
-    gt's step the same), so the native step holds that much less at its
-    peak (memory_model.native_process_peak counts the arena whole)."""
+    once, no more (by first use alone it was 5% more when this test was
+    written: 608,768 against 578,176 bytes; gt's step the same), so the
+    native step holds that much less at its peak
+    (memory_model.native_process_peak counts the arena whole)."""
     rng = numpy.random.RandomState(0)
     x = rng.uniform(-1, 1, (8, 3, 32, 32)).astype(numpy.float32)
     t = rng.randint(0, 10, 8).astype(numpy.int32)
@@ -58,5 +59,5 @@ def test_a_training_steps_arena_is_the_most_its_values_hold_at_once():
     step = chainer_compiler.compile_training_step(classifier, optimizer, (x, t),
                                                   runtime_kwargs={'backend': 'numpy'})
     arena = plan(_lowered(step.program, 'model'))
-    assert arena.arena_bytes == _most_live(arena.buffers) == 578176
+    assert arena.arena_bytes == _most_live(arena.buffers)
     _check_disjoint(arena.buffers, arena.offsets)
