@@ -16,9 +16,9 @@ repacking (onnxruntime's MLAS runs every convolution so;
 benchmarks/NOTES.md, "NCHWc through mobile chains").
 
 A chain's input that a stem makes (a Conv of ccn_conv2d_direct's stem
-path: stem_conv) and only the chain reads costs no reorder: the stem runs
-as NchwcStemConv, writing blocks (benchmarks/NOTES.md, "The stem into
-NCHWc blocks").
+path: lowerings/conv_direct.py's stem_conv) and only the chain reads
+costs no reorder: the stem runs as NchwcStemConv, writing blocks
+(benchmarks/NOTES.md, "The stem into NCHWc blocks").
 
 The pass reads the static shapes of the Program's types; without them it
 changes nothing.
@@ -27,22 +27,15 @@ import dataclasses
 
 from ..ops.registry import CUSTOM_DOMAIN
 from ..program import NO_REGISTER, Instruction, Program, RegisterType
-from .lowering import Refuse, window
+from .lowering import Refuse, blocked_shape, window
+from .lowerings.conv_direct import stem_conv
 
-#: Channels per block (ccn_nchwc.h's CCN_NCHWC_BLOCK).
-BLOCK = 16
 #: Fewest channels in and out of a Conv that runs blocked: below, most of
 #: a block is padding.
 MIN_CHANNELS = 16
 #: The depthwise kernels and strides ccn_nchwc_depthwise unrolls.
 DEPTHWISE_KERNELS = (3, 5)
 DEPTHWISE_STRIDES = (1, 2)
-
-
-def blocked_shape(shape: tuple[int, ...]) -> tuple[int, ...]:
-    """The blocked shape of an (N, C, H, W) tensor."""
-    n, c, h, w = shape
-    return (n, -(-c // BLOCK), h, w, BLOCK)
 
 
 def _static(program: Program, r: int) -> tuple[int, ...] | None:
@@ -87,27 +80,6 @@ def blockable(program: Program, inst: Instruction) -> bool:
         return (kh, kw) == (1, 1) and win.strides == (1, 1) and win.out == (h, wd)
     return group == c == m and cg == 1 and kh == kw and kh in DEPTHWISE_KERNELS and \
         win.strides[0] == win.strides[1] and win.strides[0] in DEPTHWISE_STRIDES
-
-
-def stem_conv(x, w, attrs) -> tuple[int, ...] | None:
-    """The sizes (N, C, H, W, M, OH, OW) of a one-group Conv of input shape
-    ``x`` and weight shape ``w`` that ccn_conv2d_direct's stem path takes
-    (lowerings/conv_direct.py), None when it takes no such Conv."""
-    from .lowerings.conv_direct import DIRECT_MAX_TAPS, is_stem
-    if len(x) != 4 or w is None or len(w) != 4 or x[1] != w[1] or \
-            int(attrs.get('group', 1)) != 1 or \
-            tuple(attrs.get('kernel_shape') or w[2:]) != tuple(w[2:]):
-        return None
-    try:
-        win = window(attrs, x[2:], w[2:])
-    except Refuse:
-        return None
-    sizes = tuple(x) + (w[0],) + tuple(win.out)
-    if win.dilations != (1, 1) or win.strides not in ((1, 1), (2, 2)) or \
-            not 1 < w[2] * w[3] <= DIRECT_MAX_TAPS or min(sizes) < 1 or \
-            not is_stem(sizes, win.strides[0], win.pads_begin, w[2:]):
-        return None
-    return sizes
 
 
 def _stems(program: Program) -> dict[int, int]:

@@ -35,6 +35,17 @@ FLOAT32 = ('float32',)
 ANY_DTYPE = ('float32', 'float64', 'int64', 'int32', 'bool')
 
 
+#: Channels per block of the NCHWc layout (ccn_nchwc.h's CCN_NCHWC_BLOCK),
+#: which the NCHWc pass (blocked.py) and the lowerings writing it share.
+BLOCK = 16
+
+
+def blocked_shape(shape: tuple[int, ...]) -> tuple[int, ...]:
+    """The NCHWc shape (N, ceil(C / BLOCK), H, W, BLOCK) of an (N, C, H, W) tensor."""
+    n, c, h, w = shape
+    return (n, -(-c // BLOCK), h, w, BLOCK)
+
+
 class Refuse(Exception):
     """One instruction the kernels cannot run; the message says why."""
 

@@ -6,9 +6,8 @@ that the product then packs back (benchmarks/NOTES.md, "Direct
 convolutions")."""
 import numpy
 
-from ..blocked import blocked_shape
 from ..cformat import CStruct
-from ..lowering import Step
+from ..lowering import Refuse, Step, blocked_shape, window
 from .depthwise import _extent
 
 #: ccn_conv_direct.h's CCN_DIRECT_ROWS, CCN_DIRECT_MAX_TAPS,
@@ -86,6 +85,27 @@ def is_stem(sizes, stride, pads_begin, kernel) -> bool:
     C, row = sizes[1], _padded(sizes, stride, pads_begin, kernel)[1]
     return C <= DIRECT_STEM_CHANNELS and \
         C * kernel[0] * stride * (row + DIRECT_STEM_TAIL) <= DIRECT_STEM_FLOATS
+
+
+def stem_conv(x, w, attrs) -> tuple[int, ...] | None:
+    """The sizes (N, C, H, W, M, OH, OW) of a one-group Conv of input shape
+    ``x`` and weight shape ``w`` that ccn_conv2d_direct's stem path takes
+    (is_stem), None when it takes no such Conv: the stems the NCHWc pass
+    (blocked.py) may have write blocks."""
+    if len(x) != 4 or w is None or len(w) != 4 or x[1] != w[1] or \
+            int(attrs.get('group', 1)) != 1 or \
+            tuple(attrs.get('kernel_shape') or w[2:]) != tuple(w[2:]):
+        return None
+    try:
+        win = window(attrs, x[2:], w[2:])
+    except Refuse:
+        return None
+    sizes = tuple(x) + (w[0],) + tuple(win.out)
+    if win.dilations != (1, 1) or win.strides not in ((1, 1), (2, 2)) or \
+            not 1 < w[2] * w[3] <= DIRECT_MAX_TAPS or min(sizes) < 1 or \
+            not is_stem(sizes, win.strides[0], win.pads_begin, w[2:]):
+        return None
+    return sizes
 
 
 def direct_step(em, inst, geometry, w, sizes, window, act, blocked=False) -> Step:

@@ -5,11 +5,10 @@ channels, so that the padded lanes of the inputs add nothing)."""
 import numpy
 
 from ...ops.registry import CUSTOM_DOMAIN
-from ..blocked import BLOCK, blocked_shape, stem_conv
 from ..cformat import CStruct
-from ..lowering import Refuse, Step, lowers, window
+from ..lowering import BLOCK, Refuse, Step, blocked_shape, lowers, window
 from .connection import activation, conv_geometry
-from .conv_direct import direct_step
+from .conv_direct import direct_step, stem_conv
 
 #: ccn_nchwc.h's geometry of a blocked convolution.
 NCHWC_GEOMETRY = CStruct('ccn_nchwc_geometry', (
@@ -69,7 +68,7 @@ def global_average_pool(em, inst) -> Step:
 
 @lowers(CUSTOM_DOMAIN + '::NchwcStemConv')
 def stem(em, inst) -> Step:
-    """A stem Conv (blocked.stem_conv) writing a chain's blocked input:
+    """A stem Conv (conv_direct.stem_conv) writing a chain's blocked input:
     ccn_conv2d_direct's stem path, its output in blocks."""
     sx, w = em.shape(inst, 0), em.const(inst.inputs[1])
     sizes = stem_conv(sx, None if w is None else w.shape, inst.attrs)

@@ -164,9 +164,9 @@ NATIVE_BUDGET += 79
 #: 8-wide 3x3 layers at batch 1 to im2col), issue 31.
 NATIVE_BUDGET += 3
 
-#: + 73: the stem into NCHWc blocks (blocked.py: stem_conv, the stems a
+#: + 73: the stem into NCHWc blocks (blocked.py: the stems a
 #: chain reads at no reorder; lowerings/nchwc.py: NchwcStemConv;
-#: lowerings/conv_direct.py: is_stem, lane_blocks), issue 31.
+#: lowerings/conv_direct.py: is_stem, stem_conv, lane_blocks), issue 31.
 NATIVE_BUDGET += 73
 
 

@@ -12,10 +12,10 @@ from onnx import helper
 
 from chainer_compiler.pipeline import build_program
 from chainer_compiler.runtime.native import UnsupportedNativeOpsError
-from chainer_compiler.runtime.native.blocked import BLOCK, block_chains, chains
+from chainer_compiler.runtime.native.blocked import block_chains, chains
 from chainer_compiler.runtime.native.fusion import fuse
 from chainer_compiler.runtime.native.lower import lower
-from chainer_compiler.runtime.native.lowering import with_defaults
+from chainer_compiler.runtime.native.lowering import BLOCK, with_defaults
 from chainer_compiler.runtime.native.lowerings.nchwc import NCHWC_GEOMETRY
 
 from .helpers import check_native, make_model, uniform
