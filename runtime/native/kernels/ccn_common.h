@@ -82,7 +82,20 @@ CCN_END_DECLS
         return level == 4 ? NAME##_v4 : level == 3 ? NAME##_v3 : NAME##_base;        \
     }                                                                                \
     DECL void NAME PARAMS { NAME##_best() ARGS; }
+/* A level family's file (render.LEVEL_FAMILIES) is also compiled for
+ * x86-64-v3 and -v4 with its functions renamed NAME_v3 and NAME_v4:
+ * CCN_RUN_LEVEL_BUILD, first in the baseline NAME, calls the build of the
+ * products' level, if any, with ARGS and returns. */
+#define CCN_RUN_LEVEL_BUILD(NAME, ...)                                               \
+    do {                                                                             \
+        const int level_ = ccn_gemm_level();                                         \
+        if (level_ >= 3) {                                                           \
+            (level_ == 4 ? NAME##_v4 : NAME##_v3)(__VA_ARGS__);                      \
+            return;                                                                  \
+        }                                                                            \
+    } while (0)
 #else
+#define CCN_RUN_LEVEL_BUILD(NAME, ...) (void)0
 #define CCN_LEVELS(DECL, NAME, BODY, PARAMS, ARGS)                                   \
     DECL void NAME PARAMS { BODY ARGS; }                                             \
     static inline void (*NAME##_best(void)) PARAMS { return NAME; }

@@ -573,14 +573,7 @@ depthwise_fn ccn_conv2d_depthwise_v3, ccn_conv2d_depthwise_v4;
 void ccn_conv2d_depthwise(const ccn_conv_geometry *geometry, int act, float act_alpha,
                           const float *x, const float *w, const float *bias, float *y)
 {
-#ifdef CCN_GEMM_VARIANTS
-    const int level = ccn_gemm_level();
-    if (level >= 3) {
-        (level == 4 ? ccn_conv2d_depthwise_v4 : ccn_conv2d_depthwise_v3)(geometry, act, act_alpha,
-                                                                          x, w, bias, y);
-        return;
-    }
-#endif
+    CCN_RUN_LEVEL_BUILD(ccn_conv2d_depthwise, geometry, act, act_alpha, x, w, bias, y);
     const ccn_conv_geometry *g = geometry;
     assert(g->group == g->in_channels && g->out_channels == g->in_channels);
     depthwise_call a = {.g = g, .act = act, .act_alpha = act_alpha, .x = x, .w = w,

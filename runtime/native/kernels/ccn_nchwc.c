@@ -139,16 +139,6 @@ typedef void pointwise_fn(const ccn_nchwc_geometry *, const float *, const float
                           const float *, const float *, const float *, float *);
 pointwise_fn ccn_nchwc_pointwise_v3, ccn_nchwc_pointwise_v4;
 conv_fn ccn_nchwc_depthwise_v3, ccn_nchwc_depthwise_v4;
-#define AT_LEVEL(NAME, ...)                                                     \
-    do {                                                                        \
-        const int level_ = ccn_gemm_level();                                    \
-        if (level_ >= 3) {                                                      \
-            (level_ == 4 ? NAME##_v4 : NAME##_v3)(__VA_ARGS__);                 \
-            return;                                                             \
-        }                                                                       \
-    } while (0)
-#else
-#define AT_LEVEL(NAME, ...) (void)0
 #endif
 
 /* m ? a : b, lane by lane (m from a comparison). */
@@ -283,7 +273,7 @@ static void pointwise_range(void *context, long begin, long end)
 void ccn_nchwc_pointwise(const ccn_nchwc_geometry *g, const float *x, const float *scale,
                          const float *w, const float *bias, const float *residual, float *y)
 {
-    AT_LEVEL(ccn_nchwc_pointwise, g, x, scale, w, bias, residual, y);
+    CCN_RUN_LEVEL_BUILD(ccn_nchwc_pointwise, g, x, scale, w, bias, residual, y);
     const long plane = g->out_h * g->out_w;
     const long tiles = (plane + PW_PIXELS - 1) / PW_PIXELS;
     const long groups = (g->out_blocks + PW_BLOCKS - 1) / PW_BLOCKS;
@@ -378,7 +368,7 @@ static void depthwise_range(void *context, long begin, long end)
 void ccn_nchwc_depthwise(const ccn_nchwc_geometry *g, const float *x, const float *w,
                          const float *bias, const float *residual, float *y)
 {
-    AT_LEVEL(ccn_nchwc_depthwise, g, x, w, bias, residual, y);
+    CCN_RUN_LEVEL_BUILD(ccn_nchwc_depthwise, g, x, w, bias, residual, y);
     const long rows = g->batch * g->out_blocks * g->out_h;
     conv_call a = {.g = g, .x = x, .w = w, .bias = bias, .residual = residual, .y = y};
     ccn_parallel_for(rows, rows * g->out_w * g->kernel_h * g->kernel_w * B, depthwise_range, &a);

@@ -470,24 +470,13 @@ typedef void winograd_grad_fn(const ccn_conv_geometry *, const ccn_winograd_plan
                               const float *, const float *, float *, float *);
 winograd_fn ccn_conv2d_winograd_v3, ccn_conv2d_winograd_v4;
 winograd_grad_fn ccn_conv2d_grad_filter_winograd_v3, ccn_conv2d_grad_filter_winograd_v4;
-/* Runs the build of NAME (v3 or v4) at the products' level, if any. */
-#define CCN_WINOGRAD_AT_LEVEL(NAME, ...)                                       \
-    do {                                                                      \
-        const int level_ = ccn_gemm_level();                                  \
-        if (level_ >= 3) {                                                    \
-            (level_ == 4 ? NAME##_v4 : NAME##_v3)(__VA_ARGS__);               \
-            return;                                                           \
-        }                                                                     \
-    } while (0)
-#else
-#define CCN_WINOGRAD_AT_LEVEL(NAME, ...) (void)0
 #endif
 
 void ccn_conv2d_winograd(const ccn_conv_geometry *geometry, const ccn_winograd_plan *plan,
                          const float *x, const float *w, const float *bias, float *y,
                          float *scratch)
 {
-    CCN_WINOGRAD_AT_LEVEL(ccn_conv2d_winograd, geometry, plan, x, w, bias, y, scratch);
+    CCN_RUN_LEVEL_BUILD(ccn_conv2d_winograd, geometry, plan, x, w, bias, y, scratch);
     CCN_WINOGRAD_LOCALS(geometry, plan);
     const int weights = plan->weights, act = plan->act, tile = plan->tile;
     const int shallow = plan->shallow;
@@ -622,7 +611,7 @@ void ccn_conv2d_grad_filter_winograd(const ccn_conv_geometry *geometry,
                                      const ccn_winograd_plan *plan, const float *x,
                                      const float *gy, float *gw, float *scratch)
 {
-    CCN_WINOGRAD_AT_LEVEL(ccn_conv2d_grad_filter_winograd, geometry, plan, x, gy, gw, scratch);
+    CCN_RUN_LEVEL_BUILD(ccn_conv2d_grad_filter_winograd, geometry, plan, x, gy, gw, scratch);
     CCN_WINOGRAD_LOCALS(geometry, plan);
     assert(m == 2 && dh == 1 && dw == 1);
     /* Rows of V have CCN_WINOGRAD_LANES floats of slack. */
