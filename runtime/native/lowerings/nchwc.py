@@ -33,12 +33,18 @@ def reorder_in(em, inst) -> Step:
     return Step('nchwc', [blocked_shape(s)], render)
 
 
+def _declared_4d(em, r: int) -> tuple[int, ...] | None:
+    """Register ``r``'s declared static 4-D shape, None when it has none."""
+    declared = em.p.types.get(r)
+    out = tuple(declared.shape or ()) if declared is not None else ()
+    return out if len(out) == 4 and all(isinstance(d, int) and d >= 0 for d in out) else None
+
+
 @lowers(CUSTOM_DOMAIN + '::NchwcReorderOut')
 def reorder_out(em, inst) -> Step:
     s = em.shape(inst, 0)
-    declared = em.p.types.get(inst.outputs[0])
-    out = tuple(declared.shape or ()) if declared is not None else ()
-    if len(s) != 5 or len(out) != 4 or not all(isinstance(d, int) and d >= 0 for d in out):
+    out = _declared_4d(em, inst.outputs[0])
+    if len(s) != 5 or out is None:
         raise Refuse('NchwcReorderOut takes a blocked tensor to a declared (N, C, H, W)')
     if blocked_shape(out) != s:
         raise Refuse('blocked %s is not %s' % (list(s), list(out)))
@@ -53,12 +59,10 @@ def reorder_out(em, inst) -> Step:
 def global_average_pool(em, inst) -> Step:
     """A squeeze-excitation's pool of a blocked tensor, to a plain (N, C, 1, 1)."""
     s = em.shape(inst, 0)
-    declared = em.p.types.get(inst.outputs[0])
-    out = tuple(declared.shape or ()) if declared is not None else ()
-    if len(s) != 5 or len(out) != 4 or not all(isinstance(d, int) and d >= 0 for d in out) \
-            or out[2:] != (1, 1) or blocked_shape(out[:2] + s[2:4]) != s:
+    out = _declared_4d(em, inst.outputs[0])
+    if len(s) != 5 or out is None or out[2:] != (1, 1) or blocked_shape(out[:2] + s[2:4]) != s:
         raise Refuse('NchwcGlobalAveragePool takes a blocked tensor to a declared (N, C, 1, 1) '
-                     'of its channels, got %s to %s' % (list(s), list(out)))
+                     'of its channels, got %s to %s' % (list(s), list(out or ())))
 
     def render(ref, scratch):
         return ['ccn_nchwc_global_average_pool(%d, %d, %d, %s, %s);' % (
