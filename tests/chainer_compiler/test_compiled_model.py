@@ -132,8 +132,9 @@ def test_dropout_is_random_in_training_and_off_in_evaluation(tmp_path):
                                              runtime_kwargs=ON_THE_VM)
     with chainer.using_config('train', False):
         numpy.testing.assert_allclose(compiled(X).array, model(X).array, rtol=1e-5, atol=1e-6)
-    first, second = compiled(X).array, compiled(X).array
-    assert not numpy.allclose(first, second)
+    # Two draws agree on the ~10 values ReLU passes one time in ~2**10: compare several.
+    first, *others = (compiled(X).array for _ in range(6))
+    assert any(not numpy.allclose(first, other) for other in others)
 
 
 def test_recompute_policy_gives_the_same_gradients(tmp_path):
