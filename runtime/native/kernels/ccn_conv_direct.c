@@ -13,6 +13,7 @@
 #pragma GCC optimize("fp-contract=fast")
 #endif
 #include <assert.h>
+#include <stdint.h>
 #include <string.h>
 
 #include "ccn_conv_direct.h"
@@ -39,6 +40,16 @@ typedef struct {
  * (-1 true, 0 false): C has no ?: on vectors. */
 #define CCN_DIRECT_SELECT(m, a, b) \
     ((__typeof__(a))(((__typeof__(m))(a) & (m)) | ((__typeof__(m))(b) & ~(m))))
+
+/* Channels ahead from which a tile fetches its planes' lines into L1 as it
+ * sums: a tap's address moves by a whole plane from channel to channel,
+ * farther than the hardware's stride prefetcher follows. */
+#define CCN_DIRECT_AHEAD 1
+/* A prefetch of `base` + `offset` floats, which may lie past the scratch:
+ * computed on integers (such a pointer is undefined C; the prefetch never
+ * faults). */
+#define CCN_DIRECT_PREFETCH(base, offset) \
+    __builtin_prefetch((const void *)((uintptr_t)(base) + (uintptr_t)(offset) * sizeof(float)))
 
 /* A tile kernel: t[i][0:nv*VL] = start[i] plus the sums over C channels
  * and T taps of w's row i (a block: [c][tap][row]) times the planes (plane
@@ -114,6 +125,9 @@ typedef void tile_fn(long C, long T, const long *off, const float *planes, long 
         for (long c = 0; c < C; c++, planes += plane)                                      \
             for (long k = 0; k < T; k++, w += CCN_DIRECT_ROWS) {                           \
                 VEC v[NV];                                                                 \
+                for (int j = 0; j <= nv; j++)                                              \
+                    CCN_DIRECT_PREFETCH(planes, CCN_DIRECT_AHEAD * plane + off[k] +          \
+                                                    (j < nv ? j * VL : nv * VL - 1));      \
                 for (int j = 0; j < nv; j++)                                               \
                     memcpy(&v[j], planes + off[k] + j * VL, sizeof v[j]);                  \
                 for (int i = 0; i < CCN_DIRECT_ROWS; i++)                                  \
