@@ -26,6 +26,7 @@ import threading
 import numpy
 
 from ..errors import KernelError
+from .arena import aligned_array
 
 
 def allocate(nbytes: int, program: str) -> numpy.ndarray:
@@ -43,8 +44,8 @@ def allocate(nbytes: int, program: str) -> numpy.ndarray:
     if memory is not None and nbytes > memory:
         raise error
     try:
-        # numpy's allocations are aligned well beyond the floats C asks for.
-        return numpy.empty(nbytes, dtype=numpy.uint8)
+        # At a cache line, as the arena's offsets (numpy's: 16 bytes past one).
+        return aligned_array(nbytes, numpy.empty)
     except MemoryError:
         raise error from None
 
