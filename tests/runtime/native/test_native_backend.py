@@ -177,6 +177,9 @@ def test_instrumentation_is_refused():
             Executor(program, backend='native', **{option: True})
 
 
+# native_build: beside the smoke test above, make test-fast's two workers
+# compiled the same kernels at once.
+@pytest.mark.native_build
 def test_cli_run_on_the_native_backend(tmp_path, capsys):
     model = _mlp_model()
     data = tmp_path / 'test_data_set_0'
