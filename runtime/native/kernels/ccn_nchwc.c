@@ -181,12 +181,13 @@ static inline void finish(float *y, long n, int act, float act_alpha)
 }
 
 /* The outputs of `blocks` output blocks at `pixels` pixels from p0 of one
- * image: x, its channels' scales sc (when `scaled`) and y that image's, w
- * the first block's weights.  Scaling the weights' vectors per input
- * channel costs `blocks` multiplies against blocks x pixels FMAs; a pass
- * of the Mul would read and write the whole input. */
+ * image, stored from pixel `skip` of the tile on (those before it another
+ * tile stores): x, its channels' scales sc (when `scaled`) and y that
+ * image's, w the first block's weights.  Scaling the weights' vectors per
+ * input channel costs `blocks` multiplies against blocks x pixels FMAs; a
+ * pass of the Mul would read and write the whole input. */
 CCN_ALWAYS_INLINE void pointwise_tile(const conv_call *a, const float *x, const float *sc,
-                                      const float *w, long ob0, long p0, float *y,
+                                      const float *w, long ob0, long p0, long skip, float *y,
                                       const float *res, int blocks, int pixels, int scaled)
 {
     const ccn_nchwc_geometry *g = a->g;
@@ -218,17 +219,18 @@ CCN_ALWAYS_INLINE void pointwise_tile(const conv_call *a, const float *x, const 
     }
     for (int o = 0; o < blocks; o++) {
         const long at = ((ob0 + o) * plane + p0) * B;
-        for (int p = 0; p < pixels; p++)
-            store(y + at + p * B, &acc[o][p], res ? res + at + p * B : NULL, g->act,
-                  g->act_alpha);
-        finish(y + at, (long)pixels * B, g->act, g->act_alpha);
+        for (int p = 0; p < pixels; p++)  /* constant indices: acc stays in registers */
+            if (p >= skip)
+                store(y + at + p * B, &acc[o][p], res ? res + at + p * B : NULL, g->act,
+                      g->act_alpha);
+        finish(y + at + skip * B, (pixels - skip) * B, g->act, g->act_alpha);
     }
 }
 
 /* A tile of pointwise_tile, the scaling chosen at compile time. */
-#define TILE(W, OB0, P, BLOCKS, PIXELS)                                              \
-    (sc ? pointwise_tile(a, x, sc, W, OB0, P, y, res, BLOCKS, PIXELS, 1)            \
-        : pointwise_tile(a, x, NULL, W, OB0, P, y, res, BLOCKS, PIXELS, 0))
+#define TILE(W, OB0, P, SKIP, BLOCKS, PIXELS)                                        \
+    (sc ? pointwise_tile(a, x, sc, W, OB0, P, SKIP, y, res, BLOCKS, PIXELS, 1)      \
+        : pointwise_tile(a, x, NULL, W, OB0, P, SKIP, y, res, BLOCKS, PIXELS, 0))
 
 static void pointwise_range(void *context, long begin, long end)
 {
@@ -239,7 +241,15 @@ static void pointwise_range(void *context, long begin, long end)
     const long groups = (g->out_blocks + PW_BLOCKS - 1) / PW_BLOCKS;
     for (long t = begin; t < end; t++) {
         const long n = t / (tiles * groups), ob0 = t / tiles % groups * PW_BLOCKS;
-        const long p0 = t % tiles * PW_PIXELS;
+        long p0 = t % tiles * PW_PIXELS, skip = 0;
+        if (plane - p0 < PW_PIXELS && 2 * (plane - p0) >= PW_PIXELS && plane >= PW_PIXELS) {
+            /* Half a tile or more of the plane's last pixels: a whole tile
+             * ending at its end, which stores only these (one at a time, each
+             * loads every weight vector: 196 = 32 x 6 + 4 pixels at 14x14;
+             * fewer cost less so than a tile). */
+            skip = p0 - (plane - PW_PIXELS);
+            p0 = plane - PW_PIXELS;
+        }
         const float *x = a->x + n * g->in_blocks * plane * B;
         const float *sc = a->scale ? a->scale + n * g->in_channels : NULL;
         const float *w = a->w + ob0 * depth * B;
@@ -251,22 +261,22 @@ static void pointwise_range(void *context, long begin, long end)
             switch (blocks) {  /* constant sizes: the tile in registers */
 #if PW_BLOCKS == 4
             case 4:
-                TILE(w, ob0, p0, 4, PW_PIXELS);
+                TILE(w, ob0, p0, skip, 4, PW_PIXELS);
                 break;
             case 3:
-                TILE(w, ob0, p0, 3, PW_PIXELS);
+                TILE(w, ob0, p0, skip, 3, PW_PIXELS);
                 break;
             case 2:
-                TILE(w, ob0, p0, 2, PW_PIXELS);
+                TILE(w, ob0, p0, skip, 2, PW_PIXELS);
                 break;
 #endif
             default:
-                TILE(w, ob0, p0, 1, PW_PIXELS);
+                TILE(w, ob0, p0, skip, 1, PW_PIXELS);
             }
-        else  /* the last pixels: one at a time */
+        else  /* a plane of fewer pixels than a tile: one at a time */
             for (long o = 0; o < blocks; o++)
                 for (long p = p0; p < p0 + pixels; p++)
-                    TILE(w + o * depth * B, ob0 + o, p, 1, 1);
+                    TILE(w + o * depth * B, ob0 + o, p, 0, 1, 1);
     }
 }
 
@@ -283,13 +293,14 @@ void ccn_nchwc_pointwise(const ccn_nchwc_geometry *g, const float *x, const floa
                      g->batch * g->out_blocks * plane * g->in_blocks * B * B, pointwise_range, &a);
 }
 
-/* Output row oh of one block of one image (x, w, y, res that block's),
- * from column ow0 to ow1, `pixels` at a time, every tap inside the row
- * (columns: `inside`; rows: kh0 to kh1) or each checked. */
+/* Output row oh of one block of one image (x, w, y, res that block's):
+ * `pixels` columns from ow0, stored from the tile's pixel `skip` on
+ * (another tile stores those before), every tap inside the row (columns:
+ * `inside`; rows: kh0 to kh1) or each checked. */
 CCN_ALWAYS_INLINE void depthwise_pixels(const ccn_nchwc_geometry *g, const float *x,
                                         const float *w, const v16 *start, long oh, long ow0,
-                                        float *y, const float *res, int pixels, int inside, long kernel_w,
-                                        long stride_w)
+                                        long skip, float *y, const float *res, int pixels,
+                                        int inside, long kernel_w, long stride_w)
 {
     const long ih0 = oh * g->stride_h - g->pad_top;
     const long kh0 = ih0 < 0 ? -ih0 : 0;
@@ -309,8 +320,10 @@ CCN_ALWAYS_INLINE void depthwise_pixels(const ccn_nchwc_geometry *g, const float
         }
     }
     const long at = (oh * g->out_w + ow0) * B;
-    for (int p = 0; p < pixels; p++)
-        store(y + at + p * B, &acc[p], res ? res + at + p * B : NULL, g->act, g->act_alpha);
+    for (int p = 0; p < pixels; p++)  /* constant indices: acc stays in registers */
+        if (p >= skip)
+            store(y + at + p * B, &acc[p], res ? res + at + p * B : NULL, g->act,
+                  g->act_alpha);
 }
 
 /* One output row: the columns whose taps all lie inside by whole tiles,
@@ -328,13 +341,20 @@ CCN_ALWAYS_INLINE void depthwise_row(const ccn_nchwc_geometry *g, const float *x
     lo = lo < hi ? lo : hi;
     long ow = 0;
     for (; ow < lo; ow++)
-        depthwise_pixels(g, x, w, start, oh, ow, y, res, 1, 0, kernel_w, stride_w);
+        depthwise_pixels(g, x, w, start, oh, ow, 0, y, res, 1, 0, kernel_w, stride_w);
     for (; ow + DW_PIXELS <= hi; ow += DW_PIXELS)
-        depthwise_pixels(g, x, w, start, oh, ow, y, res, DW_PIXELS, 1, kernel_w, stride_w);
+        depthwise_pixels(g, x, w, start, oh, ow, 0, y, res, DW_PIXELS, 1, kernel_w, stride_w);
+    if (2 * (hi - ow) >= DW_PIXELS && hi - lo >= DW_PIXELS) {
+        /* As pointwise_range's last pixels: half a tile or more costs less
+         * as a whole tile than one by one. */
+        depthwise_pixels(g, x, w, start, oh, hi - DW_PIXELS, ow - (hi - DW_PIXELS), y, res,
+                         DW_PIXELS, 1, kernel_w, stride_w);
+        ow = hi;
+    }
     for (; ow < hi; ow++)
-        depthwise_pixels(g, x, w, start, oh, ow, y, res, 1, 1, kernel_w, stride_w);
+        depthwise_pixels(g, x, w, start, oh, ow, 0, y, res, 1, 1, kernel_w, stride_w);
     for (; ow < g->out_w; ow++)
-        depthwise_pixels(g, x, w, start, oh, ow, y, res, 1, 0, kernel_w, stride_w);
+        depthwise_pixels(g, x, w, start, oh, ow, 0, y, res, 1, 0, kernel_w, stride_w);
 }
 
 static void depthwise_range(void *context, long begin, long end)

@@ -35,12 +35,15 @@ def _conv(init, rng, name, x, cin, cout, k, stride, pads, group=1, bias=True):
 
 
 def chain_model(rng, batch=2):
-    """A MobileNet-like chain from a stem (3 channels of 18x22 to 20 of
-    9x11, stride 2, asymmetric padding, ReLU: x, written blocked): 1x1 products and
+    """A MobileNet-like chain from a stem (3 channels of 18x30 to 20 of
+    9x15, stride 2, asymmetric padding, ReLU: x, written blocked): 1x1 products and
     depthwise 3x3 and 5x5 at strides 1 and 2 (asymmetric padding), with
     ReLU6, HardSwish, none, a residual Add of x, Swish, Relu, LeakyRelu
     and Sigmoid, a squeeze-excitation before the last product; outputs the
-    residual sum (read mid-chain) and the end."""
+    residual sum (read mid-chain) and the end.  Its planes end in part
+    tiles (135, 40 and 8 pixels; a depthwise row of 15 with 13 columns
+    inside: a tile and 5 more), stored by a whole tile ending at the
+    plane's or the row's end or one pixel at a time."""
     init = {'lo': numpy.array(0, numpy.float32), 'hi': numpy.array(6, numpy.float32)}
 
     def conv(*args, **kwargs):
@@ -72,9 +75,9 @@ def chain_model(rng, batch=2):
         conv('c8', 'm7', 17, 16, 1, 1, (0, 0, 0, 0)),
         helper.make_node('Sigmoid', ['c8'], ['y']),
     ]
-    return make_model(nodes, [('x0', numpy.float32, (batch, 3, 18, 22))],
-                      [('a3', numpy.float32, (batch, 20, 9, 11)),
-                       ('y', numpy.float32, (batch, 16, 2, 3))], init, opset=14)
+    return make_model(nodes, [('x0', numpy.float32, (batch, 3, 18, 30))],
+                      [('a3', numpy.float32, (batch, 20, 9, 15)),
+                       ('y', numpy.float32, (batch, 16, 2, 4))], init, opset=14)
 
 
 def _blocked(model):
@@ -96,7 +99,7 @@ def test_a_chain_runs_blocked_between_reorders_at_its_edges():
     conv = program.instructions[3]
     assert conv.inputs[3] == program.instructions[0].outputs[0]  # x blocked, as residual
     # A value only the chain reads keeps its register, now blocked.
-    assert program.types[program.instructions[1].outputs[0]].shape == (2, 3, 9, 11, BLOCK)
+    assert program.types[program.instructions[1].outputs[0]].shape == (2, 3, 9, 15, BLOCK)
 
 
 def test_a_squeeze_excitation_read_elsewhere_keeps_its_mul():
@@ -104,7 +107,7 @@ def test_a_squeeze_excitation_read_elsewhere_keeps_its_mul():
     # the scaled tensor leaves the chain for it.
     model = chain_model(numpy.random.default_rng(0))
     model.graph.output.append(helper.make_tensor_value_info(
-        'm7', helper.np_dtype_to_tensor_dtype(numpy.dtype(numpy.float32)), (2, 17, 2, 3)))
+        'm7', helper.np_dtype_to_tensor_dtype(numpy.dtype(numpy.float32)), (2, 17, 2, 4)))
     program = _blocked(model)
     ops = [i.qualified_op.replace(NCHWC, '') for i in program.instructions]
     assert 'Mul' in ops and all(len(i.inputs) < 5 for i in program.instructions)
@@ -229,4 +232,4 @@ def test_the_block_and_geometry_are_the_headers():
 @pytest.mark.native_build
 def test_a_blocked_chain_computes_what_the_vm_computes():
     rng = numpy.random.default_rng(1)
-    check_native(chain_model(rng), [uniform(rng, 2, 3, 18, 22)])
+    check_native(chain_model(rng), [uniform(rng, 2, 3, 18, 30)])
