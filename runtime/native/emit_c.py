@@ -47,6 +47,7 @@ from .batched import (
 )
 from .blocked import block_chains
 from .cformat import Shape
+from .channels_last import fold_permutes
 from .errors import NativeEmitError
 from .fusion import fuse
 from .lower import Lowered, lower
@@ -230,11 +231,13 @@ def fuse_epilogues(c: NativeCompilation) -> None:
     epilogue activations in the products (runtime/ops/fusion_rules.py, the
     rule set the VM's `fuse` reads), fuse an SGDUpdate with its Gemm
     gradient (runtime/native/fusion.py); run chains of mobile convolutions
-    in blocks of channels (blocked.py; not for emit-c --max, whose buckets
-    are lowered as the program for one sample is)."""
+    in blocks of channels (blocked.py) and fold the Transpose that ends a
+    channels-last section into the layer scale and residual Add after it
+    (channels_last.py; neither for emit-c --max, whose buckets are lowered
+    as the program for one sample is)."""
     c.program = fuse(c.program)
     if c.max_batch is None:
-        c.program = block_chains(c.program)
+        c.program = block_chains(fold_permutes(c.program))
 
 
 def fold_and_lower(c: NativeCompilation) -> None:

@@ -136,6 +136,76 @@ void ccn_standardize(long R, long S, float epsilon, const float *x, const float 
     ccn_parallel_for(R, R * S, standardize_range, &a);
 }
 
+/* Pixels per block of ccn_scale_add_nhwc: 16 rows of C channels read by
+ * 8x8 tiles. */
+#define CHANNELS_LAST_PIXELS 16
+
+/* ccn_scale_add_nhwc: its blocks [begin, end) of CHANNELS_LAST_PIXELS
+ * pixels of one image. */
+typedef struct {
+    long C;
+    long S;
+    const float *x;
+    const float *scale;
+    const float *residual;
+    float *y;
+} scale_add_call;
+
+/* t[i][j] = src[j * ld + i] for i, j < 8: an 8x8 tile transposed in
+ * registers (constant counts: GCC makes the loads whole-row shuffles). */
+CCN_ALWAYS_INLINE void tile_in(const float *src, long ld, float t[8][8])
+{
+    for (int j = 0; j < 8; j++)
+        for (int i = 0; i < 8; i++)
+            t[i][j] = src[j * ld + i];
+}
+
+CCN_ALWAYS_INLINE void scale_add_nhwc_blocks(void *context, long begin, long end)
+{
+    const scale_add_call *a = context;
+    long C = a->C, S = a->S, blocks = (S + CHANNELS_LAST_PIXELS - 1) / CHANNELS_LAST_PIXELS;
+    for (long b = begin; b < end; b++) {
+        long n = b / blocks, p0 = b % blocks * CHANNELS_LAST_PIXELS;
+        long P = S - p0 < CHANNELS_LAST_PIXELS ? S - p0 : CHANNELS_LAST_PIXELS;
+        const float *in = a->x + (n * S + p0) * C;
+        const float *r = a->residual + n * C * S + p0;
+        float *out = a->y + n * C * S + p0;
+        /* The Mul, then the Add, as the nodes; each residual element read
+         * before its output is written (y may be residual). */
+        long c0 = 0;
+        for (; c0 + 8 <= C && P == CHANNELS_LAST_PIXELS; c0 += 8)
+            for (long q = 0; q < P; q += 8) {
+                float t[8][8];
+                tile_in(in + q * C + c0, C, t);
+                for (int j = 0; j < 8; j++) {
+                    float g = a->scale[c0 + j];
+                    for (int i = 0; i < 8; i++) {
+                        float v = g * t[j][i];
+                        out[(c0 + j) * S + q + i] = v + r[(c0 + j) * S + q + i];
+                    }
+                }
+            }
+        for (long c = c0; c < C; c++) {
+            float g = a->scale[c];
+            for (long p = 0; p < P; p++) {
+                float v = g * in[p * C + c];
+                out[c * S + p] = v + r[c * S + p];
+            }
+        }
+    }
+}
+
+CCN_LEVELS(static, scale_add_nhwc_range, scale_add_nhwc_blocks,
+           (void *context, long begin, long end), (context, begin, end))
+
+void ccn_scale_add_nhwc(long N, long C, long S, const float *x, const float *scale,
+                        const float *residual, float *y)
+{
+    scale_add_call a = {C, S, x, scale, residual, y};
+    long blocks = N * ((S + CHANNELS_LAST_PIXELS - 1) / CHANNELS_LAST_PIXELS);
+    ccn_parallel_for(blocks, N * C * S, scale_add_nhwc_range, &a);
+}
+
 void ccn_broadcast_copy(int rank, const long *shape, const float *src,
                         const long *src_strides, float *dst)
 {

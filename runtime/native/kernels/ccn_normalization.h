@@ -53,6 +53,13 @@ void ccn_standardize(long R, long S, float epsilon, const float *x, const float 
                      const float *bias, ccn_param_layout layout, float *y, float *mean,
                      float *inv_std);
 
+/* y[n, c, s] = scale[c] * x[n, s, c] + residual[n, c, s]: a channels-last
+ * (N, S, C) x back to (N, C, S), times a scale per channel, plus a residual
+ * (ConvNeXt's layer scale and skip; channels_last.py).  y may be
+ * residual. */
+void ccn_scale_add_nhwc(long N, long C, long S, const float *x, const float *scale,
+                        const float *residual, float *y);
+
 /* Gradient of ccn_standardize's y = xhat * scale + bias over R rows of S
  * elements (LayerNormalization's, scale laid out as there: period 1 or R,
  * row stride S, inner stride 1) from x and gy: gx, and gscale[p * S + i] =

@@ -136,6 +136,24 @@ def layer_norm(em, inst) -> Step:
                 dtypes=['float32'] * len(shapes))
 
 
+@lowers(CUSTOM_DOMAIN + '::ChannelsFirstScaleAdd')
+def channels_first_scale_add(em, inst) -> Step:
+    """channels_last.py's (N, H, W, C) X back to (N, C, H, W), times a
+    scale of C values per channel, plus a residual of that shape."""
+    if len(inst.inputs) != 3 or len(em.shape(inst, 0)) != 4:
+        raise Refuse('ChannelsFirstScaleAdd takes an (N, H, W, C) X, scale and residual')
+    n, h, w, c = em.shape(inst, 0)
+    if math.prod(em.shape(inst, 1)) != c:
+        raise Refuse('scale of shape %s is not %d values' % (list(em.shape(inst, 1)), c))
+    if em.shape(inst, 2) != (n, c, h, w):
+        raise Refuse('residual of shape %s is not %s' % (list(em.shape(inst, 2)), [n, c, h, w]))
+
+    def render(ref, scratch):
+        return ['ccn_scale_add_nhwc(%d, %d, %d, %s, %s, %s, %s);' % (
+            n, c, h * w, *(ref(r) for r in inst.inputs), ref(inst.outputs[0]))]
+    return Step('normalization', [(n, c, h, w)], render, in_place=(2,))
+
+
 @lowers(CUSTOM_DOMAIN + '::LayerNormalizationGrad')
 def layer_norm_grad(em, inst) -> Step:
     """gX and gscale (Scale's shape) from X, Scale, gY and the forward's

@@ -169,6 +169,11 @@ NATIVE_BUDGET += 3
 #: lowerings/conv_direct.py: is_stem, stem_conv, lane_blocks), issue 31.
 NATIVE_BUDGET += 73
 
+#: + 72: ConvNeXt's permute back folded into its layer scale and residual
+#: (channels_last.py; lowerings/normalization.py: ChannelsFirstScaleAdd;
+#: the hook in emit_c.py), issue 31 item 4.
+NATIVE_BUDGET += 72
+
 
 def test_the_native_backend_stays_within_its_budget():
     used = _total((RUNTIME / 'native').rglob('*.py'))
