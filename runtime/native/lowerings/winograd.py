@@ -39,6 +39,25 @@ MIN_FILTER_GRADIENT_WIDTH = 16
 #: 8x8 0.97.  Past it, Winograd / im2col: 256 at 10x10 (25 tiles) 0.85,
 #: 512 at 7x7 batch 8 0.93; at batch 2 (32 tiles) 1.12, left to Winograd.
 FEW_TILES = 16
+#: Most 2x2 tiles (all images), and most input times output channels, of a
+#: convolution that ccn_conv_direct takes instead where it can (constant
+#: weights; conv_direct.takes_direct): 13 and 14 wide at batch 1.  There
+#: F(2x2)'s 16 products are 49 columns each, shallow or of few rows.  One
+#: thread, CPU time, Conv + ReLU, direct / Winograd: SqueezeNet's 48 -> 192
+#: and 64 -> 256 at 13x13 0.85, 0.87; DenseNet's 128 -> 32 at 14x14 0.58-0.62;
+#: 64 -> 64 0.72, 128 -> 64 0.84, 256 -> 64 at 13x13 0.86, 128 -> 128 1.00;
+#: past it 256 -> 256 at 13x13 and 14x14 1.14-1.16, 64 -> 64 at 16x16 (64
+#: tiles) 1.05.
+DIRECT_MAX_TILES = 49
+DIRECT_MAX_CHANNELS = 128 * 128
+#: Most output channels, and most 2x2 tiles, of a convolution that
+#: ccn_conv_direct takes instead where it can, however deep its input: 28
+#: wide at batch 1, where F(4x4, 3x3)'s products have a few rows.  The same
+#: measure: 128 -> 16 at 28x28 0.60, DenseNet's 128 -> 32 0.82 (at 24x24
+#: 0.78), 64 -> 32 0.87, 256 -> 32 0.79; past it 128 -> 48 1.15, 128 -> 32
+#: at 56x56 (784 tiles) 1.17.
+DIRECT_MAX_OUTPUTS = 32
+DIRECT_MAX_OUTPUTS_TILES = 196
 #: Widest output sent there: the transforms keep a few rows of the image
 #: on the stack (at most about 56 bytes per output column: F(4x4, 3x3)'s
 #: six rows and their transforms), which a worker thread's stack holds up
@@ -104,22 +123,29 @@ WINOGRAD_PLAN = CStruct('ccn_winograd_plan',
 
 
 def winograd_tiles(batch, channels_in, channels_out, out_size, kernel, strides, dilations,
-                   group, min_width=MIN_WIDTH, phases=False) -> int | None:
+                   group, min_width=MIN_WIDTH, phases=False, direct=False) -> int | None:
     """The 2x2 output tiles per block (whole rows of them) with which
     ccn_winograd.c computes this convolution or one of its gradients, or
     None when it should not: not 3x3 with stride 1 in one group, dilated
     unless ``phases`` (a Conv: ccn_conv2d_winograd runs it per phase of
     the input, and the widths below are a phase's), too few channels or
     too narrow an output (below ``min_width``) or too few tiles (FEW_TILES)
-    for it to pay, or an output wider than MAX_WIDTH."""
+    for it to pay, or an output wider than MAX_WIDTH; or, when ``direct``
+    (ccn_conv_direct can take it), few tiles and channels
+    (DIRECT_MAX_TILES, DIRECT_MAX_CHANNELS) or few tiles and output
+    channels (DIRECT_MAX_OUTPUTS_TILES, DIRECT_MAX_OUTPUTS)."""
     channels = min(channels_in, channels_out)
     width = -(-out_size[1] // dilations[1])
+    tiles = batch * _tiles_across(out_size[0], dilations[0], 2) \
+        * _tiles_across(out_size[1], dilations[1], 2)
     if tuple(kernel) != (3, 3) or tuple(strides) != (1, 1) or group != 1 \
             or (tuple(dilations) != (1, 1) and not phases) or channels < MIN_CHANNELS \
             or width < min_width or out_size[1] > MAX_WIDTH \
-            or channels * width < MIN_WIDTH_CHANNELS \
-            or batch * _tiles_across(out_size[0], dilations[0], 2) \
-            * _tiles_across(out_size[1], dilations[1], 2) <= FEW_TILES:
+            or channels * width < MIN_WIDTH_CHANNELS or tiles <= FEW_TILES \
+            or direct and (tiles <= DIRECT_MAX_TILES
+                           and channels_in * channels_out <= DIRECT_MAX_CHANNELS
+                           or tiles <= DIRECT_MAX_OUTPUTS_TILES
+                           and channels_out <= DIRECT_MAX_OUTPUTS):
         return None
     return block_tiles(batch, channels_in, channels_out, out_size, 2, dilations)
 

@@ -50,7 +50,8 @@ def test_residual_fused_on_every_convolution_path(tmp_path):
         + _block(2, 'x2', 'w2', 'r2', False, first=False, pads=[1, 1, 1, 1])
         # 3x3 stride 2, two images per product.
         + _block(3, 'x1', 'w2', 'r3', True, strides=[2, 2], pads=[1, 1, 1, 1])
-        # Winograd (64 channels, 3x3 stride 1): the Add and Relu after.
+        # Winograd (64 channels, 3x3 stride 1, 64 tiles: more than
+        # DIRECT_MAX_TILES): the Add and Relu after.
         + _block(4, 'x4', 'w4', 'r4', True, pads=[1, 1, 1, 1])
         # Depthwise: the Add and Relu in one pass after the kernel.
         + _block(5, 'x2', 'w5', 'r2', True, group=8, pads=[1, 1, 1, 1])
@@ -73,9 +74,9 @@ def test_residual_fused_on_every_convolution_path(tmp_path):
     inputs = [('x1', F32, [2, 8, 7, 7]), ('r1', F32, [2, 8, 7, 7]),
               ('x2', F32, [1, 8, 6, 6]), ('r2', F32, [1, 8, 6, 6]),
               ('r3', F32, [2, 8, 4, 4]),
-              ('x4', F32, [1, 64, 12, 12]), ('r4', F32, [1, 64, 12, 12]),
+              ('x4', F32, [1, 64, 16, 16]), ('r4', F32, [1, 64, 16, 16]),
               ('x6', F32, [1, 8, 16, 16]), ('r6', F32, [1, 8, 16, 16])]
-    shapes = {1: [2, 8, 7, 7], 2: [1, 8, 6, 6], 3: [2, 8, 4, 4], 4: [1, 64, 12, 12],
+    shapes = {1: [2, 8, 7, 7], 2: [1, 8, 6, 6], 3: [2, 8, 4, 4], 4: [1, 64, 16, 16],
               5: [1, 8, 6, 6], 6: [1, 8, 16, 16], 7: [2, 8, 7, 7], 8: [1, 8, 6, 6],
               9: [2, 8, 7, 7]}
     model = make_model(nodes, inputs, [('y%d' % k if k < 9 else 'z9', F32, s)

@@ -169,6 +169,10 @@ NATIVE_BUDGET += 3
 #: lowerings/conv_direct.py: is_stem, stem_conv, lane_blocks), issue 31.
 NATIVE_BUDGET += 73
 
+#: + 9: Winograd's direct rule (lowerings/winograd.py: DIRECT_MAX_TILES,
+#: DIRECT_MAX_OUTPUTS; lowerings/connection.py passes takes_direct), issue 31.
+NATIVE_BUDGET += 9
+
 #: + 72: ConvNeXt's permute back folded into its layer scale and residual
 #: (channels_last.py; lowerings/normalization.py: ChannelsFirstScaleAdd;
 #: the hook in emit_c.py), issue 31 item 4.
