@@ -1,21 +1,29 @@
-"""The permute at the end of a channels-last section of an NCHW network,
-folded into the layer scale and residual Add after it (a pass of the
-native backend, after fusion).
+"""The permutes around a channels-last section of an NCHW network, folded
+into the kernels on either side (a pass of the native backend, after
+fusion).
 
 ConvNeXt's block runs its LayerNormalization and 1x1 MLP channels-last
 between two Transposes: a depthwise Conv (NCHW), Transpose(0, 2, 3, 1),
 LayerNormalization over the last axis, the MatMuls, Transpose(0, 3, 1, 2),
-the layer scale's Mul by a (C, 1, 1) constant and the residual Add: three
-passes over the tensor after the products.  This pass makes a
-Transpose(m, perm=(0, 3, 1, 2)) read only by a Mul by a float32 constant of
-C values along axis 1, itself read only by an Add of another tensor of the
-output's shape, one ChannelsFirstScaleAdd(m, scale, residual)
-(ccn_scale_add_nhwc): NHWC in, NCHW out, in one pass, the same operations
-in the same order (the same bits).  Any other graph keeps its nodes.  (The
-Transpose before the LayerNormalization stays: a LayerNormalization
-reading NCHW and writing NHWC was no faster than the two; benchmarks/NOTES.md,
-"ConvNeXt's blocks without permutes".)  The pass reads the static shapes of
-the Program's types; without them it changes nothing.
+the layer scale's Mul by a (C, 1, 1) constant and the residual Add.  This
+pass makes
+
+- a Transpose(m, perm=(0, 3, 1, 2)) read only by a Mul by a float32
+  constant of C values along axis 1, itself read only by an Add of another
+  tensor of the output's shape, one ChannelsFirstScaleAdd(m, scale,
+  residual) (ccn_scale_add_nhwc): NHWC in, NCHW out, one pass for three;
+- a depthwise Conv without epilogue read only by a Transpose(0, 2, 3, 1),
+  when ccn_depthwise.c takes it by channels (lowerings/depthwise.py's
+  by_channels: ConvNeXt's 7x7 at 28x28 and below), one DepthwiseConvNhwc:
+  the kernel's block of pixels with the channels in the lanes is stored
+  pixel by pixel, as the Transpose would have laid it out.
+
+Both compute the same operations in the same order (the same bits); any
+other graph keeps its nodes.  (A LayerNormalization reading NCHW and
+writing NHWC was no faster than the Transpose and the LayerNormalization;
+benchmarks/NOTES.md, "ConvNeXt's blocks without permutes".)  The pass
+reads the static shapes of the Program's types; without them it changes
+nothing.
 """
 import dataclasses
 
@@ -24,6 +32,8 @@ import numpy
 from ..ops.registry import CUSTOM_DOMAIN
 from ..program import Instruction, Program
 from .blocked import _static as static_shape
+from .lowering import Refuse, window
+from .lowerings.depthwise import by_channels, is_depthwise
 
 _DEFAULT_DOMAINS = ('', 'ai.onnx')
 
@@ -39,6 +49,15 @@ def fold_permutes(program: Program) -> Program:
             readers.setdefault(r, []).append(i)
     outputs = {v.register for v in program.outputs}
 
+    def only_transpose(conv: Instruction) -> Instruction | None:
+        users = readers.get(conv.outputs[0], []) if len(conv.outputs) == 1 else []
+        reader = program.instructions[users[0]] if len(users) == 1 else None
+        if conv.outputs[0] in outputs or reader is None or reader.op != 'Transpose' \
+                or reader.domain not in _DEFAULT_DOMAINS \
+                or list(reader.attrs.get('perm') or ()) != [0, 2, 3, 1]:
+            return None
+        return reader
+
     def only_reader(r: int, op: str) -> Instruction | None:
         users = readers.get(r, [])
         reader = program.instructions[users[0]] if len(users) == 1 else None
@@ -49,6 +68,17 @@ def fold_permutes(program: Program) -> Program:
         return reader
 
     changed = False
+    for i, conv in enumerate(program.instructions):
+        transpose = only_transpose(conv) if conv.op == 'Conv' else None
+        if transpose is not None and _channel_blocks(program, conv):
+            j = readers[conv.outputs[0]][0]
+            frees = set(conv.frees + transpose.frees) - {conv.outputs[0]}
+            insts[j] = None
+            insts[i] = dataclasses.replace(
+                conv, op='DepthwiseConvNhwc', domain=CUSTOM_DOMAIN, outputs=transpose.outputs,
+                frees=tuple(sorted(frees)), name='+'.join(
+                    n for n in (conv.name, transpose.name) if n))
+            changed = True
     for i, transpose in enumerate(program.instructions):
         if transpose.op != 'Transpose' or transpose.domain not in _DEFAULT_DOMAINS \
                 or list(transpose.attrs.get('perm') or ()) != [0, 3, 1, 2] \
@@ -84,3 +114,19 @@ def fold_permutes(program: Program) -> Program:
     if not changed:
         return program
     return dataclasses.replace(program, instructions=[i for i in insts if i is not None])
+
+
+def _channel_blocks(program: Program, conv: Instruction) -> bool:
+    """Whether ``conv`` is a depthwise Conv of float32 (x, weights[, bias])
+    without epilogue that ccn_depthwise.c takes by channels."""
+    x, w = (static_shape(program, r) for r in conv.inputs[:2])
+    group = conv.attrs.get('group', 1)
+    if conv.domain not in _DEFAULT_DOMAINS or not 2 <= len(conv.inputs) <= 3 \
+            or 'activation' in conv.attrs or x is None or w is None or len(x) != 4 \
+            or len(w) != 4 or not isinstance(group, int) or not is_depthwise(x[1], w[0], group):
+        return False
+    try:
+        win = window(conv.attrs, x[2:], w[2:])
+    except Refuse:
+        return False
+    return by_channels(win.out, w[2:], win.strides, win.dilations)

@@ -231,10 +231,10 @@ def fuse_epilogues(c: NativeCompilation) -> None:
     epilogue activations in the products (runtime/ops/fusion_rules.py, the
     rule set the VM's `fuse` reads), fuse an SGDUpdate with its Gemm
     gradient (runtime/native/fusion.py); run chains of mobile convolutions
-    in blocks of channels (blocked.py) and fold the Transpose that ends a
-    channels-last section into the layer scale and residual Add after it
-    (channels_last.py; neither for emit-c --max, whose buckets are lowered
-    as the program for one sample is)."""
+    in blocks of channels (blocked.py) and fold the Transposes around a
+    channels-last section into the kernels on either side (channels_last.py;
+    neither for emit-c --max, whose buckets are lowered as the program for
+    one sample is)."""
     c.program = fuse(c.program)
     if c.max_batch is None:
         c.program = block_chains(fold_permutes(c.program))

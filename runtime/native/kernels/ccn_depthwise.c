@@ -364,6 +364,7 @@ typedef struct {
     float *y;
     long flat;
     int by_channels;  /* channel_block's */
+    int channels_last;  /* y is (N, OH, OW, C): ccn_conv2d_depthwise_nhwc */
 #if MASKED_LOADS
     long off[FLAT_MASKS];
     inside mask[FLAT_MASKS];  /* vector j's tap t: mask[j * KH * KW + t] */
@@ -529,6 +530,12 @@ static void channel_block(const depthwise_call *a, long i, long nc)
     }
     if (!in_registers(a->act))
         ccn_activate(S * VL, (float *)res, a->act, a->act_alpha);
+    if (a->channels_last) { /* each pixel's nc channels one run of y */
+        float *y = a->y + (i / C * S) * C + i % C;
+        for (long o = 0; o < S; o++)
+            memcpy(y + o * C, rf + o * VL, (size_t)nc * sizeof(float));
+        return;
+    }
     for (long l = 0; l < nc; l++)
         for (long o = 0; o < S; o++)
             a->y[(i + l) * S + o] = rf[o * VL + l];
@@ -568,6 +575,7 @@ static void depthwise_range(void *context, long begin, long end)
 typedef void depthwise_fn(const ccn_conv_geometry *, int, float, const float *, const float *,
                           const float *, float *);
 depthwise_fn ccn_conv2d_depthwise_v3, ccn_conv2d_depthwise_v4;
+depthwise_fn ccn_conv2d_depthwise_nhwc_v3, ccn_conv2d_depthwise_nhwc_v4;
 #endif
 
 void ccn_conv2d_depthwise(const ccn_conv_geometry *geometry, int act, float act_alpha,
@@ -584,6 +592,19 @@ void ccn_conv2d_depthwise(const ccn_conv_geometry *geometry, int act, float act_
     if (a.flat)
         flat_masks(&a);
 #endif
+    const long planes = g->batch * g->in_channels;
+    ccn_parallel_for(planes, planes * g->out_h * g->out_w * g->kernel_h * g->kernel_w,
+                     depthwise_range, &a);
+}
+
+void ccn_conv2d_depthwise_nhwc(const ccn_conv_geometry *geometry, int act, float act_alpha,
+                               const float *x, const float *w, const float *bias, float *y)
+{
+    CCN_RUN_LEVEL_BUILD(ccn_conv2d_depthwise_nhwc, geometry, act, act_alpha, x, w, bias, y);
+    const ccn_conv_geometry *g = geometry;
+    assert(g->group == g->in_channels && g->out_channels == g->in_channels && by_channels(g));
+    depthwise_call a = {.g = g, .act = act, .act_alpha = act_alpha, .x = x, .w = w,
+                        .bias = bias, .y = y, .by_channels = 1, .channels_last = 1};
     const long planes = g->batch * g->in_channels;
     ccn_parallel_for(planes, planes * g->out_h * g->out_w * g->kernel_h * g->kernel_w,
                      depthwise_range, &a);

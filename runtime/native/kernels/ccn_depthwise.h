@@ -18,5 +18,12 @@ CCN_BEGIN_DECLS
 void ccn_conv2d_depthwise(const ccn_conv_geometry *geometry, int act, float act_alpha,
                           const float *x, const float *w, const float *bias, float *y);
 
+/* ccn_conv2d_depthwise written channels-last: y is (N, OH, OW, C), each
+ * pixel's channels together (the Transpose after it folded in;
+ * channels_last.py).  Only for a convolution that it takes by channels
+ * (lowerings/depthwise.py's by_channels, the C rule's copy). */
+void ccn_conv2d_depthwise_nhwc(const ccn_conv_geometry *geometry, int act, float act_alpha,
+                               const float *x, const float *w, const float *bias, float *y);
+
 CCN_END_DECLS
 #endif /* CCN_DEPTHWISE_H */

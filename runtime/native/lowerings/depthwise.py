@@ -4,8 +4,13 @@ in vector registers straight from the input, no scratch: per channel,
 im2col copied the input KH*KW times for a product of depth KH*KW and one
 row, costing more than the arithmetic (benchmarks/NOTES.md, "Mobile
 blocks" and "Depthwise kernels")."""
+from ...ops.registry import CUSTOM_DOMAIN
 from ..cformat import cfloat
-from ..lowering import Step
+from ..lowering import Refuse, Step, lowers, window
+
+#: ccn_depthwise.c's BLOCK_PIXELS and BLOCK_TAPS: the most padded pixels,
+#: and taps, of a plane it takes by channels.
+BLOCK_PIXELS, BLOCK_TAPS = 1200, 81
 
 
 def is_depthwise(channels_in, channels_out, group) -> bool:
@@ -21,15 +26,51 @@ def _extent(size, pad, out, stride, kernel, dilation) -> int:
     return max(size + pad, (out - 1) * stride + (kernel - 1) * dilation + 1)
 
 
-def depthwise_step(em, inst, geometry, out_shape, act) -> Step:
+def by_channels(out, kernel, strides, dilations) -> bool:
+    """ccn_depthwise.c's by_channels (a copy: ccn_conv2d_depthwise_nhwc
+    asserts it): whether the kernel sums a vector's worth of channels at a
+    time in a padded block, for ``out``put rows and columns, ``kernel``,
+    ``strides`` and ``dilations`` (pairs)."""
+    reach = [(o - 1) * s + (k - 1) * d + 1 for o, k, s, d in zip(out, kernel, strides, dilations)]
+    taps = kernel[0] * kernel[1]
+    return (25 if out[1] <= 8 or strides[1] > 1 else 49) <= taps <= BLOCK_TAPS \
+        and reach[0] * reach[1] <= BLOCK_PIXELS and out[0] * out[1] <= BLOCK_PIXELS
+
+
+@lowers(CUSTOM_DOMAIN + '::DepthwiseConvNhwc')
+def depthwise_nhwc(em, inst) -> Step:
+    """channels_last.py's depthwise Conv (x, weights, optional bias; no
+    epilogue) that the kernel takes by channels, written (N, OH, OW, C)."""
+    from .connection import conv_geometry  # (connection.py imports this module)
+    sx, sw = em.shape(inst, 0), em.shape(inst, 1)
+    if len(sx) != 4 or len(sw) != 4 or len(inst.inputs) > 3 or 'activation' in inst.attrs:
+        raise Refuse('DepthwiseConvNhwc takes a 2-D Conv without epilogue')
+    (n, c, h, w), (m, cg, kh, kw) = sx, sw
+    group = inst.attrs.get('group', 1)
+    win = window(inst.attrs, (h, w), (kh, kw))
+    if not isinstance(group, int) or not is_depthwise(c, m, group) or cg != 1 \
+            or em.has(inst, 2) and em.shape(inst, 2) != (c,):
+        raise Refuse('DepthwiseConvNhwc of %s by %s is no depthwise convolution'
+                     % (list(sx), list(sw)))
+    if not by_channels(win.out, (kh, kw), win.strides, win.dilations):
+        raise Refuse('DepthwiseConvNhwc of %s by %s is not one the kernel takes by channels'
+                     % (list(sx), list(sw)))
+    geometry = conv_geometry(n, c, (h, w), m, win.out, (kh, kw), group, win.strides,
+                             win.dilations, win.pads_begin)
+    return depthwise_step(em, inst, geometry, (n, *win.out, c), ('CCN_ACT_NONE', 0.0),
+                          kernel='ccn_conv2d_depthwise_nhwc')
+
+
+def depthwise_step(em, inst, geometry, out_shape, act, kernel='ccn_conv2d_depthwise') -> Step:
     """The Step of Conv ``inst`` (``geometry``: its ccn_conv_geometry,
-    lowerings/connection.py's conv_geometry) as ccn_conv2d_depthwise,
-    writing ``out_shape``; input 2 is an optional bias, ``act`` the
-    epilogue (its CCN_ACT_* enum, its parameter)."""
+    lowerings/connection.py's conv_geometry) as ccn_conv2d_depthwise (or
+    ``kernel``, of its arguments), writing ``out_shape``; input 2 is an
+    optional bias, ``act`` the epilogue (its CCN_ACT_* enum, its
+    parameter)."""
     has_bias = em.has(inst, 2)
 
     def render(ref, space):
-        return ['ccn_conv2d_depthwise(%s,' % geometry,
+        return ['%s(%s,' % (kernel, geometry),
                 '                     %s, %s, %s, %s, %s, %s);' % (
                     act[0], cfloat(act[1]), ref(inst.inputs[0]), ref(inst.inputs[1]),
                     ref(inst.inputs[2]) if has_bias else 'NULL', ref(inst.outputs[0]))]
