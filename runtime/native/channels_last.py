@@ -14,7 +14,8 @@ pass makes
   residual) (ccn_scale_add_nhwc): NHWC in, NCHW out, one pass for three;
 - a depthwise Conv without epilogue read only by a Transpose(0, 2, 3, 1),
   when ccn_depthwise.c takes it by channels (lowerings/depthwise.py's
-  by_channels: ConvNeXt's 7x7 at 28x28 and below), one DepthwiseConvNhwc:
+  by_channels: ConvNeXt's 7x7 at 56x56 in bands of rows, at 28x28 and
+  below whole), one DepthwiseConvNhwc:
   the kernel's block of pixels with the channels in the lanes is stored
   pixel by pixel, as the Transpose would have laid it out.
 

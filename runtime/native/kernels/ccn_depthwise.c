@@ -435,110 +435,132 @@ static void flat_plane(const depthwise_call *a, const float *in, const float *wc
 }
 #endif
 
-/* Padded input pixels, and outputs, of a plane that by_channels takes at
- * most (34x34, ConvNeXt's 7x7 at 28x28: two such blocks of vectors are
- * 154 KB of stack with AVX-512; the pool's threads have 8 MB), and its
- * taps. */
+/* Padded input pixels, and outputs, of a band of a plane that channel_block
+ * holds at most (34x34, ConvNeXt's 7x7 at 28x28 whole: two such blocks of
+ * vectors are 154 KB of stack with AVX-512; the pool's threads have 8 MB),
+ * and its taps. */
 #define BLOCK_PIXELS 1200
 #define BLOCK_TAPS 81
 
-/* Rows and columns of the zero-padded input that g's taps reach. */
-static long reach_h(const ccn_conv_geometry *g)
-{
-    return (g->out_h - 1) * g->stride_h + (g->kernel_h - 1) * g->dil_h + 1;
-}
-
+/* Columns of the zero-padded input that g's taps reach. */
 static long reach_w(const ccn_conv_geometry *g)
 {
     return (g->out_w - 1) * g->stride_w + (g->kernel_w - 1) * g->dil_w + 1;
+}
+
+/* Output rows of a band of channel_block: as many as its blocks of padded
+ * input pixels and of outputs hold (all of them for planes up to 34x34). */
+static long band_rows(const ccn_conv_geometry *g)
+{
+    const long rows = BLOCK_PIXELS / reach_w(g), halo = (g->kernel_h - 1) * g->dil_h + 1;
+    long band = rows < halo ? 0 : (rows - halo) / g->stride_h + 1;
+    if (band > BLOCK_PIXELS / g->out_w)
+        band = BLOCK_PIXELS / g->out_w;
+    return band < g->out_h ? band : g->out_h;
 }
 
 /* Whether channel_block takes convolution g: 25 taps or more over output
  * rows of 8 or fewer (the mobile models' last stages, 7x7 outputs), where
  * a strip masks every load and leaves half its lanes idle with AVX-512,
  * or at stride 2 (each strip's tap two loads and a shuffle); 49 or more
- * over wider rows (ConvNeXt's 7x7 at 14x14 and 28x28).  Its copies cost
- * more than they save with fewer taps (1.3x-1.7x the strips' and flat
- * planes' time with 3x3 kernels; 5x5 at stride 1 over 14x14 0.95x-1.07x,
- * over 28x28 1.26x). */
+ * over wider rows (ConvNeXt's 7x7 at 14x14 and 28x28, and at 56x56 by
+ * bands of 13 output rows: at stride 1, bands of at least KH rows).  Its
+ * copies cost more than they save with fewer taps (1.3x-1.7x the strips'
+ * and flat planes' time with 3x3 kernels; 5x5 at stride 1 over 14x14
+ * 0.95x-1.07x, over 28x28 1.26x).  lowerings/depthwise.py's by_channels
+ * is a copy. */
 static int by_channels(const ccn_conv_geometry *g)
 {
     const long taps = g->kernel_h * g->kernel_w;
-    return taps >= (g->out_w <= 8 || g->stride_w > 1 ? 25 : 49) && taps <= BLOCK_TAPS &&
-           reach_h(g) * reach_w(g) <= BLOCK_PIXELS && g->out_h * g->out_w <= BLOCK_PIXELS;
+    if (g->out_w <= 0 || taps < (g->out_w <= 8 || g->stride_w > 1 ? 25 : 49) ||
+        taps > BLOCK_TAPS)
+        return 0;
+    const long band = band_rows(g);
+    return band == g->out_h || (g->stride_h == 1 && g->stride_w == 1 && band >= g->kernel_h);
 }
 
 /* Outputs computed together by channel_block (independent chains). */
 #define BLOCK_OUTPUTS 8
 
 /* Planes [i, i + nc) (nc <= VL, one image) with the channels in the
- * lanes, as onnxruntime's NCHWc kernels: the planes are copied into a
- * zero-padded block of pixels, so that each tap is one full, unmasked
- * vector load at any stride, and the outputs copied back; the sums are
- * in the strips' order (the same values). */
+ * lanes, as onnxruntime's NCHWc kernels: band by band of output rows
+ * (band_rows), the input rows they reach are copied into a zero-padded
+ * block of pixels, so that each tap is one full, unmasked vector load at
+ * any stride, and the outputs copied back; the sums are in the strips'
+ * order (the same values). */
 static void channel_block(const depthwise_call *a, long i, long nc)
 {
     const ccn_conv_geometry *g = a->g;
     const long H = g->in_h, W = g->in_w, OW = g->out_w, S = g->out_h * OW;
     const long KH = g->kernel_h, KW = g->kernel_w, C = g->in_channels;
-    const long hp = reach_h(g), wp = reach_w(g), pt = g->pad_top, pl = g->pad_left;
+    const long wp = reach_w(g), pt = g->pad_top, pl = g->pad_left, band = band_rows(g);
     vec pix[BLOCK_PIXELS], wv[BLOCK_TAPS], res[BLOCK_PIXELS], bv = {0};
     /* Lane by lane through floats: a lane of a vector in memory is a
      * load, an insert and a store of the whole vector. */
     float *pf = (float *)pix, *wf = (float *)wv, *bf = (float *)&bv;
     const float *rf = (const float *)res;
-    memset(pix, 0, (size_t)(hp * wp) * sizeof(vec));
     memset(wv, 0, (size_t)(KH * KW) * sizeof(vec));
-    /* Pixel by pixel, each channel's lane: with a constant count of
-     * lanes GCC transposes whole vectors (channel by channel, the layers
-     * took 1.2x-1.5x the time). */
-    const long rows = H < hp - pt ? H : hp - pt, cols = W < wp - pl ? W : wp - pl;
-    for (long ih = 0; ih < rows; ih++) {
-        const float *in = a->x + i * H * W + ih * W;
-        float *p = pf + ((ih + pt) * wp + pl) * VL;
-        for (long iw = 0; nc == VL && iw < cols; iw++)
-            for (long l = 0; l < VL; l++)
-                p[iw * VL + l] = in[l * H * W + iw];
-        for (long iw = 0; nc < VL && iw < cols; iw++)
-            for (long l = 0; l < nc; l++)
-                p[iw * VL + l] = in[l * H * W + iw];
-    }
     for (long l = 0; l < nc; l++) {
         const long c = (i + l) % C;
         for (long t = 0; t < KH * KW; t++)
             wf[t * VL + l] = a->w[c * KH * KW + t];
         bf[l] = a->bias ? a->bias[c] : 0.0f;
     }
-    for (long o0 = 0; o0 < S; o0 += BLOCK_OUTPUTS) {
-        /* Past S, the chains repeat output o0 (not stored). */
-        long at[BLOCK_OUTPUTS];
-        vec acc[BLOCK_OUTPUTS];
-        for (long r = 0; r < BLOCK_OUTPUTS; r++) {
-            const long o = o0 + r < S ? o0 + r : o0;
-            at[r] = o / OW * g->stride_h * wp + o % OW * g->stride_w;
-            acc[r] = bv;
+    const long cols = W < wp - pl ? W : wp - pl;
+    for (long oh0 = 0; oh0 < g->out_h; oh0 += band) {
+        /* The band's output rows, the padded rows they reach, and its
+         * outputs (from output oh0 * OW of the plane). */
+        const long nr = g->out_h - oh0 < band ? g->out_h - oh0 : band;
+        const long hb = (nr - 1) * g->stride_h + (KH - 1) * g->dil_h + 1;
+        const long top = oh0 * g->stride_h - pt, Sb = nr * OW, o_first = oh0 * OW;
+        memset(pix, 0, (size_t)(hb * wp) * sizeof(vec));
+        /* Pixel by pixel, each channel's lane: with a constant count of
+         * lanes GCC transposes whole vectors (channel by channel, the
+         * layers took 1.2x-1.5x the time). */
+        for (long r = 0; r < hb; r++) {
+            const long ih = top + r;
+            if (ih < 0 || ih >= H)
+                continue;
+            const float *in = a->x + i * H * W + ih * W;
+            float *p = pf + (r * wp + pl) * VL;
+            for (long iw = 0; nc == VL && iw < cols; iw++)
+                for (long l = 0; l < VL; l++)
+                    p[iw * VL + l] = in[l * H * W + iw];
+            for (long iw = 0; nc < VL && iw < cols; iw++)
+                for (long l = 0; l < nc; l++)
+                    p[iw * VL + l] = in[l * H * W + iw];
         }
-        for (long kh = 0; kh < KH; kh++)
-            for (long kw = 0; kw < KW; kw++) {
-                const vec w = wv[kh * KW + kw];
-                const long off = kh * g->dil_h * wp + kw * g->dil_w;
-                for (long r = 0; r < BLOCK_OUTPUTS; r++)
-                    acc[r] += w * pix[at[r] + off];
+        for (long o0 = 0; o0 < Sb; o0 += BLOCK_OUTPUTS) {
+            /* Past Sb, the chains repeat output o0 (not stored). */
+            long at[BLOCK_OUTPUTS];
+            vec acc[BLOCK_OUTPUTS];
+            for (long r = 0; r < BLOCK_OUTPUTS; r++) {
+                const long o = o0 + r < Sb ? o0 + r : o0;
+                at[r] = o / OW * g->stride_h * wp + o % OW * g->stride_w;
+                acc[r] = bv;
             }
-        for (long r = 0; r < BLOCK_OUTPUTS && o0 + r < S; r++)
-            res[o0 + r] = epilogue(acc[r], a->act, a->act_alpha);
+            for (long kh = 0; kh < KH; kh++)
+                for (long kw = 0; kw < KW; kw++) {
+                    const vec w = wv[kh * KW + kw];
+                    const long off = kh * g->dil_h * wp + kw * g->dil_w;
+                    for (long r = 0; r < BLOCK_OUTPUTS; r++)
+                        acc[r] += w * pix[at[r] + off];
+                }
+            for (long r = 0; r < BLOCK_OUTPUTS && o0 + r < Sb; r++)
+                res[o0 + r] = epilogue(acc[r], a->act, a->act_alpha);
+        }
+        if (!in_registers(a->act))
+            ccn_activate(Sb * VL, (float *)res, a->act, a->act_alpha);
+        if (a->channels_last) { /* each pixel's nc channels one run of y */
+            float *y = a->y + (i / C * S + o_first) * C + i % C;
+            for (long o = 0; o < Sb; o++)
+                memcpy(y + o * C, rf + o * VL, (size_t)nc * sizeof(float));
+            continue;
+        }
+        for (long l = 0; l < nc; l++)
+            for (long o = 0; o < Sb; o++)
+                a->y[(i + l) * S + o_first + o] = rf[o * VL + l];
     }
-    if (!in_registers(a->act))
-        ccn_activate(S * VL, (float *)res, a->act, a->act_alpha);
-    if (a->channels_last) { /* each pixel's nc channels one run of y */
-        float *y = a->y + (i / C * S) * C + i % C;
-        for (long o = 0; o < S; o++)
-            memcpy(y + o * C, rf + o * VL, (size_t)nc * sizeof(float));
-        return;
-    }
-    for (long l = 0; l < nc; l++)
-        for (long o = 0; o < S; o++)
-            a->y[(i + l) * S + o] = rf[o * VL + l];
 }
 
 /* Planes [begin, end) (image * channels + channel) of the convolution. */

@@ -29,12 +29,17 @@ def _extent(size, pad, out, stride, kernel, dilation) -> int:
 def by_channels(out, kernel, strides, dilations) -> bool:
     """ccn_depthwise.c's by_channels (a copy: ccn_conv2d_depthwise_nhwc
     asserts it): whether the kernel sums a vector's worth of channels at a
-    time in a padded block, for ``out``put rows and columns, ``kernel``,
+    time in padded blocks, for ``out``put rows and columns, ``kernel``,
     ``strides`` and ``dilations`` (pairs)."""
-    reach = [(o - 1) * s + (k - 1) * d + 1 for o, k, s, d in zip(out, kernel, strides, dilations)]
     taps = kernel[0] * kernel[1]
-    return (25 if out[1] <= 8 or strides[1] > 1 else 49) <= taps <= BLOCK_TAPS \
-        and reach[0] * reach[1] <= BLOCK_PIXELS and out[0] * out[1] <= BLOCK_PIXELS
+    if out[1] <= 0 or not (25 if out[1] <= 8 or strides[1] > 1 else 49) <= taps <= BLOCK_TAPS:
+        return False
+    # band_rows: the output rows whose padded input rows, and outputs, a block holds.
+    rows = BLOCK_PIXELS // ((out[1] - 1) * strides[1] + (kernel[1] - 1) * dilations[1] + 1)
+    halo = (kernel[0] - 1) * dilations[0] + 1
+    band = min(0 if rows < halo else (rows - halo) // strides[0] + 1, BLOCK_PIXELS // out[1],
+               out[0])
+    return band == out[0] or tuple(strides) == (1, 1) and band >= kernel[0]
 
 
 @lowers(CUSTOM_DOMAIN + '::DepthwiseConvNhwc')

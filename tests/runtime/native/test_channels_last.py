@@ -73,8 +73,9 @@ def test_block_permutes_folded():
 
 
 def test_a_wide_plane_keeps_its_transpose_after_the_conv():
-    """40x40 outputs: ccn_depthwise.c runs them by strips, not by channels."""
-    ops = _ops(_model(numpy.random.default_rng(0), (1, 8, 40, 40)))
+    """112x112 outputs: a block holds 4 rows of them, fewer than the 7 the
+    kernel reaches: ccn_depthwise.c runs them by strips, not by channels."""
+    ops = _ops(_model(numpy.random.default_rng(0), (1, 8, 112, 112)))
     assert ops.count('Transpose') == ops.count('Conv') == 2 and 'DepthwiseConvNhwc' not in ops
 
 
@@ -111,3 +112,22 @@ def test_convnext_blocks_native():
     rng = numpy.random.default_rng(1)
     model = _model(rng, (2, 13, 9, 7))
     check_native(model, [uniform(rng, 2, 13, 9, 7)], rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.native_build
+def test_a_plane_in_bands_native():
+    """40x40 pixels, 18 channels: ccn_depthwise.c's blocks hold 20 output
+    rows, so each plane runs in two bands (a vector's worth of channels,
+    then the rest)."""
+    rng = numpy.random.default_rng(2)
+    model = _model(rng, (1, 18, 40, 40))
+    assert 'Transpose' not in _ops(model)
+    check_native(model, [uniform(rng, 1, 18, 40, 40)], rtol=1e-4, atol=1e-4)
+    # Written back into planes (no Transpose after it), bias and ReLU.
+    conv = make_model([helper.make_node('Conv', ['x', 'w', 'b'], ['c'], group=18,
+                                        kernel_shape=[7, 7], pads=[3, 3, 3, 3]),
+                       helper.make_node('Relu', ['c'], ['y'])],
+                      [('x', numpy.float32, (1, 18, 40, 40))],
+                      [('y', numpy.float32, (1, 18, 40, 40))],
+                      {'w': uniform(rng, 18, 1, 7, 7), 'b': uniform(rng, 18)})
+    check_native(conv, [uniform(rng, 1, 18, 40, 40)])
