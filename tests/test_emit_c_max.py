@@ -205,7 +205,10 @@ def test_the_buckets_share_the_weights_and_one_arena(tmp_path):
     assert '#define MODEL_BATCH_SIZES {1, 2, 4, 5}' in header
     arena = int(re.search(r'#define MODEL_BATCH_ARENA_BYTES (\d+)UL', header).group(1))
     assert arena >= 5 * 4 * 4  # the sum of 5 samples
-    assert 'static double batch_arena[%d];' % -(-arena // 8) in source
+    # 64 bytes more, to start the arena at a line (the kernels' vector width).
+    assert 'static double batch_arena[%d];' % (-(-arena // 8) + 8) in source
+    assert 'arena = (unsigned char *)batch_arena + (64 - (uintptr_t)batch_arena % 64) % 64;' \
+        in source
     assert (tmp_path / 'out' / 'model_weights.c').read_text().count('] = {') == 1
     assert 'model_w1_b' not in source and source.count('model_w1, b_strides') == 4
     for size in (2, 4, 5):

@@ -48,6 +48,18 @@ LEVEL_FAMILIES = ('gemm', 'depthwise', 'winograd', 'nchwc')
 _C_DEFINITION = re.compile(r'^(?:[A-Za-z_]\w*[ *]+)+?(\w*ccn_\w+)\(', re.M)
 
 
+def _at_a_line(array: str) -> str:
+    """C text of the first 64-byte line inside a static arena's storage:
+    C99 cannot align a static array, and the kernels' 64-byte vectors at the
+    arena's aligned offsets should not straddle two lines."""
+    return '(unsigned char *)%s + (64 - (uintptr_t)%s %% 64) %% 64' % (array, array)
+
+
+def _line_padded_doubles(nbytes: int) -> int:
+    """Doubles of a static arena of ``nbytes`` with room to start it at a line."""
+    return max(1, -(-nbytes // 8)) + 8
+
+
 def gemm_variant(text: str, level: int) -> str:
     """The text of a file of LEVEL_FAMILIES (``text``, symbols prefixed) as
     the build for x86-64 level ``level``: every function it exports renamed
@@ -384,7 +396,8 @@ class _Renderer:
             return [' *   %s_run(...)        runs on a static arena (not thread-safe);' % n,
                     ' *   %s_run_arena(...)  runs on an arena of %s_ARENA_BYTES bytes that the'
                     % (n, up),
-                    ' *                      caller owns (8-byte aligned; one per thread);',
+                    ' *                      caller owns (8-byte aligned, 64 runs fastest;',
+                    ' *                      one per thread);',
                     ' *   %s_run_v(in, out)  takes arrays of input and output pointers.' % n,
                     ' * Each returns 0 on success and 1 when a pointer is NULL.']
         return [' * The weights are in %s (%s_WEIGHTS_FILE):' % (weights_file(self.name), up),
@@ -396,7 +409,8 @@ class _Renderer:
                 ' *   %s_destroy(model)             frees both;' % n,
                 ' *   %s_run_arena(arena, weights, ...)  runs on memory the caller owns:' % n,
                 ' *       an arena of %s_ARENA_BYTES and the weights block of' % up,
-                ' *       %s_WEIGHTS_BYTES (the file after its 32-byte header).' % up,
+                ' *       %s_WEIGHTS_BYTES (the file after its 32-byte header), both' % up,
+                ' *       8-byte aligned (64, as %s_create\'s, runs fastest).' % n,
                 ' * The run functions return 0 on success and 1 when a pointer is NULL.']
 
     def _api_declarations(self) -> list[str]:
@@ -481,9 +495,10 @@ class _Renderer:
             '        case %d:' % size, '            status = %s_run_b%d(%s);' % (n, size, args),
             '            break;')]
         if self.layout is None:
-            prologue = ['    void *const arena = batch_arena;']
+            prologue = ['    void *const arena = %s;' % _at_a_line('batch_arena')]
             storage = ['/* %s_run_n\'s arena (static: not reentrant, like %s_run). */' % (n, n),
-                       'static double batch_arena[%d];' % max(1, -(-self.batch_arena_bytes // 8)),
+                       'static double batch_arena[%d];'
+                       % _line_padded_doubles(self.batch_arena_bytes),
                        '']
         else:
             prologue = ['    void *arena;', '    const void *weights;',
@@ -655,9 +670,10 @@ class _Renderer:
         if self.weights_mode == 'embed':
             lines += ['int %s_run(%s)' % (n, self._params()), '{',
                       '    /* Static storage: no allocation per run, but not reentrant. */',
-                      '    static double storage[%d];' % max(1, -(-self.arena_bytes // 8)),
-                      '    return %s_run_arena(storage%s);' % (
-                          n, ''.join(', ' + a for a in self._args().split(', ') if a)),
+                      '    static double storage[%d];' % _line_padded_doubles(self.arena_bytes),
+                      '    return %s_run_arena(%s%s);' % (
+                          n, _at_a_line('storage'),
+                          ''.join(', ' + a for a in self._args().split(', ') if a)),
                       '}', '']
             lines += ['int %s_run_v(const void *const *inputs, void *const *outputs)' % n, '{',
                       '    (void)inputs;', '    (void)outputs;',
@@ -796,20 +812,22 @@ class _Renderer:
             '#define %s_WEIGHTS_FINGERPRINT UINT64_C(0x%016x)' % (up, self.layout.fingerprint),
             '',
             'struct %s_model {' % n,
-            '    void *weights;',
-            '    void *arena;',
+            '    void *weights, *arena;  /* at 64-byte lines, inside: */',
+            '    void *weights_block, *arena_block;  /* what free() takes */',
             '};', '',
             '%s_model *%s_create(const char *weights_path, char *error, size_t error_size)'
             % (n, n), '{',
             '    %s_model *model = calloc(1, sizeof *model);' % n,
-            '    if (!model || !(model->arena = malloc(%s ? %s : 1))) {' % (arena, arena),
+            '    if (!model || !(model->arena = ccn_alloc_lines(%s, &model->arena_block))) {'
+            % arena,
             '        snprintf(error, error_size, "out of memory: model %s needs an arena of %%lu '
             'bytes", (unsigned long)%s);' % (n, arena),
             '        free(model);',
             '        return NULL;',
             '    }',
             '    model->weights = ccn_load_weights(weights_path, %s_WEIGHTS_FINGERPRINT,' % up,
-            '                                      %s_WEIGHTS_BYTES, error, error_size);' % up,
+            '                                      %s_WEIGHTS_BYTES, &model->weights_block,' % up,
+            '                                      error, error_size);',
             '    if (!model->weights) {',
             '        %s_destroy(model);' % n,
             '        return NULL;',
@@ -831,8 +849,8 @@ class _Renderer:
             'void %s_destroy(%s_model *model)' % (n, n), '{',
             '    if (!model)',
             '        return;',
-            '    free(model->weights);',
-            '    free(model->arena);',
+            '    free(model->weights_block);',
+            '    free(model->arena_block);',
             '    free(model);',
             '}', ''])
 

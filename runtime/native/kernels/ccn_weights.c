@@ -17,11 +17,21 @@ static uint64_t read_u64(const unsigned char *p)
     return v;
 }
 
-void *ccn_load_weights(const char *path, uint64_t fingerprint, uint64_t nbytes, char *error,
-                       size_t error_size)
+void *ccn_alloc_lines(uint64_t nbytes, void **block)
+{
+    enum { LINE = 64 };
+    *block = nbytes <= SIZE_MAX - LINE ? malloc((size_t)nbytes + LINE) : NULL;
+    if (!*block)
+        return NULL;
+    return (unsigned char *)*block + (LINE - (uintptr_t)*block % LINE) % LINE;
+}
+
+void *ccn_load_weights(const char *path, uint64_t fingerprint, uint64_t nbytes, void **block,
+                       char *error, size_t error_size)
 {
     unsigned char header[32];
-    void *block = NULL;
+    void *weights = NULL;
+    *block = NULL;
     FILE *f = fopen(path, "rb");
     if (!f) {
         snprintf(error, error_size, "%s: %s", path, strerror(errno));
@@ -33,15 +43,15 @@ void *ccn_load_weights(const char *path, uint64_t fingerprint, uint64_t nbytes, 
     } else if (read_u64(header + 8) != fingerprint || read_u64(header + 16) != nbytes) {
         snprintf(error, error_size, "%s: the weights of another model (layout fingerprint or "
                  "size differ)", path);
-    } else if (!(block = malloc(nbytes ? (size_t)nbytes : 1))) {
+    } else if (!(weights = ccn_alloc_lines(nbytes, block))) {
         snprintf(error, error_size, "%s: out of memory for %llu bytes", path,
                  (unsigned long long)nbytes);
-    } else if (fread(block, 1, (size_t)nbytes, f) != (size_t)nbytes || fgetc(f) != EOF) {
+    } else if (fread(weights, 1, (size_t)nbytes, f) != (size_t)nbytes || fgetc(f) != EOF) {
         snprintf(error, error_size, "%s: truncated or too long (expected %llu bytes of "
                  "weights)", path, (unsigned long long)nbytes);
-        free(block);
-        block = NULL;
+        free(*block);
+        *block = weights = NULL;
     }
     fclose(f);
-    return block;
+    return weights;
 }

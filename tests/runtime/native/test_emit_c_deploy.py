@@ -20,7 +20,8 @@ from chainer_compiler.pipeline import build_program
 from chainer_compiler.runtime.executor import Executor
 from chainer_compiler.runtime.native import NativeEmitError, emit_c
 from chainer_compiler.runtime.native.emit_c import MANIFEST
-from chainer_compiler.runtime.native.render import prefix_kernel_symbols
+from chainer_compiler.runtime.native.library import find_compiler
+from chainer_compiler.runtime.native.render import KERNEL_DIR, prefix_kernel_symbols
 from chainer_compiler.runtime.profiling import Tracer
 from chainer_compiler.runtime.serialization import save_program
 from tests.runtime.native.helpers import CLEAN_ENV
@@ -74,6 +75,56 @@ def test_cli_prints_the_time_of_each_phase(tmp_path, capsys):
     assert 'weights embedded as C literals' in out
     assert all(' %s ' % phase in err for phase in ('load', 'lower', 'plan', 'render', 'write'))
     assert err.startswith('emit-c: load ') and err.rstrip().endswith(' s')
+
+
+_ALIGNMENT_DRIVER = r"""
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include "ccn_weights.h"
+
+int main(int argc, char **argv)
+{
+    char error[256] = "";
+    void *block, *p;
+    (void)argc;
+    for (uint64_t n = 0; n < 200; n += 13) {
+        if (!(p = ccn_alloc_lines(n, &block)) || (uintptr_t)p % 64 != 0)
+            return 1;
+        free(block);
+    }
+    p = ccn_load_weights(argv[1], UINT64_C(7), UINT64_C(24), &block, error, sizeof error);
+    printf("%d %d %s\n", p != NULL && (uintptr_t)p % 64 == 0, p != NULL && ((float *)p)[5] == 5.0f,
+           error);
+    free(block);
+    p = ccn_load_weights(argv[2], UINT64_C(7), UINT64_C(24), &block, error, sizeof error);
+    printf("%d %d %s\n", p != NULL, block != NULL, error);
+    return 0;
+}
+"""
+
+
+@needs_cc
+@pytest.mark.native_build
+def test_emitted_models_put_arena_and_weights_at_a_cache_line(tmp_path):
+    """NAME_create's arena and weights start at 64-byte lines (the kernels'
+    vectors sit at 64-byte offsets: from malloc's 16-byte start each of them
+    straddled two lines), and a truncated weights file still frees its block."""
+    header = b'CCNWGHT1' + (7).to_bytes(8, 'little') + (24).to_bytes(8, 'little') + bytes(8)
+    data = numpy.arange(6, dtype=numpy.float32).tobytes()
+    (tmp_path / 'w.bin').write_bytes(header + data)
+    (tmp_path / 'short.bin').write_bytes(header + data[:-4])
+    (tmp_path / 'driver.c').write_text(_ALIGNMENT_DRIVER)
+    exe = str(tmp_path / 'driver')
+    subprocess.run(find_compiler() + ['-std=c99', '-fsanitize=address,undefined', '-I',
+                                      KERNEL_DIR, str(tmp_path / 'driver.c'),
+                                      os.path.join(KERNEL_DIR, 'ccn_weights.c'), '-o', exe],
+                   check=True)
+    done = subprocess.run([exe, str(tmp_path / 'w.bin'), str(tmp_path / 'short.bin')],
+                          capture_output=True, text=True, check=True)
+    loaded, truncated = done.stdout.splitlines()
+    assert loaded == '1 1 '  # at a line, and the sixth float read back
+    assert truncated.startswith('0 0 ') and 'truncated or too long' in truncated
 
 
 # -- the manifest ------------------------------------------------------------------
