@@ -1,6 +1,6 @@
-"""Issue 31's mobile models at batch 1: what the native calls' memory and
-the NCHWc kernels' tiles rely on (benchmarks/NOTES.md, "MNASNet's 7x7
-layers and the mobile models at batch 32")."""
+"""The native arenas start at a cache line, as the kernels' 64-byte vectors
+at the arenas' aligned offsets rely on for speed (benchmarks/NOTES.md,
+"MNASNet's 7x7 layers and the mobile models at batch 32")."""
 from chainer_compiler.runtime.native.arena import ALIGNMENT
 from chainer_compiler.runtime.native.arena_pool import ArenaPool
 
