@@ -482,23 +482,83 @@ static int by_channels(const ccn_conv_geometry *g)
 /* Outputs computed together by channel_block (independent chains). */
 #define BLOCK_OUTPUTS 8
 
-/* Planes [i, i + nc) (nc <= VL, one image) with the channels in the
- * lanes, as onnxruntime's NCHWc kernels: band by band of output rows
- * (band_rows), the input rows they reach are copied into a zero-padded
- * block of pixels, so that each tap is one full, unmasked vector load at
- * any stride, and the outputs copied back; the sums are in the strips'
- * order (the same values). */
-static void channel_block(const depthwise_call *a, long i, long nc)
+/* Output rows [oh0, oh0 + nr) of planes [i, i + nc) for channel_block:
+ * the input rows they reach copied into a zero-padded block of pixels,
+ * the taps summed, the outputs copied back. */
+static void channel_band(const depthwise_call *a, long i, long nc, const vec *wv, vec bv,
+                         long oh0, long nr)
 {
     const ccn_conv_geometry *g = a->g;
     const long H = g->in_h, W = g->in_w, OW = g->out_w, S = g->out_h * OW;
     const long KH = g->kernel_h, KW = g->kernel_w, C = g->in_channels;
-    const long wp = reach_w(g), pt = g->pad_top, pl = g->pad_left, band = band_rows(g);
-    vec pix[BLOCK_PIXELS], wv[BLOCK_TAPS], res[BLOCK_PIXELS], bv = {0};
+    const long wp = reach_w(g), pt = g->pad_top, pl = g->pad_left;
+    const long hb = (nr - 1) * g->stride_h + (KH - 1) * g->dil_h + 1;
+    const long top = oh0 * g->stride_h - pt, Sb = nr * OW, o_first = oh0 * OW;
+    vec pix[BLOCK_PIXELS], res[BLOCK_PIXELS];
     /* Lane by lane through floats: a lane of a vector in memory is a
      * load, an insert and a store of the whole vector. */
-    float *pf = (float *)pix, *wf = (float *)wv, *bf = (float *)&bv;
+    float *pf = (float *)pix;
     const float *rf = (const float *)res;
+    memset(pix, 0, (size_t)(hb * wp) * sizeof(vec));
+    /* Pixel by pixel, each channel's lane: with a constant count of
+     * lanes GCC transposes whole vectors (channel by channel, the layers
+     * took 1.2x-1.5x the time). */
+    const long first = top < 0 ? -top : 0, last = H - top < hb ? H - top : hb;
+    const long cols = W < wp - pl ? W : wp - pl;
+    for (long r = first; r < last; r++) {
+        const float *in = a->x + i * H * W + (top + r) * W;
+        float *p = pf + (r * wp + pl) * VL;
+        for (long iw = 0; nc == VL && iw < cols; iw++)
+            for (long l = 0; l < VL; l++)
+                p[iw * VL + l] = in[l * H * W + iw];
+        for (long iw = 0; nc < VL && iw < cols; iw++)
+            for (long l = 0; l < nc; l++)
+                p[iw * VL + l] = in[l * H * W + iw];
+    }
+    for (long o0 = 0; o0 < Sb; o0 += BLOCK_OUTPUTS) {
+        /* Past Sb, the chains repeat output o0 (not stored). */
+        long at[BLOCK_OUTPUTS];
+        vec acc[BLOCK_OUTPUTS];
+        for (long r = 0; r < BLOCK_OUTPUTS; r++) {
+            const long o = o0 + r < Sb ? o0 + r : o0;
+            at[r] = o / OW * g->stride_h * wp + o % OW * g->stride_w;
+            acc[r] = bv;
+        }
+        for (long kh = 0; kh < KH; kh++)
+            for (long kw = 0; kw < KW; kw++) {
+                const vec w = wv[kh * KW + kw];
+                const long off = kh * g->dil_h * wp + kw * g->dil_w;
+                for (long r = 0; r < BLOCK_OUTPUTS; r++)
+                    acc[r] += w * pix[at[r] + off];
+            }
+        for (long r = 0; r < BLOCK_OUTPUTS && o0 + r < Sb; r++)
+            res[o0 + r] = epilogue(acc[r], a->act, a->act_alpha);
+    }
+    if (!in_registers(a->act))
+        ccn_activate(Sb * VL, (float *)res, a->act, a->act_alpha);
+    if (a->channels_last) { /* each pixel's nc channels one run of y */
+        float *y = a->y + (i / C * S + o_first) * C + i % C;
+        for (long o = 0; o < Sb; o++)
+            memcpy(y + o * C, rf + o * VL, (size_t)nc * sizeof(float));
+        return;
+    }
+    for (long l = 0; l < nc; l++)
+        for (long o = 0; o < Sb; o++)
+            a->y[(i + l) * S + o_first + o] = rf[o * VL + l];
+}
+
+/* Planes [i, i + nc) (nc <= VL, one image) with the channels in the
+ * lanes, as onnxruntime's NCHWc kernels: band by band of output rows
+ * (band_rows, channel_band), the input rows they reach are copied into a
+ * zero-padded block of pixels, so that each tap is one full, unmasked
+ * vector load at any stride, and the outputs copied back; the sums are
+ * in the strips' order (the same values). */
+static void channel_block(const depthwise_call *a, long i, long nc)
+{
+    const ccn_conv_geometry *g = a->g;
+    const long KH = g->kernel_h, KW = g->kernel_w, C = g->in_channels, band = band_rows(g);
+    vec wv[BLOCK_TAPS], bv = {0};
+    float *wf = (float *)wv, *bf = (float *)&bv;
     memset(wv, 0, (size_t)(KH * KW) * sizeof(vec));
     for (long l = 0; l < nc; l++) {
         const long c = (i + l) % C;
@@ -506,61 +566,8 @@ static void channel_block(const depthwise_call *a, long i, long nc)
             wf[t * VL + l] = a->w[c * KH * KW + t];
         bf[l] = a->bias ? a->bias[c] : 0.0f;
     }
-    const long cols = W < wp - pl ? W : wp - pl;
-    for (long oh0 = 0; oh0 < g->out_h; oh0 += band) {
-        /* The band's output rows, the padded rows they reach, and its
-         * outputs (from output oh0 * OW of the plane). */
-        const long nr = g->out_h - oh0 < band ? g->out_h - oh0 : band;
-        const long hb = (nr - 1) * g->stride_h + (KH - 1) * g->dil_h + 1;
-        const long top = oh0 * g->stride_h - pt, Sb = nr * OW, o_first = oh0 * OW;
-        memset(pix, 0, (size_t)(hb * wp) * sizeof(vec));
-        /* Pixel by pixel, each channel's lane: with a constant count of
-         * lanes GCC transposes whole vectors (channel by channel, the
-         * layers took 1.2x-1.5x the time). */
-        for (long r = 0; r < hb; r++) {
-            const long ih = top + r;
-            if (ih < 0 || ih >= H)
-                continue;
-            const float *in = a->x + i * H * W + ih * W;
-            float *p = pf + (r * wp + pl) * VL;
-            for (long iw = 0; nc == VL && iw < cols; iw++)
-                for (long l = 0; l < VL; l++)
-                    p[iw * VL + l] = in[l * H * W + iw];
-            for (long iw = 0; nc < VL && iw < cols; iw++)
-                for (long l = 0; l < nc; l++)
-                    p[iw * VL + l] = in[l * H * W + iw];
-        }
-        for (long o0 = 0; o0 < Sb; o0 += BLOCK_OUTPUTS) {
-            /* Past Sb, the chains repeat output o0 (not stored). */
-            long at[BLOCK_OUTPUTS];
-            vec acc[BLOCK_OUTPUTS];
-            for (long r = 0; r < BLOCK_OUTPUTS; r++) {
-                const long o = o0 + r < Sb ? o0 + r : o0;
-                at[r] = o / OW * g->stride_h * wp + o % OW * g->stride_w;
-                acc[r] = bv;
-            }
-            for (long kh = 0; kh < KH; kh++)
-                for (long kw = 0; kw < KW; kw++) {
-                    const vec w = wv[kh * KW + kw];
-                    const long off = kh * g->dil_h * wp + kw * g->dil_w;
-                    for (long r = 0; r < BLOCK_OUTPUTS; r++)
-                        acc[r] += w * pix[at[r] + off];
-                }
-            for (long r = 0; r < BLOCK_OUTPUTS && o0 + r < Sb; r++)
-                res[o0 + r] = epilogue(acc[r], a->act, a->act_alpha);
-        }
-        if (!in_registers(a->act))
-            ccn_activate(Sb * VL, (float *)res, a->act, a->act_alpha);
-        if (a->channels_last) { /* each pixel's nc channels one run of y */
-            float *y = a->y + (i / C * S + o_first) * C + i % C;
-            for (long o = 0; o < Sb; o++)
-                memcpy(y + o * C, rf + o * VL, (size_t)nc * sizeof(float));
-            continue;
-        }
-        for (long l = 0; l < nc; l++)
-            for (long o = 0; o < Sb; o++)
-                a->y[(i + l) * S + o_first + o] = rf[o * VL + l];
-    }
+    for (long oh0 = 0; oh0 < g->out_h; oh0 += band)
+        channel_band(a, i, nc, wv, bv, oh0, g->out_h - oh0 < band ? g->out_h - oh0 : band);
 }
 
 /* Planes [begin, end) (image * channels + channel) of the convolution. */
