@@ -39,10 +39,13 @@ MIN_FILTER_GRADIENT_WIDTH = 16
 #: 8x8 0.97.  Past it, Winograd / im2col: 256 at 10x10 (25 tiles) 0.85,
 #: 512 at 7x7 batch 8 0.93; at batch 2 (32 tiles) 1.12, left to Winograd.
 FEW_TILES = 16
-#: Most 2x2 tiles (all images), and most input times output channels, of a
+#: Most 2x2 tiles per image, and most input times output channels, of a
 #: convolution that ccn_conv_direct takes instead where it can (constant
-#: weights; conv_direct.takes_direct): 13 and 14 wide at batch 1.  There
-#: F(2x2)'s 16 products are 49 columns each, shallow or of few rows.  One
+#: weights; conv_direct.takes_direct): 13 and 14 wide.  There F(2x2)'s 16
+#: products are 49 columns an image, shallow or of few rows; at batch 32
+#: more images make longer products but blocks of 126 tiles whose scratch
+#: overflows L2: SqueezeNet's 48 -> 192 and 64 -> 256 at 13x13, batch 32,
+#: direct / Winograd 0.62, 0.75 (per layer in the model).  Batch 1, one
 #: thread, CPU time, Conv + ReLU, direct / Winograd: SqueezeNet's 48 -> 192
 #: and 64 -> 256 at 13x13 0.85, 0.87; DenseNet's 128 -> 32 at 14x14 0.58-0.62;
 #: 64 -> 64 0.72, 128 -> 64 0.84, 256 -> 64 at 13x13 0.86, 128 -> 128 1.00;
@@ -131,7 +134,7 @@ def winograd_tiles(batch, channels_in, channels_out, out_size, kernel, strides, 
     the input, and the widths below are a phase's), too few channels or
     too narrow an output (below ``min_width``) or too few tiles (FEW_TILES)
     for it to pay, or an output wider than MAX_WIDTH; or, when ``direct``
-    (ccn_conv_direct can take it), few tiles and channels
+    (ccn_conv_direct can take it), few tiles an image and channels
     (DIRECT_MAX_TILES, DIRECT_MAX_CHANNELS) or few tiles and output
     channels (DIRECT_MAX_OUTPUTS_TILES, DIRECT_MAX_OUTPUTS)."""
     channels = min(channels_in, channels_out)
@@ -142,7 +145,7 @@ def winograd_tiles(batch, channels_in, channels_out, out_size, kernel, strides, 
             or (tuple(dilations) != (1, 1) and not phases) or channels < MIN_CHANNELS \
             or width < min_width or out_size[1] > MAX_WIDTH \
             or channels * width < MIN_WIDTH_CHANNELS or tiles <= FEW_TILES \
-            or direct and (tiles <= DIRECT_MAX_TILES
+            or direct and (tiles <= DIRECT_MAX_TILES * batch
                            and channels_in * channels_out <= DIRECT_MAX_CHANNELS
                            or tiles <= DIRECT_MAX_OUTPUTS_TILES
                            and channels_out <= DIRECT_MAX_OUTPUTS):
