@@ -25,7 +25,7 @@ from typing import Any
 from ..ops.connection import window_geometry
 from ..ops.registry import attach, fill_defaults, operator_record, records
 from ..program import Program
-from .cformat import Shape
+from .cformat import CStruct, Shape
 
 #: (C expression of a register's pointer, C expression of the scratch) -> lines
 Render = Callable[[Callable[[int], str], str], list[str]]
@@ -123,6 +123,24 @@ def with_defaults(program: Program) -> Program:
     return dataclasses.replace(program, instructions=[
         dataclasses.replace(i, attrs=fill_defaults(i.op, i.domain, i.version, i.attrs))
         for i in program.instructions])
+
+
+#: ccn_connection.h's geometry of a 2-D convolution, which every Conv path takes.
+CONV_GEOMETRY = CStruct('ccn_conv_geometry', (
+    'batch', 'in_channels', 'in_h', 'in_w', 'out_channels', 'out_h', 'out_w', 'kernel_h',
+    'kernel_w', 'group', 'stride_h', 'stride_w', 'dil_h', 'dil_w', 'pad_top', 'pad_left'))
+
+
+def conv_geometry(batch, channels, in_size, out_channels, out_size, kernel, group, strides,
+                  dilations, pads_begin) -> str:
+    """The C pointer to the ccn_conv_geometry of a 2-D convolution (or
+    transposed convolution) of ``batch`` images of ``channels`` x
+    ``in_size`` into ``out_channels`` x ``out_size``; the rest are pairs."""
+    return CONV_GEOMETRY.literal(
+        batch=batch, in_channels=channels, in_h=in_size[0], in_w=in_size[1],
+        out_channels=out_channels, out_h=out_size[0], out_w=out_size[1], kernel_h=kernel[0],
+        kernel_w=kernel[1], group=group, stride_h=strides[0], stride_w=strides[1],
+        dil_h=dilations[0], dil_w=dilations[1], pad_top=pads_begin[0], pad_left=pads_begin[1])
 
 
 def window(attrs, spatial, kernel, ceil_mode=0):

@@ -24,7 +24,7 @@ from ...ops.fusion_rules import epilogue_alpha, product_epilogues
 from ...ops.registry import CUSTOM_DOMAIN
 from ..cformat import CStruct, cfloat
 from ..gemm_layout import PANEL_MIN_ROWS, STRIP_COLS, pack_panels
-from ..lowering import Refuse, Step, lowers, unit_height, window
+from ..lowering import Refuse, Step, conv_geometry, lowers, unit_height, window
 from .conv_direct import direct_step, takes_direct
 from .depthwise import depthwise_step, is_depthwise
 from .winograd import (
@@ -74,9 +74,6 @@ GRAD_GY_FLOATS = 1 << 19
 GRAD_BLOCK_FLOATS = 65536
 #: The structs of ccn_connection.h the convolutions take: the geometry
 #: (also ConvTranspose's and Winograd's) and how an im2col one runs.
-CONV_GEOMETRY = CStruct('ccn_conv_geometry', (
-    'batch', 'in_channels', 'in_h', 'in_w', 'out_channels', 'out_h', 'out_w', 'kernel_h',
-    'kernel_w', 'group', 'stride_h', 'stride_w', 'dil_h', 'dil_w', 'pad_top', 'pad_left'))
 CONV_PLAN = CStruct('ccn_conv_plan', ('images', 'direct', 'w_panels', 'act', 'act_alpha'))
 #: The structs of ccn_gemm.h the products take: a product's sizes, strides
 #: and epilogue, and the batch of a batched MatMul.
@@ -274,18 +271,6 @@ def grad_columns(channels, taps, columns) -> int:
     """Floats of scratch for a block of the im2col columns of ``channels``
     channels, ``taps`` rows of ``columns`` each (ccn_grad_columns)."""
     return min(channels * taps * columns, max(GRAD_BLOCK_FLOATS, taps * columns))
-
-
-def conv_geometry(batch, channels, in_size, out_channels, out_size, kernel, group, strides,
-                  dilations, pads_begin) -> str:
-    """The C pointer to the ccn_conv_geometry of a 2-D convolution (or
-    transposed convolution) of ``batch`` images of ``channels`` x
-    ``in_size`` into ``out_channels`` x ``out_size``; the rest are pairs."""
-    return CONV_GEOMETRY.literal(
-        batch=batch, in_channels=channels, in_h=in_size[0], in_w=in_size[1],
-        out_channels=out_channels, out_h=out_size[0], out_w=out_size[1], kernel_h=kernel[0],
-        kernel_w=kernel[1], group=group, stride_h=strides[0], stride_w=strides[1],
-        dil_h=dilations[0], dil_w=dilations[1], pad_top=pads_begin[0], pad_left=pads_begin[1])
 
 
 def _check_conv(em, inst, sx, sw) -> int:

@@ -3,12 +3,11 @@ with ccn_gemm.c."""
 import math
 
 from ...ops.connection import conv_transpose_padding
-from ..lowering import Refuse, Step, lowers, unit_height
+from ..lowering import Refuse, Step, conv_geometry, lowers, unit_height
 from .connection import (
     CONV3D_GEOMETRY,
     CONV_PLAN,
     GRAD_COLUMNS,
-    conv_geometry,
     grad_columns,
     images_per_product,
 )

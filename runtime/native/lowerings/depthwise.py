@@ -6,7 +6,7 @@ row, costing more than the arithmetic (benchmarks/NOTES.md, "Mobile
 blocks" and "Depthwise kernels")."""
 from ...ops.registry import CUSTOM_DOMAIN
 from ..cformat import cfloat
-from ..lowering import Refuse, Step, lowers, window
+from ..lowering import Refuse, Step, conv_geometry, lowers, window
 
 #: ccn_depthwise.c's BLOCK_PIXELS and BLOCK_TAPS: the most padded pixels,
 #: and taps, of a plane it takes by channels.
@@ -46,7 +46,6 @@ def by_channels(out, kernel, strides, dilations) -> bool:
 def depthwise_nhwc(em, inst) -> Step:
     """channels_last.py's depthwise Conv (x, weights, optional bias; no
     epilogue) that the kernel takes by channels, written (N, OH, OW, C)."""
-    from .connection import conv_geometry  # (connection.py imports this module)
     sx, sw = em.shape(inst, 0), em.shape(inst, 1)
     if len(sx) != 4 or len(sw) != 4 or len(inst.inputs) > 3 or 'activation' in inst.attrs:
         raise Refuse('DepthwiseConvNhwc takes a 2-D Conv without epilogue')

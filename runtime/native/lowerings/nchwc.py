@@ -6,8 +6,8 @@ import numpy
 
 from ...ops.registry import CUSTOM_DOMAIN
 from ..cformat import CStruct
-from ..lowering import BLOCK, Refuse, Step, blocked_shape, lowers, window
-from .connection import activation, conv_geometry
+from ..lowering import BLOCK, Refuse, Step, blocked_shape, conv_geometry, lowers, window
+from .connection import activation
 from .conv_direct import direct_step, stem_conv
 
 #: ccn_nchwc.h's geometry of a blocked convolution.

@@ -10,7 +10,7 @@ import pytest
 from onnx import helper
 
 from chainer_compiler.pipeline import build_program
-from chainer_compiler.runtime.native import emit_c, fusion, gemm_layout
+from chainer_compiler.runtime.native import emit_c, fusion, gemm_layout, lowering
 from chainer_compiler.runtime.native.cformat import CStruct
 from chainer_compiler.runtime.native.lower import MAX_RANK
 from chainer_compiler.runtime.native.lowerings import array as native_array
@@ -49,7 +49,7 @@ def _define(name, *files):
 
 
 @pytest.mark.parametrize('struct, header', [
-    (connection.CONV_GEOMETRY, 'ccn_connection.h'),
+    (lowering.CONV_GEOMETRY, 'ccn_connection.h'),
     (connection.CONV_PLAN, 'ccn_connection.h'),
     (conv_direct.DIRECT_PLAN, 'ccn_conv_direct.h'),
     (winograd.WINOGRAD_PLAN, 'ccn_winograd.h'),

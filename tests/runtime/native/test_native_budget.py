@@ -184,6 +184,10 @@ NATIVE_BUDGET += 72
 NATIVE_BUDGET += 64
 
 
+#: + 8: emit-c's static arenas start at a 64-byte line (render.py:
+#: _at_a_line, _line_padded_doubles), issue 31's default-built executable.
+NATIVE_BUDGET += 8
+
 def test_the_native_backend_stays_within_its_budget():
     used = _total((RUNTIME / 'native').rglob('*.py'))
     assert used <= NATIVE_BUDGET, ('runtime/native/ has %d code lines, budget %d'
