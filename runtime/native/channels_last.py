@@ -14,7 +14,7 @@ pass makes
   residual) (ccn_scale_add_nhwc): NHWC in, NCHW out, one pass for three;
 - a depthwise Conv without epilogue read only by a Transpose(0, 2, 3, 1),
   when ccn_depthwise.c takes it by channels (lowerings/depthwise.py's
-  by_channels: ConvNeXt's 7x7 at 56x56 in bands of rows, at 28x28 and
+  band_rows: ConvNeXt's 7x7 at 56x56 in bands of rows, at 28x28 and
   below whole), one DepthwiseConvNhwc:
   the kernel's block of pixels with the channels in the lanes is stored
   pixel by pixel, as the Transpose would have laid it out.
@@ -34,7 +34,7 @@ from ..ops.registry import CUSTOM_DOMAIN
 from ..program import Instruction, Program
 from .blocked import _static as static_shape
 from .lowering import Refuse, window
-from .lowerings.depthwise import by_channels, is_depthwise
+from .lowerings.depthwise import band_rows, is_depthwise
 
 _DEFAULT_DOMAINS = ('', 'ai.onnx')
 
@@ -130,4 +130,4 @@ def _channel_blocks(program: Program, conv: Instruction) -> bool:
         win = window(conv.attrs, x[2:], w[2:])
     except Refuse:
         return False
-    return by_channels(win.out, w[2:], win.strides, win.dilations)
+    return band_rows(win.out, w[2:], win.strides, win.dilations) > 0

@@ -363,7 +363,7 @@ typedef struct {
     const float *x, *w, *bias;
     float *y;
     long flat;
-    int by_channels;  /* channel_block's */
+    long band;  /* channel_block's output rows per band; 0: the strips */
     int channels_last;  /* y is (N, OH, OW, C): ccn_conv2d_depthwise_nhwc */
 #if MASKED_LOADS
     long off[FLAT_MASKS];
@@ -448,35 +448,16 @@ static long reach_w(const ccn_conv_geometry *g)
     return (g->out_w - 1) * g->stride_w + (g->kernel_w - 1) * g->dil_w + 1;
 }
 
-/* Output rows of a band of channel_block: as many as its blocks of padded
- * input pixels and of outputs hold (all of them for planes up to 34x34). */
-static long band_rows(const ccn_conv_geometry *g)
+/* Whether bands of `band` output rows fit channel_block's blocks of padded
+ * input pixels and of outputs, and its taps.  Which convolutions run by
+ * channels, in bands of how many rows, is the emitter's choice
+ * (lowerings/depthwise.py's band_rows, the rule stated once); this is only
+ * the bound that keeps a band inside the stack. */
+static int band_fits(const ccn_conv_geometry *g, long band)
 {
-    const long rows = BLOCK_PIXELS / reach_w(g), halo = (g->kernel_h - 1) * g->dil_h + 1;
-    long band = rows < halo ? 0 : (rows - halo) / g->stride_h + 1;
-    if (band > BLOCK_PIXELS / g->out_w)
-        band = BLOCK_PIXELS / g->out_w;
-    return band < g->out_h ? band : g->out_h;
-}
-
-/* Whether channel_block takes convolution g: 25 taps or more over output
- * rows of 8 or fewer (the mobile models' last stages, 7x7 outputs), where
- * a strip masks every load and leaves half its lanes idle with AVX-512,
- * or at stride 2 (each strip's tap two loads and a shuffle); 49 or more
- * over wider rows (ConvNeXt's 7x7 at 14x14 and 28x28, and at 56x56 by
- * bands of 13 output rows: at stride 1, bands of at least KH rows).  Its
- * copies cost more than they save with fewer taps (1.3x-1.7x the strips'
- * and flat planes' time with 3x3 kernels; 5x5 at stride 1 over 14x14
- * 0.95x-1.07x, over 28x28 1.26x).  lowerings/depthwise.py's by_channels
- * is a copy. */
-static int by_channels(const ccn_conv_geometry *g)
-{
-    const long taps = g->kernel_h * g->kernel_w;
-    if (g->out_w <= 0 || taps < (g->out_w <= 8 || g->stride_w > 1 ? 25 : 49) ||
-        taps > BLOCK_TAPS)
-        return 0;
-    const long band = band_rows(g);
-    return band == g->out_h || (g->stride_h == 1 && g->stride_w == 1 && band >= g->kernel_h);
+    const long in_rows = (band - 1) * g->stride_h + (g->kernel_h - 1) * g->dil_h + 1;
+    return band >= 1 && g->kernel_h * g->kernel_w <= BLOCK_TAPS && band * g->out_w <= BLOCK_PIXELS
+        && in_rows * reach_w(g) <= BLOCK_PIXELS;
 }
 
 /* Outputs computed together by channel_block (independent chains). */
@@ -549,14 +530,14 @@ static void channel_band(const depthwise_call *a, long i, long nc, const vec *wv
 
 /* Planes [i, i + nc) (nc <= VL, one image) with the channels in the
  * lanes, as onnxruntime's NCHWc kernels: band by band of output rows
- * (band_rows, channel_band), the input rows they reach are copied into a
+ * (a->band rows, channel_band), the input rows they reach are copied into a
  * zero-padded block of pixels, so that each tap is one full, unmasked
  * vector load at any stride, and the outputs copied back; the sums are
  * in the strips' order (the same values). */
 static void channel_block(const depthwise_call *a, long i, long nc)
 {
     const ccn_conv_geometry *g = a->g;
-    const long KH = g->kernel_h, KW = g->kernel_w, C = g->in_channels, band = band_rows(g);
+    const long KH = g->kernel_h, KW = g->kernel_w, C = g->in_channels, band = a->band;
     vec wv[BLOCK_TAPS], bv = {0};
     float *wf = (float *)wv, *bf = (float *)&bv;
     memset(wv, 0, (size_t)(KH * KW) * sizeof(vec));
@@ -576,14 +557,14 @@ static void depthwise_range(void *context, long begin, long end)
     const depthwise_call *a = context;
     const ccn_conv_geometry *g = a->g;
     const long C = g->in_channels, taps = g->kernel_h * g->kernel_w;
-    for (long i = begin; i < end && a->by_channels;) {
+    for (long i = begin; i < end && a->band;) {
         /* Up to VL channels of one image. */
         const long left = end - i < C - i % C ? end - i : C - i % C;
         const long nc = left < VL ? left : VL;
         channel_block(a, i, nc);
         i += nc;
     }
-    for (long i = begin; i < end && !a->by_channels; i++) {
+    for (long i = begin; i < end && !a->band; i++) {
         const float *in = a->x + i * g->in_h * g->in_w, *wc = a->w + (i % C) * taps;
         const float b = a->bias ? a->bias[i % C] : 0.0f;
         float *out = a->y + i * g->out_h * g->out_w;
@@ -601,23 +582,24 @@ static void depthwise_range(void *context, long begin, long end)
 /* The default build also compiles this file for x86-64-v3 and -v4, its
  * functions renamed (render.LEVEL_FAMILIES: VL and the masked loads are
  * chosen at compile time), and runs the products' level (ccn_common.h). */
-typedef void depthwise_fn(const ccn_conv_geometry *, int, float, const float *, const float *,
-                          const float *, float *);
+typedef void depthwise_fn(const ccn_conv_geometry *, long, int, float, const float *,
+                          const float *, const float *, float *);
 depthwise_fn ccn_conv2d_depthwise_v3, ccn_conv2d_depthwise_v4;
 depthwise_fn ccn_conv2d_depthwise_nhwc_v3, ccn_conv2d_depthwise_nhwc_v4;
 #endif
 
-void ccn_conv2d_depthwise(const ccn_conv_geometry *geometry, int act, float act_alpha,
-                          const float *x, const float *w, const float *bias, float *y)
+void ccn_conv2d_depthwise(const ccn_conv_geometry *geometry, long band, int act,
+                          float act_alpha, const float *x, const float *w, const float *bias,
+                          float *y)
 {
-    CCN_RUN_LEVEL_BUILD(ccn_conv2d_depthwise, geometry, act, act_alpha, x, w, bias, y);
+    CCN_RUN_LEVEL_BUILD(ccn_conv2d_depthwise, geometry, band, act, act_alpha, x, w, bias, y);
     const ccn_conv_geometry *g = geometry;
     assert(g->group == g->in_channels && g->out_channels == g->in_channels);
+    assert(band == 0 || band_fits(g, band));
     depthwise_call a = {.g = g, .act = act, .act_alpha = act_alpha, .x = x, .w = w,
-                        .bias = bias, .y = y};
-    a.by_channels = by_channels(g);
+                        .bias = bias, .y = y, .band = band};
 #if MASKED_LOADS
-    a.flat = a.by_channels ? 0 : flat_vectors(g);
+    a.flat = band ? 0 : flat_vectors(g);
     if (a.flat)
         flat_masks(&a);
 #endif
@@ -626,14 +608,17 @@ void ccn_conv2d_depthwise(const ccn_conv_geometry *geometry, int act, float act_
                      depthwise_range, &a);
 }
 
-void ccn_conv2d_depthwise_nhwc(const ccn_conv_geometry *geometry, int act, float act_alpha,
-                               const float *x, const float *w, const float *bias, float *y)
+void ccn_conv2d_depthwise_nhwc(const ccn_conv_geometry *geometry, long band, int act,
+                               float act_alpha, const float *x, const float *w,
+                               const float *bias, float *y)
 {
-    CCN_RUN_LEVEL_BUILD(ccn_conv2d_depthwise_nhwc, geometry, act, act_alpha, x, w, bias, y);
+    CCN_RUN_LEVEL_BUILD(ccn_conv2d_depthwise_nhwc, geometry, band, act, act_alpha, x, w, bias,
+                        y);
     const ccn_conv_geometry *g = geometry;
-    assert(g->group == g->in_channels && g->out_channels == g->in_channels && by_channels(g));
+    assert(g->group == g->in_channels && g->out_channels == g->in_channels);
+    assert(band_fits(g, band));
     depthwise_call a = {.g = g, .act = act, .act_alpha = act_alpha, .x = x, .w = w,
-                        .bias = bias, .y = y, .by_channels = 1, .channels_last = 1};
+                        .bias = bias, .y = y, .band = band, .channels_last = 1};
     const long planes = g->batch * g->in_channels;
     ccn_parallel_for(planes, planes * g->out_h * g->out_w * g->kernel_h * g->kernel_w,
                      depthwise_range, &a);

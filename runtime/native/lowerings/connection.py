@@ -26,7 +26,7 @@ from ..cformat import CStruct, cfloat
 from ..gemm_layout import PANEL_MIN_ROWS, STRIP_COLS, pack_panels
 from ..lowering import Refuse, Step, conv_geometry, lowers, unit_height, window
 from .conv_direct import direct_step, takes_direct
-from .depthwise import depthwise_step, is_depthwise
+from .depthwise import band_rows, depthwise_step, is_depthwise
 from .winograd import (
     MIN_FILTER_GRADIENT_WIDTH,
     winograd_grad_filter_step,
@@ -348,7 +348,8 @@ def conv(em, inst) -> Step:
                              win.dilations, win.pads_begin)
     if is_depthwise(C, M, group):
         return _add_residual(inst, depthwise_step(
-            em, inst, geometry, (N, M, OH, OW),
+            em, inst, geometry, band_rows(win.out, (KH, KW), win.strides, win.dilations),
+            (N, M, OH, OW),
             ('CCN_ACT_NONE', 0.0) if residual else (act, act_alpha)), (act, act_alpha),
             N * M * OH * OW)
     w = em.const(inst.inputs[1])

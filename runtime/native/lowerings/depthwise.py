@@ -26,20 +26,30 @@ def _extent(size, pad, out, stride, kernel, dilation) -> int:
     return max(size + pad, (out - 1) * stride + (kernel - 1) * dilation + 1)
 
 
-def by_channels(out, kernel, strides, dilations) -> bool:
-    """ccn_depthwise.c's by_channels (a copy: ccn_conv2d_depthwise_nhwc
-    asserts it): whether the kernel sums a vector's worth of channels at a
-    time in padded blocks, for ``out``put rows and columns, ``kernel``,
-    ``strides`` and ``dilations`` (pairs)."""
+def band_rows(out, kernel, strides, dilations) -> int:
+    """The output rows per band that ccn_conv2d_depthwise sums a vector's
+    worth of channels at a time in, for ``out``put rows and columns,
+    ``kernel``, ``strides`` and ``dilations`` (pairs); 0: its strips.
+
+    By channels (a zero-padded block of pixels on the stack, the channels
+    in the lanes, each tap one whole vector load) take 25 taps or more over
+    output rows of 8 or fewer (the mobile models' last stages, 7x7
+    outputs), where a strip masks every load and leaves half its lanes idle
+    with AVX-512, or at stride 2 (each strip's tap two loads and a
+    shuffle); 49 or more over wider rows (ConvNeXt's 7x7 at 14x14 and
+    28x28, and at 56x56 in bands of 13 output rows: at stride 1, bands of
+    at least KH rows).  The copies cost more than they save with fewer
+    taps (1.3x-1.7x the strips' and flat planes' time with 3x3 kernels; 5x5
+    at stride 1 over 14x14 0.95x-1.07x, over 28x28 1.26x)."""
     taps = kernel[0] * kernel[1]
     if out[1] <= 0 or not (25 if out[1] <= 8 or strides[1] > 1 else 49) <= taps <= BLOCK_TAPS:
-        return False
-    # band_rows: the output rows whose padded input rows, and outputs, a block holds.
+        return 0
+    # As many output rows as a block holds, with their padded input rows.
     rows = BLOCK_PIXELS // ((out[1] - 1) * strides[1] + (kernel[1] - 1) * dilations[1] + 1)
     halo = (kernel[0] - 1) * dilations[0] + 1
     band = min(0 if rows < halo else (rows - halo) // strides[0] + 1, BLOCK_PIXELS // out[1],
                out[0])
-    return band == out[0] or tuple(strides) == (1, 1) and band >= kernel[0]
+    return band if band == out[0] or tuple(strides) == (1, 1) and band >= kernel[0] else 0
 
 
 @lowers(CUSTOM_DOMAIN + '::DepthwiseConvNhwc')
@@ -56,25 +66,27 @@ def depthwise_nhwc(em, inst) -> Step:
             or em.has(inst, 2) and em.shape(inst, 2) != (c,):
         raise Refuse('DepthwiseConvNhwc of %s by %s is no depthwise convolution'
                      % (list(sx), list(sw)))
-    if not by_channels(win.out, (kh, kw), win.strides, win.dilations):
+    band = band_rows(win.out, (kh, kw), win.strides, win.dilations)
+    if not band:
         raise Refuse('DepthwiseConvNhwc of %s by %s is not one the kernel takes by channels'
                      % (list(sx), list(sw)))
     geometry = conv_geometry(n, c, (h, w), m, win.out, (kh, kw), group, win.strides,
                              win.dilations, win.pads_begin)
-    return depthwise_step(em, inst, geometry, (n, *win.out, c), ('CCN_ACT_NONE', 0.0),
+    return depthwise_step(em, inst, geometry, band, (n, *win.out, c), ('CCN_ACT_NONE', 0.0),
                           kernel='ccn_conv2d_depthwise_nhwc')
 
 
-def depthwise_step(em, inst, geometry, out_shape, act, kernel='ccn_conv2d_depthwise') -> Step:
+def depthwise_step(em, inst, geometry, band, out_shape, act,
+                   kernel='ccn_conv2d_depthwise') -> Step:
     """The Step of Conv ``inst`` (``geometry``: its ccn_conv_geometry,
-    lowerings/connection.py's conv_geometry) as ccn_conv2d_depthwise (or
-    ``kernel``, of its arguments), writing ``out_shape``; input 2 is an
-    optional bias, ``act`` the epilogue (its CCN_ACT_* enum, its
-    parameter)."""
+    lowering.py's conv_geometry; ``band``: band_rows's) as
+    ccn_conv2d_depthwise (or ``kernel``, of its arguments), writing
+    ``out_shape``; input 2 is an optional bias, ``act`` the epilogue (its
+    CCN_ACT_* enum, its parameter)."""
     has_bias = em.has(inst, 2)
 
     def render(ref, space):
-        return ['%s(%s,' % (kernel, geometry),
+        return ['%s(%s, %d,' % (kernel, geometry, band),
                 '                     %s, %s, %s, %s, %s, %s);' % (
                     act[0], cfloat(act[1]), ref(inst.inputs[0]), ref(inst.inputs[1]),
                     ref(inst.inputs[2]) if has_bias else 'NULL', ref(inst.outputs[0]))]

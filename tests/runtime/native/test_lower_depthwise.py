@@ -13,7 +13,7 @@ from onnx import helper
 
 from chainer_compiler.pipeline import build_program
 from chainer_compiler.runtime.native.emit_c import emit_c
-from chainer_compiler.runtime.native.lowerings.depthwise import is_depthwise
+from chainer_compiler.runtime.native.lowerings.depthwise import band_rows, is_depthwise
 
 from .helpers import check_native, make_model, uniform
 
@@ -232,8 +232,8 @@ static int check_epilogues(void)
     int bad = 0;
     for (int act = CCN_ACT_NONE; act <= CCN_ACT_GELU; act++) {
         const float alpha = act == CCN_ACT_CLIP ? 6.0f : act == CCN_ACT_SWISH ? 1.0f : 0.1f;
-        ccn_conv2d_depthwise(&g, act, alpha, x, w, NULL, y);
-        ccn_conv2d_depthwise(&g, CCN_ACT_NONE, 0.0f, x, w, NULL, z);
+        ccn_conv2d_depthwise(&g, 0, act, alpha, x, w, NULL, y);
+        ccn_conv2d_depthwise(&g, 0, CCN_ACT_NONE, 0.0f, x, w, NULL, z);
         ccn_activate(C * H * W, z, act, alpha);
         for (int i = 0; i < C * H * W; i++)
             if (memcmp(&y[i], &z[i], sizeof y[i]) && !(isnan(y[i]) && isnan(z[i]))) {
@@ -244,9 +244,9 @@ static int check_epilogues(void)
     return bad;
 }
 
-/* Geometry g against the sum of each output's taps inside the input,
- * written out plainly. */
-static int check_geometry(const ccn_conv_geometry *g)
+/* Geometry g, in bands of `band` output rows (band_rows's), against the
+ * sum of each output's taps inside the input, written out plainly. */
+static int check_geometry(const ccn_conv_geometry *g, long band)
 {
     const long C = g->in_channels, H = g->in_h, W = g->in_w, OH = g->out_h, OW = g->out_w;
     const long KH = g->kernel_h, KW = g->kernel_w;
@@ -258,7 +258,7 @@ static int check_geometry(const ccn_conv_geometry *g)
         w[i] = (float)((i * 13 + 5) % 17) / 8.0f - 1.0f;
     for (long c = 0; c < C; c++)
         b[c] = (float)c / 4.0f;
-    ccn_conv2d_depthwise(g, CCN_ACT_NONE, 0.0f, x, w, b, y);
+    ccn_conv2d_depthwise(g, band, CCN_ACT_NONE, 0.0f, x, w, b, y);
     int bad = 0;
     for (long c = 0; c < C; c++)
         for (long oh = 0; oh < OH; oh++)
@@ -282,13 +282,16 @@ static int check_geometry(const ccn_conv_geometry *g)
     return bad;
 }
 
-static const ccn_conv_geometry geometries[] = {GEOMETRIES};
+static const struct {
+    ccn_conv_geometry g;
+    long band;
+} cases[] = {CASES};
 
 int main(void)
 {
     int bad = check_epilogues();
-    for (unsigned i = 0; i < sizeof geometries / sizeof *geometries; i++)
-        bad |= check_geometry(&geometries[i]);
+    for (unsigned i = 0; i < sizeof cases / sizeof *cases; i++)
+        bad |= check_geometry(&cases[i].g, cases[i].band);
     return bad;
 }
 """
@@ -302,17 +305,20 @@ def test_kernel_builds_sum_the_taps_and_apply_ccn_activate(tmp_path):
     # simple activations to its vectors before storing them exactly as
     # ccn_activate, the one table, computes them.
     kernels = os.path.join(os.path.dirname(emit_c.__code__.co_filename), 'kernels')
-    geometries = []
+    geometries, bands = [], []
     for kernel, strides, pads, dilations, _, shape in CASES + _random_cases(
             numpy.random.RandomState(3), 24):
         out = [_out(shape[2 + d], kernel[d], strides[d], pads[d] + pads[d + 2], dilations[d])
                for d in (0, 1)]
-        geometries.append('{1, %d, %d, %d, %d, %d, %d, %d, %d, %d, %d, %d, %d, %d, %d, %d}' % (
-            shape[1], shape[2], shape[3], shape[1], out[0], out[1], kernel[0],
-            kernel[1], shape[1], strides[0], strides[1], dilations[0], dilations[1], pads[0],
-            pads[1]))
+        band = band_rows(out, kernel, strides, dilations)
+        bands.append(band)
+        geometries.append('{{1, %d, %d, %d, %d, %d, %d, %d, %d, %d, %d, %d, %d, %d, %d, %d}, %d}'
+                          % (shape[1], shape[2], shape[3], shape[1], out[0], out[1], kernel[0],
+                             kernel[1], shape[1], strides[0], strides[1], dilations[0],
+                             dilations[1], pads[0], pads[1], band))
+    assert any(bands) and not all(bands)  # both paths of the kernel
     source = tmp_path / 'check.c'
-    source.write_text(KERNEL_CHECK.replace('GEOMETRIES', ',\n'.join(geometries)))
+    source.write_text(KERNEL_CHECK.replace('CASES', ',\n'.join(geometries)))
     program = str(tmp_path / 'check')
     compile_c = ['cc', '-std=c99', '-pthread', '-fno-math-errno', '-I', kernels]
     # ccn_activate (the reference) and the pool are not under test: built
