@@ -1,6 +1,6 @@
 """Which 3x3 stride-1 convolutions leave Winograd for ccn_conv_direct
-(issue 31): few 2x2 tiles and few channels (DIRECT_MAX_TILES,
-DIRECT_MAX_CHANNELS), where F(2x2, 3x3)'s 16 products are 49 columns each
+(issue 31): few 2x2 tiles an image and few channels (DIRECT_MAX_TILES,
+DIRECT_MAX_CHANNELS, at any batch), where F(2x2, 3x3)'s 16 products are 49 columns each
 (SqueezeNet's 13x13 expand3x3 layers, DenseNet's 128 -> 32 at 14x14), or
 few tiles and output channels (DIRECT_MAX_OUTPUTS_TILES,
 DIRECT_MAX_OUTPUTS: DenseNet's 128 -> 32 at 28x28).  Only constant weights
@@ -41,6 +41,24 @@ def test_few_tiles_and_channels_go_direct_where_they_can():
         assert winograd_tiles(batch, c_in, c_out, (size, size), **ARGS, direct=True) \
             is not None
 
+
+
+def test_squeezenet_13x13_layers_go_direct_at_every_batch():
+    """The tile count is one image's: at batch 32 F(2x2, 3x3)'s blocks of
+    126 tiles overflow L2, and these layers took 1.3x-1.6x the direct
+    kernel's time."""
+    for batch in (1, 2, 32):
+        for c_in, c_out in [(48, 192), (64, 256)]:
+            assert winograd_tiles(batch, c_in, c_out, (13, 13), **ARGS, direct=True) is None
+            assert winograd_tiles(batch, c_in, c_out, (13, 13), **ARGS) is not None
+
+
+def test_more_tiles_an_image_or_channels_keep_winograd_at_batch_32():
+    # 16x16 (64 tiles an image), ResNet's 256 -> 256 at 14x14, and
+    # DenseNet's 128 -> 32 at 28x28 (the output-channel clause counts
+    # every image's tiles: 32 images are past it).
+    for c_in, c_out, size in [(64, 64, 16), (256, 256, 14), (128, 32, 28)]:
+        assert winograd_tiles(32, c_in, c_out, (size, size), **ARGS, direct=True) is not None
 
 def _conv_model(weights_constant):
     rng = numpy.random.RandomState(0)
