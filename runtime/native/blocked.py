@@ -1,16 +1,20 @@
-"""The NCHWc pass of the native backend: chains of mobile convolutions run
-in a blocked channel layout, converted only at the chain's edges.
+"""The NCHWc pass of the native backend: chains of convolutions (mobile
+ones, ResNet's bottlenecks) run in a blocked channel layout, converted
+only at the chain's edges.
 
 After fusion (fusion.py), a Conv whose weights and bias are constants and
-that is a 1x1 product (stride 1, no padding) or a depthwise 3x3 or 5x5
-(strides 1 or 2, any padding, no dilation), of at least MIN_CHANNELS
-channels in and out, with any epilogue and residual fusion gave it, may run
-as NchwcConv (lowerings/nchwc.py, kernels/ccn_nchwc.c) on tensors of shape
-(N, ceil(C / BLOCK), H, W, BLOCK).  Such Convs that read each other's
-outputs (as input or residual) form a chain; a chain with more depthwise
-Convs than values to reorder at its edges runs blocked: an NchwcReorderIn
-before it for each value it reads from outside, an NchwcReorderOut after
-a Conv whose value something outside the chain (or the caller) reads.
+that is a 1x1 product (stride 1, no padding), a depthwise 3x3 or 5x5
+(strides 1 or 2, any padding, no dilation) or a dense 1x1 or 3x3 (strides
+1 or 2, any padding, no dilation) that Winograd would not run, of at
+least MIN_CHANNELS channels in and out, with any epilogue and residual
+fusion gave it, may run as NchwcConv (lowerings/nchwc.py,
+kernels/ccn_nchwc.c) on tensors of shape (N, ceil(C / BLOCK), H, W,
+BLOCK).  Such Convs that read each other's outputs (as input or residual)
+form a chain; a chain that pays (_pays: more depthwise Convs than values
+to reorder at its edges, or more multiply-adds saved than reorders cost)
+runs blocked: an NchwcReorderIn before it for each value it reads from
+outside, an NchwcReorderOut after a Conv whose value something outside
+the chain (or the caller) reads.
 One 1x1 product and the depthwise after it then share a layout with no
 repacking (onnxruntime's MLAS runs every convolution so;
 benchmarks/NOTES.md, "NCHWc through mobile chains").
@@ -24,11 +28,13 @@ The pass reads the static shapes of the Program's types; without them it
 changes nothing.
 """
 import dataclasses
+import math
 
 from ..ops.registry import CUSTOM_DOMAIN
 from ..program import NO_REGISTER, Instruction, Program, RegisterType
 from .lowering import Refuse, blocked_shape, window
-from .lowerings.conv_direct import stem_conv
+from .lowerings.conv_direct import stem_conv, takes_direct
+from .lowerings.winograd import winograd_tiles
 
 #: Fewest channels in and out of a Conv that runs blocked: below, most of
 #: a block is padding.
@@ -36,6 +42,17 @@ MIN_CHANNELS = 16
 #: The depthwise kernels and strides ccn_nchwc_depthwise unrolls.
 DEPTHWISE_KERNELS = (3, 5)
 DEPTHWISE_STRIDES = (1, 2)
+#: The dense kernels and strides ccn_nchwc_dense runs (ResNet's 3x3 and
+#: its 1x1 stride-2 downsamples; a 1x1 stride-1 one is a product).
+DENSE_KERNELS = (1, 3)
+DENSE_STRIDES = (1, 2)
+#: What a product or dense Conv saves on blocks, per multiply-add, and what
+#: a reorder costs per value, both in the time of a multiply-add on NCHW
+#: (ResNet-50's layers, one thread: blocked 1x1 products and 3x3 s2 take
+#: 0.85x their NCHW time at about 50 GMAC/s; a reorder about 0.65 ns a
+#: value; benchmarks/NOTES.md).
+DENSE_SAVING = 0.12
+REORDER_COST = 32
 
 
 def _static(program: Program, r: int) -> tuple[int, ...] | None:
@@ -76,8 +93,14 @@ def blockable(program: Program, inst: Instruction) -> bool:
         return False
     if min(c, m) < MIN_CHANNELS or win.dilations != (1, 1):
         return False
-    if group == 1 and cg == c:  # a 1x1 product
-        return (kh, kw) == (1, 1) and win.strides == (1, 1) and win.out == (h, wd)
+    if group == 1 and cg == c:  # a 1x1 product or a dense convolution
+        # Not one Winograd runs (about 0.8x the dense kernel's time at
+        # ResNet-50's 3x3 of 14x14-56x56, benchmarks/NOTES.md).
+        return kh == kw and kh in DENSE_KERNELS and \
+            win.strides[0] == win.strides[1] and win.strides[0] in DENSE_STRIDES and \
+            winograd_tiles(x[0], c, m, win.out, (kh, kw), win.strides, win.dilations, 1,
+                           phases=True, direct=takes_direct(True, 1, (kh, kw), win.strides,
+                                                            win.dilations, win.out[1])) is None
     return group == c == m and cg == 1 and kh == kw and kh in DEPTHWISE_KERNELS and \
         win.strides[0] == win.strides[1] and win.strides[0] in DEPTHWISE_STRIDES
 
@@ -108,10 +131,7 @@ def chains(program: Program) -> list[set[int]]:
     """The instruction indices of each chain that runs blocked: blockable
     Convs linked by the values they read (input 0, the residual 3, the
     tensor of a squeeze-excitation's Mul folded into a 1x1 product), with
-    the GlobalAveragePools of their outputs; more of them depthwise than
-    the chain has edges to reorder (what pays: the depthwise convolutions
-    gain most, the products about break even, a reorder costs a pass over
-    its tensor; benchmarks/NOTES.md)."""
+    the GlobalAveragePools of their outputs, that pay (_pays)."""
     insts = program.instructions
     scales = _scales(program)
     reads = _blocked_reads(program, scales)
@@ -132,9 +152,30 @@ def chains(program: Program) -> list[set[int]]:
     groups: dict[int, set[int]] = {}
     for i in members:
         groups.setdefault(root(i), set()).add(i)
-    return [g for g in groups.values()
-            if sum(int(insts[i].attrs.get('group', 1)) > 1 for i in g) >
-            _edges(program, g, reads, scales)]
+    return [g for g in groups.values() if _pays(program, g, _edges(program, g, reads, scales))]
+
+
+def _product(program: Program, inst: Instruction) -> bool:
+    """Whether blockable Conv ``inst`` is a 1x1 product (stride 1, no
+    padding: ccn_nchwc_pointwise's, which alone folds a scale)."""
+    x, y = _static(program, inst.inputs[0]), _static(program, inst.outputs[0])
+    return int(inst.attrs.get('group', 1)) == 1 and x[2:] == y[2:] and \
+        program.constants[inst.inputs[1]].shape[2:] == (1, 1) and \
+        tuple(inst.attrs.get('strides', (1, 1))) == (1, 1)
+
+
+def _pays(program: Program, chain: set[int], edges: set[int]) -> bool:
+    """Whether ``chain`` gains from blocks more than its ``edges`` cost:
+    more depthwise Convs than edges (the mobile chains), or its other Convs'
+    multiply-adds, times DENSE_SAVING, more than REORDER_COST per value
+    reordered (ResNet's bottlenecks)."""
+    convs = [program.instructions[i] for i in chain if program.instructions[i].op == 'Conv']
+    depthwise = sum(int(inst.attrs.get('group', 1)) > 1 for inst in convs)
+    macs = sum(math.prod(_static(program, inst.outputs[0])) *
+               math.prod(program.constants[inst.inputs[1]].shape[1:])
+               for inst in convs if int(inst.attrs.get('group', 1)) == 1)
+    values = sum(math.prod(_static(program, r)) for r in edges)
+    return depthwise > len(edges) or DENSE_SAVING * macs > REORDER_COST * values
 
 
 def _scales(program: Program) -> dict[int, int]:
@@ -158,7 +199,7 @@ def _scales(program: Program) -> dict[int, int]:
         conv = insts[to[0]]
         shapes = [_static(program, r) for r in inst.inputs]
         if sorted(shapes, key=str) == sorted([y, y[:2] + (1, 1)], key=str) and \
-                blockable(program, conv) and int(conv.attrs.get('group', 1)) == 1 and \
+                blockable(program, conv) and _product(program, conv) and \
                 conv.inputs[0] == inst.outputs[0] and inst.outputs[0] not in conv.inputs[1:]:
             found[to[0]] = i
     return found
@@ -188,8 +229,8 @@ def _blocked_reads(program: Program, scales: dict[int, int]) -> dict[int, list[i
 
 
 def _edges(program: Program, chain: set[int], reads: dict[int, list[int]],
-           scales: dict[int, int]) -> int:
-    """How many reorders ``chain`` needs: values it reads from outside,
+           scales: dict[int, int]) -> set[int]:
+    """The registers ``chain`` reorders: values it reads from outside,
     values it makes that something outside reads."""
     made = {program.instructions[i].outputs[0] for i in chain
             if program.instructions[i].op == 'Conv'}
@@ -197,7 +238,7 @@ def _edges(program: Program, chain: set[int], reads: dict[int, list[int]],
     outside = _outside(program, chain, reads, scales)
     # A stem only the chain reads writes blocks: no reorder.
     stems = {r for r in _stems(program) if r not in outside}
-    return len(read - made - stems) + len(made & outside)
+    return (read - made - stems) | (made & outside)
 
 
 def _outside(program: Program, chosen: set[int], reads: dict[int, list[int]],

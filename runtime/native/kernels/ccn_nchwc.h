@@ -1,6 +1,6 @@
-/* ccn_nchwc.h: NCHWc family: chains of mobile convolutions (1x1 products,
- * depthwise 3x3 and 5x5) in a blocked channel layout, converted to and
- * from NCHW only at the chain's edges (runtime/native/blocked.py). */
+/* ccn_nchwc.h: NCHWc family: chains of convolutions (1x1 products,
+ * depthwise 3x3 and 5x5, dense ones) in a blocked channel layout, converted
+ * to and from NCHW only at the chain's edges (runtime/native/blocked.py). */
 #ifndef CCN_NCHWC_H
 #define CCN_NCHWC_H
 
@@ -46,6 +46,12 @@ void ccn_nchwc_pointwise(const ccn_nchwc_geometry *g, const float *x, const floa
  * bias and residual as ccn_nchwc_pointwise, then the activation. */
 void ccn_nchwc_depthwise(const ccn_nchwc_geometry *g, const float *x, const float *w,
                          const float *bias, const float *residual, float *y);
+/* A dense convolution (one group) of blocked x by w, (out_blocks,
+ * in_blocks, KH, KW, 16, 16) (w[ob][cb][kh][kw][c][o] the weight of
+ * output 16 ob + o from input 16 cb + c, zero past the channels), plus
+ * bias and residual as ccn_nchwc_pointwise, then the activation. */
+void ccn_nchwc_dense(const ccn_nchwc_geometry *g, const float *x, const float *w,
+                     const float *bias, const float *residual, float *y);
 
 CCN_END_DECLS
 #endif /* CCN_NCHWC_H */

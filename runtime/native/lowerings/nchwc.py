@@ -91,8 +91,8 @@ def stem(em, inst) -> Step:
 
 @lowers(CUSTOM_DOMAIN + '::NchwcConv')
 def nchwc_conv(em, inst) -> Step:
-    """A Conv of blocked.blockable on blocked tensors: a 1x1 product or a
-    depthwise convolution; a product's input 4, (N, C, 1, 1), scales its
+    """A Conv of blocked.blockable on blocked tensors: a 1x1 product, a
+    depthwise or a dense convolution; a product's input 4, (N, C, 1, 1), scales its
     input's channels per image (a squeeze-excitation's Mul)."""
     sx = em.shape(inst, 0)
     w = em.const(inst.inputs[1])
@@ -103,12 +103,11 @@ def nchwc_conv(em, inst) -> Step:
     win = window(inst.attrs, (h, wd), (kh, kw))
     group = int(inst.attrs.get('group', 1))
     depthwise = group > 1
+    pointwise = not depthwise and (kh, kw, win.strides, win.out) == (1, 1, (1, 1), (h, wd))
     # What the kernels compute, nothing else (a Program may say anything).
-    if lanes != BLOCK or win.dilations != (1, 1) or (
-            (group, cg) != (m, 1) if depthwise else
-            (kh, kw, win.strides, win.out) != (1, 1, (1, 1), (h, wd))):
-        raise Refuse('NchwcConv is a 1x1 product (stride 1, no padding) or a depthwise '
-                     'convolution without dilation, on blocks of %d channels' % BLOCK)
+    if lanes != BLOCK or win.dilations != (1, 1) or (depthwise and (group, cg) != (m, 1)):
+        raise Refuse('NchwcConv is a dense or depthwise convolution without dilation, on '
+                     'blocks of %d channels' % BLOCK)
     channels = m if depthwise else cg
     if _blocks(channels) != blocks:
         raise Refuse('%d channels are not %d blocks' % (channels, blocks))
@@ -117,7 +116,7 @@ def nchwc_conv(em, inst) -> Step:
     if residual and em.shape(inst, 3) != out:
         raise Refuse('residual %s is not the output %s' % (list(em.shape(inst, 3)), list(out)))
     scaled = em.has(inst, 4)
-    if scaled and (depthwise or em.shape(inst, 4) != (n, channels, 1, 1)):
+    if scaled and (not pointwise or em.shape(inst, 4) != (n, channels, 1, 1)):
         raise Refuse('NchwcConv scales the input of a 1x1 product by (%d, %d, 1, 1), got %s'
                      % (n, channels, list(em.shape(inst, 4))))
     w = numpy.asarray(w, numpy.float32)
@@ -125,10 +124,10 @@ def nchwc_conv(em, inst) -> Step:
         padded = numpy.zeros((out[1] * BLOCK, kh, kw), numpy.float32)
         padded[:m] = w[:, 0]
         laid = padded.reshape(out[1], BLOCK, kh, kw).transpose(0, 2, 3, 1)
-    else:  # (out blocks, in blocks * BLOCK, BLOCK)
-        padded = numpy.zeros((out[1] * BLOCK, blocks * BLOCK), numpy.float32)
-        padded[:m, :channels] = w[:, :, 0, 0]
-        laid = padded.reshape(out[1], BLOCK, blocks * BLOCK).transpose(0, 2, 1)
+    else:  # (out blocks, in blocks, KH, KW, BLOCK in, BLOCK out); a product's KH = KW = 1
+        padded = numpy.zeros((out[1] * BLOCK, blocks * BLOCK, kh, kw), numpy.float32)
+        padded[:m, :channels] = w
+        laid = padded.reshape(out[1], BLOCK, blocks, BLOCK, kh, kw).transpose(0, 2, 4, 5, 3, 1)
     weights = em.constant_array('nchwc%d' % inst.outputs[0], laid)
     bias = None
     if em.has(inst, 2):
@@ -143,10 +142,11 @@ def nchwc_conv(em, inst) -> Step:
         out_h=out[2], out_w=out[3], kernel_h=kh, kernel_w=kw, stride_h=win.strides[0],
         stride_w=win.strides[1], pad_top=win.pads_begin[0], pad_left=win.pads_begin[1],
         act=act, act_alpha=act_alpha)
-    function = 'ccn_nchwc_depthwise' if depthwise else 'ccn_nchwc_pointwise'
+    function = 'ccn_nchwc_' + ('pointwise' if pointwise else
+                               'depthwise' if depthwise else 'dense')
 
     def render(ref, scratch):
-        scale = '' if depthwise else (ref(inst.inputs[4]) if scaled else 'NULL') + ', '
+        scale = '' if not pointwise else (ref(inst.inputs[4]) if scaled else 'NULL') + ', '
         return ['%s(%s,' % (function, geometry), '    %s, %s%s, %s, %s, %s);' % (
             ref(inst.inputs[0]), scale, weights, bias or 'NULL',
             ref(inst.inputs[3]) if residual else 'NULL', ref(inst.outputs[0]))]

@@ -60,18 +60,26 @@ def chain_model(rng, batch=2):
         conv('c4', 'a3', 20, 20, 5, 2, (2, 2, 2, 2), group=20),
         helper.make_node('Sigmoid', ['c4'], ['s4']),
         helper.make_node('Mul', ['c4', 's4'], ['a4']),
-        conv('c5', 'a4', 20, 17, 1, 1, (0, 0, 0, 0)),
+        # Dense 3x3 (ccn_nchwc_dense): stride 2 and asymmetric padding here,
+        # a residual Add; stride 1 at 2x4 below (planes under a tile).
+        conv('k3', 'a3', 20, 20, 3, 2, (1, 2, 2, 1)),
+        helper.make_node('Add', ['a4', 'k3'], ['a4k']),
+        conv('c5', 'a4k', 20, 17, 1, 1, (0, 0, 0, 0)),
         helper.make_node('Relu', ['c5'], ['a5']),
         conv('c6', 'a5', 17, 17, 3, 2, (0, 1, 1, 0), group=17),
         helper.make_node('LeakyRelu', ['c6'], ['a6'], alpha=0.1),
         conv('c7', 'a6', 17, 17, 3, 1, (1, 1, 1, 1), group=17),
+        conv('k1', 'c7', 17, 24, 3, 1, (1, 1, 1, 1)),
+        helper.make_node('Relu', ['k1'], ['b1']),
+        conv('k2', 'b1', 24, 17, 3, 1, (1, 1, 1, 1)),
+        helper.make_node('Add', ['k2', 'c7'], ['b2']),
         # A squeeze-excitation: its pool and the Mul (folded into c8) on blocks.
-        helper.make_node('GlobalAveragePool', ['c7'], ['g7']),
+        helper.make_node('GlobalAveragePool', ['b2'], ['g7']),
         conv('q1', 'g7', 17, 8, 1, 1, (0, 0, 0, 0)),
         helper.make_node('Relu', ['q1'], ['r1']),
         conv('q2', 'r1', 8, 17, 1, 1, (0, 0, 0, 0)),
         helper.make_node('HardSigmoid', ['q2'], ['h2']),
-        helper.make_node('Mul', ['h2', 'c7'], ['m7']),
+        helper.make_node('Mul', ['h2', 'b2'], ['m7']),
         conv('c8', 'm7', 17, 16, 1, 1, (0, 0, 0, 0)),
         helper.make_node('Sigmoid', ['c8'], ['y']),
     ]
@@ -93,7 +101,7 @@ def test_a_chain_runs_blocked_between_reorders_at_its_edges():
     # The squeeze-excitation pools blocks; its Mul is the last product's
     # input 4.
     assert ops == ['NchwcStemConv'] + ['NchwcConv'] * 3 + ['NchwcReorderOut'] + \
-        ['NchwcConv'] * 4 + ['NchwcGlobalAveragePool', 'Conv', 'Conv', 'HardSigmoid',
+        ['NchwcConv'] * 7 + ['NchwcGlobalAveragePool', 'Conv', 'Conv', 'HardSigmoid',
                              'NchwcConv', 'NchwcReorderOut']
     assert program.instructions[-2].inputs[4] == program.instructions[-3].outputs[0]
     conv = program.instructions[3]
@@ -137,21 +145,34 @@ def test_chains_that_do_not_pay_stay_as_they_are():
     assert chains(fuse(with_defaults(build_program(model)))) == []
 
 
-@pytest.mark.parametrize('attrs', [{'strides': [2, 2]}, {'pads': [1, 1, 1, 1]},
-                                   {'group': 3}, {'kernel_shape': None}])
+@pytest.mark.parametrize('attrs', [{'dilations': [2, 2]}, {'group': 3}])
 def test_a_program_asking_the_kernels_for_more_is_refused(attrs):
-    # A Program file may hold NchwcConv itself: a strided or padded 1x1
-    # would read past its input, a group that is not the channels another
-    # convolution than the kernel's.
+    # A Program file may hold NchwcConv itself: a dilation or a group that
+    # is not the channels asks for another convolution than the kernels'.
     program = _blocked(chain_model(numpy.random.default_rng(0)))
     k = 1 if attrs.get('group') is None else 2  # the first 1x1, the first depthwise
     inst = program.instructions[k]
     program.instructions[k] = dataclasses.replace(inst, attrs={**inst.attrs, **attrs})
-    if attrs.get('kernel_shape', 0) is None:  # a 3x3 weight for the 1x1
-        program.constants[inst.inputs[1]] = numpy.zeros((36, 20, 3, 3), numpy.float32)
-        program.instructions[k].attrs['pads'] = [1, 1, 1, 1]
-    with pytest.raises(UnsupportedNativeOpsError, match='NchwcConv is a 1x1 product'):
+    with pytest.raises(UnsupportedNativeOpsError, match='NchwcConv is a dense or depthwise'):
         lower(program, 'm')
+
+
+def test_dense_convolutions_and_strided_products_lower_to_the_dense_kernel():
+    # chain_model's 3x3 (k1-k3) run ccn_nchwc_dense; a 1x1 with strides is
+    # no product either (the dense kernel checks each tap against the input).
+    program = _blocked(chain_model(numpy.random.default_rng(0)))
+
+    def calls():
+        return [line.split('(')[0] for step in lower(program, 'm').steps
+                for line in step.render(lambda r: 'r%d' % r, None) if line.startswith('ccn_')]
+    assert calls().count('ccn_nchwc_dense') == 3
+    k = next(i for i, inst in enumerate(program.instructions) if inst.op == 'NchwcConv' and
+             program.constants[inst.inputs[1]].shape == (20, 20, 3, 3))  # k3
+    inst = program.instructions[k]
+    program.constants[inst.inputs[1]] = program.constants[inst.inputs[1]][:, :, :1, :1]
+    program.instructions[k] = dataclasses.replace(inst, attrs={
+        **inst.attrs, 'kernel_shape': [1, 1], 'pads': [0, 0, 0, 0]})
+    assert calls().count('ccn_nchwc_dense') == 3
 
 
 @pytest.mark.parametrize('case', ['scale of x', 'scaled depthwise', 'pool of x', 'pool to 33'])
