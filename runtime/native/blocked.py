@@ -64,12 +64,16 @@ def _static(program: Program, r: int) -> tuple[int, ...] | None:
     return dims if len(dims) == len(t.shape) else None
 
 
-def _blocked_type(program: Program, r: int) -> RegisterType:
-    """The type of register ``r`` (of a static shape: blockable checked it)
-    blocked."""
+def _known(program: Program, r: int) -> tuple[int, ...]:
+    """Register ``r``'s static shape (blockable checked it has one)."""
     shape = _static(program, r)
     assert shape is not None
-    return RegisterType('tensor', 'float32', blocked_shape(shape))
+    return shape
+
+
+def _blocked_type(program: Program, r: int) -> RegisterType:
+    """The type of register ``r`` (of a static shape) blocked."""
+    return RegisterType('tensor', 'float32', blocked_shape(_known(program, r)))
 
 
 def blockable(program: Program, inst: Instruction) -> bool:
@@ -158,7 +162,7 @@ def chains(program: Program) -> list[set[int]]:
 def _product(program: Program, inst: Instruction) -> bool:
     """Whether blockable Conv ``inst`` is a 1x1 product (stride 1, no
     padding: ccn_nchwc_pointwise's, which alone folds a scale)."""
-    x, y = _static(program, inst.inputs[0]), _static(program, inst.outputs[0])
+    x, y = _known(program, inst.inputs[0]), _known(program, inst.outputs[0])
     return int(inst.attrs.get('group', 1)) == 1 and x[2:] == y[2:] and \
         program.constants[inst.inputs[1]].shape[2:] == (1, 1) and \
         tuple(inst.attrs.get('strides', (1, 1))) == (1, 1)
@@ -171,10 +175,10 @@ def _pays(program: Program, chain: set[int], edges: set[int]) -> bool:
     reordered (ResNet's bottlenecks)."""
     convs = [program.instructions[i] for i in chain if program.instructions[i].op == 'Conv']
     depthwise = sum(int(inst.attrs.get('group', 1)) > 1 for inst in convs)
-    macs = sum(math.prod(_static(program, inst.outputs[0])) *
+    macs = sum(math.prod(_known(program, inst.outputs[0])) *
                math.prod(program.constants[inst.inputs[1]].shape[1:])
                for inst in convs if int(inst.attrs.get('group', 1)) == 1)
-    values = sum(math.prod(_static(program, r)) for r in edges)
+    values = sum(math.prod(_known(program, r)) for r in edges)
     return depthwise > len(edges) or DENSE_SAVING * macs > REORDER_COST * values
 
 
