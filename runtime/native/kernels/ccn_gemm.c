@@ -478,12 +478,22 @@ CCN_ALWAYS_INLINE void micro_tile(long kc, const float *restrict ap, long lda, l
      * the next strip's instead, which the next tile reads: B read in place
      * (a 1x1 convolution of 16 channels out, its input the B) is as many
      * streams as rows, more than the hardware follows (32 -> 16 channels
-     * at 112x112 0.62x-0.72x the time). */
-    const long ahead = kc > 2 * CCN_PREFETCH_K ? CCN_PREFETCH_K * ldbp : CCN_NR;
+     * at 112x112 0.62x-0.72x the time).  B read in place (its rows an
+     * image apart) fetches, at any depth, the strip two after this one,
+     * each row's middle line too: unaligned, NR floats span three lines,
+     * and the middle one, never fetched, stalled every load of it (16 rows
+     * of 64 and 128 deep over 55x55, SqueezeNet's squeezes: 0.36x-0.56x
+     * the time). */
+    const int in_place = ldbp != CCN_NR && ldbp != CCN_STRIP_COLS;
+    const long ahead = in_place                    ? 2 * CCN_NR
+                       : kc > 2 * CCN_PREFETCH_K ? CCN_PREFETCH_K * ldbp
+                                                 : CCN_NR;
     for (long k = 0; k < kc; k++) {
         vec b0, b1;
         CCN_PREFETCH_AT(bp, k * ldbp + ahead);
         CCN_PREFETCH_AT(bp, k * ldbp + ahead + CCN_NR - 1);
+        if (in_place)
+            CCN_PREFETCH_AT(bp, k * ldbp + ahead + CCN_NR / 2);
         memcpy(&b0, bp + k * ldbp, sizeof b0);
         memcpy(&b1, bp + k * ldbp + CCN_NR / 2, sizeof b1);
         for (int i = 0; i < CCN_MR; i++) {
