@@ -39,7 +39,8 @@ def chain_model(rng, batch=2):
     9x15, stride 2, asymmetric padding, ReLU: x, written blocked): 1x1 products and
     depthwise 3x3 and 5x5 at strides 1 and 2 (asymmetric padding), with
     ReLU6, HardSwish, none, a residual Add of x, Swish, Relu, LeakyRelu
-    and Sigmoid, a squeeze-excitation before the last product; outputs the
+    and Sigmoid, dense 3x3 and 1x1 Convs (strides 1 and 2, residuals), a
+    squeeze-excitation before the last product; outputs the
     residual sum (read mid-chain) and the end.  Its planes end in part
     tiles (135, 40 and 8 pixels; a depthwise row of 15 with 13 columns
     inside: a tile and 5 more), stored by a whole tile ending at the
@@ -60,10 +61,13 @@ def chain_model(rng, batch=2):
         conv('c4', 'a3', 20, 20, 5, 2, (2, 2, 2, 2), group=20),
         helper.make_node('Sigmoid', ['c4'], ['s4']),
         helper.make_node('Mul', ['c4', 's4'], ['a4']),
-        # Dense 3x3 (ccn_nchwc_dense): stride 2 and asymmetric padding here,
-        # a residual Add; stride 1 at 2x4 below (planes under a tile).
+        # Dense 3x3 and 1x1 (ccn_nchwc_dense): stride 2 and asymmetric
+        # padding here, residual Adds; stride 1 at 2x4 below (planes under a
+        # tile).
         conv('k3', 'a3', 20, 20, 3, 2, (1, 2, 2, 1)),
-        helper.make_node('Add', ['a4', 'k3'], ['a4k']),
+        helper.make_node('Add', ['a4', 'k3'], ['a4d']),
+        conv('k4', 'a3', 20, 20, 1, 2, (0, 0, 0, 0)),
+        helper.make_node('Add', ['a4d', 'k4'], ['a4k']),
         conv('c5', 'a4k', 20, 17, 1, 1, (0, 0, 0, 0)),
         helper.make_node('Relu', ['c5'], ['a5']),
         conv('c6', 'a5', 17, 17, 3, 2, (0, 1, 1, 0), group=17),
@@ -101,7 +105,7 @@ def test_a_chain_runs_blocked_between_reorders_at_its_edges():
     # The squeeze-excitation pools blocks; its Mul is the last product's
     # input 4.
     assert ops == ['NchwcStemConv'] + ['NchwcConv'] * 3 + ['NchwcReorderOut'] + \
-        ['NchwcConv'] * 7 + ['NchwcGlobalAveragePool', 'Conv', 'Conv', 'HardSigmoid',
+        ['NchwcConv'] * 8 + ['NchwcGlobalAveragePool', 'Conv', 'Conv', 'HardSigmoid',
                              'NchwcConv', 'NchwcReorderOut']
     assert program.instructions[-2].inputs[4] == program.instructions[-3].outputs[0]
     conv = program.instructions[3]
@@ -158,21 +162,21 @@ def test_a_program_asking_the_kernels_for_more_is_refused(attrs):
 
 
 def test_dense_convolutions_and_strided_products_lower_to_the_dense_kernel():
-    # chain_model's 3x3 (k1-k3) run ccn_nchwc_dense; a 1x1 with strides is
-    # no product either (the dense kernel checks each tap against the input).
+    # chain_model's k1-k4 run ccn_nchwc_dense; a 1x1 with strides is no
+    # product either (the dense kernel checks each tap against the input).
     program = _blocked(chain_model(numpy.random.default_rng(0)))
 
     def calls():
         return [line.split('(')[0] for step in lower(program, 'm').steps
                 for line in step.render(lambda r: 'r%d' % r, None) if line.startswith('ccn_')]
-    assert calls().count('ccn_nchwc_dense') == 3
+    assert calls().count('ccn_nchwc_dense') == 4
     k = next(i for i, inst in enumerate(program.instructions) if inst.op == 'NchwcConv' and
              program.constants[inst.inputs[1]].shape == (20, 20, 3, 3))  # k3
     inst = program.instructions[k]
     program.constants[inst.inputs[1]] = program.constants[inst.inputs[1]][:, :, :1, :1]
     program.instructions[k] = dataclasses.replace(inst, attrs={
         **inst.attrs, 'kernel_shape': [1, 1], 'pads': [0, 0, 0, 0]})
-    assert calls().count('ccn_nchwc_dense') == 3
+    assert calls().count('ccn_nchwc_dense') == 4
 
 
 @pytest.mark.parametrize('case', ['scale of x', 'scaled depthwise', 'pool of x', 'pool to 33'])
