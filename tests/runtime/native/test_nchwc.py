@@ -149,6 +149,30 @@ def test_chains_that_do_not_pay_stay_as_they_are():
     assert chains(fuse(with_defaults(build_program(model)))) == []
 
 
+def test_a_resnet_bottleneck_runs_blocked_but_its_winograd_conv():
+    # A 3x3 that Winograd runs (stride 1 at 28x28) stays NCHW; a stride-2
+    # bottleneck (1x1, 3x3 s2, 1x1 plus a 1x1 s2 downsample) into the pool
+    # saves more multiply-adds than its one reorder in costs: blocked.
+    rng = numpy.random.default_rng(0)
+    init = {}
+
+    def conv(*args, **kwargs):
+        return _conv(init, rng, *args, **kwargs)
+    nodes = [conv('a', 'x', 64, 64, 3, 1, (1, 1, 1, 1)), helper.make_node('Relu', ['a'], ['y1']),
+             conv('b1', 'y1', 64, 64, 1, 1, (0, 0, 0, 0)),
+             helper.make_node('Relu', ['b1'], ['q1']),
+             conv('b2', 'q1', 64, 64, 3, 2, (1, 1, 1, 1)),
+             helper.make_node('Relu', ['b2'], ['q2']),
+             conv('b3', 'q2', 64, 256, 1, 1, (0, 0, 0, 0)),
+             conv('bd', 'y1', 64, 256, 1, 2, (0, 0, 0, 0)),
+             helper.make_node('Add', ['b3', 'bd'], ['t']), helper.make_node('Relu', ['t'], ['u']),
+             helper.make_node('GlobalAveragePool', ['u'], ['y'])]
+    model = make_model(nodes, [('x', numpy.float32, (1, 64, 28, 28))],
+                       [('y', numpy.float32, (1, 256, 1, 1))], init)
+    ops = [i.qualified_op.replace(NCHWC, '') for i in _blocked(model).instructions]
+    assert ops == ['Conv', 'NchwcReorderIn'] + ['NchwcConv'] * 4 + ['NchwcGlobalAveragePool']
+
+
 @pytest.mark.parametrize('attrs', [{'dilations': [2, 2]}, {'group': 3}])
 def test_a_program_asking_the_kernels_for_more_is_refused(attrs):
     # A Program file may hold NchwcConv itself: a dilation or a group that
