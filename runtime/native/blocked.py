@@ -48,11 +48,12 @@ DENSE_KERNELS = (1, 3)
 DENSE_STRIDES = (1, 2)
 #: What a product or dense Conv saves on blocks, per multiply-add, and what
 #: a reorder costs per value, both in the time of a multiply-add on NCHW
-#: (ResNet-50's layers, one thread: blocked 1x1 products and 3x3 s2 take
-#: 0.85x their NCHW time at about 50 GMAC/s; a reorder about 0.65 ns a
-#: value; benchmarks/NOTES.md).
-DENSE_SAVING = 0.12
-REORDER_COST = 32
+#: (ResNet-50's Convs, one thread: 0.93x their NCHW time on blocks, at
+#: about 50 GMAC/s; a reorder about 0.55 ns a value; DenseNet-121's
+#: 1x1 + 3x3 pairs at 28x28, 330 multiply-adds a value reordered, lost;
+#: benchmarks/NOTES.md).
+DENSE_SAVING = 0.07
+REORDER_COST = 28
 
 
 def _static(program: Program, r: int) -> tuple[int, ...] | None:

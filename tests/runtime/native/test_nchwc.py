@@ -159,11 +159,11 @@ def test_a_resnet_bottleneck_runs_blocked_but_its_winograd_conv():
     def conv(*args, **kwargs):
         return _conv(init, rng, *args, **kwargs)
     nodes = [conv('a', 'x', 64, 64, 3, 1, (1, 1, 1, 1)), helper.make_node('Relu', ['a'], ['y1']),
-             conv('b1', 'y1', 64, 64, 1, 1, (0, 0, 0, 0)),
+             conv('b1', 'y1', 64, 128, 1, 1, (0, 0, 0, 0)),
              helper.make_node('Relu', ['b1'], ['q1']),
-             conv('b2', 'q1', 64, 64, 3, 2, (1, 1, 1, 1)),
+             conv('b2', 'q1', 128, 128, 3, 2, (1, 1, 1, 1)),
              helper.make_node('Relu', ['b2'], ['q2']),
-             conv('b3', 'q2', 64, 256, 1, 1, (0, 0, 0, 0)),
+             conv('b3', 'q2', 128, 256, 1, 1, (0, 0, 0, 0)),
              conv('bd', 'y1', 64, 256, 1, 2, (0, 0, 0, 0)),
              helper.make_node('Add', ['b3', 'bd'], ['t']), helper.make_node('Relu', ['t'], ['u']),
              helper.make_node('GlobalAveragePool', ['u'], ['y'])]
