@@ -32,7 +32,7 @@ import math
 
 from ..ops.registry import CUSTOM_DOMAIN
 from ..program import NO_REGISTER, Instruction, Program, RegisterType
-from .lowering import Refuse, blocked_shape, window
+from .lowering import BLOCK, Refuse, blocked_shape, window
 from .lowerings.conv_direct import stem_conv, takes_direct
 from .lowerings.winograd import winograd_tiles
 
@@ -49,11 +49,18 @@ DENSE_STRIDES = (1, 2)
 #: What a product or dense Conv saves on blocks, per multiply-add, and what
 #: a reorder costs per value, both in the time of a multiply-add on NCHW
 #: (ResNet-50's Convs, one thread: 0.93x their NCHW time on blocks, at
-#: about 50 GMAC/s; a reorder about 0.55 ns a value; DenseNet-121's
-#: 1x1 + 3x3 pairs at 28x28, 330 multiply-adds a value reordered, lost;
-#: benchmarks/NOTES.md).
+#: about 50 GMAC/s; a reorder 0.4-1.1 ns a value, the most for tensors
+#: past L2; DenseNet-121's 1x1 + 3x3 pairs at 28x28, 330 multiply-adds a
+#: value reordered, and FCN-ResNet-50's lone 512 -> 2048 at 28x28, 410,
+#: lost; benchmarks/NOTES.md).
 DENSE_SAVING = 0.07
-REORDER_COST = 28
+REORDER_COST = 32
+#: A product's or dense Conv's tile reads every input block at its pixels:
+#: past DEEP_BLOCKS blocks, an image's input of more than DEEP_INPUT floats
+#: stays NCHW (FCN-ResNet-50's 2048 -> 512 at 65x65: 2.5x the GEMM's time;
+#: ResNet-50's 1.6 MiB of 512 channels at 28x28 gain).
+DEEP_BLOCKS = 16
+DEEP_INPUT = 1 << 19
 
 
 def _static(program: Program, r: int) -> tuple[int, ...] | None:
@@ -97,6 +104,8 @@ def blockable(program: Program, inst: Instruction) -> bool:
     except Refuse:
         return False
     if min(c, m) < MIN_CHANNELS or win.dilations != (1, 1):
+        return False
+    if group == 1 and c > DEEP_BLOCKS * BLOCK and c * h * wd > DEEP_INPUT:
         return False
     if group == 1 and cg == c:  # a 1x1 product or a dense convolution
         # Not one Winograd runs (about 0.8x the dense kernel's time at

@@ -12,7 +12,7 @@ from onnx import helper
 
 from chainer_compiler.pipeline import build_program
 from chainer_compiler.runtime.native import UnsupportedNativeOpsError
-from chainer_compiler.runtime.native.blocked import block_chains, chains
+from chainer_compiler.runtime.native.blocked import block_chains, blockable, chains
 from chainer_compiler.runtime.native.fusion import fuse
 from chainer_compiler.runtime.native.lower import lower
 from chainer_compiler.runtime.native.lowering import BLOCK, with_defaults
@@ -171,6 +171,20 @@ def test_a_resnet_bottleneck_runs_blocked_but_its_winograd_conv():
                        [('y', numpy.float32, (1, 256, 1, 1))], init)
     ops = [i.qualified_op.replace(NCHWC, '') for i in _blocked(model).instructions]
     assert ops == ['Conv', 'NchwcReorderIn'] + ['NchwcConv'] * 4 + ['NchwcGlobalAveragePool']
+
+
+@pytest.mark.parametrize('channels, size, blocked', [(256, 48, True), (272, 48, False),
+                                                     (272, 40, True)])
+def test_a_deep_large_input_stays_nchw(channels, size, blocked):
+    # A product's tile reads every input block: past 16 blocks, an input of
+    # more than DEEP_INPUT floats an image (272 x 48 x 48) runs on the GEMM.
+    rng = numpy.random.default_rng(0)
+    init = {}
+    model = make_model([_conv(init, rng, 'p', 'x', channels, 64, 1, 1, (0, 0, 0, 0))],
+                       [('x', numpy.float32, (2, channels, size, size))],
+                       [('p', numpy.float32, (2, 64, size, size))], init)
+    program = fuse(with_defaults(build_program(model)))
+    assert blockable(program, program.instructions[0]) == blocked
 
 
 @pytest.mark.parametrize('attrs', [{'dilations': [2, 2]}, {'group': 3}])
