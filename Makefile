@@ -66,7 +66,7 @@ test: lint
 	$(TEST_ENV) $(PY) -m pytest -q -n auto
 
 # Everything but the tests marked slow (whole-model training and export),
-# native_build (they compile C: a few native smoke tests stay in) and the
+# native_build (they compile C: one native smoke test stays in) and the
 # sanitizer tier (C built with -fsanitize=address,undefined), on every core
 # (pytest-xdist; each worker builds its native smoke tests' C once), with
 # a quarter of the fuzz tests' examples (the `fast` profile, tests/conftest.py).
