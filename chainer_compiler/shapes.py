@@ -41,8 +41,9 @@ def infer_shapes(model, source='<model>'):
     """
     declared = [onnx.TypeProto.FromString(v.type.SerializeToString())
                 for v in model.graph.output]
-    unchecked = onnx.ModelProto()
-    unchecked.CopyFrom(model)
+    # Inference runs on a copy without the weights: ONNX serialises the
+    # whole model for every call (VGG16's 550 MB took 3 s a call).
+    unchecked = _without_weights(model)
     for v in unchecked.graph.output:
         v.ClearField('type')
     # Sizes are judged from ONNX's own inference alone: a file's value_info
@@ -51,9 +52,9 @@ def infer_shapes(model, source='<model>'):
     probe.CopyFrom(unchecked)
     _clear_value_info(probe.graph)
     bounded = _propagation_is_bounded(_infer(probe, source, data_prop=False).graph)
-    inferred = _infer(unchecked, source, data_prop=bounded)
+    inferred = _infer(unchecked, source, data_prop=bounded).graph
     problems = []
-    for v, want in zip(inferred.graph.output, declared):
+    for v, want in zip(inferred.output, declared):
         problem = _contradiction(want, v.type)
         if problem:
             problems.append("output '%s' %s" % (v.name, problem))
@@ -61,7 +62,13 @@ def infer_shapes(model, source='<model>'):
     if problems:
         raise InvalidModelError('%s declares outputs that contradict what its graph computes: %s'
                                 % (source, '; '.join(problems)))
-    return inferred
+    typed = onnx.ModelProto()
+    typed.CopyFrom(model)
+    # Only types change: nodes come back with their sub-graphs typed.
+    for field in ('node', 'value_info', 'output'):
+        del getattr(typed.graph, field)[:]
+        getattr(typed.graph, field).extend(getattr(inferred, field))
+    return typed
 
 
 def infer_graph_types(graph, opsets, source='<model>', infer=infer_shapes):
@@ -127,6 +134,22 @@ def _without_large_initializers(graph):
         graph.output,
         [t for t in graph.initializer if math.prod(t.dims) <= MAX_READ_INITIALIZER],
         value_info=graph.value_info, sparse_initializer=graph.sparse_initializer)
+
+
+def _without_weights(model):
+    """A copy of ``model`` whose main graph has its initializers above
+    MAX_READ_INITIALIZER elements as typed inputs instead."""
+    light = onnx.ModelProto()
+    for field, value in model.ListFields():
+        if field.name == 'graph':
+            light.graph.CopyFrom(_without_large_initializers(value))
+        elif hasattr(value, 'extend'):  # a repeated field
+            getattr(light, field.name).extend(value)
+        elif field.message_type is None:
+            setattr(light, field.name, value)
+        else:
+            getattr(light, field.name).CopyFrom(value)
+    return light
 
 
 def _infer(model, source, data_prop):

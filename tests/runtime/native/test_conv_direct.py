@@ -19,7 +19,7 @@ from chainer_compiler.runtime.native.lowerings.conv_direct import (
     takes_direct,
 )
 
-from .helpers import Built, check_native, make_folder, make_model, uniform
+from .helpers import check_native, make_model, uniform
 
 F32 = numpy.float32
 
@@ -131,20 +131,3 @@ def test_direct_convolutions_match_the_vm(tmp_path):
     check_native(model, [uniform(rng, *s) for _, _, s in inputs], rtol=1e-4, atol=1e-4)
 
 
-@pytest.mark.native_build
-def test_default_makefile_build_has_the_direct_levels(tmp_path):
-    # The emitted Makefile's default build compiles ccn_conv_direct.c for the
-    # baseline with its x86-64-v3 and -v4 tiles (chosen at run time), without
-    # a warning, and gives the executor's results.
-    rng = numpy.random.RandomState(1)
-    model = make_model([helper.make_node('Conv', ['x', 'w', 'b'], ['y'], strides=[2, 2],
-                                         pads=[1, 1, 1, 1])],
-                       [('x', F32, [1, 8, 30, 30])], [('y', F32, [1, 12, 15, 15])],
-                       {'w': uniform(rng, 12, 8, 3, 3), 'b': uniform(rng, 12)})
-    program = build_program(model)
-    folder = tmp_path / 'c'
-    result = emit_c(program, folder, 'dc')
-    output = make_folder(folder)
-    assert 'warning' not in output, output
-    Built(program, str(folder), 'dc', result, output).check_against_executor(
-        [uniform(rng, 1, 8, 30, 30)], tmp_path)

@@ -42,9 +42,10 @@ def test_each_level_renames_every_function_the_file_exports():
 def _hot_families_model(rng):
     """BatchNormalization, Swish, MaxPool, a broadcast Add, a depthwise
     convolution and its Swish, GlobalAveragePool, a product and its Softmax,
-    LayerNormalization and a dilated 3x3 convolution (Winograd's, per
-    phase): a kernel of each family built for every level (CCN_LEVELS,
-    ccn_common.h; render.LEVEL_FAMILIES)."""
+    LayerNormalization, a dilated 3x3 convolution (Winograd's, per phase),
+    a strided 3x3 one of few channels (the direct kernel's) and a
+    bidirectional LSTM (ccn_rnn.c's cells): a kernel of each family built
+    for every level (CCN_LEVELS, ccn_common.h; render.LEVEL_FAMILIES)."""
     F32 = numpy.float32
     nodes = [
         helper.make_node('BatchNormalization', ['x', 'bs', 'bb', 'bm', 'bv'], ['b']),
@@ -61,6 +62,9 @@ def _hot_families_model(rng):
         helper.make_node('Softmax', ['h'], ['y1']),
         helper.make_node('LayerNormalization', ['a', 'ls', 'lb'], ['y2'], axis=-1),
         helper.make_node('Conv', ['a', 'wc'], ['y3'], pads=[2, 2, 2, 2], dilations=[2, 2]),
+        helper.make_node('Conv', ['z', 'wz', 'bz'], ['y4'], strides=[2, 2], pads=[1, 1, 1, 1]),
+        helper.make_node('LSTM', ['q', 'lw', 'lr', 'lbias'], ['y5'], hidden_size=20,
+                         direction='bidirectional'),
     ]
     inits = {'bs': rng.uniform(0.5, 2, 16), 'bb': rng.uniform(-1, 1, 16),
              'bm': rng.uniform(-1, 1, 16), 'bv': rng.uniform(0.5, 2, 16),
@@ -69,10 +73,15 @@ def _hot_families_model(rng):
              'ls': rng.uniform(-1, 1, 37), 'lb': rng.uniform(-1, 1, 37),
              # F(4x4, 3x3) is within about 4e-6 of its outputs' scale, here
              # about 1: the check's atol is 1e-5.
-             'wc': rng.uniform(-1, 1, (16, 16, 3, 3)) / 16}
-    return make_model(nodes, [('x', F32, [2, 16, 29, 37])],
+             'wc': rng.uniform(-1, 1, (16, 16, 3, 3)) / 16,
+             'wz': rng.uniform(-1, 1, (12, 8, 3, 3)), 'bz': rng.uniform(-1, 1, 12),
+             'lw': rng.uniform(-0.3, 0.3, (2, 80, 5)), 'lr': rng.uniform(-0.3, 0.3, (2, 80, 20)),
+             'lbias': rng.uniform(-0.3, 0.3, (2, 160))}
+    return make_model(nodes, [('x', F32, [2, 16, 29, 37]), ('z', F32, [1, 8, 30, 30]),
+                              ('q', F32, [4, 2, 5])],
                       [('y1', F32, [2, 40]), ('y2', F32, [2, 16, 29, 37]),
-                       ('y3', F32, [2, 16, 29, 37])],
+                       ('y3', F32, [2, 16, 29, 37]), ('y4', F32, [1, 12, 15, 15]),
+                       ('y5', F32, [4, 2, 2, 20])],
                       {k: v.astype(F32) for k, v in inits.items()}, opset=17)
 
 
@@ -92,13 +101,14 @@ def test_every_hot_family_gives_the_executors_values_at_every_level(tmp_path):
         code = f.read()
     for kernel in ('batchnorm', 'unary_float32', 'maxpool2d', 'binary_float32',
                    'conv2d_depthwise', 'global_avgpool', 'softmax', 'standardize',
-                   'conv2d_winograd'):
+                   'conv2d_winograd', 'conv2d_direct', 'rnn'):
         assert 'hot_ccn_%s(' % kernel in code, kernel
     output = make_folder(folder)
     assert 'warning' not in output, output
     probe = subprocess.run(['cc', '-march=x86-64-v4', '-x', 'c', '-', '-o', os.devnull],
                            input='int main(void){return 0;}\n', capture_output=True, text=True)
-    inputs = [rng.uniform(-3, 3, (2, 16, 29, 37)).astype(numpy.float32)]
+    inputs = [rng.uniform(-3, 3, shape).astype(numpy.float32)
+              for shape in ((2, 16, 29, 37), (1, 8, 30, 30), (4, 2, 5))]
     # As built: every family at the CPU's best level (4, or 3 without AVX-512).
     Built(program, str(folder), 'hot', result, output).check_against_executor(inputs, tmp_path)
     if probe.returncode != 0:  # no levels: the baseline alone
@@ -108,7 +118,7 @@ def test_every_hot_family_gives_the_executors_values_at_every_level(tmp_path):
     for name in ('hot_ccn_batchnorm', 'hot_ccn_unary_float32', 'pool2d_range',
                  'global_avgpool_range', 'row_float32', 'softmax_range', 'standardize_range'):
         assert {name + '_base', name + '_v3', name + '_v4'} <= symbols, name
-    for name in ('hot_ccn_conv2d_depthwise', 'hot_ccn_conv2d_winograd'):
+    for name in ('hot_ccn_conv2d_depthwise', 'hot_ccn_conv2d_winograd', 'tile', 'direction'):
         assert {name + '_v3', name + '_v4'} <= symbols, name
     assert {'hot_ccn_gemm_serial_core_v%d' % v for v in GEMM_LEVELS} <= symbols
     gemm = folder / 'ccn_gemm.c'

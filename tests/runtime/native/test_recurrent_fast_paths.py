@@ -6,17 +6,15 @@ the weights block starts 64-byte aligned so that vector loads of a weight
 do not straddle cache lines."""
 import ctypes
 import os
-import platform
 import subprocess
 
 import numpy
 import pytest
 from onnx import helper
 
-from chainer_compiler.pipeline import build_program
-from chainer_compiler.runtime.native import emit_c, library, weights
+from chainer_compiler.runtime.native import library, weights
 from chainer_compiler.runtime.native.library import find_compiler
-from tests.runtime.native.helpers import Built, check_native, make_folder, make_model
+from tests.runtime.native.helpers import check_native, make_model
 from tests.runtime.native.test_lower_recurrent import ALL, _recurrent_model
 
 KERNELS = os.path.join(os.path.dirname(library.__file__), 'kernels')
@@ -131,23 +129,3 @@ def test_one_row_products():
                  rtol=1e-4, atol=1e-4)
 
 
-@pytest.mark.native_build
-@pytest.mark.skipif(platform.machine() != 'x86_64', reason='the levels are x86-64 ones')
-def test_default_build_has_the_cells_for_every_level(tmp_path):
-    """make -C DIR without ARCH builds the cells (ccn_rnn.c's steps) for
-    x86-64-v3 and -v4 too, as it does the products, and the result is the
-    Executor's."""
-    variants = [('bidirectional', ALL, ('Y', 'Y_h', 'Y_c'), {})]
-    model, feeds = _recurrent_model('LSTM', variants, T=4, B=2, n_in=5, H=20)
-    program = build_program(model)
-    folder = tmp_path / 'c'
-    result = emit_c(program, folder, 'cells')
-    built = Built(program, str(folder), 'cells', result, make_folder(folder))
-    probe = subprocess.run(find_compiler() + ['-march=x86-64-v4', '-x', 'c', '-', '-o',
-                                              os.devnull],
-                           input='int main(void){return 0;}\n', capture_output=True, text=True)
-    if probe.returncode == 0:  # a compiler that knows the levels (gcc 11, clang 12)
-        symbols = subprocess.run(['nm', str(folder / 'libcells.a')], capture_output=True,
-                                 text=True).stdout.split()
-        assert {'direction_v3', 'direction_v4'} <= set(symbols)
-    built.check_against_executor(feeds, tmp_path)
