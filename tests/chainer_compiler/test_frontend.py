@@ -180,6 +180,35 @@ def test_small_shape_arithmetic_is_still_propagated():
     assert tensor_signature(inferred['r'].type) == ('float32', (2, 3))
 
 
+def test_shape_inference_never_reads_the_weights(monkeypatch):
+    # ONNX's inference serialises every model it is given: the weights
+    # would cost seconds a call on a large model.  A small initializer (a
+    # Reshape's shape) is still read; the weights come back untouched.
+    from onnx import numpy_helper, shape_inference
+    weights = numpy.arange(4096, dtype=numpy.float32).reshape(64, 64)
+    nodes = [helper.make_node('MatMul', ['x', 'w'], ['m']),
+             helper.make_node('Reshape', ['m', 'shape'], ['r']),
+             helper.make_node('Relu', ['r'], ['y'])]
+    model = make_model(nodes, [('x', TensorProto.FLOAT, [2, 64])],
+                       [('y', TensorProto.FLOAT, [None, None])],
+                       [('w', weights), ('shape', numpy.array([8, 16], numpy.int64))])
+    seen = []
+    real = shape_inference.infer_shapes
+
+    def recording(m, *args, **kwargs):
+        seen.append({t.name for t in m.graph.initializer})
+        return real(m, *args, **kwargs)
+    monkeypatch.setattr(shape_inference, 'infer_shapes', recording)
+    loaded = load_onnx(model)
+    assert seen and all(names == {'shape'} for names in seen)
+    inferred = {v.name: v for v in loaded.graph.value_info}
+    assert tensor_signature(inferred['r'].type) == ('float32', (8, 16))
+    assert tensor_signature(loaded.graph.output[0].type) == ('float32', (8, 16))
+    [w] = [t for t in loaded.graph.initializer if t.name == 'w']
+    numpy.testing.assert_array_equal(numpy_helper.to_array(w), weights)
+    assert [i.name for i in loaded.graph.input] == ['x']
+
+
 @pytest.mark.parametrize('model, message', [
     (b'\xff\x00garbage', 'the bytes given are not an ONNX model'),
     ([1.0, 2.0], 'expected an ONNX file path, bytes or an onnx.ModelProto, got list'),
