@@ -72,11 +72,15 @@ class _Recorder:
         self._original = original = Executor.run_positional
         calls = self.calls
 
-        def recording(executor, values):
+        def recording(executor, values, *, consume=False):
             before = [_copy(v) for v in values]
-            outputs = original(executor, values)
+            # The run gets a list of its own: `values` still holds the
+            # inputs afterwards, updated in place by a training step.
+            outputs = original(executor, list(values))
             calls.append((executor.program, before, [_copy(v) for v in outputs],
                           [_copy(v) for v in values]))
+            if consume:
+                values.clear()
             return outputs
         Executor.run_positional = recording
         return self
