@@ -1365,23 +1365,52 @@ void ccn_gemm_panels_start(long M, long N, long K, const float *panels, const fl
  * batch 32: 0.88x-0.97x the time); a larger image streams by itself. */
 #define CCN_PREFETCH_IMAGE (512L << 10)
 
+typedef struct {
+    long M, S, K, nb;
+    const a_operand *a;
+    const float *B, *bias, *residual;
+    long b_image, r_image, c_image;
+    float *C;
+    int act, prefetch;
+    float act_alpha;
+} images_call;
+
+/* Images [begin, end) of ccn_gemm_panels_images, one product each. */
+static void images_range(void *context, long begin, long end)
+{
+    const images_call *c = context;
+    for (long i = begin; i < end; i++) {
+        /* The next image's operands, a line (16 floats) at a time, into L2. */
+        for (long j = 0; c->prefetch && i + 1 < end && j < c->K * c->S; j += 16)
+            __builtin_prefetch(c->B + (i + 1) * c->b_image + j, 0, 1);
+        for (long j = 0; c->prefetch && c->residual && i + 1 < end && j < c->M * c->S; j += 16)
+            __builtin_prefetch(c->residual + (i + 1) * c->r_image + j, 0, 1);
+        const b_operand b = {c->B + i * c->b_image, c->S, NULL, 0, c->nb > 1};
+        const c_start s = {NULL, c->bias, c->residual ? c->residual + i * c->r_image : NULL,
+                           c->S};
+        gemm_any(c->M, c->S, c->K, c->a, &b, &s, c->C + i * c->c_image, c->S, 1, c->act,
+                 c->act_alpha);
+    }
+}
+
 void ccn_gemm_panels_images(long M, long S, long K, const float *panels, long nb,
                             const float *B, long b_image, const float *bias,
                             const float *residual, long r_image, float *C, long c_image,
                             int act, float act_alpha)
 {
     const a_operand a = {NULL, 0, 0, 1.0f, panels, ccn_panel_rows(M)};
-    const int next = (K + (residual ? M : 0)) * S * (long)sizeof(float) <= CCN_PREFETCH_IMAGE;
-    for (long i = 0; i < nb; i++) {
-        /* A line (16 floats) at a time, into L2. */
-        for (long j = 0; next && i + 1 < nb && j < K * S; j += 16)
-            __builtin_prefetch(B + (i + 1) * b_image + j, 0, 1);
-        for (long j = 0; next && residual && i + 1 < nb && j < M * S; j += 16)
-            __builtin_prefetch(residual + (i + 1) * r_image + j, 0, 1);
-        const b_operand b = {B + i * b_image, S, NULL, 0, nb > 1};
-        const c_start s = {NULL, bias, residual ? residual + i * r_image : NULL, S};
-        gemm_any(M, S, K, &a, &b, &s, C + i * c_image, S, 1, act, act_alpha);
-    }
+    const images_call call = {
+        M, S, K, nb, &a, B, bias, residual, b_image, r_image, c_image, C, act,
+        (K + (residual ? M : 0)) * S * (long)sizeof(float) <= CCN_PREFETCH_IMAGE, act_alpha};
+    /* The images split between the threads when one image's product is
+     * too small to (gemm_any's threshold: SqueezeNet's 1x1 layers at batch
+     * 32 ran on one thread of two) or there are enough of them to share;
+     * else each product splits, image after image. */
+    if (nb > 1 && (M * S * K < CCN_PARALLEL_WORK * CCN_MACS_PER_WORK ||
+                   nb >= 2 * ccn_get_threads()))
+        ccn_parallel_for(nb, nb * (M * S * K / CCN_MACS_PER_WORK), images_range, (void *)&call);
+    else
+        images_range((void *)&call, 0, nb);
 }
 
 void ccn_gemm_one_thread(long M, long N, long K, const float *A, long lda, const float *B,

@@ -472,6 +472,14 @@ winograd_fn ccn_conv2d_winograd_v3, ccn_conv2d_winograd_v4;
 winograd_grad_fn ccn_conv2d_grad_filter_winograd_v3, ccn_conv2d_grad_filter_winograd_v4;
 #endif
 
+/* Work units (ccn_threads.h) per element a block's patch transforms write
+ * and per product a shallow block computes: their element counts alone
+ * said a block of SqueezeNet's 16 -> 64 at 55x55 (F(4x4), 56 tiles) was
+ * just below CCN_PARALLEL_WORK, so it ran on one thread, where it took
+ * about 70 us (at batch 32 two threads 1.0x one thread's time, 1.44x
+ * counted so). */
+#define BLOCK_COST 4
+
 void ccn_conv2d_winograd(const ccn_conv_geometry *geometry, const ccn_winograd_plan *plan,
                          const float *x, const float *w, const float *bias, float *y,
                          float *scratch)
@@ -504,10 +512,10 @@ void ccn_conv2d_winograd(const ccn_conv_geometry *geometry, const ccn_winograd_p
     for (c.row0 = 0; c.row0 < tile_rows; c.row0 += block_rows) {
         c.rows = block_rows < tile_rows - c.row0 ? block_rows : tile_rows - c.row0;
         const long tiles_now = c.rows * TW;
-        ccn_parallel_for(I, planes * tiles_now * I, transform_patches, &c);
+        ccn_parallel_for(I, BLOCK_COST * planes * tiles_now * I, transform_patches, &c);
         if (shallow) {
             ccn_parallel_for((O + SHALLOW_OB - 1) / SHALLOW_OB,
-                             planes * O * (I / CCN_MACS_PER_WORK + 1) * tiles_now,
+                             BLOCK_COST * planes * O * (I / CCN_MACS_PER_WORK + 1) * tiles_now,
                              multiply_transform_outputs, &c);
             continue;
         }
