@@ -6,38 +6,55 @@
 
 #include "ccn_normalization.h"
 
-CCN_ALWAYS_INLINE void batchnorm(long N, long C, long S, float epsilon, const float *x,
-                                 const float *scale, const float *bias, const float *mean,
-                                 const float *var, int act, float act_alpha, float *y)
+typedef struct {
+    long C, S;
+    const float *x, *scale, *bias, *mean, *var;
+    float epsilon;
+    int act;
+    float act_alpha;
+    float *y;
+} batchnorm_call;
+
+/* Rows [begin, end) of (image, channel) of ccn_batchnorm. */
+CCN_ALWAYS_INLINE void batchnorm_rows(void *context, long begin, long end)
 {
-    for (long c = 0; c < C; c++) {
+    const batchnorm_call *a = context;
+    const long S = a->S;
+    for (long row = begin; row < end; row++) {
+        const long c = row % a->C;
         /* y = (x - mean) / sqrt(var + eps) * scale + bias = x * k + d */
-        const float k = scale[c] / sqrtf(var[c] + epsilon);
-        const float d = bias[c] - mean[c] * k;
-        for (long n = 0; n < N; n++) {
-            const float *in = x + (n * C + c) * S;
-            float *out = y + (n * C + c) * S;
-            if (act == CCN_ACT_RELU) { /* pre-activation's: one pass, not two */
-                for (long s = 0; s < S; s++) {
-                    const float v = in[s] * k + d;
-                    out[s] = v > 0.0f ? v : 0.0f;
-                }
-                continue;
+        const float k = a->scale[c] / sqrtf(a->var[c] + a->epsilon);
+        const float d = a->bias[c] - a->mean[c] * k;
+        const float *in = a->x + row * S;
+        float *out = a->y + row * S;
+        if (a->act == CCN_ACT_RELU) { /* pre-activation's: one pass, not two */
+            for (long s = 0; s < S; s++) {
+                const float v = in[s] * k + d;
+                out[s] = v > 0.0f ? v : 0.0f;
             }
-            for (long s = 0; s < S; s++)
-                out[s] = in[s] * k + d;
-            ccn_activate_simple(S, out, act, act_alpha); /* on the row still in cache */
+            continue;
         }
+        for (long s = 0; s < S; s++)
+            out[s] = in[s] * k + d;
+        ccn_activate_simple(S, out, a->act, a->act_alpha); /* on the row still in cache */
     }
 }
 
 /* Built for the CPU's level (CCN_LEVELS, ccn_common.h), as are
  * standardize_range's rows. */
-CCN_LEVELS(, ccn_batchnorm, batchnorm,
-           (long N, long C, long S, float epsilon, const float *x, const float *scale,
-            const float *bias, const float *mean, const float *var, int act, float act_alpha,
-            float *y),
-           (N, C, S, epsilon, x, scale, bias, mean, var, act, act_alpha, y))
+CCN_LEVELS(static, batchnorm_range, batchnorm_rows, (void *context, long begin, long end),
+           (context, begin, end))
+
+void ccn_batchnorm(long N, long C, long S, float epsilon, const float *x, const float *scale,
+                   const float *bias, const float *mean, const float *var, int act,
+                   float act_alpha, float *y)
+{
+    batchnorm_call a = {C, S, x, scale, bias, mean, var, epsilon, act, act_alpha, y};
+    /* On every thread: it ran on the caller alone (DenseNet-121 at batch
+     * 32, two threads: its BatchNormalizations 0.87x-1.11x one thread's
+     * speed). */
+    ccn_parallel_for(N * C, N * C * S, batchnorm_range, &a);
+}
 
 /* The sum of the S values EXPR(in[i]) (a double expression of v) in 8
  * running double sums, which vectorise where one sum's chain of dependent

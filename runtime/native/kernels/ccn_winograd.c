@@ -521,7 +521,7 @@ void ccn_conv2d_winograd(const ccn_conv_geometry *geometry, const ccn_winograd_p
         }
         ccn_parallel_for(planes, planes * O * I * tiles_now / CCN_MACS_PER_WORK,
                          multiply_planes, &c);
-        ccn_parallel_for(c.rows * O, planes * tiles_now * O, transform_outputs, &c);
+        ccn_parallel_for(c.rows * O, BLOCK_COST * planes * tiles_now * O, transform_outputs, &c);
     }
 }
 

@@ -129,7 +129,7 @@ def test_every_hot_family_gives_the_executors_values_at_every_level(tmp_path):
         return
     symbols = set(subprocess.run(['nm', str(folder / 'libhot.a')], capture_output=True,
                                  text=True).stdout.split())
-    for name in ('hot_ccn_batchnorm', 'hot_ccn_unary_float32', 'pool2d_range',
+    for name in ('batchnorm_range', 'hot_ccn_unary_float32', 'pool2d_range',
                  'global_avgpool_range', 'row_float32', 'softmax_range', 'standardize_range'):
         assert {name + '_base', name + '_v3', name + '_v4'} <= symbols, name
     for name in ('hot_ccn_conv2d_depthwise', 'hot_ccn_conv2d_winograd', 'tile', 'direction'):
