@@ -472,13 +472,20 @@ winograd_fn ccn_conv2d_winograd_v3, ccn_conv2d_winograd_v4;
 winograd_grad_fn ccn_conv2d_grad_filter_winograd_v3, ccn_conv2d_grad_filter_winograd_v4;
 #endif
 
-/* Work units (ccn_threads.h) per element a block's patch transforms write
- * and per product a shallow block computes: their element counts alone
+/* Work units (ccn_threads.h) per element a block's transforms write and
+ * per product a shallow block computes: their element counts alone
  * said a block of SqueezeNet's 16 -> 64 at 55x55 (F(4x4), 56 tiles) was
  * just below CCN_PARALLEL_WORK, so it ran on one thread, where it took
  * about 70 us (at batch 32 two threads 1.0x one thread's time, 1.44x
  * counted so). */
 #define BLOCK_COST 4
+/* The most floats of a block's transformed inputs (V) whose transforms
+ * split between the threads, half of Zen 5's 1 MiB L2: every thread's
+ * products read all of V, and a larger one split between two cores went
+ * back and forth (ResNet-50's 64 -> 64 at 56x56, 811 KiB a block, batch
+ * 32: two threads 0.95x one thread's speed on that layer split, 1.33x
+ * not; SqueezeNet's 16 -> 64 at 55x55, 203 KiB: 1.44x split, 1.26x not). */
+#define SHARED_PATCH_FLOATS (1L << 17)
 
 void ccn_conv2d_winograd(const ccn_conv_geometry *geometry, const ccn_winograd_plan *plan,
                          const float *x, const float *w, const float *bias, float *y,
@@ -512,7 +519,8 @@ void ccn_conv2d_winograd(const ccn_conv_geometry *geometry, const ccn_winograd_p
     for (c.row0 = 0; c.row0 < tile_rows; c.row0 += block_rows) {
         c.rows = block_rows < tile_rows - c.row0 ? block_rows : tile_rows - c.row0;
         const long tiles_now = c.rows * TW;
-        ccn_parallel_for(I, BLOCK_COST * planes * tiles_now * I, transform_patches, &c);
+        const long patch_cost = planes * vp <= SHARED_PATCH_FLOATS ? BLOCK_COST : 1;
+        ccn_parallel_for(I, patch_cost * planes * tiles_now * I, transform_patches, &c);
         if (shallow) {
             ccn_parallel_for((O + SHALLOW_OB - 1) / SHALLOW_OB,
                              BLOCK_COST * planes * O * (I / CCN_MACS_PER_WORK + 1) * tiles_now,
