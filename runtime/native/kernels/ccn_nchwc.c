@@ -158,8 +158,6 @@ typedef struct {
     float *y;
 } conv_call;
 
-
-
 /* m ? a : b, lane by lane (m from a comparison). */
 #define SELECT(m, a, b) ((v16)(((iv16)(a) & (m)) | ((iv16)(b) & ~(m))))
 
