@@ -516,10 +516,10 @@ void ccn_conv2d_winograd(const ccn_conv_geometry *geometry, const ccn_winograd_p
      * make one element's work. */
     if (!transformed)
         ccn_parallel_for(O, 16 * O * I, transform_filters, &c);
+    const long patch_cost = planes * vp <= SHARED_PATCH_FLOATS ? BLOCK_COST : 1;
     for (c.row0 = 0; c.row0 < tile_rows; c.row0 += block_rows) {
         c.rows = block_rows < tile_rows - c.row0 ? block_rows : tile_rows - c.row0;
         const long tiles_now = c.rows * TW;
-        const long patch_cost = planes * vp <= SHARED_PATCH_FLOATS ? BLOCK_COST : 1;
         ccn_parallel_for(I, patch_cost * planes * tiles_now * I, transform_patches, &c);
         if (shallow) {
             ccn_parallel_for((O + SHALLOW_OB - 1) / SHALLOW_OB,
