@@ -55,6 +55,16 @@
 #define CCN_ALWAYS_INLINE static inline
 #endif
 
+/* Unrolls the loop after it up to n times: a tile's store loop, whose sums
+ * stay in registers only when every index is a constant (a rolled loop
+ * keeps the whole tile in memory).  Nothing for compilers without it. */
+#if defined(__clang__) || (defined(__GNUC__) && __GNUC__ >= 8)
+#define CCN_PRAGMA(text) _Pragma(#text)
+#define CCN_UNROLL(n) CCN_PRAGMA(GCC unroll n)
+#else
+#define CCN_UNROLL(n)
+#endif
+
 /* Multi-versioning of the hot loops.  The emitted Makefile's default build
  * on x86-64 defines CCN_GEMM_VARIANTS: the products are also compiled for
  * x86-64-v3 (AVX2, FMA) and -v4 (AVX-512) and ccn_gemm_level() (ccn_gemm.c)

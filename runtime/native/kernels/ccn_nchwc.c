@@ -34,14 +34,17 @@ typedef float v16u __attribute__((vector_size(B * sizeof(float)), aligned(4), ma
 #if defined(__AVX512F__)
 #define PW_BLOCKS 4
 #define PW_PIXELS 6
+#define PW_PIXELS_ONE 12
 #define DW_PIXELS 8
 #elif defined(__AVX__)
 #define PW_BLOCKS 1
 #define PW_PIXELS 6
+#define PW_PIXELS_ONE PW_PIXELS
 #define DW_PIXELS 4
 #else
 #define PW_BLOCKS 1
 #define PW_PIXELS 3
+#define PW_PIXELS_ONE PW_PIXELS
 #define DW_PIXELS 2
 #endif
 
@@ -209,7 +212,7 @@ CCN_ALWAYS_INLINE void pointwise_tile(const conv_call *a, const float *x, const 
 {
     const ccn_nchwc_geometry *g = a->g;
     const long plane = g->out_h * g->out_w, depth = g->in_blocks * B;
-    v16 acc[PW_BLOCKS][PW_PIXELS];
+    v16 acc[PW_BLOCKS][PW_PIXELS_ONE];
     for (int o = 0; o < blocks; o++) {
         const v16 start = a->bias ? LOAD(a->bias + (ob0 + o) * B) : (v16){0};
         for (int p = 0; p < pixels; p++)
@@ -234,14 +237,19 @@ CCN_ALWAYS_INLINE void pointwise_tile(const conv_call *a, const float *x, const 
             }
         }
     }
+CCN_UNROLL(4)
     for (int o = 0; o < blocks; o++) {
         const long at = ((ob0 + o) * plane + p0) * B;
+CCN_UNROLL(12)
         for (int p = 0; p < pixels; p++)  /* constant indices: acc stays in registers */
             if (p >= skip)
                 store(y + at + p * B, &acc[o][p], res ? res + at + p * B : NULL, g->act,
                       g->act_alpha);
-        finish(y + at + skip * B, (pixels - skip) * B, g->act, g->act_alpha);
     }
+    /* After every store: a call between them would keep acc in memory. */
+    for (int o = 0; o < blocks; o++)
+        finish(y + ((ob0 + o) * plane + p0 + skip) * B, (pixels - skip) * B, g->act,
+               g->act_alpha);
 }
 
 /* A tile of pointwise_tile, the scaling chosen at compile time. */
@@ -249,23 +257,31 @@ CCN_ALWAYS_INLINE void pointwise_tile(const conv_call *a, const float *x, const 
     (sc ? pointwise_tile(a, x, sc, W, OB0, P, SKIP, y, res, BLOCKS, PIXELS, 1)      \
         : pointwise_tile(a, x, NULL, W, OB0, P, SKIP, y, res, BLOCKS, PIXELS, 0))
 
+/* Pixels of a product's tile: one of a single output block keeps more,
+ * its sums otherwise too few chains to hide the FMA's latency (MNASNet's
+ * 32 -> 16 at 112x112: ...). */
+static inline long tile_pixels(const ccn_nchwc_geometry *g)
+{
+    return g->out_blocks == 1 ? PW_PIXELS_ONE : PW_PIXELS;
+}
+
 static void pointwise_range(void *context, long begin, long end)
 {
     const conv_call *a = context;
     const ccn_nchwc_geometry *g = a->g;
     const long plane = g->out_h * g->out_w, depth = g->in_blocks * B;
-    const long tiles = (plane + PW_PIXELS - 1) / PW_PIXELS;
+    const long width = tile_pixels(g), tiles = (plane + width - 1) / width;
     const long groups = (g->out_blocks + PW_BLOCKS - 1) / PW_BLOCKS;
     for (long t = begin; t < end; t++) {
         const long n = t / (tiles * groups), ob0 = t / tiles % groups * PW_BLOCKS;
-        long p0 = t % tiles * PW_PIXELS, skip = 0;
-        if (plane - p0 < PW_PIXELS && 2 * (plane - p0) >= PW_PIXELS && plane >= PW_PIXELS) {
+        long p0 = t % tiles * width, skip = 0;
+        if (plane - p0 < width && 2 * (plane - p0) >= width && plane >= width) {
             /* Half a tile or more of the plane's last pixels: a whole tile
              * ending at its end, which stores only these (one at a time, each
              * loads every weight vector: 196 = 32 x 6 + 4 pixels at 14x14;
              * fewer cost less so than a tile). */
-            skip = p0 - (plane - PW_PIXELS);
-            p0 = plane - PW_PIXELS;
+            skip = p0 - (plane - width);
+            p0 = plane - width;
         }
         const float *x = a->x + n * g->in_blocks * plane * B;
         const float *sc = a->scale ? a->scale + n * g->in_channels : NULL;
@@ -273,8 +289,10 @@ static void pointwise_range(void *context, long begin, long end)
         float *y = a->y + n * g->out_blocks * plane * B;
         const float *res = a->residual ? a->residual + n * g->out_blocks * plane * B : NULL;
         const long blocks = g->out_blocks - ob0 < PW_BLOCKS ? g->out_blocks - ob0 : PW_BLOCKS;
-        const long pixels = plane - p0 < PW_PIXELS ? plane - p0 : PW_PIXELS;
-        if (pixels == PW_PIXELS)
+        const long pixels = plane - p0 < width ? plane - p0 : width;
+        if (pixels == width && width != PW_PIXELS)  /* one output block */
+            TILE(w, ob0, p0, skip, 1, PW_PIXELS_ONE);
+        else if (pixels == PW_PIXELS)
             switch (blocks) {  /* constant sizes: the tile in registers */
 #if PW_BLOCKS == 4
             case 4:
@@ -302,7 +320,7 @@ void ccn_nchwc_pointwise(const ccn_nchwc_geometry *g, const float *x, const floa
 {
     CCN_RUN_LEVEL_BUILD(ccn_nchwc_pointwise, g, x, scale, w, bias, residual, y);
     const long plane = g->out_h * g->out_w;
-    const long tiles = (plane + PW_PIXELS - 1) / PW_PIXELS;
+    const long tiles = (plane + tile_pixels(g) - 1) / tile_pixels(g);
     const long groups = (g->out_blocks + PW_BLOCKS - 1) / PW_BLOCKS;
     conv_call a = {.g = g, .x = x, .scale = scale, .w = w, .bias = bias, .residual = residual,
                    .y = y};
@@ -365,17 +383,20 @@ CCN_ALWAYS_INLINE void dense_tile(const conv_call *a, const float *x, const floa
             }
     }
     const int last = cb1 == g->in_blocks;
+CCN_UNROLL(4)
     for (int o = 0; o < blocks; o++) {
         const long at = ((ob0 + o) * plane + p0) * B;
+CCN_UNROLL(12)
         for (int p = 0; p < pixels; p++)
             if (p >= skip && last)
                 store(y + at + p * B, &acc[o][p], res ? res + at + p * B : NULL, g->act,
                       g->act_alpha);
             else if (p >= skip)
                 STORE(y + at + p * B, acc[o][p]);
-        if (last)
-            finish(y + at + skip * B, (pixels - skip) * B, g->act, g->act_alpha);
     }
+    for (int o = 0; o < blocks && last; o++)  /* after the stores, as pointwise_tile */
+        finish(y + ((ob0 + o) * plane + p0 + skip) * B, (pixels - skip) * B, g->act,
+               g->act_alpha);
 }
 
 /* Tiles of a dense convolution's band: a group of output blocks by
@@ -484,6 +505,7 @@ CCN_ALWAYS_INLINE void depthwise_pixels(const ccn_nchwc_geometry *g, const float
         }
     }
     const long at = (oh * g->out_w + ow0) * B;
+CCN_UNROLL(12)
     for (int p = 0; p < pixels; p++)  /* constant indices: acc stays in registers */
         if (p >= skip)
             store(y + at + p * B, &acc[p], res ? res + at + p * B : NULL, g->act,

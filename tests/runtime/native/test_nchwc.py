@@ -296,3 +296,47 @@ def test_the_block_and_geometry_are_the_headers():
 def test_a_blocked_chain_computes_what_the_vm_computes():
     rng = numpy.random.default_rng(1)
     check_native(chain_model(rng), [uniform(rng, 2, 3, 18, 30)])
+
+
+
+def one_block_model(rng, height, width, batch=2):
+    """Products of a single output block (16 channels or fewer), whose
+    tiles are wider than the others' in the AVX-512 build: plain, with a
+    residual Add, and of a squeeze-excitation's Mul (a scaled input), on a
+    plane of ``height`` x ``width`` pixels between depthwise Convs."""
+    init = {}
+
+    def conv(*args, **kwargs):
+        return _conv(init, rng, *args, **kwargs)
+    nodes = [
+        conv('d1', 'x', 24, 24, 3, 1, (1, 1, 1, 1), group=24),
+        conv('p1', 'd1', 24, 16, 1, 1, (0, 0, 0, 0)),
+        helper.make_node('Relu', ['p1'], ['a1']),
+        conv('d2', 'a1', 16, 16, 3, 1, (1, 1, 1, 1), group=16),
+        conv('p2', 'd2', 16, 16, 1, 1, (0, 0, 0, 0)),
+        helper.make_node('Add', ['p2', 'd2'], ['a2']),
+        conv('d3', 'a2', 16, 16, 3, 1, (1, 1, 1, 1), group=16),
+        helper.make_node('GlobalAveragePool', ['d3'], ['g3']),
+        conv('q3', 'g3', 16, 8, 1, 1, (0, 0, 0, 0)),
+        helper.make_node('Relu', ['q3'], ['r3']),
+        conv('q4', 'r3', 8, 16, 1, 1, (0, 0, 0, 0)),
+        helper.make_node('Sigmoid', ['q4'], ['s3']),
+        helper.make_node('Mul', ['s3', 'd3'], ['m3']),
+        conv('y', 'm3', 16, 16, 1, 1, (0, 0, 0, 0)),
+    ]
+    return make_model(nodes, [('x', numpy.float32, (batch, 24, height, width))],
+                      [('y', numpy.float32, (batch, 16, height, width))], init, opset=14)
+
+
+@pytest.mark.native_build
+@pytest.mark.parametrize('height, width', [(9, 2), (7, 7)])
+def test_products_of_one_output_block_compute_what_the_vm_computes(height, width):
+    # 18 pixels: a tile of 12, then one ending at the plane's end storing
+    # its last 6; 49: four tiles, then one pixel alone.
+    rng = numpy.random.default_rng(2)
+    model = one_block_model(rng, height, width)
+    ops = [i.qualified_op.replace(NCHWC, '') for i in _blocked(model).instructions]
+    assert ops.count('NchwcConv') == 6
+    # Outputs up to about 10 after four layers of sums: 1e-4 is float32's
+    # rounding of such sums in another order, not a wrong tap.
+    check_native(model, [uniform(rng, 2, 24, height, width)], atol=1e-4)
