@@ -55,10 +55,10 @@
 #define CCN_ALWAYS_INLINE static inline
 #endif
 
-/* Unrolls the loop after it up to n times: a tile's store loop, whose sums
- * stay in registers only when every index is a constant (a rolled loop
- * keeps the whole tile in memory).  Nothing for compilers without it. */
-#if defined(__clang__) || (defined(__GNUC__) && __GNUC__ >= 8)
+/* Unrolls the loop after it up to n times: a loop over a tile's sums,
+ * which stay in registers only when every index is a constant (a rolled
+ * loop keeps the whole tile in memory).  GCC 8 on; nothing elsewhere. */
+#if defined(__GNUC__) && !defined(__clang__) && __GNUC__ >= 8
 #define CCN_PRAGMA(text) _Pragma(#text)
 #define CCN_UNROLL(n) CCN_PRAGMA(GCC unroll n)
 #else

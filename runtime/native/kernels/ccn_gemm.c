@@ -110,16 +110,11 @@
 /* CCN_ALWAYS_INLINE (ccn_common.h): a constant argument (a count of rows
  * or vectors) then unrolls the loops it bounds and their sums live in
  * registers. */
-/* A loop over a tile's rows unrolled whole, so that the accumulators it
- * indexes stay in registers: GCC left the tall batched tile's 24 rows, and
- * store_tile's 8 once its body grew, loops over accumulators copied to
- * memory (store_tile so: 64 x 27 by 1024, a 3-channel stem's im2col
- * product, 1.12x-1.2x the time). */
-#if defined(__GNUC__) && !defined(__clang__)
-#define CCN_UNROLL_ROWS _Pragma("GCC unroll 24")
-#else
-#define CCN_UNROLL_ROWS
-#endif
+/* A loop over a tile's rows is unrolled whole (CCN_UNROLL) so that the
+ * accumulators it indexes stay in registers: GCC left the tall batched
+ * tile's 24 rows, and store_tile's 8 once its body grew, loops over
+ * accumulators copied to memory (store_tile so: 64 x 27 by 1024, a
+ * 3-channel stem's im2col product, 1.12x-1.2x the time). */
 
 /* Multiply-adds from which a CBLAS build hands the product over. */
 #define CCN_CBLAS_MACS (1L << 16)
@@ -410,7 +405,7 @@ CCN_ALWAYS_INLINE void store_tile(vec v[CCN_MR][2], const c_start *s, float *C, 
                                   int in_registers)
 {
     const int simple = ccn_activate_simple(0, NULL, act, act_alpha);
-    CCN_UNROLL_ROWS
+    CCN_UNROLL(24)
     for (int i = 0; i < CCN_MR; i++) {
         float *c = C + i * ldc;
         for (int h = 0; h < 2; h++) {
@@ -444,12 +439,13 @@ CCN_ALWAYS_INLINE void store_tile(vec v[CCN_MR][2], const c_start *s, float *C, 
 #endif
             memcpy(c + j, &sum, sizeof sum);
         }
-        if (in_registers)
-            continue;
-        if (last && simple)
-            ccn_activate_simple(CCN_NR, c, act, act_alpha);
-        else if (last)
-            activate_row(CCN_NR, c, act, act_alpha);
+    }
+    /* On the stored rows: a call between the stores would keep v in memory. */
+    for (int i = 0; i < CCN_MR && last && !in_registers; i++) {
+        if (simple)
+            ccn_activate_simple(CCN_NR, C + i * ldc, act, act_alpha);
+        else
+            activate_row(CCN_NR, C + i * ldc, act, act_alpha);
     }
 }
 #endif
@@ -1612,7 +1608,7 @@ CCN_ALWAYS_INLINE void batch_tile(int R, int nv, long rows, long K, const float 
             memcpy(&b[j], B + k * ldb + j * CCN_VW, sizeof b[j]);
             CCN_IN_REGISTER(b[j]);
         }
-        CCN_UNROLL_ROWS
+        CCN_UNROLL(24)
         for (int r = 0; r < R; r++)
             for (int j = 0; j < nv; j++)
                 acc[r][j] += a[r][k] * b[j];
