@@ -38,7 +38,7 @@ from .lowerings.winograd import winograd_tiles
 
 #: Fewest channels in and out of a Conv that runs blocked: below, most of
 #: a block is padding.
-MIN_CHANNELS = 16
+MIN_CHANNELS = 8
 #: The depthwise kernels and strides ccn_nchwc_depthwise unrolls.
 DEPTHWISE_KERNELS = (3, 5)
 DEPTHWISE_STRIDES = (1, 2)
