@@ -33,7 +33,7 @@ import math
 from ..ops.registry import CUSTOM_DOMAIN
 from ..program import NO_REGISTER, Instruction, Program, RegisterType
 from .lowering import BLOCK, Refuse, blocked_shape, window
-from .lowerings.conv_direct import stem_conv, takes_direct
+from .lowerings.conv_direct import direct_lane_use, stem_conv, takes_direct
 from .lowerings.winograd import winograd_tiles
 
 #: Fewest channels in and out of a Conv that runs blocked: below, most of
@@ -149,8 +149,9 @@ def chains(program: Program) -> list[set[int]]:
     insts = program.instructions
     scales = _scales(program)
     reads = _blocked_reads(program, scales)
-    producer = {insts[i].outputs[0]: i for i in reads if insts[i].op == 'Conv'}
-    members = [i for i in reads if insts[i].op == 'Conv' or insts[i].inputs[0] in producer]
+    producer = {insts[i].outputs[0]: i for i in reads if insts[i].op in ('Conv', 'Concat')}
+    members = [i for i in reads if insts[i].op == 'Conv' or
+               any(r in producer for r in reads[i])]
     parent = {i: i for i in members}
 
     def root(i):
@@ -181,15 +182,19 @@ def _product(program: Program, inst: Instruction) -> bool:
 def _pays(program: Program, chain: set[int], edges: set[int]) -> bool:
     """Whether ``chain`` gains from blocks more than its ``edges`` cost:
     more depthwise Convs than edges (the mobile chains), or its other Convs'
-    multiply-adds, times DENSE_SAVING, more than REORDER_COST per value
-    reordered (ResNet's bottlenecks)."""
+    multiply-adds, times DENSE_SAVING plus the share of lanes the direct
+    kernel would lose on NCHW, more than REORDER_COST per value reordered
+    (ResNet's bottlenecks, SqueezeNet's fire modules at 13x13)."""
     convs = [program.instructions[i] for i in chain if program.instructions[i].op == 'Conv']
     depthwise = sum(int(inst.attrs.get('group', 1)) > 1 for inst in convs)
-    macs = sum(math.prod(_known(program, inst.outputs[0])) *
-               math.prod(program.constants[inst.inputs[1]].shape[1:])
-               for inst in convs if int(inst.attrs.get('group', 1)) == 1)
+    saved = 0.0
+    for inst in convs:
+        if int(inst.attrs.get('group', 1)) == 1:
+            x, w = _known(program, inst.inputs[0]), program.constants[inst.inputs[1]].shape
+            macs = math.prod(_known(program, inst.outputs[0])) * math.prod(w[1:])
+            saved += macs * (DENSE_SAVING + 1 - direct_lane_use(x, w, inst.attrs))
     values = sum(math.prod(_known(program, r)) for r in edges)
-    return depthwise > len(edges) or DENSE_SAVING * macs > REORDER_COST * values
+    return depthwise > len(edges) or saved > REORDER_COST * values
 
 
 def _scales(program: Program) -> dict[int, int]:
@@ -239,7 +244,24 @@ def _blocked_reads(program: Program, scales: dict[int, int]) -> dict[int, list[i
             if shape is not None and len(shape) == 4 and \
                     _static(program, inst.outputs[0]) == shape[:2] + (1, 1):
                 reads[i] = [inst.inputs[0]]
+        elif _block_concat(program, inst):
+            reads[i] = list(inst.inputs)
     return reads
+
+
+def _block_concat(program: Program, inst: Instruction) -> bool:
+    """Whether ``inst`` is a Concat of 4-D tensors along their channels
+    whose every input has whole blocks of channels: on blocks, the same
+    Concat along axis 1 (the blocks), which its producers may write in
+    place (SqueezeNet's and DenseNet's modules)."""
+    if inst.op != 'Concat' or inst.domain not in ('', 'ai.onnx') or not inst.inputs:
+        return False
+    shapes = [_static(program, r) for r in inst.inputs]
+    y = _static(program, inst.outputs[0])
+    if y is None or len(y) != 4 or int(inst.attrs.get('axis', 0)) not in (1, -3):
+        return False
+    return all(x is not None and len(x) == 4 and x[1] % BLOCK == 0 and
+               x[:1] + x[2:] == y[:1] + y[2:] for x in shapes)
 
 
 def _edges(program: Program, chain: set[int], reads: dict[int, list[int]],
@@ -247,7 +269,7 @@ def _edges(program: Program, chain: set[int], reads: dict[int, list[int]],
     """The registers ``chain`` reorders: values it reads from outside,
     values it makes that something outside reads."""
     made = {program.instructions[i].outputs[0] for i in chain
-            if program.instructions[i].op == 'Conv'}
+            if program.instructions[i].op in ('Conv', 'Concat')}
     read = {r for i in chain for r in reads[i]}
     outside = _outside(program, chain, reads, scales)
     # A stem only the chain reads writes blocks: no reorder.
@@ -325,21 +347,26 @@ def block_chains(program: Program) -> Program:
                                                  domain=CUSTOM_DOMAIN,
                                                  inputs=(blocked[reads[i][0]],)))
             continue
-        inputs = list(inst.inputs)
-        inputs[0] = blocked[reads[i][0]]
-        if len(inputs) > 3 and inputs[3] != NO_REGISTER:
-            inputs[3] = blocked[inputs[3]]
-        if i in scales:
-            mul = scales[i]
-            inputs += [NO_REGISTER] * (4 - len(inputs)) + [
-                mul.inputs[1] if reads[i][0] == mul.inputs[0] else mul.inputs[0]]
         y = inst.outputs[0]
         yb = new_register(y) if y in outside else y
         if yb == y:
             types[y] = _blocked_type(program, y)
         blocked[y] = yb
-        rewritten.append(dataclasses.replace(inst, op='NchwcConv', domain=CUSTOM_DOMAIN,
-                                             inputs=tuple(inputs), outputs=(yb,)))
+        if inst.op == 'Concat':
+            rewritten.append(dataclasses.replace(
+                inst, inputs=tuple(blocked[r] for r in inst.inputs), outputs=(yb,),
+                attrs={**inst.attrs, 'axis': 1}))
+        else:
+            inputs = list(inst.inputs)
+            inputs[0] = blocked[reads[i][0]]
+            if len(inputs) > 3 and inputs[3] != NO_REGISTER:
+                inputs[3] = blocked[inputs[3]]
+            if i in scales:
+                mul = scales[i]
+                inputs += [NO_REGISTER] * (4 - len(inputs)) + [
+                    mul.inputs[1] if reads[i][0] == mul.inputs[0] else mul.inputs[0]]
+            rewritten.append(dataclasses.replace(inst, op='NchwcConv', domain=CUSTOM_DOMAIN,
+                                                 inputs=tuple(inputs), outputs=(yb,)))
         if yb != y:
             rewritten.append(Instruction('NchwcReorderOut', (yb,), (y,), domain=CUSTOM_DOMAIN,
                                          name=inst.name))

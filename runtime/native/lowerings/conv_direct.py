@@ -7,7 +7,7 @@ convolutions")."""
 import numpy
 
 from ..cformat import CStruct
-from ..lowering import Refuse, Step, blocked_shape, window
+from ..lowering import BLOCK, Refuse, Step, blocked_shape, window
 from .depthwise import _extent
 
 #: ccn_conv_direct.h's CCN_DIRECT_ROWS, CCN_DIRECT_MAX_TAPS,
@@ -106,6 +106,27 @@ def stem_conv(x, w, attrs) -> tuple[int, ...] | None:
             not is_stem(sizes, win.strides[0], win.pads_begin, w[2:]):
         return None
     return sizes
+
+
+def direct_lane_use(x, w, attrs) -> float:
+    """The share of the outputs ccn_conv2d_direct's tiles sum that are
+    outputs, for a one-group Conv of input shape ``x`` and weight shape
+    ``w`` it runs on NCHW past the stem path: OH rows of the padded
+    plane's width (the columns past OW lost), by vectors of BLOCK floats
+    (the last one's lanes past the plane lost).  1 for one it does not run
+    so.  At 13x13, 169 of 208 (SqueezeNet's 3x3 expansions: 1.3x their time
+    on the NCHWc blocks, which lose no lanes)."""
+    try:
+        win = window(attrs, x[2:], w[2:])
+    except Refuse:
+        return 1.0
+    sizes = tuple(x) + (w[0],) + tuple(win.out)
+    if not takes_direct(True, int(attrs.get('group', 1)), w[2:], win.strides, win.dilations,
+                        win.out[1]) or is_stem(sizes, win.strides[0], win.pads_begin, w[2:]):
+        return 1.0
+    row = _padded(sizes, win.strides[0], win.pads_begin, w[2:])[1]
+    computed = -(-win.out[0] * row // BLOCK) * BLOCK
+    return win.out[0] * win.out[1] / computed
 
 
 def direct_step(em, inst, geometry, w, sizes, window, act, blocked=False) -> Step:

@@ -16,6 +16,7 @@ from chainer_compiler.runtime.native.blocked import block_chains, blockable, cha
 from chainer_compiler.runtime.native.fusion import fuse
 from chainer_compiler.runtime.native.lower import lower
 from chainer_compiler.runtime.native.lowering import BLOCK, with_defaults
+from chainer_compiler.runtime.native.lowerings.conv_direct import direct_lane_use
 from chainer_compiler.runtime.native.lowerings.nchwc import NCHWC_GEOMETRY
 
 from .helpers import check_native, make_model, uniform
@@ -340,3 +341,52 @@ def test_products_of_one_output_block_compute_what_the_vm_computes(height, width
     # Outputs up to about 10 after four layers of sums: 1e-4 is float32's
     # rounding of such sums in another order, not a wrong tap.
     check_native(model, [uniform(rng, 2, 24, height, width)], atol=1e-4)
+
+
+def fire_model(rng, squeeze=(32, 48), expand=(128, 128), size=13, batch=1):
+    """Two of SqueezeNet's fire modules at ``size`` x ``size``: a 1x1
+    squeeze, then a 1x1 and a 3x3 expansion concatenated, the next squeeze
+    reading the Concat; the second Concat is the output."""
+    init = {}
+    nodes, x, c = [], 'x', 64
+    for k, (s, e) in enumerate(zip(squeeze, expand)):
+        nodes += [_conv(init, rng, 's%d' % k, x, c, s, 1, 1, (0, 0, 0, 0)),
+                  helper.make_node('Relu', ['s%d' % k], ['r%d' % k]),
+                  _conv(init, rng, 'e%d' % k, 'r%d' % k, s, e, 1, 1, (0, 0, 0, 0)),
+                  _conv(init, rng, 'f%d' % k, 'r%d' % k, s, e, 3, 1, (1, 1, 1, 1)),
+                  helper.make_node('Concat', ['e%d' % k, 'f%d' % k], ['c%d' % k], axis=1)]
+        x, c = 'c%d' % k, 2 * e
+    return make_model(nodes, [('x', numpy.float32, (batch, 64, size, size))],
+                      [(x, numpy.float32, (batch, c, size, size))], init, opset=13)
+
+
+def test_fire_modules_at_13x13_concatenate_on_blocks():
+    # ccn_conv2d_direct would lose a fifth of its lanes on 13x13 planes
+    # (rows of 15 columns, 208 outputs summed for 169): the modules pay
+    # their edges, and a Concat of whole blocks joins the chain.
+    program = _blocked(fire_model(numpy.random.default_rng(0)))
+    ops = [i.qualified_op.replace(NCHWC, '') for i in program.instructions]
+    assert ops == ['NchwcReorderIn'] + ['NchwcConv'] * 3 + ['Concat'] + \
+        ['NchwcConv'] * 3 + ['Concat', 'NchwcReorderOut']
+    concat = program.instructions[4]
+    assert [program.types[r].shape for r in concat.inputs] == [(1, 8, 13, 13, BLOCK)] * 2
+    assert concat.attrs['axis'] == 1
+    assert direct_lane_use((1, 48, 13, 13), (128, 48, 3, 3), {'pads': [1] * 4}) == 169 / 208
+
+
+def test_a_concat_of_part_blocks_or_large_planes_stays_nchw():
+    rng = numpy.random.default_rng(0)
+    # 120 channels: the second input would start mid-block.
+    ops = [i.op for i in _blocked(fire_model(rng, expand=(120, 120))).instructions]
+    assert 'Concat' in ops and ops.count('NchwcConv') < 6
+    # At 56x56 the direct kernel loses few lanes: the 1x1s do not pay.
+    ops = [i.op for i in _blocked(fire_model(rng, size=56)).instructions]
+    assert not any(op.startswith('Nchwc') for op in ops)
+
+
+@pytest.mark.native_build
+def test_fire_modules_on_blocks_compute_what_the_vm_computes():
+    rng = numpy.random.default_rng(3)
+    # Outputs reach about 350 (sums of 1152 products of weights in [-1, 1]):
+    # 1e-2 is float32's rounding of such sums in another order.
+    check_native(fire_model(rng, batch=2), [uniform(rng, 2, 64, 13, 13)], atol=1e-2)
