@@ -10,8 +10,11 @@ least MIN_CHANNELS channels in and out, with any epilogue and residual
 fusion gave it, may run as NchwcConv (lowerings/nchwc.py,
 kernels/ccn_nchwc.c) on tensors of shape (N, ceil(C / BLOCK), H, W,
 BLOCK).  Such Convs that read each other's outputs (as input or residual)
-form a chain; a chain that pays (_pays: more depthwise Convs than values
-to reorder at its edges, or more multiply-adds saved than reorders cost)
+form a chain, with a Concat along the channels of tensors of whole
+blocks that one of them makes (on blocks the same Concat along axis 1,
+which its producers write in place); a chain that pays (_pays: more
+depthwise Convs than values to reorder at its edges, or more
+multiply-adds saved than reorders cost)
 runs blocked: an NchwcReorderIn before it for each value it reads from
 outside, an NchwcReorderOut after a Conv whose value something outside
 the chain (or the caller) reads.
