@@ -390,3 +390,22 @@ def test_fire_modules_on_blocks_compute_what_the_vm_computes():
     # Outputs reach about 350 (sums of 1152 products of weights in [-1, 1]):
     # 1e-2 is float32's rounding of such sums in another order.
     check_native(fire_model(rng, batch=2), [uniform(rng, 2, 64, 13, 13)], atol=1e-2)
+
+
+def test_a_product_of_half_a_block_keeps_its_chain_whole():
+    # MNASNet-0.5's 16 -> 8 -> 24 between depthwise Convs: the 8-channel
+    # value stays in blocks (half of one padding), nothing is reordered
+    # mid-chain.  Depthwise Convs of 8 channels still never run blocked.
+    rng = numpy.random.default_rng(4)
+    init = {}
+    nodes = [_conv(init, rng, 'd1', 'x', 16, 16, 3, 1, (1, 1, 1, 1), group=16),
+             _conv(init, rng, 'p1', 'd1', 16, 8, 1, 1, (0, 0, 0, 0)),
+             _conv(init, rng, 'p2', 'p1', 8, 24, 1, 1, (0, 0, 0, 0)),
+             helper.make_node('Relu', ['p2'], ['a2']),
+             _conv(init, rng, 'd2', 'a2', 24, 24, 3, 2, (1, 1, 1, 1), group=24),
+             _conv(init, rng, 'd3', 'd2', 24, 24, 3, 1, (1, 1, 1, 1), group=24)]
+    model = make_model(nodes, [('x', numpy.float32, (2, 16, 12, 12))],
+                       [('d3', numpy.float32, (2, 24, 6, 6))], init)
+    ops = [i.qualified_op.replace(NCHWC, '') for i in _blocked(model).instructions]
+    assert ops == ['NchwcReorderIn'] + ['NchwcConv'] * 5 + ['NchwcReorderOut']
+    check_native(model, [uniform(rng, 2, 16, 12, 12)], atol=1e-4)
