@@ -55,6 +55,17 @@
 #define CCN_ALWAYS_INLINE static inline
 #endif
 
+/* A prefetch of the float `offset` elements after `base`, which may lie
+ * past the array: computed on integers, since a pointer that far past an
+ * array's end is undefined C, while a prefetch of any address never
+ * faults. */
+#define CCN_PREFETCH_AT(base, offset) \
+    __builtin_prefetch((const void *)((uintptr_t)(base) + (uintptr_t)(offset) * sizeof(float)))
+/* The same into L2 only (data read after the current tile's). */
+#define CCN_PREFETCH_L2_AT(base, offset) \
+    __builtin_prefetch((const void *)((uintptr_t)(base) + (uintptr_t)(offset) * sizeof(float)), \
+                       0, 2)
+
 /* Unrolls the loop after it up to n times: a loop over a tile's sums,
  * which stay in registers only when every index is a constant (a rolled
  * loop keeps the whole tile in memory).  GCC 8 on; nothing elsewhere. */

@@ -45,11 +45,6 @@ typedef struct {
  * sums: a tap's address moves by a whole plane from channel to channel,
  * farther than the hardware's stride prefetcher follows. */
 #define CCN_DIRECT_AHEAD 1
-/* A prefetch of `base` + `offset` floats, which may lie past the scratch:
- * computed on integers (such a pointer is undefined C; the prefetch never
- * faults). */
-#define CCN_DIRECT_PREFETCH(base, offset) \
-    __builtin_prefetch((const void *)((uintptr_t)(base) + (uintptr_t)(offset) * sizeof(float)))
 
 /* A tile kernel: t[i][0:nv*VL] = start[i] plus the sums over C channels
  * and T taps of w's row i (a block: [c][tap][row]) times the planes (plane
@@ -126,7 +121,7 @@ typedef void tile_fn(long C, long T, const long *off, const float *planes, long 
             for (long k = 0; k < T; k++, w += CCN_DIRECT_ROWS) {                           \
                 VEC v[NV];                                                                 \
                 for (int j = 0; j <= nv; j++)                                              \
-                    CCN_DIRECT_PREFETCH(planes, CCN_DIRECT_AHEAD * plane + off[k] +          \
+                    CCN_PREFETCH_AT(planes, CCN_DIRECT_AHEAD * plane + off[k] +          \
                                                     (j < nv ? j * VL : nv * VL - 1));      \
                 for (int j = 0; j < nv; j++)                                               \
                     memcpy(&v[j], planes + off[k] + j * VL, sizeof v[j]);                  \

@@ -63,16 +63,6 @@
 #endif
 /* Rows of B that the micro-kernel fetches ahead of its loads. */
 #define CCN_PREFETCH_K 24
-/* A prefetch of the float `offset` elements after `base`, which may lie
- * past the array: computed on integers, since a pointer that far past an
- * array's end is undefined C, while a prefetch of any address never
- * faults. */
-#define CCN_PREFETCH_AT(base, offset) \
-    __builtin_prefetch((const void *)((uintptr_t)(base) + (uintptr_t)(offset) * sizeof(float)))
-/* The same into L2 only (data read after the current tile's). */
-#define CCN_PREFETCH_L2_AT(base, offset) \
-    __builtin_prefetch((const void *)((uintptr_t)(base) + (uintptr_t)(offset) * sizeof(float)), \
-                       0, 2)
 /* Rows of A whose packed KC slices (MC x KC floats, 96 KiB) are reused
  * from L2 across every NR strip of B. */
 #define CCN_MC 96

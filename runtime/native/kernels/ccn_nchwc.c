@@ -280,6 +280,13 @@ CCN_ALWAYS_INLINE void pointwise_tile(const conv_call *a, const float *x, const 
     for (long cb = 0; cb < g->in_blocks; cb++) {
         const float *xb = x + (cb * plane + p0) * B;
         const float *wb = w + cb * B * B;
+        /* The next tile's pixels of this block, fetched meanwhile: a tile
+         * reads every input block, a stream a plane apart from the next,
+         * more than the hardware prefetcher follows once the input comes
+         * from memory (ResNet-50 at batch 32: 512 -> 128 at 28x28 took
+         * 2.5x onnxruntime's time). */
+        for (int p = 0; p < pixels; p++)
+            CCN_PREFETCH_AT(xb, (pixels + p) * B);
         /* The input's padded channels have zero weights: skipped. */
         const long live = g->in_channels - cb * B < B ? g->in_channels - cb * B : B;
         for (long c = 0; c < live; c++) {
@@ -430,6 +437,9 @@ CCN_ALWAYS_INLINE void dense_tile(const conv_call *a, const float *x, const floa
                             ? xc + (ih * g->in_w + iw) * B : zero_block;
                 }
                 const float *wb = w + ((cb * g->kernel_h + kh) * g->kernel_w + kw) * B * B;
+                if (taps == 1)  /* a 1x1 reads every block per tile: as pointwise_tile */
+                    for (int p = 0; p < pixels; p++)
+                        CCN_PREFETCH_AT(xp[p], g->stride_w * pixels * B);
                 for (long c = 0; c < live; c++) {
                     v16 wv[PW_BLOCKS];
                     for (int o = 0; o < blocks; o++)
