@@ -35,6 +35,18 @@ def _conv(init, rng, name, x, cin, cout, k, stride, pads, group=1, bias=True):
                             pads=list(pads), group=group)
 
 
+def _squeeze_excitation(conv, x, channels, gate, y):
+    """Nodes scaling x's ``channels`` channels by a squeeze-excitation
+    (pool, 1x1 to 8 channels, Relu, 1x1 back, ``gate``) into ``y``: a Mul
+    that a 1x1 product reading y folds."""
+    return [helper.make_node('GlobalAveragePool', [x], [y + '_pool']),
+            conv(y + '_down', y + '_pool', channels, 8, 1, 1, (0, 0, 0, 0)),
+            helper.make_node('Relu', [y + '_down'], [y + '_relu']),
+            conv(y + '_up', y + '_relu', 8, channels, 1, 1, (0, 0, 0, 0)),
+            helper.make_node(gate, [y + '_up'], [y + '_gate']),
+            helper.make_node('Mul', [y + '_gate', x], [y])]
+
+
 def chain_model(rng, batch=2):
     """A MobileNet-like chain from a stem (3 channels of 18x30 to 20 of
     9x15, stride 2, asymmetric padding, ReLU: x, written blocked): 1x1 products and
@@ -79,12 +91,7 @@ def chain_model(rng, batch=2):
         conv('k2', 'b1', 24, 17, 3, 1, (1, 1, 1, 1)),
         helper.make_node('Add', ['k2', 'c7'], ['b2']),
         # A squeeze-excitation: its pool and the Mul (folded into c8) on blocks.
-        helper.make_node('GlobalAveragePool', ['b2'], ['g7']),
-        conv('q1', 'g7', 17, 8, 1, 1, (0, 0, 0, 0)),
-        helper.make_node('Relu', ['q1'], ['r1']),
-        conv('q2', 'r1', 8, 17, 1, 1, (0, 0, 0, 0)),
-        helper.make_node('HardSigmoid', ['q2'], ['h2']),
-        helper.make_node('Mul', ['h2', 'b2'], ['m7']),
+        *_squeeze_excitation(conv, 'b2', 17, 'HardSigmoid', 'm7'),
         conv('c8', 'm7', 17, 16, 1, 1, (0, 0, 0, 0)),
         helper.make_node('Sigmoid', ['c8'], ['y']),
     ]
@@ -317,12 +324,7 @@ def one_block_model(rng, height, width, batch=2):
         conv('p2', 'd2', 16, 16, 1, 1, (0, 0, 0, 0)),
         helper.make_node('Add', ['p2', 'd2'], ['a2']),
         conv('d3', 'a2', 16, 16, 3, 1, (1, 1, 1, 1), group=16),
-        helper.make_node('GlobalAveragePool', ['d3'], ['g3']),
-        conv('q3', 'g3', 16, 8, 1, 1, (0, 0, 0, 0)),
-        helper.make_node('Relu', ['q3'], ['r3']),
-        conv('q4', 'r3', 8, 16, 1, 1, (0, 0, 0, 0)),
-        helper.make_node('Sigmoid', ['q4'], ['s3']),
-        helper.make_node('Mul', ['s3', 'd3'], ['m3']),
+        *_squeeze_excitation(conv, 'd3', 16, 'Sigmoid', 'm3'),
         conv('y', 'm3', 16, 16, 1, 1, (0, 0, 0, 0)),
     ]
     return make_model(nodes, [('x', numpy.float32, (batch, 24, height, width))],
