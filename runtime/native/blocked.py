@@ -159,9 +159,17 @@ def chains(program: Program) -> list[set[int]]:
     insts = program.instructions
     scales = _scales(program)
     reads = _blocked_reads(program, scales)
-    producer = {insts[i].outputs[0]: i for i in reads if insts[i].op in ('Conv', 'Concat')}
-    members = [i for i in reads if insts[i].op == 'Conv' or
-               any(r in producer for r in reads[i])]
+    # In program order, so that a value's producer is known before its
+    # readers: a Conv always, a pool or Concat when it reads a member's value
+    # (a Concat of values made elsewhere stays out, and so do its readers'
+    # links to it).
+    producer: dict[int, int] = {}
+    members = []
+    for i in sorted(reads):
+        if insts[i].op == 'Conv' or any(r in producer for r in reads[i]):
+            members.append(i)
+            if insts[i].op in ('Conv', 'Concat'):
+                producer[insts[i].outputs[0]] = i
     parent = {i: i for i in members}
 
     def root(i):

@@ -411,3 +411,21 @@ def test_a_product_of_half_a_block_keeps_its_chain_whole():
     ops = [i.qualified_op.replace(NCHWC, '') for i in _blocked(model).instructions]
     assert ops == ['NchwcReorderIn'] + ['NchwcConv'] * 5 + ['NchwcReorderOut']
     check_native(model, [uniform(rng, 2, 16, 12, 12)], atol=1e-4)
+
+
+def test_a_concat_of_values_made_outside_a_chain_stays_out_of_it():
+    # Its inputs are the caller's: the Concat runs on NCHW and the chain
+    # reading it reorders its result (the pass once looked the Concat up
+    # as a chain member here and failed).
+    rng = numpy.random.default_rng(5)
+    init = {}
+    nodes = [helper.make_node('Concat', ['a', 'b'], ['x'], axis=1),
+             _conv(init, rng, 'd1', 'x', 32, 32, 3, 1, (1, 1, 1, 1), group=32),
+             _conv(init, rng, 'p1', 'd1', 32, 32, 1, 1, (0, 0, 0, 0)),
+             _conv(init, rng, 'd2', 'p1', 32, 32, 3, 1, (1, 1, 1, 1), group=32),
+             _conv(init, rng, 'd3', 'd2', 32, 32, 3, 1, (1, 1, 1, 1), group=32)]
+    model = make_model(nodes, [('a', numpy.float32, (1, 16, 8, 8)),
+                               ('b', numpy.float32, (1, 16, 8, 8))],
+                       [('d3', numpy.float32, (1, 32, 8, 8))], init)
+    ops = [i.qualified_op.replace(NCHWC, '') for i in _blocked(model).instructions]
+    assert ops == ['Concat', 'NchwcReorderIn'] + ['NchwcConv'] * 4 + ['NchwcReorderOut']
