@@ -271,7 +271,7 @@ def _block_concat(program: Program, inst: Instruction) -> bool:
     """Whether ``inst`` is a Concat of 4-D tensors along their channels
     whose every input has whole blocks of channels: on blocks, the same
     Concat along axis 1 (the blocks), which its producers may write in
-    place (SqueezeNet's and DenseNet's modules)."""
+    place (SqueezeNet's fire modules)."""
     if inst.op != 'Concat' or inst.domain not in ('', 'ai.onnx') or not inst.inputs:
         return False
     shapes = [_static(program, r) for r in inst.inputs]
