@@ -121,8 +121,8 @@ typedef void tile_fn(long C, long T, const long *off, const float *planes, long 
             for (long k = 0; k < T; k++, w += CCN_DIRECT_ROWS) {                           \
                 VEC v[NV];                                                                 \
                 for (int j = 0; j <= nv; j++)                                              \
-                    CCN_PREFETCH_AT(planes, CCN_DIRECT_AHEAD * plane + off[k] +          \
-                                                    (j < nv ? j * VL : nv * VL - 1));      \
+                    CCN_PREFETCH_AT(planes, CCN_DIRECT_AHEAD * plane + off[k] +            \
+                                                (j < nv ? j * VL : nv * VL - 1));          \
                 for (int j = 0; j < nv; j++)                                               \
                     memcpy(&v[j], planes + off[k] + j * VL, sizeof v[j]);                  \
                 for (int i = 0; i < CCN_DIRECT_ROWS; i++)                                  \

@@ -99,12 +99,11 @@
 #endif
 /* CCN_ALWAYS_INLINE (ccn_common.h): a constant argument (a count of rows
  * or vectors) then unrolls the loops it bounds and their sums live in
- * registers. */
-/* A loop over a tile's rows is unrolled whole (CCN_UNROLL) so that the
- * accumulators it indexes stay in registers: GCC left the tall batched
- * tile's 24 rows, and store_tile's 8 once its body grew, loops over
- * accumulators copied to memory (store_tile so: 64 x 27 by 1024, a
- * 3-channel stem's im2col product, 1.12x-1.2x the time). */
+ * registers.  A loop over a tile's rows is also unrolled whole
+ * (CCN_UNROLL): GCC left the tall batched tile's 24 rows, and store_tile's
+ * 8 once its body grew, loops over accumulators copied to memory
+ * (store_tile so: 64 x 27 by 1024, a 3-channel stem's im2col product,
+ * 1.12x-1.2x the time). */
 
 /* Multiply-adds from which a CBLAS build hands the product over. */
 #define CCN_CBLAS_MACS (1L << 16)

@@ -161,12 +161,13 @@ static inline long min_long(long a, long b)
  * when either is NaN), or a compare and a select. */
 #define SELECT_MAX(VEC, IVEC, v, m) \
     ((VEC)(((IVEC)(v) & ((v) > (m))) | ((IVEC)(m) & ~((v) > (m)))))
-#if defined(__AVX512F__)
+#if defined(__AVX__)
 #include <immintrin.h>
+#endif
+#if defined(__AVX512F__)
 #define MAX_16(v, m) ((vec16)_mm512_max_ps((__m512)(v), (__m512)(m)))
 #endif
 #if defined(__AVX__)
-#include <immintrin.h>
 #define MAX_8(v, m) ((vec8)_mm256_max_ps((__m256)(v), (__m256)(m)))
 #else
 #define MAX_8(v, m) SELECT_MAX(vec8, ivec8, v, m)
