@@ -2,23 +2,24 @@
 ones, ResNet's bottlenecks) run in a blocked channel layout, converted
 only at the chain's edges.
 
-After fusion (fusion.py), a Conv whose weights and bias are constants and
-that is a 1x1 product (stride 1, no padding), a depthwise 3x3 or 5x5
-(strides 1 or 2, any padding, no dilation) or a dense 1x1 or 3x3 (strides
-1 or 2, any padding, no dilation) that Winograd would not run, of at
-least MIN_CHANNELS channels (MIN_PRODUCT_CHANNELS in and out of a
-product or dense one), with any epilogue and residual fusion gave it,
-may run as NchwcConv (lowerings/nchwc.py,
-kernels/ccn_nchwc.c) on tensors of shape (N, ceil(C / BLOCK), H, W,
-BLOCK).  Such Convs that read each other's outputs (as input or residual)
-form a chain, with a Concat along the channels of tensors of whole
-blocks that one of them makes (on blocks the same Concat along axis 1,
-which its producers write in place); a chain that pays (_pays: more
-depthwise Convs than values to reorder at its edges, or more
-multiply-adds saved than reorders cost)
-runs blocked: an NchwcReorderIn before it for each value it reads from
-outside, an NchwcReorderOut after a Conv whose value something outside
-the chain (or the caller) reads.
+After fusion (fusion.py), a Conv whose weights and bias are constants
+and that is a 1x1 product (stride 1, no padding), a depthwise 3x3 or 5x5
+(strides 1 or 2, any padding, no dilation) or a dense 1x1 or 3x3
+(strides 1 or 2, any padding, no dilation) that Winograd would not run
+(or of at most WINOGRAD_BLOCKED_INPUT input channels), of at least
+MIN_CHANNELS channels (MIN_PRODUCT_CHANNELS in and out of a product or
+dense one), with any epilogue and residual fusion gave it, may run as
+NchwcConv (lowerings/nchwc.py, kernels/ccn_nchwc.c) on tensors of shape
+(N, ceil(C / BLOCK), H, W, BLOCK). Such Convs that read each other's
+outputs (as input or residual) form a chain, with a Concat along the
+channels of tensors of whole blocks that one of them makes (on blocks
+the same Concat along axis 1, which its producers write in place) and a
+2-D MaxPool of one of their values (NchwcMaxPool); a chain that pays
+(_pays: more depthwise Convs than values to reorder at its edges, or
+more multiply-adds saved than reorders cost) runs blocked: an
+NchwcReorderIn before it for each value it reads from outside, an
+NchwcReorderOut after a Conv whose value something outside the chain (or
+the caller) reads.
 One 1x1 product and the depthwise after it then share a layout with no
 repacking (onnxruntime's MLAS runs every convolution so;
 benchmarks/NOTES.md, "NCHWc through mobile chains").
@@ -70,6 +71,13 @@ REORDER_COST = 32
 #: ResNet-50's 1.6 MiB of 512 channels at 28x28 gain).
 DEEP_BLOCKS = 16
 DEEP_INPUT = 1 << 19
+#: Most input channels of a dense Conv that runs blocked where Winograd
+#: would run on NCHW: with so few, F(4x4, 3x3)'s transforms and its
+#: weights, 4x the dense kernel's, weigh more than the products it saves
+#: once the model's other layers have taken the caches (SqueezeNet's
+#: 32 -> 128 at 27x27 in the model, calls interleaved with onnxruntime's:
+#: 0.26 ms on Winograd, 0.22 on blocks; alone, warm, 0.20 and 0.22).
+WINOGRAD_BLOCKED_INPUT = 32
 
 
 def _static(program: Program, r: int) -> tuple[int, ...] | None:
@@ -119,12 +127,14 @@ def blockable(program: Program, inst: Instruction) -> bool:
         return False
     if group == 1 and cg == c:  # a 1x1 product or a dense convolution
         # Not one Winograd runs (about 0.8x the dense kernel's time at
-        # ResNet-50's 3x3 of 14x14-56x56, benchmarks/NOTES.md).
+        # ResNet-50's 3x3 of 14x14-56x56, benchmarks/NOTES.md), but of
+        # few input channels.
         return kh == kw and kh in DENSE_KERNELS and \
             win.strides[0] == win.strides[1] and win.strides[0] in DENSE_STRIDES and \
-            winograd_tiles(x[0], c, m, win.out, (kh, kw), win.strides, win.dilations, 1,
-                           phases=True, direct=takes_direct(True, 1, (kh, kw), win.strides,
-                                                            win.dilations, win.out[1])) is None
+            (c <= WINOGRAD_BLOCKED_INPUT or winograd_tiles(
+                x[0], c, m, win.out, (kh, kw), win.strides, win.dilations, 1, phases=True,
+                direct=takes_direct(True, 1, (kh, kw), win.strides, win.dilations,
+                                    win.out[1])) is None)
     return group == c == m and cg == 1 and kh == kw and kh in DEPTHWISE_KERNELS and \
         win.strides[0] == win.strides[1] and win.strides[0] in DEPTHWISE_STRIDES
 
@@ -155,20 +165,27 @@ def chains(program: Program) -> list[set[int]]:
     """The instruction indices of each chain that runs blocked: blockable
     Convs linked by the values they read (input 0, the residual 3, the
     tensor of a squeeze-excitation's Mul folded into a 1x1 product), with
-    the GlobalAveragePools of their outputs, that pay (_pays)."""
+    the GlobalAveragePools, MaxPools and Concats of their outputs, that pay
+    (_pays)."""
     insts = program.instructions
     scales = _scales(program)
     reads = _blocked_reads(program, scales)
     # In program order, so that a value's producer is known before its
     # readers: a Conv always, a pool or Concat when it reads a member's value
     # (a Concat of values made elsewhere stays out, and so do its readers'
-    # links to it).
+    # links to it).  A MaxPool of a 3x3 stem joins too, the stem then
+    # writing blocks (SqueezeNet's; ResNet's 7x7 stem took 1.25x its NCHW
+    # time on blocks).
+    small_stems = {r for r, k in _stems(program).items()
+                   if program.constants[insts[k].inputs[1]].shape[2:] == (3, 3)}
     producer: dict[int, int] = {}
     members = []
     for i in sorted(reads):
-        if insts[i].op == 'Conv' or any(r in producer for r in reads[i]):
+        if insts[i].op == 'Conv' or any(
+                r in producer or (insts[i].op == 'MaxPool' and r in small_stems)
+                for r in reads[i]):
             members.append(i)
-            if insts[i].op in ('Conv', 'Concat'):
+            if insts[i].op in ('Conv', 'Concat', 'MaxPool'):
                 producer[insts[i].outputs[0]] = i
     parent = {i: i for i in members}
 
@@ -264,7 +281,23 @@ def _blocked_reads(program: Program, scales: dict[int, int]) -> dict[int, list[i
                 reads[i] = [inst.inputs[0]]
         elif _block_concat(program, inst):
             reads[i] = list(inst.inputs)
+        elif _block_pool(program, inst):
+            reads[i] = [inst.inputs[0]]
     return reads
+
+
+def _block_pool(program: Program, inst: Instruction) -> bool:
+    """Whether ``inst`` is a 2-D MaxPool without dilation or Indices of a
+    static 4-D tensor: on blocks, NchwcMaxPool (16 channels a vector,
+    where ccn_maxpool2d's rows of one plane took 1.8x onnxruntime's time
+    on SqueezeNet's pools of blocks)."""
+    if inst.op != 'MaxPool' or inst.domain not in ('', 'ai.onnx') or \
+            any(r != NO_REGISTER for r in inst.outputs[1:]):
+        return False
+    x, y = _static(program, inst.inputs[0]), _static(program, inst.outputs[0])
+    return x is not None and len(x) == 4 and y is not None and len(y) == 4 and \
+        len(inst.attrs.get('kernel_shape') or ()) == 2 and \
+        tuple(inst.attrs.get('dilations') or (1, 1)) == (1, 1)
 
 
 def _block_concat(program: Program, inst: Instruction) -> bool:
@@ -287,7 +320,7 @@ def _edges(program: Program, chain: set[int], reads: dict[int, list[int]],
     """The registers ``chain`` reorders: values it reads from outside,
     values it makes that something outside reads."""
     made = {program.instructions[i].outputs[0] for i in chain
-            if program.instructions[i].op in ('Conv', 'Concat')}
+            if program.instructions[i].op in ('Conv', 'Concat', 'MaxPool')}
     read = {r for i in chain for r in reads[i]}
     outside = _outside(program, chain, reads, scales)
     # A stem only the chain reads writes blocks: no reorder.
@@ -316,10 +349,10 @@ def _chained_inputs(inst: Instruction) -> list[int]:
 
 
 def block_chains(program: Program) -> Program:
-    """``program`` with its chains (``chains``) as NchwcConv and
-    NchwcGlobalAveragePool between NchwcReorderIn and NchwcReorderOut, a
-    folded Mul's scale as its product's input 4; the same object when it
-    has none."""
+    """``program`` with its chains (``chains``) as NchwcConv,
+    NchwcGlobalAveragePool, NchwcMaxPool and Concat of blocks between
+    NchwcReorderIn and NchwcReorderOut, a folded Mul's scale as its
+    product's input 4; the same object when it has none."""
     found = chains(program)
     if not found:
         return program
@@ -374,6 +407,9 @@ def block_chains(program: Program) -> Program:
             rewritten.append(dataclasses.replace(
                 inst, inputs=tuple(blocked[r] for r in inst.inputs), outputs=(yb,),
                 attrs={**inst.attrs, 'axis': 1}))
+        elif inst.op == 'MaxPool':
+            rewritten.append(dataclasses.replace(inst, op='NchwcMaxPool', domain=CUSTOM_DOMAIN,
+                                                 inputs=(blocked[reads[i][0]],), outputs=(yb,)))
         else:
             inputs = list(inst.inputs)
             inputs[0] = blocked[reads[i][0]]

@@ -34,6 +34,10 @@ void ccn_nchwc_reorder_out(long batch, long channels, long pixels, const float *
  * a squeeze-excitation's pool. */
 void ccn_nchwc_global_average_pool(long batch, long channels, long pixels, const float *x,
                                    float *y);
+/* y = the 2-D MaxPool of blocked x (g's in_blocks blocks, its window and
+ * padding; out_blocks = in_blocks, no activation), blocked: a NaN wins,
+ * as in ccn_maxpool2d. */
+void ccn_nchwc_maxpool(const ccn_nchwc_geometry *g, const float *x, float *y);
 /* A 1x1 convolution of blocked x by w, (out_blocks, in_blocks * 16, 16)
  * (w[ob][ci][o] the weight of output 16 ob + o from input ci, zero past
  * the channels), its input channel c of image n first scaled by

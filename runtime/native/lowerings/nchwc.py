@@ -70,6 +70,31 @@ def global_average_pool(em, inst) -> Step:
     return Step('nchwc', [out], render)
 
 
+@lowers(CUSTOM_DOMAIN + '::NchwcMaxPool')
+def max_pool(em, inst) -> Step:
+    """A 2-D MaxPool of a blocked tensor (no dilation, no Indices), blocked."""
+    sx = em.shape(inst, 0)
+    a = inst.attrs
+    kernel = tuple(a.get('kernel_shape') or ())
+    if len(sx) != 5 or sx[4] != BLOCK or len(kernel) != 2 or len(inst.outputs) != 1:
+        raise Refuse('NchwcMaxPool pools a blocked tensor by a 2-D window to one output, got '
+                     '%s by %s' % (list(sx), list(kernel)))
+    n, blocks, h, wd, _ = sx
+    win = window(a, (h, wd), kernel, int(a.get('ceil_mode', 0)))
+    if win.dilations != (1, 1):
+        raise Refuse('NchwcMaxPool takes no dilation, got %s' % list(win.dilations))
+    geometry = NCHWC_GEOMETRY.literal(
+        batch=n, in_channels=blocks * BLOCK, in_blocks=blocks, out_blocks=blocks, in_h=h,
+        in_w=wd, out_h=win.out[0], out_w=win.out[1], kernel_h=kernel[0], kernel_w=kernel[1],
+        stride_h=win.strides[0], stride_w=win.strides[1], pad_top=win.pads_begin[0],
+        pad_left=win.pads_begin[1], act=0, act_alpha=0.0)
+
+    def render(ref, scratch):
+        return ['ccn_nchwc_maxpool(%s, %s, %s);' % (geometry, ref(inst.inputs[0]),
+                                                     ref(inst.outputs[0]))]
+    return Step('nchwc', [(n, blocks) + win.out + (BLOCK,)], render)
+
+
 @lowers(CUSTOM_DOMAIN + '::NchwcStemConv')
 def stem(em, inst) -> Step:
     """A stem Conv (conv_direct.stem_conv) writing a chain's blocked input:

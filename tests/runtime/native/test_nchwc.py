@@ -249,18 +249,22 @@ def test_a_malformed_blocked_pool_or_scale_is_refused(case):
         lower(program, 'm')
 
 
-def _stem_block(outputs):
-    """A stem (3 to 32 channels, stride 2) and two depthwise Convs around a
-    product: they pay the reorder out, not the stem's in too."""
+def _stem_model(outputs, channels=32, batch=1):
+    """A stem (3 to ``channels`` channels, stride 2) and two depthwise
+    Convs around a product: they pay the reorder out, not the stem's in
+    too."""
     rng = numpy.random.default_rng(0)
-    init = {}
-    nodes = [_conv(init, rng, 's', 'x', 3, 32, 3, 2, (1, 1, 1, 1)),
-             _conv(init, rng, 'd', 's', 32, 32, 3, 1, (1, 1, 1, 1), group=32),
-             _conv(init, rng, 'p', 'd', 32, 32, 1, 1, (0, 0, 0, 0)),
-             _conv(init, rng, 'e', 'p', 32, 32, 3, 1, (1, 1, 1, 1), group=32)]
-    model = make_model(nodes, [('x', numpy.float32, (1, 3, 32, 32))],
-                       [(name, numpy.float32, (1, c, 16, 16)) for name, c in outputs], init)
-    return fuse(with_defaults(build_program(model)))
+    init, c = {}, channels
+    nodes = [_conv(init, rng, 's', 'x', 3, c, 3, 2, (1, 1, 1, 1)),
+             _conv(init, rng, 'd', 's', c, c, 3, 1, (1, 1, 1, 1), group=c),
+             _conv(init, rng, 'p', 'd', c, c, 1, 1, (0, 0, 0, 0)),
+             _conv(init, rng, 'e', 'p', c, c, 3, 1, (1, 1, 1, 1), group=c)]
+    return make_model(nodes, [('x', numpy.float32, (batch, 3, 32, 32))],
+                      [(name, numpy.float32, (batch, c, 16, 16)) for name, c in outputs], init)
+
+
+def _stem_block(outputs):
+    return fuse(with_defaults(build_program(_stem_model(outputs))))
 
 
 def test_a_stem_only_the_chain_reads_writes_blocks():
@@ -272,6 +276,17 @@ def test_a_stem_only_the_chain_reads_writes_blocks():
     # depthwise Convs do not pay two reorders.
     program = _stem_block([('e', 32), ('s', 32)])
     assert chains(program) == [] and block_chains(program) is program
+
+
+@pytest.mark.native_build
+@pytest.mark.parametrize('channels', [40, 84])
+def test_a_blocked_stem_computes_what_the_vm_computes(channels):
+    # Its tiles sum up to four blocks of output channels at once: 40 are
+    # three blocks, 84 four and then two, the last block in part (its
+    # lanes past the channels zero, which the depthwise Conv reads).
+    model = _stem_model([('e', channels)], channels, batch=2)
+    assert _blocked(model).instructions[0].op == 'NchwcStemConv'
+    check_native(model, [uniform(numpy.random.default_rng(7), 2, 3, 32, 32)], atol=1e-4)
 
 
 @pytest.mark.parametrize('case', ['residual', 'bias of 31', 'five channels', 'group 3'])
@@ -429,3 +444,64 @@ def test_a_concat_of_values_made_outside_a_chain_stays_out_of_it():
                        [('d3', numpy.float32, (1, 32, 8, 8))], init)
     ops = [i.qualified_op.replace(NCHWC, '') for i in _blocked(model).instructions]
     assert ops == ['Concat', 'NchwcReorderIn'] + ['NchwcConv'] * 4 + ['NchwcReorderOut']
+
+
+def pooled_stem_model(rng, stem_kernel=3, squeeze_act='Relu', batch=2):
+    """SqueezeNet's first layers, small: a stem (3 to 32 channels, stride
+    2, ``stem_kernel`` square) and a MaxPool of it (3x3, stride 2, padded
+    top and right, ceil mode), a fire module (its squeeze's activation
+    ``squeeze_act``, its 3x3 expansion of 16 channels, which Winograd would
+    run on NCHW) and a 2x2 MaxPool of its Concat as the output."""
+    init = {}
+    size = (58 - stem_kernel) // 2 + 1
+    pooled = -(-(size + 1 - 3) // 2) + 1
+    nodes = [_conv(init, rng, 'stem', 'x', 3, 32, stem_kernel, 2, (0, 0, 0, 0)),
+             helper.make_node('MaxPool', ['stem'], ['p'], kernel_shape=[3, 3], strides=[2, 2],
+                              pads=[1, 0, 0, 1], ceil_mode=1),
+             _conv(init, rng, 's', 'p', 32, 16, 1, 1, (0, 0, 0, 0)),
+             helper.make_node(squeeze_act, ['s'], ['r']),
+             _conv(init, rng, 'e1', 'r', 16, 64, 1, 1, (0, 0, 0, 0)),
+             _conv(init, rng, 'e3', 'r', 16, 64, 3, 1, (1, 1, 1, 1)),
+             helper.make_node('Concat', ['e1', 'e3'], ['c'], axis=1),
+             helper.make_node('MaxPool', ['c'], ['y'], kernel_shape=[2, 2], strides=[2, 2])]
+    return make_model(nodes, [('x', numpy.float32, (batch, 3, 58, 58))],
+                      [('y', numpy.float32, (batch, 128, pooled // 2, pooled // 2))], init,
+                      opset=13)
+
+
+def test_maxpools_of_a_3x3_stem_and_of_a_chain_run_on_blocks():
+    program = _blocked(pooled_stem_model(numpy.random.default_rng(0)))
+    ops = [i.qualified_op.replace(NCHWC, '') for i in program.instructions]
+    assert ops == ['NchwcStemConv', 'NchwcMaxPool'] + ['NchwcConv'] * 3 + \
+        ['Concat', 'NchwcMaxPool', 'NchwcReorderOut']
+    assert [program.types[i.outputs[0]].shape for i in program.instructions[1:2]] == \
+        [(2, 2, 14, 14, BLOCK)]
+    # A 7x7 stem (ResNet's) stays NCHW, and so does its pool: the chain
+    # starts at the pool's reader.
+    program = _blocked(pooled_stem_model(numpy.random.default_rng(0), stem_kernel=7))
+    ops = [i.qualified_op.replace(NCHWC, '') for i in program.instructions]
+    assert ops[:3] == ['Conv', 'MaxPool', 'NchwcReorderIn']
+
+
+def test_a_blocked_maxpool_of_an_nchw_tensor_is_refused():
+    # A Program file may hold NchwcMaxPool itself.
+    program = _blocked(pooled_stem_model(numpy.random.default_rng(0)))
+    pool = program.instructions[1]
+    program.instructions[1] = dataclasses.replace(pool, inputs=(0,))
+    with pytest.raises(UnsupportedNativeOpsError, match='NchwcMaxPool pools a blocked tensor'):
+        lower(program, 'm')
+
+
+@pytest.mark.native_build
+def test_pools_on_blocks_compute_what_the_vm_computes():
+    rng = numpy.random.default_rng(6)
+    model = pooled_stem_model(rng)
+    x = uniform(rng, 2, 3, 58, 58)
+    check_native(model, [x], atol=1e-3)
+    # A NaN wins its windows, as on the VM: the pools' first pass, by
+    # MAXPS, would drop it.  (Not through a ReLU, which makes it 0 in
+    # native code; onnxruntime's MaxPool lets a later tap win.)
+    model = pooled_stem_model(rng, squeeze_act='Identity')
+    x[1, 2, 30, 17] = numpy.nan
+    got = check_native(model, [x], atol=1e-3, onnxruntime_check=False)[0]
+    assert numpy.isnan(got[1]).any() and not numpy.isnan(got[0]).any()
