@@ -1438,6 +1438,12 @@ void ccn_gemm(long M, long N, long K, const float *A, long a_rs, long a_cs,
     gemm_strided(M, N, K, A, a_rs, a_cs, B, N, alpha, C, N, 0, CCN_ACT_NONE, 0.0f);
 }
 
+/* Floats ahead in each row of b that dot_rows_by_4 fetches: at batch 1 a
+ * classifier's weights come from L3 or memory, four rows at a time
+ * (MNASNet's 1280 -> 1000 Gemm, the caches taken between calls: 1.11x
+ * onnxruntime's time without, 1.00-1.02x with). */
+#define GEMV_AHEAD 256
+
 /* out[4r + j] = the dot product of rows a[r] and b[j] (n floats each), for
  * r < rows (at most CCN_DOT_ROWS) and j < 4; vector partial sums, whose
  * order differs from a serial sum.  Each vector of b is loaded once for all
@@ -1457,6 +1463,7 @@ CCN_ALWAYS_INLINE void dot_rows_by_4(
             CCN_IN_REGISTER(va[r]);
         }
         for (int j = 0; j < 4; j++) {
+            CCN_PREFETCH_AT(b[j], k + GEMV_AHEAD);
             memcpy(&vb, b[j] + k, sizeof vb);
             CCN_IN_REGISTER(vb);
             for (int r = 0; r < rows; r++)

@@ -321,10 +321,56 @@ CCN_ALWAYS_INLINE void pointwise_tile(const conv_call *a, const float *x, const 
                g->act_alpha);
 }
 
-/* A tile of pointwise_tile, the scaling chosen at compile time. */
-#define TILE(W, OB0, P, SKIP, BLOCKS, PIXELS)                                        \
-    (sc ? pointwise_tile(a, x, sc, W, OB0, P, SKIP, y, res, BLOCKS, PIXELS, 1)      \
-        : pointwise_tile(a, x, NULL, W, OB0, P, SKIP, y, res, BLOCKS, PIXELS, 0))
+/* A tile of pointwise_tile from output block ob0 (weights w), the scaling
+ * chosen at compile time. */
+#define TILE(BLOCKS, P0, SKIP, PIXELS)                                               \
+    (sc ? pointwise_tile(a, x, sc, w, ob0, P0, SKIP, y, res, BLOCKS, PIXELS, 1)     \
+        : pointwise_tile(a, x, NULL, w, ob0, P0, SKIP, y, res, BLOCKS, PIXELS, 0))
+
+/* The statement CALL(k, ...) with k = blocks (1 to PW_BLOCKS) a constant:
+ * each size its own code, so that the sums stay in registers. */
+#if PW_BLOCKS == 4
+#define WITH_BLOCKS(blocks, CALL, ...)                                              \
+    switch (blocks) {                                                               \
+    case 4:                                                                         \
+        CALL(4, __VA_ARGS__);                                                       \
+        break;                                                                      \
+    case 3:                                                                         \
+        CALL(3, __VA_ARGS__);                                                       \
+        break;                                                                      \
+    case 2:                                                                         \
+        CALL(2, __VA_ARGS__);                                                       \
+        break;                                                                      \
+    default:                                                                        \
+        CALL(1, __VA_ARGS__);                                                       \
+    }
+#else
+#define WITH_BLOCKS(blocks, CALL, ...)                                              \
+    {                                                                               \
+        (void)(blocks);                                                             \
+        CALL(1, __VA_ARGS__);                                                       \
+    }
+#endif
+
+/* The `pixels` from p0 (stored from `skip` on) of `blocks` output blocks
+ * by CALL(blocks, p0, skip, pixels), every size a constant: a whole tile
+ * of PW_PIXELS, else by pairs of pixels of every block at once (one pixel
+ * of one block was a single chain of FMAs, bound by their latency:
+ * MNASNet's products at 7x7, 8 tiles and a pixel, spent a tenth of their
+ * time on that pixel). */
+#define BLOCKS_TILE(CALL, blocks, p0, skip, pixels)                                 \
+    do {                                                                            \
+        if ((pixels) == PW_PIXELS) {                                                \
+            WITH_BLOCKS(blocks, CALL, p0, skip, PW_PIXELS)                          \
+        } else {                                                                    \
+            for (long p_ = (p0); p_ < (p0) + (pixels); p_ += 2)                     \
+                if (p_ + 1 < (p0) + (pixels)) {                                     \
+                    WITH_BLOCKS(blocks, CALL, p_, 0, 2)                             \
+                } else {                                                            \
+                    WITH_BLOCKS(blocks, CALL, p_, 0, 1)                             \
+                }                                                                   \
+        }                                                                           \
+    } while (0)
 
 /* Pixels of a product's tile: one of a single output block keeps more,
  * its 6 sums otherwise too few chains to hide the FMA's latency (MNASNet's
@@ -346,7 +392,7 @@ static void pointwise_range(void *context, long begin, long end)
         long p0 = t % tiles * width, skip = 0;
         if (plane - p0 < width && 2 * (plane - p0) >= width && plane >= width) {
             /* Half a tile or more of the plane's last pixels: a whole tile
-             * ending at its end, which stores only these (one at a time, each
+             * ending at its end, which stores only these (by pairs, each
              * loads every weight vector: 196 = 32 x 6 + 4 pixels at 14x14;
              * fewer cost less so than a tile). */
             skip = p0 - (plane - width);
@@ -360,27 +406,9 @@ static void pointwise_range(void *context, long begin, long end)
         const long blocks = g->out_blocks - ob0 < PW_BLOCKS ? g->out_blocks - ob0 : PW_BLOCKS;
         const long pixels = plane - p0 < width ? plane - p0 : width;
         if (pixels == width && width != PW_PIXELS)  /* one output block */
-            TILE(w, ob0, p0, skip, 1, PW_PIXELS_ONE);
-        else if (pixels == PW_PIXELS)
-            switch (blocks) {  /* constant sizes: the tile in registers */
-#if PW_BLOCKS == 4
-            case 4:
-                TILE(w, ob0, p0, skip, 4, PW_PIXELS);
-                break;
-            case 3:
-                TILE(w, ob0, p0, skip, 3, PW_PIXELS);
-                break;
-            case 2:
-                TILE(w, ob0, p0, skip, 2, PW_PIXELS);
-                break;
-#endif
-            default:
-                TILE(w, ob0, p0, skip, 1, PW_PIXELS);
-            }
-        else  /* a plane of fewer pixels than a tile: one at a time */
-            for (long o = 0; o < blocks; o++)
-                for (long p = p0; p < p0 + pixels; p++)
-                    TILE(w + o * depth * B, ob0 + o, p, 0, 1, 1);
+            TILE(1, p0, skip, PW_PIXELS_ONE);
+        else
+            BLOCKS_TILE(TILE, blocks, p0, skip, pixels);
     }
 }
 
@@ -479,6 +507,10 @@ CCN_ALWAYS_INLINE void dense_tile(const conv_call *a, const float *x, const floa
  * against 16 x taps FMAs. */
 #define DENSE_BAND 16
 
+/* A tile of dense_tile over input blocks [cb, cb1). */
+#define DENSE_TILE(BLOCKS, P0, SKIP, PIXELS)                                         \
+    dense_tile(a, x, w, ob0, P0, SKIP, y, res, cb, cb1, BLOCKS, PIXELS)
+
 static void dense_range(void *context, long begin, long end)
 {
     const conv_call *a = context;
@@ -504,35 +536,17 @@ static void dense_range(void *context, long begin, long end)
         for (long cb = 0; cb < g->in_blocks; cb += chunk)
             for (long tile = band; tile < band_end; tile++) {
                 long p0 = tile * PW_PIXELS, skip = 0;
-                if (plane - p0 < PW_PIXELS && plane >= PW_PIXELS) {
-                    /* The plane's last pixels: a whole tile ending at its end
-                     * (pointwise_range), storing only these. */
+                if (plane - p0 < PW_PIXELS && 2 * (plane - p0) >= PW_PIXELS &&
+                    plane >= PW_PIXELS) {
+                    /* Half a tile or more of the plane's last pixels: a whole
+                     * tile ending at its end (pointwise_range), storing only
+                     * these. */
                     skip = p0 - (plane - PW_PIXELS);
                     p0 = plane - PW_PIXELS;
                 }
                 const long cb1 = cb + chunk < g->in_blocks ? cb + chunk : g->in_blocks;
                 const long pixels = plane - p0 < PW_PIXELS ? plane - p0 : PW_PIXELS;
-                if (pixels == PW_PIXELS)
-                    switch (blocks) {
-#if PW_BLOCKS == 4
-                    case 4:
-                        dense_tile(a, x, w, ob0, p0, skip, y, res, cb, cb1, 4, PW_PIXELS);
-                        break;
-                    case 3:
-                        dense_tile(a, x, w, ob0, p0, skip, y, res, cb, cb1, 3, PW_PIXELS);
-                        break;
-                    case 2:
-                        dense_tile(a, x, w, ob0, p0, skip, y, res, cb, cb1, 2, PW_PIXELS);
-                        break;
-#endif
-                    default:
-                        dense_tile(a, x, w, ob0, p0, skip, y, res, cb, cb1, 1, PW_PIXELS);
-                    }
-                else
-                    for (long o = 0; o < blocks; o++)
-                        for (long p = p0; p < p0 + pixels; p++)
-                            dense_tile(a, x, w + o * depth * B, ob0 + o, p, 0, y, res, cb, cb1,
-                                       1, 1);
+                BLOCKS_TILE(DENSE_TILE, blocks, p0, skip, pixels);
             }
     }
 }
