@@ -438,9 +438,9 @@ static void flat_plane(const depthwise_call *a, const float *in, const float *wc
 /* Padded input pixels, and outputs, of a band of a plane that channel_block
  * holds at most (34x34, ConvNeXt's 7x7 at 28x28 whole: two such blocks of
  * vectors are 154 KB of stack with AVX-512; the pool's threads have 8 MB),
- * and its taps. */
+ * and its taps (11x11, MixNet's). */
 #define BLOCK_PIXELS 1200
-#define BLOCK_TAPS 81
+#define BLOCK_TAPS 121
 
 /* Columns of the zero-padded input that g's taps reach. */
 static long reach_w(const ccn_conv_geometry *g)

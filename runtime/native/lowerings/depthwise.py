@@ -10,7 +10,7 @@ from ..lowering import Refuse, Step, conv_geometry, lowers, window
 
 #: ccn_depthwise.c's BLOCK_PIXELS and BLOCK_TAPS: the most padded pixels,
 #: and taps, of a plane it takes by channels.
-BLOCK_PIXELS, BLOCK_TAPS = 1200, 81
+BLOCK_PIXELS, BLOCK_TAPS = 1200, 121
 
 
 def is_depthwise(channels_in, channels_out, group) -> bool:
@@ -37,10 +37,14 @@ def band_rows(out, kernel, strides, dilations) -> int:
     outputs), where a strip masks every load and leaves half its lanes idle
     with AVX-512, or at stride 2 (each strip's tap two loads and a
     shuffle); 49 or more over wider rows (ConvNeXt's 7x7 at 14x14 and
-    28x28, and at 56x56 in bands of 13 output rows: at stride 1, bands of
-    at least KH rows).  The copies cost more than they save with fewer
-    taps (1.3x-1.7x the strips' and flat planes' time with 3x3 kernels; 5x5
-    at stride 1 over 14x14 0.95x-1.07x, over 28x28 1.26x)."""
+    28x28, and at 56x56 in bands of 13 output rows), in bands whose rows
+    of inputs, KH at least, are mostly new ones (band x stride >= KH).
+    The copies cost more than they save with fewer taps (1.3x-1.7x the
+    strips' and flat planes' time with 3x3 kernels; 5x5 at stride 1 over
+    14x14 0.95x-1.07x, over 28x28 1.26x).  Kernels up to 11x11 (MixNet's)
+    fit; past the 3x3 and 5x5 the strips at stride 2 gather lane by lane
+    (MixNet-S's 7x7 from 56x56 and 11x11 from 14x14, stride 2: 1.2 and
+    0.9 ms that way)."""
     taps = kernel[0] * kernel[1]
     if out[1] <= 0 or not (25 if out[1] <= 8 or strides[1] > 1 else 49) <= taps <= BLOCK_TAPS:
         return 0
@@ -49,7 +53,7 @@ def band_rows(out, kernel, strides, dilations) -> int:
     halo = (kernel[0] - 1) * dilations[0] + 1
     band = min(0 if rows < halo else (rows - halo) // strides[0] + 1, BLOCK_PIXELS // out[1],
                out[0])
-    return band if band == out[0] or tuple(strides) == (1, 1) and band >= kernel[0] else 0
+    return band if band == out[0] or band * strides[0] >= kernel[0] else 0
 
 
 @lowers(CUSTOM_DOMAIN + '::DepthwiseConvNhwc')
