@@ -364,24 +364,30 @@ static int pairs_of_pairs(const ccn_pool_geometry *g, int average)
  * work with AVX-512. */
 #define PAIR_CHUNK 16
 
-/* An output row of pairs_of_pairs' pooling: each the sum of its two
- * columns of the two rows' sums (pool_rows' and pool_columns' order, the
- * same values) over 4, by chunks of PAIR_CHUNK, the last overlapping the
- * one before (no loop of a row's length: by pool_rows and pool_columns, a
- * row of 28 outputs took 6x onnxruntime's time, DenseNet-121's pools). */
+/* Output j of pairs_of_pairs' pooling from rows a and b: the sum of its
+ * two columns of the two rows' sums (pool_rows' and pool_columns' order,
+ * the same values) over 4. */
+CCN_ALWAYS_INLINE float pair_average(const float *a, const float *b, long j)
+{
+    return ((a[2 * j] + b[2 * j]) + (a[2 * j + 1] + b[2 * j + 1])) / 4.0f;
+}
+
+/* An output row of pairs_of_pairs' pooling, by chunks of PAIR_CHUNK, the
+ * last overlapping the one before (no loop of a row's length: by pool_rows
+ * and pool_columns, a row of 28 outputs took 6x onnxruntime's time,
+ * DenseNet-121's pools); a row shorter than a chunk output by output. */
 CCN_ALWAYS_INLINE void pair_averages(float *restrict o, const float *restrict r0,
                                      const float *restrict r1, long n)
 {
+    if (n < PAIR_CHUNK) {
+        for (long j = 0; j < n; j++)
+            o[j] = pair_average(r0, r1, j);
+        return;
+    }
     for (long j0 = 0; j0 < n; j0 += PAIR_CHUNK) {
-        const long at = j0 + PAIR_CHUNK <= n || n < PAIR_CHUNK ? j0 : n - PAIR_CHUNK;
-        const long m = n - at < PAIR_CHUNK ? n - at : PAIR_CHUNK;
-        const float *restrict a = r0 + 2 * at, *restrict b = r1 + 2 * at;
-        if (m == PAIR_CHUNK)
-            for (long j = 0; j < PAIR_CHUNK; j++)
-                o[at + j] = ((a[2 * j] + b[2 * j]) + (a[2 * j + 1] + b[2 * j + 1])) / 4.0f;
-        else
-            for (long j = 0; j < m; j++)
-                o[at + j] = ((a[2 * j] + b[2 * j]) + (a[2 * j + 1] + b[2 * j + 1])) / 4.0f;
+        const long at = j0 + PAIR_CHUNK <= n ? j0 : n - PAIR_CHUNK;
+        for (long j = 0; j < PAIR_CHUNK; j++)
+            o[at + j] = pair_average(r0 + 2 * at, r1 + 2 * at, j);
     }
 }
 
