@@ -23,7 +23,11 @@ count is read when the native library and onnxruntime start):
   (LARGE_BATCH's models) 32, with one thread each and with default threads, each quiet and with one
   competing busy process: medians of timed calls after warm-up, native
   first and onnxruntime last in each setting (onnxruntime's workers spin
-  after a run and would starve the native threads' next call).
+  after a run and would starve the native threads' next call); beside the
+  busy process also their means (a user's throughput: there a spinning
+  pool's calls split into fast ones and ones that wait milliseconds for a
+  descheduled worker, and the median sees only the first kind when they
+  are the majority).
 - executable: ``emit_c`` + ``make -C`` with the emitted Makefile's defaults,
   its ``--iterations`` timing against the in-Python native backend.
 - profile: per-instruction profiles of the native backend (its profiling
@@ -51,7 +55,7 @@ import onnxruntime
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import inference_candidates as inference  # noqa: E402
-from timing import busy_neighbour, time_interleaved  # noqa: E402
+from timing import busy_neighbour, interleaved_samples, time_interleaved  # noqa: E402
 
 from chainer_compiler.pipeline import build_program  # noqa: E402
 from chainer_compiler.runtime.executor import Executor  # noqa: E402
@@ -199,16 +203,22 @@ def accept_worker(args):
     return row
 
 
-def _median_ms(fn, budget_s):
+def _samples_ms(fn, budget_s):
     # One candidate at a time: the min_reps keep batch 32's calls of seconds bounded.
-    return time_interleaved({'fn': fn}, budget_s=budget_s, min_reps=3, rounds=1)['fn']
+    return [1e3 * t for t in interleaved_samples({'fn': fn}, budget_s=budget_s, min_reps=3,
+                                                 rounds=1)['fn']]
+
+
+def _median_ms(fn, budget_s):
+    return statistics.median(_samples_ms(fn, budget_s))
 
 
 def time_worker(args):
     """Median ms of native and onnxruntime (and the VM, one thread, batch 1),
-    quiet and busy, at the thread count this process was started with; with
-    default threads also native_2t_over_1t_busy, their ratio to one thread
-    timed interleaved in this process."""
+    quiet and busy (and their mean ms busy, as `busymean`), at the thread
+    count this process was started with; with default threads also
+    native_2t_over_1t_busy, their ratio to one thread timed interleaved in
+    this process."""
     threads = None if args.threads == 0 else args.threads
     path = os.path.join(args.dir, file_name(args.model, args.exporter, args.batch))
     program = build_program(path)
@@ -223,7 +233,10 @@ def time_worker(args):
         with busy_neighbour(load == 'busy'):
             for impl, fn in candidates.items():
                 if impl != 'vm' or load == 'quiet':
-                    ms['%s_%s' % (impl, load)] = _median_ms(fn, args.budget)
+                    samples = _samples_ms(fn, args.budget)
+                    ms['%s_%s' % (impl, load)] = statistics.median(samples)
+                    if load == 'busy':
+                        ms['%s_busymean' % impl] = statistics.mean(samples)
             if threads is None and load == 'busy':
                 # The second thread's worth: default threads against one in
                 # this process, round by round beside the same neighbour (two
@@ -508,7 +521,8 @@ def acceptance_markdown(rows):
 
 
 SETTINGS = (('b1 1T', 'quiet_threads_1'), ('b1 default', 'quiet_threads_default'),
-            ('busy 1T', 'busy_threads_1'), ('busy default', 'busy_threads_default'))
+            ('busy 1T', 'busy_threads_1'), ('busy default', 'busy_threads_default'),
+            ('busy default, means', 'busymean_threads_default'))
 
 
 def _median(values):
@@ -519,13 +533,14 @@ def _median(values):
 def timing_markdown(rows):
     lines = ['## Native against onnxruntime', '',
              'Ratios of median times (native / onnxruntime; below 1 is faster), both in one '
-             'process per thread setting; "busy": one other process spinning on a core. '
+             'process per thread setting; "busy": one other process spinning on a core; '
+             '"default busy, means": the ratio of mean times there. '
              '"2T/1T busy": native with default threads over native with one, both busy, '
              'timed call by call in one process (above 1: the second thread costs). VM: the '
              'NumPy VM, one thread, quiet.', '',
              '| model | exporter | batch | native ms (1T) | onnxruntime ms (1T) | 1T | default | '
-             '1T busy | default busy | 2T/1T busy | VM (1T) |',
-             '|---|---|---|---|---|---|---|---|---|---|---|']
+             '1T busy | default busy | default busy, means | 2T/1T busy | VM (1T) |',
+             '|---|---|---|---|---|---|---|---|---|---|---|---|']
     for r in rows:
         ms = r['ms']
         cells = [_fmt(ratio(r, 'native', s)) for _, s in SETTINGS]

@@ -35,6 +35,7 @@ changes nothing.
 import dataclasses
 import math
 
+from ..ops.opset_rules import axes_are_input
 from ..ops.registry import CUSTOM_DOMAIN
 from ..program import NO_REGISTER, Instruction, Program, RegisterType
 from .lowering import BLOCK, Refuse, blocked_shape, window
@@ -273,17 +274,35 @@ def _blocked_reads(program: Program, scales: dict[int, int]) -> dict[int, list[i
             reads[i] = [x] + _chained_inputs(inst)[1:]
         elif blockable(program, inst):
             reads[i] = _chained_inputs(inst)
-        elif inst.op == 'GlobalAveragePool' and inst.domain in ('', 'ai.onnx'):
-            shape = _static(program, inst.inputs[0])
-            # Its lowering takes the channels from the output's type.
-            if shape is not None and len(shape) == 4 and \
-                    _static(program, inst.outputs[0]) == shape[:2] + (1, 1):
-                reads[i] = [inst.inputs[0]]
+        elif _plane_mean(program, inst):
+            reads[i] = [inst.inputs[0]]
         elif _block_concat(program, inst):
             reads[i] = list(inst.inputs)
         elif _block_pool(program, inst):
             reads[i] = [inst.inputs[0]]
     return reads
+
+
+def _plane_mean(program: Program, inst: Instruction) -> bool:
+    """Whether ``inst`` averages each channel of a static 4-D tensor over
+    its whole plane: a GlobalAveragePool, or a ReduceMean over axes 2 and 3
+    with or without them kept (torchvision's MNASNet ends in ``x.mean([2,
+    3])``, which took a reorder out of blocks first).  On blocks,
+    NchwcGlobalAveragePool, whose lowering takes the channels from the
+    output's type."""
+    if inst.domain not in ('', 'ai.onnx') or inst.op not in ('GlobalAveragePool', 'ReduceMean'):
+        return False
+    x, y = _static(program, inst.inputs[0]), _static(program, inst.outputs[0])
+    if x is None or len(x) != 4 or y not in (x[:2] + (1, 1), x[:2]):
+        return False
+    if inst.op == 'GlobalAveragePool':
+        return y == x[:2] + (1, 1)
+    if axes_are_input(inst.op, inst.version):
+        given = program.constants.get(inst.inputs[1]) if len(inst.inputs) > 1 else None
+        axes = [] if given is None else [int(a) for a in given.reshape(-1)]
+    else:
+        axes = list(inst.attrs.get('axes') or ())
+    return sorted(a % 4 for a in axes) == [2, 3]
 
 
 def _block_pool(program: Program, inst: Instruction) -> bool:
@@ -393,9 +412,9 @@ def block_chains(program: Program) -> Program:
                 blocked[r] = new_register(r)
                 rewritten.append(Instruction('NchwcReorderIn', (r,), (blocked[r],),
                                              domain=CUSTOM_DOMAIN, name=inst.name))
-        if inst.op == 'GlobalAveragePool':
+        if inst.op in ('GlobalAveragePool', 'ReduceMean'):
             rewritten.append(dataclasses.replace(inst, op='NchwcGlobalAveragePool',
-                                                 domain=CUSTOM_DOMAIN,
+                                                 domain=CUSTOM_DOMAIN, attrs={},
                                                  inputs=(blocked[reads[i][0]],)))
             continue
         y = inst.outputs[0]

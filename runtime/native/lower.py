@@ -285,13 +285,6 @@ class _Lowerer:
                 raise Refuse('its %s output is used; only the first output is supported'
                              % what)
 
-    def weight(self, r: int, transposed: bool = False) -> str:
-        """The C name of constant ``r`` (transposed: its 2-D transpose,
-        made at emit time so Gemm reads B row by row)."""
-        a = self.consts[r]
-        return self.constant_array('w%d%s' % (r, '_T' if transposed else ''),
-                                   a.T if transposed else a)
-
     def constant_array(self, suffix: str, array) -> str:
         """The C name of an array made at emit time (``NAME_<suffix>`` in
         NAME_weights.c), e.g. a weight laid out for a kernel."""

@@ -73,19 +73,22 @@ def test_timing_table_gives_ratios_to_onnxruntime_and_the_second_thread():
           'vm_quiet_threads_1': 8.0, 'native_busy_threads_1': 3.0,
           'onnxruntime_busy_threads_1': 1.5, 'native_quiet_threads_default': 1.0,
           'onnxruntime_quiet_threads_default': 1.0, 'native_busy_threads_default': 6.0,
-          'onnxruntime_busy_threads_default': 2.0}
+          'onnxruntime_busy_threads_default': 2.0, 'native_busymean_threads_default': 6.5,
+          'onnxruntime_busymean_threads_default': 13.0}
     text = '\n'.join(foreign.timing_markdown(
         [{'model': 'a', 'exporter': 'torchscript', 'batch': 1, 'ms': ms}]))
-    # 1T, default, 1T busy, default busy, 2T/1T busy (6 / 3), VM (8 / 1)
-    assert '| a | torchscript | 1 | 2.00 | 1.00 | 2.00x | 1.00x | 2.00x | 3.00x | 2.00x | ' \
-           '8.00x |' in text
+    # 1T, default, 1T busy, default busy (medians, then means), 2T/1T busy
+    # (6 / 3), VM (8 / 1)
+    assert '| a | torchscript | 1 | 2.00 | 1.00 | 2.00x | 1.00x | 2.00x | 3.00x | 0.50x | ' \
+           '2.00x | 8.00x |' in text
     assert '| batch 1, busy default | 3.00x | 3.00x |' in text
+    assert '| batch 1, busy default, means | 0.50x | 0.50x |' in text
     # The ratio timed interleaved in one process, when there, over the two
     # processes' medians.
     ms['native_2t_over_1t_busy_threads_default'] = 0.9
     text = '\n'.join(foreign.timing_markdown(
         [{'model': 'a', 'exporter': 'torchscript', 'batch': 1, 'ms': ms}]))
-    assert '| 3.00x | 0.90x | 8.00x |' in text
+    assert '| 3.00x | 0.50x | 0.90x | 8.00x |' in text
 
 
 def test_profiles_are_of_the_worst_three_of_each_batch_size(monkeypatch):

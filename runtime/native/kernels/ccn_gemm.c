@@ -596,6 +596,77 @@ CCN_ALWAYS_INLINE void gemv_block(int nv, long K, const float *A, long a_cs, con
 }
 #endif
 
+/* Vectors across a strip of B. */
+#define STRIP_VECTORS (CCN_STRIP_COLS / (CCN_NR / 2))
+
+/* sums[r * CCN_STRIP_COLS + j] = sum over k < kc of a[r * a_rs + k * a_cs]
+ * strip[k * CCN_STRIP_COLS + j], for r < rows: even and odd depths summed
+ * apart, so that the adds' latency does not bound a strip in L2. */
+CCN_ALWAYS_INLINE void strip_rows(int rows, long kc, const float *a, long a_rs, long a_cs,
+                                  const float *strip, float *sums)
+{
+    vec even[CCN_SMALL_M - 1][STRIP_VECTORS], odd[CCN_SMALL_M - 1][STRIP_VECTORS], b;
+    for (int r = 0; r < rows; r++)
+        for (int v = 0; v < STRIP_VECTORS; v++)
+            even[r][v] = odd[r][v] = (vec){0};
+    long k = 0;
+    for (; k + 2 <= kc; k += 2)
+        for (int v = 0; v < STRIP_VECTORS; v++) {
+            memcpy(&b, strip + k * CCN_STRIP_COLS + v * (CCN_NR / 2), sizeof b);
+            for (int r = 0; r < rows; r++)
+                even[r][v] += a[r * a_rs + k * a_cs] * b;
+            memcpy(&b, strip + (k + 1) * CCN_STRIP_COLS + v * (CCN_NR / 2), sizeof b);
+            for (int r = 0; r < rows; r++)
+                odd[r][v] += a[r * a_rs + (k + 1) * a_cs] * b;
+        }
+    for (; k < kc; k++)
+        for (int v = 0; v < STRIP_VECTORS; v++) {
+            memcpy(&b, strip + k * CCN_STRIP_COLS + v * (CCN_NR / 2), sizeof b);
+            for (int r = 0; r < rows; r++)
+                even[r][v] += a[r * a_rs + k * a_cs] * b;
+        }
+    for (int r = 0; r < rows; r++)
+        for (int v = 0; v < STRIP_VECTORS; v++) {
+            b = even[r][v] + odd[r][v];
+            memcpy(sums + r * CCN_STRIP_COLS + v * (CCN_NR / 2), &b, sizeof b);
+        }
+}
+
+/* Fewer than CCN_SMALL_M rows of A (a classifier at batch 1) by B in its
+ * emit-time strips, which lie one after the other slice by slice: B
+ * streams past once, in one sequential read, where the dot products'
+ * rows of a row-major Bt were four streams restarting every few KiB
+ * (MNASNet's 1280 -> 1000 Gemm: 0.172 -> 0.104 ms in the model, where
+ * onnxruntime takes 0.121).  Columns
+ * [col0, col0 + N) of the whole product start at a strip. */
+static void gemm_strips_few_rows(long M, long N, long K, const a_operand *A, long row0,
+                                 const b_operand *B, long col0, const c_start *s, float *C,
+                                 long ldc, int set, int act, float act_alpha)
+{
+    const float *a = A->a + row0 * A->rs;
+    for (long k0 = 0; k0 < K; k0 += CCN_KC) {
+        const long kc = min_long(CCN_KC, K - k0);
+        const float *strip = B->panels + k0 * B->panel_cols + col0 * kc;
+        for (long n0 = 0; n0 < N; n0 += CCN_STRIP_COLS, strip += CCN_STRIP_COLS * kc) {
+            float sums[(CCN_SMALL_M - 1) * CCN_STRIP_COLS];
+            /* A constant row count per call, for the registers. */
+            switch (M) {
+            case 3: strip_rows(3, kc, a + k0 * A->cs, A->rs, A->cs, strip, sums); break;
+            case 2: strip_rows(2, kc, a + k0 * A->cs, A->rs, A->cs, strip, sums); break;
+            default: strip_rows(1, kc, a + k0 * A->cs, A->rs, A->cs, strip, sums); break;
+            }
+            const long nr = min_long(CCN_STRIP_COLS, N - n0);
+            for (long m = 0; m < M; m++)
+                for (long j = 0; j < nr; j++) {
+                    float *c = C + m * ldc + n0 + j;
+                    const float v = A->alpha * sums[m * CCN_STRIP_COLS + j];
+                    *c = set && k0 == 0 ? start_value(s, m, n0 + j) + v : *c + v;
+                }
+        }
+    }
+    activate_block(M, N, C, ldc, act, act_alpha);
+}
+
 /* One row of A (a recurrent cell's step, a layer at batch 1 whose B is
  * not transposed at emit time): a GEMV that keeps the sums of eight
  * vectors of C in registers while B's rows stream past, where
@@ -1061,6 +1132,10 @@ static void gemm_serial(long M, long N, long K, const a_operand *A, long row0,
                         int set, int act, float act_alpha)
 {
     const c_start s = start_at(s0, row0, col0);
+    if (M < CCN_SMALL_M && K > 0 && A->panels == NULL && B->panels != NULL) {
+        gemm_strips_few_rows(M, N, K, A, row0, B, col0, &s, C, ldc, set, act, act_alpha);
+        return;
+    }
     if (M == 1 && A->panels == NULL && B->panels == NULL) {
         gemv(N, K, A->a + row0 * A->rs, A->cs, B->b + col0, B->ldb, A->alpha, C, set, act,
              act_alpha);
@@ -1438,12 +1513,6 @@ void ccn_gemm(long M, long N, long K, const float *A, long a_rs, long a_cs,
     gemm_strided(M, N, K, A, a_rs, a_cs, B, N, alpha, C, N, 0, CCN_ACT_NONE, 0.0f);
 }
 
-/* Floats ahead in each row of b that dot_rows_by_4 fetches: at batch 1 a
- * classifier's weights come from L3 or memory, four rows at a time
- * (MNASNet's 1280 -> 1000 Gemm, the caches taken between calls: 1.11x
- * onnxruntime's time without, 1.00-1.02x with). */
-#define GEMV_AHEAD 256
-
 /* out[4r + j] = the dot product of rows a[r] and b[j] (n floats each), for
  * r < rows (at most CCN_DOT_ROWS) and j < 4; vector partial sums, whose
  * order differs from a serial sum.  Each vector of b is loaded once for all
@@ -1463,7 +1532,6 @@ CCN_ALWAYS_INLINE void dot_rows_by_4(
             CCN_IN_REGISTER(va[r]);
         }
         for (int j = 0; j < 4; j++) {
-            CCN_PREFETCH_AT(b[j], k + GEMV_AHEAD);
             memcpy(&vb, b[j] + k, sizeof vb);
             CCN_IN_REGISTER(vb);
             for (int r = 0; r < rows; r++)

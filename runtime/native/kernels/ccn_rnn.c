@@ -1,7 +1,7 @@
 /* RNN family: RNN, GRU and LSTM, and their gradients (below).  Per
  * direction, the input projection X W^T of every step is one matrix
- * product; each step then computes h R^T (one more product: a GEMV at
- * batch 1, R^T in strips from batch 4; GRU's second one adds Rb_h) and
+ * product; each step then computes h R^T (one more product, R^T in
+ * strips when it is a constant; GRU's second one adds Rb_h) and
  * applies the cell, biases included, to the rows whose sequence is still
  * running: one loop per gate block, whose sigmoid and tanh are the
  * vectorised polynomial and rational function of ccn_common.h. */
@@ -118,9 +118,10 @@ static long r_block(long H, long n, int strips)
 }
 
 /* C = (set) or += the B rows of a (H apart) times a block of R^T with n
- * columns: at batch 1 a GEMV, bound by reading R^T (from L2 after the
- * first step); in strips, no packing of R^T at each step (a 32-row step
- * 1.1x faster). */
+ * columns: at batch 1 bound by reading R^T (from L2 after the first
+ * step); in strips, no packing of R^T at each step (a 32-row step 1.1x
+ * faster) and one sequential pass at a few rows (two LSTMs of 128 at
+ * batch 1, 32 steps: 0.19 ms with a row-major GEMV, 0.15 in strips). */
 static void step_product(long B, long n, long H, const float *a, const float *rt, int strips,
                          float *C, int set)
 {

@@ -34,10 +34,6 @@ from .winograd import (
     winograd_tiles,
 )
 
-#: Rows of A below which a product with a constant B reads B transposed
-#: (N x K) by dot products (ccn_gemm_bt): a batch-1 layer is bound by
-#: reading B, which this reads once, in order.
-FEW_ROWS = 4
 #: A batched MatMul whose products have this many multiply-adds each (an
 #: attention's heads from 256 tokens of 64) runs them one after the other
 #: by the blocked GEMM, each split between threads: ccn_matmul_batched's
@@ -128,17 +124,15 @@ def gemm(em, inst) -> Step:
     # products on B as it lies beat transposing it first.
     run_time_bt = not b_const and trans_b and (
         (M <= BT_MAX_ROWS and K >= BT_MIN_DEPTH) or (M <= BT_DEEP_MAX_ROWS and K >= BT_DEEP_DEPTH))
-    # A constant B goes to ccn_gemm_strips in strips packed here once (for
-    # several rows) or to ccn_gemm_bt as N x K (few rows); a run-time B to
+    # A constant B goes to ccn_gemm_strips in strips packed here once (a
+    # few rows read them in one sequential pass); a run-time B to
     # ccn_gemm_ex as row-major K x N, transposed into scratch if need be.
-    dots = ((b_const and M < FEW_ROWS) or run_time_bt) and (not trans_a or M == 1)
+    dots = run_time_bt and (not trans_a or M == 1)
     strips = None
-    if b_const and not dots and M >= PANEL_MIN_ROWS:
+    if b_const:
         b = numpy.asarray(em.const(b_reg), numpy.float32)
         strips = em.constant_array('strips%d' % inst.outputs[0],
                                    pack_panels(b if trans_b else b.T, STRIP_COLS))
-    b_name = em.weight(b_reg, transposed=bool(trans_b) != dots) if b_const and not strips \
-        else None
     # B's rows: N x K for the dot products, else K x N (strips: N, unread).
     geometry = GEMM_GEOMETRY.literal(M=M, N=N, K=K, a_rs=1 if trans_a else K,
                                      a_cs=M if trans_a else 1, ldb=K if dots else N, ldc=N,
@@ -147,7 +141,7 @@ def gemm(em, inst) -> Step:
     def render(ref, scratch):
         y = ref(inst.outputs[0])
         lines = []
-        b = b_name or ref(b_reg)
+        b = strips or ref(b_reg)
         if trans_b and not b_const and not dots:
             lines.append('ccn_transpose(%d, %d, %s, %s);' % (N, K, ref(b_reg), scratch))
             b = scratch
@@ -168,7 +162,7 @@ def gemm(em, inst) -> Step:
         function = ('ccn_gemm_bt' if dots else 'ccn_gemm_strips' if strips
                     else 'ccn_gemm_set' if set_y else 'ccn_gemm_ex')
         lines.append('%s(%s,' % (function, geometry))
-        lines.append('    %s, %s, %s, %s);' % (ref(inst.inputs[0]), strips or b, cfloat(alpha), y))
+        lines.append('    %s, %s, %s, %s);' % (ref(inst.inputs[0]), b, cfloat(alpha), y))
         return lines
     return Step('gemm', [(M, N)], render,
                 scratch=K * N if trans_b and not b_const and not dots else 0)
@@ -204,13 +198,10 @@ def matmul(em, inst) -> Step:
     blocked = not flat and M * N * K >= BLOCKED_PRODUCT_MACS and \
         a_strides == _batch_strides(batch + (M, K), batch) and \
         b_strides == _batch_strides(batch + (K, N), batch)
-    # A constant B for few rows: read transposed by dot products.
+    # A constant B: packed in strips here once.
     b_const = em.const(inst.inputs[1])
-    dots = flat and rows < FEW_ROWS and b_const is not None
-    bt = em.weight(inst.inputs[1], transposed=True) if dots else None
-    # A constant B for more rows: packed in strips here once.
     strips = None
-    if flat and rows >= PANEL_MIN_ROWS and b_const is not None:
+    if flat and b_const is not None:
         strips = em.constant_array('strips%d' % inst.outputs[0], pack_panels(
             numpy.asarray(b_const, numpy.float32).reshape(K, N).T, STRIP_COLS))
 
@@ -218,23 +209,19 @@ def matmul(em, inst) -> Step:
     # product by a constant B the third input): the product starts from it
     # (the strips add it at their first store).
     bias = inst.inputs[2] if len(inst.inputs) > 2 else None
-    if bias is not None and (not (dots or strips) or math.prod(em.shape(inst, 2)) != N):
+    if bias is not None and (not strips or math.prod(em.shape(inst, 2)) != N):
         raise Refuse('a MatMul bias needs a constant B and %d values' % N)
 
-    # Row-major A and C; B N x K for the dot products, else K x N.
+    # Row-major A, B (K x N) and C.
     geometry = GEMM_GEOMETRY.literal(M=rows if flat else M, N=N, K=K, a_rs=K, a_cs=1,
-                                     ldb=K if dots else N, ldc=N, act=act, act_alpha=act_alpha)
+                                     ldb=N, ldc=N, act=act, act_alpha=act_alpha)
 
     def render(ref, scratch):
-        a, b, y = ref(inst.inputs[0]), ref(inst.inputs[1]), ref(inst.outputs[0])
-        init = 'ccn_gemm_init(%d, %d, %s, %s, 0, %d, %s);' % (
-            rows, N, y, ref(bias) if bias is not None else 'NULL', bias is not None,
-            cfloat(1.0 if bias is not None else 0.0))
-        if dots:
-            return [init, 'ccn_gemm_bt(%s,' % geometry, '    %s, %s, 1.0f, %s);' % (a, bt, y)]
+        a, y = ref(inst.inputs[0]), ref(inst.outputs[0])
         if strips:
             return ['ccn_gemm_strips_set(%s,' % geometry, '    %s, %s, 1.0f, %s, %s);' % (
                 a, strips, ref(bias) if bias is not None else 'NULL', y)]
+        b = ref(inst.inputs[1])
         if flat:
             return ['ccn_gemm_set(%s,' % geometry, '    %s, %s, 1.0f, %s);' % (a, b, y)]
         if blocked:

@@ -33,10 +33,13 @@ def reorder_in(em, inst) -> Step:
     return Step('nchwc', [blocked_shape(s)], render)
 
 
-def _declared_4d(em, r: int) -> tuple[int, ...] | None:
-    """Register ``r``'s declared static 4-D shape, None when it has none."""
+def _declared_4d(em, r: int, pooled: bool = False) -> tuple[int, ...] | None:
+    """Register ``r``'s declared static 4-D shape, None when it has none
+    (``pooled``: a declared (N, C) too, as the (N, C, 1, 1) it lies as)."""
     declared = em.p.types.get(r)
     out = tuple(declared.shape or ()) if declared is not None else ()
+    if pooled and len(out) == 2:
+        out += (1, 1)
     return out if len(out) == 4 and all(isinstance(d, int) and d >= 0 for d in out) else None
 
 
@@ -57,17 +60,19 @@ def reorder_out(em, inst) -> Step:
 
 @lowers(CUSTOM_DOMAIN + '::NchwcGlobalAveragePool')
 def global_average_pool(em, inst) -> Step:
-    """A squeeze-excitation's pool of a blocked tensor, to a plain (N, C, 1, 1)."""
+    """A squeeze-excitation's or a classifier's pool of a blocked tensor, to
+    a plain (N, C, 1, 1) or (N, C)."""
     s = em.shape(inst, 0)
-    out = _declared_4d(em, inst.outputs[0])
+    out = _declared_4d(em, inst.outputs[0], pooled=True)
     if len(s) != 5 or out is None or out[2:] != (1, 1) or blocked_shape(out[:2] + s[2:4]) != s:
         raise Refuse('NchwcGlobalAveragePool takes a blocked tensor to a declared (N, C, 1, 1) '
-                     'of its channels, got %s to %s' % (list(s), list(out or ())))
+                     'or (N, C) of its channels, got %s to %s' % (list(s), list(out or ())))
 
     def render(ref, scratch):
         return ['ccn_nchwc_global_average_pool(%d, %d, %d, %s, %s);' % (
             out[0], out[1], s[2] * s[3], ref(inst.inputs[0]), ref(inst.outputs[0]))]
-    return Step('nchwc', [out], render)
+    kept = len(em.p.types[inst.outputs[0]].shape) == 4
+    return Step('nchwc', [out if kept else out[:2]], render)
 
 
 @lowers(CUSTOM_DOMAIN + '::NchwcMaxPool')

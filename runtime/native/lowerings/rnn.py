@@ -4,9 +4,10 @@ ccn_rnn.c, which multiplies through ccn_gemm.c.
 
 W and R go to the kernel transposed (so the inner loop of each product is
 contiguous): made at emit time when they are constants, else transposed
-into scratch at run time.  A constant R of the forward node at a batch of
-PANEL_MIN_ROWS or more goes packed in ccn_gemm.h's strips, which each
-step's product then reads without packing them again.  sequence_lens is
+into scratch at run time.  A constant R of the forward node goes packed
+in ccn_gemm.h's strips, which each step's product then reads without
+packing them again (in one sequential pass at a batch of a few rows).
+sequence_lens is
 read at run time, constant or not.  Only the default activations are
 supported.
 """
@@ -15,7 +16,7 @@ import numpy
 from ...ops.registry import CUSTOM_DOMAIN
 from ...program import NO_REGISTER
 from ..cformat import Shape, cfloat
-from ..gemm_layout import PANEL_MIN_ROWS, STRIP_COLS, pack_panels
+from ..gemm_layout import STRIP_COLS, pack_panels
 from ..lowering import Refuse, Step, lowers
 
 #: op -> (C cell constant, number of gates, default activations of one direction)
@@ -93,8 +94,7 @@ class _Recurrence:
     """What a recurrence and its gradient share: the checked attributes
     and shapes of forward op ``op``'s inputs (the first inputs of
     ``inst``), and the layouts of W^T and R^T for the kernel (``strips``:
-    a constant R^T in strips for a batch of PANEL_MIN_ROWS or more, which
-    only the forward kernel reads)."""
+    a constant R^T in strips, which only the forward kernel reads)."""
 
     def __init__(self, em, inst, op, strips=False):
         self.em, self.inst, self.op = em, inst, op
@@ -113,7 +113,7 @@ class _Recurrence:
         self.GH = gates * H
         self.states = (B, D, H) if layout else (D, B, H)
         self.y = (B, T, D, H) if layout else (T, D, B, H)
-        self.rt_strips = strips and B >= PANEL_MIN_ROWS and em.const(inst.inputs[2]) is not None
+        self.rt_strips = strips and em.const(inst.inputs[2]) is not None
         self.weights = [_weight_layout(em, inst, 1, [(0, self.GH)], D, 'rnn_wt'),
                         _weight_layout(em, inst, 2, _r_blocks(gates, H), D,
                                        'gru_rt' if op == 'GRU' else 'rnn_rt', self.rt_strips)]

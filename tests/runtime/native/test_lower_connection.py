@@ -1,5 +1,6 @@
 """Gemm, MatMul and Conv on the native backend: the blocked GEMM's edge
-tiles and K blocks, the dot-product path for few rows, broadcast batched
+tiles and K blocks, few rows by a constant B's strips in one pass, a
+run-time B's dot-product path for few rows, broadcast batched
 MatMul (its own tiles for attention heads), convolutions sharing one
 product between several images, and constant operands laid out at emit
 time (panels of A, strips of B)."""
@@ -24,7 +25,8 @@ F32 = numpy.float32
 @pytest.mark.native_build
 def test_gemm_variants():
     """Packed GEMM (M >= 4, several K blocks of 256, N not a multiple of the
-    tile), few rows through dot products, transA/transB, alpha/beta and
+    tile), one to three rows by a constant B's strips (a slice of odd
+    depth, a part last strip, a fused ReLU), transA/transB, alpha/beta and
     every bias broadcast, a run-time transposed B (dot products of four, and
     of the 1, 2 or 3 rows left, by four rows of B, over a depth with a
     partial vector; for many rows, B transposed into scratch)."""
@@ -33,21 +35,23 @@ def test_gemm_variants():
     nodes = [
         node('Gemm', ['A', 'W1', 'c1'], ['y1'], alpha=0.5, beta=2.0),          # 37x300 @ 300x45
         node('Gemm', ['At', 'W1t', 'c2'], ['y2'], transA=1, transB=1, alpha=0.75),  # bias (37, 1)
-        node('Gemm', ['a1', 'W1', 'c3'], ['y3'], alpha=1.5, beta=0.5),         # 1 row: dots
+        node('Gemm', ['a1', 'W1', 'c3'], ['y3'], alpha=1.5, beta=0.5),         # 1 row: strips
         node('Gemm', ['a3', 'W1t'], ['y4'], transB=1),                         # 3 rows, no bias
         node('Gemm', ['a1t', 'W1', 'c4'], ['y5'], transA=1),                   # (300, 1)^T
         node('Gemm', ['A', 'B'], ['y6'], transB=1),                            # B at run time
         node('Gemm', ['a6', 'B'], ['y7'], transB=1),                           # 4 + 2 rows
         node('Gemm', ['a80', 'B'], ['y8'], transB=1),                          # B transposed
+        node('Gemm', ['a2', 'W2', 'c5'], ['g9']), node('Relu', ['g9'], ['y9']),  # 2x257 @ 257x33
     ]
     inits = {'W1': uniform(rng, 300, 45), 'W1t': uniform(rng, 45, 300), 'c1': uniform(rng, 45),
-             'c2': uniform(rng, 37, 1), 'c3': uniform(rng, 1), 'c4': uniform(rng, 1, 45)}
+             'c2': uniform(rng, 37, 1), 'c3': uniform(rng, 1), 'c4': uniform(rng, 1, 45),
+             'W2': uniform(rng, 257, 33), 'c5': uniform(rng, 33)}
     inputs = [('A', F32, [37, 300]), ('At', F32, [300, 37]), ('a1', F32, [1, 300]),
               ('a3', F32, [3, 300]), ('a1t', F32, [300, 1]), ('B', F32, [45, 300]),
-              ('a6', F32, [6, 300]), ('a80', F32, [80, 300])]
+              ('a6', F32, [6, 300]), ('a80', F32, [80, 300]), ('a2', F32, [2, 257])]
     outputs = [('y1', F32, [37, 45]), ('y2', F32, [37, 45]), ('y3', F32, [1, 45]),
                ('y4', F32, [3, 45]), ('y5', F32, [1, 45]), ('y6', F32, [37, 45]),
-               ('y7', F32, [6, 45]), ('y8', F32, [80, 45])]
+               ('y7', F32, [6, 45]), ('y8', F32, [80, 45]), ('y9', F32, [2, 33])]
     model = make_model(nodes, inputs, outputs, inits)
     check_native(model, [uniform(rng, *s) for _, _, s in inputs], rtol=1e-4, atol=1e-4)
 
@@ -100,7 +104,7 @@ def test_matmul_broadcasting():
              node('MatMul', ['r', 'w'], ['x']),        # (3,6,7) x (7,)
              node('MatMul', ['w', 'w'], ['d']),        # (7,) x (7,)
              node('MatMul', ['p', 'C'], ['e']),        # (2,1,4,6) x const (6,9)
-             node('MatMul', ['one', 'C'], ['f']),      # (1,6) x const (6,9): dots
+             node('MatMul', ['one', 'C'], ['f']),      # (1,6) x const (6,9): strips
              node('MatMul', ['z0', 'z1'], ['g'])]      # K = 0: zeros
     inputs = [('q', F32, [2, 3, 5, 8]), ('k', F32, [2, 3, 8, 5]), ('p', F32, [2, 1, 4, 6]),
               ('r', F32, [3, 6, 7]), ('v', F32, [6]), ('w', F32, [7]), ('one', F32, [1, 6]),

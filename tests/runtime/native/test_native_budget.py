@@ -211,6 +211,13 @@ NATIVE_BUDGET += 40
 #: issue 31.
 NATIVE_BUDGET += 38
 
+#: + 2: a classifier's mean over each plane (ReduceMean over axes 2 and 3,
+#: MNASNet's) on NCHWc blocks like a GlobalAveragePool (blocked.py:
+#: _plane_mean, 17 lines), less the dot-product paths of constant
+#: weights (Gemm and MatMul of a few rows now read strips; 15 lines
+#: removed), issue 31.
+NATIVE_BUDGET += 2
+
 
 def test_the_native_backend_stays_within_its_budget():
     used = _total((RUNTIME / 'native').rglob('*.py'))

@@ -181,6 +181,50 @@ def test_a_resnet_bottleneck_runs_blocked_but_its_winograd_conv():
     assert ops == ['Conv', 'NchwcReorderIn'] + ['NchwcConv'] * 4 + ['NchwcGlobalAveragePool']
 
 
+def _means_model(opset, means):
+    """A blocked chain (1x1, 3x3 stride 2, 1x1 of 40 channels, ReLUs) whose
+    end ``means`` average: (output name, axes, keepdims), the axes an
+    attribute before opset 18 and a constant input from it."""
+    rng = numpy.random.default_rng(0)
+    init = {}
+    nodes = [_conv(init, rng, 'a', 'x', 32, 64, 1, 1, (0, 0, 0, 0)),
+             helper.make_node('Relu', ['a'], ['a1']),
+             _conv(init, rng, 'b', 'a1', 64, 64, 3, 2, (1, 1, 1, 1)),
+             helper.make_node('Relu', ['b'], ['b1']),
+             _conv(init, rng, 'c', 'b1', 64, 40, 1, 1, (0, 0, 0, 0)),
+             helper.make_node('Relu', ['c'], ['u'])]
+    outputs = []
+    for name, axes, keepdims in means:
+        if opset >= 18:
+            init[name + '_axes'] = numpy.array(axes, numpy.int64)
+            nodes.append(helper.make_node('ReduceMean', ['u', name + '_axes'], [name],
+                                          keepdims=keepdims))
+        else:
+            nodes.append(helper.make_node('ReduceMean', ['u'], [name], axes=axes,
+                                          keepdims=keepdims))
+        kept = [1 if k in [a % 4 for a in axes] else d for k, d in enumerate((2, 40, 14, 14))]
+        outputs.append((name, numpy.float32, kept if keepdims else
+                        [d for k, d in enumerate(kept) if k not in [a % 4 for a in axes]]))
+    return make_model(nodes, [('x', numpy.float32, (2, 32, 28, 28))], outputs, init, opset=opset)
+
+
+@pytest.mark.parametrize('opset', [13, 18])
+def test_a_mean_over_each_plane_pools_the_blocks(opset):
+    # torchvision's MNASNet ends in x.mean([2, 3]): like a GlobalAveragePool,
+    # it reads the chain's blocks (no reorder out first), kept dims or not;
+    # a mean over other axes reads a reordered copy.
+    model = _means_model(opset, [('y', [2, 3], 0), ('z', [-1, -2], 1), ('w', [1, 2], 0)])
+    ops = [i.qualified_op.replace(NCHWC, '') for i in _blocked(model).instructions]
+    assert ops == ['NchwcReorderIn'] + ['NchwcConv'] * 3 + ['NchwcReorderOut'] + \
+        ['NchwcGlobalAveragePool'] * 2 + ['ReduceMean']
+
+
+@pytest.mark.native_build
+def test_means_over_each_plane_on_blocks_compute_what_the_vm_computes():
+    model = _means_model(18, [('y', [2, 3], 0), ('z', [-1, -2], 1)])
+    check_native(model, [uniform(numpy.random.default_rng(2), 2, 32, 28, 28)])
+
+
 @pytest.mark.parametrize('channels, size, blocked', [(256, 48, True), (272, 48, False),
                                                      (272, 40, True)])
 def test_a_deep_large_input_stays_nchw(channels, size, blocked):

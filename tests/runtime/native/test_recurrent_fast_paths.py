@@ -96,8 +96,9 @@ def test_polynomials_within_a_few_ulp(tmp_path):
 @pytest.mark.parametrize('op', ['RNN', 'GRU', 'LSTM'])
 @pytest.mark.native_build
 def test_cells_at_batch_1_and_4_with_vector_tails(op):
-    """A hidden size of 37 (whole vectors and a tail in the cells' loops
-    and in the GEMV), batch 1 (one-row steps) and 4 (blocked products),
+    """A hidden size of 37 (whole vectors and a tail in the cells' loops,
+    a part last strip of R^T), batch 1 (one-row steps over R^T's strips in
+    one pass) and 4 (blocked products),
     every direction and optional input; GRU both ways of the reset."""
     variants = [('forward', ALL, ('Y', 'Y_h', 'Y_c'), {}),
                 ('bidirectional', ALL, ('Y', 'Y_h', 'Y_c'), dict(clip=2.0)),
