@@ -373,9 +373,12 @@ CCN_ALWAYS_INLINE void stem_row_blocks(const float *x, const long *off, long C, 
                                        const float *bias, float *y, long y_block, int NB)
 {
     enum { MAX_NB = 4 };
-    const int P = NB >= 4 ? 6 : NB == 3 ? 8 : 12; /* NB * P <= 24 accumulators */
+    /* NB * P <= 28 accumulators; 16 and 14 pixels take a 112-wide row in
+     * whole tiles (12 left a third of a tile: MNASNet's 16-channel stem
+     * 0.084 -> 0.079 ms). */
+    const int P = NB >= 4 ? 6 : NB == 3 ? 8 : NB == 2 ? 14 : 16;
     for (long ow0 = 0; ow0 < OW; ow0 += P) {
-        v16 acc[MAX_NB][12];
+        v16 acc[MAX_NB][16];
         for (int b = 0; b < NB; b++) {
             v16 start;
             memcpy(&start, bias + b * 16, sizeof start);

@@ -293,18 +293,19 @@ def test_a_malformed_blocked_pool_or_scale_is_refused(case):
         lower(program, 'm')
 
 
-def _stem_model(outputs, channels=32, batch=1):
-    """A stem (3 to ``channels`` channels, stride 2) and two depthwise
-    Convs around a product: they pay the reorder out, not the stem's in
-    too."""
+def _stem_model(outputs, channels=32, batch=1, size=32):
+    """A stem (3 to ``channels`` channels, stride 2, from ``size`` x
+    ``size``) and two depthwise Convs around a product: they pay the
+    reorder out, not the stem's in too."""
     rng = numpy.random.default_rng(0)
     init, c = {}, channels
     nodes = [_conv(init, rng, 's', 'x', 3, c, 3, 2, (1, 1, 1, 1)),
              _conv(init, rng, 'd', 's', c, c, 3, 1, (1, 1, 1, 1), group=c),
              _conv(init, rng, 'p', 'd', c, c, 1, 1, (0, 0, 0, 0)),
              _conv(init, rng, 'e', 'p', c, c, 3, 1, (1, 1, 1, 1), group=c)]
-    return make_model(nodes, [('x', numpy.float32, (batch, 3, 32, 32))],
-                      [(name, numpy.float32, (batch, c, 16, 16)) for name, c in outputs], init)
+    out = (size - 1) // 2 + 1
+    return make_model(nodes, [('x', numpy.float32, (batch, 3, size, size))],
+                      [(name, numpy.float32, (batch, c, out, out)) for name, c in outputs], init)
 
 
 def _stem_block(outputs):
@@ -323,14 +324,16 @@ def test_a_stem_only_the_chain_reads_writes_blocks():
 
 
 @pytest.mark.native_build
-@pytest.mark.parametrize('channels', [40, 84])
-def test_a_blocked_stem_computes_what_the_vm_computes(channels):
-    # Its tiles sum up to four blocks of output channels at once: 40 are
-    # three blocks, 84 four and then two, the last block in part (its
-    # lanes past the channels zero, which the depthwise Conv reads).
-    model = _stem_model([('e', channels)], channels, batch=2)
+@pytest.mark.parametrize('channels, size', [(16, 46), (40, 32), (84, 32)])
+def test_a_blocked_stem_computes_what_the_vm_computes(channels, size):
+    # Its tiles sum up to four blocks of output channels at once: 16 are
+    # one block (tiles of 16 pixels, rows of 23: one tile and part of
+    # another), 40 three blocks, 84 four and then two (tiles of 14, rows
+    # of 16), the last block in part (its lanes past the channels zero,
+    # which the depthwise Conv reads).
+    model = _stem_model([('e', channels)], channels, batch=2, size=size)
     assert _blocked(model).instructions[0].op == 'NchwcStemConv'
-    check_native(model, [uniform(numpy.random.default_rng(7), 2, 3, 32, 32)], atol=1e-4)
+    check_native(model, [uniform(numpy.random.default_rng(7), 2, 3, size, size)], atol=1e-4)
 
 
 @pytest.mark.parametrize('case', ['residual', 'bias of 31', 'five channels', 'group 3'])
