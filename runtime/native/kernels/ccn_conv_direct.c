@@ -479,6 +479,9 @@ static void stem_bands(void *context, long begin, long end)
     const long C = g->in_channels, H = g->in_h, W = g->in_w, M = g->out_channels;
     const long KH = g->kernel_h, T = KH * g->kernel_w, s = d->p->stride;
     const long OH = g->out_h, OW = g->out_w, S = OH * OW, L = d->p->row + CCN_DIRECT_STEM_TAIL;
+    /* The floats of each phase of a line before and after its row (at
+     * least: put_row writes over the excess). */
+    const long head = g->pad_left / s + 1, tail = (g->pad_left + W) / s - 1;
     const long bands = (OH + d->band - 1) / d->band, R = (d->band - 1) * s + KH;
     const long vl = d->kernel->vl, vectors = (OW + vl - 1) / vl;
     const long tiles = (vectors + d->kernel->nv - 1) / d->kernel->nv;
@@ -491,13 +494,22 @@ static void stem_bands(void *context, long begin, long end)
     for (long item = begin; item < end; item++) {
         const long n = item / bands, oh0 = item % bands * d->band;
         const long rows = min_long(d->band, OH - oh0);
-        /* Line r of channel c: input row oh0 * s - pad_top + r. */
-        memset(lines, 0, (size_t)(C * R * s * L) * sizeof(float));
+        /* Line r of channel c: input row oh0 * s - pad_top + r, its
+         * padding zeros: a padding row all of it, else each phase's ends
+         * (zeroing the whole band took a tenth of MNASNet's stem). */
         for (long c = 0; c < C; c++)
-            for (long r = 0, ih = oh0 * s - g->pad_top; r < R; r++, ih++)
-                if (ih >= 0 && ih < H)
-                    put_row(d->x + ((n * C + c) * H + ih) * W, W, g->pad_left, s,
-                            lines + (c * R + r) * s * L, L);
+            for (long r = 0, ih = oh0 * s - g->pad_top; r < R; r++, ih++) {
+                float *line = lines + (c * R + r) * s * L;
+                if (ih < 0 || ih >= H) {
+                    memset(line, 0, (size_t)(s * L) * sizeof(float));
+                    continue;
+                }
+                for (long phase = 0; phase < s; phase++) {
+                    memset(line + phase * L, 0, (size_t)head * sizeof(float));
+                    memset(line + phase * L + tail, 0, (size_t)(L - tail) * sizeof(float));
+                }
+                put_row(d->x + ((n * C + c) * H + ih) * W, W, g->pad_left, s, line, L);
+            }
         if (d->p->blocked) {
             stem_blocked(d, lines, R * s * L, n, oh0, rows);
             continue;
