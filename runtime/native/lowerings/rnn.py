@@ -7,9 +7,8 @@ contiguous): made at emit time when they are constants, else transposed
 into scratch at run time.  A constant R of the forward node goes packed
 in ccn_gemm.h's strips, which each step's product then reads without
 packing them again (in one sequential pass at a batch of a few rows).
-sequence_lens is
-read at run time, constant or not.  Only the default activations are
-supported.
+sequence_lens is read at run time, constant or not.  Only the default
+activations are supported.
 """
 import numpy
 
