@@ -35,7 +35,6 @@ changes nothing.
 import dataclasses
 import math
 
-from ..ops.opset_rules import axes_are_input
 from ..ops.registry import CUSTOM_DOMAIN
 from ..program import NO_REGISTER, Instruction, Program, RegisterType
 from .lowering import BLOCK, Refuse, blocked_shape, window
@@ -297,12 +296,10 @@ def _plane_mean(program: Program, inst: Instruction) -> bool:
         return False
     if inst.op == 'GlobalAveragePool':
         return y == x[:2] + (1, 1)
-    if axes_are_input(inst.op, inst.version):
-        given = program.constants.get(inst.inputs[1]) if len(inst.inputs) > 1 else None
-        axes = [] if given is None else [int(a) for a in given.reshape(-1)]
-    else:
-        axes = list(inst.attrs.get('axes') or ())
-    return sorted(a % 4 for a in axes) == [2, 3]
+    # The axes: an attribute before opset 18, a constant input from it.
+    given = program.constants.get(inst.inputs[1]) if len(inst.inputs) > 1 else None
+    axes = inst.attrs.get('axes') or ([] if given is None else given.reshape(-1).tolist())
+    return sorted(int(a) % 4 for a in axes) == [2, 3]
 
 
 def _block_pool(program: Program, inst: Instruction) -> bool:
