@@ -102,7 +102,7 @@ void NAME(enum ccn_unary_op op, long n, double alpha, double beta,            \
     case CCN_ASINH: CCN_MAP(asinh(v))                                         \
     case CCN_ACOSH: CCN_MAP(acosh(v))                                         \
     case CCN_ATANH: CCN_MAP(atanh(v))                                         \
-    case CCN_RELU: CCN_MAP(v > 0 ? v : (elem)0)                               \
+    case CCN_RELU: CCN_MAP(v < 0 ? (elem)0 : v)                               \
     case CCN_LEAKY_RELU: CCN_MAP(v >= 0 ? v : a * v)                          \
     case CCN_SIGMOID: CCN_MAP(SIGMOID(v))                                     \
     case CCN_SWISH: CCN_MAP(SWISH(v, a))                                      \

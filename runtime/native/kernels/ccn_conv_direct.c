@@ -88,14 +88,14 @@ typedef void tile_fn(long C, long T, const long *off, const float *planes, long 
         return v;                                                                          \
     }                                                                                      \
     /* ccn_activate_simple's activations on a vector, in registers (as it   */           \
-    /* computes them: NaN to 0 by ReLU, kept by Clip).                      */           \
+    /* computes them: NaN kept by ReLU and Clip, as by NumPy's).            */           \
     ATTRIBUTES CCN_ALWAYS_INLINE VEC NAME##_act(VEC v, int act, float alpha)              \
     {                                                                                      \
         const VEC zero = {0}, one = zero + 1.0f, top = zero + alpha;                      \
         VEC h = v / 6.0f + 0.5f;                                                           \
         switch (act) {                                                                     \
         case CCN_ACT_RELU:                                                                 \
-            return CCN_DIRECT_SELECT(v > zero, v, zero);                                   \
+            return CCN_DIRECT_SELECT(v < zero, zero, v);                                   \
         case CCN_ACT_LEAKY_RELU:                                                           \
             return CCN_DIRECT_SELECT(v >= zero, v, alpha * v);                             \
         case CCN_ACT_CLIP:                                                                 \

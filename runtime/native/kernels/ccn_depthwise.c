@@ -218,7 +218,7 @@ static inline vec epilogue(vec v, int act, float a)
     const vec zero = {0};
     switch (act) {
     case CCN_ACT_RELU:
-        return (vec)((ivec)v & (v > zero));
+        return (vec)((ivec)v & ~(v < zero));
     case CCN_ACT_LEAKY_RELU: {
         const ivec keep = v >= zero;
         return (vec)(((ivec)v & keep) | ((ivec)(a * v) & ~keep));

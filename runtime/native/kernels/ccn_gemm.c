@@ -421,7 +421,7 @@ CCN_ALWAYS_INLINE void store_tile(vec v[CCN_MR][2], const c_start *s, float *C, 
             }
 #ifdef CCN_VEC_ACT
             if (in_registers && act == CCN_ACT_RELU)
-                sum = (vec)CCN_MAX_PS((x86_vec)sum, CCN_ZERO_PS());
+                sum = (vec)CCN_MAX_PS(CCN_ZERO_PS(), (x86_vec)sum);  /* NaN: the second */
             else if (in_registers)
                 sum = (vec)CCN_MIN_PS(CCN_SET1_PS(act_alpha),
                                       CCN_MAX_PS(CCN_ZERO_PS(), (x86_vec)sum));

@@ -62,7 +62,7 @@ CCN_ALWAYS_INLINE int ccn_activate_simple(long n, float *restrict c, int act, fl
         return 1;
     case CCN_ACT_RELU:
         for (long j = 0; j < n; j++)
-            c[j] = c[j] > 0.0f ? c[j] : 0.0f;
+            c[j] = c[j] < 0.0f ? 0.0f : c[j];
         return 1;
     case CCN_ACT_LEAKY_RELU:
         for (long j = 0; j < n; j++)

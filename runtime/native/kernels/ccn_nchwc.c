@@ -234,7 +234,7 @@ static inline void store(float *y, const v16 *v, const float *res, int act, floa
     v16 u = res ? *v + LOAD(res) : *v, h;
     switch (act) {
     case CCN_ACT_RELU:
-        u = SELECT(u > zero, u, zero);
+        u = SELECT(u < zero, zero, u);  /* NaN stays NaN, as NumPy's maximum */
         break;
     case CCN_ACT_LEAKY_RELU:
         u = SELECT(u >= zero, u, u * act_alpha);

@@ -30,7 +30,7 @@ CCN_ALWAYS_INLINE void batchnorm_rows(void *context, long begin, long end)
         if (a->act == CCN_ACT_RELU) { /* pre-activation's: one pass, not two */
             for (long s = 0; s < S; s++) {
                 const float v = in[s] * k + d;
-                out[s] = v > 0.0f ? v : 0.0f;
+                out[s] = v < 0.0f ? 0.0f : v;
             }
             continue;
         }

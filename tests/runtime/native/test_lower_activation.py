@@ -9,7 +9,8 @@ from onnx import helper
 from chainer_compiler.pipeline import build_program
 from chainer_compiler.runtime.native import emit_c
 
-from .helpers import check_native, make_model
+from .helpers import check_native, make_model, uniform
+from .test_nchwc import chain_model
 
 F32 = numpy.float32
 
@@ -71,3 +72,58 @@ def test_softmax_of_a_dying_input_runs_in_place(tmp_path):
     assert [x == y for x, y in calls] == [True, True, False], calls
     x = (numpy.random.RandomState(3).standard_normal(shape) * 8).astype(F32)
     check_native(model, [x], rtol=1e-5, atol=1e-6)
+
+
+def _relu_paths_model(rng):
+    """A Relu after each native way of computing its input, on 8 channels
+    of 10 x 20: alone (the elementwise kernel), fused after a
+    BatchNormalization, a 3x3 (Winograd), a 5x5 (direct) and a depthwise
+    Conv, a 1x1 Conv (a product's epilogue in registers), a one-row Gemm
+    (strips of B), and a stem's Conv (3 channels of 12 x 32 at stride 2,
+    its ReLU in registers)."""
+    node = helper.make_node
+    init = {'w3': uniform(rng, 24, 8, 3, 3), 'w5': uniform(rng, 8, 8, 5, 5),
+            'wd': uniform(rng, 8, 1, 3, 3), 'w1': uniform(rng, 16, 8, 1, 1),
+            'wg': uniform(rng, 8 * 10 * 20, 20), 'ws': uniform(rng, 8, 3, 3, 3),
+            'scale': uniform(rng, 8) + 1.5, 'bias': uniform(rng, 8), 'mean': uniform(rng, 8),
+            'var': uniform(rng, 8) + 1.5}
+    nodes = [node('Relu', ['x'], ['r0']),
+             node('BatchNormalization', ['x', 'scale', 'bias', 'mean', 'var'], ['bn']),
+             node('Relu', ['bn'], ['r1']),
+             node('Conv', ['x', 'w3'], ['c3'], kernel_shape=[3, 3], pads=[1] * 4),
+             node('Relu', ['c3'], ['r2']),
+             node('Conv', ['x', 'w5'], ['c5'], kernel_shape=[5, 5], pads=[2] * 4),
+             node('Relu', ['c5'], ['r6']),
+             node('Conv', ['x', 'wd'], ['cd'], kernel_shape=[3, 3], pads=[1] * 4, group=8),
+             node('Relu', ['cd'], ['r3']),
+             node('Conv', ['x', 'w1'], ['c1'], kernel_shape=[1, 1]),
+             node('Relu', ['c1'], ['r4']),
+             node('Flatten', ['x'], ['flat']), node('Gemm', ['flat', 'wg'], ['g']),
+             node('Relu', ['g'], ['r5']),
+             node('Conv', ['s', 'ws'], ['cs'], kernel_shape=[3, 3], pads=[1] * 4, strides=[2, 2]),
+             node('Relu', ['cs'], ['r7'])]
+    shapes = {'r0': (1, 8, 10, 20), 'r1': (1, 8, 10, 20), 'r2': (1, 24, 10, 20),
+              'r3': (1, 8, 10, 20), 'r4': (1, 16, 10, 20), 'r5': (1, 20), 'r6': (1, 8, 10, 20),
+              'r7': (1, 8, 6, 16)}
+    return make_model(nodes, [('x', F32, (1, 8, 10, 20)), ('s', F32, (1, 3, 12, 32))],
+                      [(name, F32, shape) for name, shape in shapes.items()], init)
+
+
+@pytest.mark.native_build
+@pytest.mark.parametrize('model', ['every NCHW path', 'a blocked chain'])
+def test_relu_keeps_nan_as_the_vm_does(model):
+    """NaN into a ReLU stays NaN (NumPy's maximum, onnxruntime's Relu) in
+    each kernel that applies it: an input that is NaN somewhere must not
+    come out as a plausible zero.  The blocked chain applies it in the
+    stem, a 1x1 product and a dense 3x3."""
+    rng = numpy.random.default_rng(3)
+    if model == 'a blocked chain':
+        onnx_model, inputs = chain_model(rng), [uniform(rng, 2, 3, 18, 30)]
+        inputs[0][0, 1, 7, 11] = numpy.nan
+    else:
+        onnx_model = _relu_paths_model(rng)
+        inputs = [uniform(rng, 1, 8, 10, 20), uniform(rng, 1, 3, 12, 32)]
+        inputs[0][0, 2, 4, 6] = inputs[1][0, 1, 5, 9] = numpy.nan
+    got = check_native(onnx_model, inputs, onnxruntime_check=False)
+    # NaN reached every output, so each Relu met it.
+    assert all(numpy.isnan(y).any() for y in got)
