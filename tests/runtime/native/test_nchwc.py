@@ -407,6 +407,40 @@ def test_products_of_one_output_block_compute_what_the_vm_computes(height, width
     check_native(model, [uniform(rng, 2, 24, height, width)], atol=1e-4)
 
 
+def small_plane_model(rng, height, width, batch=2):
+    """Two depthwise 5x5 Convs at stride 1 on a small plane (34 channels:
+    the last block in part): padded asymmetrically, the second with a
+    residual Add and a ReLU6, then a 3x3 one, between 1x1 products."""
+    init = {'lo': numpy.array(0, numpy.float32), 'hi': numpy.array(6, numpy.float32)}
+
+    def conv(*args, **kwargs):
+        return _conv(init, rng, *args, **kwargs)
+    nodes = [
+        conv('p1', 'x', 24, 34, 1, 1, (0, 0, 0, 0)),
+        conv('d1', 'p1', 34, 34, 5, 1, (2, 1, 2, 3), group=34),
+        conv('d2', 'd1', 34, 34, 5, 1, (2, 2, 2, 2), group=34),
+        helper.make_node('Add', ['d2', 'p1'], ['r2']),
+        helper.make_node('Clip', ['r2', 'lo', 'hi'], ['a2']),
+        conv('d3', 'a2', 34, 34, 3, 1, (1, 1, 1, 1), group=34),
+        conv('y', 'd3', 34, 16, 1, 1, (0, 0, 0, 0)),
+    ]
+    return make_model(nodes, [('x', numpy.float32, (batch, 24, height, width))],
+                      [('y', numpy.float32, (batch, 16, height, width))], init, opset=14)
+
+
+@pytest.mark.native_build
+@pytest.mark.parametrize('height, width', [(14, 10), (12, 40)])
+def test_small_planes_of_5x5_windows_compute_what_the_vm_computes(height, width):
+    # A plane whose padded copy fits the kernel's buffer (14 x 10: every
+    # column of the copy inside the windows), and one too large for it (12 x 40:
+    # the rows' edges one column at a time).
+    rng = numpy.random.default_rng(4)
+    model = small_plane_model(rng, height, width)
+    ops = [i.qualified_op.replace(NCHWC, '') for i in _blocked(model).instructions]
+    assert ops.count('NchwcConv') == 5
+    check_native(model, [uniform(rng, 2, 24, height, width)], atol=1e-4)
+
+
 def fire_model(rng, squeeze=(32, 48), expand=(128, 128), size=13, batch=1):
     """Two of SqueezeNet's fire modules at ``size`` x ``size``: a 1x1
     squeeze, then a 1x1 and a 3x3 expansion concatenated, the next squeeze
