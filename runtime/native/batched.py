@@ -25,6 +25,7 @@ from dataclasses import dataclass
 
 import numpy
 
+from ..ops.opset_rules import node_axes
 from ..ops.registry import OpRecord, operator_record
 from ..program import NO_REGISTER, Instruction
 from .fusion import written_inputs
@@ -216,7 +217,7 @@ def _mixing(inst: Instruction, record: OpRecord, runtime: dict, outputs: dict,
             return 'gathers along the batch axis or by run-time indices'
         return None
     if samples == 'reduction':
-        axes = attrs.get('axes', const(1))
+        axes = node_axes(op, inst.version, attrs, lambda: const(1))
         if axes is None or not axes:
             return None if attrs.get('noop_with_empty_axes', 0) and axes is not None \
                 else 'reduces every axis, the batch included'

@@ -35,6 +35,7 @@ changes nothing.
 import dataclasses
 import math
 
+from ..ops.opset_rules import node_axes
 from ..ops.registry import CUSTOM_DOMAIN
 from ..program import NO_REGISTER, Instruction, Program, RegisterType
 from .lowering import BLOCK, Refuse, blocked_shape, window
@@ -296,10 +297,10 @@ def _plane_mean(program: Program, inst: Instruction) -> bool:
         return False
     if inst.op == 'GlobalAveragePool':
         return y == x[:2] + (1, 1)
-    # The axes: an attribute before opset 18, a constant input from it.
     given = program.constants.get(inst.inputs[1]) if len(inst.inputs) > 1 else None
-    axes = inst.attrs.get('axes') or ([] if given is None else given.reshape(-1).tolist())
-    return sorted(int(a) % 4 for a in axes) == [2, 3]
+    axes = node_axes(inst.op, inst.version, inst.attrs,
+                     lambda: None if given is None else given.reshape(-1))
+    return axes is not None and sorted(a % 4 for a in axes) == [2, 3]
 
 
 def _block_pool(program: Program, inst: Instruction) -> bool:

@@ -37,6 +37,16 @@ def axes_are_input(op, version):
     return version >= _AXES_INPUT_SINCE[op]
 
 
+def node_axes(op, version, attrs, axes_input):
+    """The ``axes`` a Squeeze, Unsqueeze or Reduce* node of schema
+    ``version`` names, as ints: its ``axes`` attribute (``attrs``) before
+    axes_input_since(op), from then ``axes_input()``, the caller's reading
+    of the node's input 1 (a sequence, None when absent); None when the
+    node names none."""
+    axes = axes_input() if axes_are_input(op, version) else attrs.get('axes')
+    return None if axes is None else [int(a) for a in axes]
+
+
 def softmax_axes(version, rank, axis):
     """The axes Softmax, LogSoftmax or Hardmax of schema ``version``
     normalises over, for an input of ``rank`` dimensions and the node's

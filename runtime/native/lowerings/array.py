@@ -17,7 +17,7 @@ from typing import Literal
 import numpy
 
 from ...ops.array import _CAST_V1_TYPES, _legacy_nearest_rounding, resize_axes, resize_plan
-from ...ops.opset_rules import axes_are_input
+from ...ops.opset_rules import node_axes
 from ...ops.registry import operator_record
 from ...program import NO_REGISTER
 from ..cformat import C_TYPES, CStruct, clist, cliteral
@@ -157,19 +157,18 @@ def _reshape_target(em, inst, sx):
     return tuple(dims)
 
 
-def _axes(em, inst):
-    """The ``axes`` of Squeeze or Unsqueeze: an attribute before
-    opset_rules.axes_input_since, input 1 from it (None when absent)."""
-    if axes_are_input(inst.op, inst.version):
-        return const_ints(em, inst, 1, 'axes')
-    axes = inst.attrs.get('axes')
-    return None if axes is None else [int(a) for a in axes]
+def given_axes(em, inst) -> list[int] | None:
+    """The ``axes`` of Squeeze, Unsqueeze or a Reduce* operator
+    (opset_rules.node_axes), refused when given as an input that is not a
+    constant; None when absent."""
+    return node_axes(inst.op, inst.version, inst.attrs,
+                     lambda: const_ints(em, inst, 1, 'axes'))
 
 
 @lowers('Squeeze')
 def squeeze(em, inst) -> Step:
     sx = em.shape(inst, 0, ANY_DTYPE)
-    axes = _axes(em, inst)
+    axes = given_axes(em, inst)
     if axes is None:
         drop = {k for k, d in enumerate(sx) if d == 1}
     else:
@@ -182,7 +181,7 @@ def squeeze(em, inst) -> Step:
 @lowers('Unsqueeze')
 def unsqueeze(em, inst) -> Step:
     sx = em.shape(inst, 0, ANY_DTYPE)
-    axes = _axes(em, inst)
+    axes = given_axes(em, inst)
     if axes is None:
         raise Refuse('Unsqueeze needs axes')
     rank = len(sx) + len(axes)

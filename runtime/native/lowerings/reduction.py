@@ -2,9 +2,9 @@
 ccn_reduction.c."""
 import math
 
-from ...ops.opset_rules import axes_are_input
 from ..cformat import clist
 from ..lowering import Refuse, Step, lowers
+from .array import given_axes
 
 FLOATS = ('float32', 'float64')
 
@@ -24,21 +24,12 @@ _LANE_MEAN_MAX = 1 << 16
 
 
 def _reduced_axes(em, inst, rank: int) -> list[int]:
-    """The sorted axes a Reduce* instruction reduces: its ``axes``
-    attribute, or its constant ``axes`` input from the version that made it
-    one; none given means all, unless ``noop_with_empty_axes``."""
-    if axes_are_input(inst.op, inst.version):
-        axes = None
-        if em.has(inst, 1):
-            value = em.const(inst.inputs[1])
-            if value is None:
-                raise Refuse('its axes must be a constant')
-            axes = [int(a) for a in value.reshape(-1)]
-        noop = inst.attrs['noop_with_empty_axes']
-    else:
-        axes, noop = inst.attrs.get('axes'), 0
+    """The sorted axes a Reduce* instruction reduces (array.given_axes):
+    none given means all, unless ``noop_with_empty_axes`` (an attribute
+    of the versions that take the axes as an input)."""
+    axes = given_axes(em, inst)
     if not axes:
-        return [] if noop else list(range(rank))
+        return [] if inst.attrs.get('noop_with_empty_axes', 0) else list(range(rank))
     for a in axes:
         if not -max(rank, 1) <= a < max(rank, 1):
             raise Refuse('axis %d is out of range for rank %d' % (a, rank))
