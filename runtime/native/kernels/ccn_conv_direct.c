@@ -367,10 +367,13 @@ static void fill_planes(const ccn_conv_geometry *g, const ccn_conv_direct_plan *
  * blocked layout.  A tile of P outputs of NB blocks takes NB weight vectors
  * and P broadcasts per tap for NB * P multiply-adds (one block at a time
  * took a broadcast for each, the loads bounding it: SqueezeNet's 3 -> 64
- * stem 1.35x onnxruntime's time). */
+ * stem 1.35x onnxruntime's time).  `relu`: ReLU on the sums as they are
+ * stored, a constant in each build of the tile (a pass over the rows after
+ * took 6% of that stem's time, a choice at each store more). */
 CCN_ALWAYS_INLINE void stem_row_blocks(const float *x, const long *off, long C, long T,
                                        long plane, long OW, const float *w, long w_block,
-                                       const float *bias, float *y, long y_block, int NB)
+                                       const float *bias, float *y, long y_block, int NB,
+                                       int relu)
 {
     enum { MAX_NB = 4 };
     /* NB * P <= 28 accumulators; 16 and 14 pixels take a 112-wide row in
@@ -395,35 +398,56 @@ CCN_ALWAYS_INLINE void stem_row_blocks(const float *x, const long *off, long C, 
                     for (int b = 0; b < NB; b++)
                         acc[b][p] += xp[p] * wv[b];
             }
+        const v16 zero = {0};
         for (int b = 0; b < NB; b++)
-            for (long p = 0; p < P && ow0 + p < OW; p++)
-                memcpy(y + b * y_block + (ow0 + p) * 16, &acc[b][p], sizeof acc[b][p]);
+            for (long p = 0; p < P && ow0 + p < OW; p++) {
+                const v16 v = relu ? CCN_DIRECT_SELECT(acc[b][p] < zero, zero, acc[b][p])
+                                   : acc[b][p];
+                memcpy(y + b * y_block + (ow0 + p) * 16, &v, sizeof v);
+            }
     }
 }
 
-/* stem_row_blocks for nb (1 to 4) blocks, each count unrolled. */
+/* stem_row_blocks for nb (1 to 4) blocks, with or without ReLU: each
+ * count unrolled, each choice a build of its own. */
 CCN_ALWAYS_INLINE void stem_lanes_body(const float *x, const long *off, long C, long T,
                                        long plane, long OW, const float *w, long w_block,
-                                       const float *bias, float *y, long y_block, long nb)
+                                       const float *bias, float *y, long y_block, long nb,
+                                       int relu)
 {
-    switch (nb) {
+#define STEM_ROW(NB, RELU) \
+    stem_row_blocks(x, off, C, T, plane, OW, w, w_block, bias, y, y_block, NB, RELU)
+    switch (nb * 2 + !!relu) {
+    case 9:
+        STEM_ROW(4, 1);
+        break;
+    case 8:
+        STEM_ROW(4, 0);
+        break;
+    case 7:
+        STEM_ROW(3, 1);
+        break;
+    case 6:
+        STEM_ROW(3, 0);
+        break;
+    case 5:
+        STEM_ROW(2, 1);
+        break;
     case 4:
-        stem_row_blocks(x, off, C, T, plane, OW, w, w_block, bias, y, y_block, 4);
+        STEM_ROW(2, 0);
         break;
     case 3:
-        stem_row_blocks(x, off, C, T, plane, OW, w, w_block, bias, y, y_block, 3);
-        break;
-    case 2:
-        stem_row_blocks(x, off, C, T, plane, OW, w, w_block, bias, y, y_block, 2);
+        STEM_ROW(1, 1);
         break;
     default:
-        stem_row_blocks(x, off, C, T, plane, OW, w, w_block, bias, y, y_block, 1);
+        STEM_ROW(1, 0);
     }
+#undef STEM_ROW
 }
 CCN_LEVELS(static, stem_lanes, stem_lanes_body,
            (const float *x, const long *off, long C, long T, long plane, long OW, const float *w,
-            long w_block, const float *bias, float *y, long y_block, long nb),
-           (x, off, C, T, plane, OW, w, w_block, bias, y, y_block, nb))
+            long w_block, const float *bias, float *y, long y_block, long nb, int relu),
+           (x, off, C, T, plane, OW, w, w_block, bias, y, y_block, nb, relu))
 
 /* stem_bands' output rows [oh0, oh0 + rows) of image n to the blocked y
  * (plan->blocked, w in blocks of 16 lanes, [c][tap][16]) from the band's
@@ -439,6 +463,7 @@ static void stem_blocked(const direct_call *d, const float *lines, long plane, l
     const long OW = g->out_w, S = g->out_h * OW;
     const long blocks = (M + CCN_DIRECT_LANES - 1) / CCN_DIRECT_LANES;
     const long lanes = M - (blocks - 1) * CCN_DIRECT_LANES; /* of the last block */
+    const int relu = d->p->act == CCN_ACT_RELU;
     for (long b0 = 0; b0 < blocks; b0 += 4) {
         const long nb = min_long(4, blocks - b0);
         float bias[4 * CCN_DIRECT_LANES] = {0};
@@ -449,8 +474,8 @@ static void stem_blocked(const direct_call *d, const float *lines, long plane, l
             float *y = d->y + ((n * blocks + b0) * S + (oh0 + oh) * OW) * CCN_DIRECT_LANES;
             stem_lanes(lines + oh * s * s * L, d->off, C, T, plane, OW,
                        d->w + b0 * C * T * CCN_DIRECT_LANES, C * T * CCN_DIRECT_LANES, bias, y,
-                       S * CCN_DIRECT_LANES, nb);
-            for (long b = 0; b < nb; b++) {
+                       S * CCN_DIRECT_LANES, nb, relu);
+            for (long b = 0; !relu && b < nb; b++) { /* the others after */
                 float *row = y + b * S * CCN_DIRECT_LANES;
                 if (!ccn_activate_simple(OW * CCN_DIRECT_LANES, row, d->p->act, d->p->act_alpha))
                     ccn_activate(OW * CCN_DIRECT_LANES, row, d->p->act, d->p->act_alpha);
