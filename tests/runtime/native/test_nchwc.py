@@ -399,12 +399,18 @@ def test_products_of_one_output_block_compute_what_the_vm_computes(height, width
     # 18 pixels: a tile of 12, then one ending at the plane's end storing
     # its last 6; 49: four tiles, then one pixel alone.
     rng = numpy.random.default_rng(2)
-    model = one_block_model(rng, height, width)
+    _runs_blocked_as_the_vm(one_block_model(rng, height, width), 6,
+                            uniform(rng, 2, 24, height, width))
+
+
+def _runs_blocked_as_the_vm(model, convs: int, x):
+    """Assert that ``model`` runs ``convs`` NchwcConvs and computes on
+    ``x`` what the VM computes (outputs up to about 10 after layers of
+    sums: 1e-4 is float32's rounding of such sums in another order, not a
+    wrong tap)."""
     ops = [i.qualified_op.replace(NCHWC, '') for i in _blocked(model).instructions]
-    assert ops.count('NchwcConv') == 6
-    # Outputs up to about 10 after four layers of sums: 1e-4 is float32's
-    # rounding of such sums in another order, not a wrong tap.
-    check_native(model, [uniform(rng, 2, 24, height, width)], atol=1e-4)
+    assert ops.count('NchwcConv') == convs
+    check_native(model, [x], atol=1e-4)
 
 
 def small_plane_model(rng, height, width, batch=2):
@@ -435,10 +441,8 @@ def test_small_planes_of_5x5_windows_compute_what_the_vm_computes(height, width)
     # column of the copy inside the windows), and one too large for it (12 x 40:
     # the rows' edges one column at a time).
     rng = numpy.random.default_rng(4)
-    model = small_plane_model(rng, height, width)
-    ops = [i.qualified_op.replace(NCHWC, '') for i in _blocked(model).instructions]
-    assert ops.count('NchwcConv') == 5
-    check_native(model, [uniform(rng, 2, 24, height, width)], atol=1e-4)
+    _runs_blocked_as_the_vm(small_plane_model(rng, height, width), 5,
+                            uniform(rng, 2, 24, height, width))
 
 
 def fire_model(rng, squeeze=(32, 48), expand=(128, 128), size=13, batch=1):
