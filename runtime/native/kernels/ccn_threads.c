@@ -23,7 +23,8 @@
  * the others longer than it worked itself, the next loops run on the
  * caller alone for a while (`backoff`: doubled each time it recurs, an
  * eighth shorter after each loop that runs well), then the threads are
- * tried again.  When the last worker to sleep did so because the OS ran
+ * tried again (a loop of CCN_BACKOFF_WORK or more runs on the threads
+ * meanwhile).  When the last worker to sleep did so because the OS ran
  * other threads on its CPU, a loop of less than CCN_WAKE_WORK wakes no
  * sleeping worker: it runs on the workers still spinning, or on the caller
  * alone. */
@@ -347,7 +348,7 @@ void ccn_parallel_for_grain(long count, long work, long grain, ccn_task task, vo
      * it one, often after the loop: a smaller loop runs on the workers
      * still awake, or on the caller alone when none is. */
     const int wake = work >= CCN_WAKE_WORK || !__atomic_load_n(&pool.wanted, __ATOMIC_RELAXED);
-    if (workers == 0 || start < pool.serial_until ||
+    if (workers == 0 || (start < pool.serial_until && work < CCN_BACKOFF_WORK) ||
         (!wake && __atomic_load_n(&pool.sleepers, __ATOMIC_SEQ_CST) >= started)) {
         __atomic_store_n(&pool.busy, 0, __ATOMIC_RELEASE);
         task(context, 0, count);

@@ -335,6 +335,20 @@ int main(void)
             serial = others == 0;
         }
         check(serial, "serial after a long wait", stalls, others);
+        /* But a loop of CCN_BACKOFF_WORK right after a stall runs on the
+         * threads: the workers, spinning again, take part (one of several
+         * tries, as above). */
+        int shared = 0;
+        for (int attempt = 0; attempt < 20 && !shared; attempt++) {
+            helpers slow = {pthread_self(), 0}, big = {pthread_self(), 0};
+            for (int round = 0; round < 5000 && slow.others == 0; round++) {
+                nanosleep(&moment, NULL);
+                ccn_parallel_for(64, CCN_WAKE_WORK, slow_elsewhere, &slow);
+            }
+            ccn_parallel_for(64, CCN_BACKOFF_WORK, note_thread, &big);
+            shared = big.others > 0;
+        }
+        check(shared, "a long loop shares after a stall", shared, 1);
         /* Meanwhile the caller slept: it waited 20 ms or more for the
          * worker's piece (the pool before this spun through it, yielding). */
         check(waited_cpu_ms < 5, "the caller sleeps while it waits", (long)waited_cpu_ms, 5);
