@@ -408,41 +408,37 @@ CCN_ALWAYS_INLINE void stem_row_blocks(const float *x, const long *off, long C, 
     }
 }
 
-/* stem_row_blocks for nb (1 to 4) blocks, with or without ReLU: each
- * count unrolled, each choice a build of its own. */
+/* stem_row_blocks for nb (1 to 4) blocks, each count unrolled. */
+CCN_ALWAYS_INLINE void stem_row_counts(const float *x, const long *off, long C, long T,
+                                       long plane, long OW, const float *w, long w_block,
+                                       const float *bias, float *y, long y_block, long nb,
+                                       int relu)
+{
+    switch (nb) {
+    case 4:
+        stem_row_blocks(x, off, C, T, plane, OW, w, w_block, bias, y, y_block, 4, relu);
+        break;
+    case 3:
+        stem_row_blocks(x, off, C, T, plane, OW, w, w_block, bias, y, y_block, 3, relu);
+        break;
+    case 2:
+        stem_row_blocks(x, off, C, T, plane, OW, w, w_block, bias, y, y_block, 2, relu);
+        break;
+    default:
+        stem_row_blocks(x, off, C, T, plane, OW, w, w_block, bias, y, y_block, 1, relu);
+    }
+}
+
+/* stem_row_counts with ReLU or without, each choice a build of its own. */
 CCN_ALWAYS_INLINE void stem_lanes_body(const float *x, const long *off, long C, long T,
                                        long plane, long OW, const float *w, long w_block,
                                        const float *bias, float *y, long y_block, long nb,
                                        int relu)
 {
-#define STEM_ROW(NB, RELU) \
-    stem_row_blocks(x, off, C, T, plane, OW, w, w_block, bias, y, y_block, NB, RELU)
-    switch (nb * 2 + !!relu) {
-    case 9:
-        STEM_ROW(4, 1);
-        break;
-    case 8:
-        STEM_ROW(4, 0);
-        break;
-    case 7:
-        STEM_ROW(3, 1);
-        break;
-    case 6:
-        STEM_ROW(3, 0);
-        break;
-    case 5:
-        STEM_ROW(2, 1);
-        break;
-    case 4:
-        STEM_ROW(2, 0);
-        break;
-    case 3:
-        STEM_ROW(1, 1);
-        break;
-    default:
-        STEM_ROW(1, 0);
-    }
-#undef STEM_ROW
+    if (relu)
+        stem_row_counts(x, off, C, T, plane, OW, w, w_block, bias, y, y_block, nb, 1);
+    else
+        stem_row_counts(x, off, C, T, plane, OW, w, w_block, bias, y, y_block, nb, 0);
 }
 CCN_LEVELS(static, stem_lanes, stem_lanes_body,
            (const float *x, const long *off, long C, long T, long plane, long OW, const float *w,
