@@ -570,18 +570,27 @@ void ccn_nchwc_dense(const ccn_nchwc_geometry *g, const float *x, const float *w
                      g->kernel_h * g->kernel_w * B * B, dense_range, &a);
 }
 
+/* How depthwise_pixels knows a tap's column lies inside the row: it does
+ * for every tap (DW_INSIDE), or the tile lies at the left edge (DW_LEFT:
+ * from column 0) or the right (DW_RIGHT: to the last, of a row of
+ * in_w = out_w * stride) of a row padded by kernel_w / 2, the taps outside
+ * known as it compiles (no FMA spent on them), or each tap is checked
+ * (DW_CHECKED: a tile's taps outside read zeros). */
+enum { DW_INSIDE = 0, DW_LEFT = 1, DW_RIGHT = 2, DW_CHECKED = 4 };
+
 /* Output row oh of one block of one image (x and w that block's, y and
  * res that row's): `pixels` columns from ow0, stored from the tile's pixel
- * `skip` on (another tile stores those before), every tap inside the row
- * (columns: `inside`; rows: kh0 to kh1) or each checked. */
+ * `skip` on (another tile stores those before), the taps' columns as
+ * `columns` says, their rows kh0 to kh1. */
 CCN_ALWAYS_INLINE void depthwise_pixels(const ccn_nchwc_geometry *g, const float *x,
                                         const float *w, const v16 *start, long oh, long ow0,
                                         long skip, float *y, const float *res, int pixels,
-                                        int inside, long kernel_w, long stride_w)
+                                        int columns, long kernel_w, long stride_w)
 {
     const long ih0 = oh * g->stride_h - g->pad_top;
     const long kh0 = ih0 < 0 ? -ih0 : 0;
     const long kh1 = g->in_h - ih0 < g->kernel_h ? g->in_h - ih0 : g->kernel_h;
+    const long pad = kernel_w / 2; /* g->pad_left where an edge is known */
     v16 acc[DW_PIXELS];
     for (int p = 0; p < pixels; p++)
         acc[p] = *start;
@@ -591,10 +600,13 @@ CCN_ALWAYS_INLINE void depthwise_pixels(const ccn_nchwc_geometry *g, const float
             const v16 wv = LOAD(w + (kh * kernel_w + kw) * B);
             for (int p = 0; p < pixels; p++) {
                 const long iw = (ow0 + p) * stride_w - g->pad_left + kw;
-                const int within = inside || (unsigned long)iw < (unsigned long)g->in_w;
+                const int within =
+                    (!(columns & DW_CHECKED) || (unsigned long)iw < (unsigned long)g->in_w) &&
+                    (!(columns & DW_LEFT) || p * stride_w - pad + kw >= 0) &&
+                    (!(columns & DW_RIGHT) || (p - pixels) * stride_w - pad + kw < 0);
                 /* A tile's checked tap outside reads zeros (a select rather
                  * than a branch per tap and pixel); a single column skips it. */
-                if (pixels > 1)
+                if (pixels > 1 && (columns & DW_CHECKED))
                     acc[p] += LOAD(within ? row + iw * B : zero_block) * wv;
                 else if (within)
                     acc[p] += LOAD(row + iw * B) * wv;
@@ -609,6 +621,30 @@ CCN_ALWAYS_INLINE void depthwise_pixels(const ccn_nchwc_geometry *g, const float
                   g->act_alpha);
 }
 
+/* A row padded by kernel_w / 2 with in_w = out_w * stride_w (PyTorch's
+ * depthwise layers at strides 1 and 2) as equal tiles of `pixels`
+ * columns, the edges' taps outside known as the tile compiles: where a
+ * row had columns one by one at each edge, each a chain of multiply-adds
+ * that loads every weight again, or was one checked tile of 8 (7x7
+ * planes, 40 multiply-adds per row of 5x5 windows where 29 count). */
+CCN_ALWAYS_INLINE void depthwise_same_row(const ccn_nchwc_geometry *g, const float *x,
+                                          const float *w, const v16 *start, long oh, float *y,
+                                          const float *res, int pixels, long kernel_w,
+                                          long stride_w)
+{
+    const long last = g->out_w - pixels;
+    if (last == 0) {
+        depthwise_pixels(g, x, w, start, oh, 0, 0, y, res, pixels, DW_LEFT | DW_RIGHT,
+                         kernel_w, stride_w);
+        return;
+    }
+    depthwise_pixels(g, x, w, start, oh, 0, 0, y, res, pixels, DW_LEFT, kernel_w, stride_w);
+    for (long ow = pixels; ow < last; ow += pixels)
+        depthwise_pixels(g, x, w, start, oh, ow, 0, y, res, pixels, DW_INSIDE, kernel_w,
+                         stride_w);
+    depthwise_pixels(g, x, w, start, oh, last, 0, y, res, pixels, DW_RIGHT, kernel_w, stride_w);
+}
+
 /* One output row: the columns whose taps all lie inside by whole tiles,
  * the others one by one; a row of three quarters of a tile's columns to a
  * whole tile's as one tile from before its start, every tap checked.  (One
@@ -620,9 +656,21 @@ CCN_ALWAYS_INLINE void depthwise_row(const ccn_nchwc_geometry *g, const float *x
                                      const float *res,
                                      long kernel_w, long stride_w)
 {
+    if (g->pad_left == kernel_w / 2 && g->in_w == g->out_w * stride_w &&
+        kernel_w / 2 < DW_PIXELS) {
+        /* (A build's vectors take tiles of DW_PIXELS; AVX-512's 8 take 7.) */
+        if (g->out_w % DW_PIXELS == 0) {
+            depthwise_same_row(g, x, w, start, oh, y, res, DW_PIXELS, kernel_w, stride_w);
+            return;
+        }
+        if (DW_PIXELS == 8 && g->out_w % 7 == 0) {
+            depthwise_same_row(g, x, w, start, oh, y, res, 7, kernel_w, stride_w);
+            return;
+        }
+    }
     if (4 * g->out_w >= 3 * DW_PIXELS && g->out_w <= DW_PIXELS) {
         depthwise_pixels(g, x, w, start, oh, g->out_w - DW_PIXELS, DW_PIXELS - g->out_w, y,
-                         res, DW_PIXELS, 0, kernel_w, stride_w);
+                         res, DW_PIXELS, DW_CHECKED, kernel_w, stride_w);
         return;
     }
     /* Columns [lo, hi) read inside the row at every tap. */
@@ -633,20 +681,21 @@ CCN_ALWAYS_INLINE void depthwise_row(const ccn_nchwc_geometry *g, const float *x
     lo = lo < hi ? lo : hi;
     long ow = 0;
     for (; ow < lo; ow++)
-        depthwise_pixels(g, x, w, start, oh, ow, 0, y, res, 1, 0, kernel_w, stride_w);
+        depthwise_pixels(g, x, w, start, oh, ow, 0, y, res, 1, DW_CHECKED, kernel_w, stride_w);
     for (; ow + DW_PIXELS <= hi; ow += DW_PIXELS)
-        depthwise_pixels(g, x, w, start, oh, ow, 0, y, res, DW_PIXELS, 1, kernel_w, stride_w);
+        depthwise_pixels(g, x, w, start, oh, ow, 0, y, res, DW_PIXELS, DW_INSIDE, kernel_w,
+                         stride_w);
     if (2 * (hi - ow) >= DW_PIXELS && hi - lo >= DW_PIXELS) {
         /* As pointwise_range's last pixels: half a tile or more costs less
          * as a whole tile than one by one. */
         depthwise_pixels(g, x, w, start, oh, hi - DW_PIXELS, ow - (hi - DW_PIXELS), y, res,
-                         DW_PIXELS, 1, kernel_w, stride_w);
+                         DW_PIXELS, DW_INSIDE, kernel_w, stride_w);
         ow = hi;
     }
     for (; ow < hi; ow++)
-        depthwise_pixels(g, x, w, start, oh, ow, 0, y, res, 1, 1, kernel_w, stride_w);
+        depthwise_pixels(g, x, w, start, oh, ow, 0, y, res, 1, DW_INSIDE, kernel_w, stride_w);
     for (; ow < g->out_w; ow++)
-        depthwise_pixels(g, x, w, start, oh, ow, 0, y, res, 1, 0, kernel_w, stride_w);
+        depthwise_pixels(g, x, w, start, oh, ow, 0, y, res, 1, DW_CHECKED, kernel_w, stride_w);
 }
 
 /* Output row oh of block cb of one image (x that block's, y and res that
@@ -684,49 +733,6 @@ static void depthwise_range(void *context, long begin, long end)
     }
 }
 
-/* Floats of a small plane's padded copy, on the task's stack (in L1). */
-#define DW_PADDED_FLOATS 8192
-
-/* The padded plane a small depthwise convolution reads: every row and
- * column its windows touch, the padding zeros. */
-static ccn_nchwc_geometry padded_geometry(const ccn_nchwc_geometry *g)
-{
-    ccn_nchwc_geometry p = *g;
-    p.in_h = (g->out_h - 1) * g->stride_h + g->kernel_h;
-    p.in_w = (g->out_w - 1) * g->stride_w + g->kernel_w;
-    p.pad_top = p.pad_left = 0;
-    return p;
-}
-
-/* Whole planes of a depthwise convolution, each copied with its padding
- * into a buffer first, so that every column lies inside: a 14-wide row of
- * 5x5 windows is two tiles, where it was a tile and six columns one by one
- * (each a chain of 25 FMAs, and 25 weights loaded again). */
-static void depthwise_planes_range(void *context, long begin, long end)
-{
-    const conv_call *a = context;
-    const ccn_nchwc_geometry *g = a->g, p = padded_geometry(g);
-    const conv_call padded = {.g = &p, .w = a->w, .bias = a->bias};
-    const long in_plane = g->in_h * g->in_w * B, out_plane = g->out_h * g->out_w * B;
-    float buffer[DW_PADDED_FLOATS] __attribute__((aligned(64)));
-    for (long nb = begin; nb < end; nb++) {
-        const float *x = a->x + nb * in_plane;
-        memset(buffer, 0, (size_t)(p.in_h * p.in_w * B) * sizeof(float));
-        for (long ih = 0; ih < g->in_h; ih++) {
-            const long ph = ih + g->pad_top;
-            const long w0 = g->pad_left, cols = g->in_w + w0 < p.in_w ? g->in_w : p.in_w - w0;
-            if (ph < p.in_h && cols > 0)
-                memcpy(buffer + (ph * p.in_w + w0) * B, x + ih * g->in_w * B,
-                       (size_t)(cols * B) * sizeof(float));
-        }
-        for (long oh = 0; oh < g->out_h; oh++) {
-            const long row = nb * out_plane + oh * g->out_w * B;
-            depthwise_block_row(&padded, buffer, nb % g->out_blocks, oh, a->y + row,
-                                a->residual ? a->residual + row : NULL);
-        }
-    }
-}
-
 void ccn_nchwc_depthwise(const ccn_nchwc_geometry *g, const float *x, const float *w,
                          const float *bias, const float *residual, float *y)
 {
@@ -734,15 +740,7 @@ void ccn_nchwc_depthwise(const ccn_nchwc_geometry *g, const float *x, const floa
     const long rows = g->batch * g->out_blocks * g->out_h;
     const long work = rows * g->out_w * g->kernel_h * g->kernel_w * B;
     conv_call a = {.g = g, .x = x, .w = w, .bias = bias, .residual = residual, .y = y};
-    /* At 14x14: MNASNet-1.0's 480 channels 0.044 -> 0.041 ms, EfficientNet-B0's
-     * 672 0.088 -> 0.084.  Not for 3x3 windows (their copy cost more than
-     * two single columns), nor rows under a tile (a 7x7 plane's: even). */
-    const ccn_nchwc_geometry p = padded_geometry(g);
-    if (g->kernel_w == 5 && g->stride_w == 1 && g->out_w >= DW_PIXELS && g->pad_top >= 0 &&
-        g->pad_left >= 0 && p.in_h * p.in_w * B <= DW_PADDED_FLOATS)
-        ccn_parallel_for(g->batch * g->out_blocks, work, depthwise_planes_range, &a);
-    else
-        ccn_parallel_for(rows, work, depthwise_range, &a);
+    ccn_parallel_for(rows, work, depthwise_range, &a);
 }
 
 /* v > m ? v : m, lane by lane: one MAXPS where vectors are AVX-512's. */
