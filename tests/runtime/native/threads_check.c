@@ -3,6 +3,7 @@
  * AddressSanitizer.  Prints one line per failed check and exits 1 if any;
  * prints "ok" otherwise. */
 #include <pthread.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -94,6 +95,48 @@ static void slow_elsewhere(void *context, long begin, long end)
         const struct timespec pause = {0, 20000000};
         nanosleep(&pause, NULL);
     }
+}
+
+/* A worker parked in a signal handler until `unpark` (2 s at most): awake
+ * as far as the pool knows, but running nothing, as a worker that another
+ * process keeps from its CPU.  (Parked inside the pool's condition wait,
+ * it holds up the caller's broadcast until it returns.) */
+static int parked, unpark; /* atomic */
+
+static void park(int signal)
+{
+    (void)signal;
+    __atomic_store_n(&parked, 1, __ATOMIC_SEQ_CST);
+    const struct timespec pause = {0, 100000};
+    for (int k = 0; k < 20000 && !__atomic_load_n(&unpark, __ATOMIC_SEQ_CST); k++)
+        nanosleep(&pause, NULL);
+}
+
+/* Notes a thread other than the caller that runs a piece. */
+typedef struct {
+    pthread_t caller, other;
+    int found; /* atomic */
+} finder;
+
+static void find_worker(void *context, long begin, long end)
+{
+    finder *f = context;
+    (void)begin;
+    (void)end;
+    int no = 0;
+    if (!pthread_equal(pthread_self(), f->caller) &&
+        __atomic_compare_exchange_n(&f->found, &no, 1, 0, __ATOMIC_SEQ_CST, __ATOMIC_SEQ_CST))
+        f->other = pthread_self();
+    const struct timespec pause = {0, 200000};
+    nanosleep(&pause, NULL);
+}
+
+/* Counts a loop's calls of its task. */
+static void count_calls(void *context, long begin, long end)
+{
+    (void)begin;
+    (void)end;
+    __atomic_add_fetch((long *)context, 1, __ATOMIC_RELAXED);
 }
 
 /* Spins until *stop: keeps a CPU wanted by another thread. */
@@ -349,6 +392,53 @@ int main(void)
             shared = big.others > 0;
         }
         check(shared, "a long loop shares after a stall", shared, 1);
+        /* A worker awake but given no CPU leaves every piece to the
+         * caller, which then paid a claim and a call per piece of every
+         * loop; after a few such loops in a row, the loops run on the
+         * caller alone, in one call (the pool before this kept cutting
+         * them: two threads slower than one beside a busy process). */
+        ccn_set_threads(2);
+        struct sigaction parking;
+        memset(&parking, 0, sizeof parking);
+        parking.sa_handler = park;
+        sigemptyset(&parking.sa_mask);
+        const int can_park = sigaction(SIGUSR1, &parking, NULL) == 0;
+        long first_calls = -1, serial_at = -1;
+        /* One of several tries: the worker must be spinning, not asleep,
+         * when it is parked. */
+        for (int attempt = 0; can_park && attempt < 5 && serial_at < 0; attempt++) {
+            finder f = {pthread_self(), pthread_self(), 0};
+            for (int round = 0; round < 5000 && !__atomic_load_n(&f.found, __ATOMIC_SEQ_CST);
+                 round++) {
+                nanosleep(&moment, NULL); /* past the back-off of the stalls above */
+                ccn_parallel_for(64, CCN_WAKE_WORK, find_worker, &f);
+            }
+            __atomic_store_n(&parked, 0, __ATOMIC_SEQ_CST);
+            __atomic_store_n(&unpark, 0, __ATOMIC_SEQ_CST);
+            if (!f.found || pthread_kill(f.other, SIGUSR1) != 0)
+                continue;
+            while (!__atomic_load_n(&parked, __ATOMIC_SEQ_CST))
+                nanosleep(&moment, NULL);
+            /* The first loop cut into pieces (the pool may still be
+             * backing off from a stall above), then those right after it
+             * until one runs in one call. */
+            first_calls = 0;
+            for (int round = 0; round < 1000 && first_calls != 4; round++) {
+                nanosleep(&moment, NULL);
+                first_calls = 0;
+                ccn_parallel_for(4, CCN_WAKE_WORK, count_calls, &first_calls);
+            }
+            for (long loop = 1; loop < 64 && first_calls == 4 && serial_at < 0; loop++) {
+                long calls = 0;
+                ccn_parallel_for(4, CCN_WAKE_WORK, count_calls, &calls);
+                if (calls == 1)
+                    serial_at = loop;
+            }
+            __atomic_store_n(&unpark, 1, __ATOMIC_SEQ_CST);
+        }
+        check(!can_park || serial_at > 0,
+              "loops the caller runs alone while a worker gets no CPU run in one call",
+              first_calls, serial_at);
         /* Meanwhile the caller slept: it waited 20 ms or more for the
          * worker's piece (the pool before this spun through it, yielding). */
         check(waited_cpu_ms < 5, "the caller sleeps while it waits", (long)waited_cpu_ms, 5);
