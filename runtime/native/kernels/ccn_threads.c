@@ -20,12 +20,13 @@
  * waits only for the one piece it is in; it spins for that piece briefly,
  * then sleeps until the worker is done (beside a busy process, its spinning
  * kept the CPU from the late worker).  When the caller still waited for
- * the others longer than it worked itself, or ran every piece itself in
- * CCN_IDLE_LOOPS loops in a row (workers awake but given no CPU), the next
- * loops run on the caller alone for a while (`backoff`: doubled each time
- * it recurs, an eighth shorter after each loop the threads share), then
- * the threads are tried again (a loop of CCN_BACKOFF_WORK or more runs on
- * the threads meanwhile).  When the last worker to sleep did so because
+ * the others longer than it worked itself, the next loops run on the
+ * caller alone for a while (`backoff`: doubled each time it recurs, an
+ * eighth shorter after each loop that runs well), then the threads are
+ * tried again; so they do for CCN_IDLE_SERIAL_NS after CCN_IDLE_LOOPS
+ * loops in a row whose every piece the caller ran while their workers
+ * were awake (awake but given no CPU).  A loop of CCN_BACKOFF_WORK or more
+ * runs on the threads meanwhile.  When the last worker to sleep did so because
  * the OS ran other threads on its CPU, a loop of less than CCN_WAKE_WORK
  * wakes no sleeping worker: it runs on the workers still spinning, or on
  * the caller alone. */
@@ -83,12 +84,16 @@
 #define CCN_STALL_NS 100000LL
 #define CCN_BACKOFF_MIN_NS 1000000LL
 #define CCN_BACKOFF_MAX_NS 1000000000LL
-/* The loops in a row whose every piece the caller ran that make the next
- * ones serial too: the workers are awake but get no CPU (another process
- * has it), and a loop's pieces cost the caller their claims and calls for
- * nothing (beside a busy process, 95% of DeepLabV3's parallel loops; two
- * threads 1.06x one thread's time, 1.00x with this). */
+/* The loops in a row whose every piece the caller ran, their workers
+ * awake, that make the loops of the next CCN_IDLE_SERIAL_NS serial: the
+ * workers get no CPU (another process has it), and a loop's pieces cost
+ * the caller their claims and calls for nothing (beside a busy process,
+ * 95% of DeepLabV3's parallel loops; two threads 1.02x-1.06x one thread's
+ * time, 1.00x-1.02x with this).  A fixed time, not the doubling back-off:
+ * grown to its second, it held the loops serial long after the CPUs were
+ * free again. */
 #define CCN_IDLE_LOOPS 8
+#define CCN_IDLE_SERIAL_NS 8000000LL
 
 /* A claim word: a loop's generation, the end of what it hands out and
  * the next index to hand out (both below 2^16). */
@@ -374,6 +379,9 @@ void ccn_parallel_for_grain(long count, long work, long grain, ccn_task task, vo
                          __ATOMIC_RELEASE);
     }
     __atomic_store_n(&pool.ticket, CLAIMS(pool.generation, chunks, 0), __ATOMIC_SEQ_CST);
+    /* Whether one of this loop's workers sleeps (those beyond the count
+     * sleep too). */
+    const int asleep = __atomic_load_n(&pool.sleepers, __ATOMIC_SEQ_CST) > started - workers;
     if (wake && __atomic_load_n(&pool.sleepers, __ATOMIC_SEQ_CST) > 0) {
         pthread_mutex_lock(&pool.lock);
         pthread_cond_broadcast(&pool.wake);
@@ -383,17 +391,23 @@ void ccn_parallel_for_grain(long count, long work, long grain, ccn_task task, vo
     const long long worked = now_ns();
     wait_for_workers(others);
     const long long end = now_ns();
-    pool.idle_loops = others == 0 ? pool.idle_loops + 1 : 0;
-    if ((end - worked > worked - start && end - worked > CCN_STALL_NS) ||
-        pool.idle_loops >= CCN_IDLE_LOOPS) {
-        pool.idle_loops = 0;
+    if (end - worked > worked - start && end - worked > CCN_STALL_NS) {
         const long long doubled = 2 * pool.backoff;
         pool.backoff = doubled < CCN_BACKOFF_MIN_NS   ? CCN_BACKOFF_MIN_NS
                        : doubled > CCN_BACKOFF_MAX_NS ? CCN_BACKOFF_MAX_NS
                                                       : doubled;
         pool.serial_until = end + pool.backoff;
-    } else if (others > 0) { /* a loop the threads shared well */
+    } else {
         pool.backoff -= pool.backoff / 8;
+    }
+    /* A loop that found one of its workers asleep counts as none: a woken
+     * worker may just be late (counted, the serial spells fed themselves:
+     * their workers fell asleep, and the next loops woke them late). */
+    pool.idle_loops = others == 0 && !asleep ? pool.idle_loops + 1 : 0;
+    if (pool.idle_loops >= CCN_IDLE_LOOPS) {
+        pool.idle_loops = 0;
+        if (pool.serial_until < end + CCN_IDLE_SERIAL_NS)
+            pool.serial_until = end + CCN_IDLE_SERIAL_NS;
     }
     __atomic_store_n(&pool.busy, 0, __ATOMIC_RELEASE);
 }
