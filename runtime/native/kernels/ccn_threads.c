@@ -25,11 +25,11 @@
  * eighth shorter after each loop that runs well), then the threads are
  * tried again; so they do for CCN_IDLE_SERIAL_NS after CCN_IDLE_LOOPS
  * loops in a row whose every piece the caller ran while their workers
- * were awake (awake but given no CPU).  A loop of CCN_BACKOFF_WORK or more
- * runs on the threads meanwhile.  When the last worker to sleep did so because
- * the OS ran other threads on its CPU, a loop of less than CCN_WAKE_WORK
- * wakes no sleeping worker: it runs on the workers still spinning, or on
- * the caller alone. */
+ * were awake (awake but given no CPU).  A loop of CCN_BACKOFF_WORK or
+ * more runs on the threads meanwhile.  When the last worker to sleep did
+ * so because the OS ran other threads on its CPU, a loop of less than
+ * CCN_WAKE_WORK wakes no sleeping worker: it runs on the workers still
+ * spinning, or on the caller alone. */
 #if defined(__linux__) && !defined(_GNU_SOURCE)
 #define _GNU_SOURCE /* sched_getaffinity, CPU_COUNT */
 #endif
