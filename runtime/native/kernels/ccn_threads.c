@@ -379,10 +379,11 @@ void ccn_parallel_for_grain(long count, long work, long grain, ccn_task task, vo
                          __ATOMIC_RELEASE);
     }
     __atomic_store_n(&pool.ticket, CLAIMS(pool.generation, chunks, 0), __ATOMIC_SEQ_CST);
+    const int sleepers = __atomic_load_n(&pool.sleepers, __ATOMIC_SEQ_CST);
     /* Whether one of this loop's workers sleeps (those beyond the count
      * sleep too). */
-    const int asleep = __atomic_load_n(&pool.sleepers, __ATOMIC_SEQ_CST) > started - workers;
-    if (wake && __atomic_load_n(&pool.sleepers, __ATOMIC_SEQ_CST) > 0) {
+    const int asleep = sleepers > started - workers;
+    if (wake && sleepers > 0) {
         pthread_mutex_lock(&pool.lock);
         pthread_cond_broadcast(&pool.wake);
         pthread_mutex_unlock(&pool.lock);
