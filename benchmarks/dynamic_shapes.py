@@ -182,7 +182,8 @@ def _executable_run(executable, input_file, iterations, folder):
                           check=True, capture_output=True, text=True)
     after = resource.getrusage(resource.RUSAGE_CHILDREN)
     cpu = (after.ru_utime + after.ru_stime) - (before.ru_utime + before.ru_stime)
-    return parse_iterations(done.stdout)[1:] + (cpu,)
+    timing = parse_iterations(done.stdout)
+    return timing.mean_ms, timing.best_ms, cpu
 
 
 def _symbolic_executables(model, dynamic, folder, rounds):

@@ -29,7 +29,8 @@ count is read when the native library and onnxruntime start):
   descheduled worker, and the median sees only the first kind when they
   are the majority).
 - executable: ``emit_c`` + ``make -C`` with the emitted Makefile's defaults,
-  its ``--iterations`` timing against the in-Python native backend.
+  its ``--iterations`` medians against the in-Python native backend's,
+  the two taking turns (EXECUTABLE_ROUNDS).
 - profile: per-instruction profiles of the native backend (its profiling
   build) and onnxruntime's per-operator profile, for the three models with
   the worst one-thread ratio at each batch size timed (every model of
@@ -41,6 +42,7 @@ markdown; --refusals also writes the refused operators per file.
 import argparse
 import collections
 import json
+import math
 import os
 import re
 import signal
@@ -55,7 +57,8 @@ import onnxruntime
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import inference_candidates as inference  # noqa: E402
-from timing import busy_neighbour, interleaved_samples, time_interleaved  # noqa: E402
+from timing import (busy_neighbour, interleaved_samples, repetitions, time_interleaved,  # noqa: E402
+                    timed_calls)
 
 from chainer_compiler.pipeline import build_program  # noqa: E402
 from chainer_compiler.runtime.executor import Executor  # noqa: E402
@@ -86,6 +89,11 @@ LARGE_BATCH = ('resnet18', 'resnet50', 'mobilenet_v2', 'mobilenet_v3_small', 'mn
                'mnasnet0_5', 'regnet_y_400mf', 'convnext_tiny', 'lcnet_050', 'lraspp', 'albert')
 #: Single-input CNNs whose emitted executable is built and timed.
 EXECUTABLES = ('resnet18', 'mobilenet_v2', 'efficientnet_b0')
+#: Rounds in which the executable and the in-Python backend take turns: on
+#: a shared machine, spells of seconds in which one process's two threads
+#: run at one thread's speed (cache lines between its CPUs take 4x as
+#: long) must fall on both.
+EXECUTABLE_ROUNDS = 6
 #: Thread settings: None is the default of each (the machine's cores).
 THREADS = (1, None)
 #: The environment variables that set the native backend's thread count:
@@ -251,7 +259,8 @@ def time_worker(args):
 def executable_worker(args):
     """The emitted C built with its Makefile's defaults into
     ``args.build_dir`` (unless an earlier worker did), timing itself,
-    against the in-Python native backend in this process."""
+    against the in-Python native backend in this process: medians of
+    EXECUTABLE_ROUNDS rounds in which the two take turns."""
     path = os.path.join(args.dir, file_name(args.model, args.exporter, 1))
     program = build_program(path)
     inputs = load_inputs(args.dir, args.model, 1, program)
@@ -262,11 +271,21 @@ def executable_worker(args):
         build = inference.build_executable(program, args.build_dir, 900, make_variables=())
         if build.executable is None:
             return {'failure': build.failure}
-    mean_ms, best_ms, _ = inference.executable_timing(build, program, list(inputs.values()),
-                                                      args.budget, 900)
-    native = _median_ms(native_call(Executor(program, backend='native'), inputs), args.budget)
-    return {'executable_mean_ms': mean_ms, 'executable_best_ms': best_ms,
-            'native_ms': native, 'compile_s': build.compile_s}
+    executable = inference.ExecutableRuns(build, program, list(inputs.values()), 900)
+    native = native_call(Executor(program, backend='native'), inputs)
+    estimate_s = statistics.mean(timed_calls(native, 3))  # and the warm-up
+    per_round = math.ceil(repetitions(args.budget, estimate_s) / EXECUTABLE_ROUNDS)
+    executable_ms, native_ms, best_ms = [], [], math.inf
+    for round_ in range(EXECUTABLE_ROUNDS):
+        for turn in ('executable', 'native')[::1 if round_ % 2 == 0 else -1]:
+            if turn == 'executable':
+                timing = executable.run(per_round)
+                executable_ms.append(timing.median_ms)
+                best_ms = min(best_ms, timing.best_ms)
+            else:
+                native_ms.append(1e3 * statistics.median(timed_calls(native, per_round)))
+    return {'executable_ms': statistics.median(executable_ms), 'executable_best_ms': best_ms,
+            'native_ms': statistics.median(native_ms), 'compile_s': build.compile_s}
 
 
 def profile_worker(args):
@@ -570,9 +589,10 @@ def timing_markdown(rows):
 
 def executable_markdown(rows):
     lines = ['## The emitted executable, default Makefile', '',
-             '`emit_c` then `make -C DIR` (no variables); its `--iterations` mean against '
-             'the in-Python native backend, batch 1.', '',
-             '| model | threads | executable ms (mean, best) | in-Python native ms | ratio |',
+             '`emit_c` then `make -C DIR` (no variables); its `--iterations` median against '
+             "the in-Python native backend's, batch 1, medians of %d rounds in which the two "
+             'take turns.' % EXECUTABLE_ROUNDS, '',
+             '| model | threads | executable ms (median, best) | in-Python native ms | ratio |',
              '|---|---|---|---|---|']
     for r in rows:
         if 'failure' in r:
@@ -580,8 +600,8 @@ def executable_markdown(rows):
                                                           r['failure'][:120]))
             continue
         lines.append('| %s | %s | %.2f, %.2f | %.2f | %.2fx |' % (
-            r['model'], r['threads'], r['executable_mean_ms'], r['executable_best_ms'],
-            r['native_ms'], r['executable_mean_ms'] / r['native_ms']))
+            r['model'], r['threads'], r['executable_ms'], r['executable_best_ms'],
+            r['native_ms'], r['executable_ms'] / r['native_ms']))
     return lines
 
 

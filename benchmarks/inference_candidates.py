@@ -7,6 +7,7 @@ import re
 import signal
 import subprocess
 from dataclasses import dataclass
+from typing import NamedTuple
 
 import numpy
 import onnxruntime
@@ -16,7 +17,16 @@ from chainer_compiler.runtime.executor import Executor
 from chainer_compiler.runtime.native import emit_c
 
 #: The line ``MODEL --iterations N`` prints (runtime/native/kernels/main.c.in).
-ITERATIONS_LINE = re.compile(r'(\d+) iterations: mean ([0-9.]+) ms, best ([0-9.]+) ms')
+ITERATIONS_LINE = re.compile(
+    r'(\d+) iterations: mean ([0-9.]+) ms, median ([0-9.]+) ms, best ([0-9.]+) ms')
+
+
+class Iterations(NamedTuple):
+    """What one ``--iterations`` run of the executable printed."""
+    runs: int
+    mean_ms: float
+    median_ms: float
+    best_ms: float
 
 
 def _first_input_call(executor, x):
@@ -157,37 +167,49 @@ def build_executable(program, directory, timeout_s, make_variables=MAKE_VARIABLE
 
 
 def parse_iterations(stdout):
-    """(iterations, mean ms, best ms) from the executable's ``--iterations``
-    output; ValueError when the line is missing."""
+    """The Iterations of the executable's ``--iterations`` output;
+    ValueError when the line is missing."""
     found = ITERATIONS_LINE.search(stdout)
     if found is None:
-        raise ValueError('no "N iterations: mean X ms, best Y ms" line in %r' % stdout[-200:])
-    return int(found.group(1)), float(found.group(2)), float(found.group(3))
+        raise ValueError('no "N iterations: mean X ms, median M ms, best Y ms" line in %r'
+                         % stdout[-200:])
+    return Iterations(int(found.group(1)), *(float(found.group(k)) for k in (2, 3, 4)))
 
 
-def _run_executable(build, input_files, iterations, timeout_s):
-    out_dir = os.path.join(build.directory, 'out')
-    done = subprocess.run([build.executable, '--iterations', str(iterations), '-o', out_dir,
-                           *input_files], capture_output=True, text=True, timeout=timeout_s,
-                          check=True)
-    return parse_iterations(done.stdout)
+class ExecutableRuns:
+    """The built executable on ``inputs`` (one array per graph input, in
+    graph-input order, saved once beside it): ``run(n)`` times n runs in one
+    process, ``first_output()`` is the first output the last run wrote."""
+
+    def __init__(self, build, program, inputs, timeout_s):
+        if len(inputs) != len(program.inputs):
+            raise ValueError('%d inputs for the executable, whose graph has %d'
+                             % (len(inputs), len(program.inputs)))
+        self._build, self._program, self._timeout_s = build, program, timeout_s
+        self._input_files = []
+        for k, x in enumerate(inputs):
+            self._input_files.append(os.path.join(build.directory, 'in_%d.npy' % k))
+            numpy.save(self._input_files[-1], x)
+        self._out_dir = os.path.join(build.directory, 'out')
+
+    def run(self, iterations):
+        done = subprocess.run([self._build.executable, '--iterations', str(iterations),
+                               '-o', self._out_dir, *self._input_files], capture_output=True,
+                              text=True, timeout=self._timeout_s, check=True)
+        return parse_iterations(done.stdout)
+
+    def first_output(self):
+        # main.c names output files after the output, other characters as '_'.
+        name = re.sub(r'[^A-Za-z0-9_.-]', '_', self._program.outputs[0].name)
+        return numpy.load(os.path.join(self._out_dir, name + '.npy'))
 
 
 def executable_timing(build, program, inputs, budget_s, timeout_s):
-    """(mean ms, best ms, first output) of the built executable timing
-    itself with ``--iterations`` on ``inputs`` (one array per graph input,
-    in graph-input order): a short run estimates the time per call, the
-    second's count fills ``budget_s`` like timing.time_interleaved."""
-    if len(inputs) != len(program.inputs):
-        raise ValueError('%d inputs for the executable, whose graph has %d'
-                         % (len(inputs), len(program.inputs)))
-    input_files = []
-    for k, x in enumerate(inputs):
-        input_files.append(os.path.join(build.directory, 'in_%d.npy' % k))
-        numpy.save(input_files[-1], x)
-    _, estimate_ms, _ = _run_executable(build, input_files, 3, timeout_s)
-    _, mean_ms, best_ms = _run_executable(
-        build, input_files, repetitions(budget_s, estimate_ms / 1e3), timeout_s)
-    # main.c names output files after the output, other characters as '_'.
-    name = re.sub(r'[^A-Za-z0-9_.-]', '_', program.outputs[0].name)
-    return mean_ms, best_ms, numpy.load(os.path.join(build.directory, 'out', name + '.npy'))
+    """(Iterations, first output) of the built executable timing itself
+    on ``inputs`` (ExecutableRuns): a short run estimates the time per
+    call, the second's count fills ``budget_s`` like
+    timing.time_interleaved."""
+    runs = ExecutableRuns(build, program, inputs, timeout_s)
+    estimate = runs.run(3)
+    timing = runs.run(repetitions(budget_s, estimate.mean_ms / 1e3))
+    return timing, runs.first_output()

@@ -89,7 +89,7 @@ def inference_table(results):
         floor = row['ms']['onnxruntime']
         disagree = [INFERENCE_LABELS[i] for i, ok in row['outputs_agree'].items() if not ok]
         cells = [_cell(row['ms'].get(i), floor) for i in impls]
-        if 'executable_best_ms' in row:  # its mean is noisier than a median
+        if 'executable_best_ms' in row:
             cells[impls.index('executable')] += ', best %.3f ms' % row['executable_best_ms']
         lines.append('| %s | %d | %s | %s |' % (
             row['model'], row['batch'], ' | '.join(cells),

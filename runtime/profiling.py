@@ -1,6 +1,7 @@
 """Per-instruction tracing: a readable trace and Chrome-tracing JSON."""
 import collections
 import json
+import statistics
 import time
 
 from .files import atomic_write
@@ -95,7 +96,8 @@ class Tracer:
 
 def time_runs(executor, inputs, iterations):
     """Run once to warm up, then ``iterations`` timed runs.  Returns the
-    warm-up outputs and a 'N iterations: mean, best' line (None for one)."""
+    warm-up outputs and a 'N iterations: mean, median, best' line (None for
+    one), as the emitted executable prints it."""
     outputs = executor.run(inputs)
     if iterations <= 1:
         return outputs, None
@@ -104,5 +106,5 @@ def time_runs(executor, inputs, iterations):
         start = time.perf_counter()
         executor.run(inputs)
         times.append((time.perf_counter() - start) * 1e3)
-    return outputs, '%d iterations: mean %.3f ms, best %.3f ms' % (
-        iterations, sum(times) / len(times), min(times))
+    return outputs, '%d iterations: mean %.3f ms, median %.3f ms, best %.3f ms' % (
+        iterations, statistics.mean(times), statistics.median(times), min(times))

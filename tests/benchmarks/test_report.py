@@ -183,8 +183,9 @@ def test_markdown_and_chart_without_training_rows(tmp_path):
 
 
 def test_parse_iterations():
-    assert inference.parse_iterations('50 iterations: mean 0.125 ms, best 0.100 ms\n') == (
-        50, 0.125, 0.1)
+    assert inference.parse_iterations(
+        '50 iterations: mean 0.125 ms, median 0.110 ms, best 0.100 ms\n') == (
+        50, 0.125, 0.11, 0.1)
     with pytest.raises(ValueError, match='iterations'):
         inference.parse_iterations('wrote out/y.npy\n')
 
@@ -212,9 +213,10 @@ def test_executable_is_built_and_times_itself(tmp_path):
     assert build.emit_s > 0 and build.compile_s > 0 and build.arena_bytes >= 0
     x = numpy.array([[-1, 2, -3], [4, -5, 6]], numpy.float32)
     z = numpy.full((2, 3), 0.5, numpy.float32)
-    mean_ms, best_ms, y = inference.executable_timing(build, program, [x, z], budget_s=0.01,
-                                                      timeout_s=60)
-    assert 0 <= best_ms <= mean_ms
+    timing, y = inference.executable_timing(build, program, [x, z], budget_s=0.01,
+                                            timeout_s=60)
+    assert 5 <= timing.runs <= 300  # repetitions() bounds
+    assert 0 <= timing.best_ms <= timing.median_ms and timing.best_ms <= timing.mean_ms
     numpy.testing.assert_array_equal(y, x - z)
     with pytest.raises(ValueError, match='1 inputs for the executable, whose graph has 2'):
         inference.executable_timing(build, program, [x], budget_s=0.01, timeout_s=60)

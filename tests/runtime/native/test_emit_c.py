@@ -233,7 +233,11 @@ def test_iterations_prints_timings(mlp, tmp_path):
     numpy.save(tmp_path / 'x.npy', mlp.x)
     done = mlp.run(['--iterations', '5', 'x.npy'], cwd=tmp_path)
     assert done.returncode == 0, done.stderr
-    assert '5 iterations: mean' in done.stdout and 'best' in done.stdout
+    line = re.search(r'5 iterations: mean ([0-9.]+) ms, median ([0-9.]+) ms, best ([0-9.]+) ms',
+                     done.stdout)
+    assert line, done.stdout
+    mean, median, best = map(float, line.groups())
+    assert 0 <= best <= median and best <= mean
     assert (tmp_path / 'output_0.npy').exists()
 
 
