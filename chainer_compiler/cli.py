@@ -169,7 +169,7 @@ def _parser():
     run.add_argument('--rtol', type=tolerance, default=None, help='relative tolerance (--test)')
     run.add_argument('--atol', type=tolerance, default=None, help='absolute tolerance (--test)')
     run.add_argument('--iterations', type=_bounded(int, 1, math.inf, 'an integer >= 1'),
-                     default=1, help='timed runs; prints mean and best milliseconds')
+                     default=1, help='timed runs; prints mean, median and best milliseconds')
     run.add_argument('--backend', choices=BACKENDS, default='auto',
                      help='auto (default): native when a C compiler is present and it covers '
                           'every operator, else numpy (never cupy; -v says which and why); '
