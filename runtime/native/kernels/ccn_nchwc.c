@@ -774,28 +774,94 @@ CCN_ALWAYS_INLINE void window_max(float *y, const float *x, long at, long in_w, 
     STORE(y, top);
 }
 
+/* The maximum of column c of three rows (r, r + row, r + 2 * row), by
+ * MAX_LANES, its taps added to *seen. */
+CCN_ALWAYS_INLINE v16 column_max3(const float *r, long row, long c, v16 *seen)
+{
+    const v16 a = LOAD(r + c * B), b = LOAD(r + (row + c) * B), d = LOAD(r + (2 * row + c) * B);
+    *seen += a + b + d;
+    return MAX_LANES(MAX_LANES(a, b), d);
+}
+
+/* Outputs [ow0, ow1) of a row of 3x3 windows at column stride `stride`
+ * (1 or 2, a constant) whose taps all lie inside rows r to r + 2 (r: the
+ * top row at the first window's left column), by MAX_LANES: a column's
+ * maximum over the three rows is taken once and serves every window that
+ * has it (at stride 2, 6 loads and 6 maxima a window where each window by
+ * itself takes 9 and 8: SqueezeNet's pooling of 111x111 0.044 -> 0.038 ms
+ * in the model). */
+CCN_ALWAYS_INLINE void windows_max3(float *y, const float *r, long in_w, long ow0, long ow1,
+                                    int stride, v16 *seen)
+{
+    v16 left = column_max3(r, in_w, 0, seen);
+    if (stride == 2) {
+        for (long ow = ow0, c = 0; ow < ow1; ow++, c += 2) {
+            const v16 mid = column_max3(r, in_w, c + 1, seen);
+            const v16 right = column_max3(r, in_w, c + 2, seen);
+            STORE(y + ow * B, MAX_LANES(MAX_LANES(left, mid), right));
+            left = right;
+        }
+    } else {
+        v16 mid = column_max3(r, in_w, 1, seen);
+        for (long ow = ow0, c = 0; ow < ow1; ow++, c++) {
+            const v16 right = column_max3(r, in_w, c + 2, seen);
+            STORE(y + ow * B, MAX_LANES(MAX_LANES(left, mid), right));
+            left = mid;
+            mid = right;
+        }
+    }
+}
+
+/* Window ow of output row oh (its top input row ih0, its rows kh0 to kh1
+ * inside the input) by window_max: a whole 3x3 window with constant
+ * bounds. */
+CCN_ALWAYS_INLINE void maxpool_window(const ccn_nchwc_geometry *g, const float *x, float *y,
+                                      long ih0, long kh0, long kh1, long ow, int exact,
+                                      v16 *seen)
+{
+    const long iw0 = ow * g->stride_w - g->pad_left;
+    const long kw0 = iw0 < 0 ? -iw0 : 0;
+    const long kw1 = g->in_w - iw0 < g->kernel_w ? g->in_w - iw0 : g->kernel_w;
+    const long at = ih0 * g->in_w + iw0;
+    if (g->kernel_h == 3 && kh0 == 0 && kh1 == 3 && g->kernel_w == 3 && kw0 == 0 && kw1 == 3)
+        window_max(y + ow * B, x, at, g->in_w, 0, 3, 0, 3, exact, seen);
+    else
+        window_max(y + ow * B, x, at, g->in_w, kh0, kh1, kw0, kw1, exact, seen);
+}
+
 /* Output row oh of one block of one image (t = (n * blocks + b) * out_h +
  * oh) of ccn_nchwc_maxpool, 16 channels a vector: first by MAX_LANES,
  * then again exactly only when a tap it read may be NaN (their sum is), as
- * ccn_maxpool2d's rows; a whole 3x3 window with constant bounds. */
+ * ccn_maxpool2d's rows; 3x3 windows at column stride 1 or 2 inside the
+ * input by windows_max3. */
 CCN_ALWAYS_INLINE int maxpool_row(const ccn_nchwc_geometry *g, const float *x, float *y, long oh,
                                   int exact)
 {
     const long ih0 = oh * g->stride_h - g->pad_top;
     const long kh0 = ih0 < 0 ? -ih0 : 0;
     const long kh1 = g->in_h - ih0 < g->kernel_h ? g->in_h - ih0 : g->kernel_h;
-    const int rows3 = g->kernel_h == 3 && kh0 == 0 && kh1 == 3;
-    v16 seen = {0};
-    for (long ow = 0; ow < g->out_w; ow++) {
-        const long iw0 = ow * g->stride_w - g->pad_left;
-        const long kw0 = iw0 < 0 ? -iw0 : 0;
-        const long kw1 = g->in_w - iw0 < g->kernel_w ? g->in_w - iw0 : g->kernel_w;
-        const long at = ih0 * g->in_w + iw0;
-        if (rows3 && g->kernel_w == 3 && kw0 == 0 && kw1 == 3)
-            window_max(y + ow * B, x, at, g->in_w, 0, 3, 0, 3, exact, &seen);
-        else
-            window_max(y + ow * B, x, at, g->in_w, kh0, kh1, kw0, kw1, exact, &seen);
+    const long sw = g->stride_w;
+    /* Windows [inside, outside) have every column inside the row. */
+    long inside = g->out_w, outside = g->out_w;
+    if (!exact && g->kernel_h == 3 && kh0 == 0 && kh1 == 3 && g->kernel_w == 3 &&
+        (sw == 1 || sw == 2) && g->in_w + g->pad_left >= 3) {
+        inside = (g->pad_left + sw - 1) / sw;
+        outside = (g->in_w + g->pad_left - 3) / sw + 1;
+        outside = outside < g->out_w ? outside : g->out_w;
+        inside = inside < outside ? inside : outside;
     }
+    v16 seen = {0};
+    for (long ow = 0; ow < inside; ow++)
+        maxpool_window(g, x, y, ih0, kh0, kh1, ow, exact, &seen);
+    if (inside < outside) {
+        const float *r = x + (ih0 * g->in_w + inside * sw - g->pad_left) * B;
+        if (sw == 1)
+            windows_max3(y, r, g->in_w, inside, outside, 1, &seen);
+        else
+            windows_max3(y, r, g->in_w, inside, outside, 2, &seen);
+    }
+    for (long ow = outside; ow < g->out_w; ow++)
+        maxpool_window(g, x, y, ih0, kh0, kh1, ow, exact, &seen);
     for (int i = 0; i < B; i++)
         if (seen[i] != seen[i])
             return 1;

@@ -5,6 +5,7 @@ small native build of a chain (odd channel counts, strides 1 and 2,
 asymmetric padding, a residual Add, every kind of epilogue, batch 2)
 against the NumPy VM and onnxruntime."""
 import dataclasses
+import math
 
 import numpy
 import pytest
@@ -541,18 +542,23 @@ def test_a_concat_of_values_made_outside_a_chain_stays_out_of_it():
     assert ops == ['Concat', 'NchwcReorderIn'] + ['NchwcConv'] * 4 + ['NchwcReorderOut']
 
 
-def pooled_stem_model(rng, stem_kernel=3, squeeze_act='Relu', batch=2):
+def pooled_stem_model(rng, stem_kernel=3, squeeze_act='Relu', batch=2, pool_stride=2,
+                      pool_pads=(1, 0, 0, 1), ceil_mode=1):
     """SqueezeNet's first layers, small: a stem (3 to 32 channels, stride
-    2, ``stem_kernel`` square) and a MaxPool of it (3x3, stride 2, padded
-    top and right, ceil mode), a fire module (its squeeze's activation
-    ``squeeze_act``, its 3x3 expansion of 16 channels, which Winograd would
-    run on NCHW) and a 2x2 MaxPool of its Concat as the output."""
+    2, ``stem_kernel`` square) and a 3x3 MaxPool of it (by default stride
+    2, padded top and right, ceil mode), a fire module (its squeeze's
+    activation ``squeeze_act``, its 3x3 expansion of 16 channels, which
+    Winograd would run on NCHW) and a 2x2 MaxPool of its Concat as the
+    output."""
     init = {}
     size = (58 - stem_kernel) // 2 + 1
-    pooled = -(-(size + 1 - 3) // 2) + 1
+    rounding = math.ceil if ceil_mode else math.floor
+    pooled = [rounding((size + pool_pads[k] + pool_pads[k + 2] - 3) / pool_stride) + 1
+              for k in (0, 1)]
     nodes = [_conv(init, rng, 'stem', 'x', 3, 32, stem_kernel, 2, (0, 0, 0, 0)),
-             helper.make_node('MaxPool', ['stem'], ['p'], kernel_shape=[3, 3], strides=[2, 2],
-                              pads=[1, 0, 0, 1], ceil_mode=1),
+             helper.make_node('MaxPool', ['stem'], ['p'], kernel_shape=[3, 3],
+                              strides=[pool_stride] * 2, pads=list(pool_pads),
+                              ceil_mode=ceil_mode),
              _conv(init, rng, 's', 'p', 32, 16, 1, 1, (0, 0, 0, 0)),
              helper.make_node(squeeze_act, ['s'], ['r']),
              _conv(init, rng, 'e1', 'r', 16, 64, 1, 1, (0, 0, 0, 0)),
@@ -560,8 +566,8 @@ def pooled_stem_model(rng, stem_kernel=3, squeeze_act='Relu', batch=2):
              helper.make_node('Concat', ['e1', 'e3'], ['c'], axis=1),
              helper.make_node('MaxPool', ['c'], ['y'], kernel_shape=[2, 2], strides=[2, 2])]
     return make_model(nodes, [('x', numpy.float32, (batch, 3, 58, 58))],
-                      [('y', numpy.float32, (batch, 128, pooled // 2, pooled // 2))], init,
-                      opset=13)
+                      [('y', numpy.float32, (batch, 128, pooled[0] // 2, pooled[1] // 2))],
+                      init, opset=13)
 
 
 def test_maxpools_of_a_3x3_stem_and_of_a_chain_run_on_blocks():
@@ -576,6 +582,30 @@ def test_maxpools_of_a_3x3_stem_and_of_a_chain_run_on_blocks():
     program = _blocked(pooled_stem_model(numpy.random.default_rng(0), stem_kernel=7))
     ops = [i.qualified_op.replace(NCHWC, '') for i in program.instructions]
     assert ops[:3] == ['Conv', 'MaxPool', 'NchwcReorderIn']
+
+
+@pytest.mark.native_build
+@pytest.mark.parametrize('stride, pads, ceil_mode', [
+    (1, (1, 1, 1, 1), 0), (1, (0, 0, 0, 0), 0), (2, (1, 1, 1, 1), 0), (2, (0, 0, 0, 0), 1),
+    (2, (0, 1, 0, 0), 0)])
+def test_pools_whose_windows_share_columns_compute_what_the_vm_computes(stride, pads,
+                                                                       ceil_mode):
+    # 3x3 windows inside the row share each column's maximum over their
+    # three rows with the next window (ccn_nchwc.c, windows_max3); those
+    # at the padded edges go one by one.  A NaN in a column two windows
+    # share wins both, as on the VM.
+    rng = numpy.random.default_rng(stride * 10 + sum(pads))
+    model = pooled_stem_model(rng, squeeze_act='Identity', batch=1, pool_stride=stride,
+                              pool_pads=pads, ceil_mode=ceil_mode)
+    assert _blocked(model).instructions[1].qualified_op == NCHWC + 'NchwcMaxPool'
+    x = uniform(rng, 1, 3, 58, 58)
+    check_native(model, [x], atol=1e-3)
+    # The stem (stride 2, no padding) reads input row 31 and column 21 in
+    # its pixel (15, 10) alone; its column 10 lies in two windows at either
+    # stride, its row 15 in the middle of some.
+    x[0, 1, 31, 21] = numpy.nan
+    got = check_native(model, [x], atol=1e-3, onnxruntime_check=False)[0]
+    assert numpy.isnan(got).any()
 
 
 def test_a_blocked_maxpool_of_an_nchw_tensor_is_refused():
