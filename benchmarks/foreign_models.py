@@ -57,8 +57,7 @@ import onnxruntime
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import inference_candidates as inference  # noqa: E402
-from timing import (busy_neighbour, interleaved_samples, repetitions, time_interleaved,  # noqa: E402
-                    timed_calls)
+from timing import busy_neighbour, interleaved_samples, repetitions, time_interleaved, timed_calls  # noqa: E402
 
 from chainer_compiler.pipeline import build_program  # noqa: E402
 from chainer_compiler.runtime.executor import Executor  # noqa: E402
