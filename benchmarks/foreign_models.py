@@ -216,10 +216,6 @@ def _samples_ms(fn, budget_s):
                                                  rounds=1)['fn']]
 
 
-def _median_ms(fn, budget_s):
-    return statistics.median(_samples_ms(fn, budget_s))
-
-
 def time_worker(args):
     """Median ms of native and onnxruntime (and the VM, one thread, batch 1),
     quiet and busy (and their mean ms busy, as `busymean`), at the thread
