@@ -774,13 +774,13 @@ CCN_ALWAYS_INLINE void window_max(float *y, const float *x, long at, long in_w, 
     STORE(y, top);
 }
 
-/* The maximum of column c of three rows (r, r + row, r + 2 * row), by
- * MAX_LANES, its taps added to *seen. */
-CCN_ALWAYS_INLINE v16 column_max3(const float *r, long row, long c, v16 *seen)
+/* *top = the maximum of column c of three rows (r, r + row, r + 2 * row),
+ * by MAX_LANES, its taps added to *seen.  (Stored, as window_max.) */
+CCN_ALWAYS_INLINE void column_max3(v16 *top, const float *r, long row, long c, v16 *seen)
 {
     const v16 a = LOAD(r + c * B), b = LOAD(r + (row + c) * B), d = LOAD(r + (2 * row + c) * B);
     *seen += a + b + d;
-    return MAX_LANES(MAX_LANES(a, b), d);
+    *top = MAX_LANES(MAX_LANES(a, b), d);
 }
 
 /* Outputs [ow0, ow1) of a row of 3x3 windows at column stride `stride`
@@ -793,18 +793,19 @@ CCN_ALWAYS_INLINE v16 column_max3(const float *r, long row, long c, v16 *seen)
 CCN_ALWAYS_INLINE void windows_max3(float *y, const float *r, long in_w, long ow0, long ow1,
                                     int stride, v16 *seen)
 {
-    v16 left = column_max3(r, in_w, 0, seen);
+    v16 left, mid, right;
+    column_max3(&left, r, in_w, 0, seen);
     if (stride == 2) {
         for (long ow = ow0, c = 0; ow < ow1; ow++, c += 2) {
-            const v16 mid = column_max3(r, in_w, c + 1, seen);
-            const v16 right = column_max3(r, in_w, c + 2, seen);
+            column_max3(&mid, r, in_w, c + 1, seen);
+            column_max3(&right, r, in_w, c + 2, seen);
             STORE(y + ow * B, MAX_LANES(MAX_LANES(left, mid), right));
             left = right;
         }
     } else {
-        v16 mid = column_max3(r, in_w, 1, seen);
+        column_max3(&mid, r, in_w, 1, seen);
         for (long ow = ow0, c = 0; ow < ow1; ow++, c++) {
-            const v16 right = column_max3(r, in_w, c + 2, seen);
+            column_max3(&right, r, in_w, c + 2, seen);
             STORE(y + ow * B, MAX_LANES(MAX_LANES(left, mid), right));
             left = mid;
             mid = right;
