@@ -24,9 +24,12 @@
 #endif
 
 /* Work (elements touched) from which a loop runs on the thread pool
- * (ccn_parallel_for in ccn_threads.h): below it, waking the other threads
- * costs more than it saves. */
-#define CCN_PARALLEL_WORK (1L << 18)
+ * (ccn_parallel_for in ccn_threads.h): below it, handing pieces to the
+ * other threads costs more than it saves.  2^18, OpenMP's figure, kept
+ * ShuffleNetV2's 1x1 products (2.6 M multiply-adds, 28 us) on one thread:
+ * default threads 1.53 ms against 1.76 on one; 1.16 with 2^16 (2^15 no
+ * better; beside a busy process even). */
+#define CCN_PARALLEL_WORK (1L << 16)
 /* Multiply-adds of a matrix product that count as one element of work
  * (vectorised and from cache, they cost much less than an element of a
  * memory-bound loop). */
