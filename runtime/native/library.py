@@ -45,6 +45,7 @@ import time
 import warnings
 import weakref
 from collections.abc import Collection
+from typing import NamedTuple
 
 import numpy
 
@@ -189,25 +190,39 @@ def machine_threads() -> int:
     return max(1, min(cpus, MAX_THREADS))
 
 
-def native_threads(threads: int | None = None) -> int:
+class ThreadCount(NamedTuple):
+    """How many threads native code runs on, and whether that count is fixed
+    (an argument or $CHAINER_COMPILER_THREADS set it) or the most, up to
+    which each run function takes the count its runs are fastest on
+    (ccn_set_most_threads: the machine's default)."""
+    threads: int
+    fixed: bool
+
+
+def thread_count(threads: int | None = None) -> ThreadCount:
     """The thread count native code runs on: ``threads`` when given, else
-    $CHAINER_COMPILER_THREADS when set, else machine_threads().  Raises
-    ConfigurationError naming the argument or the variable when it is not
-    a whole number from 1 to MAX_THREADS."""
+    $CHAINER_COMPILER_THREADS when set (both fixed), else at most
+    machine_threads().  Raises ConfigurationError naming the argument or the
+    variable when it is not a whole number from 1 to MAX_THREADS."""
     if threads is not None:
         if isinstance(threads, bool) or not isinstance(threads, int) or \
                 not 1 <= threads <= MAX_THREADS:
             raise ConfigurationError('threads=%r: the thread count must be an int from 1 to %d'
                                      % (threads, MAX_THREADS))
-        return threads
+        return ThreadCount(threads, True)
     text = os.environ.get(THREADS_VARIABLE, '').strip()
     if not text:
-        return machine_threads()
+        return ThreadCount(machine_threads(), False)
     if not re.fullmatch('[0-9]{1,4}', text) or not 1 <= int(text) <= MAX_THREADS:
         raise ConfigurationError('$%s is %r: it must be a whole number of threads from 1 to %d '
                                  '(or unset: one per CPU this process may use)'
                                  % (THREADS_VARIABLE, text[:40], MAX_THREADS))
-    return int(text)
+    return ThreadCount(int(text), True)
+
+
+def native_threads(threads: int | None = None) -> int:
+    """thread_count(threads)'s count."""
+    return thread_count(threads).threads
 
 
 def run_compiler(argv: list[str], cwd: str, what: str) -> None:
@@ -459,7 +474,7 @@ _VARIANT = re.compile(r'ccn_\w+_v\d+\.c\Z')
 #: The libraries this process loaded, by the SHA-256 of their content.
 _LOADED: dict[str, ctypes.CDLL] = {}
 #: The thread count last set in each loaded library (by id: never unloaded).
-_THREADS: dict[int, int] = {}
+_THREADS: dict[int, ThreadCount] = {}
 
 
 def _load(data: bytes, folder: str) -> ctypes.CDLL:
@@ -546,8 +561,9 @@ class NativeRun:
     different instances run in parallel).  With a ``tracer`` (profiling.Tracer), the
     library is a profiling build and every call records one event per
     instruction that runs.  ``threads`` is how many threads its loops run
-    on (native_threads: by default $CHAINER_COMPILER_THREADS, else one per
-    CPU this process may use).
+    on (thread_count: by default $CHAINER_COMPILER_THREADS, else at most one
+    per CPU this process may use, each call on the count its program's calls
+    have been fastest on).
 
     ``donate`` are the positions of inputs its caller gives up (a training
     backward's retained values): values live in their memory after their
@@ -560,7 +576,8 @@ class NativeRun:
                  donate: Collection[int] = ()):
         self.program = program
         #: The thread count of this instance's calls.
-        self.threads = native_threads(threads)
+        self._thread_count = thread_count(threads)
+        self.threads = self._thread_count.threads
         #: The library's cache entry (where it is cached, or would be).
         self._lib, self.path, result = load_library(program, profile=tracer is not None,
                                                     donate=tuple(sorted(set(donate))))
@@ -583,7 +600,10 @@ class NativeRun:
         self._status_message = getattr(self._lib, '%s_status_message' % NAME)
         self._status_message.argtypes = [ctypes.c_int]
         self._status_message.restype = ctypes.c_char_p
-        self._set_threads = self._lib['%s_set_threads' % NAME]
+        # NAME_set_threads fixes the count; NAME_set_most_threads lets each
+        # run function choose its own up to it.
+        self._set_threads = self._lib['%s_set_%sthreads' % (
+            NAME, '' if self._thread_count.fixed else 'most_')]
         self._set_threads.argtypes = [ctypes.c_int]
         #: The bytes of this program's arena.
         self.arena_bytes = max(1, result.arena_bytes)
@@ -729,9 +749,9 @@ class NativeRun:
                     buffer[()] = value
                 # The thread pool is the library's: instances sharing it may
                 # want other counts.
-                if _THREADS.get(id(self._lib)) != self.threads:
+                if _THREADS.get(id(self._lib)) != self._thread_count:
                     self._set_threads(self.threads)
-                    _THREADS[id(self._lib)] = self.threads
+                    _THREADS[id(self._lib)] = self._thread_count
                 if self._tracer is None:
                     status = self._fn(arena[1], self._weights_address, *pointers)
                 else:

@@ -307,10 +307,15 @@ class _Renderer:
                   '%s_API %s' % (up, line) for line in self._api_declarations()]
         lines += ['%s_API const char *%s_status_message(int status);' % (up, n), '',
                   '/* How many threads the runs\' loops use, the caller included (1 to',
-                  ' * 256; by default one per CPU this process may use).  One count for',
-                  ' * the whole library, from the next run on.  Returns 0, or -1 for a',
-                  ' * count out of range (the count is then unchanged). */',
-                  '%s_API int %s_set_threads(int threads);' % (up, n), '',
+                  ' * 256).  One count for the whole library, from the next run on.',
+                  ' * %s_set_threads fixes it; with %s_set_most_threads, each run' % (n, n),
+                  ' * function runs on threads, threads / 2, ... or 1, whichever its runs',
+                  ' * have been fastest on lately (fewer can be faster beside a busy',
+                  ' * process).  The default is the latter, with one thread per CPU this',
+                  ' * process may use.  Each returns 0, or -1 for a count out of range',
+                  ' * (the count is then unchanged). */',
+                  '%s_API int %s_set_threads(int threads);' % (up, n),
+                  '%s_API int %s_set_most_threads(int threads);' % (up, n), '',
                   '/* A build with -DCCN_PROFILE (make PROFILE=1) times the %s_PROFILED' % up,
                   ' * instructions of every run: after %s_profile(marks), each run writes'
                   % n,
@@ -614,11 +619,12 @@ class _Renderer:
             bodies.append((size, decls, body))
         return bodies
 
-    def _arena_function(self, signature: str, checks: list[str], decls: list[str],
-                        body: list[str]) -> list[str]:
-        """The C function ``signature`` (NAME_run_arena's parameters) that
+    def _arena_function(self, name: str, params: list[str], checks: list[str],
+                        decls: list[str], body: list[str], static: bool = False) -> list[str]:
+        """The C function ``name`` of ``params`` (NAME_run_arena's) that
         returns 1 when one of ``checks`` holds, else runs ``body`` on the
-        values of ``decls`` (after the weights', in a weights file)."""
+        values of ``decls`` (after the weights', in a weights file) on the
+        thread count its runs have been fastest on (ccn_run_start)."""
         if self.layout is not None:
             text = '\n'.join(body)
             decls = ['    const unsigned char *const weights = '
@@ -626,10 +632,17 @@ class _Renderer:
                 '    const %s *const %s = (const %s *)(weights + %d);' % (
                     C_TYPES[a.dtype.name], w, C_TYPES[a.dtype.name], self.layout.offsets[w])
                 for w, a in sorted(self.weights.items()) if w in text] + decls
-        return [signature, '{', '    unsigned char *const arena = (unsigned char *)arena_memory;'
+        args = ', '.join(re.split(r'[ *]', q)[-1] for q in params)
+        return ['static int %s_instructions(%s)' % (name, ', '.join(params)), '{',
+                '    unsigned char *const arena = (unsigned char *)arena_memory;',
+                '    (void)arena;'] + decls + ['    PROFILE_MARK(0);'] + body + [
+                    '    return 0;', '}', '',
+                '%sint %s(%s)' % ('static ' if static else '', name, ', '.join(params)), '{',
+                '    static ccn_run_tuner tuner; /* its runs\' times on each thread count */'
                 ] + (['    if (%s)' % ' || '.join(checks), '        return 1;'] if checks else []
-                     ) + ['    (void)arena;'] + decls + ['    PROFILE_MARK(0);'] + body + [
-                    '    return 0;', '}', '']
+                     ) + ['    const ccn_run run = ccn_run_start(&tuner);',
+                          '    const int status = %s_instructions(%s);' % (name, args),
+                          '    ccn_run_finish(run, status);', '    return status;', '}', '']
 
     def _model_c(self) -> str:
         n, up, p = self.name, self.name.upper(), self.p
@@ -656,17 +669,16 @@ class _Renderer:
         lines += ['const %s_tensor_info %s_outputs[] = {' % (n, n)]
         lines += self._info_table(p.outputs) + ['};', '']
         params = ['void *arena_memory'] + [q for q in self._params().split(', ') if q != 'void']
-        checks = ['(!arena && %s_ARENA_BYTES)' % up] + null_checks
+        checks = ['(!arena_memory && %s_ARENA_BYTES)' % up] + null_checks
         if self.weights_mode == 'file':
             params.insert(1, 'const void *weights_memory')
             checks.insert(1, '(!weights_memory && %s_WEIGHTS_BYTES)' % up)
             self.layout = layout(self.weights)
-        lines += self._arena_function('int %s_run_arena(%s)' % (n, ', '.join(params)), checks,
-                                      decls, body)
+        lines += self._arena_function('%s_run_arena' % n, params, checks, decls, body)
         # The buckets: NAME_run_n checked the pointers.
         for size, bucket_decls, bucket_body in buckets:
-            lines += self._arena_function('static int %s_run_b%d(%s)' % (
-                n, size, ', '.join(params)), [], bucket_decls, bucket_body)
+            lines += self._arena_function('%s_run_b%d' % (n, size), params, [], bucket_decls,
+                                          bucket_body, static=True)
         if self.weights_mode == 'embed':
             lines += ['int %s_run(%s)' % (n, self._params()), '{',
                       '    /* Static storage: no allocation per run, but not reentrant. */',
@@ -680,7 +692,9 @@ class _Renderer:
                       '    return %s_run(%s);' % (n, self._vector_call()), '}', '']
         lines += self._batch_c()
         lines += ['int %s_set_threads(int threads)' % n, '{',
-                  '    return ccn_set_threads(threads);', '}', '']
+                  '    return ccn_set_threads(threads);', '}', '',
+                  'int %s_set_most_threads(int threads)' % n, '{',
+                  '    return ccn_set_most_threads(threads);', '}', '']
         return '\n'.join(lines + self._status_message_c() + self._profile_events_c())
 
     def _profile_c(self) -> list[str]:

@@ -29,7 +29,15 @@
  * more runs on the threads meanwhile.  When the last worker to sleep did
  * so because the OS ran other threads on its CPU, a loop of less than
  * CCN_WAKE_WORK wakes no sleeping worker: it runs on the workers still
- * spinning, or on the caller alone. */
+ * spinning, or on the caller alone.
+ *
+ * Those adapt loop by loop, within a run; the counts adapt run by run.
+ * Unless a count was fixed (ccn_set_threads), each run function
+ * (ccn_run_start, ccn_run_finish) times its runs per unit of their loops'
+ * work on each count of the most, its half, ... and 1, and runs on the
+ * fastest, trying a neighbour now and then: beside a busy process, or when
+ * the host runs the CPUs far apart (a cache line then takes 4x longer to
+ * move between them), a model's runs can be faster on fewer threads. */
 #if defined(__linux__) && !defined(_GNU_SOURCE)
 #define _GNU_SOURCE /* sched_getaffinity, CPU_COUNT */
 #endif
@@ -47,6 +55,7 @@
 #include <pthread.h>
 #include <sched.h>
 #include <stdint.h>
+#include <string.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -95,6 +104,19 @@
 #define CCN_IDLE_LOOPS 8
 #define CCN_IDLE_SERIAL_NS 8000000LL
 
+/* A run function tries another thread count than its fastest once its
+ * runs on the fastest have taken CCN_TRY_SHARE times what the try is
+ * expected to cost more, plus CCN_TRY_SHARE / CCN_TRY_FLOOR of their own
+ * time: the tries cost at most about 1/CCN_TRY_SHARE of the time, and come
+ * every few runs when the counts run about as fast (when the CPUs turn busy
+ * or quiet, the fastest count's time changes first). */
+#define CCN_TRY_SHARE 128
+#define CCN_TRY_FLOOR 16
+/* The runs that measure a count before its time is a moving average: the
+ * fastest of them (the first runs on a count may start a worker or touch
+ * memory first). */
+#define CCN_FIRST_SAMPLES 3
+
 /* A claim word: a loop's generation, the end of what it hands out and
  * the next index to hand out (both below 2^16). */
 #define GEN(t) ((t) >> 32)
@@ -107,7 +129,8 @@ static struct {
     pthread_mutex_t lock; /* with `wake`: sleeping workers; `started` */
     pthread_cond_t wake;
     pthread_cond_t finished; /* with `lock`: the caller waiting for `done` */
-    int threads;  /* atomic: threads per loop, the caller included; 0 until set */
+    int threads;  /* atomic: the most threads per loop, the caller included; 0 until set */
+    int adaptive; /* atomic: the run functions choose their counts (ccn_set_most_threads) */
     int started;  /* atomic: workers created (written under `lock`) */
     int sleepers; /* atomic: workers waiting on `wake` */
     int wanted;   /* atomic: the last worker to sleep found its CPU wanted */
@@ -117,6 +140,7 @@ static struct {
     ccn_task task;
     void *context;
     long count, pieces;
+    int loop_threads; /* atomic: the threads that take part, the caller included */
     unsigned long long generation;
     unsigned long long ticket; /* atomic: generation, chunks, next chunk */
     /* atomic: chunk c's generation, end and next piece */
@@ -129,7 +153,13 @@ static struct {
     long idle_loops; /* loops in a row that the caller ran alone */
 } pool = {.lock = PTHREAD_MUTEX_INITIALIZER,
           .wake = PTHREAD_COND_INITIALIZER,
-          .finished = PTHREAD_COND_INITIALIZER};
+          .finished = PTHREAD_COND_INITIALIZER,
+          .adaptive = 1};
+
+/* The calling thread's run (ccn_run_start): the count its loops run on (0:
+ * the pool's), and the work of its loops so far. */
+static __thread int run_threads;
+static __thread double run_work;
 
 static long long now_ns(void)
 {
@@ -203,7 +233,7 @@ static void *worker(void *arg)
             unwanted = pause_briefly(spin);
             t = __atomic_load_n(&pool.ticket, __ATOMIC_ACQUIRE);
         }
-        if (GEN(t) == seen || index >= __atomic_load_n(&pool.threads, __ATOMIC_RELAXED)) {
+        if (GEN(t) == seen || index >= __atomic_load_n(&pool.loop_threads, __ATOMIC_ACQUIRE)) {
             __atomic_store_n(&pool.wanted, !unwanted, __ATOMIC_RELAXED);
             /* Sleep until a loop after `seen` starts.  A caller publishes
              * its ticket, then reads `sleepers`; this thread counts itself
@@ -213,9 +243,9 @@ static void *worker(void *arg)
             __atomic_add_fetch(&pool.sleepers, 1, __ATOMIC_SEQ_CST);
             for (;;) {
                 const unsigned long long g = GEN(__atomic_load_n(&pool.ticket, __ATOMIC_SEQ_CST));
-                if (g != seen && index < __atomic_load_n(&pool.threads, __ATOMIC_RELAXED))
+                if (g != seen && index < __atomic_load_n(&pool.loop_threads, __ATOMIC_ACQUIRE))
                     break;
-                seen = g; /* a loop this worker sits out (beyond the count) */
+                seen = g; /* a loop this worker sits out (beyond its count) */
                 pthread_cond_wait(&pool.wake, &pool.lock);
             }
             __atomic_sub_fetch(&pool.sleepers, 1, __ATOMIC_SEQ_CST);
@@ -301,7 +331,8 @@ static int machine_threads(void)
     return n < 1 ? 1 : n > CCN_MAX_THREADS ? CCN_MAX_THREADS : (int)n;
 }
 
-int ccn_get_threads(void)
+/* The most threads per loop: the count set, else one per CPU. */
+static int most_threads(void)
 {
     int threads = __atomic_load_n(&pool.threads, __ATOMIC_RELAXED);
     if (threads == 0) {
@@ -314,13 +345,127 @@ int ccn_get_threads(void)
     return threads;
 }
 
-int ccn_set_threads(int threads)
+int ccn_get_threads(void)
+{
+    return run_threads ? run_threads : most_threads();
+}
+
+/* Sets the count, and whether the run functions choose theirs up to it. */
+static int set_threads(int threads, int adaptive)
 {
     if (threads < 1 || threads > CCN_MAX_THREADS)
         return -1;
     __atomic_store_n(&pool.threads, threads, __ATOMIC_RELAXED);
+    __atomic_store_n(&pool.adaptive, adaptive, __ATOMIC_RELAXED);
     /* Workers beyond the count sleep at their next look at the ticket. */
     return 0;
+}
+
+int ccn_set_threads(int threads)
+{
+    return set_threads(threads, 0);
+}
+
+int ccn_set_most_threads(int threads)
+{
+    return set_threads(threads, 1);
+}
+
+/* How many counts a function chooses from: most, most / 2, ..., 1. */
+static int tuned_counts(int most)
+{
+    int counts = 1;
+    while (counts < CCN_TUNED_COUNTS && most >> counts >= 1)
+        counts++;
+    return counts;
+}
+
+ccn_run ccn_run_start(ccn_run_tuner *tuner)
+{
+    ccn_run run = {NULL, 0, 0, 0, 0};
+    const int most = most_threads();
+    /* A run inside another (on its count), or one of a function that a
+     * run on another thread is reading or updating, runs on the count set. */
+    if (run_threads || most < 2 || !__atomic_load_n(&pool.adaptive, __ATOMIC_RELAXED) ||
+        __atomic_exchange_n(&tuner->lock, 1, __ATOMIC_ACQUIRE))
+        return run;
+    if (tuner->most != most) { /* first run, or measured for another count */
+        memset(tuner->cost, 0, sizeof tuner->cost);
+        memset(tuner->samples, 0, sizeof tuner->samples);
+        tuner->most = most;
+        tuner->best = 0;
+        tuner->next_try = 1;
+        tuner->runs = 0;
+        tuner->since = 0;
+    }
+    int index = tuner->best;
+    if (tuner->samples[index] > 0) {
+        /* A neighbour: there are at least two counts. */
+        int other = index + tuner->next_try;
+        if (other < 0 || other >= tuned_counts(most))
+            other = index - tuner->next_try;
+        const double more = tuner->cost[other] - tuner->cost[index];
+        if (tuner->samples[other] < CCN_FIRST_SAMPLES ||
+            tuner->since >= CCN_TRY_SHARE *
+                                ((more > 0 ? more : 0) + tuner->cost[index] / CCN_TRY_FLOOR) *
+                                tuner->work)
+            index = other;
+    }
+    /* The first run starts the workers and touches its memory first: not
+     * measured. */
+    run.measured = tuner->runs++ > 0;
+    __atomic_store_n(&tuner->lock, 0, __ATOMIC_RELEASE);
+    run.tuner = tuner;
+    run.most = most;
+    run.index = index;
+    run_threads = most >> index;
+    run_work = 0;
+    run.start = now_ns();
+    return run;
+}
+
+void ccn_run_finish(ccn_run run, int status)
+{
+    if (!run.tuner)
+        return;
+    const long long elapsed = now_ns() - run.start;
+    const double work = run_work;
+    run_threads = 0;
+    ccn_run_tuner *const tuner = run.tuner;
+    if (status != 0 || !run.measured || work <= 0 ||
+        __atomic_exchange_n(&tuner->lock, 1, __ATOMIC_ACQUIRE))
+        return;
+    if (tuner->most == run.most) {
+        /* After the first samples' fastest, a moving average of times at
+         * most twice it (a run the OS preempted); a try's time, rarer,
+         * counts for more. */
+        const double sample = (double)elapsed / work;
+        double *const cost = &tuner->cost[run.index];
+        if (tuner->samples[run.index] == 0 ||
+            (tuner->samples[run.index] < CCN_FIRST_SAMPLES && sample < *cost))
+            *cost = sample;
+        else if (tuner->samples[run.index] >= CCN_FIRST_SAMPLES)
+            *cost += ((sample < 2 * *cost ? sample : 2 * *cost) - *cost) /
+                     (run.index == tuner->best ? 4 : 2);
+        tuner->samples[run.index]++;
+        tuner->work = work;
+        if (run.index == tuner->best) {
+            tuner->since += elapsed;
+        } else { /* a try: the next takes the other neighbour */
+            tuner->since = 0;
+            tuner->next_try = -tuner->next_try;
+        }
+        int best = tuner->best;
+        for (int k = 0; k < tuned_counts(run.most); k++)
+            if (tuner->samples[k] > 0 &&
+                (tuner->samples[best] == 0 || tuner->cost[k] < tuner->cost[best]))
+                best = k;
+        if (best != tuner->best) {
+            tuner->best = best;
+            tuner->since = 0;
+        }
+    }
+    __atomic_store_n(&tuner->lock, 0, __ATOMIC_RELEASE);
 }
 
 /* Waits until the workers have finished `others` pieces of the running
@@ -343,6 +488,7 @@ void ccn_parallel_for_grain(long count, long work, long grain, ccn_task task, vo
 {
     /* At most count / grain pieces, so each holds at least grain indices,
      * and at most work / CCN_PIECE_WORK. */
+    run_work += (double)work;
     long most_pieces = grain > 1 ? count / grain : count;
     if (most_pieces > work / CCN_PIECE_WORK)
         most_pieces = work / CCN_PIECE_WORK;
@@ -371,6 +517,7 @@ void ccn_parallel_for_grain(long count, long work, long grain, ccn_task task, vo
     pool.context = context;
     pool.count = count;
     pool.pieces = pieces;
+    __atomic_store_n(&pool.loop_threads, workers + 1, __ATOMIC_RELAXED);
     pool.generation = (pool.generation + 1) & 0xffffffffULL;
     __atomic_store_n(&pool.done, 0, __ATOMIC_RELAXED);
     for (long c = 0; c < chunks; c++) {
@@ -427,9 +574,27 @@ int ccn_set_threads(int threads)
     return threads < 1 || threads > CCN_MAX_THREADS ? -1 : 0;
 }
 
+int ccn_set_most_threads(int threads)
+{
+    return ccn_set_threads(threads);
+}
+
 int ccn_get_threads(void)
 {
     return 1;
+}
+
+ccn_run ccn_run_start(ccn_run_tuner *tuner)
+{
+    const ccn_run run = {NULL, 0, 0, 0, 0};
+    (void)tuner;
+    return run;
+}
+
+void ccn_run_finish(ccn_run run, int status)
+{
+    (void)run;
+    (void)status;
 }
 
 #endif

@@ -16,6 +16,10 @@
  * workers still spinning from the last loop, if any, without waking those
  * asleep.
  *
+ * Run functions (the emitted NAME_run_arena...) call ccn_run_start and
+ * ccn_run_finish around their instructions: their loops then run on the
+ * thread count their runs have been fastest on (ccn_set_most_threads).
+ *
  * The workers start at the first parallel loop.  POSIX threads where the
  * compiler has GCC's atomic builtins; elsewhere, or built with
  * -DCCN_THREADS=0, everything runs on the calling thread. */
@@ -56,13 +60,55 @@ void ccn_parallel_for(long count, long work, ccn_task task, void *context);
 void ccn_parallel_for_grain(long count, long work, long grain, ccn_task task, void *context);
 
 /* Sets how many threads (the caller included, 1 to CCN_MAX_THREADS) run
- * parallel loops from the next one on; returns 0, or -1 leaving the count
- * as it was when `threads` is out of range.  The default is the number of
- * CPUs this process may run on (sched_getaffinity where available). */
+ * parallel loops from the next one on, in every run; returns 0, or -1
+ * leaving the count as it was when `threads` is out of range. */
 int ccn_set_threads(int threads);
 
-/* How many threads run parallel loops (1 without thread support). */
+/* Like ccn_set_threads, but `threads` is the most: each run function
+ * (ccn_run_start) runs on threads, threads / 2, ... or 1, whichever its
+ * runs have been fastest on lately (beside a busy process, or when the
+ * host runs the CPUs far apart, fewer threads can be faster).  This is the
+ * default, with one thread per CPU this process may run on
+ * (sched_getaffinity where available). */
+int ccn_set_most_threads(int threads);
+
+/* How many threads run the calling thread's parallel loops (those of the
+ * run it is in, if any; 1 without thread support). */
 int ccn_get_threads(void);
+
+/* The thread counts of one run function: how fast its runs were on each
+ * (zero-initialised, static in the function's file). */
+#define CCN_TUNED_COUNTS 9 /* CCN_MAX_THREADS, halved down to 1 */
+typedef struct {
+    int lock;          /* atomic: a run reading or updating the rest */
+    int most;          /* the most threads when these were measured */
+    int best;          /* the count's index (threads >> best) runs use */
+    int next_try;      /* -1 or 1: which neighbour of `best` the next try takes */
+    long runs;         /* runs started */
+    long long since;   /* ns the runs on `best` took since the last try */
+    double work;       /* the last run's work */
+    double cost[CCN_TUNED_COUNTS]; /* ns per work of each count */
+    int samples[CCN_TUNED_COUNTS]; /* the runs that measured each count */
+} ccn_run_tuner;
+
+/* One run of a function, between ccn_run_start and ccn_run_finish. */
+typedef struct {
+    ccn_run_tuner *tuner; /* NULL: on the count set, not measured */
+    int most;             /* the most threads when it started */
+    int index;            /* of the count it runs on: most >> index */
+    int measured;         /* its time counts (not a function's first run) */
+    long long start;      /* CLOCK_MONOTONIC ns */
+} ccn_run;
+
+/* Starts a run of the function `tuner` measures, on the thread count it
+ * chooses: at first each count near the most, then the fastest, trying a
+ * neighbour again once the runs on the fastest have taken
+ * CCN_TRY_SHARE times what the try is expected to cost more. */
+ccn_run ccn_run_start(ccn_run_tuner *tuner);
+
+/* Ends `run`; its time per work (the work of its parallel loops) counts
+ * towards its thread count's when `status` is 0. */
+void ccn_run_finish(ccn_run run, int status);
 
 CCN_END_DECLS
 

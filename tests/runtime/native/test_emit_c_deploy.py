@@ -228,7 +228,8 @@ def test_two_models_link_into_one_program_statically_and_dynamically(two_models)
         exported = _symbols('-D', '--defined-only', str(tmp / name / ('lib%s.so' % name)))
         assert exported == {name + s for s in ('_run', '_run_arena', '_run_v', '_inputs',
                                                '_outputs', '_status_message', '_profile',
-                                               '_profile_events', '_set_threads')}
+                                               '_profile_events', '_set_threads',
+                                               '_set_most_threads')}
         static = _symbols('-g', '--defined-only', str(tmp / name / ('lib%s.a' % name)))
         assert static and all(s.startswith(name + '_') for s in static), static
     (tmp / 'driver.c').write_text(DRIVER)

@@ -195,6 +195,114 @@ static void *other_caller(void *arg)
     return NULL;
 }
 
+/* The threads that ran a loop's pieces, one entry per piece. */
+typedef struct {
+    pthread_t ids[64];
+    int pieces; /* atomic */
+} thread_log;
+
+static void log_thread(void *context, long begin, long end)
+{
+    thread_log *log = context;
+    (void)begin;
+    (void)end;
+    const int k = __atomic_fetch_add(&log->pieces, 1, __ATOMIC_RELAXED);
+    if (k < 64)
+        log->ids[k] = pthread_self();
+    const struct timespec pause = {0, 200000}; /* long enough for the workers to take part */
+    nanosleep(&pause, NULL);
+}
+
+static int distinct_threads(const thread_log *log)
+{
+    int distinct = 0;
+    for (int k = 0; k < log->pieces && k < 64; k++) {
+        int seen = 0;
+        for (int j = 0; j < k && !seen; j++)
+            seen = pthread_equal(log->ids[j], log->ids[k]);
+        distinct += !seen;
+    }
+    return distinct;
+}
+
+/* A run of a function that `tuner` measures: a loop of 16 pieces of 0.2 ms
+ * (long enough to run on the threads however the pool backs off), then
+ * 3 ms more when it runs on a count `slow` marks (bit k: count k).
+ * Returns its count; *threads_seen: the threads that ran its loop. */
+static int timed_run(ccn_run_tuner *tuner, unsigned slow, int *threads_seen)
+{
+    const ccn_run run = ccn_run_start(tuner);
+    const int threads = ccn_get_threads();
+    thread_log log;
+    log.pieces = 0;
+    ccn_parallel_for(16, CCN_BACKOFF_WORK, log_thread, &log);
+    *threads_seen = distinct_threads(&log);
+    if (slow >> threads & 1) {
+        struct timespec start, now;
+        clock_gettime(CLOCK_MONOTONIC, &start);
+        do
+            clock_gettime(CLOCK_MONOTONIC, &now);
+        while ((now.tv_sec - start.tv_sec) * 1000000000L + now.tv_nsec - start.tv_nsec < 3000000);
+    }
+    ccn_run_finish(run, 0);
+    return threads;
+}
+
+/* ccn_set_most_threads: each function's runs end up on the count they are
+ * fastest on, of most, most / 2, ... 1, and a run's loops use at most its
+ * count; ccn_set_threads fixes the count. */
+static void check_tuned_counts(void)
+{
+    static const struct {
+        int most;
+        unsigned slow; /* bit k: runs on k threads are slow */
+        int fast;
+    } cases[] = {{2, 1u << 2, 1}, {2, 1u << 1, 2}, {4, 1u << 4 | 1u << 1, 2}};
+    for (int c = 0; c < (int)(sizeof cases / sizeof cases[0]); c++) {
+        ccn_set_most_threads(cases[c].most);
+        ccn_run_tuner tuner;
+        memset(&tuner, 0, sizeof tuner);
+        int on_fast = 0, widest = 0;
+        for (int k = 0; k < 200; k++) {
+            int seen;
+            const int threads = timed_run(&tuner, cases[c].slow, &seen);
+            on_fast += k >= 50 && threads == cases[c].fast;
+            if (seen > threads)
+                widest = seen > widest ? seen : widest;
+        }
+        /* Each other count is tried once in several hundred runs here. */
+        check(on_fast >= 140, "the runs take the count they are fastest on", c, on_fast);
+        check(widest == 0, "a run's loops use at most its count", c, widest);
+        check(ccn_get_threads() == cases[c].most, "outside a run, the most", c, ccn_get_threads());
+    }
+    /* A fixed count stays, however slow; a run inside another keeps its. */
+    ccn_set_threads(2);
+    ccn_run_tuner tuner;
+    memset(&tuner, 0, sizeof tuner);
+    int off = 0;
+    for (int k = 0; k < 50; k++) {
+        int seen;
+        off += timed_run(&tuner, 1u << 2, &seen) != 2;
+    }
+    check(off == 0, "a fixed count is every run's", off, 0);
+    ccn_set_most_threads(2);
+    memset(&tuner, 0, sizeof tuner);
+    for (int k = 0; k < 20; k++) {
+        int seen;
+        timed_run(&tuner, 1u << 2, &seen);
+    }
+    ccn_run_tuner inner;
+    memset(&inner, 0, sizeof inner);
+    const ccn_run outer_run = ccn_run_start(&tuner);
+    const int outer = ccn_get_threads();
+    const ccn_run inner_run = ccn_run_start(&inner);
+    check(ccn_get_threads() == outer, "a run inside another keeps its count", outer,
+          ccn_get_threads());
+    ccn_run_finish(inner_run, 0);
+    check(ccn_get_threads() == outer, "its end keeps the outer's", outer, ccn_get_threads());
+    ccn_run_finish(outer_run, 0);
+}
+
 int main(void)
 {
     check(ccn_set_threads(0) == -1 && ccn_set_threads(CCN_MAX_THREADS + 1) == -1,
@@ -442,6 +550,7 @@ int main(void)
         /* Meanwhile the caller slept: it waited 20 ms or more for the
          * worker's piece (the pool before this spun through it, yielding). */
         check(waited_cpu_ms < 5, "the caller sleeps while it waits", (long)waited_cpu_ms, 5);
+        check_tuned_counts();
     }
     free(hits);
     free(y);
