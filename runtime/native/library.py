@@ -171,9 +171,10 @@ def _cgroup_cpus() -> float | None:
     try:
         with open(CGROUP_CPU_MAX) as f:
             quota, period = f.read().split()[:2]
-        return None if quota == 'max' else int(quota) / int(period)
+        cpus = int(quota) / int(period)  # 'max': ValueError
     except (OSError, ValueError, ZeroDivisionError):  # no cgroup v2, or a format it lacks
         return None
+    return cpus if cpus > 0 else None  # ccn_threads.c's quota_cpus reads it alike
 
 
 def machine_threads() -> int:

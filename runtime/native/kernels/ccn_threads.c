@@ -55,6 +55,8 @@
 #include <pthread.h>
 #include <sched.h>
 #include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <time.h>
 #include <unistd.h>
@@ -318,6 +320,32 @@ static int start_workers(int workers)
     return now;
 }
 
+#ifdef __linux__
+#ifndef CCN_CGROUP_CPU_MAX /* a test names another file */
+#define CCN_CGROUP_CPU_MAX "/sys/fs/cgroup/cpu.max"
+#endif
+
+/* The CPUs that this process's cgroup (v2) quota gives it, rounded up; 0
+ * when it sets none (library.py's machine_threads reads it alike): a
+ * container on a large host may use few CPUs' time. */
+static long quota_cpus(void)
+{
+    FILE *file = fopen(CCN_CGROUP_CPU_MAX, "r");
+    if (!file)
+        return 0;
+    char quota[24];
+    long period = 0;
+    const int fields = fscanf(file, "%23s %ld", quota, &period);
+    fclose(file);
+    char *end;
+    const long long microseconds = strtoll(quota, &end, 10);
+    if (fields != 2 || *end || microseconds <= 0 || period <= 0)
+        return 0; /* "max", or not a quota */
+    const long long cpus = (microseconds + period - 1) / period;
+    return cpus < CCN_MAX_THREADS ? (long)cpus : CCN_MAX_THREADS;
+}
+#endif
+
 static int machine_threads(void)
 {
     long n = 0;
@@ -328,6 +356,11 @@ static int machine_threads(void)
 #endif
     if (n < 1)
         n = sysconf(_SC_NPROCESSORS_ONLN);
+#ifdef __linux__
+    const long quota = quota_cpus();
+    if (quota > 0 && quota < n)
+        n = quota;
+#endif
     return n < 1 ? 1 : n > CCN_MAX_THREADS ? CCN_MAX_THREADS : (int)n;
 }
 

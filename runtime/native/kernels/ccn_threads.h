@@ -69,7 +69,7 @@ int ccn_set_threads(int threads);
  * runs have been fastest on lately (beside a busy process, or when the
  * host runs the CPUs far apart, fewer threads can be faster).  This is the
  * default, with one thread per CPU this process may run on
- * (sched_getaffinity where available). */
+ * (sched_getaffinity where available, at most the cgroup's CPU quota). */
 int ccn_set_most_threads(int threads);
 
 /* How many threads run the calling thread's parallel loops (those of the

@@ -111,6 +111,30 @@ def test_the_machine_count_follows_affinity_and_the_cgroup_quota(monkeypatch, tm
     assert library.machine_threads() == 4
 
 
+@pytest.mark.native_build
+@pytest.mark.skipif(CC is None or not os.path.exists('/proc/self'), reason='needs gcc, Linux')
+def test_the_c_default_count_follows_the_cgroup_quota_as_python_does(monkeypatch, tmp_path):
+    """The emitted C's default (ccn_threads.c's machine_threads) takes the
+    quota as library.machine_threads does: before, a container limited to
+    one CPU's time started a worker per CPU of the host."""
+    cpu_max = tmp_path / 'cpu.max'
+    (tmp_path / 'count.c').write_text('#include <stdio.h>\n#include "ccn_threads.h"\n'
+                                      'int main(void) { printf("%d\\n", ccn_get_threads()); }\n')
+    exe = tmp_path / 'count'
+    subprocess.run([CC, '-std=c99', '-pthread', '-I', KERNEL_DIR,
+                    '-DCCN_CGROUP_CPU_MAX="%s"' % cpu_max, str(tmp_path / 'count.c'),
+                    os.path.join(KERNEL_DIR, 'ccn_threads.c'), '-o', str(exe)], check=True)
+    monkeypatch.setattr(library, 'CGROUP_CPU_MAX', str(cpu_max))
+    for text in ('max 100000\n', '150000 100000\n', '20000 100000\n', '800000 100000\n',
+                 'garbage\n', '100000\n', '-5 100000\n', None):
+        if text is None:
+            cpu_max.unlink()
+        else:
+            cpu_max.write_text(text)
+        done = subprocess.run([str(exe)], capture_output=True, text=True, check=True)
+        assert int(done.stdout) == library.machine_threads(), text
+
+
 # -- through the kernels ---------------------------------------------------------------
 
 def _parallel_model():
