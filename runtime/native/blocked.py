@@ -134,7 +134,7 @@ def blockable(program: Program, inst: Instruction) -> bool:
             win.strides[0] == win.strides[1] and win.strides[0] in DENSE_STRIDES and \
             (c <= WINOGRAD_BLOCKED_INPUT or winograd_tiles(
                 x[0], c, m, win.out, (kh, kw), win.strides, win.dilations, 1, phases=True,
-                direct=takes_direct(True, 1, (kh, kw), win.strides, win.dilations,
+                direct=takes_direct(True, 1, m, (kh, kw), win.strides, win.dilations,
                                     win.out[1])) is None)
     return group == c == m and cg == 1 and kh == kw and kh in DEPTHWISE_KERNELS and \
         win.strides[0] == win.strides[1] and win.strides[0] in DEPTHWISE_STRIDES

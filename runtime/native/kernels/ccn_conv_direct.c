@@ -297,7 +297,11 @@ static void direct_blocks(void *context, long begin, long end)
         const long O = min_long(g->out_h, (band + 1) * d->band) * row - o_begin;
         const long vectors = (O + vl - 1) / vl;
         const long tiles = (vectors + d->kernel->nv - 1) / d->kernel->nv;
-        const float *w = d->w + b * CCN_DIRECT_ROWS * g->in_channels * T;
+        /* The block's group: its input channels' planes, and its weights
+         * over them. */
+        const long Cg = g->in_channels / g->group, Mg = g->out_channels / g->group;
+        const float *planes = d->planes + b * CCN_DIRECT_ROWS / Mg * Cg * d->p->plane;
+        const float *w = d->w + b * CCN_DIRECT_ROWS * Cg * T;
         /* The sums start from the bias (the block's rows past M from 0). */
         float start[CCN_DIRECT_ROWS] = {0};
         const long rows = min_long(CCN_DIRECT_ROWS, g->out_channels - b * CCN_DIRECT_ROWS);
@@ -306,8 +310,7 @@ static void direct_blocks(void *context, long begin, long end)
         const tile_out out = {t, NULL, ldt, CCN_DIRECT_ROWS, (int)vl, CCN_ACT_NONE, 0.0f};
         for (long k = 0, o0 = o_begin; k < tiles; k++) {
             const int nv = (int)(vectors / tiles + (k < vectors % tiles));
-            d->kernel->fn(g->in_channels, T, d->off, d->planes + o0, d->p->plane, w, start, nv,
-                          &out);
+            d->kernel->fn(Cg, T, d->off, planes + o0, d->p->plane, w, start, nv, &out);
             store_tile(d, b * CCN_DIRECT_ROWS, o0, min_long(nv * vl, o_begin + O - o0), t, ldt);
             o0 += nv * vl;
         }
@@ -605,8 +608,11 @@ void ccn_conv2d_direct(const ccn_conv_geometry *g, const ccn_conv_direct_plan *p
 {
     const long C = g->in_channels, M = g->out_channels, KH = g->kernel_h, KW = g->kernel_w;
     const long s = plan->stride, image = C * g->in_h * g->in_w, S = g->out_h * g->out_w;
-    /* The emitter chose this path for these only (and sized the planes). */
-    assert(g->group == 1 && g->dil_h == 1 && g->dil_w == 1 && g->stride_h == s &&
+    const long Cg = C / g->group;
+    /* The emitter chose this path for these only (and sized the planes):
+     * a block of output channels lies in one group. */
+    assert((g->group == 1 || (!plan->stem && M / g->group % CCN_DIRECT_ROWS == 0)) &&
+           g->dil_h == 1 && g->dil_w == 1 && g->stride_h == s &&
            g->stride_w == s && (s == 1 || s == 2) && KH * KW <= CCN_DIRECT_MAX_TAPS &&
            plan->plane == plan->rows * plan->row * s * s &&
            (!plan->blocked || (plan->stem && residual == NULL)));
@@ -643,7 +649,7 @@ void ccn_conv2d_direct(const ccn_conv_geometry *g, const ccn_conv_direct_plan *p
         fill_planes(g, plan, x + n * image, scratch);
         d.residual = residual ? residual + n * M * S : NULL;
         d.y = y + n * M * S;
-        ccn_parallel_for(bands * d.blocks, M * S * (C * KH * KW / CCN_MACS_PER_WORK + 1),
+        ccn_parallel_for(bands * d.blocks, M * S * (Cg * KH * KW / CCN_MACS_PER_WORK + 1),
                          direct_blocks, &d);
     }
 }

@@ -1,6 +1,7 @@
 /* ccn_conv_direct.h: Conv_direct family: a 2-D convolution (one group,
- * stride 1 or 2 on both axes, no dilation) summed in registers from a
- * padded copy of the input, without im2col's columns. */
+ * or groups of a multiple of CCN_DIRECT_ROWS output channels; stride 1 or
+ * 2 on both axes, no dilation) summed in registers from a padded copy of
+ * the input, without im2col's columns. */
 #ifndef CCN_CONV_DIRECT_H
 #define CCN_CONV_DIRECT_H
 
@@ -48,7 +49,7 @@ typedef struct {
 } ccn_conv_direct_plan;
 
 /* y = act(conv2d(x, w) + bias + residual), bias and residual (shaped as y)
- * optional (NULL).  w holds the weights (M, C, KH, KW) in blocks of
+ * optional (NULL).  w holds the weights (M, C / group, KH, KW) in blocks of
  * CCN_DIRECT_ROWS output channels (M padded with zeros): block b's floats
  * are [c][kh][kw][row].  scratch holds C * plane + row + kernel_w +
  * CCN_DIRECT_TILE floats (none for a stem). */

@@ -470,15 +470,16 @@ void ccn_run_finish(ccn_run run, int status)
         return;
     if (tuner->most == run.most) {
         /* After the first samples' fastest, a moving average of times at
-         * most twice it (a run the OS preempted); a try's time, rarer,
-         * counts for more. */
+         * most a quarter over it (a run the OS preempted moves it little; a
+         * lasting change, by a factor of 1.6 in about 8 runs); a try's
+         * time, rarer, counts for more. */
         const double sample = (double)elapsed / work;
         double *const cost = &tuner->cost[run.index];
         if (tuner->samples[run.index] == 0 ||
             (tuner->samples[run.index] < CCN_FIRST_SAMPLES && sample < *cost))
             *cost = sample;
         else if (tuner->samples[run.index] >= CCN_FIRST_SAMPLES)
-            *cost += ((sample < 2 * *cost ? sample : 2 * *cost) - *cost) /
+            *cost += ((sample < 1.25 * *cost ? sample : 1.25 * *cost) - *cost) /
                      (run.index == tuner->best ? 4 : 2);
         tuner->samples[run.index]++;
         tuner->work = work;
@@ -519,9 +520,9 @@ static void wait_for_workers(long others)
 
 void ccn_parallel_for_grain(long count, long work, long grain, ccn_task task, void *context)
 {
+    run_work += (double)work; /* the run's measure (ccn_run_finish) */
     /* At most count / grain pieces, so each holds at least grain indices,
      * and at most work / CCN_PIECE_WORK. */
-    run_work += (double)work;
     long most_pieces = grain > 1 ? count / grain : count;
     if (most_pieces > work / CCN_PIECE_WORK)
         most_pieces = work / CCN_PIECE_WORK;

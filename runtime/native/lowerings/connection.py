@@ -361,8 +361,9 @@ def conv(em, inst) -> Step:
             ('CCN_ACT_NONE', 0.0) if residual else (act, act_alpha)), (act, act_alpha),
             N * M * OH * OW)
     tiles = winograd_tiles(N, C, M, (OH, OW), (KH, KW), win.strides, win.dilations, group,
-                           phases=True, direct=takes_direct(w is not None, group, (KH, KW),
-                                                            win.strides, win.dilations, OW))
+                           phases=True, direct=takes_direct(w is not None, group, M // group,
+                                                            (KH, KW), win.strides, win.dilations,
+                                                            OW))
     if tiles is not None and trimmed is None:  # (Winograd reads the untrimmed weights)
         # The residual in a pass after: added inside the output transform
         # (each channel's rows in turn) the block took 1.14x the unfused
@@ -371,7 +372,8 @@ def conv(em, inst) -> Step:
             em, inst, geometry, sx, M, (OH, OW), tiles, 'filters',
             ('CCN_ACT_NONE', 0.0) if residual else (act, act_alpha), win.dilations),
             (act, act_alpha), N * M * OH * OW)
-    if takes_direct(w is not None, group, (KH, KW), win.strides, win.dilations, OW):
+    if takes_direct(w is not None, group, M // group, (KH, KW), win.strides, win.dilations,
+                    OW):
         return direct_step(em, inst, geometry, numpy.asarray(w, numpy.float32),
                            (N, C, H, W, M, OH, OW), (win.strides, pads_begin), (act, act_alpha))
     S = OH * OW

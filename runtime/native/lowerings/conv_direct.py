@@ -28,12 +28,15 @@ DIRECT_PLAN = CStruct('ccn_conv_direct_plan', ('stride', 'rows', 'row', 'plane',
                                                 'blocked', 'act', 'act_alpha'))
 
 
-def takes_direct(weights_constant, group, kernel, strides, dilations, out_width) -> bool:
+def takes_direct(weights_constant, group, group_outputs, kernel, strides, dilations,
+                 out_width) -> bool:
     """The rule, stated here once, for a Conv that Winograd does not take
     (3x3 at stride 1 with 8 channels or more goes there first): it runs
     direct when its weights are constant (laid out at emit time), in one
-    group, undilated, with more than one tap (at most DIRECT_MAX_TAPS),
-    stride 1 or 2 on both axes and outputs at least DIRECT_MIN_WIDTH wide.
+    group or in groups of ``group_outputs`` output channels that the
+    kernel's blocks of DIRECT_ROWS divide, undilated, with more than one tap
+    (at most DIRECT_MAX_TAPS), stride 1 or 2 on both axes and outputs at
+    least DIRECT_MIN_WIDTH wide.
     Measured against im2col's product (one thread, batch 1,
     benchmarks/NOTES.md "Direct convolutions"): ResNet's 7x7 stride-2 conv1
     0.60x the time, its 3x3 stride-2 layers 0.81-0.88x, 5x5 and 7x7 at
@@ -41,9 +44,12 @@ def takes_direct(weights_constant, group, kernel, strides, dilations, out_width)
     row fills half of the 16-float vectors, and the product's wide tiles,
     vectors down the output channels, win (1.10-1.13x direct); a 1x1
     convolution would copy the input to read it as it lies (at stride 2,
-    four phases to read one: 2.7x)."""
+    four phases to read one: 2.7x).  RegNetY-400MF's 3x3 groups of 8
+    channels, which im2col ran group by group through one buffer on one
+    thread, run in blocks on every thread."""
     taps = kernel[0] * kernel[1]
-    return (weights_constant and group == 1 and tuple(dilations) == (1, 1)
+    return (weights_constant and (group == 1 or group_outputs % DIRECT_ROWS == 0)
+            and tuple(dilations) == (1, 1)
             and tuple(strides) in ((1, 1), (2, 2)) and 1 < taps <= DIRECT_MAX_TAPS
             and out_width >= DIRECT_MIN_WIDTH)
 
@@ -121,7 +127,8 @@ def direct_lane_use(x, w, attrs) -> float:
     except Refuse:
         return 1.0
     sizes = tuple(x) + (w[0],) + tuple(win.out)
-    if not takes_direct(True, int(attrs.get('group', 1)), w[2:], win.strides, win.dilations,
+    group = int(attrs.get('group', 1))
+    if not takes_direct(True, group, w[0] // group, w[2:], win.strides, win.dilations,
                         win.out[1]) or is_stem(sizes, win.strides[0], win.pads_begin, w[2:]):
         return 1.0
     row = _padded(sizes, win.strides[0], win.pads_begin, w[2:])[1]
@@ -141,7 +148,7 @@ def direct_step(em, inst, geometry, w, sizes, window, act, blocked=False) -> Ste
     (stride, _), pads_begin = window
     KH, KW = w.shape[2:]
     rows, row = _padded(sizes, stride, pads_begin, (KH, KW))
-    stem = is_stem(sizes, stride, pads_begin, (KH, KW))
+    stem = w.shape[1] == C and is_stem(sizes, stride, pads_begin, (KH, KW))  # one group
     assert stem or not blocked
     plan = DIRECT_PLAN.literal(stride=stride, rows=rows, row=row,
                                plane=rows * row * stride * stride, stem=int(stem),

@@ -25,16 +25,18 @@ F32 = numpy.float32
 
 
 def test_rule_sends_many_tap_convolutions_only():
-    assert takes_direct(True, 1, (7, 7), (2, 2), (1, 1), 112)      # ResNet's conv1
-    assert takes_direct(True, 1, (3, 3), (2, 2), (1, 1), 14)       # its downsampling 3x3
-    assert not takes_direct(True, 1, (3, 3), (2, 2), (1, 1), 7)    # 7x7 outputs: wide tiles
-    assert not takes_direct(False, 1, (3, 3), (2, 2), (1, 1), 28)  # run-time weights
-    assert not takes_direct(True, 1, (1, 1), (2, 2), (1, 1), 28)   # 1x1: one phase of four
-    assert takes_direct(True, 1, (5, 5), (1, 1), (1, 1), 28)       # 5x5 at stride 1
-    assert not takes_direct(True, 1, (3, 3), (3, 3), (1, 1), 28)   # stride 3
-    assert not takes_direct(True, 2, (3, 3), (2, 2), (1, 1), 28)   # groups
-    assert not takes_direct(True, 1, (3, 3), (2, 2), (2, 2), 28)   # dilated
-    assert not takes_direct(True, 1, (9, 9), (2, 2), (1, 1), 28)   # over 64 taps
+    assert takes_direct(True, 1, 64, (7, 7), (2, 2), (1, 1), 112)     # ResNet's conv1
+    assert takes_direct(True, 1, 64, (3, 3), (2, 2), (1, 1), 14)      # its downsampling 3x3
+    assert not takes_direct(True, 1, 64, (3, 3), (2, 2), (1, 1), 7)   # 7x7 outputs: wide tiles
+    assert not takes_direct(False, 1, 64, (3, 3), (2, 2), (1, 1), 28)  # run-time weights
+    assert not takes_direct(True, 1, 64, (1, 1), (2, 2), (1, 1), 28)  # 1x1: one phase of four
+    assert takes_direct(True, 1, 9, (5, 5), (1, 1), (1, 1), 28)       # 5x5 at stride 1
+    assert not takes_direct(True, 1, 64, (3, 3), (3, 3), (1, 1), 28)  # stride 3
+    assert takes_direct(True, 13, 8, (3, 3), (1, 1), (1, 1), 56)      # RegNet's groups of 8
+    assert takes_direct(True, 2, 16, (3, 3), (2, 2), (1, 1), 28)      # two blocks a group
+    assert not takes_direct(True, 2, 12, (3, 3), (2, 2), (1, 1), 28)  # groups across blocks
+    assert not takes_direct(True, 1, 64, (3, 3), (2, 2), (2, 2), 28)  # dilated
+    assert not takes_direct(True, 1, 64, (9, 9), (2, 2), (1, 1), 28)  # over 64 taps
 
 
 def test_weight_blocks_layout():
@@ -131,3 +133,36 @@ def test_direct_convolutions_match_the_vm(tmp_path):
     check_native(model, [uniform(rng, *s) for _, _, s in inputs], rtol=1e-4, atol=1e-4)
 
 
+
+
+@pytest.mark.native_build
+def test_grouped_direct_convolutions_match_the_vm(tmp_path):
+    # A block of 8 output channels reads its own group's planes and weights.
+    # y1: RegNet's 3x3 in groups of 8 (4 of them), bias and ReLU, two
+    # images.  y2: 3 groups of 16 outputs (two blocks each) from 8 inputs
+    # each, stride 2, a residual added.  y3: 4 input channels in 2 groups,
+    # few enough for the stem path, which reads every channel: planes
+    # instead.  y4: groups of 4 outputs (blocks across groups) stay on
+    # im2col.
+    rng = numpy.random.RandomState(3)
+    node = helper.make_node
+    nodes = [node('Conv', ['x', 'w1', 'b1'], ['c1'], group=4, pads=[1, 1, 1, 1]),
+             node('Relu', ['c1'], ['y1']),
+             node('Conv', ['z', 'w2', 'b2'], ['c2'], group=3, strides=[2, 2],
+                  pads=[1, 1, 1, 1]),
+             node('Add', ['c2', 'r'], ['y2']),
+             node('Conv', ['v', 'w3'], ['y3'], group=2, pads=[1, 1, 1, 1]),
+             node('Conv', ['x', 'w4'], ['y4'], group=8, pads=[1, 1, 1, 1])]
+    inits = {'w1': uniform(rng, 32, 8, 3, 3), 'b1': uniform(rng, 32),
+             'w2': uniform(rng, 48, 8, 3, 3), 'b2': uniform(rng, 48),
+             'w3': uniform(rng, 16, 2, 3, 3), 'w4': uniform(rng, 32, 4, 3, 3)}
+    inputs = [('x', F32, [2, 32, 15, 21]), ('z', F32, [1, 24, 27, 29]),
+              ('r', F32, [1, 48, 14, 15]), ('v', F32, [1, 4, 13, 17])]
+    outputs = [('y1', F32, [2, 32, 15, 21]), ('y2', F32, [1, 48, 14, 15]),
+               ('y3', F32, [1, 16, 13, 17]), ('y4', F32, [2, 32, 15, 21])]
+    model = make_model(nodes, inputs, outputs, inits, opset=20)
+    result = emit_c(build_program(model), tmp_path, 'model')
+    with open(next(p for p in result.files if p.endswith('/model.c'))) as f:
+        code = f.read()
+    assert code.count('ccn_conv2d_direct(') == 3 and '.stem = 1,' not in code
+    check_native(model, [uniform(rng, *s) for _, _, s in inputs], rtol=1e-4, atol=1e-4)

@@ -223,6 +223,11 @@ NATIVE_BUDGET += 2
 #: functions' ccn_run_start and ccn_run_finish), issue 31.
 NATIVE_BUDGET += 10
 
+#: + 5: grouped Convs of whole blocks of 8 output channels direct
+#: (conv_direct.takes_direct's group_outputs; a grouped Conv never a stem),
+#: RegNetY-400MF's groups of 8, issue 31.
+NATIVE_BUDGET += 5
+
 
 def test_the_native_backend_stays_within_its_budget():
     used = _total((RUNTIME / 'native').rglob('*.py'))

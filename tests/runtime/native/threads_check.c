@@ -209,7 +209,13 @@ static void log_thread(void *context, long begin, long end)
     const int k = __atomic_fetch_add(&log->pieces, 1, __ATOMIC_RELAXED);
     if (k < 64)
         log->ids[k] = pthread_self();
-    const struct timespec pause = {0, 200000}; /* long enough for the workers to take part */
+}
+
+/* log_thread, in pieces long enough for the workers to take part. */
+static void log_thread_slowly(void *context, long begin, long end)
+{
+    log_thread(context, begin, end);
+    const struct timespec pause = {0, 200000};
     nanosleep(&pause, NULL);
 }
 
@@ -225,24 +231,26 @@ static int distinct_threads(const thread_log *log)
     return distinct;
 }
 
-/* A run of a function that `tuner` measures: a loop of 16 pieces of 0.2 ms
- * (long enough to run on the threads however the pool backs off), then
- * 3 ms more when it runs on a count `slow` marks (bit k: count k).
- * Returns its count; *threads_seen: the threads that ran its loop. */
-static int timed_run(ccn_run_tuner *tuner, unsigned slow, int *threads_seen)
+/* A run of a function that `tuner` measures: a loop of 16 pieces (each
+ * of 0.2 ms when `slowly`: long enough to run on the threads however the
+ * pool backs off, but slower on a loaded machine), then 10 ms more when it
+ * runs on a count `slow` marks (bit k: count k).  Returns its count;
+ * *threads_seen: the threads that ran its loop. */
+static int timed_run(ccn_run_tuner *tuner, unsigned slow, int slowly, int *threads_seen)
 {
     const ccn_run run = ccn_run_start(tuner);
     const int threads = ccn_get_threads();
     thread_log log;
     log.pieces = 0;
-    ccn_parallel_for(16, CCN_BACKOFF_WORK, log_thread, &log);
+    ccn_parallel_for(16, CCN_BACKOFF_WORK, slowly ? log_thread_slowly : log_thread, &log);
     *threads_seen = distinct_threads(&log);
     if (slow >> threads & 1) {
         struct timespec start, now;
         clock_gettime(CLOCK_MONOTONIC, &start);
         do
             clock_gettime(CLOCK_MONOTONIC, &now);
-        while ((now.tv_sec - start.tv_sec) * 1000000000L + now.tv_nsec - start.tv_nsec < 3000000);
+        while ((now.tv_sec - start.tv_sec) * 1000000000L + now.tv_nsec - start.tv_nsec <
+               10000000);
     }
     ccn_run_finish(run, 0);
     return threads;
@@ -263,10 +271,10 @@ static void check_tuned_counts(void)
         ccn_run_tuner tuner;
         memset(&tuner, 0, sizeof tuner);
         int on_fast = 0, widest = 0;
-        for (int k = 0; k < 200; k++) {
+        for (int k = 0; k < 220; k++) {
             int seen;
-            const int threads = timed_run(&tuner, cases[c].slow, &seen);
-            on_fast += k >= 50 && threads == cases[c].fast;
+            const int threads = timed_run(&tuner, cases[c].slow, k >= 200, &seen);
+            on_fast += k >= 50 && k < 200 && threads == cases[c].fast;
             if (seen > threads)
                 widest = seen > widest ? seen : widest;
         }
@@ -282,14 +290,14 @@ static void check_tuned_counts(void)
     int off = 0;
     for (int k = 0; k < 50; k++) {
         int seen;
-        off += timed_run(&tuner, 1u << 2, &seen) != 2;
+        off += timed_run(&tuner, 1u << 2, 0, &seen) != 2;
     }
     check(off == 0, "a fixed count is every run's", off, 0);
     ccn_set_most_threads(2);
     memset(&tuner, 0, sizeof tuner);
     for (int k = 0; k < 20; k++) {
         int seen;
-        timed_run(&tuner, 1u << 2, &seen);
+        timed_run(&tuner, 1u << 2, 0, &seen);
     }
     ccn_run_tuner inner;
     memset(&inner, 0, sizeof inner);
