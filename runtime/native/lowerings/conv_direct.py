@@ -35,8 +35,8 @@ def takes_direct(weights_constant, group, group_outputs, kernel, strides, dilati
     direct when its weights are constant (laid out at emit time), in one
     group or in groups of ``group_outputs`` output channels that the
     kernel's blocks of DIRECT_ROWS divide, undilated, with more than one tap
-    (at most DIRECT_MAX_TAPS), stride 1 or 2 on both axes and outputs at
-    least DIRECT_MIN_WIDTH wide.
+    (at most DIRECT_MAX_TAPS), stride 1 or 2 on both axes and, in one
+    group, outputs at least DIRECT_MIN_WIDTH wide.
     Measured against im2col's product (one thread, batch 1,
     benchmarks/NOTES.md "Direct convolutions"): ResNet's 7x7 stride-2 conv1
     0.60x the time, its 3x3 stride-2 layers 0.81-0.88x, 5x5 and 7x7 at
@@ -46,12 +46,14 @@ def takes_direct(weights_constant, group, group_outputs, kernel, strides, dilati
     convolution would copy the input to read it as it lies (at stride 2,
     four phases to read one: 2.7x).  RegNetY-400MF's 3x3 groups of 8
     channels, which im2col ran group by group through one buffer on one
-    thread, run in blocks on every thread."""
+    thread, run in blocks on every thread, its 7x7 ones too (the whole
+    model on one thread: 0.88x its time with those of 56x56 to 14x14
+    direct, then 0.91x of that with the 7x7 ones too)."""
     taps = kernel[0] * kernel[1]
     return (weights_constant and (group == 1 or group_outputs % DIRECT_ROWS == 0)
             and tuple(dilations) == (1, 1)
             and tuple(strides) in ((1, 1), (2, 2)) and 1 < taps <= DIRECT_MAX_TAPS
-            and out_width >= DIRECT_MIN_WIDTH)
+            and (out_width >= DIRECT_MIN_WIDTH or group > 1))
 
 
 def direct_blocks(w) -> numpy.ndarray:

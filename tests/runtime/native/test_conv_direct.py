@@ -35,6 +35,7 @@ def test_rule_sends_many_tap_convolutions_only():
     assert takes_direct(True, 13, 8, (3, 3), (1, 1), (1, 1), 56)      # RegNet's groups of 8
     assert takes_direct(True, 2, 16, (3, 3), (2, 2), (1, 1), 28)      # two blocks a group
     assert not takes_direct(True, 2, 12, (3, 3), (2, 2), (1, 1), 28)  # groups across blocks
+    assert takes_direct(True, 55, 8, (3, 3), (1, 1), (1, 1), 7)       # narrow, but in groups
     assert not takes_direct(True, 1, 64, (3, 3), (2, 2), (2, 2), 28)  # dilated
     assert not takes_direct(True, 1, 64, (9, 9), (2, 2), (1, 1), 28)  # over 64 taps
 
@@ -143,7 +144,8 @@ def test_grouped_direct_convolutions_match_the_vm(tmp_path):
     # each, stride 2, a residual added.  y3: 4 input channels in 2 groups,
     # few enough for the stem path, which reads every channel: planes
     # instead.  y4: groups of 4 outputs (blocks across groups) stay on
-    # im2col.
+    # im2col.  y5: rows of 5 outputs, too narrow for one group, direct in
+    # groups.
     rng = numpy.random.RandomState(3)
     node = helper.make_node
     nodes = [node('Conv', ['x', 'w1', 'b1'], ['c1'], group=4, pads=[1, 1, 1, 1]),
@@ -152,17 +154,20 @@ def test_grouped_direct_convolutions_match_the_vm(tmp_path):
                   pads=[1, 1, 1, 1]),
              node('Add', ['c2', 'r'], ['y2']),
              node('Conv', ['v', 'w3'], ['y3'], group=2, pads=[1, 1, 1, 1]),
-             node('Conv', ['x', 'w4'], ['y4'], group=8, pads=[1, 1, 1, 1])]
+             node('Conv', ['x', 'w4'], ['y4'], group=8, pads=[1, 1, 1, 1]),
+             node('Conv', ['n', 'w1', 'b1'], ['y5'], group=4, pads=[1, 1, 1, 1])]
     inits = {'w1': uniform(rng, 32, 8, 3, 3), 'b1': uniform(rng, 32),
              'w2': uniform(rng, 48, 8, 3, 3), 'b2': uniform(rng, 48),
              'w3': uniform(rng, 16, 2, 3, 3), 'w4': uniform(rng, 32, 4, 3, 3)}
     inputs = [('x', F32, [2, 32, 15, 21]), ('z', F32, [1, 24, 27, 29]),
-              ('r', F32, [1, 48, 14, 15]), ('v', F32, [1, 4, 13, 17])]
+              ('r', F32, [1, 48, 14, 15]), ('v', F32, [1, 4, 13, 17]),
+              ('n', F32, [1, 32, 6, 5])]
     outputs = [('y1', F32, [2, 32, 15, 21]), ('y2', F32, [1, 48, 14, 15]),
-               ('y3', F32, [1, 16, 13, 17]), ('y4', F32, [2, 32, 15, 21])]
+               ('y3', F32, [1, 16, 13, 17]), ('y4', F32, [2, 32, 15, 21]),
+               ('y5', F32, [1, 32, 6, 5])]
     model = make_model(nodes, inputs, outputs, inits, opset=20)
     result = emit_c(build_program(model), tmp_path, 'model')
     with open(next(p for p in result.files if p.endswith('/model.c'))) as f:
         code = f.read()
-    assert code.count('ccn_conv2d_direct(') == 3 and '.stem = 1,' not in code
+    assert code.count('ccn_conv2d_direct(') == 4 and '.stem = 1,' not in code
     check_native(model, [uniform(rng, *s) for _, _, s in inputs], rtol=1e-4, atol=1e-4)
