@@ -110,14 +110,20 @@
  * runs on the fastest have taken CCN_TRY_SHARE times what the try is
  * expected to cost more, plus CCN_TRY_SHARE / CCN_TRY_FLOOR of their own
  * time: the tries cost at most about 1/CCN_TRY_SHARE of the time, and come
- * every few runs when the counts run about as fast (when the CPUs turn busy
- * or quiet, the fastest count's time changes first). */
+ * every CCN_TRY_SHARE / CCN_TRY_FLOOR runs when the counts run about as
+ * fast (when the CPUs turn busy or quiet, the fastest count's time changes
+ * first), or when a count has been measured too few times to tell. */
 #define CCN_TRY_SHARE 128
 #define CCN_TRY_FLOOR 16
 /* The runs that measure a count before its time is a moving average: the
  * fastest of them (the first runs on a count may start a worker or touch
  * memory first). */
 #define CCN_FIRST_SAMPLES 3
+/* How long a function's first runs take unmeasured: the workers start, and
+ * the pool's back-off from their late start ends (the first ten runs of
+ * MobileNetV3-Small on two threads ran at one thread's speed, and one
+ * thread then looked the faster for 245 runs). */
+#define CCN_WARM_NS 20000000LL
 
 /* A claim word: a loop's generation, the end of what it hands out and
  * the next index to hand out (both below 2^16). */
@@ -428,7 +434,7 @@ ccn_run ccn_run_start(ccn_run_tuner *tuner)
         tuner->most = most;
         tuner->best = 0;
         tuner->next_try = 1;
-        tuner->runs = 0;
+        tuner->warm = 0;
         tuner->since = 0;
     }
     int index = tuner->best;
@@ -437,16 +443,18 @@ ccn_run ccn_run_start(ccn_run_tuner *tuner)
         int other = index + tuner->next_try;
         if (other < 0 || other >= tuned_counts(most))
             other = index - tuner->next_try;
-        const double more = tuner->cost[other] - tuner->cost[index];
-        if (tuner->samples[other] < CCN_FIRST_SAMPLES ||
-            tuner->since >= CCN_TRY_SHARE *
+        /* A count with fewer than CCN_FIRST_SAMPLES samples is expected to
+         * cost no more: tried every few runs, not at once (a model's first
+         * runs at batch 32, a second each, ran on one thread in turn). */
+        const double more = tuner->samples[other] < CCN_FIRST_SAMPLES
+                                ? 0
+                                : tuner->cost[other] - tuner->cost[index];
+        if (tuner->since >= CCN_TRY_SHARE *
                                 ((more > 0 ? more : 0) + tuner->cost[index] / CCN_TRY_FLOOR) *
                                 tuner->work)
             index = other;
     }
-    /* The first run starts the workers and touches its memory first: not
-     * measured. */
-    run.measured = tuner->runs++ > 0;
+    run.measured = tuner->warm >= CCN_WARM_NS;
     __atomic_store_n(&tuner->lock, 0, __ATOMIC_RELEASE);
     run.tuner = tuner;
     run.most = most;
@@ -465,10 +473,11 @@ void ccn_run_finish(ccn_run run, int status)
     const double work = run_work;
     run_threads = 0;
     ccn_run_tuner *const tuner = run.tuner;
-    if (status != 0 || !run.measured || work <= 0 ||
-        __atomic_exchange_n(&tuner->lock, 1, __ATOMIC_ACQUIRE))
+    if (status != 0 || work <= 0 || __atomic_exchange_n(&tuner->lock, 1, __ATOMIC_ACQUIRE))
         return;
-    if (tuner->most == run.most) {
+    if (tuner->most == run.most && !run.measured) {
+        tuner->warm += elapsed;
+    } else if (tuner->most == run.most) {
         /* After the first samples' fastest, a moving average of times at
          * most a quarter over it (a run the OS preempted moves it little; a
          * lasting change, by a factor of 1.6 in about 8 runs); a try's

@@ -84,7 +84,7 @@ typedef struct {
     int most;          /* the most threads when these were measured */
     int best;          /* the count's index (threads >> best) runs use */
     int next_try;      /* -1 or 1: which neighbour of `best` the next try takes */
-    long runs;         /* runs started */
+    long long warm;    /* ns its first runs took, not measured */
     long long since;   /* ns the runs on `best` took since the last try */
     double work;       /* the last run's work */
     double cost[CCN_TUNED_COUNTS]; /* ns per work of each count */
@@ -96,7 +96,7 @@ typedef struct {
     ccn_run_tuner *tuner; /* NULL: on the count set, not measured */
     int most;             /* the most threads when it started */
     int index;            /* of the count it runs on: most >> index */
-    int measured;         /* its time counts (not a function's first run) */
+    int measured;         /* its time counts (not one of a function's first runs) */
     long long start;      /* CLOCK_MONOTONIC ns */
 } ccn_run;
 
