@@ -101,9 +101,8 @@ typedef struct {
 } ccn_run;
 
 /* Starts a run of the function `tuner` measures, on the thread count it
- * chooses: at first each count near the most, then the fastest, trying a
- * neighbour again once the runs on the fastest have taken
- * CCN_TRY_SHARE times what the try is expected to cost more. */
+ * chooses: the most at first, then the fastest measured, trying a
+ * neighbour now and then (ccn_threads.c's CCN_TRY_SHARE says how often). */
 ccn_run ccn_run_start(ccn_run_tuner *tuner);
 
 /* Ends `run`; its time per work (the work of its parallel loops) counts
