@@ -233,8 +233,9 @@ static int distinct_threads(const thread_log *log)
 
 /* A run of a function that `tuner` measures: a loop of 16 pieces (each
  * of 0.2 ms when `slowly`: long enough to run on the threads however the
- * pool backs off, but slower on a loaded machine), then 10 ms more when it
- * runs on a count `slow` marks (bit k: count k).  Returns its count;
+ * pool backs off, but slower on a loaded machine), then 1 ms, or 11 ms
+ * when it runs on a count `slow` marks (bit k: count k): the tuner's
+ * unmeasured first 20 ms end within 20 runs.  Returns its count;
  * *threads_seen: the threads that ran its loop. */
 static int timed_run(ccn_run_tuner *tuner, unsigned slow, int slowly, int *threads_seen)
 {
@@ -244,14 +245,12 @@ static int timed_run(ccn_run_tuner *tuner, unsigned slow, int slowly, int *threa
     log.pieces = 0;
     ccn_parallel_for(16, CCN_BACKOFF_WORK, slowly ? log_thread_slowly : log_thread, &log);
     *threads_seen = distinct_threads(&log);
-    if (slow >> threads & 1) {
-        struct timespec start, now;
-        clock_gettime(CLOCK_MONOTONIC, &start);
-        do
-            clock_gettime(CLOCK_MONOTONIC, &now);
-        while ((now.tv_sec - start.tv_sec) * 1000000000L + now.tv_nsec - start.tv_nsec <
-               10000000);
-    }
+    const long spin_ns = slow >> threads & 1 ? 11000000L : 1000000L;
+    struct timespec start, now;
+    clock_gettime(CLOCK_MONOTONIC, &start);
+    do
+        clock_gettime(CLOCK_MONOTONIC, &now);
+    while ((now.tv_sec - start.tv_sec) * 1000000000L + now.tv_nsec - start.tv_nsec < spin_ns);
     ccn_run_finish(run, 0);
     return threads;
 }
