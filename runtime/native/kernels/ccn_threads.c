@@ -465,6 +465,42 @@ ccn_run ccn_run_start(ccn_run_tuner *tuner)
     return run;
 }
 
+/* Counts `run`'s time, `elapsed` ns for `work`, towards its count's
+ * cost (the caller holds the tuner's lock), and makes the fastest count
+ * the best. */
+static void record_run(ccn_run_tuner *tuner, const ccn_run *run, long long elapsed, double work)
+{
+    /* After the first samples' fastest, a moving average of times at most a
+     * quarter over it (a run the OS preempted moves it little; a lasting
+     * change, by a factor of 1.6 in about 8 runs); a try's time, rarer,
+     * counts for more. */
+    const double sample = (double)elapsed / work;
+    double *const cost = &tuner->cost[run->index];
+    const int samples = tuner->samples[run->index]++;
+    if (samples == 0 || (samples < CCN_FIRST_SAMPLES && sample < *cost))
+        *cost = sample;
+    else if (samples >= CCN_FIRST_SAMPLES)
+        *cost += ((sample < 1.25 * *cost ? sample : 1.25 * *cost) - *cost) /
+                 (run->index == tuner->best ? 4 : 2);
+    tuner->work = work;
+    if (run->index == tuner->best) {
+        tuner->since += elapsed;
+    } else { /* a try: the next takes the other neighbour */
+        tuner->since = 0;
+        tuner->next_try = -tuner->next_try;
+    }
+    int best = tuner->best;
+    const int counts = tuned_counts(run->most);
+    for (int k = 0; k < counts; k++)
+        if (tuner->samples[k] > 0 &&
+            (tuner->samples[best] == 0 || tuner->cost[k] < tuner->cost[best]))
+            best = k;
+    if (best != tuner->best) {
+        tuner->best = best;
+        tuner->since = 0;
+    }
+}
+
 void ccn_run_finish(ccn_run run, int status)
 {
     if (!run.tuner)
@@ -475,38 +511,11 @@ void ccn_run_finish(ccn_run run, int status)
     ccn_run_tuner *const tuner = run.tuner;
     if (status != 0 || work <= 0 || __atomic_exchange_n(&tuner->lock, 1, __ATOMIC_ACQUIRE))
         return;
-    if (tuner->most == run.most && !run.measured) {
-        tuner->warm += elapsed;
-    } else if (tuner->most == run.most) {
-        /* After the first samples' fastest, a moving average of times at
-         * most a quarter over it (a run the OS preempted moves it little; a
-         * lasting change, by a factor of 1.6 in about 8 runs); a try's
-         * time, rarer, counts for more. */
-        const double sample = (double)elapsed / work;
-        double *const cost = &tuner->cost[run.index];
-        if (tuner->samples[run.index] == 0 ||
-            (tuner->samples[run.index] < CCN_FIRST_SAMPLES && sample < *cost))
-            *cost = sample;
-        else if (tuner->samples[run.index] >= CCN_FIRST_SAMPLES)
-            *cost += ((sample < 1.25 * *cost ? sample : 1.25 * *cost) - *cost) /
-                     (run.index == tuner->best ? 4 : 2);
-        tuner->samples[run.index]++;
-        tuner->work = work;
-        if (run.index == tuner->best) {
-            tuner->since += elapsed;
-        } else { /* a try: the next takes the other neighbour */
-            tuner->since = 0;
-            tuner->next_try = -tuner->next_try;
-        }
-        int best = tuner->best;
-        for (int k = 0; k < tuned_counts(run.most); k++)
-            if (tuner->samples[k] > 0 &&
-                (tuner->samples[best] == 0 || tuner->cost[k] < tuner->cost[best]))
-                best = k;
-        if (best != tuner->best) {
-            tuner->best = best;
-            tuner->since = 0;
-        }
+    if (tuner->most == run.most) { /* else measured for another most since it started */
+        if (run.measured)
+            record_run(tuner, &run, elapsed, work);
+        else
+            tuner->warm += elapsed;
     }
     __atomic_store_n(&tuner->lock, 0, __ATOMIC_RELEASE);
 }
