@@ -63,7 +63,8 @@ typedef void conv_fn(const ccn_nchwc_geometry *, const float *, const float *, c
 typedef void pointwise_fn(const ccn_nchwc_geometry *, const float *, const float *,
                           const float *, const float *, const float *, float *);
 pointwise_fn ccn_nchwc_pointwise_v3, ccn_nchwc_pointwise_v4;
-conv_fn ccn_nchwc_depthwise_v3, ccn_nchwc_depthwise_v4, ccn_nchwc_dense_v3, ccn_nchwc_dense_v4;
+conv_fn ccn_nchwc_depthwise_v3, ccn_nchwc_depthwise_v4, ccn_nchwc_dense_v3, ccn_nchwc_dense_v4,
+    ccn_nchwc_winograd_v3, ccn_nchwc_winograd_v4;
 typedef void pool_fn(const ccn_nchwc_geometry *, const float *, float *);
 pool_fn ccn_nchwc_maxpool_v3, ccn_nchwc_maxpool_v4;
 /* The reorders and the pool too: the baseline's 16-float vectors are four
@@ -568,6 +569,167 @@ void ccn_nchwc_dense(const ccn_nchwc_geometry *g, const float *x, const float *w
     conv_call a = {.g = g, .x = x, .w = w, .bias = bias, .residual = residual, .y = y};
     ccn_parallel_for(g->batch * groups * bands, g->batch * g->out_blocks * plane * g->in_blocks *
                      g->kernel_h * g->kernel_w * B * B, dense_range, &a);
+}
+
+/* Winograd F(2x2, 3x3) on blocks (Lavin and Gray 2016): a dense 3x3
+ * stride-1 convolution's 2x2 output tiles from the 4x4 input patches
+ * around them, 16 channels a vector.  Per tile and input block the patch
+ * becomes V = B^T d B (16 vectors); per element xi of the 4x4 transforms
+ * the products M_xi = U_xi V_xi sum the input channels as a 1x1 product
+ * does (U, the filters' G g G^T, laid out at emit time); the outputs are
+ * A^T M A.  16 multiply-adds per tile and channel pair where the dense
+ * kernel takes 36.  A piece of work is WG_TILES tiles of one image by
+ * PW_BLOCKS output blocks, its transforms on the stack (72 KiB at most
+ * with AVX-512). */
+#define WG_TILES PW_PIXELS
+#define WG_MAX_IN_BLOCKS CCN_NCHWC_WINOGRAD_MAX_IN_BLOCKS
+
+typedef struct {
+    const ccn_nchwc_geometry *g;
+    const float *x, *u, *bias, *residual;
+    float *y;
+    long tiles_h, tiles_w;
+} winograd_call;
+
+/* V[xi][cb][p] (B floats each) for the `count` tiles from tile t0 of one
+ * image x; zeros for tiles past `count` (their products are not stored). */
+CCN_ALWAYS_INLINE void winograd_inputs(const winograd_call *a, const float *x, long t0,
+                                       long count, float *V)
+{
+    const ccn_nchwc_geometry *g = a->g;
+    const long cbs = g->in_blocks, stride = cbs * WG_TILES * B; /* from xi to xi + 1 */
+    for (long p = 0; p < WG_TILES; p++) {
+        const long t = t0 + p;
+        const long ih0 = t / a->tiles_w * 2 - g->pad_top, iw0 = t % a->tiles_w * 2 - g->pad_left;
+        for (long cb = 0; cb < cbs; cb++) {
+            const float *xc = x + cb * g->in_h * g->in_w * B;
+            v16 d[4][4];
+            for (int r = 0; r < 4; r++)
+                for (int s = 0; s < 4; s++) {
+                    const long ih = ih0 + r, iw = iw0 + s;
+                    d[r][s] = p < count && (unsigned long)ih < (unsigned long)g->in_h &&
+                              (unsigned long)iw < (unsigned long)g->in_w
+                                  ? LOAD(xc + (ih * g->in_w + iw) * B)
+                                  : (v16){0};
+                }
+            v16 t4[4][4]; /* B^T d */
+            for (int s = 0; s < 4; s++) {
+                t4[0][s] = d[0][s] - d[2][s];
+                t4[1][s] = d[1][s] + d[2][s];
+                t4[2][s] = d[2][s] - d[1][s];
+                t4[3][s] = d[1][s] - d[3][s];
+            }
+            float *v = V + (cb * WG_TILES + p) * B;
+            for (int r = 0; r < 4; r++) { /* (B^T d) B */
+                STORE(v + (4 * r + 0) * stride, t4[r][0] - t4[r][2]);
+                STORE(v + (4 * r + 1) * stride, t4[r][1] + t4[r][2]);
+                STORE(v + (4 * r + 2) * stride, t4[r][2] - t4[r][1]);
+                STORE(v + (4 * r + 3) * stride, t4[r][1] - t4[r][3]);
+            }
+        }
+    }
+}
+
+/* M[xi][o][p] = U_xi's blocks ob0 .. ob0 + blocks by V_xi, WG_TILES tiles. */
+CCN_ALWAYS_INLINE void winograd_products(const winograd_call *a, const float *V, long ob0,
+                                         float *M, int blocks)
+{
+    const ccn_nchwc_geometry *g = a->g;
+    const long cbs = g->in_blocks, depth = cbs * B;
+    for (int xi = 0; xi < 16; xi++) {
+        const float *u = a->u + (xi * g->out_blocks + ob0) * depth * B;
+        const float *v = V + xi * cbs * WG_TILES * B;
+        v16 acc[PW_BLOCKS][WG_TILES];
+        for (int o = 0; o < blocks; o++)
+            for (int p = 0; p < WG_TILES; p++)
+                acc[o][p] = (v16){0};
+        for (long cb = 0; cb < cbs; cb++) {
+            const long live = g->in_channels - cb * B < B ? g->in_channels - cb * B : B;
+            const float *vb = v + cb * WG_TILES * B, *ub = u + cb * B * B;
+            for (long c = 0; c < live; c++) {
+                v16 wv[PW_BLOCKS];
+                for (int o = 0; o < blocks; o++)
+                    wv[o] = LOAD(ub + o * depth * B + c * B);
+                for (int p = 0; p < WG_TILES; p++) {
+                    const float xv = vb[p * B + c];
+                    for (int o = 0; o < blocks; o++)
+                        acc[o][p] += wv[o] * xv;
+                }
+            }
+        }
+        for (int o = 0; o < blocks; o++)
+            for (int p = 0; p < WG_TILES; p++)
+                STORE(M + ((xi * PW_BLOCKS + o) * WG_TILES + p) * B, acc[o][p]);
+    }
+}
+
+/* y's 2x2 outputs = A^T M A plus the bias, the residual and the
+ * activation, for `count` tiles from t0 of one image's blocks ob0 .. */
+static void winograd_outputs(const winograd_call *a, const float *M, long t0, long count,
+                             long ob0, long blocks, float *y, const float *res)
+{
+    const ccn_nchwc_geometry *g = a->g;
+    const long plane = g->out_h * g->out_w;
+    for (long o = 0; o < blocks; o++) {
+        const v16 start = a->bias ? LOAD(a->bias + (ob0 + o) * B) : (v16){0};
+        for (long p = 0; p < count; p++) {
+            const float *m = M + (o * WG_TILES + p) * B;
+            const long step = PW_BLOCKS * WG_TILES * B; /* from xi to xi + 1 */
+            v16 t2[2][4]; /* A^T M */
+            for (int s = 0; s < 4; s++) {
+                const v16 m0 = LOAD(m + s * step), m1 = LOAD(m + (4 + s) * step),
+                          m2 = LOAD(m + (8 + s) * step), m3 = LOAD(m + (12 + s) * step);
+                t2[0][s] = m0 + m1 + m2;
+                t2[1][s] = m1 - m2 - m3;
+            }
+            const long t = t0 + p, oh0 = t / a->tiles_w * 2, ow0 = t % a->tiles_w * 2;
+            for (int i = 0; i < 2 && oh0 + i < g->out_h; i++) {
+                const v16 out[2] = {start + t2[i][0] + t2[i][1] + t2[i][2],
+                                    start + t2[i][1] - t2[i][2] - t2[i][3]};
+                for (int j = 0; j < 2 && ow0 + j < g->out_w; j++) {
+                    const long at = (ob0 + o) * plane * B + ((oh0 + i) * g->out_w + ow0 + j) * B;
+                    store(y + at, &out[j], res ? res + at : NULL, g->act, g->act_alpha);
+                    finish(y + at, B, g->act, g->act_alpha);
+                }
+            }
+        }
+    }
+}
+
+#define WG_PRODUCTS(BLOCKS, V, OB0, M) winograd_products(a, V, OB0, M, BLOCKS)
+
+static void winograd_range(void *context, long begin, long end)
+{
+    const winograd_call *a = context;
+    const ccn_nchwc_geometry *g = a->g;
+    const long tiles = a->tiles_h * a->tiles_w, pieces = (tiles + WG_TILES - 1) / WG_TILES;
+    const long groups = (g->out_blocks + PW_BLOCKS - 1) / PW_BLOCKS;
+    float V[16 * WG_MAX_IN_BLOCKS * WG_TILES * B] __attribute__((aligned(64)));
+    float M[16 * PW_BLOCKS * WG_TILES * B] __attribute__((aligned(64)));
+    for (long k = begin; k < end; k++) {
+        const long n = k / (groups * pieces), ob0 = k / pieces % groups * PW_BLOCKS;
+        const long t0 = k % pieces * WG_TILES;
+        const long count = tiles - t0 < WG_TILES ? tiles - t0 : WG_TILES;
+        const long blocks = g->out_blocks - ob0 < PW_BLOCKS ? g->out_blocks - ob0 : PW_BLOCKS;
+        const long out_image = g->out_blocks * g->out_h * g->out_w * B;
+        winograd_inputs(a, a->x + n * g->in_blocks * g->in_h * g->in_w * B, t0, count, V);
+        WITH_BLOCKS(blocks, WG_PRODUCTS, V, ob0, M)
+        winograd_outputs(a, M, t0, count, ob0, blocks, a->y + n * out_image,
+                         a->residual ? a->residual + n * out_image : NULL);
+    }
+}
+
+void ccn_nchwc_winograd(const ccn_nchwc_geometry *g, const float *x, const float *u,
+                        const float *bias, const float *residual, float *y)
+{
+    CCN_RUN_LEVEL_BUILD(ccn_nchwc_winograd, g, x, u, bias, residual, y);
+    const long tiles_h = (g->out_h + 1) / 2, tiles_w = (g->out_w + 1) / 2;
+    const long pieces = (tiles_h * tiles_w + WG_TILES - 1) / WG_TILES;
+    const long groups = (g->out_blocks + PW_BLOCKS - 1) / PW_BLOCKS;
+    winograd_call a = {.g = g, .x = x, .u = u, .bias = bias, .residual = residual, .y = y,
+                       .tiles_h = tiles_h, .tiles_w = tiles_w};
+    ccn_parallel_for(g->batch * groups * pieces, g->batch * g->out_blocks * tiles_h * tiles_w *
+                     g->in_blocks * 16 * B * B, winograd_range, &a);
 }
 
 /* How depthwise_pixels knows a tap's column lies inside the row: it does

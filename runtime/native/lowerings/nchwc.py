@@ -16,8 +16,31 @@ NCHWC_GEOMETRY = CStruct('ccn_nchwc_geometry', (
     'kernel_h', 'kernel_w', 'stride_h', 'stride_w', 'pad_top', 'pad_left', 'act', 'act_alpha'))
 
 
+#: Most input blocks of a dense 3x3 stride-1 Conv on ccn_nchwc_winograd
+#: (its header's CCN_NCHWC_WINOGRAD_MAX_IN_BLOCKS: the transforms of a
+#: piece's tiles stay on the stack).  Below, F(2x2, 3x3) took 0.49x-0.82x
+#: the dense kernel's time from 4 to 128 channels at 4x4 to 56x56
+#: (benchmarks/NOTES.md); past, the chains' 3x3 Convs are ResNet's 512 at
+#: 7x7, where the dense kernel runs at its peak on few tiles.
+WINOGRAD_MAX_IN_BLOCKS = 8
+#: Winograd's F(2x2, 3x3) filter transform G (Lavin and Gray 2016).
+WINOGRAD_G = numpy.array([[1, 0, 0], [0.5, 0.5, 0.5], [0.5, -0.5, 0.5], [0, 0, 1]],
+                         numpy.float64)
+
+
 def _blocks(channels: int) -> int:
     return -(-channels // BLOCK)
+
+
+def winograd_filters(w: numpy.ndarray, in_blocks: int, out_blocks: int) -> numpy.ndarray:
+    """Filters ``w`` (M, C, 3, 3) as ccn_nchwc_winograd reads them: (16,
+    out blocks, in blocks * BLOCK, BLOCK), element xi of G g G^T for the
+    filter g of each output and input channel, zero past the channels."""
+    m, c = w.shape[:2]
+    u = numpy.einsum('ar,ocrs,bs->abco', WINOGRAD_G, w.astype(numpy.float64), WINOGRAD_G)
+    padded = numpy.zeros((16, in_blocks * BLOCK, out_blocks * BLOCK), numpy.float32)
+    padded[:, :c, :m] = u.reshape(16, c, m)
+    return padded.reshape(16, in_blocks * BLOCK, out_blocks, BLOCK).transpose(0, 2, 1, 3)
 
 
 @lowers(CUSTOM_DOMAIN + '::NchwcReorderIn')
@@ -122,8 +145,10 @@ def stem(em, inst) -> Step:
 @lowers(CUSTOM_DOMAIN + '::NchwcConv')
 def nchwc_conv(em, inst) -> Step:
     """A Conv of blocked.blockable on blocked tensors: a 1x1 product, a
-    depthwise or a dense convolution; a product's input 4, (N, C, 1, 1), scales its
-    input's channels per image (a squeeze-excitation's Mul)."""
+    depthwise or a dense convolution (a 3x3 stride-1 one of at most
+    WINOGRAD_MAX_IN_BLOCKS input blocks by Winograd); a product's input 4,
+    (N, C, 1, 1), scales its input's channels per image (a
+    squeeze-excitation's Mul)."""
     sx = em.shape(inst, 0)
     w = em.const(inst.inputs[1])
     if len(sx) != 5 or w is None or w.ndim != 4:
@@ -150,7 +175,11 @@ def nchwc_conv(em, inst) -> Step:
         raise Refuse('NchwcConv scales the input of a 1x1 product by (%d, %d, 1, 1), got %s'
                      % (n, channels, list(em.shape(inst, 4))))
     w = numpy.asarray(w, numpy.float32)
-    if depthwise:  # (blocks, KH, KW, BLOCK)
+    winograd = not depthwise and (kh, kw, win.strides) == (3, 3, (1, 1)) and \
+        blocks <= WINOGRAD_MAX_IN_BLOCKS
+    if winograd:
+        laid = winograd_filters(w, blocks, out[1])
+    elif depthwise:  # (blocks, KH, KW, BLOCK)
         padded = numpy.zeros((out[1] * BLOCK, kh, kw), numpy.float32)
         padded[:m] = w[:, 0]
         laid = padded.reshape(out[1], BLOCK, kh, kw).transpose(0, 2, 3, 1)
@@ -172,8 +201,8 @@ def nchwc_conv(em, inst) -> Step:
         out_h=out[2], out_w=out[3], kernel_h=kh, kernel_w=kw, stride_h=win.strides[0],
         stride_w=win.strides[1], pad_top=win.pads_begin[0], pad_left=win.pads_begin[1],
         act=act, act_alpha=act_alpha)
-    function = 'ccn_nchwc_' + ('pointwise' if pointwise else
-                               'depthwise' if depthwise else 'dense')
+    function = 'ccn_nchwc_' + ('pointwise' if pointwise else 'depthwise' if depthwise else
+                               'winograd' if winograd else 'dense')
 
     def render(ref, scratch):
         scale = '' if not pointwise else (ref(inst.inputs[4]) if scaled else 'NULL') + ', '

@@ -18,7 +18,11 @@ from chainer_compiler.runtime.native.fusion import fuse
 from chainer_compiler.runtime.native.lower import lower
 from chainer_compiler.runtime.native.lowering import BLOCK, with_defaults
 from chainer_compiler.runtime.native.lowerings.conv_direct import direct_lane_use
-from chainer_compiler.runtime.native.lowerings.nchwc import NCHWC_GEOMETRY
+from chainer_compiler.runtime.native.lowerings.nchwc import (
+    NCHWC_GEOMETRY,
+    WINOGRAD_MAX_IN_BLOCKS,
+    winograd_filters,
+)
 
 from .helpers import check_native, make_model, uniform
 from .test_kernel_contract import _define, _struct_fields
@@ -253,21 +257,85 @@ def test_a_program_asking_the_kernels_for_more_is_refused(attrs):
 
 
 def test_dense_convolutions_and_strided_products_lower_to_the_dense_kernel():
-    # chain_model's k1-k4 run ccn_nchwc_dense; a 1x1 with strides is no
-    # product either (the dense kernel checks each tap against the input).
+    # chain_model's k3 (3x3, stride 2) and k4 (1x1, stride 2) run
+    # ccn_nchwc_dense, its k1 and k2 (3x3, stride 1) Winograd; a 1x1 with
+    # strides is no product either (the dense kernel checks each tap
+    # against the input).
     program = _blocked(chain_model(numpy.random.default_rng(0)))
 
     def calls():
         return [line.split('(')[0] for step in lower(program, 'm').steps
                 for line in step.render(lambda r: 'r%d' % r, None) if line.startswith('ccn_')]
-    assert calls().count('ccn_nchwc_dense') == 4
+    assert calls().count('ccn_nchwc_dense') == 2
+    assert calls().count('ccn_nchwc_winograd') == 2
     k = next(i for i, inst in enumerate(program.instructions) if inst.op == 'NchwcConv' and
              program.constants[inst.inputs[1]].shape == (20, 20, 3, 3))  # k3
     inst = program.instructions[k]
     program.constants[inst.inputs[1]] = program.constants[inst.inputs[1]][:, :, :1, :1]
     program.instructions[k] = dataclasses.replace(inst, attrs={
         **inst.attrs, 'kernel_shape': [1, 1], 'pads': [0, 0, 0, 0]})
-    assert calls().count('ccn_nchwc_dense') == 4
+    assert calls().count('ccn_nchwc_dense') == 2
+
+
+def _dense_3x3(channels, height, width, batch, act):
+    """A 1x1 product to ``channels`` channels and a depthwise 3x3, then a
+    dense 3x3 stride-1 Conv (bias, a residual Add, ``act``) of ``height`` x
+    ``width`` pixels, two depthwise 3x3s and a product out: one chain (its
+    depthwise Convs pay for its two reorders)."""
+    rng = numpy.random.default_rng(channels + height)
+    init = {}
+
+    def conv(*args, **kwargs):
+        return _conv(init, rng, *args, **kwargs)
+    same = (1, 1, 1, 1)
+    nodes = [conv('p1', 'x', 8, channels, 1, 1, (0, 0, 0, 0)),
+             conv('d1', 'p1', channels, channels, 3, 1, same, group=channels),
+             conv('k', 'd1', channels, channels, 3, 1, same),
+             helper.make_node('Add', ['k', 'p1'], ['r']),
+             helper.make_node(act, ['r'], ['a']),
+             conv('d2', 'a', channels, channels, 3, 1, same, group=channels),
+             conv('d3', 'd2', channels, channels, 3, 1, same, group=channels),
+             conv('y', 'd3', channels, 24, 1, 1, (0, 0, 0, 0))]
+    return make_model(nodes, [('x', numpy.float32, (batch, 8, height, width))],
+                      [('y', numpy.float32, (batch, 24, height, width))], init, opset=14)
+
+
+def test_a_3x3_of_more_input_blocks_than_winograd_keeps_stays_dense():
+    def kernels(channels):
+        program = _blocked(_dense_3x3(channels, 7, 7, 1, 'Relu'))
+        return [line.split('(')[0] for step in lower(program, 'm').steps
+                for line in step.render(lambda r: 'r%d' % r, None)
+                if line.startswith(('ccn_nchwc_dense', 'ccn_nchwc_winograd'))]
+    assert kernels(WINOGRAD_MAX_IN_BLOCKS * BLOCK) == ['ccn_nchwc_winograd']
+    assert kernels(WINOGRAD_MAX_IN_BLOCKS * BLOCK + 1) == ['ccn_nchwc_dense']
+
+
+def test_winograd_filters_are_g_g_gt_per_channel_pair():
+    rng = numpy.random.default_rng(0)
+    w = rng.standard_normal((20, 5, 3, 3)).astype(numpy.float32)
+    u = winograd_filters(w, 1, 2)
+    assert u.shape == (16, 2, BLOCK, BLOCK)
+    g = numpy.array([[1, 0, 0], [0.5, 0.5, 0.5], [0.5, -0.5, 0.5], [0, 0, 1]])
+    for o, c in [(0, 0), (19, 4), (7, 2)]:
+        expected = g @ w[o, c] @ g.T
+        numpy.testing.assert_allclose(u[:, o // BLOCK, c, o % BLOCK].reshape(4, 4), expected,
+                                      rtol=1e-6)
+    assert not u[:, :, 5:].any() and not u[:, 1, :, 4:].any()  # past the channels
+
+
+@pytest.mark.native_build
+@pytest.mark.parametrize('channels, height, width, batch, act', [
+    (16, 55, 55, 1, 'Relu'),      # SqueezeNet's first expand: 28 x 28 tiles, the last rows half
+    (30, 6, 9, 2, 'Sigmoid'),     # 2 blocks, the last part; an epilogue after the stores
+    (128, 4, 5, 1, 'HardSwish'),  # the most input blocks; fewer tiles than a piece
+])
+def test_winograd_on_blocks_computes_what_the_vm_computes(channels, height, width, batch, act):
+    rng = numpy.random.default_rng(7)
+    model = _dense_3x3(channels, height, width, batch, act)
+    assert any('ccn_nchwc_winograd(' in line for step in lower(_blocked(model), 'm').steps
+               for line in step.render(lambda r: 'r%d' % r, None))
+    # 1e-3: sums of up to 1152 products in [-1, 1] rounded in another order.
+    check_native(model, [uniform(rng, batch, 8, height, width)], atol=1e-3)
 
 
 @pytest.mark.parametrize('case', ['scale of x', 'scaled depthwise', 'pool of x', 'pool to 33'])
@@ -360,6 +428,7 @@ def test_a_malformed_blocked_stem_is_refused(case):
 
 def test_the_block_and_geometry_are_the_headers():
     assert BLOCK == _define('CCN_NCHWC_BLOCK', 'ccn_nchwc.h')
+    assert WINOGRAD_MAX_IN_BLOCKS == _define('CCN_NCHWC_WINOGRAD_MAX_IN_BLOCKS', 'ccn_nchwc.h')
     assert NCHWC_GEOMETRY.fields == _struct_fields('ccn_nchwc.h', NCHWC_GEOMETRY.ctype)
 
 
