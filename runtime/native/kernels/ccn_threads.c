@@ -133,6 +133,17 @@
 #define CLAIMS(generation, end, next) \
     ((generation) << 32 | (unsigned long long)(end) << 16 | (unsigned long long)(next))
 
+/* A cache line: the words that threads write while others read or write
+ * their neighbours each get one of their own.  Shared, every claim of a
+ * piece moved the line between the CPUs (about 100 ns, 400 in the host's
+ * spells), and the pieces' claims of two threads took turns on it. */
+#define CCN_LINE 64
+
+/* A claim word alone on its line. */
+typedef struct {
+    unsigned long long word;
+} __attribute__((aligned(CCN_LINE))) line_word;
+
 static struct {
     pthread_mutex_t lock; /* with `wake`: sleeping workers; `started` */
     pthread_cond_t wake;
@@ -143,22 +154,26 @@ static struct {
     int sleepers; /* atomic: workers waiting on `wake` */
     int wanted;   /* atomic: the last worker to sleep found its CPU wanted */
     int busy;     /* atomic: a loop is running */
-    /* The running loop, written by its caller before it publishes the
-     * ticket (the caller holds `busy`). */
-    ccn_task task;
-    void *context;
-    long count, pieces;
-    int loop_threads; /* atomic: the threads that take part, the caller included */
-    unsigned long long generation;
-    unsigned long long ticket; /* atomic: generation, chunks, next chunk */
-    /* atomic: chunk c's generation, end and next piece */
-    unsigned long long parts[CCN_MAX_CHUNKS];
-    long done;   /* atomic: pieces the workers finished */
-    int waiting; /* atomic: the caller sleeps on `finished` */
     /* Contention, read and written by the caller holding `busy`: loops
      * start serially before serial_until (CLOCK_MONOTONIC ns). */
     long long backoff, serial_until;
     long idle_loops; /* loops in a row that the caller ran alone */
+    /* The running loop, written by its caller before it publishes the
+     * ticket (the caller holds `busy`), then only read. */
+    struct {
+        ccn_task task;
+        void *context;
+        long count, pieces;
+        int threads; /* atomic: the threads that take part, the caller included */
+        unsigned long long generation;
+    } __attribute__((aligned(CCN_LINE))) loop;
+    line_word ticket; /* atomic: generation, chunks, next chunk */
+    /* atomic: chunk c's generation, end and next piece */
+    line_word parts[CCN_MAX_CHUNKS];
+    struct {
+        long done;   /* atomic: pieces the workers finished */
+        int waiting; /* atomic: the caller sleeps on `finished` */
+    } __attribute__((aligned(CCN_LINE))) finish;
 } pool = {.lock = PTHREAD_MUTEX_INITIALIZER,
           .wake = PTHREAD_COND_INITIALIZER,
           .finished = PTHREAD_COND_INITIALIZER,
@@ -207,11 +222,12 @@ static long claim(unsigned long long *word, unsigned long long generation)
 static long run_pieces(unsigned long long generation, long c)
 {
     long ran = 0;
-    for (long k; (k = claim(&pool.parts[c], generation)) >= 0; ran++) {
+    for (long k; (k = claim(&pool.parts[c].word, generation)) >= 0; ran++) {
         /* Piece k of `pieces` equal parts of [0, count), without overflow. */
-        const long size = pool.count / pool.pieces, extra = pool.count % pool.pieces;
+        const long size = pool.loop.count / pool.loop.pieces;
+        const long extra = pool.loop.count % pool.loop.pieces;
         const long begin = k * size + (k < extra ? k : extra);
-        pool.task(pool.context, begin, begin + size + (k < extra));
+        pool.loop.task(pool.loop.context, begin, begin + size + (k < extra));
     }
     return ran;
 }
@@ -222,9 +238,9 @@ static long run_pieces(unsigned long long generation, long c)
 static long run_chunks(unsigned long long generation)
 {
     long ran = 0;
-    for (long c; (c = claim(&pool.ticket, generation)) >= 0;)
+    for (long c; (c = claim(&pool.ticket.word, generation)) >= 0;)
         ran += run_pieces(generation, c);
-    const unsigned long long t = __atomic_load_n(&pool.ticket, __ATOMIC_ACQUIRE);
+    const unsigned long long t = __atomic_load_n(&pool.ticket.word, __ATOMIC_ACQUIRE);
     for (long c = 0; GEN(t) == generation && c < END(t); c++)
         ran += run_pieces(generation, c);
     return ran;
@@ -235,13 +251,13 @@ static void *worker(void *arg)
     const int index = (int)(intptr_t)arg; /* 1, 2, ...: the caller is 0 */
     unsigned long long seen = 0;
     for (;;) {
-        unsigned long long t = __atomic_load_n(&pool.ticket, __ATOMIC_ACQUIRE);
+        unsigned long long t = __atomic_load_n(&pool.ticket.word, __ATOMIC_ACQUIRE);
         int unwanted = 1;
         for (long spin = 0; unwanted && spin < CCN_SPIN && GEN(t) == seen; spin++) {
             unwanted = pause_briefly(spin);
-            t = __atomic_load_n(&pool.ticket, __ATOMIC_ACQUIRE);
+            t = __atomic_load_n(&pool.ticket.word, __ATOMIC_ACQUIRE);
         }
-        if (GEN(t) == seen || index >= __atomic_load_n(&pool.loop_threads, __ATOMIC_ACQUIRE)) {
+        if (GEN(t) == seen || index >= __atomic_load_n(&pool.loop.threads, __ATOMIC_ACQUIRE)) {
             __atomic_store_n(&pool.wanted, !unwanted, __ATOMIC_RELAXED);
             /* Sleep until a loop after `seen` starts.  A caller publishes
              * its ticket, then reads `sleepers`; this thread counts itself
@@ -250,15 +266,15 @@ static void *worker(void *arg)
             pthread_mutex_lock(&pool.lock);
             __atomic_add_fetch(&pool.sleepers, 1, __ATOMIC_SEQ_CST);
             for (;;) {
-                const unsigned long long g = GEN(__atomic_load_n(&pool.ticket, __ATOMIC_SEQ_CST));
-                if (g != seen && index < __atomic_load_n(&pool.loop_threads, __ATOMIC_ACQUIRE))
+                const unsigned long long g = GEN(__atomic_load_n(&pool.ticket.word, __ATOMIC_SEQ_CST));
+                if (g != seen && index < __atomic_load_n(&pool.loop.threads, __ATOMIC_ACQUIRE))
                     break;
                 seen = g; /* a loop this worker sits out (beyond its count) */
                 pthread_cond_wait(&pool.wake, &pool.lock);
             }
             __atomic_sub_fetch(&pool.sleepers, 1, __ATOMIC_SEQ_CST);
             pthread_mutex_unlock(&pool.lock);
-            t = __atomic_load_n(&pool.ticket, __ATOMIC_ACQUIRE);
+            t = __atomic_load_n(&pool.ticket.word, __ATOMIC_ACQUIRE);
         }
         seen = GEN(t);
         const long ran = run_chunks(seen);
@@ -266,8 +282,8 @@ static void *worker(void *arg)
          * consistent): it sees these pieces, or this thread sees it wait.
          * (A wake meant for an earlier loop's caller is a spurious one.) */
         if (ran) {
-            __atomic_add_fetch(&pool.done, ran, __ATOMIC_SEQ_CST);
-            if (__atomic_load_n(&pool.waiting, __ATOMIC_SEQ_CST)) {
+            __atomic_add_fetch(&pool.finish.done, ran, __ATOMIC_SEQ_CST);
+            if (__atomic_load_n(&pool.finish.waiting, __ATOMIC_SEQ_CST)) {
                 pthread_mutex_lock(&pool.lock);
                 pthread_cond_broadcast(&pool.finished);
                 pthread_mutex_unlock(&pool.lock);
@@ -285,7 +301,7 @@ static void reset_in_child(void)
     pthread_cond_init(&pool.wake, NULL);
     pthread_cond_init(&pool.finished, NULL);
     pool.started = 0;
-    pool.waiting = 0;
+    pool.finish.waiting = 0;
     pool.wanted = 0;
     pool.sleepers = 0;
     pool.busy = 0;
@@ -525,13 +541,13 @@ void ccn_run_finish(ccn_run run, int status)
 static void wait_for_workers(long others)
 {
     const long long start = now_ns();
-    for (long spin = 0; __atomic_load_n(&pool.done, __ATOMIC_ACQUIRE) != others; spin++)
+    for (long spin = 0; __atomic_load_n(&pool.finish.done, __ATOMIC_ACQUIRE) != others; spin++)
         if (!pause_briefly(spin) || now_ns() - start > CCN_WAIT_SPIN_NS) {
             pthread_mutex_lock(&pool.lock);
-            __atomic_store_n(&pool.waiting, 1, __ATOMIC_SEQ_CST);
-            while (__atomic_load_n(&pool.done, __ATOMIC_SEQ_CST) != others)
+            __atomic_store_n(&pool.finish.waiting, 1, __ATOMIC_SEQ_CST);
+            while (__atomic_load_n(&pool.finish.done, __ATOMIC_SEQ_CST) != others)
                 pthread_cond_wait(&pool.finished, &pool.lock);
-            __atomic_store_n(&pool.waiting, 0, __ATOMIC_RELAXED);
+            __atomic_store_n(&pool.finish.waiting, 0, __ATOMIC_RELAXED);
             pthread_mutex_unlock(&pool.lock);
         }
 }
@@ -565,19 +581,20 @@ void ccn_parallel_for_grain(long count, long work, long grain, ccn_task task, vo
         task(context, 0, count);
         return;
     }
-    pool.task = task;
-    pool.context = context;
-    pool.count = count;
-    pool.pieces = pieces;
-    __atomic_store_n(&pool.loop_threads, workers + 1, __ATOMIC_RELAXED);
-    pool.generation = (pool.generation + 1) & 0xffffffffULL;
-    __atomic_store_n(&pool.done, 0, __ATOMIC_RELAXED);
+    pool.loop.task = task;
+    pool.loop.context = context;
+    pool.loop.count = count;
+    pool.loop.pieces = pieces;
+    __atomic_store_n(&pool.loop.threads, workers + 1, __ATOMIC_RELAXED);
+    pool.loop.generation = (pool.loop.generation + 1) & 0xffffffffULL;
+    __atomic_store_n(&pool.finish.done, 0, __ATOMIC_RELAXED);
     for (long c = 0; c < chunks; c++) {
         const long first = c * CCN_PIECES_PER_CHUNK, end = first + CCN_PIECES_PER_CHUNK;
-        __atomic_store_n(&pool.parts[c], CLAIMS(pool.generation, end < pieces ? end : pieces, first),
+        __atomic_store_n(&pool.parts[c].word,
+                         CLAIMS(pool.loop.generation, end < pieces ? end : pieces, first),
                          __ATOMIC_RELEASE);
     }
-    __atomic_store_n(&pool.ticket, CLAIMS(pool.generation, chunks, 0), __ATOMIC_SEQ_CST);
+    __atomic_store_n(&pool.ticket.word, CLAIMS(pool.loop.generation, chunks, 0), __ATOMIC_SEQ_CST);
     const int sleepers = __atomic_load_n(&pool.sleepers, __ATOMIC_SEQ_CST);
     /* Whether one of this loop's workers sleeps (those beyond the count
      * sleep too). */
@@ -587,7 +604,7 @@ void ccn_parallel_for_grain(long count, long work, long grain, ccn_task task, vo
         pthread_cond_broadcast(&pool.wake);
         pthread_mutex_unlock(&pool.lock);
     }
-    const long others = pieces - run_chunks(pool.generation);
+    const long others = pieces - run_chunks(pool.loop.generation);
     const long long worked = now_ns();
     wait_for_workers(others);
     const long long end = now_ns();
