@@ -6,17 +6,18 @@
  * CCN_PIECES_PER_CHUNK consecutive pieces to a chunk.  Its caller writes
  * the loop's task, context and size into the pool, a word per chunk
  * (`parts`: the loop's generation, the chunk's end and its next piece),
- * then publishes the loop in `ticket` (generation, number of chunks, next
- * chunk).  A thread claims a chunk, or a piece of one, by a
- * compare-and-swap on the whole word, so a thread still looking at an
- * earlier loop claims nothing of this one; once it holds a piece, the loop
- * cannot end (its caller waits for every piece to be `done`), so the task
- * and context it reads stay valid.
+ * then publishes the loop in `ticket` (generation, number of chunks).  Of
+ * the loop's T threads, thread k (the caller 0) owns chunks k chunks / T
+ * to (k + 1) chunks / T.  A thread claims a piece by a compare-and-swap on
+ * its chunk's whole word, so a thread still looking at an earlier loop
+ * claims nothing of this one; once it holds a piece, the loop cannot end
+ * (its caller waits for every piece to be `done`), so the task and context
+ * it reads stay valid.
  *
- * A thread runs the pieces of the chunks it claims one by one; when no
- * chunk is left, it takes the pieces other threads have not started.  So
+ * A thread runs the pieces of its own chunks one by one; then it takes the
+ * pieces other threads have not started.  So
  * a worker that the OS deschedules (milliseconds, when another process
- * wants the CPU) leaves the rest of its chunk to the others, and the caller
+ * wants the CPU) leaves the rest of its share to the others, and the caller
  * waits only for the one piece it is in; it spins for that piece briefly,
  * then sleeps until the worker is done (beside a busy process, its spinning
  * kept the CPU from the late worker).  When the caller still waited for
@@ -167,7 +168,7 @@ static struct {
         int threads; /* atomic: the threads that take part, the caller included */
         unsigned long long generation;
     } __attribute__((aligned(CCN_LINE))) loop;
-    line_word ticket; /* atomic: generation, chunks, next chunk */
+    line_word ticket; /* atomic: generation, chunks (next unused) */
     /* atomic: chunk c's generation, end and next piece */
     line_word parts[CCN_MAX_CHUNKS];
     struct {
@@ -232,17 +233,31 @@ static long run_pieces(unsigned long long generation, long c)
     return ran;
 }
 
-/* Runs pieces of loop `generation` until none is left: first those of the
- * chunks it claims, then those that other threads have not started (a
- * thread the OS descheduled leaves its chunk's rest); returns how many. */
-static long run_chunks(unsigned long long generation)
+/* Runs pieces of loop `generation` until none is left, as thread `index`
+ * (the caller 0) of the loop's: first those of its own share of the
+ * chunks, then those that other threads have not started, each share from
+ * its end (its thread works from the start; one the OS descheduled leaves
+ * the rest of its share); returns how many.  A thread's share is the same
+ * part of every loop: when two loops cut the same tensor alike, it reads
+ * what it wrote, in its own CPU's caches. */
+static long run_chunks(unsigned long long generation, int index)
 {
-    long ran = 0;
-    for (long c; (c = claim(&pool.ticket.word, generation)) >= 0;)
-        ran += run_pieces(generation, c);
     const unsigned long long t = __atomic_load_n(&pool.ticket.word, __ATOMIC_ACQUIRE);
-    for (long c = 0; GEN(t) == generation && c < END(t); c++)
-        ran += run_pieces(generation, c);
+    const int threads = __atomic_load_n(&pool.loop.threads, __ATOMIC_ACQUIRE);
+    if (GEN(t) != generation || threads < 1)
+        return 0;
+    const long chunks = END(t);
+    long ran = 0;
+    for (int k = 0; k < threads; k++) {
+        const int owner = (index + k) % threads;
+        const long first = chunks * owner / threads, end = chunks * (owner + 1) / threads;
+        if (k == 0 && index < threads)
+            for (long c = first; c < end; c++)
+                ran += run_pieces(generation, c);
+        else
+            for (long c = end - 1; c >= first; c--)
+                ran += run_pieces(generation, c);
+    }
     return ran;
 }
 
@@ -277,7 +292,7 @@ static void *worker(void *arg)
             t = __atomic_load_n(&pool.ticket.word, __ATOMIC_ACQUIRE);
         }
         seen = GEN(t);
-        const long ran = run_chunks(seen);
+        const long ran = run_chunks(seen, index);
         /* The caller sets `waiting`, then reads `done` (both sequentially
          * consistent): it sees these pieces, or this thread sees it wait.
          * (A wake meant for an earlier loop's caller is a spurious one.) */
@@ -604,7 +619,7 @@ void ccn_parallel_for_grain(long count, long work, long grain, ccn_task task, vo
         pthread_cond_broadcast(&pool.wake);
         pthread_mutex_unlock(&pool.lock);
     }
-    const long others = pieces - run_chunks(pool.loop.generation);
+    const long others = pieces - run_chunks(pool.loop.generation, 0);
     const long long worked = now_ns();
     wait_for_workers(others);
     const long long end = now_ns();
