@@ -9,6 +9,7 @@ from ..cformat import CStruct
 from ..lowering import BLOCK, Refuse, Step, blocked_shape, conv_geometry, lowers, window
 from .connection import activation
 from .conv_direct import direct_step, stem_conv
+from .winograd import filter_transforms
 
 #: ccn_nchwc.h's geometry of a blocked convolution.
 NCHWC_GEOMETRY = CStruct('ccn_nchwc_geometry', (
@@ -23,9 +24,6 @@ NCHWC_GEOMETRY = CStruct('ccn_nchwc_geometry', (
 #: (benchmarks/NOTES.md); past, the chains' 3x3 Convs are ResNet's 512 at
 #: 7x7, where the dense kernel runs at its peak on few tiles.
 WINOGRAD_MAX_IN_BLOCKS = 8
-#: Winograd's F(2x2, 3x3) filter transform G (Lavin and Gray 2016).
-WINOGRAD_G = numpy.array([[1, 0, 0], [0.5, 0.5, 0.5], [0.5, -0.5, 0.5], [0, 0, 1]],
-                         numpy.float64)
 
 
 def _blocks(channels: int) -> int:
@@ -34,12 +32,12 @@ def _blocks(channels: int) -> int:
 
 def winograd_filters(w: numpy.ndarray, in_blocks: int, out_blocks: int) -> numpy.ndarray:
     """Filters ``w`` (M, C, 3, 3) as ccn_nchwc_winograd reads them: (16,
-    out blocks, in blocks * BLOCK, BLOCK), element xi of G g G^T for the
-    filter g of each output and input channel, zero past the channels."""
+    out blocks, in blocks * BLOCK, BLOCK), element xi of each output and
+    input channel's G g G^T (winograd.filter_transforms), zero past the
+    channels."""
     m, c = w.shape[:2]
-    u = numpy.einsum('ar,ocrs,bs->abco', WINOGRAD_G, w.astype(numpy.float64), WINOGRAD_G)
     padded = numpy.zeros((16, in_blocks * BLOCK, out_blocks * BLOCK), numpy.float32)
-    padded[:, :c, :m] = u.reshape(16, c, m)
+    padded[:, :c, :m] = filter_transforms(w).transpose(0, 2, 1)
     return padded.reshape(16, in_blocks * BLOCK, out_blocks, BLOCK).transpose(0, 2, 1, 3)
 
 

@@ -191,18 +191,24 @@ _G = {2: numpy.array([[1, 0, 0], [0.5, 0.5, 0.5], [0.5, -0.5, 0.5], [0, 0, 1]]),
                       [1 / 24, 1 / 12, 1 / 6], [1 / 24, -1 / 12, 1 / 6], [0, 0, 1]])}
 
 
+def filter_transforms(w, tile=2) -> numpy.ndarray:
+    """G g G^T of each filter g of constant (O, I, 3, 3) weights for tiles
+    ``tile`` wide, computed in float64: ((tile + 2)^2, O, I) float32, its
+    element xi of every filter."""
+    w = numpy.asarray(w, numpy.float64)
+    g = _G[tile]
+    u = numpy.einsum('ar,oirs,bs->aboi', g, w, g).astype(numpy.float32)
+    return u.reshape(-1, *w.shape[:2])
+
+
 def transformed_filters(w, tile=2) -> numpy.ndarray:
     """Constant (O, I, 3, 3) weights in the layout
     CCN_WINOGRAD_TRANSFORMED of ccn_winograd.h for tiles ``tile`` wide:
-    (tile + 2)^2 planes, each an element of G g G^T (computed in float64)
-    as an O x I matrix in the panel layout of ccn_gemm.h (the products read
-    it as it lies), SKEW floats after one another."""
-    w = numpy.asarray(w, numpy.float64)
-    out_channels, in_channels = w.shape[:2]
-    g = _G[tile]
-    u = numpy.einsum('ar,oirs,bs->aboi', g, w, g).astype(numpy.float32)
-    u = u.reshape(-1, out_channels, in_channels)
-    return numpy.concatenate([numpy.pad(pack_panels(plane), (0, SKEW)) for plane in u])
+    (tile + 2)^2 planes (filter_transforms), each an O x I matrix in the
+    panel layout of ccn_gemm.h (the products read it as it lies), SKEW
+    floats after one another."""
+    return numpy.concatenate([numpy.pad(pack_panels(plane), (0, SKEW))
+                              for plane in filter_transforms(w, tile)])
 
 
 def winograd_step(em, inst, geometry, x_shape, channels_out, out_size, tiles, weights,
