@@ -40,6 +40,7 @@ from ..ops.registry import CUSTOM_DOMAIN
 from ..program import NO_REGISTER, Instruction, Program, RegisterType
 from .lowering import BLOCK, Refuse, blocked_shape, window
 from .lowerings.conv_direct import direct_lane_use, stem_conv, takes_direct
+from .lowerings.nchwc import WINOGRAD_MAX_IN_BLOCKS
 from .lowerings.winograd import winograd_tiles
 
 #: Fewest channels of a depthwise Conv that runs blocked, and in and out of
@@ -73,12 +74,11 @@ REORDER_COST = 32
 DEEP_BLOCKS = 16
 DEEP_INPUT = 1 << 19
 #: Most input channels of a dense Conv that runs blocked where Winograd
-#: would run on NCHW: with so few, F(4x4, 3x3)'s transforms and its
-#: weights, 4x the dense kernel's, weigh more than the products it saves
-#: once the model's other layers have taken the caches (SqueezeNet's
-#: 32 -> 128 at 27x27 in the model, calls interleaved with onnxruntime's:
-#: 0.26 ms on Winograd, 0.22 on blocks; alone, warm, 0.20 and 0.22).
-WINOGRAD_BLOCKED_INPUT = 32
+#: would run on NCHW: as many as the blocks' Winograd takes, whose F(4x4,
+#: 3x3) took less time than the NCHW one's (64 -> 64 at 56x56 0.31 ms
+#: against 0.39; 128 -> 128 at 28x28 0.32 against 0.34) and needs no
+#: reorders around it.
+WINOGRAD_BLOCKED_INPUT = WINOGRAD_MAX_IN_BLOCKS * BLOCK
 
 
 def _static(program: Program, r: int) -> tuple[int, ...] | None:
@@ -127,9 +127,9 @@ def blockable(program: Program, inst: Instruction) -> bool:
     if group == 1 and c > DEEP_BLOCKS * BLOCK and c * h * wd > DEEP_INPUT:
         return False
     if group == 1 and cg == c:  # a 1x1 product or a dense convolution
-        # Not one Winograd runs (about 0.8x the dense kernel's time at
-        # ResNet-50's 3x3 of 14x14-56x56, benchmarks/NOTES.md), but of
-        # few input channels.
+        # Not one the NCHW Winograd runs (about 0.8x the dense kernel's time
+        # at ResNet-50's 3x3 of 14x14-56x56, benchmarks/NOTES.md), but of
+        # as few input channels as the blocks' Winograd takes.
         return kh == kw and kh in DENSE_KERNELS and \
             win.strides[0] == win.strides[1] and win.strides[0] in DENSE_STRIDES and \
             (c <= WINOGRAD_BLOCKED_INPUT or winograd_tiles(

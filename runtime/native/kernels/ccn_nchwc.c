@@ -63,8 +63,10 @@ typedef void conv_fn(const ccn_nchwc_geometry *, const float *, const float *, c
 typedef void pointwise_fn(const ccn_nchwc_geometry *, const float *, const float *,
                           const float *, const float *, const float *, float *);
 pointwise_fn ccn_nchwc_pointwise_v3, ccn_nchwc_pointwise_v4;
-conv_fn ccn_nchwc_depthwise_v3, ccn_nchwc_depthwise_v4, ccn_nchwc_dense_v3, ccn_nchwc_dense_v4,
-    ccn_nchwc_winograd_v3, ccn_nchwc_winograd_v4;
+conv_fn ccn_nchwc_depthwise_v3, ccn_nchwc_depthwise_v4, ccn_nchwc_dense_v3, ccn_nchwc_dense_v4;
+typedef void winograd_fn(const ccn_nchwc_geometry *, long, const float *, const float *,
+                         const float *, const float *, float *);
+winograd_fn ccn_nchwc_winograd_v3, ccn_nchwc_winograd_v4;
 typedef void pool_fn(const ccn_nchwc_geometry *, const float *, float *);
 pool_fn ccn_nchwc_maxpool_v3, ccn_nchwc_maxpool_v4;
 /* The reorders and the pool too: the baseline's 16-float vectors are four
@@ -571,72 +573,155 @@ void ccn_nchwc_dense(const ccn_nchwc_geometry *g, const float *x, const float *w
                      g->kernel_h * g->kernel_w * B * B, dense_range, &a);
 }
 
-/* Winograd F(2x2, 3x3) on blocks (Lavin and Gray 2016): a dense 3x3
- * stride-1 convolution's 2x2 output tiles from the 4x4 input patches
- * around them, 16 channels a vector.  Per tile and input block the patch
- * becomes V = B^T d B (16 vectors); per element xi of the 4x4 transforms
- * the products M_xi = U_xi V_xi sum the input channels as a 1x1 product
- * does (U, the filters' G g G^T, laid out at emit time); the outputs are
- * A^T M A.  16 multiply-adds per tile and channel pair where the dense
- * kernel takes 36.  A piece of work is WG_TILES tiles of one image by
- * PW_BLOCKS output blocks, its transforms on the stack (72 KiB at most
- * with AVX-512). */
+/* Winograd on blocks (Lavin and Gray 2016): a dense 3x3 stride-1
+ * convolution's outputs in square tiles, each from the input patch of
+ * tile + 2 pixels a side around it, 16 channels a vector: F(2x2, 3x3) or
+ * F(4x4, 3x3).  Per tile and input block the patch becomes V = B^T d B; per
+ * element xi of the transforms the products M_xi = U_xi V_xi sum the input
+ * channels as a 1x1 product does (U, the filters' G g G^T, laid out at emit
+ * time); the outputs are A^T M A.  Per output and channel pair, 16 / 4 or
+ * 36 / 16 multiply-adds where the dense kernel takes 9.  A piece of work is
+ * WG_TILES tiles of one image by PW_BLOCKS output blocks, its transforms on
+ * the stack (165 KiB at most with AVX-512). */
 #define WG_TILES PW_PIXELS
 #define WG_MAX_IN_BLOCKS CCN_NCHWC_WINOGRAD_MAX_IN_BLOCKS
+#define WG_MOST_POINTS 36 /* of F(4x4, 3x3)'s 6 x 6 transforms */
 
 typedef struct {
     const ccn_nchwc_geometry *g;
     const float *x, *u, *bias, *residual;
     float *y;
-    long tiles_h, tiles_w;
+    long tile, tiles_h, tiles_w;
 } winograd_call;
+
+/* o = B^T d for one line of tile + 2 values of a patch. */
+CCN_ALWAYS_INLINE void winograd_input_line(v16 *o, const v16 *d, int tile)
+{
+    if (tile == 2) {
+        o[0] = d[0] - d[2];
+        o[1] = d[1] + d[2];
+        o[2] = d[2] - d[1];
+        o[3] = d[1] - d[3];
+    } else {
+        o[0] = 4.0f * d[0] - 5.0f * d[2] + d[4];
+        o[1] = d[3] + d[4] - 4.0f * (d[1] + d[2]);
+        o[2] = 4.0f * (d[1] - d[2]) + d[4] - d[3];
+        o[3] = 2.0f * (d[3] - d[1]) + d[4] - d[2];
+        o[4] = 2.0f * (d[1] - d[3]) + d[4] - d[2];
+        o[5] = 4.0f * d[1] - 5.0f * d[3] + d[5];
+    }
+}
+
+/* o = A^T m for one line of tile + 2 products. */
+CCN_ALWAYS_INLINE void winograd_output_line(v16 *o, const v16 *m, int tile)
+{
+    if (tile == 2) {
+        o[0] = m[0] + m[1] + m[2];
+        o[1] = m[1] - m[2] - m[3];
+    } else {
+        const v16 s12 = m[1] + m[2], d12 = m[1] - m[2], s34 = m[3] + m[4], d34 = m[3] - m[4];
+        o[0] = m[0] + s12 + s34;
+        o[1] = d12 + 2.0f * d34;
+        o[2] = s12 + 4.0f * s34;
+        o[3] = d12 + 8.0f * d34 + m[5];
+    }
+}
 
 /* V[xi][cb][p] (B floats each) for the `count` tiles from tile t0 of one
  * image x; zeros for tiles past `count` (their products are not stored). */
 CCN_ALWAYS_INLINE void winograd_inputs(const winograd_call *a, const float *x, long t0,
-                                       long count, float *V)
+                                       long count, float *V, int tile)
 {
     const ccn_nchwc_geometry *g = a->g;
+    const int n = tile + 2;
     const long cbs = g->in_blocks, stride = cbs * WG_TILES * B; /* from xi to xi + 1 */
     for (long p = 0; p < WG_TILES; p++) {
         const long t = t0 + p;
-        const long ih0 = t / a->tiles_w * 2 - g->pad_top, iw0 = t % a->tiles_w * 2 - g->pad_left;
+        const long ih0 = t / a->tiles_w * tile - g->pad_top;
+        const long iw0 = t % a->tiles_w * tile - g->pad_left;
         for (long cb = 0; cb < cbs; cb++) {
             const float *xc = x + cb * g->in_h * g->in_w * B;
-            v16 d[4][4];
-            for (int r = 0; r < 4; r++)
-                for (int s = 0; s < 4; s++) {
+            v16 d[6][6], column[6], line[6];
+            for (int r = 0; r < n; r++)
+                for (int s = 0; s < n; s++) {
                     const long ih = ih0 + r, iw = iw0 + s;
                     d[r][s] = p < count && (unsigned long)ih < (unsigned long)g->in_h &&
-                              (unsigned long)iw < (unsigned long)g->in_w
+                                      (unsigned long)iw < (unsigned long)g->in_w
                                   ? LOAD(xc + (ih * g->in_w + iw) * B)
                                   : (v16){0};
                 }
-            v16 t4[4][4]; /* B^T d */
-            for (int s = 0; s < 4; s++) {
-                t4[0][s] = d[0][s] - d[2][s];
-                t4[1][s] = d[1][s] + d[2][s];
-                t4[2][s] = d[2][s] - d[1][s];
-                t4[3][s] = d[1][s] - d[3][s];
+            v16 bd[6][6]; /* B^T d, column by column */
+            for (int s = 0; s < n; s++) {
+                for (int r = 0; r < n; r++)
+                    column[r] = d[r][s];
+                winograd_input_line(line, column, tile);
+                for (int r = 0; r < n; r++)
+                    bd[r][s] = line[r];
             }
             float *v = V + (cb * WG_TILES + p) * B;
-            for (int r = 0; r < 4; r++) { /* (B^T d) B */
-                STORE(v + (4 * r + 0) * stride, t4[r][0] - t4[r][2]);
-                STORE(v + (4 * r + 1) * stride, t4[r][1] + t4[r][2]);
-                STORE(v + (4 * r + 2) * stride, t4[r][2] - t4[r][1]);
-                STORE(v + (4 * r + 3) * stride, t4[r][1] - t4[r][3]);
+            for (int r = 0; r < n; r++) { /* (B^T d) B, row by row */
+                winograd_input_line(line, bd[r], tile);
+                for (int s = 0; s < n; s++)
+                    STORE(v + (r * n + s) * stride, line[s]);
             }
         }
     }
 }
 
+/* Output block ob of tile t as the dense kernel sums it, for a tile
+ * whose Winograd outputs are not all finite: the transforms mix the whole
+ * input patch, so an infinity or a NaN would reach outputs whose windows do
+ * not hold it (and an infinity become a NaN).  Each filter tap's vector of
+ * 16 outputs comes back from u (rows of G that pick one tap: g = L u L^T,
+ * within rounding). */
+static void winograd_exact_tile(const winograd_call *a, const float *x, long t, long ob,
+                                float *y, const float *res)
+{
+    const ccn_nchwc_geometry *g = a->g;
+    const int tile = (int)a->tile, n = tile + 2;
+    const int rows[3][2] = {{0, 0}, {1, 2}, {n - 1, n - 1}};
+    const float weights[2][3][2] = {{{1.0f, 0.0f}, {1.0f, -1.0f}, {1.0f, 0.0f}},
+                                    {{4.0f, 0.0f}, {-3.0f, 3.0f}, {1.0f, 0.0f}}};
+    const float(*const l)[2] = weights[tile == 4];
+    const long plane = g->out_h * g->out_w, depth = g->in_blocks * B;
+    const long oh0 = t / a->tiles_w * tile, ow0 = t % a->tiles_w * tile;
+    for (int i = 0; i < tile && oh0 + i < g->out_h; i++)
+        for (int j = 0; j < tile && ow0 + j < g->out_w; j++) {
+            v16 acc = a->bias ? LOAD(a->bias + ob * B) : (v16){0};
+            for (int kh = 0; kh < 3; kh++)
+                for (int kw = 0; kw < 3; kw++) {
+                    const long ih = oh0 + i + kh - g->pad_top, iw = ow0 + j + kw - g->pad_left;
+                    if ((unsigned long)ih >= (unsigned long)g->in_h ||
+                        (unsigned long)iw >= (unsigned long)g->in_w)
+                        continue;
+                    for (long cb = 0; cb < g->in_blocks; cb++) {
+                        const long live = g->in_channels - cb * B < B ? g->in_channels - cb * B : B;
+                        const float *xp = x + ((cb * g->in_h + ih) * g->in_w + iw) * B;
+                        for (long c = 0; c < live; c++) {
+                            v16 w = {0};
+                            for (int p = 0; p < 2; p++)
+                                for (int q = 0; q < 2; q++) {
+                                    const int xi = rows[kh][p] * n + rows[kw][q];
+                                    w += l[kh][p] * l[kw][q] *
+                                         LOAD(a->u + ((xi * g->out_blocks + ob) * depth + cb * B + c) * B);
+                                }
+                            acc += w * xp[c];
+                        }
+                    }
+                }
+            const long at = ob * plane * B + ((oh0 + i) * g->out_w + ow0 + j) * B;
+            store(y + at, &acc, res ? res + at : NULL, g->act, g->act_alpha);
+            finish(y + at, B, g->act, g->act_alpha);
+        }
+}
+
 /* M[xi][o][p] = U_xi's blocks ob0 .. ob0 + blocks by V_xi, WG_TILES tiles. */
 CCN_ALWAYS_INLINE void winograd_products(const winograd_call *a, const float *V, long ob0,
-                                         float *M, int blocks)
+                                         float *M, int blocks, int points)
 {
     const ccn_nchwc_geometry *g = a->g;
     const long cbs = g->in_blocks, depth = cbs * B;
-    for (int xi = 0; xi < 16; xi++) {
+    for (int xi = 0; xi < points; xi++) {
         const float *u = a->u + (xi * g->out_blocks + ob0) * depth * B;
         const float *v = V + xi * cbs * WG_TILES * B;
         v16 acc[PW_BLOCKS][WG_TILES];
@@ -663,73 +748,98 @@ CCN_ALWAYS_INLINE void winograd_products(const winograd_call *a, const float *V,
     }
 }
 
-/* y's 2x2 outputs = A^T M A plus the bias, the residual and the
- * activation, for `count` tiles from t0 of one image's blocks ob0 .. */
-static void winograd_outputs(const winograd_call *a, const float *M, long t0, long count,
-                             long ob0, long blocks, float *y, const float *res)
+/* y's tiles = A^T M A plus the bias, the residual and the activation, for
+ * `count` tiles from t0 of one image's blocks ob0 .. ob0 + blocks (x that
+ * image's input), by winograd_exact_tile where they are not all finite. */
+CCN_ALWAYS_INLINE void winograd_outputs(const winograd_call *a, const float *M, const float *x,
+                                        long t0, long count, long ob0, long blocks, float *y,
+                                        const float *res, int tile)
 {
     const ccn_nchwc_geometry *g = a->g;
-    const long plane = g->out_h * g->out_w;
+    const int n = tile + 2;
+    const long plane = g->out_h * g->out_w, step = PW_BLOCKS * WG_TILES * B; /* xi to xi + 1 */
     for (long o = 0; o < blocks; o++) {
         const v16 start = a->bias ? LOAD(a->bias + (ob0 + o) * B) : (v16){0};
         for (long p = 0; p < count; p++) {
             const float *m = M + (o * WG_TILES + p) * B;
-            const long step = PW_BLOCKS * WG_TILES * B; /* from xi to xi + 1 */
-            v16 t2[2][4]; /* A^T M */
-            for (int s = 0; s < 4; s++) {
-                const v16 m0 = LOAD(m + s * step), m1 = LOAD(m + (4 + s) * step),
-                          m2 = LOAD(m + (8 + s) * step), m3 = LOAD(m + (12 + s) * step);
-                t2[0][s] = m0 + m1 + m2;
-                t2[1][s] = m1 - m2 - m3;
+            v16 am[4][6], column[6], out[4][4]; /* A^T M, column by column */
+            for (int s = 0; s < n; s++) {
+                for (int r = 0; r < n; r++)
+                    column[r] = LOAD(m + (r * n + s) * step);
+                winograd_output_line(out[0], column, tile);
+                for (int i = 0; i < tile; i++)
+                    am[i][s] = out[0][i];
             }
-            const long t = t0 + p, oh0 = t / a->tiles_w * 2, ow0 = t % a->tiles_w * 2;
-            for (int i = 0; i < 2 && oh0 + i < g->out_h; i++) {
-                const v16 out[2] = {start + t2[i][0] + t2[i][1] + t2[i][2],
-                                    start + t2[i][1] - t2[i][2] - t2[i][3]};
-                for (int j = 0; j < 2 && ow0 + j < g->out_w; j++) {
+            iv16 odd = {0}; /* out - out is 0 but for an infinity or a NaN */
+            for (int i = 0; i < tile; i++) {
+                winograd_output_line(out[i], am[i], tile); /* (A^T M) A */
+                for (int j = 0; j < tile; j++)
+                    odd |= out[i][j] - out[i][j] != 0.0f;
+            }
+            int exact = 0;
+            for (int lane = 0; lane < B; lane++)
+                exact |= odd[lane];
+            const long t = t0 + p;
+            if (exact) {
+                winograd_exact_tile(a, x, t, ob0 + o, y, res);
+                continue;
+            }
+            const long oh0 = t / a->tiles_w * tile, ow0 = t % a->tiles_w * tile;
+            for (int i = 0; i < tile && oh0 + i < g->out_h; i++)
+                for (int j = 0; j < tile && ow0 + j < g->out_w; j++) {
                     const long at = (ob0 + o) * plane * B + ((oh0 + i) * g->out_w + ow0 + j) * B;
-                    store(y + at, &out[j], res ? res + at : NULL, g->act, g->act_alpha);
+                    const v16 value = start + out[i][j];
+                    store(y + at, &value, res ? res + at : NULL, g->act, g->act_alpha);
                     finish(y + at, B, g->act, g->act_alpha);
                 }
-            }
         }
     }
 }
 
-#define WG_PRODUCTS(BLOCKS, V, OB0, M) winograd_products(a, V, OB0, M, BLOCKS)
+#define WG_PRODUCTS(BLOCKS, V, OB0, M, POINTS) winograd_products(a, V, OB0, M, BLOCKS, POINTS)
 
-static void winograd_range(void *context, long begin, long end)
+/* Pieces [begin, end) of one tile size. */
+CCN_ALWAYS_INLINE void winograd_pieces(const winograd_call *a, long begin, long end, int tile)
 {
-    const winograd_call *a = context;
     const ccn_nchwc_geometry *g = a->g;
     const long tiles = a->tiles_h * a->tiles_w, pieces = (tiles + WG_TILES - 1) / WG_TILES;
     const long groups = (g->out_blocks + PW_BLOCKS - 1) / PW_BLOCKS;
-    float V[16 * WG_MAX_IN_BLOCKS * WG_TILES * B] __attribute__((aligned(64)));
-    float M[16 * PW_BLOCKS * WG_TILES * B] __attribute__((aligned(64)));
+    const long out_image = g->out_blocks * g->out_h * g->out_w * B;
+    float V[WG_MOST_POINTS * WG_MAX_IN_BLOCKS * WG_TILES * B] __attribute__((aligned(64)));
+    float M[WG_MOST_POINTS * PW_BLOCKS * WG_TILES * B] __attribute__((aligned(64)));
     for (long k = begin; k < end; k++) {
         const long n = k / (groups * pieces), ob0 = k / pieces % groups * PW_BLOCKS;
         const long t0 = k % pieces * WG_TILES;
         const long count = tiles - t0 < WG_TILES ? tiles - t0 : WG_TILES;
         const long blocks = g->out_blocks - ob0 < PW_BLOCKS ? g->out_blocks - ob0 : PW_BLOCKS;
-        const long out_image = g->out_blocks * g->out_h * g->out_w * B;
-        winograd_inputs(a, a->x + n * g->in_blocks * g->in_h * g->in_w * B, t0, count, V);
-        WITH_BLOCKS(blocks, WG_PRODUCTS, V, ob0, M)
-        winograd_outputs(a, M, t0, count, ob0, blocks, a->y + n * out_image,
-                         a->residual ? a->residual + n * out_image : NULL);
+        const float *x = a->x + n * g->in_blocks * g->in_h * g->in_w * B;
+        winograd_inputs(a, x, t0, count, V, tile);
+        WITH_BLOCKS(blocks, WG_PRODUCTS, V, ob0, M, (tile + 2) * (tile + 2))
+        winograd_outputs(a, M, x, t0, count, ob0, blocks, a->y + n * out_image,
+                         a->residual ? a->residual + n * out_image : NULL, tile);
     }
 }
 
-void ccn_nchwc_winograd(const ccn_nchwc_geometry *g, const float *x, const float *u,
+static void winograd_range(void *context, long begin, long end)
+{
+    const winograd_call *a = context;
+    if (a->tile == 4)
+        winograd_pieces(a, begin, end, 4);
+    else
+        winograd_pieces(a, begin, end, 2);
+}
+
+void ccn_nchwc_winograd(const ccn_nchwc_geometry *g, long tile, const float *x, const float *u,
                         const float *bias, const float *residual, float *y)
 {
-    CCN_RUN_LEVEL_BUILD(ccn_nchwc_winograd, g, x, u, bias, residual, y);
-    const long tiles_h = (g->out_h + 1) / 2, tiles_w = (g->out_w + 1) / 2;
+    CCN_RUN_LEVEL_BUILD(ccn_nchwc_winograd, g, tile, x, u, bias, residual, y);
+    const long tiles_h = (g->out_h + tile - 1) / tile, tiles_w = (g->out_w + tile - 1) / tile;
     const long pieces = (tiles_h * tiles_w + WG_TILES - 1) / WG_TILES;
     const long groups = (g->out_blocks + PW_BLOCKS - 1) / PW_BLOCKS;
     winograd_call a = {.g = g, .x = x, .u = u, .bias = bias, .residual = residual, .y = y,
-                       .tiles_h = tiles_h, .tiles_w = tiles_w};
+                       .tile = tile, .tiles_h = tiles_h, .tiles_w = tiles_w};
     ccn_parallel_for(g->batch * groups * pieces, g->batch * g->out_blocks * tiles_h * tiles_w *
-                     g->in_blocks * 16 * B * B, winograd_range, &a);
+                     g->in_blocks * (tile + 2) * (tile + 2) * B * B, winograd_range, &a);
 }
 
 /* How depthwise_pixels knows a tap's column lies inside the row: it does

@@ -56,14 +56,14 @@ void ccn_nchwc_depthwise(const ccn_nchwc_geometry *g, const float *x, const floa
  * bias and residual as ccn_nchwc_pointwise, then the activation. */
 void ccn_nchwc_dense(const ccn_nchwc_geometry *g, const float *x, const float *w,
                      const float *bias, const float *residual, float *y);
-/* ccn_nchwc_dense for a 3x3 stride-1 convolution by Winograd's F(2x2, 3x3),
- * its filters u transformed, (16, out_blocks, in_blocks * 16, 16)
- * (u[xi][ob][ci][o] element xi of G g G^T for the filter g of output
- * 16 ob + o from input ci, zero past the channels), at most
- * CCN_NCHWC_WINOGRAD_MAX_IN_BLOCKS input blocks (its transforms stay on the
- * stack). */
+/* ccn_nchwc_dense for a 3x3 stride-1 convolution by Winograd's F(tile x
+ * tile, 3x3), tile 2 or 4, its filters u transformed, ((tile + 2)^2,
+ * out_blocks, in_blocks * 16, 16) (u[xi][ob][ci][o] element xi of G g G^T
+ * for the filter g of output 16 ob + o from input ci, zero past the
+ * channels), at most CCN_NCHWC_WINOGRAD_MAX_IN_BLOCKS input blocks (its
+ * transforms stay on the stack). */
 #define CCN_NCHWC_WINOGRAD_MAX_IN_BLOCKS 8
-void ccn_nchwc_winograd(const ccn_nchwc_geometry *g, const float *x, const float *u,
+void ccn_nchwc_winograd(const ccn_nchwc_geometry *g, long tile, const float *x, const float *u,
                         const float *bias, const float *residual, float *y);
 
 CCN_END_DECLS

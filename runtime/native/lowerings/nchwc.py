@@ -19,26 +19,33 @@ NCHWC_GEOMETRY = CStruct('ccn_nchwc_geometry', (
 
 #: Most input blocks of a dense 3x3 stride-1 Conv on ccn_nchwc_winograd
 #: (its header's CCN_NCHWC_WINOGRAD_MAX_IN_BLOCKS: the transforms of a
-#: piece's tiles stay on the stack).  Below, F(2x2, 3x3) took 0.49x-0.82x
-#: the dense kernel's time from 4 to 128 channels at 4x4 to 56x56
-#: (benchmarks/NOTES.md); past, the chains' 3x3 Convs are ResNet's 512 at
-#: 7x7, where the dense kernel runs at its peak on few tiles.
+#: piece's tiles stay on the stack).  Up to there, F(4x4, 3x3) took
+#: 0.33x-0.56x the dense kernel's time from 16 to 128 channels at 7x7 to
+#: 112x112, and less than the NCHW Winograd's (benchmarks/NOTES.md); past,
+#: the chains' 3x3 Convs are ResNet's 512 at 7x7, where the dense kernel
+#: runs at its peak on few tiles.
 WINOGRAD_MAX_IN_BLOCKS = 8
+#: The smallest output side that takes F(4x4, 3x3) on blocks, else F(2x2,
+#: 3x3): at 6x6, 4 tiles of 4x4 compute 64 outputs for 36 (0.85x the
+#: dense kernel's time against F(2x2)'s 0.77x), at 7x7 0.56x against 0.70x.
+WINOGRAD_TILE4_MIN_SIDE = 7
 
 
 def _blocks(channels: int) -> int:
     return -(-channels // BLOCK)
 
 
-def winograd_filters(w: numpy.ndarray, in_blocks: int, out_blocks: int) -> numpy.ndarray:
-    """Filters ``w`` (M, C, 3, 3) as ccn_nchwc_winograd reads them: (16,
-    out blocks, in blocks * BLOCK, BLOCK), element xi of each output and
-    input channel's G g G^T (winograd.filter_transforms), zero past the
-    channels."""
+def winograd_filters(w: numpy.ndarray, tile: int, in_blocks: int,
+                     out_blocks: int) -> numpy.ndarray:
+    """Filters ``w`` (M, C, 3, 3) as ccn_nchwc_winograd reads them for tiles
+    ``tile`` wide: ((tile + 2)^2, out blocks, in blocks * BLOCK, BLOCK),
+    element xi of each output and input channel's G g G^T
+    (winograd.filter_transforms), zero past the channels."""
     m, c = w.shape[:2]
-    padded = numpy.zeros((16, in_blocks * BLOCK, out_blocks * BLOCK), numpy.float32)
-    padded[:, :c, :m] = filter_transforms(w).transpose(0, 2, 1)
-    return padded.reshape(16, in_blocks * BLOCK, out_blocks, BLOCK).transpose(0, 2, 1, 3)
+    points = (tile + 2) ** 2
+    padded = numpy.zeros((points, in_blocks * BLOCK, out_blocks * BLOCK), numpy.float32)
+    padded[:, :c, :m] = filter_transforms(w, tile).transpose(0, 2, 1)
+    return padded.reshape(points, in_blocks * BLOCK, out_blocks, BLOCK).transpose(0, 2, 1, 3)
 
 
 @lowers(CUSTOM_DOMAIN + '::NchwcReorderIn')
@@ -144,7 +151,8 @@ def stem(em, inst) -> Step:
 def nchwc_conv(em, inst) -> Step:
     """A Conv of blocked.blockable on blocked tensors: a 1x1 product, a
     depthwise or a dense convolution (a 3x3 stride-1 one of at most
-    WINOGRAD_MAX_IN_BLOCKS input blocks by Winograd); a product's input 4,
+    WINOGRAD_MAX_IN_BLOCKS input blocks by Winograd, F(4x4, 3x3) from
+    WINOGRAD_TILE4_MIN_SIDE outputs a side); a product's input 4,
     (N, C, 1, 1), scales its input's channels per image (a
     squeeze-excitation's Mul)."""
     sx = em.shape(inst, 0)
@@ -175,8 +183,9 @@ def nchwc_conv(em, inst) -> Step:
     w = numpy.asarray(w, numpy.float32)
     winograd = not depthwise and (kh, kw, win.strides) == (3, 3, (1, 1)) and \
         blocks <= WINOGRAD_MAX_IN_BLOCKS
+    tile = 4 if min(win.out) >= WINOGRAD_TILE4_MIN_SIDE else 2
     if winograd:
-        laid = winograd_filters(w, blocks, out[1])
+        laid = winograd_filters(w, tile, blocks, out[1])
     elif depthwise:  # (blocks, KH, KW, BLOCK)
         padded = numpy.zeros((out[1] * BLOCK, kh, kw), numpy.float32)
         padded[:m] = w[:, 0]
@@ -204,7 +213,8 @@ def nchwc_conv(em, inst) -> Step:
 
     def render(ref, scratch):
         scale = '' if not pointwise else (ref(inst.inputs[4]) if scaled else 'NULL') + ', '
-        return ['%s(%s,' % (function, geometry), '    %s, %s%s, %s, %s, %s);' % (
+        size = ' %d,' % tile if winograd else ''
+        return ['%s(%s,%s' % (function, geometry, size), '    %s, %s%s, %s, %s, %s);' % (
             ref(inst.inputs[0]), scale, weights, bias or 'NULL',
             ref(inst.inputs[3]) if residual else 'NULL', ref(inst.outputs[0]))]
     return Step('nchwc', [out], render, also=('gemm',))

@@ -228,10 +228,12 @@ NATIVE_BUDGET += 10
 #: RegNetY-400MF's groups of 8, issue 31.
 NATIVE_BUDGET += 5
 
-#: + 13: the dense 3x3 stride-1 Convs on NCHWc blocks by Winograd's
-#: F(2x2, 3x3) (lowerings/nchwc.py: winograd_filters, the kernel's choice),
-#: SqueezeNet's expand3x3s, issue 31.
-NATIVE_BUDGET += 13
+#: + 18: the dense 3x3 stride-1 Convs on NCHWc blocks by Winograd's
+#: F(4x4, 3x3) and F(2x2, 3x3) (lowerings/nchwc.py: winograd_filters, the
+#: kernel and tile chosen; lowerings/winograd.py: filter_transforms shared
+#: with the NCHW Winograd), SqueezeNet's expand layers, ResNet's 3x3s of
+#: 64 and 128 channels in chains, issue 31.
+NATIVE_BUDGET += 18
 
 
 def test_the_native_backend_stays_within_its_budget():

@@ -21,6 +21,7 @@ from chainer_compiler.runtime.native.lowerings.conv_direct import direct_lane_us
 from chainer_compiler.runtime.native.lowerings.nchwc import (
     NCHWC_GEOMETRY,
     WINOGRAD_MAX_IN_BLOCKS,
+    WINOGRAD_TILE4_MIN_SIDE,
     winograd_filters,
 )
 
@@ -162,16 +163,21 @@ def test_chains_that_do_not_pay_stay_as_they_are():
     assert chains(fuse(with_defaults(build_program(model)))) == []
 
 
-def test_a_resnet_bottleneck_runs_blocked_but_its_winograd_conv():
-    # A 3x3 that Winograd runs (stride 1 at 28x28) stays NCHW; a stride-2
-    # bottleneck (1x1, 3x3 s2, 1x1 plus a 1x1 s2 downsample) into the pool
-    # saves more multiply-adds than its one reorder in costs: blocked.
+@pytest.mark.parametrize('channels, blocked', [(144, False), (64, True)])
+def test_a_resnet_bottleneck_runs_blocked_and_its_winograd_conv_if_few_channels(channels,
+                                                                                 blocked):
+    # A 3x3 that Winograd runs (stride 1 at 28x28) stays NCHW when it has
+    # more input channels than the blocks' Winograd takes, and joins the
+    # chain otherwise; a stride-2 bottleneck (1x1, 3x3 s2, 1x1 plus a 1x1
+    # s2 downsample) into the pool saves more multiply-adds than its one
+    # reorder in costs: blocked.
     rng = numpy.random.default_rng(0)
     init = {}
 
     def conv(*args, **kwargs):
         return _conv(init, rng, *args, **kwargs)
-    nodes = [conv('a', 'x', 64, 64, 3, 1, (1, 1, 1, 1)), helper.make_node('Relu', ['a'], ['y1']),
+    nodes = [conv('a', 'x', channels, 64, 3, 1, (1, 1, 1, 1)),
+             helper.make_node('Relu', ['a'], ['y1']),
              conv('b1', 'y1', 64, 128, 1, 1, (0, 0, 0, 0)),
              helper.make_node('Relu', ['b1'], ['q1']),
              conv('b2', 'q1', 128, 128, 3, 2, (1, 1, 1, 1)),
@@ -180,10 +186,11 @@ def test_a_resnet_bottleneck_runs_blocked_but_its_winograd_conv():
              conv('bd', 'y1', 64, 256, 1, 2, (0, 0, 0, 0)),
              helper.make_node('Add', ['b3', 'bd'], ['t']), helper.make_node('Relu', ['t'], ['u']),
              helper.make_node('GlobalAveragePool', ['u'], ['y'])]
-    model = make_model(nodes, [('x', numpy.float32, (1, 64, 28, 28))],
+    model = make_model(nodes, [('x', numpy.float32, (1, channels, 28, 28))],
                        [('y', numpy.float32, (1, 256, 1, 1))], init)
     ops = [i.qualified_op.replace(NCHWC, '') for i in _blocked(model).instructions]
-    assert ops == ['Conv', 'NchwcReorderIn'] + ['NchwcConv'] * 4 + ['NchwcGlobalAveragePool']
+    first = ['NchwcReorderIn', 'NchwcConv'] if blocked else ['Conv', 'NchwcReorderIn']
+    assert ops == first + ['NchwcConv'] * 4 + ['NchwcGlobalAveragePool']
 
 
 def _means_model(opset, means):
@@ -310,32 +317,59 @@ def test_a_3x3_of_more_input_blocks_than_winograd_keeps_stays_dense():
     assert kernels(WINOGRAD_MAX_IN_BLOCKS * BLOCK + 1) == ['ccn_nchwc_dense']
 
 
-def test_winograd_filters_are_g_g_gt_per_channel_pair():
+@pytest.mark.parametrize('tile, g', [
+    (2, [[1, 0, 0], [1 / 2, 1 / 2, 1 / 2], [1 / 2, -1 / 2, 1 / 2], [0, 0, 1]]),
+    (4, [[1 / 4, 0, 0], [-1 / 6, -1 / 6, -1 / 6], [-1 / 6, 1 / 6, -1 / 6],
+         [1 / 24, 1 / 12, 1 / 6], [1 / 24, -1 / 12, 1 / 6], [0, 0, 1]]),
+])
+def test_winograd_filters_are_g_g_gt_per_channel_pair(tile, g):
+    # G of F(2x2, 3x3) and F(4x4, 3x3) as Lavin and Gray give them.
     rng = numpy.random.default_rng(0)
     w = rng.standard_normal((20, 5, 3, 3)).astype(numpy.float32)
-    u = winograd_filters(w, 1, 2)
-    assert u.shape == (16, 2, BLOCK, BLOCK)
-    g = numpy.array([[1, 0, 0], [0.5, 0.5, 0.5], [0.5, -0.5, 0.5], [0, 0, 1]])
+    u = winograd_filters(w, tile, 1, 2)
+    n = tile + 2
+    assert u.shape == (n * n, 2, BLOCK, BLOCK)
+    g = numpy.array(g)
     for o, c in [(0, 0), (19, 4), (7, 2)]:
         expected = g @ w[o, c] @ g.T
-        numpy.testing.assert_allclose(u[:, o // BLOCK, c, o % BLOCK].reshape(4, 4), expected,
-                                      rtol=1e-6)
+        numpy.testing.assert_allclose(u[:, o // BLOCK, c, o % BLOCK].reshape(n, n), expected,
+                                      rtol=1e-6, atol=1e-7)
     assert not u[:, :, 5:].any() and not u[:, 1, :, 4:].any()  # past the channels
 
 
 @pytest.mark.native_build
 @pytest.mark.parametrize('channels, height, width, batch, act', [
-    (16, 55, 55, 1, 'Relu'),      # SqueezeNet's first expand: 28 x 28 tiles, the last rows half
-    (30, 6, 9, 2, 'Sigmoid'),     # 2 blocks, the last part; an epilogue after the stores
-    (128, 4, 5, 1, 'HardSwish'),  # the most input blocks; fewer tiles than a piece
+    (16, 55, 55, 1, 'Relu'),      # SqueezeNet's first expand: F(4x4), the last tiles' rows 3 of 4
+    (30, 6, 9, 2, 'Sigmoid'),     # F(2x2); 2 blocks, the last part; an epilogue after the stores
+    (128, 7, 5, 1, 'HardSwish'),  # F(2x2); the most input blocks; fewer tiles than a piece
+    (40, 7, 10, 2, 'Relu'),       # F(4x4) from 7 a side; 2 images
 ])
 def test_winograd_on_blocks_computes_what_the_vm_computes(channels, height, width, batch, act):
     rng = numpy.random.default_rng(7)
     model = _dense_3x3(channels, height, width, batch, act)
-    assert any('ccn_nchwc_winograd(' in line for step in lower(_blocked(model), 'm').steps
+    tile = 4 if min(height, width) >= WINOGRAD_TILE4_MIN_SIDE else 2
+    assert any(line.startswith('ccn_nchwc_winograd(') and line.endswith(' %d,' % tile)
+               for step in lower(_blocked(model), 'm').steps
                for line in step.render(lambda r: 'r%d' % r, None))
     # 1e-3: sums of up to 1152 products in [-1, 1] rounded in another order.
     check_native(model, [uniform(rng, batch, 8, height, width)], atol=1e-3)
+
+
+@pytest.mark.native_build
+@pytest.mark.parametrize('size', [6, 12])  # F(2x2), F(4x4)
+def test_winograd_keeps_an_infinity_or_a_nan_to_the_windows_that_read_it(size):
+    # The transforms mix a tile's whole patch: an infinity would become
+    # NaN, and reach outputs whose windows do not hold it.  Such tiles are
+    # summed as the dense kernel does, so the NaNs and infinities lie where
+    # the VM puts them.
+    rng = numpy.random.default_rng(8)
+    model = _dense_3x3(16, size, size, 2, 'Identity')
+    x = uniform(rng, 2, 8, size, size)
+    x[0, 3, 2, 3] = numpy.inf
+    x[1, 5, size - 1, 1] = numpy.nan
+    with numpy.errstate(invalid='ignore'):  # the VM's sums of infinities
+        got = check_native(model, [x], atol=1e-3, onnxruntime_check=False)[0]
+    assert not numpy.isfinite(got[0]).all() and numpy.isnan(got[1]).any()
 
 
 @pytest.mark.parametrize('case', ['scale of x', 'scaled depthwise', 'pool of x', 'pool to 33'])
@@ -561,8 +595,10 @@ def test_a_concat_of_part_blocks_or_large_planes_stays_nchw():
     # 120 channels: the second input would start mid-block.
     ops = [i.op for i in _blocked(fire_model(rng, expand=(120, 120))).instructions]
     assert 'Concat' in ops and ops.count('NchwcConv') < 6
-    # At 56x56 the direct kernel loses few lanes: the 1x1s do not pay.
-    ops = [i.op for i in _blocked(fire_model(rng, size=56)).instructions]
+    # At 56x56 the direct kernel loses few lanes: with 3x3s of more input
+    # channels than the blocks' Winograd takes (they stay on the NCHW
+    # one), the 1x1s alone do not pay.
+    ops = [i.op for i in _blocked(fire_model(rng, squeeze=(144, 160), size=56)).instructions]
     assert not any(op.startswith('Nchwc') for op in ops)
 
 
