@@ -582,7 +582,7 @@ void ccn_nchwc_dense(const ccn_nchwc_geometry *g, const float *x, const float *w
  * time); the outputs are A^T M A.  Per output and channel pair, 16 / 4 or
  * 36 / 16 multiply-adds where the dense kernel takes 9.  A piece of work is
  * WG_TILES tiles of one image by PW_BLOCKS output blocks, its transforms on
- * the stack (165 KiB at most with AVX-512). */
+ * the stack (162 KiB at most with AVX-512). */
 #define WG_TILES PW_PIXELS
 #define WG_MAX_IN_BLOCKS CCN_NCHWC_WINOGRAD_MAX_IN_BLOCKS
 #define WG_MOST_POINTS 36 /* of F(4x4, 3x3)'s 6 x 6 transforms */
@@ -694,19 +694,16 @@ static void winograd_exact_tile(const winograd_call *a, const float *x, long t, 
                     if ((unsigned long)ih >= (unsigned long)g->in_h ||
                         (unsigned long)iw >= (unsigned long)g->in_w)
                         continue;
-                    for (long cb = 0; cb < g->in_blocks; cb++) {
-                        const long live = g->in_channels - cb * B < B ? g->in_channels - cb * B : B;
-                        const float *xp = x + ((cb * g->in_h + ih) * g->in_w + iw) * B;
-                        for (long c = 0; c < live; c++) {
-                            v16 w = {0};
-                            for (int p = 0; p < 2; p++)
-                                for (int q = 0; q < 2; q++) {
-                                    const int xi = rows[kh][p] * n + rows[kw][q];
-                                    w += l[kh][p] * l[kw][q] *
-                                         LOAD(a->u + ((xi * g->out_blocks + ob) * depth + cb * B + c) * B);
-                                }
-                            acc += w * xp[c];
-                        }
+                    for (long ci = 0; ci < g->in_channels; ci++) {
+                        const float xv = x[((ci / B * g->in_h + ih) * g->in_w + iw) * B + ci % B];
+                        v16 w = {0};
+                        for (int p = 0; p < 2; p++)
+                            for (int q = 0; q < 2; q++) {
+                                const long xi = rows[kh][p] * n + rows[kw][q];
+                                w += l[kh][p] * l[kw][q] *
+                                     LOAD(a->u + ((xi * g->out_blocks + ob) * depth + ci) * B);
+                            }
+                        acc += w * xv;
                     }
                 }
             const long at = ob * plane * B + ((oh0 + i) * g->out_w + ow0 + j) * B;

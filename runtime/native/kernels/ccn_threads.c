@@ -281,7 +281,8 @@ static void *worker(void *arg)
             pthread_mutex_lock(&pool.lock);
             __atomic_add_fetch(&pool.sleepers, 1, __ATOMIC_SEQ_CST);
             for (;;) {
-                const unsigned long long g = GEN(__atomic_load_n(&pool.ticket.word, __ATOMIC_SEQ_CST));
+                const unsigned long long g =
+                    GEN(__atomic_load_n(&pool.ticket.word, __ATOMIC_SEQ_CST));
                 if (g != seen && index < __atomic_load_n(&pool.loop.threads, __ATOMIC_ACQUIRE))
                     break;
                 seen = g; /* a loop this worker sits out (beyond its count) */
