@@ -759,13 +759,13 @@ CCN_ALWAYS_INLINE void winograd_outputs(const winograd_call *a, const float *M, 
         const v16 start = a->bias ? LOAD(a->bias + (ob0 + o) * B) : (v16){0};
         for (long p = 0; p < count; p++) {
             const float *m = M + (o * WG_TILES + p) * B;
-            v16 am[4][6], column[6], out[4][4]; /* A^T M, column by column */
+            v16 am[4][6], column[6], line[4], out[4][4]; /* A^T M, column by column */
             for (int s = 0; s < n; s++) {
                 for (int r = 0; r < n; r++)
                     column[r] = LOAD(m + (r * n + s) * step);
-                winograd_output_line(out[0], column, tile);
+                winograd_output_line(line, column, tile);
                 for (int i = 0; i < tile; i++)
-                    am[i][s] = out[0][i];
+                    am[i][s] = line[i];
             }
             iv16 odd = {0}; /* out - out is 0 but for an infinity or a NaN */
             for (int i = 0; i < tile; i++) {

@@ -4,6 +4,7 @@ Executor and onnxruntime; build emitted C with make and run the executable
 with nothing from the Python environment."""
 import glob
 import hashlib
+import importlib
 import os
 import pathlib
 import re
@@ -41,6 +42,13 @@ def make_model(nodes, inputs, outputs, initializers=(), opset=13, custom=False):
     if custom:
         opsets.append(helper.make_opsetid('org.chainer_compiler', 1))
     return helper.make_model(graph, opset_imports=opsets)
+
+
+def without_nchwc_chains(monkeypatch):
+    """Emit without the NCHWc pass (blocked.py), for a test of the NCHW
+    kernels whose Convs would otherwise join chains."""
+    emitter = importlib.import_module('chainer_compiler.runtime.native.emit_c')
+    monkeypatch.setattr(emitter, 'block_chains', lambda program: program)
 
 
 def check_native(model, inputs, rtol=RTOL, atol=ATOL, onnxruntime_check=True):

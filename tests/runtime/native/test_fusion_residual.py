@@ -5,7 +5,6 @@ each convolution path (im2col one image or several at a time, the direct
 with a pass after) computes what the NumPy VM does,
 and that the profile names the fused instruction."""
 import dataclasses
-import importlib
 
 import numpy
 import pytest
@@ -17,7 +16,7 @@ from chainer_compiler.runtime.native.emit_c import emit_c
 from chainer_compiler.runtime.native.fusion import fuse
 from chainer_compiler.runtime.program import NO_REGISTER
 
-from .helpers import check_native, make_model
+from .helpers import check_native, make_model, without_nchwc_chains
 
 F32 = numpy.float32
 
@@ -44,8 +43,7 @@ def _block(k, x, w, residual, relu, first=True, **attrs):
 def test_residual_fused_on_every_convolution_path(tmp_path, monkeypatch):
     # The NCHW kernels' paths, so the NCHWc pass is off: the 64-channel
     # Winograd Conv would run on blocks (test_nchwc.py tests that path).
-    emitter = importlib.import_module('chainer_compiler.runtime.native.emit_c')
-    monkeypatch.setattr(emitter, 'block_chains', lambda program: program)
+    without_nchwc_chains(monkeypatch)
     rng = numpy.random.RandomState(0)
     node = helper.make_node
     nodes = (

@@ -10,7 +10,6 @@ convolutions, an undilated one per phase of the input (dilations 2, 4 and
 (2, 3), odd sizes, so that phases differ in size, pads equal to the
 dilation or not, every epilogue); and which convolutions the lowering
 sends there."""
-import importlib
 import os
 
 import numpy
@@ -38,7 +37,7 @@ from chainer_compiler.runtime.native.lowerings.winograd import (
 )
 from chainer_compiler.runtime.native.render import KERNEL_DIR
 
-from .helpers import check_native, make_model
+from .helpers import check_native, make_model, without_nchwc_chains
 
 F32 = numpy.float32
 #: Channels of the tested convolutions (and C + 8): with 6 images of 9 rows
@@ -67,8 +66,7 @@ def test_conv_through_winograd(tmp_path, monkeypatch):
     # Constant-weight Convs of at most 128 input channels join NCHWc chains
     # and run the blocks' Winograd (blocked.py); this tests the NCHW one,
     # so the NCHWc pass is off.
-    emitter = importlib.import_module('chainer_compiler.runtime.native.emit_c')
-    monkeypatch.setattr(emitter, 'block_chains', lambda program: program)
+    without_nchwc_chains(monkeypatch)
     # y1: 17 x 19 outputs, so the last row and column of tiles are half
     # outside; 6 images of 9 tile rows are more than one block, and a block
     # ends inside an image.  y2: padding only at the bottom and right, then
